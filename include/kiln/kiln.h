@@ -1,0 +1,13 @@
+// The common public API in one include.
+#pragma once
+
+#include "kiln/attrs.h"
+#include "kiln/device.h"
+#include "kiln/dtype.h"
+#include "kiln/error.h"
+#include "kiln/graph.h"
+#include "kiln/op_registry.h"
+#include "kiln/ops.h"
+#include "kiln/shape.h"
+#include "kiln/tensor.h"
+#include "kiln/version.h"

@@ -1,0 +1,449 @@
+// Elementwise primitives: unary math, binary arithmetic and comparisons (NumPy broadcasting,
+// equal dtypes), select, clamp and convert; and the public functions that promote dtypes and
+// mix in scalars before calling them.
+#include <cmath>
+#include <limits>
+
+#include "kiln/ops.h"
+#include "ops/kernel_util.h"
+
+namespace kiln {
+namespace ops {
+namespace {
+
+// ---- shape functions --------------------------------------------------------------------
+
+ShapeFn unary_shape(TypeSet set, bool bool_out = false) {
+  return [set, bool_out](const InferContext& ctx) {
+    require_dtype_in(ctx, 0, set);
+    const TensorType& x = ctx.input(0);
+    return std::vector<TensorType>{{bool_out ? bool_ : x.dtype, x.shape}};
+  };
+}
+
+ShapeFn nary_shape(TypeSet set, bool bool_out = false) {
+  return [set, bool_out](const InferContext& ctx) {
+    require_same_dtype(ctx);
+    require_dtype_in(ctx, 0, set);
+    Shape shape = ctx.input(0).shape;
+    for (int i = 1; i < ctx.num_inputs(); ++i)
+      shape = broadcast_shapes(ctx, shape, ctx.input(i).shape);
+    return std::vector<TensorType>{{bool_out ? bool_ : ctx.input(0).dtype, shape}};
+  };
+}
+
+// ---- kernels ----------------------------------------------------------------------------
+
+template <TypeSet S, bool kBoolOut = false, class F>
+KernelFn unary_kernel(F f) {
+  return [f](KernelContext& ctx) {
+    visit_in<S>(ctx, ctx.input(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = ComputeType<T>;
+      using Out = std::conditional_t<kBoolOut, bool, T>;
+      const T* x = in_ptr<T>(ctx, 0);
+      Out* y = out_ptr<Out>(ctx.allocate_output(0));
+      runtime::parallel_for(ctx.input(0).size(), 1 << 14, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) y[i] = static_cast<Out>(f(static_cast<C>(x[i])));
+      });
+    });
+  };
+}
+
+template <TypeSet S, bool kBoolOut = false, class F>
+KernelFn binary_kernel(F f) {
+  return [f](KernelContext& ctx) {
+    visit_in<S>(ctx, ctx.input(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = ComputeType<T>;
+      using Out = std::conditional_t<kBoolOut, bool, T>;
+      const T* a = in_ptr<T>(ctx, 0);
+      const T* b = in_ptr<T>(ctx, 1);
+      Tensor& out = ctx.allocate_output(0);
+      Out* y = out_ptr<Out>(out);
+      for_each_broadcast<2>(out.shape(), {ctx.input(0).shape(), ctx.input(1).shape()},
+                            [&](int64_t i, const std::array<int64_t, 2>& o) {
+                              y[i] = static_cast<Out>(f(static_cast<C>(a[o[0]]),
+                                                        static_cast<C>(b[o[1]])));
+                            });
+    });
+  };
+}
+
+template <class T>
+T logistic_of(T x) {
+  if (x >= 0) return T(1) / (T(1) + std::exp(-x));
+  T e = std::exp(x);
+  return e / (T(1) + e);
+}
+
+template <class T>
+T sign_of(T x) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(x)) return x;
+  }
+  if constexpr (std::is_unsigned_v<T>) return x > 0 ? T(1) : T(0);
+  return static_cast<T>((x > T(0)) - (x < T(0)));
+}
+
+// Integer division and remainder never trap: x / 0 is -1 (all ones for unsigned), x % 0 is
+// x, and MIN / -1 wraps to MIN with remainder 0 (XLA's semantics).
+template <class T>
+T safe_div(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return a / b;
+  } else {
+    if (b == 0) return static_cast<T>(-1);
+    if constexpr (std::is_signed_v<T>) {
+      if (a == std::numeric_limits<T>::min() && b == T(-1)) return a;
+    }
+    return static_cast<T>(a / b);
+  }
+}
+
+template <class T>
+T safe_rem(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::fmod(a, b);
+  } else {
+    if (b == 0) return a;
+    if constexpr (std::is_signed_v<T>) {
+      if (b == T(-1)) return 0;
+    }
+    return static_cast<T>(a % b);
+  }
+}
+
+template <class T>
+T power(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::pow(a, b);
+  } else {
+    if constexpr (std::is_signed_v<T>) {
+      if (b < 0) return a == 1 ? T(1) : a == -1 ? (b % 2 ? T(-1) : T(1)) : T(0);
+    }
+    T result = 1;
+    using U = std::make_unsigned_t<T>;
+    U ua = static_cast<U>(a), ur = 1;  // wrap around like C unsigned arithmetic
+    for (auto e = static_cast<std::make_unsigned_t<T>>(b); e; e >>= 1) {
+      if (e & 1) ur = static_cast<U>(ur * ua);
+      ua = static_cast<U>(ua * ua);
+    }
+    result = static_cast<T>(ur);
+    return result;
+  }
+}
+
+// max/min propagate NaN, as XLA does.
+template <class T>
+T max_of(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+  }
+  return a > b ? a : b;
+}
+template <class T>
+T min_of(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+  }
+  return a < b ? a : b;
+}
+
+}  // namespace
+
+// ---- registrations ----------------------------------------------------------------------
+
+#define KILN_UNARY_OP(name, set, expr)                                                       \
+  KILN_REGISTER_OP(name).input("x").kind(OpKind::kCodegen).shape_fn(unary_shape(set));    \
+  KILN_REGISTER_KERNEL(name).dtypes(dtypes_of(set)).fn(unary_kernel<set>([](auto x) {       \
+    using C = decltype(x);                                                                   \
+    (void)sizeof(C);                                                                         \
+    return expr;                                                                             \
+  }))
+
+#define KILN_BINARY_OP(name, set, expr)                                                           \
+  KILN_REGISTER_OP(name).input("x").input("y").kind(OpKind::kCodegen).shape_fn(nary_shape(set)); \
+  KILN_REGISTER_KERNEL(name).dtypes(dtypes_of(set)).fn(binary_kernel<set>([](auto x, auto y) {   \
+    using C = decltype(x);                                                                        \
+    (void)sizeof(C);                                                                              \
+    return expr;                                                                                  \
+  }))
+
+#define KILN_COMPARE_OP(name, expr)                                                          \
+  KILN_REGISTER_OP(name)                                                                     \
+      .input("x")                                                                            \
+      .input("y")                                                                            \
+      .kind(OpKind::kCodegen)                                                                \
+      .non_differentiable()                                                                  \
+      .shape_fn(nary_shape(TypeSet::kAll, /*bool_out=*/true));                               \
+  KILN_REGISTER_KERNEL(name).fn(                                                             \
+      binary_kernel<TypeSet::kAll, /*kBoolOut=*/true>([](auto x, auto y) { return expr; }))
+
+constexpr TypeSet kF = TypeSet::kFloat;
+constexpr TypeSet kN = TypeSet::kNumeric;
+constexpr TypeSet kB = TypeSet::kBool;
+
+KILN_UNARY_OP(neg, kN, static_cast<C>(-x));
+KILN_UNARY_OP(abs, kN, static_cast<C>(x < C(0) ? -x : x));
+KILN_UNARY_OP(exp, kF, std::exp(x));
+KILN_UNARY_OP(log, kF, std::log(x));
+KILN_UNARY_OP(log1p, kF, std::log1p(x));
+KILN_UNARY_OP(expm1, kF, std::expm1(x));
+KILN_UNARY_OP(sqrt, kF, std::sqrt(x));
+KILN_UNARY_OP(rsqrt, kF, C(1) / std::sqrt(x));
+KILN_UNARY_OP(tanh, kF, std::tanh(x));
+KILN_UNARY_OP(logistic, kF, logistic_of(x));
+KILN_UNARY_OP(sin, kF, std::sin(x));
+KILN_UNARY_OP(cos, kF, std::cos(x));
+KILN_UNARY_OP(erf, kF, std::erf(x));
+KILN_UNARY_OP(sign, kN, sign_of(x));
+KILN_UNARY_OP(floor, kF, std::floor(x));
+KILN_UNARY_OP(ceil, kF, std::ceil(x));
+KILN_UNARY_OP(round, kF, std::nearbyint(x));  // default rounding mode: half to even
+KILN_UNARY_OP(logical_not, kB, !x);
+
+KILN_REGISTER_OP(is_finite)
+    .input("x")
+    .kind(OpKind::kCodegen)
+    .non_differentiable()
+    .shape_fn(unary_shape(kF, /*bool_out=*/true));
+KILN_REGISTER_KERNEL(is_finite)
+    .dtypes(dtypes_of(kF))
+    .fn(unary_kernel<kF, /*kBoolOut=*/true>([](auto x) { return std::isfinite(x); }));
+
+KILN_BINARY_OP(add, kN, static_cast<C>(x + y));
+KILN_BINARY_OP(sub, kN, static_cast<C>(x - y));
+KILN_BINARY_OP(mul, kN, static_cast<C>(x * y));
+KILN_BINARY_OP(div, kN, safe_div(x, y));
+KILN_BINARY_OP(pow, kN, power(x, y));
+KILN_BINARY_OP(max, kN, max_of(x, y));
+KILN_BINARY_OP(min, kN, min_of(x, y));
+KILN_BINARY_OP(rem, kN, safe_rem(x, y));
+KILN_BINARY_OP(atan2, kF, std::atan2(x, y));
+KILN_BINARY_OP(logical_and, kB, x && y);
+KILN_BINARY_OP(logical_or, kB, x || y);
+KILN_COMPARE_OP(eq, x == y);
+KILN_COMPARE_OP(ne, x != y);
+KILN_COMPARE_OP(lt, x < y);
+KILN_COMPARE_OP(le, x <= y);
+KILN_COMPARE_OP(gt, x > y);
+KILN_COMPARE_OP(ge, x >= y);
+
+// select(pred, on_true, on_false): all three broadcast; pred is bool.
+KILN_REGISTER_OP(select)
+    .input("pred")
+    .input("on_true")
+    .input("on_false")
+    .kind(OpKind::kCodegen)
+    .shape_fn([](const InferContext& ctx) {
+      if (ctx.input(0).dtype != bool_) ctx.fail("pred must be bool, got " + ctx.input(0).str());
+      if (ctx.input(1).dtype != ctx.input(2).dtype) {
+        ctx.fail("dtype mismatch: on_true is " + ctx.input(1).str() + ", on_false is " +
+                 ctx.input(2).str());
+      }
+      Shape s = broadcast_shapes(ctx, ctx.input(0).shape, ctx.input(1).shape);
+      s = broadcast_shapes(ctx, s, ctx.input(2).shape);
+      return std::vector<TensorType>{{ctx.input(1).dtype, s}};
+    });
+KILN_REGISTER_KERNEL(select).fn([](KernelContext& ctx) {
+  visit_dtype(ctx.input(1).dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const bool* p = in_ptr<bool>(ctx, 0);
+    const T* a = in_ptr<T>(ctx, 1);
+    const T* b = in_ptr<T>(ctx, 2);
+    Tensor& out = ctx.allocate_output(0);
+    T* y = out_ptr<T>(out);
+    for_each_broadcast<3>(out.shape(),
+                          {ctx.input(0).shape(), ctx.input(1).shape(), ctx.input(2).shape()},
+                          [&](int64_t i, const std::array<int64_t, 3>& o) {
+                            y[i] = p[o[0]] ? a[o[1]] : b[o[2]];
+                          });
+  });
+});
+
+// clamp(x, low, high) = min(max(x, low), high); all three broadcast.
+KILN_REGISTER_OP(clamp)
+    .input("x")
+    .input("low")
+    .input("high")
+    .kind(OpKind::kCodegen)
+    .shape_fn(nary_shape(kN));
+KILN_REGISTER_KERNEL(clamp).dtypes(dtypes_of(kN)).fn([](KernelContext& ctx) {
+  visit_in<kN>(ctx, ctx.input(0).dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = ComputeType<T>;
+    const T* x = in_ptr<T>(ctx, 0);
+    const T* lo = in_ptr<T>(ctx, 1);
+    const T* hi = in_ptr<T>(ctx, 2);
+    Tensor& out = ctx.allocate_output(0);
+    T* y = out_ptr<T>(out);
+    for_each_broadcast<3>(out.shape(),
+                          {ctx.input(0).shape(), ctx.input(1).shape(), ctx.input(2).shape()},
+                          [&](int64_t i, const std::array<int64_t, 3>& o) {
+                            y[i] = static_cast<T>(min_of(max_of(static_cast<C>(x[o[0]]),
+                                                                static_cast<C>(lo[o[1]])),
+                                                         static_cast<C>(hi[o[2]])));
+                          });
+  });
+});
+
+// convert: any dtype to any dtype. Float to integer truncates toward zero and saturates;
+// NaN becomes 0; anything non-zero becomes true.
+namespace {
+template <class To, class From>
+To convert_value(From v) {
+  using C = ComputeType<From>;
+  C c = static_cast<C>(v);
+  if constexpr (std::is_same_v<To, bool>) {
+    return c != C(0);
+  } else if constexpr (kIsFloat<To>) {
+    return static_cast<To>(static_cast<ComputeType<To>>(c));
+  } else if constexpr (std::is_floating_point_v<C>) {
+    if (std::isnan(c)) return 0;
+    if (c <= static_cast<C>(std::numeric_limits<To>::min())) return std::numeric_limits<To>::min();
+    if (c >= static_cast<C>(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
+    return static_cast<To>(c);
+  } else {
+    return static_cast<To>(c);  // integer to integer wraps, like C
+  }
+}
+}  // namespace
+
+KILN_REGISTER_OP(convert).input("x").kind(OpKind::kCodegen).shape_fn([](const InferContext& ctx) {
+  return std::vector<TensorType>{{ctx.attrs().get_dtype("dtype"), ctx.input(0).shape}};
+});
+KILN_REGISTER_KERNEL(convert).fn([](KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() == ctx.output_type(0).dtype) {
+    ctx.set_output(0, x);
+    return;
+  }
+  Tensor& out = ctx.allocate_output(0);
+  visit_dtype(x.dtype(), [&](auto from_tag) {
+    using From = typename decltype(from_tag)::type;
+    visit_dtype(out.dtype(), [&](auto to_tag) {
+      using To = typename decltype(to_tag)::type;
+      const From* src = static_cast<const From*>(x.raw_data());
+      To* dst = out_ptr<To>(out);
+      runtime::parallel_for(x.size(), 1 << 14, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) dst[i] = convert_value<To>(src[i]);
+      });
+    });
+  });
+});
+
+}  // namespace ops
+
+// ---- public functions -------------------------------------------------------------------
+namespace {
+
+Tensor call1(const std::string& op, const std::vector<Tensor>& inputs, const Attrs& attrs = {}) {
+  return call_op(op, inputs, attrs)[0];
+}
+
+// Float-only math on an integer or bool tensor computes in f32 (like NumPy and JAX).
+Tensor as_float(const Tensor& x) { return is_floating(x.dtype()) ? x : convert(x, f32); }
+
+std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b) {
+  DType t = promote_types(a.dtype(), b.dtype());
+  return {convert(a, t), convert(b, t)};
+}
+
+Tensor arith(const std::string& op, const Tensor& a, const Tensor& b) {
+  auto [x, y] = promoted(a, b);
+  return call1(op, {x, y});
+}
+
+}  // namespace
+
+Tensor convert(const Tensor& x, DType dtype) {
+  if (x.defined() && x.dtype() == dtype) return x;
+  return call1("convert", {x}, {{"dtype", dtype}});
+}
+
+Tensor scalar_like(double value, const Tensor& like) {
+  return convert(Tensor::scalar(value), like.dtype());
+}
+
+Tensor neg(const Tensor& x) { return call1("neg", {x}); }
+Tensor abs(const Tensor& x) { return call1("abs", {x}); }
+Tensor exp(const Tensor& x) { return call1("exp", {as_float(x)}); }
+Tensor log(const Tensor& x) { return call1("log", {as_float(x)}); }
+Tensor log1p(const Tensor& x) { return call1("log1p", {as_float(x)}); }
+Tensor expm1(const Tensor& x) { return call1("expm1", {as_float(x)}); }
+Tensor sqrt(const Tensor& x) { return call1("sqrt", {as_float(x)}); }
+Tensor rsqrt(const Tensor& x) { return call1("rsqrt", {as_float(x)}); }
+Tensor tanh(const Tensor& x) { return call1("tanh", {as_float(x)}); }
+Tensor logistic(const Tensor& x) { return call1("logistic", {as_float(x)}); }
+Tensor sin(const Tensor& x) { return call1("sin", {as_float(x)}); }
+Tensor cos(const Tensor& x) { return call1("cos", {as_float(x)}); }
+Tensor erf(const Tensor& x) { return call1("erf", {as_float(x)}); }
+Tensor sign(const Tensor& x) { return call1("sign", {x}); }
+Tensor floor(const Tensor& x) { return is_floating(x.dtype()) ? call1("floor", {x}) : x; }
+Tensor ceil(const Tensor& x) { return is_floating(x.dtype()) ? call1("ceil", {x}) : x; }
+Tensor round(const Tensor& x) { return is_floating(x.dtype()) ? call1("round", {x}) : x; }
+Tensor logical_not(const Tensor& x) { return call1("logical_not", {x}); }
+Tensor is_finite(const Tensor& x) {
+  return is_floating(x.dtype()) ? call1("is_finite", {x}) : ones_like(x).to(bool_);
+}
+Tensor square(const Tensor& x) { return mul(x, x); }
+
+Tensor add(const Tensor& a, const Tensor& b) { return arith("add", a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return arith("sub", a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return arith("mul", a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return arith("div", a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return arith("pow", a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return arith("max", a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return arith("min", a, b); }
+Tensor rem(const Tensor& a, const Tensor& b) { return arith("rem", a, b); }
+Tensor atan2(const Tensor& a, const Tensor& b) {
+  auto [x, y] = promoted(a, b);
+  return call1("atan2", {as_float(x), as_float(y)});
+}
+Tensor logical_and(const Tensor& a, const Tensor& b) { return call1("logical_and", {a, b}); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return call1("logical_or", {a, b}); }
+Tensor equal(const Tensor& a, const Tensor& b) { return arith("eq", a, b); }
+Tensor not_equal(const Tensor& a, const Tensor& b) { return arith("ne", a, b); }
+Tensor less(const Tensor& a, const Tensor& b) { return arith("lt", a, b); }
+Tensor less_equal(const Tensor& a, const Tensor& b) { return arith("le", a, b); }
+Tensor greater(const Tensor& a, const Tensor& b) { return arith("gt", a, b); }
+Tensor greater_equal(const Tensor& a, const Tensor& b) { return arith("ge", a, b); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  auto [x, y] = promoted(a, b);
+  return call1("select", {cond, x, y});
+}
+
+Tensor clamp(const Tensor& x, const Tensor& low, const Tensor& high) {
+  DType t = promote_types(x.dtype(), promote_types(low.dtype(), high.dtype()));
+  return call1("clamp", {convert(x, t), convert(low, t), convert(high, t)});
+}
+Tensor clamp(const Tensor& x, double low, double high) {
+  return clamp(x, scalar_like(low, x), scalar_like(high, x));
+}
+
+Tensor operator-(const Tensor& x) { return neg(x); }
+Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+Tensor operator+(const Tensor& a, double b) { return add(a, scalar_like(b, a)); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, scalar_like(b, a)); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, scalar_like(b, a)); }
+Tensor operator/(const Tensor& a, double b) { return div(a, scalar_like(b, a)); }
+Tensor operator+(double a, const Tensor& b) { return add(scalar_like(a, b), b); }
+Tensor operator-(double a, const Tensor& b) { return sub(scalar_like(a, b), b); }
+Tensor operator*(double a, const Tensor& b) { return mul(scalar_like(a, b), b); }
+Tensor operator/(double a, const Tensor& b) { return div(scalar_like(a, b), b); }
+Tensor operator==(const Tensor& a, const Tensor& b) { return equal(a, b); }
+Tensor operator!=(const Tensor& a, const Tensor& b) { return not_equal(a, b); }
+Tensor operator<(const Tensor& a, const Tensor& b) { return less(a, b); }
+Tensor operator<=(const Tensor& a, const Tensor& b) { return less_equal(a, b); }
+Tensor operator>(const Tensor& a, const Tensor& b) { return greater(a, b); }
+Tensor operator>=(const Tensor& a, const Tensor& b) { return greater_equal(a, b); }
+Tensor operator!(const Tensor& x) { return logical_not(x); }
+Tensor operator&&(const Tensor& a, const Tensor& b) { return logical_and(a, b); }
+Tensor operator||(const Tensor& a, const Tensor& b) { return logical_or(a, b); }
+
+}  // namespace kiln

@@ -1,0 +1,112 @@
+// Helpers for writing reference CPU kernels and shape functions: dtype sets, broadcasting
+// iteration, axis normalisation, and the parallel loop.
+#pragma once
+
+#include <array>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/op_registry.h"
+#include "runtime/thread_pool.h"
+#include "src/core/type_switch.h"
+
+namespace kiln::ops {
+
+// ---- dtype sets -------------------------------------------------------------------------
+enum class TypeSet { kFloat, kNumeric, kInteger, kBool, kAll };
+
+template <TypeSet S, class T>
+constexpr bool in_set() {
+  constexpr bool is_bool = std::is_same_v<T, bool>;
+  if constexpr (S == TypeSet::kFloat) return kIsFloat<T>;
+  if constexpr (S == TypeSet::kNumeric) return !is_bool;
+  if constexpr (S == TypeSet::kInteger) return !is_bool && !kIsFloat<T>;
+  if constexpr (S == TypeSet::kBool) return is_bool;
+  return true;
+}
+
+std::vector<DType> dtypes_of(TypeSet set);
+bool dtype_in(TypeSet set, DType dtype);
+const char* type_set_name(TypeSet set);  // "floating-point", "numeric", ...
+
+// Calls f(TypeTag<T>) for dtype when T is in S; otherwise ctx.fail names the dtype.
+template <TypeSet S, class Ctx, class F>
+void visit_in(const Ctx& ctx, DType dtype, F&& f) {
+  visit_dtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (in_set<S, T>()) {
+      f(tag);
+    } else {
+      ctx.fail(std::string("not defined for dtype ") + dtype_name(dtype));
+    }
+  });
+}
+
+// ---- shapes -----------------------------------------------------------------------------
+// NumPy broadcasting of two shapes (kUnknownDim-aware); fails naming both shapes.
+Shape broadcast_shapes(const InferContext& ctx, const Shape& a, const Shape& b);
+// An axis in [-rank, rank) made non-negative; fails naming the axis and shape.
+int64_t normalize_axis(const InferContext& ctx, int64_t axis, int64_t rank, const Shape& shape);
+// Requires the same dtype on every input; fails listing them.
+void require_same_dtype(const InferContext& ctx);
+void require_dtype_in(const InferContext& ctx, int input, TypeSet set);
+std::string types_str(const InferContext& ctx);  // "x: f32[2,3], y: f64[3]"
+
+// ---- broadcasting iteration -------------------------------------------------------------
+// Strides of `in` (row-major) laid against the output's dimensions, 0 where broadcast.
+std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
+
+// Calls f(out_index, offsets) for every output element, where offsets[k] is the element
+// offset into input k. Runs on the thread pool for large outputs.
+template <size_t N, class F>
+void for_each_broadcast(const Shape& out, const std::array<Shape, N>& ins, F&& f) {
+  int64_t n = num_elements(out);
+  if (n == 0) return;
+  bool same = true;
+  for (const Shape& s : ins) same = same && s == out;
+  constexpr int64_t kGrain = 1 << 14;
+  if (same) {
+    runtime::parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
+      std::array<int64_t, N> off;
+      for (int64_t i = begin; i < end; ++i) {
+        off.fill(i);
+        f(i, off);
+      }
+    });
+    return;
+  }
+  std::array<std::vector<int64_t>, N> strides;
+  for (size_t k = 0; k < N; ++k) strides[k] = broadcast_strides(ins[k], out);
+  const int rank = static_cast<int>(out.size());
+  runtime::parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> idx(rank);
+    std::array<int64_t, N> off{};
+    int64_t rem = begin;
+    for (int d = rank - 1; d >= 0; --d) {
+      idx[d] = rem % out[d];
+      rem /= out[d];
+      for (size_t k = 0; k < N; ++k) off[k] += idx[d] * strides[k][d];
+    }
+    for (int64_t i = begin; i < end; ++i) {
+      f(i, off);
+      for (int d = rank - 1; d >= 0; --d) {  // increment the multi-index
+        for (size_t k = 0; k < N; ++k) off[k] += strides[k][d];
+        if (++idx[d] < out[d]) break;
+        for (size_t k = 0; k < N; ++k) off[k] -= strides[k][d] * out[d];
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+template <class T>
+const T* in_ptr(const KernelContext& ctx, int i) {
+  return static_cast<const T*>(ctx.input(i).raw_data());
+}
+template <class T>
+T* out_ptr(Tensor& t) {
+  return static_cast<T*>(t.raw_mutable_data());
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,117 @@
+// Eager dispatch (call_op) and single-op execution.
+#include "runtime/execute.h"
+
+#include "src/core/tensor_impl.h"
+
+namespace kiln::runtime {
+
+std::vector<TensorType> infer_types(const OpDef& def, const std::string& node_name,
+                                    const std::vector<TensorType>& inputs, const Attrs& attrs) {
+  size_t fixed = def.inputs.size() - (def.variadic ? 1 : 0);
+  bool count_ok = def.variadic ? inputs.size() >= fixed + 1 : inputs.size() == fixed;
+  if (!count_ok) {
+    InferContext ctx(def.name, node_name, inputs, attrs);
+    ctx.fail("expects " + std::string(def.variadic ? "at least " : "") +
+             std::to_string(def.variadic ? fixed + 1 : fixed) + " input(s), got " +
+             std::to_string(inputs.size()));
+  }
+  InferContext ctx(def.name, node_name, inputs, attrs);
+  std::vector<TensorType> out;
+  try {
+    out = def.shape_fn(ctx);
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    // Errors from Attrs accessors do not know the op yet: add it.
+    if (msg.rfind(def.name + ":", 0) != 0) ctx.fail(msg, e.code());
+    throw;
+  }
+  if (static_cast<int>(out.size()) != def.num_outputs) {
+    ctx.fail("shape function returned " + std::to_string(out.size()) + " outputs, the op has " +
+                 std::to_string(def.num_outputs),
+             ErrorCode::kInternal);
+  }
+  return out;
+}
+
+std::vector<Tensor> run_kernel(const OpDef& def, const std::string& node_name,
+                               const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  std::vector<TensorType> in_types;
+  in_types.reserve(inputs.size());
+  for (const Tensor& t : inputs) in_types.push_back({t.dtype(), t.shape()});
+  std::vector<TensorType> out_types = infer_types(def, node_name, in_types, attrs);
+  DType key = !inputs.empty() ? inputs[0].dtype()
+              : !out_types.empty() ? out_types[0].dtype
+                                   : f32;
+  const KernelDef& kernel = KernelRegistry::global().find(def.name, DeviceType::kCpu, key);
+  KernelContext ctx(def.name, node_name, inputs, attrs, out_types);
+  kernel.fn(ctx);
+  std::vector<Tensor>& outs = ctx.outputs();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (!outs[i].defined()) ctx.fail("kernel did not set output " + std::to_string(i),
+                                     ErrorCode::kInternal);
+    if (outs[i].dtype() != out_types[i].dtype || outs[i].shape() != out_types[i].shape) {
+      ctx.fail("kernel produced " + TensorType{outs[i].dtype(), outs[i].shape()}.str() +
+                   " for output " + std::to_string(i) + ", the shape function said " +
+                   out_types[i].str(),
+               ErrorCode::kInternal);
+    }
+  }
+  return std::move(outs);
+}
+
+}  // namespace kiln::runtime
+
+namespace kiln {
+
+std::vector<Tensor> call_op(const std::string& op, const std::vector<Tensor>& inputs,
+                            const Attrs& attrs) {
+  const OpDef& def = OpRegistry::global().find(op);
+  std::shared_ptr<detail::GraphImpl> graph;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  op + ": input " + std::to_string(i) + " is an undefined tensor");
+    }
+    if (!inputs[i].is_symbolic()) continue;
+    const auto& g = inputs[i].impl()->graph;
+    if (graph && graph != g) {
+      throw Error(ErrorCode::kFailedPrecondition,
+                  op + ": inputs come from different graphs ('" + graph->name + "' and '" +
+                      g->name + "')");
+    }
+    graph = g;
+  }
+  if (!graph) graph = detail::default_graph();
+  if (!graph) return runtime::run_kernel(def, op, inputs, attrs);
+
+  // Record a node. Concrete inputs become constants of the graph.
+  Graph handle(graph);
+  std::vector<ValueRef> refs;
+  std::vector<TensorType> types;
+  for (const Tensor& t : inputs) {
+    Tensor sym = t.is_symbolic() ? t : handle.constant(t);
+    refs.push_back({sym.impl()->node, sym.impl()->output});
+    types.push_back({sym.dtype(), sym.shape()});
+  }
+  detail::Node node;
+  {
+    std::lock_guard lock(graph->mu);
+    node.name = graph->unique_name(op);
+  }
+  node.outputs = runtime::infer_types(def, node.name, types, attrs);
+  node.op = op;
+  node.def = &def;
+  node.inputs = std::move(refs);
+  node.attrs = attrs;
+  std::lock_guard lock(graph->mu);
+  node.name = graph->unique_name(op);  // unchanged unless another thread raced us
+  int id = graph->add_node(std::move(node));
+  std::vector<Tensor> outs;
+  for (int i = 0; i < def.num_outputs; ++i) {
+    outs.push_back(graph->value(id, i));
+    outs.back().impl()->graph = graph;
+  }
+  return outs;
+}
+
+}  // namespace kiln

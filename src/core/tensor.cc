@@ -1,0 +1,150 @@
+// Tensor creation, accessors and value semantics (copy on write of shared storage).
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "kiln/graph.h"
+#include "kiln/ops.h"
+#include "src/core/tensor_impl.h"
+#include "src/core/type_switch.h"
+
+namespace kiln {
+namespace detail {
+
+Storage::Storage(size_t n) : nbytes(n) {
+  size_t rounded = (n + kAlignment - 1) / kAlignment * kAlignment;
+  data = ::operator new(rounded == 0 ? kAlignment : rounded, std::align_val_t(kAlignment),
+                        std::nothrow);
+  if (!data) {
+    throw Error(ErrorCode::kOutOfRange,
+                "out of memory: cannot allocate " + std::to_string(n) + " bytes for a tensor");
+  }
+}
+
+Storage::~Storage() { ::operator delete(data, std::align_val_t(kAlignment)); }
+
+}  // namespace detail
+
+namespace {
+
+const detail::TensorImpl& checked(const std::shared_ptr<detail::TensorImpl>& impl) {
+  if (!impl) throw Error(ErrorCode::kFailedPrecondition, "use of an undefined tensor");
+  return *impl;
+}
+
+}  // namespace
+
+Tensor Tensor::empty(DType dtype, Shape shape) {
+  for (int64_t d : shape) {
+    if (d < 0) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "cannot create a tensor of shape " + shape_str(shape) +
+                      ": dimensions must be non-negative");
+    }
+  }
+  auto impl = std::make_shared<detail::TensorImpl>();
+  impl->dtype = dtype;
+  impl->storage = std::make_shared<detail::Storage>(num_elements(shape) * dtype_size(dtype));
+  impl->shape = std::move(shape);
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::from_bytes(DType dtype, Shape shape, const void* data, size_t nbytes) {
+  Tensor t = empty(dtype, std::move(shape));
+  if (nbytes != t.nbytes()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "cannot make a tensor of shape " + shape_str(t.shape()) + " from " +
+                    std::to_string(nbytes / dtype_size(dtype)) + " values (it holds " +
+                    std::to_string(t.size()) + ")");
+  }
+  if (nbytes) std::memcpy(t.impl_->storage->data, data, nbytes);
+  return t;
+}
+
+bool Tensor::is_symbolic() const { return checked(impl_).graph != nullptr; }
+DType Tensor::dtype() const { return checked(impl_).dtype; }
+const Shape& Tensor::shape() const { return checked(impl_).shape; }
+int64_t Tensor::size() const { return num_elements(shape()); }
+size_t Tensor::nbytes() const { return is_symbolic() ? 0 : impl_->storage->nbytes; }
+Device Tensor::device() const {
+  return is_symbolic() ? Device::cpu() : impl_->storage->device;
+}
+
+int64_t Tensor::dim(int64_t axis) const {
+  int64_t r = rank();
+  if (axis < -r || axis >= r) {
+    throw Error(ErrorCode::kInvalidArgument, "dim: axis " + std::to_string(axis) +
+                                                 " is out of range for a tensor of shape " +
+                                                 shape_str(shape()));
+  }
+  return shape()[axis < 0 ? axis + r : axis];
+}
+
+const void* Tensor::raw_data() const {
+  if (is_symbolic()) {
+    throw Error(ErrorCode::kFailedPrecondition,
+                "tensor '" + name() + "' is symbolic (a value in graph '" + graph().name() +
+                    "'): run the graph to get its data");
+  }
+  return impl_->storage->data;
+}
+
+void* Tensor::raw_mutable_data() {
+  raw_data();  // checks it is concrete
+  if (impl_.use_count() > 1 || impl_->storage.use_count() > 1) {
+    auto copy = std::make_shared<detail::TensorImpl>(*impl_);
+    copy->storage = std::make_shared<detail::Storage>(impl_->storage->nbytes);
+    std::memcpy(copy->storage->data, impl_->storage->data, impl_->storage->nbytes);
+    impl_ = std::move(copy);
+  }
+  return impl_->storage->data;
+}
+
+void Tensor::check_access(DType requested) const {
+  if (dtype() != requested) {
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string("data<") + dtype_name(requested) + ">: the tensor's dtype is " +
+                    dtype_name(dtype()) + "; convert it with to(" + dtype_name(requested) +
+                    ") first");
+  }
+  raw_data();
+}
+
+void Tensor::item_into(DType requested, void* out) const {
+  if (size() != 1) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "item: the tensor has " + std::to_string(size()) + " elements (shape " +
+                    shape_str(shape()) + "); item() needs exactly one");
+  }
+  const void* src = raw_data();
+  double v = visit_dtype(dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return static_cast<double>(static_cast<ComputeType<T>>(*static_cast<const T*>(src)));
+  });
+  visit_dtype(requested, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    *static_cast<T*>(out) = static_cast<T>(static_cast<ComputeType<T>>(v));
+  });
+}
+
+Tensor Tensor::to(DType dtype) const { return convert(*this, dtype); }
+
+Graph Tensor::graph() const {
+  if (!is_symbolic()) {
+    throw Error(ErrorCode::kFailedPrecondition, "graph(): the tensor is concrete, not symbolic");
+  }
+  return Graph(impl_->graph);
+}
+
+std::string Tensor::name() const {
+  if (!defined()) return "<undefined>";
+  if (!is_symbolic()) return "<concrete>";
+  std::lock_guard lock(impl_->graph->mu);
+  return impl_->graph->nodes[impl_->node].name + ":" + std::to_string(impl_->output);
+}
+
+std::string Device::str() const {
+  return std::string(type == DeviceType::kCpu ? "cpu:" : "cuda:") + std::to_string(index);
+}
+
+}  // namespace kiln

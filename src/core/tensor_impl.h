@@ -1,0 +1,67 @@
+// Internal representation of tensors and graphs shared by core, runtime and ops.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/graph.h"
+#include "kiln/op_registry.h"
+#include "kiln/tensor.h"
+
+namespace kiln::detail {
+
+// Host memory aligned for the widest vector unit (64 bytes, AVX-512).
+inline constexpr size_t kAlignment = 64;
+
+struct Storage {
+  explicit Storage(size_t nbytes);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  void* data = nullptr;
+  size_t nbytes = 0;
+  Device device = Device::cpu();
+};
+
+struct TensorImpl {
+  DType dtype = f32;
+  Shape shape;
+  // Concrete tensors.
+  std::shared_ptr<Storage> storage;
+  // Symbolic tensors.
+  std::shared_ptr<GraphImpl> graph;
+  int node = -1;
+  int output = 0;
+};
+
+struct Node {
+  std::string name;
+  std::string op;
+  const OpDef* def = nullptr;
+  std::vector<ValueRef> inputs;
+  Attrs attrs;
+  std::vector<TensorType> outputs;
+};
+
+struct GraphImpl {
+  explicit GraphImpl(std::string n) : name(std::move(n)) {}
+  std::string name;
+  std::vector<Node> nodes;
+  std::unordered_map<std::string, int> by_name;
+  std::vector<std::string> scopes;
+  mutable std::mutex mu;
+
+  // "<scopes>/<base>", made unique by a numeric suffix ("dot", "dot_1", ...).
+  std::string unique_name(const std::string& base);
+  int add_node(Node node);
+  Tensor value(int node, int output);
+};
+
+// The graph that op functions on concrete inputs record into on this thread, if any.
+std::shared_ptr<GraphImpl>& default_graph();
+
+
+}  // namespace kiln::detail
