@@ -1,0 +1,2 @@
+// Placeholder until the custom-op example lands.
+int main() { return 0; }

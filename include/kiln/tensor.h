@@ -38,6 +38,7 @@ class Tensor {
     if (shape == Shape{kUnknownDim}) shape = {static_cast<int64_t>(values.size())};
     return from_bytes(dtype_of<T>, std::move(shape), values.data(), values.size() * sizeof(T));
   }
+  static Tensor from_vector(const std::vector<bool>& values, Shape shape = {kUnknownDim});
   template <class T>
   static Tensor from_list(std::initializer_list<T> values, Shape shape = {kUnknownDim}) {
     return from_vector(std::vector<T>(values), std::move(shape));

@@ -61,6 +61,12 @@ Tensor Tensor::from_bytes(DType dtype, Shape shape, const void* data, size_t nby
   return t;
 }
 
+Tensor Tensor::from_vector(const std::vector<bool>& values, Shape shape) {
+  if (shape == Shape{kUnknownDim}) shape = {static_cast<int64_t>(values.size())};
+  std::vector<uint8_t> bytes(values.begin(), values.end());
+  return from_bytes(bool_, std::move(shape), bytes.data(), bytes.size());
+}
+
 bool Tensor::is_symbolic() const { return checked(impl_).graph != nullptr; }
 DType Tensor::dtype() const { return checked(impl_).dtype; }
 const Shape& Tensor::shape() const { return checked(impl_).shape; }
