@@ -1,0 +1,13 @@
+// Keras-like training API: layers, models, losses, metrics, callbacks, optimizers.
+#pragma once
+
+#include "kiln/autodiff.h"
+#include "kiln/nn/callbacks.h"
+#include "kiln/nn/initializers.h"
+#include "kiln/nn/layer.h"
+#include "kiln/nn/layers.h"
+#include "kiln/nn/losses.h"
+#include "kiln/nn/metrics.h"
+#include "kiln/nn/model.h"
+#include "kiln/optim.h"
+#include "kiln/variable.h"

@@ -1,0 +1,75 @@
+// Losses (Keras semantics): per-example values, averaged over the batch by operator().
+#pragma once
+
+#include <string>
+
+#include "kiln/ref.h"
+#include "kiln/tensor.h"
+
+namespace kiln::nn {
+
+class Loss {
+ public:
+  virtual ~Loss() = default;
+  virtual std::string name() const = 0;
+  // One loss value per example: shape [batch].
+  virtual Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const = 0;
+  // The mean over the batch (an f32 scalar).
+  Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const;
+};
+
+using LossRef = Ref<Loss>;
+
+// Integer labels [batch] against scores [batch, classes]. Stable log-softmax from logits.
+class SparseCategoricalCrossentropy : public Loss {
+ public:
+  explicit SparseCategoricalCrossentropy(bool from_logits = false) : from_logits_(from_logits) {}
+  std::string name() const override { return "sparse_categorical_crossentropy"; }
+  Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override;
+  bool from_logits() const { return from_logits_; }
+
+ private:
+  bool from_logits_;
+};
+
+// One-hot (or soft) labels [batch, classes] against scores [batch, classes].
+class CategoricalCrossentropy : public Loss {
+ public:
+  explicit CategoricalCrossentropy(bool from_logits = false, double label_smoothing = 0)
+      : from_logits_(from_logits), label_smoothing_(label_smoothing) {}
+  std::string name() const override { return "categorical_crossentropy"; }
+  Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override;
+
+ private:
+  bool from_logits_;
+  double label_smoothing_;
+};
+
+// Labels in {0, 1} (or [0, 1]); from logits uses max(x,0) - x*z + log1p(exp(-|x|)).
+class BinaryCrossentropy : public Loss {
+ public:
+  explicit BinaryCrossentropy(bool from_logits = false) : from_logits_(from_logits) {}
+  std::string name() const override { return "binary_crossentropy"; }
+  Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override;
+
+ private:
+  bool from_logits_;
+};
+
+class MeanSquaredError : public Loss {
+ public:
+  std::string name() const override { return "mean_squared_error"; }
+  Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override;
+};
+
+class Huber : public Loss {
+ public:
+  explicit Huber(double delta = 1.0) : delta_(delta) {}
+  std::string name() const override { return "huber"; }
+  Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override;
+
+ private:
+  double delta_;
+};
+
+}  // namespace kiln::nn

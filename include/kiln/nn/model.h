@@ -1,0 +1,82 @@
+// Models: Sequential and functional, compiled with an optimizer, a loss and metrics, trained
+// with fit. The whole train step (forward, loss, backward, optimizer update) is one graph.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/nn/callbacks.h"
+#include "kiln/nn/layer.h"
+#include "kiln/nn/losses.h"
+#include "kiln/nn/metrics.h"
+#include "kiln/optim.h"
+
+namespace kiln::nn {
+
+struct FitOptions {
+  int epochs = 1;
+  int64_t batch_size = 32;
+  bool shuffle = true;
+  uint64_t seed = 0;  // shuffling and dropout; same seed, same weights
+  std::optional<std::pair<Tensor, Tensor>> validation_data;
+  std::vector<CallbackRef> callbacks;
+  int verbose = 1;  // 0 silent, 1 progress bar (one line per epoch when not a terminal), 2 line
+  int initial_epoch = 0;
+};
+
+struct History {
+  std::map<std::string, std::vector<double>> history;  // "loss", "accuracy", "val_loss", ...
+  int epochs_run = 0;
+};
+
+// A symbolic input of a functional model: shape without the batch dimension.
+Tensor Input(const Shape& shape, DType dtype = f32, const std::string& name = "input");
+
+class Model {
+ public:
+  // Functional: outputs computed from inputs by calling layers on symbolic tensors.
+  Model(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+        std::string name = "model");
+  Model(const Tensor& input, const Tensor& output, std::string name = "model");
+  virtual ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  void compile(OptimizerRef optimizer, LossRef loss, std::vector<std::string> metrics = {});
+  History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
+  // Loss and metrics over (x, y): {"loss": ..., "accuracy": ...}.
+  std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y,
+                                         int64_t batch_size = 32, int verbose = 0);
+  Tensor predict(const Tensor& x, int64_t batch_size = 32);
+  // Inference on a concrete batch, or recording on a symbolic one.
+  Tensor operator()(const Tensor& x);
+  Tensor call(const Tensor& x, CallContext& ctx);
+
+  // The Keras-style table: layer (type), output shape, parameter count; totals.
+  std::string summary() const;
+  const std::string& name() const { return name_; }
+  std::vector<Variable> weights() const;
+  std::vector<Variable> trainable_weights() const;
+  std::vector<LayerPtr> layers() const;
+  optim::Optimizer& optimizer();
+  bool stop_training = false;
+
+ protected:
+  explicit Model(std::string name);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::string name_;
+};
+
+class Sequential : public Model {
+ public:
+  explicit Sequential(std::vector<LayerRef> layers = {}, std::string name = "sequential");
+  void add(LayerRef layer);
+};
+
+}  // namespace kiln::nn

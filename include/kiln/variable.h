@@ -1,0 +1,36 @@
+// kiln::Variable: mutable state (weights, optimizer slots, moving statistics) owned outside
+// any graph. A training step graph takes variables' values as inputs and returns their new
+// values; the caller assigns them back. Copies of a Variable share the same state.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+class Variable {
+ public:
+  Variable() = default;
+  Variable(Tensor initial_value, std::string name, bool trainable = true);
+
+  bool defined() const { return state_ != nullptr; }
+  const std::string& name() const;
+  bool trainable() const;
+  const Tensor& value() const;
+  DType dtype() const { return value().dtype(); }
+  const Shape& shape() const { return value().shape(); }
+  // Replaces the value; the new value must be concrete with the same dtype and shape.
+  void assign(Tensor value);
+
+  // Identity: two handles to the same variable compare equal.
+  bool operator==(const Variable& other) const { return state_ == other.state_; }
+  const void* id() const { return state_.get(); }
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace kiln

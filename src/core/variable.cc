@@ -1,0 +1,46 @@
+// Variable state and checked assignment.
+#include "kiln/variable.h"
+
+namespace kiln {
+
+struct Variable::State {
+  std::string name;
+  bool trainable;
+  Tensor value;
+};
+
+namespace {
+const Variable::State& checked(const std::shared_ptr<Variable::State>& s) {
+  if (!s) throw Error(ErrorCode::kFailedPrecondition, "use of an undefined Variable");
+  return *s;
+}
+}  // namespace
+
+Variable::Variable(Tensor initial_value, std::string name, bool trainable) {
+  if (!initial_value.defined() || initial_value.is_symbolic()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "Variable '" + name + "': the initial value must be a concrete tensor");
+  }
+  state_ = std::make_shared<State>(State{std::move(name), trainable, std::move(initial_value)});
+}
+
+const std::string& Variable::name() const { return checked(state_).name; }
+bool Variable::trainable() const { return checked(state_).trainable; }
+const Tensor& Variable::value() const { return checked(state_).value; }
+
+void Variable::assign(Tensor value) {
+  const State& s = checked(state_);
+  if (!value.defined() || value.is_symbolic()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "Variable '" + s.name + "': assign needs a concrete tensor");
+  }
+  if (value.dtype() != s.value.dtype() || value.shape() != s.value.shape()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "Variable '" + s.name + "': cannot assign " + dtype_name(value.dtype()) +
+                    shape_str(value.shape()) + " to a variable of " +
+                    dtype_name(s.value.dtype()) + shape_str(s.value.shape()));
+  }
+  state_->value = std::move(value);
+}
+
+}  // namespace kiln
