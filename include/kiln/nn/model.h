@@ -47,7 +47,7 @@ class Model {
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
-  void compile(OptimizerRef optimizer, LossRef loss, std::vector<std::string> metrics = {});
+  void compile(optim::OptimizerRef optimizer, LossRef loss, std::vector<std::string> metrics = {});
   History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
   // Loss and metrics over (x, y): {"loss": ..., "accuracy": ...}.
   std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y,
