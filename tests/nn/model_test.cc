@@ -140,7 +140,7 @@ TEST(Callbacks, EarlyStoppingStopsWhenTheMonitoredValueStalls) {
   auto [x, y] = blobs(32, 1);
   Sequential model({Dense(2)});
   model.compile(optim::SGD(0.0), SparseCategoricalCrossentropy(true));  // lr 0: loss is flat
-  History h = model.fit(x, y, {.epochs = 10, .callbacks = {EarlyStopping("loss", 0, 2)},
+  History h = model.fit(x, y, {.epochs = 10, .callbacks = {EarlyStopping("loss", 1e-6, 2)},
                                .verbose = 0});
   EXPECT_EQ(h.epochs_run, 3);  // epoch 1 sets the best, epochs 2 and 3 do not improve
 }
