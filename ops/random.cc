@@ -95,7 +95,8 @@ ShapeFn random_shape(DType default_dtype, TypeSet dtypes,
 // Fills output 0 with value(element_bits(seed, i)) converted to the output's dtype.
 template <TypeSet S, class F>
 void fill_random(KernelContext& ctx, F value) {
-  auto seed = static_cast<uint64_t>(ctx.input(0).item<int64_t>());
+  // Read the seed directly: item() goes through double and would round large seeds.
+  auto seed = static_cast<uint64_t>(ctx.input(0).data<int64_t>()[0]);
   Tensor& out = ctx.allocate_output(0);
   visit_in<S>(ctx, out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -67,6 +67,10 @@ TEST(RandomUniform, SameSeedSameValuesDifferentSeedDifferentValues) {
   int same = 0;
   for (size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
   EXPECT_LT(same, 5);
+  // Every bit of a 64-bit seed counts (beyond the 53 bits a double holds).
+  const uint64_t big = uint64_t{1} << 60;
+  EXPECT_NE(random_uniform({4}, big).to_vector<float>(),
+            random_uniform({4}, big + 1).to_vector<float>());
 }
 
 TEST(RandomUniform, ElementDependsOnlyOnSeedAndIndex) {
