@@ -43,15 +43,14 @@ std::vector<TensorType> scatter_add_shape(const InferContext& ctx) {
   const TensorType& updates = ctx.input(2);
   require_dtype_in(ctx, 0, TypeSet::kNumeric);
   if (updates.dtype != x.dtype) {
-    ctx.fail("updates must have the dtype of x: x is " + x.str() + ", updates is " +
-             updates.str());
+    ctx.fail("updates must have the dtype of x: x is " + x.str() + ", updates is " + updates.str());
   }
   int64_t axis = checked_axis(ctx);
   Shape want = taken_shape(x.shape, axis, ctx.input(1).shape);
   bool match = want.size() == updates.shape.size();
   for (size_t i = 0; match && i < want.size(); ++i) {
-    match = want[i] == updates.shape[i] || want[i] == kUnknownDim ||
-            updates.shape[i] == kUnknownDim;
+    match =
+        want[i] == updates.shape[i] || want[i] == kUnknownDim || updates.shape[i] == kUnknownDim;
   }
   if (!match) {
     ctx.fail("updates must have shape " + shape_str(want) +
@@ -126,14 +125,13 @@ void gather_kernel(KernelContext& ctx) {
   const auto* src = static_cast<const char*>(x.raw_data());
   auto* dst = static_cast<char*>(out.raw_mutable_data());
   // Output row r = (o, j) copies input row (o, idx[j]).
-  runtime::parallel_for(g.outer * g.count, std::max<int64_t>(1, kGrainElements / g.inner),
-                        [&](int64_t b, int64_t e) {
-                          for (int64_t r = b; r < e; ++r) {
-                            int64_t o = r / g.count, j = r % g.count;
-                            std::memcpy(dst + r * row_bytes,
-                                        src + (o * g.dim + idx[j]) * row_bytes, row_bytes);
-                          }
-                        });
+  runtime::parallel_for(
+      g.outer * g.count, std::max<int64_t>(1, kGrainElements / g.inner), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          int64_t o = r / g.count, j = r % g.count;
+          std::memcpy(dst + r * row_bytes, src + (o * g.dim + idx[j]) * row_bytes, row_bytes);
+        }
+      });
 }
 
 void scatter_add_kernel(KernelContext& ctx) {

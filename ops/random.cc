@@ -41,9 +41,13 @@ T step_down(T v) {
     return std::nextafter(v, -std::numeric_limits<T>::infinity());
   } else {  // half and bfloat16: sign-magnitude 16-bit patterns
     T out = v;
-    if ((v.bits & 0x7fff) == 0) out.bits = 0x8001;  // ±0 -> the smallest negative value
-    else if (v.bits & 0x8000) ++out.bits;
-    else --out.bits;
+    if ((v.bits & 0x7fff) == 0) {
+      out.bits = 0x8001;  // ±0 -> the smallest negative value
+    } else if (v.bits & 0x8000) {
+      ++out.bits;  // negative: a larger magnitude
+    } else {
+      --out.bits;
+    }
     return out;
   }
 }
@@ -78,8 +82,8 @@ ShapeFn random_shape(DType default_dtype, TypeSet dtypes,
     const Shape& shape = ctx.attrs().get_ints("shape");
     for (size_t d = 0; d < shape.size(); ++d) {
       if (shape[d] < 0) {
-        ctx.fail("shape dimensions must be known and non-negative, dimension " +
-                 std::to_string(d) + " is " + std::to_string(shape[d]));
+        ctx.fail("shape dimensions must be known and non-negative, dimension " + std::to_string(d) +
+                 " is " + std::to_string(shape[d]));
       }
     }
     DType dtype = ctx.attrs().has("dtype") ? ctx.attrs().get_dtype("dtype") : default_dtype;
@@ -162,8 +166,11 @@ KILN_REGISTER_KERNEL(random_bernoulli).fn([](KernelContext& ctx) {
   fill_random<TypeSet::kAll>(ctx, [&](auto tag, const PhiloxCounter& r) {
     using T = typename decltype(tag)::type;
     bool hit = unit_interval(r[0], r[1], 53) < p;
-    if constexpr (std::is_same_v<T, bool>) return hit;
-    else return static_cast<T>(static_cast<ComputeType<T>>(hit ? 1 : 0));
+    if constexpr (std::is_same_v<T, bool>) {
+      return hit;
+    } else {
+      return static_cast<T>(static_cast<ComputeType<T>>(hit ? 1 : 0));
+    }
   });
 });
 

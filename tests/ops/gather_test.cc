@@ -149,8 +149,9 @@ TEST(Gather, InAGraph) {
 // ---- scatter_add ------------------------------------------------------------------------
 
 TEST(ScatterAdd, DuplicateIndicesAccumulate) {
-  Tensor y = scatter_add(Tensor::from_list<float>({0, 0, 0, 0}), Tensor::from_list<int64_t>({1, 3, 1}),
-                         Tensor::from_list<float>({1, 2, 10}));
+  Tensor y =
+      scatter_add(Tensor::from_list<float>({0, 0, 0, 0}), Tensor::from_list<int64_t>({1, 3, 1}),
+                  Tensor::from_list<float>({1, 2, 10}));
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{0, 11, 0, 2}));
 }
 
@@ -218,7 +219,8 @@ TEST(ScatterAdd, ErrorsNameShapesAndIndices) {
   });
   EXPECT_THAT(msg, HasSubstr("scatter_add: index 3 at position [0]"));
   msg = error_of([&] {
-    call_op("scatter_add", {x, Tensor::from_list<int64_t>({0}), Tensor::from_list<double>({1, 2}, {1, 2})});
+    call_op("scatter_add",
+            {x, Tensor::from_list<int64_t>({0}), Tensor::from_list<double>({1, 2}, {1, 2})});
   });
   EXPECT_THAT(msg, HasSubstr("updates must have the dtype of x"));
 }
@@ -254,8 +256,8 @@ TEST(OneHot, OutOfRangeIndicesGiveZeroRows) {
 TEST(OneHot, TwoDimensionalIndicesAddALastAxis) {
   Tensor y = one_hot(Tensor::from_list<int64_t>({1, 0, 0, 1}, {2, 2}), 2, bool_);
   EXPECT_EQ(y.shape(), (Shape{2, 2, 2}));
-  EXPECT_EQ(y.to_vector<bool>(), (std::vector<bool>{false, true, true, false, true, false,
-                                                    false, true}));
+  EXPECT_EQ(y.to_vector<bool>(),
+            (std::vector<bool>{false, true, true, false, true, false, false, true}));
 }
 
 TEST(OneHot, ScalarIndex) {

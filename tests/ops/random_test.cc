@@ -41,8 +41,8 @@ TEST(Philox, MatchesRandom123KnownAnswers) {
 
 // Element 0 of seed 0 is Philox(counter 0, key 0): its top bits are the uniform.
 TEST(RandomUniform, ElementZeroIsTopBitsOfPhiloxOutput) {
-  double f64_expected = std::ldexp(static_cast<double>(((uint64_t{0x6627e8d5} << 32) |
-                                                        0xe169c58d) >> 11), -53);
+  double f64_expected =
+      std::ldexp(static_cast<double>(((uint64_t{0x6627e8d5} << 32) | 0xe169c58d) >> 11), -53);
   float f32_expected = std::ldexp(static_cast<float>(0x6627e8d5u >> 8), -24);
   EXPECT_EQ(random_uniform({1}, 0, 0, 1, f64).item<double>(), f64_expected);
   EXPECT_EQ(random_uniform({1}, 0).item<float>(), f32_expected);
@@ -180,16 +180,19 @@ TEST(Random, InvalidArgumentsNameTheOp) {
       EXPECT_THAT(e.what(), HasSubstr(what));
     }
   };
-  expect_error([] { random_uniform({3}, 1, 2, 2); }, "random_uniform", "low must be less than high");
+  expect_error([] { random_uniform({3}, 1, 2, 2); }, "random_uniform",
+               "low must be less than high");
   expect_error([] { random_uniform({3}, 1, 0, 1, i32); }, "random_uniform", "dtype must be");
-  expect_error([] { random_uniform({3, -2}, 1); }, "random_uniform",
-               "dimension 1 is -2");
+  expect_error([] { random_uniform({3, -2}, 1); }, "random_uniform", "dimension 1 is -2");
   expect_error([] { random_normal({3}, 1, 0, -1); }, "random_normal", "stddev");
   expect_error([] { random_bernoulli({3}, 1, 1.5); }, "random_bernoulli", "p must be in [0, 1]");
   expect_error([] { random_uniform({3}, Tensor::scalar(1.0f)); }, "random_uniform",
                "seed must be an i64 scalar, got f32[]");
-  expect_error([] { random_uniform({3}, Tensor::from_list<int64_t>({1, 2})); }, "random_uniform",
-               "i64[2]");
+  expect_error(
+      [] {
+        random_uniform({3}, Tensor::from_list<int64_t>({1, 2}));
+      },
+      "random_uniform", "i64[2]");
 }
 
 TEST(Random, SeedFedToAGraphVariesPerRun) {
