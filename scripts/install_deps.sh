@@ -22,7 +22,6 @@ fi
 echo "install_deps: installing ${missing[*]}"
 sudo=()
 if ((EUID != 0)); then sudo=(sudo); fi
-export DEBIAN_FRONTEND=noninteractive
 # Wait for another apt/dpkg to finish rather than fail on its lock.
 "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
   apt-get -o DPkg::Lock::Timeout=600 update
