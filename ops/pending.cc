@@ -46,14 +46,6 @@ Tensor argmin(const Tensor&, int64_t, bool) { todo("argmin"); }
 Tensor dot(const Tensor&, const Tensor&, Axes, Axes, Axes, Axes) { todo("dot"); }
 Tensor matmul(const Tensor&, const Tensor&) { todo("matmul"); }
 
-// ---- C: convolution and pooling
-Tensor conv(const Tensor&, const Tensor&, const ConvOptions&) { todo("conv"); }
-Tensor conv2d(const Tensor&, const Tensor&, Axes, const std::string&) { todo("conv2d"); }
-Tensor reduce_window_max(const Tensor&, const WindowOptions&) { todo("reduce_window_max"); }
-Tensor reduce_window_sum(const Tensor&, const WindowOptions&) { todo("reduce_window_sum"); }
-Tensor max_pool2d(const Tensor&, Axes, Axes, const std::string&) { todo("max_pool2d"); }
-Tensor avg_pool2d(const Tensor&, Axes, Axes, const std::string&) { todo("avg_pool2d"); }
-
 // ---- D: random, gather/scatter, nn functions, allclose
 Tensor random_uniform(Shape, uint64_t, double, double, DType) { todo("random_uniform"); }
 Tensor random_normal(Shape, uint64_t, double, double, DType) { todo("random_normal"); }
