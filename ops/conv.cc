@@ -13,6 +13,22 @@
 namespace kiln {
 namespace ops {
 
+namespace {
+
+std::string list_str(const Axes& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(v[i]);
+  }
+  return s + "]";
+}
+
+// Attribute values are bounded so that no size computation can overflow.
+constexpr int64_t kMaxAttr = int64_t{1} << 24;
+
+}  // namespace
+
 // Keras/TF padding of a window sweep over `in` (one entry per swept dimension): "valid" pads
 // nothing; "same" pads so that out = ceil(in / stride), the odd element going to the high side.
 // `what` names the operands for error messages. Pooling (ops/pool.cc) uses it too.
@@ -28,9 +44,15 @@ void keras_padding(const std::string& op, const std::string& padding, const Shap
   }
   for (size_t i = 0; i < in.size(); ++i) {
     int64_t s = strides[i], w = window[i], n = in[i];
-    if (s < 1) {
-      throw Error(ErrorCode::kInvalidArgument, op + ": strides must be >= 1, got " +
-                                                   shape_str(strides) + " (" + what + ")");
+    if (s < 1 || s > kMaxAttr) {
+      throw Error(ErrorCode::kInvalidArgument, op + ": strides must be in [1, " +
+                                                   std::to_string(kMaxAttr) + "], got " +
+                                                   list_str(strides) + " (" + what + ")");
+    }
+    if (w == kUnknownDim || w > kMaxAttr) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  op + ": \"same\" padding needs a known window size up to " +
+                      std::to_string(kMaxAttr) + " (" + what + ")");
     }
     int64_t total;
     if (n == kUnknownDim) {
@@ -41,8 +63,8 @@ void keras_padding(const std::string& op, const std::string& padding, const Shap
       }
       total = std::max<int64_t>(w - 1, 0);
     } else {
-      int64_t out = (n + s - 1) / s;
-      total = std::max<int64_t>((out - 1) * s + w - n, 0);
+      int64_t out = n / s + (n % s != 0);
+      total = n == 0 ? 0 : std::max<int64_t>((out - 1) * s + w - n, 0);
     }
     low[i] = total / 2;
     high[i] = total - low[i];
@@ -50,18 +72,6 @@ void keras_padding(const std::string& op, const std::string& padding, const Shap
 }
 
 namespace {
-
-std::string list_str(const Axes& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ",";
-    s += std::to_string(v[i]);
-  }
-  return s + "]";
-}
-
-// Attribute values are bounded so that no size computation can overflow.
-constexpr int64_t kMaxAttr = int64_t{1} << 24;
 
 struct ConvParams {
   int64_t groups = 1;
@@ -73,8 +83,8 @@ Axes spatial_attr(const Ctx& ctx, const char* name, size_t d, int64_t fallback, 
   if (!ctx.attrs().has(name)) return Axes(d, fallback);
   const Axes& v = ctx.attrs().get_ints(name);
   if (v.size() != d) {
-    ctx.fail(std::string(name) + " " + list_str(v) + " must have one value per spatial dimension (" +
-             std::to_string(d) + ")");
+    ctx.fail(std::string(name) + " " + list_str(v) +
+             " must have one value per spatial dimension (" + std::to_string(d) + ")");
   }
   for (int64_t x : v) {
     if (x < min || x > kMaxAttr) {
@@ -110,8 +120,10 @@ std::vector<TensorType> conv_shape(const InferContext& ctx) {
     ctx.fail("the kernel must be [spatial..., in_channels/groups, out_channels]" + both);
   }
   if (in.shape.size() != k.shape.size()) {
-    ctx.fail("the input must be [batch, spatial..., channels] with as many spatial dimensions "
-             "as the kernel" + both);
+    ctx.fail(
+        "the input must be [batch, spatial..., channels] with as many spatial dimensions "
+        "as the kernel" +
+        both);
   }
   const size_t d = k.shape.size() - 2;
   ConvParams p = conv_params(ctx, d);
@@ -119,11 +131,11 @@ std::vector<TensorType> conv_shape(const InferContext& ctx) {
   if (c_in != kUnknownDim && k_in != kUnknownDim && c_in != k_in * p.groups) {
     std::string expects = std::to_string(k_in * p.groups);
     if (p.groups > 1) {
-      expects += " (" + std::to_string(k_in) + " per group x " + std::to_string(p.groups) +
-                 " groups)";
+      expects +=
+          " (" + std::to_string(k_in) + " per group x " + std::to_string(p.groups) + " groups)";
     }
-    ctx.fail("input has " + std::to_string(c_in) + " channels but the kernel expects " +
-             expects + both);
+    ctx.fail("input has " + std::to_string(c_in) + " channels but the kernel expects " + expects +
+             both);
   }
   if (c_in != kUnknownDim && c_in % p.groups != 0) {
     ctx.fail("input channels (" + std::to_string(c_in) + ") are not divisible by groups (" +
@@ -154,8 +166,8 @@ std::vector<TensorType> conv_shape(const InferContext& ctx) {
     if (padded < k_dilated) {
       ctx.fail("in spatial dimension " + std::to_string(i) + " the dilated kernel (" +
                std::to_string(static_cast<int64_t>(k_dilated)) +
-               ") is larger than the padded input (" + std::to_string(static_cast<int64_t>(padded)) +
-               ")" + both);
+               ") is larger than the padded input (" +
+               std::to_string(static_cast<int64_t>(padded)) + ")" + both);
     }
     __int128 size = (padded - k_dilated) / p.strides[i] + 1;
     if (size > (int64_t{1} << 48)) ctx.fail("the output is too large" + both);
@@ -340,7 +352,9 @@ KILN_REGISTER_KERNEL(convolution).dtypes(dtypes_of(TypeSet::kFloat)).fn([](Kerne
 Tensor conv(const Tensor& input, const Tensor& kernel, const ConvOptions& options) {
   DType t = promote_types(input.dtype(), kernel.dtype());
   const size_t d = kernel.rank() >= 2 ? kernel.rank() - 2 : 0;
-  auto or_default = [d](const Axes& v, int64_t fallback) { return v.empty() ? Axes(d, fallback) : v; };
+  auto or_default = [d](const Axes& v, int64_t fallback) {
+    return v.empty() ? Axes(d, fallback) : v;
+  };
   Attrs attrs{{"strides", or_default(options.strides, 1)},
               {"padding_low", or_default(options.padding_low, 0)},
               {"padding_high", or_default(options.padding_high, 0)},
@@ -350,10 +364,9 @@ Tensor conv(const Tensor& input, const Tensor& kernel, const ConvOptions& option
   return call_op("convolution", {convert(input, t), convert(kernel, t)}, attrs)[0];
 }
 
-Tensor conv2d(const Tensor& input, const Tensor& kernel, Axes strides,
-              const std::string& padding) {
-  const std::string what = "input " + TensorType{input.dtype(), input.shape()}.str() +
-                           ", kernel " + TensorType{kernel.dtype(), kernel.shape()}.str();
+Tensor conv2d(const Tensor& input, const Tensor& kernel, Axes strides, const std::string& padding) {
+  const std::string what = "input " + TensorType{input.dtype(), input.shape()}.str() + ", kernel " +
+                           TensorType{kernel.dtype(), kernel.shape()}.str();
   if (input.rank() != 4 || kernel.rank() != 4) {
     throw Error(ErrorCode::kInvalidArgument,
                 "conv2d: expects a 4-d NHWC input and a 4-d HWIO kernel (" + what + ")");

@@ -119,8 +119,8 @@ struct SumOp {
 };
 
 template <class Op, class C, class S>
-void window_pass(const S* src, C* dst, int64_t outer, int64_t len, int64_t inner,
-                 int64_t out_len, int64_t window, int64_t stride, int64_t low) {
+void window_pass(const S* src, C* dst, int64_t outer, int64_t len, int64_t inner, int64_t out_len,
+                 int64_t window, int64_t stride, int64_t low) {
   // table[o * window + k]: the source index under tap k of output position o, or -1 (padding).
   std::vector<int64_t> table(out_len * window);
   for (int64_t o = 0; o < out_len; ++o) {
@@ -130,7 +130,8 @@ void window_pass(const S* src, C* dst, int64_t outer, int64_t len, int64_t inner
     }
   }
   const int64_t rows = outer * out_len;
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, inner * window));
+  const int64_t grain =
+      std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, inner * window));
   runtime::parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t b = r / out_len, o = r % out_len;
@@ -212,18 +213,12 @@ KernelFn reduce_window_fn() {
 
 }  // namespace
 
-KILN_REGISTER_OP(reduce_window_max)
-    .input("x")
-    .kind(OpKind::kCodegen)
-    .shape_fn(reduce_window_shape);
+KILN_REGISTER_OP(reduce_window_max).input("x").kind(OpKind::kCodegen).shape_fn(reduce_window_shape);
 KILN_REGISTER_KERNEL(reduce_window_max)
     .dtypes(dtypes_of(TypeSet::kNumeric))
     .fn(reduce_window_fn<MaxOp>());
 
-KILN_REGISTER_OP(reduce_window_sum)
-    .input("x")
-    .kind(OpKind::kCodegen)
-    .shape_fn(reduce_window_shape);
+KILN_REGISTER_OP(reduce_window_sum).input("x").kind(OpKind::kCodegen).shape_fn(reduce_window_shape);
 KILN_REGISTER_KERNEL(reduce_window_sum)
     .dtypes(dtypes_of(TypeSet::kNumeric))
     .fn(reduce_window_fn<SumOp>());
@@ -242,8 +237,8 @@ Attrs window_attrs(const Tensor& x, const WindowOptions& o) {
 }
 
 // The NHWC window of a Keras pooling layer.
-WindowOptions pool2d_window(const std::string& op, const Tensor& x, const Axes& pool,
-                            Axes strides, const std::string& padding) {
+WindowOptions pool2d_window(const std::string& op, const Tensor& x, const Axes& pool, Axes strides,
+                            const std::string& padding) {
   const std::string what = "input " + TensorType{x.dtype(), x.shape()}.str();
   if (x.rank() != 4) {
     throw Error(ErrorCode::kInvalidArgument, op + ": expects a 4-d NHWC input (" + what + ")");

@@ -135,15 +135,25 @@ TEST(ReduceWindow, Errors) {
   EXPECT_THAT(msg, HasSubstr("reduce_window_max: the window [1,5,5,1] is larger than the padded "
                              "operand in dimension 1"));
   EXPECT_THAT(msg, HasSubstr("f32[1,4,4,1]"));
-  EXPECT_THAT(error_of([&] { reduce_window_sum(x, {{2, 2}, {}, {}, {}}); }),
+  EXPECT_THAT(error_of([&] {
+                reduce_window_sum(x, {{2, 2}, {}, {}, {}});
+              }),
               HasSubstr("reduce_window_sum: window [2,2] must have one value per dimension"));
-  EXPECT_THAT(error_of([&] { reduce_window_sum(x, {{1, 0, 1, 1}, {}, {}, {}}); }),
+  EXPECT_THAT(error_of([&] {
+                reduce_window_sum(x, {{1, 0, 1, 1}, {}, {}, {}});
+              }),
               HasSubstr("window [1,0,1,1] must hold values in [1,"));
-  EXPECT_THAT(error_of([&] { reduce_window_sum(x, {{1, 2, 2, 1}, {1, 0, 1, 1}, {}, {}}); }),
+  EXPECT_THAT(error_of([&] {
+                reduce_window_sum(x, {{1, 2, 2, 1}, {1, 0, 1, 1}, {}, {}});
+              }),
               HasSubstr("strides [1,0,1,1]"));
-  EXPECT_THAT(error_of([&] { reduce_window_sum(x, {{1, 2, 2, 1}, {}, {0, -1, 0, 0}, {}}); }),
+  EXPECT_THAT(error_of([&] {
+                reduce_window_sum(x, {{1, 2, 2, 1}, {}, {0, -1, 0, 0}, {}});
+              }),
               HasSubstr("padding_low [0,-1,0,0]"));
-  EXPECT_THAT(error_of([&] { reduce_window_max(x.to(bool_), {{1, 2, 2, 1}, {}, {}, {}}); }),
+  EXPECT_THAT(error_of([&] {
+                reduce_window_max(x.to(bool_), {{1, 2, 2, 1}, {}, {}, {}});
+              }),
               HasSubstr("expects a numeric input"));
 }
 
@@ -207,6 +217,9 @@ TEST(Pool, ZeroSizedBatch) {
   Tensor x = Tensor::empty(f32, {0, 4, 4, 2});
   EXPECT_EQ(max_pool2d(x).shape(), (Shape{0, 2, 2, 2}));
   EXPECT_EQ(avg_pool2d(x, {2, 2}, {}, "same").shape(), (Shape{0, 2, 2, 2}));
+  // An empty image stays empty under "same" padding.
+  EXPECT_EQ(max_pool2d(Tensor::empty(f32, {1, 0, 4, 1}), {3, 3}, {1, 1}, "same").shape(),
+            (Shape{1, 0, 4, 1}));
 }
 
 TEST(Pool, Errors) {
@@ -215,14 +228,22 @@ TEST(Pool, Errors) {
   EXPECT_THAT(msg, HasSubstr("reduce_window_max: the window [1,5,5,1] is larger"));
   EXPECT_THAT(msg, HasSubstr("f32[1,4,4,1]"));
   EXPECT_THAT(error_of([&] { avg_pool2d(x, {5, 5}); }), HasSubstr("reduce_window_sum"));
-  EXPECT_EQ(error_of([&] { max_pool2d(x, {2, 2}, {}, "SAME"); }),
+  EXPECT_EQ(error_of([&] {
+              max_pool2d(x, {2, 2}, {}, "SAME");
+            }),
             "max_pool2d: padding must be \"same\" or \"valid\", got \"SAME\"");
-  EXPECT_EQ(error_of([&] { avg_pool2d(counting({4, 4, 1})); }),
+  EXPECT_EQ(error_of([&] {
+              avg_pool2d(counting({4, 4, 1}));
+            }),
             "avg_pool2d: expects a 4-d NHWC input (input f32[4,4,1])");
-  EXPECT_THAT(error_of([&] { max_pool2d(x, {2, 2, 2}); }),
+  EXPECT_THAT(error_of([&] {
+                max_pool2d(x, {2, 2, 2});
+              }),
               HasSubstr("max_pool2d: pool and strides must have 2 values"));
-  EXPECT_THAT(error_of([&] { max_pool2d(x, {2, 2}, {0, 2}, "same"); }),
-              HasSubstr("strides must be >= 1"));
+  EXPECT_THAT(error_of([&] {
+                max_pool2d(x, {2, 2}, {0, 2}, "same");
+              }),
+              HasSubstr("strides must be in [1, 16777216], got [0,"));
 }
 
 // ---- graphs -----------------------------------------------------------------------------
