@@ -46,12 +46,5 @@ Tensor argmin(const Tensor&, int64_t, bool) { todo("argmin"); }
 Tensor dot(const Tensor&, const Tensor&, Axes, Axes, Axes, Axes) { todo("dot"); }
 Tensor matmul(const Tensor&, const Tensor&) { todo("matmul"); }
 
-// ---- C: convolution and pooling
-Tensor conv(const Tensor&, const Tensor&, const ConvOptions&) { todo("conv"); }
-Tensor conv2d(const Tensor&, const Tensor&, Axes, const std::string&) { todo("conv2d"); }
-Tensor reduce_window_max(const Tensor&, const WindowOptions&) { todo("reduce_window_max"); }
-Tensor reduce_window_sum(const Tensor&, const WindowOptions&) { todo("reduce_window_sum"); }
-Tensor max_pool2d(const Tensor&, Axes, Axes, const std::string&) { todo("max_pool2d"); }
-Tensor avg_pool2d(const Tensor&, Axes, Axes, const std::string&) { todo("avg_pool2d"); }
 
 }  // namespace kiln
