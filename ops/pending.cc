@@ -1,7 +1,6 @@
 // TEMPORARY while the op families are written in parallel: public functions declared in
 // kiln/ops.h that are not implemented yet throw kUnimplemented. Each family deletes its
 // block when it lands; this file is removed once empty.
-#include "kiln/autodiff.h"
 #include "kiln/ops.h"
 
 namespace kiln {
@@ -47,11 +46,5 @@ Tensor argmin(const Tensor&, int64_t, bool) { todo("argmin"); }
 Tensor dot(const Tensor&, const Tensor&, Axes, Axes, Axes, Axes) { todo("dot"); }
 Tensor matmul(const Tensor&, const Tensor&) { todo("matmul"); }
 
-
-// ---- G: autodiff (the lead removes this block when autodiff merges)
-std::vector<Tensor> gradients(const Tensor&, const std::vector<Tensor>&, const Tensor&) {
-  todo("gradients");
-}
-Tensor stop_gradient(const Tensor&) { todo("stop_gradient"); }
 
 }  // namespace kiln
