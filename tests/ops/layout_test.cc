@@ -223,6 +223,7 @@ TEST(Slice, WithStridesAndEmptyRanges) {
   EXPECT_EQ(y.shape(), (Shape{2, 2}));
   EXPECT_EQ(values<int32_t>(y), (std::vector<int32_t>{1, 4, 11, 14}));
   EXPECT_EQ(slice(x, {1, 2}, {1, 5}).shape(), (Shape{0, 3}));
+  EXPECT_EQ(slice(x, {0, 0}, {3, 5}, {INT64_MAX, 1}).shape(), (Shape{1, 5}));
   EXPECT_EQ(slice(Tensor::scalar<int8_t>(3), {}, {}).item<int>(), 3);
 }
 
@@ -325,6 +326,9 @@ TEST(Pad, LowHighAndInterior) {
 TEST(Pad, ZeroSizedAndBoolInputs) {
   Tensor y = pad(Tensor::empty(f64, {0}), {2}, {1}, 0.5, {3});
   EXPECT_EQ(values<double>(y), (std::vector<double>{0.5, 0.5, 0.5}));
+  EXPECT_EQ(pad(Tensor::from_list<int8_t>({4}, {1, 1}), {0, 1}, {0, 0}, 0, {int64_t{1} << 40, 1})
+                .to_vector<int>(),
+            (std::vector<int>{0, 4}));
   Tensor b = pad(Tensor::from_list<bool>({false}), {1}, {1}, 1);
   EXPECT_EQ(b.to_vector<int>(), (std::vector<int>{1, 0, 1}));
 }
