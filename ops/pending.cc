@@ -10,28 +10,6 @@ namespace {
 }
 }  // namespace
 
-// ---- A: creation and layout
-Tensor zeros(Shape, DType) { todo("zeros"); }
-Tensor ones(Shape, DType) { todo("ones"); }
-Tensor full(Shape, double, DType) { todo("full"); }
-Tensor zeros_like(const Tensor&) { todo("zeros_like"); }
-Tensor ones_like(const Tensor&) { todo("ones_like"); }
-Tensor arange(double, double, double, DType) { todo("arange"); }
-Tensor arange(int64_t, DType) { todo("arange"); }
-Tensor iota(Shape, int64_t, DType) { todo("iota"); }
-Tensor broadcast_in_dim(const Tensor&, Shape, Axes) { todo("broadcast_in_dim"); }
-Tensor broadcast_to(const Tensor&, Shape) { todo("broadcast_to"); }
-Tensor reshape(const Tensor&, Shape) { todo("reshape"); }
-Tensor transpose(const Tensor&, Axes) { todo("transpose"); }
-Tensor transpose(const Tensor&) { todo("transpose"); }
-Tensor flatten(const Tensor&, int64_t, int64_t) { todo("flatten"); }
-Tensor expand_dims(const Tensor&, int64_t) { todo("expand_dims"); }
-Tensor squeeze(const Tensor&, Axes) { todo("squeeze"); }
-Tensor slice(const Tensor&, Axes, Axes, Axes) { todo("slice"); }
-Tensor concatenate(const std::vector<Tensor>&, int64_t) { todo("concatenate"); }
-Tensor pad(const Tensor&, Axes, Axes, double, Axes) { todo("pad"); }
-Tensor reverse(const Tensor&, Axes) { todo("reverse"); }
-
 // ---- B: reductions and linear algebra
 Tensor sum(const Tensor&, Axes, bool) { todo("sum"); }
 Tensor mean(const Tensor&, Axes, bool) { todo("mean"); }
