@@ -32,20 +32,6 @@ Tensor concatenate(const std::vector<Tensor>&, int64_t) { todo("concatenate"); }
 Tensor pad(const Tensor&, Axes, Axes, double, Axes) { todo("pad"); }
 Tensor reverse(const Tensor&, Axes) { todo("reverse"); }
 
-// ---- B: reductions and linear algebra
-Tensor sum(const Tensor&, Axes, bool) { todo("sum"); }
-Tensor mean(const Tensor&, Axes, bool) { todo("mean"); }
-Tensor max(const Tensor&, Axes, bool) { todo("max"); }
-Tensor min(const Tensor&, Axes, bool) { todo("min"); }
-Tensor prod(const Tensor&, Axes, bool) { todo("prod"); }
-Tensor any(const Tensor&, Axes, bool) { todo("any"); }
-Tensor all(const Tensor&, Axes, bool) { todo("all"); }
-Tensor variance(const Tensor&, Axes, bool) { todo("variance"); }
-Tensor argmax(const Tensor&, int64_t, bool) { todo("argmax"); }
-Tensor argmin(const Tensor&, int64_t, bool) { todo("argmin"); }
-Tensor dot(const Tensor&, const Tensor&, Axes, Axes, Axes, Axes) { todo("dot"); }
-Tensor matmul(const Tensor&, const Tensor&) { todo("matmul"); }
-
 // ---- C: convolution and pooling
 Tensor conv(const Tensor&, const Tensor&, const ConvOptions&) { todo("conv"); }
 Tensor conv2d(const Tensor&, const Tensor&, Axes, const std::string&) { todo("conv2d"); }
