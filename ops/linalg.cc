@@ -1,12 +1,12 @@
 // Linear algebra: the dot primitive (XLA's dot_general) with its reference kernel on Eigen,
 // and the public dot and matmul (numpy.matmul) functions.
+#include <algorithm>
+#include <numeric>
+
 #define EIGEN_DONT_PARALLELIZE  // parallelism comes from runtime::parallel_for, never Eigen
 // GCC 12 reports a false -Wmaybe-uninitialized inside Eigen's AVX-512 GEMV kernels.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>
-
-#include <algorithm>
-#include <numeric>
 
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
@@ -22,6 +22,18 @@ struct DotDims {
 
 std::vector<int64_t> ints_or_empty(const Attrs& attrs, const std::string& name) {
   return attrs.has(name) ? attrs.get_ints(name) : std::vector<int64_t>{};
+}
+
+// The dimensions of a rank-`rank` operand that are neither batch nor contracting, in order.
+std::vector<int64_t> free_dims(int64_t rank, const std::vector<int64_t>& batch,
+                               const std::vector<int64_t>& contract) {
+  std::vector<int64_t> free;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (std::find(batch.begin(), batch.end(), d) == batch.end() &&
+        std::find(contract.begin(), contract.end(), d) == contract.end())
+      free.push_back(d);
+  }
+  return free;
 }
 
 // Checks the axes of one operand and finds its free dimensions.
@@ -42,10 +54,7 @@ DotDims dot_dims(const InferContext& ctx, const char* which, const TensorType& t
       used[a] = true;
     }
   }
-  DotDims d{batch, contract, {}};
-  for (int64_t a = 0; a < rank; ++a)
-    if (!used[a]) d.free.push_back(a);
-  return d;
+  return {batch, contract, free_dims(rank, batch, contract)};
 }
 
 std::vector<TensorType> dot_shape(const InferContext& ctx) {
@@ -56,10 +65,10 @@ std::vector<TensorType> dot_shape(const InferContext& ctx) {
   }
   require_dtype_in(ctx, 0, TypeSet::kNumeric);
   const Attrs& attrs = ctx.attrs();
-  DotDims da = dot_dims(ctx, "lhs", a, ints_or_empty(attrs, "lhs_batch"),
-                        attrs.get_ints("lhs_contract"));
-  DotDims db = dot_dims(ctx, "rhs", b, ints_or_empty(attrs, "rhs_batch"),
-                        attrs.get_ints("rhs_contract"));
+  DotDims da =
+      dot_dims(ctx, "lhs", a, ints_or_empty(attrs, "lhs_batch"), attrs.get_ints("lhs_contract"));
+  DotDims db =
+      dot_dims(ctx, "rhs", b, ints_or_empty(attrs, "rhs_batch"), attrs.get_ints("rhs_contract"));
   if (da.contract.size() != db.contract.size() || da.batch.size() != db.batch.size()) {
     ctx.fail("a (" + a.str() + ") has " + std::to_string(da.batch.size()) + " batch and " +
              std::to_string(da.contract.size()) + " contracting dimensions, b (" + b.str() +
@@ -117,8 +126,7 @@ bool is_layout(const Shape& shape, const std::vector<int64_t>& order) {
 
 // Copies `src` into `dst` with its dimensions read in `order`, converting each element.
 template <class Dst, class Src>
-void permute_copy(const Src* src, const Shape& shape, const std::vector<int64_t>& order,
-                  Dst* dst) {
+void permute_copy(const Src* src, const Shape& shape, const std::vector<int64_t>& order, Dst* dst) {
   const int rank = static_cast<int>(order.size());
   std::vector<int64_t> strides = row_major_strides(shape);
   Shape sizes(rank);
@@ -188,8 +196,7 @@ template <class F>
 void for_each_row_block(const GemmSizes& s, F&& fn) {
   if (s.batch == 0 || s.m == 0) return;
   constexpr int64_t kTargetTasks = 64, kMinRows = 16;
-  int64_t rows = s.batch >= kTargetTasks ? s.m
-                                         : std::max(kMinRows, s.batch * s.m / kTargetTasks);
+  int64_t rows = s.batch >= kTargetTasks ? s.m : std::max(kMinRows, s.batch * s.m / kTargetTasks);
   rows = std::min(rows, s.m);
   const int64_t blocks = (s.m + rows - 1) / rows;
   const int64_t work = std::max<int64_t>(1, rows * s.k * s.n);
@@ -262,13 +269,6 @@ void dot_kernel(KernelContext& ctx) {
   const std::vector<int64_t> b_batch = ints_or_empty(attrs, "rhs_batch");
   const std::vector<int64_t>& a_contract = attrs.get_ints("lhs_contract");
   const std::vector<int64_t>& b_contract = attrs.get_ints("rhs_contract");
-  auto free_dims = [](int64_t rank, const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
-    std::vector<int64_t> f;
-    for (int64_t d = 0; d < rank; ++d)
-      if (std::find(x.begin(), x.end(), d) == x.end() && std::find(y.begin(), y.end(), d) == y.end())
-        f.push_back(d);
-    return f;
-  };
   const std::vector<int64_t> a_free = free_dims(ta.rank(), a_batch, a_contract);
   const std::vector<int64_t> b_free = free_dims(tb.rank(), b_batch, b_contract);
   const GemmSizes s{product(ta.shape(), a_batch), product(ta.shape(), a_free),

@@ -3,7 +3,6 @@
 // variance).
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <limits>
 #include <memory>
 
@@ -19,9 +18,9 @@ namespace {
 // Sums and products of 16-bit floats accumulate in float, of f32/f64 in double; integers in
 // uint64_t, so that overflow wraps (like XLA) instead of being undefined behaviour.
 template <class T>
-using WideAcc = std::conditional_t<
-    kIsFloat<T>,
-    std::conditional_t<std::is_floating_point_v<T>, double, float>, uint64_t>;
+using WideAcc =
+    std::conditional_t<kIsFloat<T>, std::conditional_t<std::is_floating_point_v<T>, double, float>,
+                       uint64_t>;
 
 template <class T>
 WideAcc<T> widen(T x) {
@@ -182,10 +181,17 @@ void fold_range(const ReducePlan& p, const T* x, int64_t base, int64_t width, in
   for (int64_t r = r0; r < r1;) {
     const int64_t n = std::min(last - idx[m - 1], r1 - r);
     const T* row = x + off;
-    if (width == 1) {
-      typename Op::Acc a = acc[0];
-      for (int64_t k = 0; k < n; ++k) a = Op::op(a, Op::from(row[k * stride]));
-      acc[0] = a;
+    if (width == 1) {  // four independent accumulators break the dependency chain
+      typename Op::Acc a0 = acc[0], a1 = Op::init(), a2 = Op::init(), a3 = Op::init();
+      int64_t k = 0;
+      for (; k + 4 <= n; k += 4) {
+        a0 = Op::op(a0, Op::from(row[k * stride]));
+        a1 = Op::op(a1, Op::from(row[(k + 1) * stride]));
+        a2 = Op::op(a2, Op::from(row[(k + 2) * stride]));
+        a3 = Op::op(a3, Op::from(row[(k + 3) * stride]));
+      }
+      for (; k < n; ++k) a0 = Op::op(a0, Op::from(row[k * stride]));
+      acc[0] = Op::op(Op::op(a0, a1), Op::op(a2, a3));
     } else {
       for (int64_t k = 0; k < n; ++k) {
         const T* q = row + k * stride;
@@ -272,14 +278,12 @@ KernelFn reduce_kernel() {
 
 // ---- argmax / argmin --------------------------------------------------------------------
 
-// The first maximum (minimum) wins; a NaN counts as beyond every number, like NumPy.
-template <bool kMax, class T>
-bool better(T v, T best) {
-  if constexpr (kIsFloat<T>) {
-    if (best != best) return false;
-    if (v != v) return true;
-  }
-  return kMax ? v > best : v < best;
+// The first maximum (minimum) wins; a NaN counts as beyond every number, like NumPy: it
+// replaces any number and nothing replaces it. One comparison in the common case.
+template <bool kMax, class C>
+bool replaces(C v, C best) {
+  if (kMax ? !(v <= best) : !(v >= best)) return best == best;  // v beyond best, or v NaN
+  return false;
 }
 
 template <bool kMax, class T>
@@ -309,7 +313,7 @@ void arg_reduce(const Tensor& in, int64_t axis, Tensor& out) {
         const T* row = base + k * inner;
         for (int64_t j = 0; j < w; ++j) {
           C v = static_cast<C>(row[j]);
-          if (better<kMax>(v, best[j])) {
+          if (replaces<kMax>(v, best[j])) {
             best[j] = v;
             at[j] = k;
           }
@@ -340,8 +344,8 @@ ShapeFn reduce_shape(TypeSet set) {
     std::vector<bool> reduced(rank, false);
     for (size_t i = 0; i < axes.size(); ++i) {
       if (axes[i] < 0 || axes[i] >= rank) {
-        ctx.fail("axis " + std::to_string(axes[i]) + " is out of range for " + x.str() +
-                 " (rank " + std::to_string(rank) + "; the primitive takes axes in [0, rank))");
+        ctx.fail("axis " + std::to_string(axes[i]) + " is out of range for " + x.str() + " (rank " +
+                 std::to_string(rank) + "; the primitive takes axes in [0, rank))");
       }
       if (i > 0 && axes[i] <= axes[i - 1]) {
         ctx.fail("axes " + shape_str(axes) + " must be sorted and unique (input " + x.str() + ")");
@@ -376,8 +380,8 @@ std::vector<TensorType> arg_shape(const InferContext& ctx) {
 
 // ---- registrations ----------------------------------------------------------------------
 
-#define KILN_REDUCE_OP(name, Op, set)                                                         \
-  KILN_REGISTER_OP(name).input("x").kind(OpKind::kCodegen).shape_fn(reduce_shape(set));     \
+#define KILN_REDUCE_OP(name, Op, set)                                                   \
+  KILN_REGISTER_OP(name).input("x").kind(OpKind::kCodegen).shape_fn(reduce_shape(set)); \
   KILN_REGISTER_KERNEL(name).dtypes(dtypes_of(set)).fn(reduce_kernel<Op, set>())
 
 KILN_REDUCE_OP(reduce_sum, SumOp, TypeSet::kNumeric);
@@ -398,11 +402,9 @@ KILN_REGISTER_OP(reduce_all)
     .shape_fn(reduce_shape(TypeSet::kBool));
 KILN_REGISTER_KERNEL(reduce_all).dtypes({bool_}).fn(reduce_kernel<AllOp, TypeSet::kBool>());
 
-KILN_REGISTER_OP(argmax).input("x").kind(OpKind::kCodegen).non_differentiable().shape_fn(
-    arg_shape);
+KILN_REGISTER_OP(argmax).input("x").kind(OpKind::kCodegen).non_differentiable().shape_fn(arg_shape);
 KILN_REGISTER_KERNEL(argmax).fn(arg_kernel<true>);
-KILN_REGISTER_OP(argmin).input("x").kind(OpKind::kCodegen).non_differentiable().shape_fn(
-    arg_shape);
+KILN_REGISTER_OP(argmin).input("x").kind(OpKind::kCodegen).non_differentiable().shape_fn(arg_shape);
 KILN_REGISTER_KERNEL(argmin).fn(arg_kernel<false>);
 
 }  // namespace ops
@@ -415,9 +417,9 @@ std::string type_str(const Tensor& x) { return TensorType{x.dtype(), x.shape()}.
 int64_t checked_axis(const std::string& fn, const Tensor& x, int64_t axis) {
   const int64_t rank = x.rank();
   if (axis < -rank || axis >= rank) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fn + ": axis " + std::to_string(axis) + " is out of range for " + type_str(x) +
-                    " (rank " + std::to_string(rank) + ")");
+    throw Error(ErrorCode::kInvalidArgument, fn + ": axis " + std::to_string(axis) +
+                                                 " is out of range for " + type_str(x) + " (rank " +
+                                                 std::to_string(rank) + ")");
   }
   return axis < 0 ? axis + rank : axis;
 }

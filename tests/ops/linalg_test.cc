@@ -162,12 +162,12 @@ TEST(Dot, ZeroSizedDimensions) {
   Tensor empty_ki = dot(Tensor::from_vector(std::vector<int32_t>{}, {2, 0}),
                         Tensor::from_vector(std::vector<int32_t>{}, {0, 1}), {1}, {0});
   EXPECT_THAT(empty_ki.to_vector<int32_t>(), ElementsAre(0, 0));
-  EXPECT_EQ(dot(Tensor::from_vector(std::vector<float>{}, {0, 3}), mat_b<float>(), {1}, {0})
-                .shape(),
-            (Shape{0, 2}));
-  EXPECT_EQ(dot(mat_a<float>(), Tensor::from_vector(std::vector<float>{}, {3, 0}), {1}, {0})
-                .shape(),
-            (Shape{2, 0}));
+  EXPECT_EQ(
+      dot(Tensor::from_vector(std::vector<float>{}, {0, 3}), mat_b<float>(), {1}, {0}).shape(),
+      (Shape{0, 2}));
+  EXPECT_EQ(
+      dot(mat_a<float>(), Tensor::from_vector(std::vector<float>{}, {3, 0}), {1}, {0}).shape(),
+      (Shape{2, 0}));
 }
 
 TEST(Dot, PromotesDtypes) {
@@ -180,9 +180,9 @@ TEST(Dot, PromotesDtypes) {
 TEST(Dot, LargeProductsMatchANaiveLoop) {
   // Enough rows, batches and columns to split over the thread pool; values are small
   // integers so every product is exact in f32.
-  for (auto [batch, m, k, n] : {std::array<int64_t, 4>{1, 300, 200, 100},
-                                std::array<int64_t, 4>{3, 70, 50, 40},
-                                std::array<int64_t, 4>{100, 5, 7, 3}}) {
+  for (auto [batch, m, k, n] :
+       {std::array<int64_t, 4>{1, 300, 200, 100}, std::array<int64_t, 4>{3, 70, 50, 40},
+        std::array<int64_t, 4>{100, 5, 7, 3}}) {
     std::vector<float> av = pattern(batch * m * k, 7, 11, 5);
     std::vector<float> bv = pattern(batch * k * n, 5, 13, 6);
     Tensor a = Tensor::from_vector(av, {batch, m, k});
@@ -220,12 +220,18 @@ TEST(Dot, OtherErrors) {
                         "f32[5,4,6] (dim 0 = 5)"));
   EXPECT_THAT(error_of([&] { dot(a, b, {3}, {1}); }),
               HasSubstr("dot: axis 3 is out of range for a: f32[2,3,4]"));
-  EXPECT_THAT(error_of([&] { dot(a, b, {2, 2}, {1, 0}); }),
+  EXPECT_THAT(error_of([&] {
+                dot(a, b, {2, 2}, {1, 0});
+              }),
               HasSubstr("dimension 2 of f32[2,3,4] is used twice"));
-  EXPECT_THAT(error_of([&] { dot(a, b, {2}, {1, 0}); }),
+  EXPECT_THAT(error_of([&] {
+                dot(a, b, {2}, {1, 0});
+              }),
               HasSubstr("has 0 batch and 1 contracting dimensions"));
   Attrs attrs{{"lhs_contract", Axes{1}}, {"rhs_contract", Axes{0}}};
-  EXPECT_THAT(error_of([&] { call_op("dot", {mat_a<float>(), mat_b<double>()}, attrs); }),
+  EXPECT_THAT(error_of([&] {
+                call_op("dot", {mat_a<float>(), mat_b<double>()}, attrs);
+              }),
               HasSubstr("dot: dtype mismatch: a is f32[2,3], b is f64[3,2]"));
   Tensor bools = Tensor::from_vector(std::vector<bool>{true, false});
   EXPECT_THAT(error_of([&] { dot(bools, bools, {0}, {0}); }),
@@ -315,7 +321,9 @@ TEST(Matmul, InnerDimensionMismatchNamesShapes) {
 }
 
 TEST(Matmul, OtherErrors) {
-  EXPECT_THAT(error_of([] { matmul(Tensor::empty(f32, {2, 3, 4}), Tensor::empty(f32, {5, 4, 6})); }),
+  EXPECT_THAT(error_of([] {
+                matmul(Tensor::empty(f32, {2, 3, 4}), Tensor::empty(f32, {5, 4, 6}));
+              }),
               HasSubstr("matmul: batch dimensions cannot be broadcast: a is f32[2,3,4], b is "
                         "f32[5,4,6]"));
   EXPECT_THAT(error_of([] { matmul(Tensor::scalar(1.0f), Tensor::empty(f32, {2})); }),

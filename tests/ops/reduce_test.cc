@@ -78,8 +78,9 @@ TEST(Sum, IntegerTypesKeepTheirDtypeAndWrap) {
   EXPECT_THAT(sum(a, {1}).to_vector<int32_t>(), ElementsAre(-1, 7));
   EXPECT_EQ(sum(Tensor::from_list<int8_t>({100, 100})).item<int32_t>(), -56);
   EXPECT_EQ(sum(Tensor::from_list<uint8_t>({200, 100})).item<int32_t>(), 44);
-  EXPECT_EQ(sum(Tensor::from_list<int64_t>({std::numeric_limits<int64_t>::max(), 1})).item<int64_t>(),
-            std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(
+      sum(Tensor::from_list<int64_t>({std::numeric_limits<int64_t>::max(), 1})).item<int64_t>(),
+      std::numeric_limits<int64_t>::min());
 }
 
 TEST(Sum, BoolCountsTrueValuesAsI64) {
@@ -242,15 +243,19 @@ TEST(Reduce, DuplicateAxisIsAnError) {
 
 TEST(Reduce, PrimitiveWantsSortedNonNegativeAxes) {
   Tensor x = counting<float>({2, 3});
-  EXPECT_THAT(error_of([&] { call_op("reduce_sum", {x}, {{"axes", Axes{1, 0}}}); }),
-              HasSubstr("reduce_sum: axes [1,0] must be sorted and unique"));
-  EXPECT_THAT(error_of([&] { call_op("reduce_max", {x}, {{"axes", Axes{-1}}}); }),
-              HasSubstr("reduce_max: axis -1 is out of range for f32[2,3]"));
-  EXPECT_THAT(error_of([] {
-                call_op("reduce_sum", {Tensor::from_vector(std::vector<bool>{true})},
-                        {{"axes", Axes{0}}});
+  EXPECT_THAT(error_of([&] {
+                call_op("reduce_sum", {x}, {{"axes", Axes{1, 0}}});
               }),
-              HasSubstr("reduce_sum: expects a numeric input, got bool[1]"));
+              HasSubstr("reduce_sum: axes [1,0] must be sorted and unique"));
+  EXPECT_THAT(error_of([&] {
+                call_op("reduce_max", {x}, {{"axes", Axes{-1}}});
+              }),
+              HasSubstr("reduce_max: axis -1 is out of range for f32[2,3]"));
+  EXPECT_THAT(
+      error_of([] {
+        call_op("reduce_sum", {Tensor::from_vector(std::vector<bool>{true})}, {{"axes", Axes{0}}});
+      }),
+      HasSubstr("reduce_sum: expects a numeric input, got bool[1]"));
 }
 
 // ---- mean and variance -----------------------------------------------------------------------
@@ -332,7 +337,7 @@ TEST(ArgMax, ManyColumns) {
   Tensor x = counting<float>({3, 300});
   std::vector<float> v = x.to_vector<float>();
   for (int j = 0; j < 300; ++j) v[300 + j] = 5000;  // row 1 is the max everywhere...
-  v[2 * 300 + 7] = 9000;                             // ...except column 7
+  v[2 * 300 + 7] = 9000;                            // ...except column 7
   std::vector<int64_t> a = argmax(Tensor::from_vector(v, {3, 300}), 0).to_vector<int64_t>();
   ASSERT_EQ(a.size(), 300u);
   for (int j = 0; j < 300; ++j) EXPECT_EQ(a[j], j == 7 ? 2 : 1) << j;
@@ -379,8 +384,7 @@ TEST(ReduceGraph, MeanAndVarianceOfKnownShapes) {
   Tensor x = g.placeholder(f32, {2, 2}, "x");
   Tensor m = mean(x, {0});
   Tensor v = variance(x, {0});
-  std::vector<Tensor> out =
-      g.run({{x, Tensor::from_list<float>({1, 2, 3, 5}, {2, 2})}}, {m, v});
+  std::vector<Tensor> out = g.run({{x, Tensor::from_list<float>({1, 2, 3, 5}, {2, 2})}}, {m, v});
   EXPECT_THAT(out[0].to_vector<float>(), ElementsAre(2, 3.5f));
   EXPECT_THAT(out[1].to_vector<float>(), ElementsAre(1, 2.25f));
 }
