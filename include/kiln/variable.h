@@ -30,6 +30,7 @@ class Variable {
 
  private:
   struct State;
+  const State& checked() const;
   std::shared_ptr<State> state_;
 };
 

@@ -9,12 +9,10 @@ struct Variable::State {
   Tensor value;
 };
 
-namespace {
-const Variable::State& checked(const std::shared_ptr<Variable::State>& s) {
-  if (!s) throw Error(ErrorCode::kFailedPrecondition, "use of an undefined Variable");
-  return *s;
+const Variable::State& Variable::checked() const {
+  if (!state_) throw Error(ErrorCode::kFailedPrecondition, "use of an undefined Variable");
+  return *state_;
 }
-}  // namespace
 
 Variable::Variable(Tensor initial_value, std::string name, bool trainable) {
   if (!initial_value.defined() || initial_value.is_symbolic()) {
@@ -24,12 +22,12 @@ Variable::Variable(Tensor initial_value, std::string name, bool trainable) {
   state_ = std::make_shared<State>(State{std::move(name), trainable, std::move(initial_value)});
 }
 
-const std::string& Variable::name() const { return checked(state_).name; }
-bool Variable::trainable() const { return checked(state_).trainable; }
-const Tensor& Variable::value() const { return checked(state_).value; }
+const std::string& Variable::name() const { return checked().name; }
+bool Variable::trainable() const { return checked().trainable; }
+const Tensor& Variable::value() const { return checked().value; }
 
 void Variable::assign(Tensor value) {
-  const State& s = checked(state_);
+  const State& s = checked();
   if (!value.defined() || value.is_symbolic()) {
     throw Error(ErrorCode::kInvalidArgument,
                 "Variable '" + s.name + "': assign needs a concrete tensor");

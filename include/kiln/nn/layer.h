@@ -50,11 +50,16 @@ class Layer {
   // then calls `call`. Subsequent calls reuse the weights.
   Tensor operator()(const Tensor& x, CallContext& ctx);
   Tensor operator()(const std::vector<Tensor>& xs, CallContext& ctx);
-  // Eager convenience: inference mode, concrete input.
+  // Concrete input: eager inference. Symbolic input from nn::Input: records this call into a
+  // functional model definition.
   Tensor operator()(const Tensor& x);
+  Tensor operator()(const std::vector<Tensor>& xs);
 
   // Keras class name ("Dense", "Conv2D"), shown by summary().
   virtual std::string type_name() const = 0;
+  // A copy sharing this layer's Variables (functional models keep layers called on
+  // temporaries alive this way). Implement as: return std::make_shared<MyLayer>(*this);
+  virtual std::shared_ptr<Layer> clone() const = 0;
   virtual void build(const std::vector<Shape>& input_shapes) {}
   virtual Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) = 0;
 

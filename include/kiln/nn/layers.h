@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ class Dense : public Layer {
   explicit Dense(int64_t units, std::string activation = "", bool use_bias = true,
                  Initializer kernel_init = glorot_uniform(), Initializer bias_init = zeros_init());
   std::string type_name() const override { return "Dense"; }
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<Dense>(*this); }
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
@@ -35,6 +37,7 @@ class Dropout : public Layer {
  public:
   explicit Dropout(double rate);
   std::string type_name() const override { return "Dropout"; }
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<Dropout>(*this); }
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
  private:
@@ -45,6 +48,7 @@ class Activation : public Layer {
  public:
   explicit Activation(std::string name);
   std::string type_name() const override { return "Activation"; }
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<Activation>(*this); }
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
  private:
@@ -55,6 +59,7 @@ class Flatten : public Layer {
  public:
   Flatten();
   std::string type_name() const override { return "Flatten"; }
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<Flatten>(*this); }
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 };
 
@@ -66,6 +71,7 @@ class Conv2D : public Layer {
          bool use_bias = true, Initializer kernel_init = glorot_uniform(),
          Initializer bias_init = zeros_init());
   std::string type_name() const override { return "Conv2D"; }
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<Conv2D>(*this); }
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
@@ -83,6 +89,7 @@ class MaxPool2D : public Layer {
   explicit MaxPool2D(std::vector<int64_t> pool_size = {2, 2}, std::vector<int64_t> strides = {},
                      std::string padding = "valid");
   std::string type_name() const override { return "MaxPooling2D"; }
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<MaxPool2D>(*this); }
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
  private:
@@ -95,6 +102,7 @@ class AveragePool2D : public Layer {
   explicit AveragePool2D(std::vector<int64_t> pool_size = {2, 2},
                          std::vector<int64_t> strides = {}, std::string padding = "valid");
   std::string type_name() const override { return "AveragePooling2D"; }
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<AveragePool2D>(*this); }
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
  private:
@@ -108,6 +116,7 @@ class Embedding : public Layer {
   Embedding(int64_t input_dim, int64_t output_dim,
             Initializer init = random_uniform_init(-0.05, 0.05));
   std::string type_name() const override { return "Embedding"; }
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<Embedding>(*this); }
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
@@ -122,6 +131,7 @@ class LayerNormalization : public Layer {
  public:
   explicit LayerNormalization(double epsilon = 1e-3);
   std::string type_name() const override { return "LayerNormalization"; }
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<LayerNormalization>(*this); }
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
@@ -136,6 +146,7 @@ class BatchNormalization : public Layer {
  public:
   explicit BatchNormalization(double momentum = 0.99, double epsilon = 1e-3);
   std::string type_name() const override { return "BatchNormalization"; }
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<BatchNormalization>(*this); }
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
@@ -150,6 +161,7 @@ class MultiHeadAttention : public Layer {
  public:
   MultiHeadAttention(int64_t num_heads, int64_t key_dim, double dropout = 0);
   std::string type_name() const override { return "MultiHeadAttention"; }
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<MultiHeadAttention>(*this); }
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
@@ -164,6 +176,7 @@ class Add : public Layer {
  public:
   Add();
   std::string type_name() const override { return "Add"; }
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<Add>(*this); }
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 };
 

@@ -57,6 +57,13 @@ class Model {
   Tensor operator()(const Tensor& x);
   Tensor call(const Tensor& x, CallContext& ctx);
 
+  // Builds the weights for inputs of this shape (without the batch dimension), as the first
+  // fit/predict would. Sequential models need it (or a first call) before summary().
+  void build(const Shape& input_shape, DType dtype = f32);
+  bool built() const;
+  // Seeds weight initialisation of layers not yet built (default 0): same seed, same weights.
+  void set_seed(uint64_t seed);
+
   // The Keras-style table: layer (type), output shape, parameter count; totals.
   std::string summary() const;
   const std::string& name() const { return name_; }

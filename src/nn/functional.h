@@ -1,0 +1,22 @@
+// Functional model definitions: layer calls recorded on symbolic tensors that descend from
+// nn::Input, replayed by Model when it traces a step.
+#pragma once
+
+#include <vector>
+
+#include "kiln/graph.h"
+#include "kiln/nn/layer.h"
+
+namespace kiln::nn::detail {
+
+struct FunctionalCall {
+  LayerPtr layer;
+  std::vector<Tensor> inputs;  // values of functional_graph()
+  Tensor output;
+};
+
+// The graph every nn::Input lives in (one per thread), and the layer calls recorded on it.
+Graph& functional_graph();
+std::vector<FunctionalCall>& functional_calls();
+
+}  // namespace kiln::nn::detail

@@ -1,0 +1,576 @@
+// Model: forward pass over layers (sequential or functional), traced step graphs for
+// training, evaluation and prediction, and the fit/evaluate/predict loops.
+#include "kiln/nn/model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "kiln/autodiff.h"
+#include "kiln/graph.h"
+#include "kiln/ops.h"
+#include "src/core/tensor_impl.h"
+#include "src/nn/functional.h"
+#include "src/nn/progress.h"
+
+namespace kiln::nn {
+namespace {
+
+// A step graph: placeholders for the batch, the step's scalars and every variable it reads.
+struct Step {
+  Graph graph{"step"};
+  Tensor x, y, seed, lr, iteration;
+  std::vector<Variable> vars;      // in the order they were first read
+  std::vector<Tensor> var_inputs;  // their placeholders
+  std::vector<Variable> assigned;  // variables (and slots) the step returns new values for
+  std::vector<Tensor> fetches;     // loss, metric stats..., new values of `assigned`
+  Tensor prediction;
+  size_t num_metric_stats = 0;
+  std::vector<size_t> metric_stat_counts;
+};
+
+// Rows [begin, end) of t in the order of `order` (or as they are when order is empty).
+Tensor take_rows(const Tensor& t, const std::vector<int64_t>& order, int64_t begin, int64_t end) {
+  Shape shape = t.shape();
+  shape[0] = end - begin;
+  Tensor out = Tensor::empty(t.dtype(), shape);
+  size_t row_bytes = t.shape()[0] == 0 ? 0 : t.nbytes() / t.shape()[0];
+  const char* src = static_cast<const char*>(t.raw_data());
+  char* dst = static_cast<char*>(out.raw_mutable_data());
+  for (int64_t i = begin; i < end; ++i) {
+    int64_t row = order.empty() ? i : order[i];
+    std::memcpy(dst + (i - begin) * row_bytes, src + row * row_bytes, row_bytes);
+  }
+  return out;
+}
+
+Shape without_batch(const Shape& s) { return Shape(s.begin() + 1, s.end()); }
+Shape with_unknown_batch(const Shape& s) {
+  Shape out = s;
+  out[0] = kUnknownDim;
+  return out;
+}
+
+std::string shape_spec(const Shape& s) {
+  std::string out = "(None";
+  for (size_t i = 1; i < s.size(); ++i) out += ", " + std::to_string(s[i]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+
+std::string with_commas(int64_t n) {
+  std::string s = std::to_string(n);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(i, ",");
+  return s;
+}
+
+uint64_t mix_seed(uint64_t seed, uint64_t step) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (step + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return (z ^ (z >> 31)) & 0x7fffffffffffffffULL;
+}
+
+}  // namespace
+
+struct Model::Impl {
+  // Sequential models.
+  std::vector<LayerPtr> layers;
+  // Functional models.
+  bool functional = false;
+  std::vector<Tensor> inputs, outputs;
+  std::vector<detail::FunctionalCall> calls;
+
+  uint64_t seed = 0;
+  std::optional<TensorType> input_spec;  // [?, features...]
+  std::map<const Layer*, Shape> output_shapes;
+
+  std::shared_ptr<optim::Optimizer> optimizer;
+  std::shared_ptr<Loss> loss;
+  std::vector<std::unique_ptr<Metric>> metrics;
+  std::optional<Step> train_step, eval_step, predict_step;
+
+  void seed_layers() {
+    for (size_t i = 0; i < layers.size(); ++i)
+      if (!layers[i]->built()) layers[i]->set_seed(seed * 1315423911u + i);
+  }
+
+  Tensor forward(const Tensor& x, CallContext& ctx) {
+    if (!functional) {
+      seed_layers();
+      Tensor h = x;
+      for (const LayerPtr& layer : layers) {
+        h = (*layer)(h, ctx);
+        output_shapes[layer.get()] = h.shape();
+      }
+      return h;
+    }
+    std::map<std::pair<int, int>, Tensor> values;
+    auto key = [](const Tensor& t) {
+      return std::make_pair(t.impl() ? t.impl()->node : -1, t.impl() ? t.impl()->output : 0);
+    };
+    values[key(inputs[0])] = x;
+    for (const auto& call : calls) {
+      std::vector<Tensor> ins;
+      for (const Tensor& t : call.inputs) ins.push_back(values.at(key(t)));
+      Tensor out = (*call.layer)(ins, ctx);
+      output_shapes[call.layer.get()] = out.shape();
+      values[key(call.output)] = out;
+    }
+    return values.at(key(outputs[0]));
+  }
+
+  void check_input(const Tensor& x, const char* what) {
+    if (!x.defined() || x.is_symbolic() || x.rank() < 1) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string(what) + ": x must be a concrete tensor with a batch dimension");
+    }
+    if (!input_spec) return;
+    bool ok = x.rank() == static_cast<int64_t>(input_spec->shape.size());
+    for (size_t i = 1; ok && i < input_spec->shape.size(); ++i)
+      ok = input_spec->shape[i] == kUnknownDim || input_spec->shape[i] == x.shape()[i];
+    if (!ok) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string(what) + ": x has shape " + shape_str(x.shape()) +
+                      " but the model expects " + shape_str(input_spec->shape) +
+                      " (? is the batch dimension)");
+    }
+  }
+
+  // Traces forward (+ loss, metrics, gradients and updates for training) into a new graph.
+  Step trace(const TensorType& x_type, const std::optional<TensorType>& y_type, bool training) {
+    Step s;
+    Graph& g = s.graph;
+    auto guard = g.as_default();
+    s.x = g.placeholder(x_type.dtype, with_unknown_batch(x_type.shape), "x");
+    s.seed = g.placeholder(i64, {}, "seed");
+    std::map<const void*, Tensor> placeholders;
+    auto resolve = [&](const Variable& v) {
+      auto it = placeholders.find(v.id());
+      if (it != placeholders.end()) return it->second;
+      Tensor p = g.placeholder(v.dtype(), v.shape(), v.name());
+      placeholders[v.id()] = p;
+      s.vars.push_back(v);
+      s.var_inputs.push_back(p);
+      return p;
+    };
+    CallContext ctx(training, s.seed, resolve);
+    s.prediction = forward(s.x, ctx);
+    if (!input_spec) input_spec = TensorType{x_type.dtype, with_unknown_batch(x_type.shape)};
+    if (!y_type) {
+      s.fetches = {s.prediction};
+      return s;
+    }
+    s.y = g.placeholder(y_type->dtype, with_unknown_batch(y_type->shape), "y");
+    Tensor loss_value = (*loss)(s.y, s.prediction);
+    s.fetches.push_back(loss_value);
+    for (const auto& m : metrics) {
+      std::vector<Tensor> stats = m->batch_stats(s.y, s.prediction);
+      s.metric_stat_counts.push_back(stats.size());
+      s.num_metric_stats += stats.size();
+      for (Tensor& t : stats) s.fetches.push_back(t);
+    }
+    if (!training) return s;
+
+    s.lr = g.placeholder(f32, {}, "learning_rate");
+    s.iteration = g.placeholder(f32, {}, "iteration");
+    std::vector<Variable> trainable;
+    std::vector<Tensor> wrt;
+    for (size_t i = 0; i < s.vars.size(); ++i) {
+      if (!s.vars[i].trainable()) continue;
+      trainable.push_back(s.vars[i]);
+      wrt.push_back(s.var_inputs[i]);
+    }
+    std::vector<Tensor> grads = optimizer->clip(gradients(loss_value, wrt));
+    {
+      auto scope = g.name_scope(optimizer->name());
+      for (size_t i = 0; i < trainable.size(); ++i) {
+        std::vector<Variable>& slot_vars = optimizer->slots(trainable[i]);
+        std::vector<Tensor> slot_inputs;
+        for (const Variable& sv : slot_vars) slot_inputs.push_back(resolve(sv));
+        auto [new_value, new_slots] =
+            optimizer->apply(wrt[i], grads[i], slot_inputs, s.lr, s.iteration);
+        s.assigned.push_back(trainable[i]);
+        s.fetches.push_back(new_value);
+        for (size_t k = 0; k < slot_vars.size(); ++k) {
+          s.assigned.push_back(slot_vars[k]);
+          s.fetches.push_back(new_slots[k]);
+        }
+      }
+    }
+    for (const auto& [var, value] : ctx.updates()) {
+      s.assigned.push_back(var);
+      s.fetches.push_back(value);
+    }
+    return s;
+  }
+
+  std::vector<Tensor> run(const Step& s, const Tensor& x, const Tensor& y, uint64_t seed,
+                          double lr, double iteration) {
+    FeedList feeds;
+    feeds.reserve(s.vars.size() + 5);
+    feeds.push_back({s.x, x});
+    feeds.push_back({s.seed, Tensor::scalar<int64_t>(static_cast<int64_t>(seed))});
+    if (y.defined()) feeds.push_back({s.y, y});
+    if (s.lr.defined()) {
+      feeds.push_back({s.lr, Tensor::scalar<float>(static_cast<float>(lr))});
+      feeds.push_back({s.iteration, Tensor::scalar<float>(static_cast<float>(iteration))});
+    }
+    for (size_t i = 0; i < s.vars.size(); ++i) feeds.push_back({s.var_inputs[i], s.vars[i].value()});
+    return s.graph.run(feeds, s.fetches);
+  }
+
+  void update_metrics(const Step& s, const std::vector<Tensor>& outs) {
+    size_t at = 1;
+    for (size_t m = 0; m < metrics.size(); ++m) {
+      std::vector<Tensor> stats(outs.begin() + at, outs.begin() + at + s.metric_stat_counts[m]);
+      metrics[m]->update(stats);
+      at += s.metric_stat_counts[m];
+    }
+  }
+
+  void validate_labels(const Tensor& y, const Step& s) {
+    auto* sparse = dynamic_cast<SparseCategoricalCrossentropy*>(loss.get());
+    if (!sparse) return;
+    int64_t classes = s.prediction.shape().back();
+    if (classes == kUnknownDim) return;
+    std::vector<double> labels = y.to_vector<double>();
+    for (size_t i = 0; i < labels.size(); ++i) {
+      double l = labels[i];
+      if (!(l >= 0 && l < classes) || l != std::floor(l)) {
+        std::ostringstream os;
+        os << "fit: label " << l << " at index " << i << " is out of range for " << classes
+           << " classes (labels must be integers in [0, " << classes << "))";
+        throw Error(ErrorCode::kInvalidArgument, os.str());
+      }
+    }
+  }
+};
+
+// ---- construction -----------------------------------------------------------------------
+
+Tensor Input(const Shape& shape, DType dtype, const std::string& name) {
+  Shape full = {kUnknownDim};
+  full.insert(full.end(), shape.begin(), shape.end());
+  return detail::functional_graph().placeholder(dtype, full, name);
+}
+
+Model::Model(std::string name) : impl_(std::make_unique<Impl>()), name_(std::move(name)) {}
+
+Model::Model(const Tensor& input, const Tensor& output, std::string name)
+    : Model(std::vector<Tensor>{input}, std::vector<Tensor>{output}, std::move(name)) {}
+
+Model::Model(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+             std::string name)
+    : Model(std::move(name)) {
+  if (inputs.size() != 1 || outputs.size() != 1) {
+    throw Error(ErrorCode::kUnimplemented,
+                "Model '" + name_ + "': functional models take one input and one output");
+  }
+  Graph& fg = detail::functional_graph();
+  for (const Tensor& t : {inputs[0], outputs[0]}) {
+    if (!t.defined() || !t.is_symbolic() || !(t.graph() == fg)) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "Model '" + name_ + "': inputs and outputs must be symbolic tensors made from "
+                                      "nn::Input and layer calls");
+    }
+  }
+  impl_->functional = true;
+  impl_->inputs = inputs;
+  impl_->outputs = outputs;
+  // Keep the calls the output depends on, in recording order.
+  std::set<std::pair<int, int>> needed = {{outputs[0].impl()->node, outputs[0].impl()->output}};
+  const auto& all = detail::functional_calls();
+  std::vector<detail::FunctionalCall> kept;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (!needed.count({it->output.impl()->node, it->output.impl()->output})) continue;
+    kept.push_back(*it);
+    for (const Tensor& in : it->inputs) needed.insert({in.impl()->node, in.impl()->output});
+  }
+  if (!needed.count({inputs[0].impl()->node, inputs[0].impl()->output})) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "Model '" + name_ + "': the output does not depend on the input");
+  }
+  std::reverse(kept.begin(), kept.end());
+  impl_->calls = std::move(kept);
+  for (const auto& c : impl_->calls) impl_->layers.push_back(c.layer);
+  impl_->input_spec = TensorType{inputs[0].dtype(), inputs[0].shape()};
+}
+
+Model::~Model() = default;
+
+Sequential::Sequential(std::vector<LayerRef> layers, std::string name) : Model(std::move(name)) {
+  for (auto& l : layers) add(std::move(l));
+}
+
+void Sequential::add(LayerRef layer) {
+  if (!layer) throw Error(ErrorCode::kInvalidArgument, "Sequential::add: null layer");
+  std::set<std::string> names;
+  for (const auto& l : impl_->layers) names.insert(l->name());
+  std::string base = layer->name(), name = base;
+  for (int i = 1; names.count(name); ++i) name = base + "_" + std::to_string(i);
+  layer->set_name(name);
+  impl_->layers.push_back(layer.get());
+  impl_->train_step.reset();
+  impl_->eval_step.reset();
+  impl_->predict_step.reset();
+}
+
+// ---- inspection -------------------------------------------------------------------------
+
+std::vector<LayerPtr> Model::layers() const { return impl_->layers; }
+
+std::vector<Variable> Model::weights() const {
+  std::vector<Variable> out;
+  std::set<const void*> seen;
+  for (const auto& l : impl_->layers)
+    for (const Variable& v : l->weights())
+      if (seen.insert(v.id()).second) out.push_back(v);
+  return out;
+}
+
+std::vector<Variable> Model::trainable_weights() const {
+  std::vector<Variable> out;
+  for (const Variable& v : weights())
+    if (v.trainable()) out.push_back(v);
+  return out;
+}
+
+optim::Optimizer& Model::optimizer() {
+  if (!impl_->optimizer) {
+    throw Error(ErrorCode::kFailedPrecondition, "Model '" + name_ + "': call compile() first");
+  }
+  return *impl_->optimizer;
+}
+
+bool Model::built() const { return impl_->input_spec.has_value() && impl_->predict_step; }
+
+void Model::set_seed(uint64_t seed) { impl_->seed = seed; }
+
+void Model::build(const Shape& input_shape, DType dtype) {
+  Shape full = {kUnknownDim};
+  full.insert(full.end(), input_shape.begin(), input_shape.end());
+  impl_->predict_step = impl_->trace({dtype, full}, std::nullopt, /*training=*/false);
+}
+
+std::string Model::summary() const {
+  if (impl_->output_shapes.empty()) {
+    throw Error(ErrorCode::kFailedPrecondition,
+                "Model '" + name_ + "' has not been built yet: call build(input_shape), fit or "
+                                    "predict first");
+  }
+  const int w1 = 29, w2 = 26;
+  std::string rule(65, '_'), dbl(65, '=');
+  std::ostringstream os;
+  auto pad = [](std::string s, int w) {
+    if (static_cast<int>(s.size()) < w) s += std::string(w - s.size(), ' ');
+    return s;
+  };
+  os << "Model: \"" << name_ << "\"\n" << rule << "\n";
+  os << pad(" Layer (type)", w1) << pad("Output Shape", w2) << "Param #\n" << dbl << "\n";
+  int64_t total = 0, trainable = 0;
+  std::set<const void*> seen;
+  for (const auto& l : impl_->layers) {
+    auto it = impl_->output_shapes.find(l.get());
+    std::string shape = it == impl_->output_shapes.end() ? "?" : shape_spec(it->second);
+    os << pad(" " + l->name() + " (" + l->type_name() + ")", w1) << pad(shape, w2)
+       << with_commas(l->count_params()) << "\n";
+    for (const Variable& v : l->weights()) {
+      if (!seen.insert(v.id()).second) continue;
+      total += v.value().size();
+      if (v.trainable()) trainable += v.value().size();
+    }
+  }
+  os << dbl << "\n";
+  os << "Total params: " << with_commas(total) << "\n";
+  os << "Trainable params: " << with_commas(trainable) << "\n";
+  os << "Non-trainable params: " << with_commas(total - trainable) << "\n" << rule << "\n";
+  return os.str();
+}
+
+// ---- compile / fit / evaluate / predict ---------------------------------------------------
+
+void Model::compile(optim::OptimizerRef optimizer, LossRef loss,
+                    std::vector<std::string> metrics) {
+  if (!optimizer || !loss) {
+    throw Error(ErrorCode::kInvalidArgument, "compile: an optimizer and a loss are required");
+  }
+  impl_->optimizer = optimizer.get();
+  impl_->loss = loss.get();
+  impl_->metrics.clear();
+  for (const std::string& m : metrics) impl_->metrics.push_back(make_metric(m, loss.get().get()));
+  impl_->train_step.reset();
+  impl_->eval_step.reset();
+}
+
+Tensor Model::call(const Tensor& x, CallContext& ctx) { return impl_->forward(x, ctx); }
+
+Tensor Model::operator()(const Tensor& x) {
+  if (x.defined() && x.is_symbolic()) {
+    CallContext ctx(false);
+    return impl_->forward(x, ctx);
+  }
+  return predict(x, std::max<int64_t>(1, x.defined() && x.rank() > 0 ? x.dim(0) : 1));
+}
+
+History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) {
+  if (!impl_->optimizer) {
+    throw Error(ErrorCode::kFailedPrecondition, "fit: call compile() before fit()");
+  }
+  impl_->check_input(x, "fit");
+  if (!y.defined() || y.is_symbolic() || y.rank() < 1 || y.dim(0) != x.dim(0)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "fit: y must be a concrete tensor with as many rows as x (x is " +
+                    shape_str(x.shape()) + ", y is " +
+                    (y.defined() ? shape_str(y.shape()) : std::string("undefined")) + ")");
+  }
+  if (options.batch_size <= 0 || options.epochs < 0) {
+    throw Error(ErrorCode::kInvalidArgument, "fit: batch_size must be > 0 and epochs >= 0");
+  }
+  if (options.validation_data) impl_->check_input(options.validation_data->first, "fit");
+  if (!impl_->train_step) {
+    impl_->seed = impl_->seed ? impl_->seed : options.seed;
+    impl_->train_step = impl_->trace({x.dtype(), x.shape()}, TensorType{y.dtype(), y.shape()},
+                                     /*training=*/true);
+  }
+  const Step& step = *impl_->train_step;
+  impl_->validate_labels(y, step);
+
+  std::vector<Callback*> callbacks;
+  for (const auto& c : options.callbacks) {
+    c->set_model(this);
+    callbacks.push_back(c.get().get());
+  }
+  const int64_t n = x.dim(0);
+  const int64_t steps = (n + options.batch_size - 1) / options.batch_size;
+  ProgressBar progress(options.verbose, steps);
+  History history;
+  stop_training = false;
+  Logs logs;
+  for (Callback* c : callbacks) c->on_train_begin(logs);
+
+  for (int epoch = options.initial_epoch; epoch < options.epochs && !stop_training; ++epoch) {
+    Logs epoch_logs;
+    for (Callback* c : callbacks) c->on_epoch_begin(epoch, epoch_logs);
+    progress.begin_epoch(epoch, options.epochs);
+    std::vector<int64_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    if (options.shuffle) {
+      std::mt19937_64 rng(mix_seed(options.seed, 1000000007ULL + epoch));
+      std::shuffle(order.begin(), order.end(), rng);
+    }
+    for (auto& m : impl_->metrics) m->reset();
+    double loss_sum = 0;
+    int64_t seen = 0;
+    for (int64_t b = 0; b < steps && !stop_training; ++b) {
+      Logs batch_logs;
+      for (Callback* c : callbacks) c->on_train_batch_begin(b, batch_logs);
+      int64_t begin = b * options.batch_size, end = std::min(n, begin + options.batch_size);
+      Tensor xb = take_rows(x, order, begin, end), yb = take_rows(y, order, begin, end);
+      optim::Optimizer& opt = *impl_->optimizer;
+      int64_t it = opt.iterations();
+      std::vector<Tensor> outs = impl_->run(step, xb, yb, mix_seed(options.seed, it),
+                                            opt.learning_rate(), static_cast<double>(it + 1));
+      size_t at = 1 + step.num_metric_stats;
+      for (const Variable& v : step.assigned) {
+        Variable target = v;
+        target.assign(outs[at++]);
+      }
+      opt.set_iterations(it + 1);
+      double batch_loss = outs[0].item<double>();
+      loss_sum += batch_loss * (end - begin);
+      seen += end - begin;
+      impl_->update_metrics(step, outs);
+      batch_logs["loss"] = loss_sum / seen;
+      for (auto& m : impl_->metrics) batch_logs[m->name()] = m->result();
+      batch_logs["batch_loss"] = batch_loss;
+      for (Callback* c : callbacks) c->on_train_batch_end(b, batch_logs);
+      progress.update(b + 1, batch_logs);
+    }
+    epoch_logs["loss"] = seen ? loss_sum / seen : 0;
+    for (auto& m : impl_->metrics) epoch_logs[m->name()] = m->result();
+    if (options.validation_data) {
+      auto val = evaluate(options.validation_data->first, options.validation_data->second,
+                          options.batch_size, 0);
+      for (const auto& [k, v] : val) epoch_logs["val_" + k] = v;
+    }
+    progress.end_epoch(epoch_logs);
+    for (Callback* c : callbacks) c->on_epoch_end(epoch, epoch_logs);
+    for (const auto& [k, v] : epoch_logs) history.history[k].push_back(v);
+    ++history.epochs_run;
+  }
+  for (Callback* c : callbacks) c->on_train_end(logs);
+  return history;
+}
+
+std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y,
+                                              int64_t batch_size, int verbose) {
+  if (!impl_->loss) throw Error(ErrorCode::kFailedPrecondition, "evaluate: call compile() first");
+  impl_->check_input(x, "evaluate");
+  if (!y.defined() || y.is_symbolic() || y.rank() < 1 || y.dim(0) != x.dim(0)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "evaluate: y must be a concrete tensor with as many rows as x");
+  }
+  if (batch_size <= 0) throw Error(ErrorCode::kInvalidArgument, "evaluate: batch_size must be > 0");
+  if (!impl_->eval_step) {
+    impl_->eval_step = impl_->trace({x.dtype(), x.shape()}, TensorType{y.dtype(), y.shape()},
+                                    /*training=*/false);
+  }
+  const Step& step = *impl_->eval_step;
+  impl_->validate_labels(y, step);
+  for (auto& m : impl_->metrics) m->reset();
+  double loss_sum = 0;
+  const int64_t n = x.dim(0);
+  for (int64_t begin = 0; begin < n; begin += batch_size) {
+    int64_t end = std::min(n, begin + batch_size);
+    std::vector<Tensor> outs =
+        impl_->run(step, take_rows(x, {}, begin, end), take_rows(y, {}, begin, end), 0, 0, 0);
+    loss_sum += outs[0].item<double>() * (end - begin);
+    impl_->update_metrics(step, outs);
+  }
+  std::map<std::string, double> result = {{"loss", n ? loss_sum / n : 0}};
+  for (auto& m : impl_->metrics) result[m->name()] = m->result();
+  if (verbose) {
+    std::ostringstream os;
+    for (const auto& [k, v] : result) os << " - " << k << ": " << v;
+    std::printf("evaluate%s\n", os.str().c_str());
+  }
+  return result;
+}
+
+Tensor Model::predict(const Tensor& x, int64_t batch_size) {
+  impl_->check_input(x, "predict");
+  if (batch_size <= 0) throw Error(ErrorCode::kInvalidArgument, "predict: batch_size must be > 0");
+  if (!impl_->predict_step) {
+    impl_->predict_step = impl_->trace({x.dtype(), x.shape()}, std::nullopt, false);
+  }
+  const Step& step = *impl_->predict_step;
+  const int64_t n = x.dim(0);
+  std::vector<Tensor> parts;
+  for (int64_t begin = 0; begin < n; begin += batch_size) {
+    int64_t end = std::min(n, begin + batch_size);
+    parts.push_back(impl_->run(step, take_rows(x, {}, begin, end), Tensor(), 0, 0, 0)[0]);
+  }
+  if (parts.size() == 1) return parts[0];
+  if (parts.empty()) {
+    Shape s = step.prediction.shape();
+    s[0] = 0;
+    return Tensor::empty(step.prediction.dtype(), s);
+  }
+  Shape s = parts[0].shape();
+  s[0] = n;
+  Tensor out = Tensor::empty(parts[0].dtype(), s);
+  char* dst = static_cast<char*>(out.raw_mutable_data());
+  for (const Tensor& p : parts) {
+    std::memcpy(dst, p.raw_data(), p.nbytes());
+    dst += p.nbytes();
+  }
+  return out;
+}
+
+}  // namespace kiln::nn
