@@ -1,0 +1,161 @@
+// Models: fit/evaluate/predict, determinism, functional models, summary, callbacks, errors.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "kiln/kiln.h"
+#include "kiln/nn.h"
+
+namespace kiln::nn {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Two Gaussian blobs in 4-d, labels 0/1: linearly separable with a wide margin.
+std::pair<Tensor, Tensor> blobs(int64_t n, uint64_t seed) {
+  Tensor labels = convert(random_bernoulli({n}, seed, 0.5), i32);
+  Tensor centers = expand_dims(convert(labels, f32) * 4.0 - 2.0, 1);  // -2 or +2
+  Tensor x = random_normal({n, 4}, seed + 1) * 0.5 + centers;
+  return {x, labels};
+}
+
+std::vector<std::vector<float>> snapshot(const Model& m) {
+  std::vector<std::vector<float>> out;
+  for (const Variable& v : m.weights()) out.push_back(v.value().to_vector<float>());
+  return out;
+}
+
+TEST(Model, FitLearnsASeparableProblem) {
+  auto [x, y] = blobs(256, 3);
+  Sequential model({Dense(8, "relu"), Dense(2)});
+  model.compile(optim::Adam(0.05), SparseCategoricalCrossentropy(true), {"accuracy"});
+  History h = model.fit(x, y, {.epochs = 5, .batch_size = 32, .seed = 1, .verbose = 0});
+  ASSERT_EQ(h.history["loss"].size(), 5u);
+  EXPECT_LT(h.history["loss"].back(), h.history["loss"].front());
+  auto scores = model.evaluate(x, y, 64);
+  EXPECT_GT(scores["accuracy"], 0.97);
+  Tensor pred = model.predict(x, 100);
+  EXPECT_EQ(pred.shape(), (Shape{256, 2}));
+}
+
+TEST(Model, SameSeedGivesBitIdenticalWeights) {
+  auto [x, y] = blobs(128, 5);
+  auto train = [&] {
+    auto model = std::make_unique<Sequential>(
+        std::vector<LayerRef>{Dense(16, "relu"), Dropout(0.3), Dense(2)});
+    model->set_seed(42);
+    model->compile(optim::Adam(1e-2), SparseCategoricalCrossentropy(true));
+    model->fit(x, y, {.epochs = 2, .batch_size = 16, .seed = 42, .verbose = 0});
+    return snapshot(*model);
+  };
+  EXPECT_EQ(train(), train());
+}
+
+TEST(Model, DifferentSeedsGiveDifferentWeights) {
+  auto [x, y] = blobs(64, 5);
+  std::vector<std::vector<std::vector<float>>> results;
+  for (uint64_t seed : {1u, 2u}) {
+    Sequential model({Dense(4), Dense(2)});
+    model.set_seed(seed);
+    model.compile(optim::SGD(0.1), SparseCategoricalCrossentropy(true));
+    model.fit(x, y, {.epochs = 1, .batch_size = 16, .seed = seed, .verbose = 0});
+    results.push_back(snapshot(model));
+  }
+  EXPECT_NE(results[0], results[1]);
+}
+
+TEST(Model, FunctionalModelMatchesTheSameLayersInSequence) {
+  Tensor in = Input({4});
+  Dense d1(3, "tanh"), d2(2);
+  Tensor out = d2(d1(in));
+  Model functional(in, out);
+  Tensor x = random_normal({5, 4}, 9);
+  CallContext ctx;
+  Tensor expected = d2(d1(x, ctx), ctx);  // the same (shared) weights
+  EXPECT_TRUE(allclose(functional.predict(x), expected, 1e-5, 1e-6));
+}
+
+TEST(Model, SummaryListsLayersShapesAndParameterCounts) {
+  Sequential model({Dense(128, "relu"), Dropout(0.2), Dense(10)});
+  model.build({784});
+  std::string s = model.summary();
+  EXPECT_THAT(s, HasSubstr("Model: \"sequential\""));
+  EXPECT_THAT(s, HasSubstr("dense (Dense)"));
+  EXPECT_THAT(s, HasSubstr("(None, 128)"));
+  EXPECT_THAT(s, HasSubstr("100,480"));
+  EXPECT_THAT(s, HasSubstr("dense_1 (Dense)"));
+  EXPECT_THAT(s, HasSubstr("Total params: 101,770"));
+  EXPECT_THAT(s, HasSubstr("Non-trainable params: 0"));
+}
+
+TEST(Model, LabelsOutOfRangeAreAnError) {
+  auto [x, y] = blobs(16, 1);
+  std::vector<int32_t> bad = y.to_vector<int32_t>();
+  bad[7] = 2;
+  Sequential model({Dense(2)});
+  model.compile(optim::SGD(), SparseCategoricalCrossentropy(true));
+  try {
+    model.fit(x, Tensor::from_vector(bad), {.verbose = 0});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("label 2 at index 7"));
+    EXPECT_THAT(e.what(), HasSubstr("2 classes"));
+  }
+}
+
+TEST(Model, BatchOfTheWrongShapeIsAnError) {
+  auto [x, y] = blobs(16, 1);
+  Sequential model({Dense(2)});
+  model.compile(optim::SGD(), SparseCategoricalCrossentropy(true));
+  model.fit(x, y, {.verbose = 0});
+  try {
+    model.predict(zeros({3, 5}));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("[3,5]"));
+    EXPECT_THAT(e.what(), HasSubstr("[?,4]"));
+  }
+}
+
+TEST(Model, UnknownMetricIsAnError) {
+  Sequential model({Dense(2)});
+  EXPECT_THROW(model.compile(optim::SGD(), MeanSquaredError(), {"accurasy"}), Error);
+}
+
+TEST(Callbacks, TerminateOnNaNNamesEpochAndBatch) {
+  auto [x, y] = blobs(64, 1);
+  std::vector<float> xs = x.to_vector<float>();
+  xs[4 * 40] = std::numeric_limits<float>::quiet_NaN();  // row 40: in the third batch of 16
+  Sequential model({Dense(2)});
+  model.compile(optim::SGD(0.1), SparseCategoricalCrossentropy(true));
+  try {
+    model.fit(Tensor::from_vector(xs, {64, 4}), y,
+              {.batch_size = 16, .shuffle = false, .callbacks = {TerminateOnNaN()}, .verbose = 0});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("epoch 1, batch 3"));
+  }
+}
+
+TEST(Callbacks, EarlyStoppingStopsWhenTheMonitoredValueStalls) {
+  auto [x, y] = blobs(32, 1);
+  Sequential model({Dense(2)});
+  model.compile(optim::SGD(0.0), SparseCategoricalCrossentropy(true));  // lr 0: loss is flat
+  History h = model.fit(x, y, {.epochs = 10, .callbacks = {EarlyStopping("loss", 1e-6, 2)},
+                               .verbose = 0});
+  EXPECT_EQ(h.epochs_run, 3);  // epoch 1 sets the best, epochs 2 and 3 do not improve
+}
+
+TEST(Callbacks, LearningRateSchedulerSetsTheRatePerEpoch) {
+  auto [x, y] = blobs(32, 1);
+  Sequential model({Dense(2)});
+  model.compile(optim::SGD(0.1), SparseCategoricalCrossentropy(true));
+  model.fit(x, y, {.epochs = 3,
+                   .callbacks = {LearningRateScheduler([](int epoch, double) {
+                     return 0.5 / (epoch + 1);
+                   })},
+                   .verbose = 0});
+  EXPECT_DOUBLE_EQ(model.optimizer().learning_rate(), 0.5 / 3);
+}
+
+}  // namespace
+}  // namespace kiln::nn
