@@ -84,7 +84,12 @@ std::vector<Tensor> Optimizer::clip(const std::vector<Tensor>& grads) const {
 
 std::vector<Variable>& Optimizer::slots(const Variable& var) {
   auto it = slots_.find(var.id());
-  if (it != slots_.end()) return it->second;
+  // Slots are keyed by address: ones left by a destroyed variable of another type are stale.
+  if (it != slots_.end() && (it->second.empty() || (it->second[0].shape() == var.shape() &&
+                                                    it->second[0].dtype() == var.dtype()))) {
+    return it->second;
+  }
+  if (it != slots_.end()) slots_.erase(it);
   std::vector<Variable> created;
   for (const std::string& slot : slot_names()) {
     created.emplace_back(zeros_like(var.value()), var.name() + "/" + slot, false);
