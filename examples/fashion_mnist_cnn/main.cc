@@ -5,7 +5,7 @@
 #include <iostream>
 
 #include "examples/common/flags.h"
-#include "kiln/data/idx.h"
+#include "kiln/data/fashion_mnist.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 

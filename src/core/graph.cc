@@ -181,9 +181,12 @@ std::string Graph::to_dot() const {
   os << "digraph " << quote(impl_->name) << " {\n  node [shape=box, fontname=\"monospace\"];\n";
   for (size_t i = 0; i < impl_->nodes.size(); ++i) {
     const detail::Node& n = impl_->nodes[i];
-    std::string label = n.name + "\\n" + n.op;
-    for (const auto& t : n.outputs) label += "\\n" + t.str();
-    os << "  n" << i << " [label=" << quote(label) << "];\n";
+    // Escape each part, then join with Graphviz's line break.
+    std::string label = quote(n.name);
+    label = label.substr(0, label.size() - 1) + "\\n" + quote(n.op).substr(1);
+    for (const auto& t : n.outputs)
+      label = label.substr(0, label.size() - 1) + "\\n" + t.str() + "\"";
+    os << "  n" << i << " [label=" << label << "];\n";
     for (size_t j = 0; j < n.inputs.size(); ++j) {
       const TensorType& t = impl_->nodes[n.inputs[j].node].outputs[n.inputs[j].output];
       os << "  n" << n.inputs[j].node << " -> n" << i << " [label=" << quote(t.str()) << "];\n";

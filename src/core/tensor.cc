@@ -123,6 +123,21 @@ void Tensor::item_into(DType requested, void* out) const {
                     shape_str(shape()) + "); item() needs exactly one");
   }
   const void* src = raw_data();
+  if (requested == dtype()) {  // exact, also for 64-bit integers beyond 2^53
+    std::memcpy(out, src, dtype_size(requested));
+    return;
+  }
+  if (is_integer(requested) && is_integer(dtype())) {
+    int64_t v = visit_dtype(dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      return static_cast<int64_t>(*static_cast<const T*>(src));
+    });
+    visit_dtype(requested, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      *static_cast<T*>(out) = static_cast<T>(v);
+    });
+    return;
+  }
   double v = visit_dtype(dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     return static_cast<double>(static_cast<ComputeType<T>>(*static_cast<const T*>(src)));

@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "kiln/data/idx.h"
+#include "kiln/data/fashion_mnist.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 

@@ -1,0 +1,386 @@
+// Convolution: the N-d primitive (NHWC input, HWIO kernel; strides, padding, kernel and input
+// dilation, feature groups) with an im2col + Eigen GEMM reference kernel, and the public conv
+// and Keras-style conv2d. Also the Keras "same"/"valid" padding rule that pooling shares.
+// GCC 12 reports false "may be used uninitialized" warnings inside Eigen's AVX-512 packing.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <Eigen/Core>
+#include <algorithm>
+#include <type_traits>
+
+#include "kiln/ops.h"
+#include "ops/kernel_util.h"
+
+namespace kiln {
+namespace ops {
+
+namespace {
+
+std::string list_str(const Axes& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(v[i]);
+  }
+  return s + "]";
+}
+
+// Attribute values are bounded so that no size computation can overflow.
+constexpr int64_t kMaxAttr = int64_t{1} << 24;
+
+}  // namespace
+
+// Keras/TF padding of a window sweep over `in` (one entry per swept dimension): "valid" pads
+// nothing; "same" pads so that out = ceil(in / stride), the odd element going to the high side.
+// `what` names the operands for error messages. Pooling (ops/pool.cc) uses it too.
+void keras_padding(const std::string& op, const std::string& padding, const Shape& in,
+                   const Axes& window, const Axes& strides, const std::string& what, Axes& low,
+                   Axes& high) {
+  low.assign(in.size(), 0);
+  high.assign(in.size(), 0);
+  if (padding == "valid") return;
+  if (padding != "same") {
+    throw Error(ErrorCode::kInvalidArgument,
+                op + ": padding must be \"same\" or \"valid\", got \"" + padding + "\"");
+  }
+  for (size_t i = 0; i < in.size(); ++i) {
+    int64_t s = strides[i], w = window[i], n = in[i];
+    if (s < 1 || s > kMaxAttr) {
+      throw Error(ErrorCode::kInvalidArgument, op + ": strides must be in [1, " +
+                                                   std::to_string(kMaxAttr) + "], got " +
+                                                   list_str(strides) + " (" + what + ")");
+    }
+    if (w == kUnknownDim || w > kMaxAttr) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  op + ": \"same\" padding needs a known window size up to " +
+                      std::to_string(kMaxAttr) + " (" + what + ")");
+    }
+    int64_t total;
+    if (n == kUnknownDim) {
+      if (s != 1) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    op + ": \"same\" padding with stride " + std::to_string(s) +
+                        " needs a known size for every spatial dimension (" + what + ")");
+      }
+      total = std::max<int64_t>(w - 1, 0);
+    } else {
+      int64_t out = n / s + (n % s != 0);
+      total = n == 0 ? 0 : std::max<int64_t>((out - 1) * s + w - n, 0);
+    }
+    low[i] = total / 2;
+    high[i] = total - low[i];
+  }
+}
+
+namespace {
+
+struct ConvParams {
+  int64_t groups = 1;
+  Axes strides, padding_low, padding_high, dilation, lhs_dilation;
+};
+
+template <class Ctx>
+Axes spatial_attr(const Ctx& ctx, const char* name, size_t d, int64_t fallback, int64_t min) {
+  if (!ctx.attrs().has(name)) return Axes(d, fallback);
+  const Axes& v = ctx.attrs().get_ints(name);
+  if (v.size() != d) {
+    ctx.fail(std::string(name) + " " + list_str(v) +
+             " must have one value per spatial dimension (" + std::to_string(d) + ")");
+  }
+  for (int64_t x : v) {
+    if (x < min || x > kMaxAttr) {
+      ctx.fail(std::string(name) + " " + list_str(v) + " must hold values in [" +
+               std::to_string(min) + ", " + std::to_string(kMaxAttr) + "]");
+    }
+  }
+  return v;
+}
+
+template <class Ctx>
+ConvParams conv_params(const Ctx& ctx, size_t d) {
+  ConvParams p;
+  p.groups = ctx.attrs().get_int("groups", 1);
+  if (p.groups < 1 || p.groups > kMaxAttr) {
+    ctx.fail("groups must be >= 1, got " + std::to_string(p.groups));
+  }
+  p.strides = spatial_attr(ctx, "strides", d, 1, 1);
+  p.padding_low = spatial_attr(ctx, "padding_low", d, 0, 0);
+  p.padding_high = spatial_attr(ctx, "padding_high", d, 0, 0);
+  p.dilation = spatial_attr(ctx, "dilation", d, 1, 1);
+  p.lhs_dilation = spatial_attr(ctx, "lhs_dilation", d, 1, 1);
+  return p;
+}
+
+std::vector<TensorType> conv_shape(const InferContext& ctx) {
+  const TensorType& in = ctx.input(0);
+  const TensorType& k = ctx.input(1);
+  const std::string both = " (input " + in.str() + ", kernel " + k.str() + ")";
+  if (in.dtype != k.dtype) ctx.fail("dtype mismatch" + both);
+  if (!is_floating(in.dtype)) ctx.fail("expects floating-point tensors" + both);
+  if (k.shape.size() < 2) {
+    ctx.fail("the kernel must be [spatial..., in_channels/groups, out_channels]" + both);
+  }
+  if (in.shape.size() != k.shape.size()) {
+    ctx.fail(
+        "the input must be [batch, spatial..., channels] with as many spatial dimensions "
+        "as the kernel" +
+        both);
+  }
+  const size_t d = k.shape.size() - 2;
+  ConvParams p = conv_params(ctx, d);
+  const int64_t c_in = in.shape.back(), k_in = k.shape[d], c_out = k.shape[d + 1];
+  if (c_in != kUnknownDim && k_in != kUnknownDim && c_in != k_in * p.groups) {
+    std::string expects = std::to_string(k_in * p.groups);
+    if (p.groups > 1) {
+      expects +=
+          " (" + std::to_string(k_in) + " per group x " + std::to_string(p.groups) + " groups)";
+    }
+    ctx.fail("input has " + std::to_string(c_in) + " channels but the kernel expects " + expects +
+             both);
+  }
+  if (c_in != kUnknownDim && c_in % p.groups != 0) {
+    ctx.fail("input channels (" + std::to_string(c_in) + ") are not divisible by groups (" +
+             std::to_string(p.groups) + ")" + both);
+  }
+  if (c_out != kUnknownDim && c_out % p.groups != 0) {
+    ctx.fail("output channels (" + std::to_string(c_out) + ") are not divisible by groups (" +
+             std::to_string(p.groups) + ")" + both);
+  }
+  Shape out(in.shape.size());
+  out.front() = in.shape.front();
+  out.back() = c_out;
+  for (size_t i = 0; i < d; ++i) {
+    const int64_t n = in.shape[i + 1], kk = k.shape[i];
+    if (kk == 0) ctx.fail("kernel spatial dimension " + std::to_string(i) + " is 0" + both);
+    if (n == kUnknownDim || kk == kUnknownDim) {
+      out[i + 1] = kUnknownDim;
+      continue;
+    }
+    // In 128 bits: a placeholder's dimensions can be arbitrarily large.
+    __int128 k_dilated = static_cast<__int128>(kk - 1) * p.dilation[i] + 1;
+    __int128 padded = (n == 0 ? 0 : static_cast<__int128>(n - 1) * p.lhs_dilation[i] + 1) +
+                      p.padding_low[i] + p.padding_high[i];
+    if (padded == 0) {  // nothing to slide over: an empty dimension stays empty
+      out[i + 1] = 0;
+      continue;
+    }
+    if (padded < k_dilated) {
+      ctx.fail("in spatial dimension " + std::to_string(i) + " the dilated kernel (" +
+               std::to_string(static_cast<int64_t>(k_dilated)) +
+               ") is larger than the padded input (" +
+               std::to_string(static_cast<int64_t>(padded)) + ")" + both);
+    }
+    __int128 size = (padded - k_dilated) / p.strides[i] + 1;
+    if (size > (int64_t{1} << 48)) ctx.fail("the output is too large" + both);
+    out[i + 1] = static_cast<int64_t>(size);
+  }
+  return {{in.dtype, out}};
+}
+
+// ---- kernel -----------------------------------------------------------------------------
+
+// Everything the kernel needs, with sizes flattened. For spatial dimension i, tables[i] maps
+// (output position o, kernel tap k) at [o * kernel[i] + k] to the input index, or -1 where the
+// tap falls on padding or on a hole of the dilated input. The tables hold every div/mod of the
+// window arithmetic, so the im2col loop has none.
+struct ConvPlan {
+  int64_t batch, c_in, c_out, groups, cg_in, cg_out;
+  Shape in_sp, k_sp, out_sp;
+  std::vector<int64_t> in_strides;  // element stride of each input spatial dimension
+  std::vector<std::vector<int64_t>> tables;
+  int64_t out_rows, taps, depth;  // GEMM: [out_rows, depth] x [depth, cg_out], depth = taps*cg_in
+};
+
+ConvPlan make_plan(const KernelContext& ctx) {
+  const Shape& in = ctx.input(0).shape();
+  const Shape& k = ctx.input(1).shape();
+  const Shape& out = ctx.output_type(0).shape;
+  const size_t d = k.size() - 2;
+  ConvParams p = conv_params(ctx, d);
+  ConvPlan plan;
+  plan.batch = in[0];
+  plan.c_in = in.back();
+  plan.c_out = k[d + 1];
+  plan.groups = p.groups;
+  plan.cg_in = plan.c_in / p.groups;
+  plan.cg_out = plan.c_out / p.groups;
+  plan.in_sp.assign(in.begin() + 1, in.end() - 1);
+  plan.k_sp.assign(k.begin(), k.begin() + d);
+  plan.out_sp.assign(out.begin() + 1, out.end() - 1);
+  plan.in_strides.assign(d, plan.c_in);
+  for (size_t i = d; i-- > 1;) plan.in_strides[i - 1] = plan.in_strides[i] * plan.in_sp[i];
+  plan.out_rows = plan.batch;
+  plan.taps = 1;
+  for (size_t i = 0; i < d; ++i) {
+    plan.out_rows *= plan.out_sp[i];
+    plan.taps *= plan.k_sp[i];
+    const int64_t n = plan.in_sp[i], lhs = p.lhs_dilation[i];
+    const int64_t n_dilated = n == 0 ? 0 : (n - 1) * lhs + 1;
+    std::vector<int64_t>& t = plan.tables.emplace_back(plan.out_sp[i] * plan.k_sp[i]);
+    for (int64_t o = 0; o < plan.out_sp[i]; ++o) {
+      for (int64_t kk = 0; kk < plan.k_sp[i]; ++kk) {
+        int64_t pos = o * p.strides[i] - p.padding_low[i] + kk * p.dilation[i];
+        bool hit = pos >= 0 && pos < n_dilated && pos % lhs == 0;
+        t[o * plan.k_sp[i] + kk] = hit ? pos / lhs : -1;
+      }
+    }
+  }
+  plan.depth = plan.taps * plan.cg_in;
+  return plan;
+}
+
+// Steps a multi-index (row-major, last dimension fastest) to the next position; returns
+// true when it wraps around to all zeros.
+inline bool next_index(std::vector<int64_t>& idx, const Shape& dims) {
+  for (size_t i = idx.size(); i-- > 0;) {
+    if (++idx[i] < dims[i]) return false;
+    idx[i] = 0;
+  }
+  return true;
+}
+
+// Writes patch rows [row, row + rows) of group g: row r holds, tap by tap, the group's cg_in
+// input channels under each kernel tap of output position r (zeros on padding).
+template <class T, class C>
+void im2col(const ConvPlan& plan, const T* in, int64_t row, int64_t rows, int64_t g, C* patch) {
+  const size_t d = plan.k_sp.size();
+  const int64_t cg = plan.cg_in;
+  std::vector<int64_t> pos(d), tap(d);
+  int64_t n = row;  // becomes the batch index
+  for (size_t i = d; i-- > 0;) {
+    pos[i] = n % plan.out_sp[i];
+    n /= plan.out_sp[i];
+  }
+  std::vector<const int64_t*> tab(d);
+  const int64_t batch_stride = d ? plan.in_strides[0] * plan.in_sp[0] : plan.c_in;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (size_t i = 0; i < d; ++i) tab[i] = plan.tables[i].data() + pos[i] * plan.k_sp[i];
+    const T* base = in + n * batch_stride + g * cg;
+    C* dst = patch + r * plan.depth;
+    std::fill(tap.begin(), tap.end(), 0);
+    for (int64_t t = 0; t < plan.taps; ++t, dst += cg) {
+      int64_t off = 0;
+      bool hit = true;
+      for (size_t i = 0; i < d && hit; ++i) {
+        int64_t at = tab[i][tap[i]];
+        hit = at >= 0;
+        off += at * plan.in_strides[i];
+      }
+      if (hit) {
+        const T* src = base + off;
+        for (int64_t c = 0; c < cg; ++c) dst[c] = static_cast<C>(src[c]);
+      } else {
+        std::fill(dst, dst + cg, C(0));
+      }
+      next_index(tap, plan.k_sp);
+    }
+    if (next_index(pos, plan.out_sp)) ++n;
+  }
+}
+
+template <class T>
+void conv_kernel(KernelContext& ctx) {
+  using C = ComputeType<T>;  // float for f16/bf16
+  using Mat = Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Strided = Eigen::OuterStride<>;
+  const ConvPlan plan = make_plan(ctx);
+  Tensor& out = ctx.allocate_output(0);
+  T* y = out_ptr<T>(out);
+  if (plan.out_rows == 0 || plan.c_out == 0) return;
+  if (plan.depth == 0) {
+    std::fill(y, y + plan.out_rows * plan.c_out, T(C(0)));
+    return;
+  }
+  const T* x = in_ptr<T>(ctx, 0);
+  // The kernel as a [depth, c_out] row-major matrix, in the compute type.
+  std::vector<C> w_converted;
+  const C* w;
+  if constexpr (std::is_same_v<T, C>) {
+    w = in_ptr<T>(ctx, 1);
+  } else {
+    const T* k = in_ptr<T>(ctx, 1);
+    w_converted.assign(k, k + plan.depth * plan.c_out);
+    w = w_converted.data();
+  }
+  // Rows are processed in blocks whose patch fits in cache (but not so few rows that the
+  // GEMM degenerates into matrix-vector products).
+  const int64_t block = std::max<int64_t>(64, (int64_t{256} << 10) / (plan.depth * sizeof(C)));
+  runtime::parallel_for(plan.out_rows, 16, [&](int64_t begin, int64_t end) {
+    std::vector<C> patch(std::min(block, end - begin) * plan.depth);
+    std::vector<C> staging;  // output rows in the compute type, for f16/bf16
+    for (int64_t r0 = begin; r0 < end; r0 += block) {
+      const int64_t rows = std::min(block, end - r0);
+      C* yc;
+      if constexpr (std::is_same_v<T, C>) {
+        yc = y + r0 * plan.c_out;
+      } else {
+        staging.resize(rows * plan.c_out);
+        yc = staging.data();
+      }
+      for (int64_t g = 0; g < plan.groups; ++g) {
+        im2col(plan, x, r0, rows, g, patch.data());
+        Eigen::Map<const Mat> p(patch.data(), rows, plan.depth);
+        Eigen::Map<const Mat, 0, Strided> wg(w + g * plan.cg_out, plan.depth, plan.cg_out,
+                                             Strided(plan.c_out));
+        Eigen::Map<Mat, 0, Strided> yg(yc + g * plan.cg_out, rows, plan.cg_out,
+                                       Strided(plan.c_out));
+        yg.noalias() = p * wg;
+      }
+      if constexpr (!std::is_same_v<T, C>) {
+        T* dst = y + r0 * plan.c_out;
+        for (int64_t i = 0; i < rows * plan.c_out; ++i) dst[i] = static_cast<T>(staging[i]);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+KILN_REGISTER_OP(convolution)
+    .input("input")
+    .input("kernel")
+    .kind(OpKind::kKernel)
+    .shape_fn(conv_shape);
+KILN_REGISTER_KERNEL(convolution).dtypes(dtypes_of(TypeSet::kFloat)).fn([](KernelContext& ctx) {
+  visit_in<TypeSet::kFloat>(ctx, ctx.input(0).dtype(),
+                            [&](auto tag) { conv_kernel<typename decltype(tag)::type>(ctx); });
+});
+
+}  // namespace ops
+
+// ---- public functions -------------------------------------------------------------------
+
+Tensor conv(const Tensor& input, const Tensor& kernel, const ConvOptions& options) {
+  DType t = promote_types(input.dtype(), kernel.dtype());
+  const size_t d = kernel.rank() >= 2 ? kernel.rank() - 2 : 0;
+  auto or_default = [d](const Axes& v, int64_t fallback) {
+    return v.empty() ? Axes(d, fallback) : v;
+  };
+  Attrs attrs{{"strides", or_default(options.strides, 1)},
+              {"padding_low", or_default(options.padding_low, 0)},
+              {"padding_high", or_default(options.padding_high, 0)},
+              {"dilation", or_default(options.dilation, 1)},
+              {"lhs_dilation", or_default(options.lhs_dilation, 1)},
+              {"groups", options.groups}};
+  return call_op("convolution", {convert(input, t), convert(kernel, t)}, attrs)[0];
+}
+
+Tensor conv2d(const Tensor& input, const Tensor& kernel, Axes strides, const std::string& padding) {
+  const std::string what = "input " + TensorType{input.dtype(), input.shape()}.str() + ", kernel " +
+                           TensorType{kernel.dtype(), kernel.shape()}.str();
+  if (input.rank() != 4 || kernel.rank() != 4) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "conv2d: expects a 4-d NHWC input and a 4-d HWIO kernel (" + what + ")");
+  }
+  if (strides.size() != 2) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "conv2d: strides must have 2 values, got " + ops::list_str(strides));
+  }
+  ConvOptions options;
+  options.strides = strides;
+  ops::keras_padding("conv2d", padding, {input.dim(1), input.dim(2)},
+                     {kernel.dim(0), kernel.dim(1)}, strides, what, options.padding_low,
+                     options.padding_high);
+  return conv(input, kernel, options);
+}
+
+}  // namespace kiln

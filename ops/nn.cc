@@ -1,0 +1,76 @@
+// Neural-network functions composed from primitives: activations (relu, gelu, sigmoid,
+// softplus, swish) and the numerically stable softmax, log_softmax and logsumexp.
+#include <cmath>
+#include <numbers>
+
+#include "kiln/ops.h"
+
+namespace kiln {
+namespace {
+
+// Integer and bool inputs compute in f32, as the float-only elementwise ops do.
+Tensor as_float(const Tensor& x) { return is_floating(x.dtype()) ? x : convert(x, f32); }
+
+// The maximum over `axes` (kept), with infinities replaced by 0 so that subtracting it
+// never makes inf - inf: rows of -inf then give exp(-inf) = 0 instead of NaN.
+Tensor finite_max(const Tensor& x, const Axes& axes) {
+  Tensor m = max(x, axes, /*keepdims=*/true);
+  return where(is_finite(m), m, scalar_like(0, m));
+}
+
+}  // namespace
+
+Tensor relu(const Tensor& x) { return maximum(x, scalar_like(0, x)); }
+
+Tensor gelu(const Tensor& x, bool approximate) {
+  Tensor xf = as_float(x);
+  if (approximate) {
+    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    constexpr double kSqrt2OverPi = 0.7978845608028654;
+    Tensor inner = kSqrt2OverPi * (xf + 0.044715 * xf * xf * xf);
+    return 0.5 * xf * (1.0 + tanh(inner));
+  }
+  return 0.5 * xf * (1.0 + erf(xf * (1.0 / std::numbers::sqrt2)));
+}
+
+Tensor sigmoid(const Tensor& x) { return logistic(x); }
+
+// max(x, 0) + log1p(exp(-|x|)): exp never overflows and large x gives x exactly.
+Tensor softplus(const Tensor& x) {
+  Tensor xf = as_float(x);
+  return relu(xf) + log1p(exp(-abs(xf)));
+}
+
+Tensor swish(const Tensor& x) {
+  Tensor xf = as_float(x);
+  return xf * sigmoid(xf);
+}
+
+Tensor softmax(const Tensor& x, int64_t axis) {
+  Tensor xf = as_float(x);
+  Tensor e = exp(xf - max(xf, {axis}, /*keepdims=*/true));
+  return e / sum(e, {axis}, /*keepdims=*/true);
+}
+
+Tensor log_softmax(const Tensor& x, int64_t axis) {
+  Tensor xf = as_float(x);
+  Tensor shifted = xf - max(xf, {axis}, /*keepdims=*/true);
+  return shifted - log(sum(exp(shifted), {axis}, /*keepdims=*/true));
+}
+
+Tensor logsumexp(const Tensor& x, Axes axes, bool keepdims) {
+  Tensor xf = as_float(x);
+  Tensor m = finite_max(xf, axes);
+  Tensor out = log(sum(exp(xf - m), axes, keepdims));
+  if (keepdims || xf.rank() == 0) return out + m;
+  // Drop the kept axes of m to match `out` (every axis when `axes` is empty).
+  Axes squeezed;
+  if (axes.empty()) {
+    for (int64_t d = 0; d < xf.rank(); ++d) squeezed.push_back(d);
+  } else {
+    for (int64_t a : axes) squeezed.push_back(a < 0 ? a + xf.rank() : a);
+  }
+  return out + squeeze(m, squeezed);
+}
+
+}  // namespace kiln

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Kiln builds with. Idempotent: does nothing (and never touches
+# apt) when every package is already installed.
+set -euo pipefail
+
+packages=(
+  llvm-16-dev libzstd-dev libeigen3-dev libprotobuf-dev protobuf-compiler libabsl-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin zlib1g-dev
+  ninja-build ccache dataset-fashion-mnist cmake g++ mold
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ $status == "install ok installed" ]] || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install_deps: all ${#packages[@]} packages are installed"
+  exit 0
+fi
+
+echo "install_deps: installing ${missing[*]}"
+sudo=()
+if ((EUID != 0)); then sudo=(sudo); fi
+# Wait for another apt/dpkg to finish rather than fail on its lock.
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get -o DPkg::Lock::Timeout=600 update
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}"
