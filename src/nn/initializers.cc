@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/graph.h"
 #include "kiln/ops.h"
 
 namespace kiln::nn {
@@ -68,6 +69,15 @@ Tensor truncated_normal(const Shape& shape, DType dtype, uint64_t seed, double m
   return Tensor::from_vector(z, shape).to(dtype);
 }
 
+// Layers build their weights while a step is being traced (a default graph is set): the
+// initializer's ops must still compute now, so the default graph is lifted while it runs.
+Initializer eager(Initializer init) {
+  return [init = std::move(init)](const Shape& shape, DType dtype, uint64_t seed) {
+    Graph::DefaultGuard no_graph{Graph(std::shared_ptr<detail::GraphImpl>())};
+    return init(shape, dtype, seed);
+  };
+}
+
 enum class FanMode { kIn, kAvg };
 
 // Keras's VarianceScaling: variance scale / max(1, fan).
@@ -78,19 +88,19 @@ double scaled_variance(const Shape& shape, double scale, FanMode mode) {
 }
 
 Initializer variance_scaling_uniform(double scale, FanMode mode) {
-  return [=](const Shape& shape, DType dtype, uint64_t seed) {
+  return eager([=](const Shape& shape, DType dtype, uint64_t seed) {
     require_floating("variance_scaling", dtype);
     double limit = std::sqrt(3 * scaled_variance(shape, scale, mode));
     return random_uniform(shape, seed, -limit, limit, dtype);
-  };
+  });
 }
 
 Initializer variance_scaling_normal(double scale, FanMode mode) {
-  return [=](const Shape& shape, DType dtype, uint64_t seed) {
+  return eager([=](const Shape& shape, DType dtype, uint64_t seed) {
     require_floating("variance_scaling", dtype);
     double stddev = std::sqrt(scaled_variance(shape, scale, mode)) / kTruncatedStddev;
     return truncated_normal(shape, dtype, seed, 0, stddev);
-  };
+  });
 }
 
 }  // namespace
@@ -108,15 +118,16 @@ std::pair<double, double> compute_fans(const Shape& shape) {
 }
 
 Initializer zeros_init() {
-  return [](const Shape& shape, DType dtype, uint64_t) { return zeros(shape, dtype); };
+  return eager([](const Shape& shape, DType dtype, uint64_t) { return zeros(shape, dtype); });
 }
 
 Initializer ones_init() {
-  return [](const Shape& shape, DType dtype, uint64_t) { return ones(shape, dtype); };
+  return eager([](const Shape& shape, DType dtype, uint64_t) { return ones(shape, dtype); });
 }
 
 Initializer constant_init(double value) {
-  return [value](const Shape& shape, DType dtype, uint64_t) { return full(shape, value, dtype); };
+  return eager(
+      [value](const Shape& shape, DType dtype, uint64_t) { return full(shape, value, dtype); });
 }
 
 Initializer random_uniform_init(double low, double high) {
@@ -124,28 +135,28 @@ Initializer random_uniform_init(double low, double high) {
     fail("random_uniform_init: low must not exceed high, got [" + std::to_string(low) + ", " +
          std::to_string(high) + "]");
   }
-  return [=](const Shape& shape, DType dtype, uint64_t seed) {
+  return eager([=](const Shape& shape, DType dtype, uint64_t seed) {
     require_floating("random_uniform_init", dtype);
     return random_uniform(shape, seed, low, high, dtype);
-  };
+  });
 }
 
 Initializer random_normal_init(double mean, double stddev) {
   if (!(stddev >= 0)) fail("random_normal_init: stddev must be >= 0, got " + std::to_string(stddev));
-  return [=](const Shape& shape, DType dtype, uint64_t seed) {
+  return eager([=](const Shape& shape, DType dtype, uint64_t seed) {
     require_floating("random_normal_init", dtype);
     return random_normal(shape, seed, mean, stddev, dtype);
-  };
+  });
 }
 
 Initializer truncated_normal_init(double mean, double stddev) {
   if (!(stddev >= 0)) {
     fail("truncated_normal_init: stddev must be >= 0, got " + std::to_string(stddev));
   }
-  return [=](const Shape& shape, DType dtype, uint64_t seed) {
+  return eager([=](const Shape& shape, DType dtype, uint64_t seed) {
     require_floating("truncated_normal_init", dtype);
     return truncated_normal(shape, dtype, seed, mean, stddev);
-  };
+  });
 }
 
 Initializer glorot_uniform() { return variance_scaling_uniform(1, FanMode::kAvg); }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "kiln/graph.h"
 #include "kiln/ops.h"
 #include "kiln/optim.h"
 
@@ -90,6 +91,8 @@ std::vector<Variable>& Optimizer::slots(const Variable& var) {
     return it->second;
   }
   if (it != slots_.end()) slots_.erase(it);
+  // Slots are created while a step is being traced: lift the default graph so they are concrete.
+  Graph::DefaultGuard no_graph{Graph(std::shared_ptr<detail::GraphImpl>())};
   std::vector<Variable> created;
   for (const std::string& slot : slot_names()) {
     created.emplace_back(zeros_like(var.value()), var.name() + "/" + slot, false);

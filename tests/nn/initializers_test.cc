@@ -135,6 +135,18 @@ TEST(Initializers, HeNormalHasTargetStddev) {
   EXPECT_LE(std::max(-s.min, s.max), 2 * target / kTruncatedStddev + 1e-6);
 }
 
+TEST(Initializers, StayConcreteWhileAGraphIsRecording) {
+  // Layers build their weights while a step is traced.
+  Graph g;
+  auto guard = g.as_default();
+  for (const Initializer& init : {zeros_init(), constant_init(2), glorot_uniform(), he_normal()}) {
+    Tensor t = init({3, 2}, f32, 1);
+    EXPECT_FALSE(t.is_symbolic());
+    EXPECT_EQ(t.size(), 6);
+  }
+  EXPECT_TRUE((Tensor::scalar<float>(1) + 1.0).is_symbolic());  // recording resumes after
+}
+
 TEST(Initializers, ZeroSizedShapes) {
   EXPECT_EQ(glorot_uniform()({0, 4}, f32, 1).size(), 0);
   EXPECT_EQ(he_normal()({3, 0}, f32, 1).size(), 0);

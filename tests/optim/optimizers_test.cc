@@ -80,6 +80,17 @@ TEST(Adam, SlotsAreKeptPerVariable) {
   EXPECT_FALSE(b[1].trainable());
 }
 
+TEST(Adam, SlotsAreConcreteWhenCreatedWhileTracing) {
+  Adam adam;
+  Variable w(vec({1, 2}), "w");
+  Graph g;
+  auto guard = g.as_default();
+  std::vector<Variable>& slots = adam.slots(w);
+  ASSERT_EQ(slots.size(), 2u);
+  EXPECT_FALSE(slots[1].value().is_symbolic());
+  EXPECT_EQ(slots[1].value().to_vector<float>(), (std::vector<float>{0, 0}));
+}
+
 TEST(AdamW, DecaysBeforeTheAdamStep) {
   AdamW adamw(0.1, /*weight_decay=*/0.1);
   EXPECT_EQ(adamw.name(), "AdamW");
