@@ -48,8 +48,7 @@ std::vector<double> truncated_standard_normal(const Shape& shape, DType dtype, u
   }
   for (int round = 1; round <= kMaxResampleRounds && !outside.empty(); ++round) {
     std::vector<double> fresh =
-        random_normal({static_cast<int64_t>(outside.size())}, derived_seed(seed, round), 0, 1,
-                      draw)
+        random_normal({static_cast<int64_t>(outside.size())}, derived_seed(seed, round), 0, 1, draw)
             .to_vector<double>();
     std::vector<size_t> still;
     for (size_t k = 0; k < outside.size(); ++k) {
@@ -142,7 +141,8 @@ Initializer random_uniform_init(double low, double high) {
 }
 
 Initializer random_normal_init(double mean, double stddev) {
-  if (!(stddev >= 0)) fail("random_normal_init: stddev must be >= 0, got " + std::to_string(stddev));
+  if (!(stddev >= 0))
+    fail("random_normal_init: stddev must be >= 0, got " + std::to_string(stddev));
   return eager([=](const Shape& shape, DType dtype, uint64_t seed) {
     require_floating("random_normal_init", dtype);
     return random_normal(shape, seed, mean, stddev, dtype);

@@ -46,7 +46,8 @@ std::pair<Tensor, Tensor> aligned(const std::string& loss, const Tensor& y_true,
   Tensor p = as_float(y_pred);
   if (t.rank() == p.rank() - 1 && p.rank() > 0 && p.dim(-1) == 1) t = expand_dims(t, -1);
   if (p.rank() == t.rank() - 1 && t.rank() > 0 && t.dim(-1) == 1) p = expand_dims(p, -1);
-  if (!compatible(t.shape(), p.shape())) fail(loss, "shapes do not match " + shapes(y_true, y_pred));
+  if (!compatible(t.shape(), p.shape()))
+    fail(loss, "shapes do not match " + shapes(y_true, y_pred));
   return {convert(t, p.dtype()), p};
 }
 
@@ -83,8 +84,8 @@ Tensor SparseCategoricalCrossentropy::per_example(const Tensor& y_true,
   if (labels.rank() == y_pred.rank() && labels.dim(-1) == 1) labels = squeeze(labels, {-1});
   Shape batch(y_pred.shape().begin(), y_pred.shape().end() - 1);
   if (!compatible(labels.shape(), batch)) {
-    fail(loss, "labels must have the shape of y_pred without its class axis " +
-                   shapes(y_true, y_pred));
+    fail(loss,
+         "labels must have the shape of y_pred without its class axis " + shapes(y_true, y_pred));
   }
   if (labels.dtype() != i32 && labels.dtype() != i64) labels = convert(labels, i64);
   if (!labels.is_symbolic()) {

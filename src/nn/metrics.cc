@@ -48,8 +48,8 @@ Tensor sparse_labels(const std::string& metric, const Tensor& y_true, const Tens
   if (labels.rank() == y_pred.rank() && labels.dim(-1) == 1) labels = squeeze(labels, {-1});
   Shape batch(y_pred.shape().begin(), y_pred.shape().end() - 1);
   if (!compatible(labels.shape(), batch)) {
-    fail(metric, "labels must have the shape of y_pred without its class axis " +
-                     shapes(y_true, y_pred));
+    fail(metric,
+         "labels must have the shape of y_pred without its class axis " + shapes(y_true, y_pred));
   }
   return convert(labels, i64);
 }
@@ -93,8 +93,8 @@ std::unique_ptr<Metric> accuracy_for(const std::string& name, const Loss* loss) 
 
 void RatioMetric::update(const std::vector<Tensor>& stats) {
   if (stats.size() != 2) {
-    fail(name(), "update expects the 2 tensors of batch_stats, got " +
-                     std::to_string(stats.size()));
+    fail(name(),
+         "update expects the 2 tensors of batch_stats, got " + std::to_string(stats.size()));
   }
   total_ += stats[0].item<double>();
   count_ += stats[1].item<double>();
@@ -127,14 +127,14 @@ std::vector<Tensor> CategoricalAccuracy::batch_stats(const Tensor& y_true,
   return ratio_stats(equal(argmax(y_true, -1), argmax(y_pred, -1)));
 }
 
-std::vector<Tensor> BinaryAccuracy::batch_stats(const Tensor& y_true,
-                                                const Tensor& y_pred) const {
+std::vector<Tensor> BinaryAccuracy::batch_stats(const Tensor& y_true, const Tensor& y_pred) const {
   check_defined(name_, y_true, y_pred);
   Tensor t = y_true;
   Tensor p = y_pred;
   if (t.rank() == p.rank() - 1 && p.dim(-1) == 1) t = expand_dims(t, -1);
   if (p.rank() == t.rank() - 1 && t.dim(-1) == 1) p = expand_dims(p, -1);
-  if (!compatible(t.shape(), p.shape())) fail(name_, "shapes do not match " + shapes(y_true, y_pred));
+  if (!compatible(t.shape(), p.shape()))
+    fail(name_, "shapes do not match " + shapes(y_true, y_pred));
   Tensor above = greater(convert(p, f32), Tensor::scalar(static_cast<float>(threshold_)));
   Tensor predicted = convert(above, f32);
   return ratio_stats(equal(predicted, convert(t, f32)));
@@ -169,11 +169,11 @@ std::vector<Tensor> AUC::batch_stats(const Tensor& y_true, const Tensor& y_pred)
   }
   std::vector<float> thresholds(thresholds_.begin(), thresholds_.end());
   Tensor thr = Tensor::from_vector(thresholds);                       // [T]
-  Tensor pred = expand_dims(reshape(convert(y_pred, f32), {-1}), 1);   // [N, 1]
-  Tensor positive = expand_dims(not_equal(reshape(convert(y_true, f32), {-1}),
-                                          Tensor::scalar<float>(0)),
-                                1);                                    // [N, 1]
-  Tensor above = greater(pred, thr);                                   // [N, T]
+  Tensor pred = expand_dims(reshape(convert(y_pred, f32), {-1}), 1);  // [N, 1]
+  Tensor positive =
+      expand_dims(not_equal(reshape(convert(y_true, f32), {-1}), Tensor::scalar<float>(0)),
+                  1);                 // [N, 1]
+  Tensor above = greater(pred, thr);  // [N, T]
   Tensor tp = sum(convert(logical_and(above, positive), f32), {0});
   Tensor fp = sum(convert(logical_and(above, logical_not(positive)), f32), {0});
   Tensor positives = sum(convert(positive, f32));
@@ -183,8 +183,7 @@ std::vector<Tensor> AUC::batch_stats(const Tensor& y_true, const Tensor& y_pred)
 
 void AUC::update(const std::vector<Tensor>& stats) {
   if (stats.size() != 4) {
-    fail(name_, "update expects the 4 tensors of batch_stats, got " +
-                    std::to_string(stats.size()));
+    fail(name_, "update expects the 4 tensors of batch_stats, got " + std::to_string(stats.size()));
   }
   std::vector<double>* counts[] = {&tp_, &fp_, &tn_, &fn_};
   for (int k = 0; k < 4; ++k) {

@@ -15,11 +15,10 @@ namespace {
   throw Error(ErrorCode::kInvalidArgument, message);
 }
 
-void check_hyper(const std::string& opt, const char* name, double value, double low,
-                 double high) {
+void check_hyper(const std::string& opt, const char* name, double value, double low, double high) {
   if (!(value >= low && value <= high)) {
-    fail(opt + ": " + name + " must be in [" + std::to_string(low) + ", " +
-         std::to_string(high) + "], got " + std::to_string(value));
+    fail(opt + ": " + name + " must be in [" + std::to_string(low) + ", " + std::to_string(high) +
+         "], got " + std::to_string(value));
   }
 }
 
@@ -32,8 +31,7 @@ void check_slots(const Optimizer& opt, const Tensor& var, const Tensor& grad,
   }
   if (!var.defined() || !grad.defined()) fail(opt.name() + ".apply: undefined variable or grad");
   if (!is_floating(var.dtype())) {
-    fail(opt.name() + ".apply: variables must be floating point, got " +
-         dtype_name(var.dtype()));
+    fail(opt.name() + ".apply: variables must be floating point, got " + dtype_name(var.dtype()));
   }
 }
 
@@ -215,8 +213,7 @@ std::vector<std::string> RMSprop::slot_names() const {
 
 std::pair<Tensor, std::vector<Tensor>> RMSprop::apply(const Tensor& var, const Tensor& grad,
                                                       const std::vector<Tensor>& slots,
-                                                      const Tensor& lr,
-                                                      const Tensor& step) const {
+                                                      const Tensor& lr, const Tensor& step) const {
   check_slots(*this, var, grad, slots);
   Tensor g = convert(grad, var.dtype());
   std::vector<Tensor> out;

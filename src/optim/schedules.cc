@@ -12,8 +12,7 @@ namespace {
 void require_positive(const char* schedule, const char* what, int64_t value) {
   if (value <= 0) {
     throw Error(ErrorCode::kInvalidArgument, std::string(schedule) + ": " + what +
-                                                 " must be positive, got " +
-                                                 std::to_string(value));
+                                                 " must be positive, got " + std::to_string(value));
   }
 }
 
@@ -47,8 +46,8 @@ Schedule linear_warmup(Schedule after, int64_t warmup_steps) {
   if (warmup_steps < 0) require_positive("linear_warmup", "warmup_steps", warmup_steps);
   return [after = std::move(after), warmup_steps](int64_t step) {
     if (step >= warmup_steps) return after(step - warmup_steps);
-    double fraction = static_cast<double>(std::max<int64_t>(step, 0)) /
-                      static_cast<double>(warmup_steps);
+    double fraction =
+        static_cast<double>(std::max<int64_t>(step, 0)) / static_cast<double>(warmup_steps);
     return after(0) * fraction;
   };
 }

@@ -53,9 +53,9 @@ TEST(Initializers, Constants) {
 }
 
 TEST(Initializers, DeterministicInSeed) {
-  for (const Initializer& init : {random_uniform_init(), random_normal_init(),
-                                  truncated_normal_init(), glorot_uniform(), glorot_normal(),
-                                  he_uniform(), he_normal()}) {
+  for (const Initializer& init :
+       {random_uniform_init(), random_normal_init(), truncated_normal_init(), glorot_uniform(),
+        glorot_normal(), he_uniform(), he_normal()}) {
     Tensor a = init({16, 8}, f32, 42);
     Tensor b = init({16, 8}, f32, 42);
     Tensor c = init({16, 8}, f32, 43);

@@ -48,8 +48,8 @@ TEST(SparseCategoricalCrossentropy, LabelDTypesAndShapes) {
 TEST(SparseCategoricalCrossentropy, LargeLogitsStayFinite) {
   SparseCategoricalCrossentropy loss(true);
   expect_values(loss.per_example(Tensor::from_list<int32_t>({0}), mat({1000, 0}, {1, 2})), {0});
-  expect_values(loss.per_example(Tensor::from_list<int32_t>({1}), mat({1000, 0}, {1, 2})),
-                {1000}, 1e-3);
+  expect_values(loss.per_example(Tensor::from_list<int32_t>({1}), mat({1000, 0}, {1, 2})), {1000},
+                1e-3);
 }
 
 TEST(SparseCategoricalCrossentropy, FromProbabilitiesClips) {
@@ -98,9 +98,9 @@ TEST(SparseCategoricalCrossentropy, RecordsIntoAGraphWithUnknownBatch) {
   Tensor logits = g.placeholder(f32, {kUnknownDim, 3}, "logits");
   Tensor value = loss(labels, logits);
   EXPECT_TRUE(value.is_symbolic());
-  Tensor out = g.run({{labels, Tensor::from_list<int64_t>({2, 0})},
-                      {logits, mat({1, 2, 3, 1, 1, 1}, {2, 3})}},
-                     value);
+  Tensor out = g.run(
+      {{labels, Tensor::from_list<int64_t>({2, 0})}, {logits, mat({1, 2, 3, 1, 1, 1}, {2, 3})}},
+      value);
   EXPECT_NEAR(out.item<double>(), (kCe123 + std::log(3.0)) / 2, 1e-6);
 }
 
@@ -116,8 +116,7 @@ TEST(CategoricalCrossentropy, LabelSmoothing) {
   // With smoothing 0.3 over 3 classes the target is [0.1, 0.1, 0.8]; log-softmax of [1, 2, 3]
   // is [1, 2, 3] - 3.40760596, so the loss is 0.1*2.40760596 + 0.1*1.40760596 + 0.8*0.40760596.
   CategoricalCrossentropy loss(true, 0.3);
-  expect_values(loss.per_example(mat({0, 0, 1}, {1, 3}), mat({1, 2, 3}, {1, 3})),
-                {0.70760596});
+  expect_values(loss.per_example(mat({0, 0, 1}, {1, 3}), mat({1, 2, 3}, {1, 3})), {0.70760596});
   EXPECT_THROW(CategoricalCrossentropy(true, 1.5).per_example(mat({1}, {1, 1}), mat({1}, {1, 1})),
                Error);
 }
@@ -155,11 +154,10 @@ TEST(MeanSquaredError, MeanOverLastAxis) {
   MeanSquaredError loss;
   Tensor per = loss.per_example(mat({1, 1, 1, 1}, {2, 2}), mat({1, 2, 3, 4}, {2, 2}));
   expect_values(per, {0.5, 6.5});
-  EXPECT_NEAR(loss(mat({1, 1, 1, 1}, {2, 2}), mat({1, 2, 3, 4}, {2, 2})).item<double>(), 3.5,
-              1e-6);
+  EXPECT_NEAR(loss(mat({1, 1, 1, 1}, {2, 2}), mat({1, 2, 3, 4}, {2, 2})).item<double>(), 3.5, 1e-6);
   // Rank 1: one value per example.
-  expect_values(loss.per_example(Tensor::from_list<float>({0, 0}), Tensor::from_list<float>({2, 3})),
-                {4, 9});
+  expect_values(
+      loss.per_example(Tensor::from_list<float>({0, 0}), Tensor::from_list<float>({2, 3})), {4, 9});
 }
 
 TEST(MeanSquaredError, IntegerLabelsArePromoted) {
@@ -183,9 +181,9 @@ TEST(Huber, QuadraticInsideDeltaLinearOutside) {
   Huber loss;
   expect_values(loss.per_example(mat({0, 0}, {1, 2}), mat({0.5f, -2}, {1, 2})), {0.8125});
   // delta 2, error 3: 2 * 3 - 0.5 * 4 = 4; error 1: 0.5.
-  expect_values(Huber(2.0).per_example(Tensor::from_list<float>({0, 0}),
-                                       Tensor::from_list<float>({3, 1})),
-                {4, 0.5});
+  expect_values(
+      Huber(2.0).per_example(Tensor::from_list<float>({0, 0}), Tensor::from_list<float>({3, 1})),
+      {4, 0.5});
 }
 
 TEST(Losses, RecordIntoAGraph) {
@@ -196,7 +194,7 @@ TEST(Losses, RecordIntoAGraph) {
                                    {MeanSquaredError()(y, p), Huber().per_example(y, p),
                                     BinaryCrossentropy(true).per_example(y, p),
                                     CategoricalCrossentropy(true).per_example(y, p)});
-  EXPECT_NEAR(outs[0].item<double>(), (0.5 + 5.0) / 2, 1e-6);     // [1+0]/2, [1+9]/2
+  EXPECT_NEAR(outs[0].item<double>(), (0.5 + 5.0) / 2, 1e-6);  // [1+0]/2, [1+9]/2
   expect_values(outs[1], {0.25, (0.5 + 2.5) / 2});
   // CCE of logits [1, 1] for class 1 is log 2; of [0, 3] for class 0 is log(1 + e^3).
   expect_values(outs[3], {std::log(2.0), std::log(1 + std::exp(3.0))});

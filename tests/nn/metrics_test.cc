@@ -146,8 +146,8 @@ TEST(MakeMetric, ResolvesAccuracyAgainstTheLoss) {
 TEST(MakeMetric, AccuracyWithoutLossFollowsShapes) {
   auto acc = make_metric("accuracy");
   Tensor probs = mat({0.1f, 0.9f, 0.8f, 0.2f}, {2, 2});
-  EXPECT_DOUBLE_EQ(evaluate(*acc, Tensor::from_list<int32_t>({1, 1}), probs), 0.5);  // sparse
-  EXPECT_DOUBLE_EQ(evaluate(*acc, mat({0, 1, 0, 1}, {2, 2}), probs), 0.5);           // one-hot
+  EXPECT_DOUBLE_EQ(evaluate(*acc, Tensor::from_list<int32_t>({1, 1}), probs), 0.5);       // sparse
+  EXPECT_DOUBLE_EQ(evaluate(*acc, mat({0, 1, 0, 1}, {2, 2}), probs), 0.5);                // one-hot
   EXPECT_DOUBLE_EQ(evaluate(*acc, mat({1, 0}, {2, 1}), mat({0.7f, 0.6f}, {2, 1})), 0.5);  // binary
 }
 

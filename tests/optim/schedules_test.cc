@@ -33,7 +33,7 @@ TEST(Schedules, ExponentialDecayStaircase) {
 TEST(Schedules, CosineDecayEndsAtAlphaTimesLr) {
   Schedule s = cosine_decay(1.0, 10, 0.1);
   EXPECT_DOUBLE_EQ(s(0), 1.0);
-  EXPECT_NEAR(s(5), 0.9 * 0.5 + 0.1, 1e-12);                      // cos(pi/2) = 0
+  EXPECT_NEAR(s(5), 0.9 * 0.5 + 0.1, 1e-12);  // cos(pi/2) = 0
   EXPECT_NEAR(s(2), 0.9 * 0.5 * (1 + std::cos(0.2 * M_PI)) + 0.1, 1e-12);
   EXPECT_NEAR(s(10), 0.1, 1e-12);
   EXPECT_NEAR(s(50), 0.1, 1e-12);
