@@ -112,6 +112,7 @@ void Optimizer::apply_gradients(std::vector<Variable>& vars, const std::vector<T
            " does not match variable '" + vars[i].name() + "' " + shape_str(vars[i].shape()));
     }
   }
+  Graph::DefaultGuard no_graph{Graph(std::shared_ptr<detail::GraphImpl>())};  // eager
   std::vector<Tensor> clipped = clip(grads);
   Tensor lr = Tensor::scalar<float>(static_cast<float>(learning_rate()));
   Tensor step = Tensor::scalar<float>(static_cast<float>(iterations_ + 1));
