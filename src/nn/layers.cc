@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "kiln/autodiff.h"
 #include "kiln/ops.h"
 
 namespace kiln::nn {
