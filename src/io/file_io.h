@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/error.h"
@@ -100,6 +101,9 @@ class OutputFile {
   z_stream zs_{};
   bool deflating_ = false;
 };
+
+// Appends one TFRecord-framed record to `file` (defined in tfrecord.cc).
+void write_record(OutputFile& file, std::string_view data);
 
 // Creates `dir` and its missing parents; throws kFailedPrecondition naming it.
 void make_directories(const std::string& dir, const std::string& who);

@@ -36,6 +36,17 @@ std::string hex32(uint32_t v) {
 
 }  // namespace
 
+void internal::write_record(internal::OutputFile& file, std::string_view data) {
+  uint8_t header[kHeaderBytes];
+  store_le(header, data.size(), 8);
+  store_le(header + 8, crc32c::mask(crc32c::value(header, 8)), 4);
+  uint8_t footer[kFooterBytes];
+  store_le(footer, crc32c::mask(crc32c::value(data)), 4);
+  file.write(header, sizeof header);
+  file.write(data.data(), data.size());
+  file.write(footer, sizeof footer);
+}
+
 // ---- RecordWriter ----
 
 struct RecordWriter::State {
@@ -64,14 +75,7 @@ RecordWriter& RecordWriter::operator=(RecordWriter&&) noexcept = default;
 
 void RecordWriter::write(std::string_view record) {
   if (!state_) throw Error(ErrorCode::kFailedPrecondition, "RecordWriter: used after a move");
-  uint8_t header[kHeaderBytes];
-  store_le(header, record.size(), 8);
-  store_le(header + 8, crc32c::mask(crc32c::value(header, 8)), 4);
-  uint8_t footer[kFooterBytes];
-  store_le(footer, crc32c::mask(crc32c::value(record)), 4);
-  state_->file.write(header, sizeof header);
-  state_->file.write(record.data(), record.size());
-  state_->file.write(footer, sizeof footer);
+  internal::write_record(state_->file, record);
 }
 
 void RecordWriter::close() {
