@@ -1,9 +1,11 @@
 // Elementwise primitives: unary math, binary arithmetic and comparisons (NumPy broadcasting,
-// equal dtypes), select, clamp and convert; and the public functions that promote dtypes and
-// mix in scalars before calling them.
+// equal dtypes), select, clamp and convert, with their gradient rules; and the public
+// functions that promote dtypes and mix in scalars before calling them.
 #include <cmath>
 #include <limits>
+#include <numbers>
 
+#include "kiln/autodiff.h"
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
 
@@ -201,7 +203,12 @@ KILN_UNARY_OP(sign, kN, sign_of(x));
 KILN_UNARY_OP(floor, kF, std::floor(x));
 KILN_UNARY_OP(ceil, kF, std::ceil(x));
 KILN_UNARY_OP(round, kF, std::nearbyint(x));  // default rounding mode: half to even
-KILN_UNARY_OP(logical_not, kB, !x);
+KILN_REGISTER_OP(logical_not)
+    .input("x")
+    .kind(OpKind::kCodegen)
+    .non_differentiable()
+    .shape_fn(unary_shape(kB));
+KILN_REGISTER_KERNEL(logical_not).dtypes({bool_}).fn(unary_kernel<kB>([](bool x) { return !x; }));
 
 KILN_REGISTER_OP(is_finite)
     .input("x")
@@ -221,8 +228,24 @@ KILN_BINARY_OP(max, kN, max_of(x, y));
 KILN_BINARY_OP(min, kN, min_of(x, y));
 KILN_BINARY_OP(rem, kN, safe_rem(x, y));
 KILN_BINARY_OP(atan2, kF, std::atan2(x, y));
-KILN_BINARY_OP(logical_and, kB, x && y);
-KILN_BINARY_OP(logical_or, kB, x || y);
+KILN_REGISTER_OP(logical_and)
+    .input("x")
+    .input("y")
+    .kind(OpKind::kCodegen)
+    .non_differentiable()
+    .shape_fn(nary_shape(kB));
+KILN_REGISTER_KERNEL(logical_and).dtypes({bool_}).fn(binary_kernel<kB>([](bool x, bool y) {
+  return x && y;
+}));
+KILN_REGISTER_OP(logical_or)
+    .input("x")
+    .input("y")
+    .kind(OpKind::kCodegen)
+    .non_differentiable()
+    .shape_fn(nary_shape(kB));
+KILN_REGISTER_KERNEL(logical_or).dtypes({bool_}).fn(binary_kernel<kB>([](bool x, bool y) {
+  return x || y;
+}));
 KILN_COMPARE_OP(eq, x == y);
 KILN_COMPARE_OP(ne, x != y);
 KILN_COMPARE_OP(lt, x < y);
@@ -332,6 +355,107 @@ KILN_REGISTER_KERNEL(convert).fn([](KernelContext& ctx) {
     });
   });
 });
+
+// ---- gradient rules ---------------------------------------------------------------------
+// One rule per differentiable primitive, composed from the public ops: x (and y) are the
+// inputs, z the output, dz the gradient flowing into z. Binary rules sum the broadcast
+// dimensions back out with unbroadcast. Rules returning Tensor() contribute no gradient:
+// sign, floor, ceil and round are piecewise constant (derivative zero almost everywhere).
+// Only floating-point values carry gradients, so integer uses of these ops never reach a rule.
+// Ties: max and min split dz equally between equal inputs (as JAX does); clamp gives dz to x
+// when x equals a bound.
+
+namespace {
+
+using Grads = std::vector<Tensor>;
+Tensor zero(const Tensor& like) { return scalar_like(0, like); }
+
+// dz where `wins`, half of dz where `tie`, else 0.
+Tensor share(const Tensor& wins, const Tensor& tie, const Tensor& dz) {
+  return where(wins, dz, where(tie, dz * 0.5, zero(dz)));
+}
+
+// Each rule is a named function: KILN_REGISTER_GRADIENT's macro arguments split at the commas
+// of a lambda body.
+#define KILN_UNARY_GRAD(name, expr)                        \
+  Grads name##_gradient(const GradContext& ctx) {          \
+    const Tensor &x = ctx.inputs[0], &z = ctx.outputs[0]; \
+    const Tensor& dz = ctx.output_grads[0];                \
+    (void)x, (void)z, (void)dz;                            \
+    return {expr};                                         \
+  }                                                        \
+  KILN_REGISTER_GRADIENT(name, name##_gradient)
+
+#define KILN_BINARY_GRAD(name, dx, dy)                                        \
+  Grads name##_gradient(const GradContext& ctx) {                             \
+    const Tensor &x = ctx.inputs[0], &y = ctx.inputs[1], &z = ctx.outputs[0]; \
+    const Tensor& dz = ctx.output_grads[0];                                   \
+    (void)x, (void)y, (void)z;                                                \
+    return {unbroadcast(dx, x.shape()), unbroadcast(dy, y.shape())};          \
+  }                                                                           \
+  KILN_REGISTER_GRADIENT(name, name##_gradient)
+
+// clang-format off
+KILN_UNARY_GRAD(neg, -dz);
+KILN_UNARY_GRAD(abs, dz * sign(x));
+KILN_UNARY_GRAD(exp, dz * z);
+KILN_UNARY_GRAD(log, dz / x);
+KILN_UNARY_GRAD(log1p, dz / (x + 1.0));
+KILN_UNARY_GRAD(expm1, dz * (z + 1.0));
+KILN_UNARY_GRAD(sqrt, dz * 0.5 / z);
+KILN_UNARY_GRAD(rsqrt, dz * -0.5 * z * z * z);
+KILN_UNARY_GRAD(tanh, dz * (1.0 - z * z));
+KILN_UNARY_GRAD(logistic, dz * z * (1.0 - z));
+KILN_UNARY_GRAD(sin, dz * cos(x));
+KILN_UNARY_GRAD(cos, -dz * sin(x));
+KILN_UNARY_GRAD(erf, dz * (2 * std::numbers::inv_sqrtpi) * exp(-x * x));
+KILN_UNARY_GRAD(sign, Tensor());
+KILN_UNARY_GRAD(floor, Tensor());
+KILN_UNARY_GRAD(ceil, Tensor());
+KILN_UNARY_GRAD(round, Tensor());
+
+KILN_BINARY_GRAD(add, dz, dz);
+KILN_BINARY_GRAD(sub, dz, -dz);
+KILN_BINARY_GRAD(mul, dz * y, dz * x);
+KILN_BINARY_GRAD(div, dz / y, -(dz * z) / y);
+// d/dy x^y = x^y log x, taken as 0 where x <= 0 (log of 1 there keeps NaN out of the graph).
+KILN_BINARY_GRAD(pow, dz * y * pow(x, y - 1.0),
+                 dz * where(x > zero(x), z * log(where(x > zero(x), x, zero(x) + 1.0)), zero(z)));
+KILN_BINARY_GRAD(max, share(x > y, x == y, dz), share(y > x, x == y, dz));
+KILN_BINARY_GRAD(min, share(x < y, x == y, dz), share(y < x, x == y, dz));
+// fmod(x, y) = x - trunc(x / y) * y, and trunc(x / y) = (x - z) / y up to rounding.
+KILN_BINARY_GRAD(rem, dz, -dz * round((x - z) / y));
+KILN_BINARY_GRAD(atan2, dz * y / (x * x + y * y), -dz * x / (x * x + y * y));
+// clang-format on
+
+Grads select_gradient(const GradContext& ctx) {
+  const Tensor &pred = ctx.inputs[0], &dz = ctx.output_grads[0];
+  return {Tensor(), unbroadcast(where(pred, dz, zero(dz)), ctx.inputs[1].shape()),
+          unbroadcast(where(pred, zero(dz), dz), ctx.inputs[2].shape())};
+}
+KILN_REGISTER_GRADIENT(select, select_gradient);
+
+// clamp(x, lo, hi) = min(max(x, lo), hi): the result is hi where max(x, lo) > hi, else lo
+// where x < lo, else x.
+Grads clamp_gradient(const GradContext& ctx) {
+  const Tensor &x = ctx.inputs[0], &lo = ctx.inputs[1], &hi = ctx.inputs[2];
+  const Tensor& dz = ctx.output_grads[0];
+  Tensor is_hi = maximum(x, lo) > hi;
+  Tensor is_lo = !is_hi && x < lo;
+  return {unbroadcast(where(is_hi || is_lo, zero(dz), dz), x.shape()),
+          unbroadcast(where(is_lo, dz, zero(dz)), lo.shape()),
+          unbroadcast(where(is_hi, dz, zero(dz)), hi.shape())};
+}
+KILN_REGISTER_GRADIENT(clamp, clamp_gradient);
+
+// Back to the input's dtype; an integer or bool input has no gradient.
+Grads convert_gradient(const GradContext& ctx) {
+  DType from = ctx.inputs[0].dtype();
+  return {is_floating(from) ? convert(ctx.output_grads[0], from) : Tensor()};
+}
+KILN_REGISTER_GRADIENT(convert, convert_gradient);
+
+}  // namespace
 
 }  // namespace ops
 

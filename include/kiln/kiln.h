@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kiln/attrs.h"
+#include "kiln/autodiff.h"
 #include "kiln/device.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"

@@ -213,6 +213,7 @@ std::vector<Tensor> call_op(const std::string& op, const std::vector<Tensor>& in
       ::kiln::KernelBuilder(#name, KILN_SOURCE_)
 
 // KILN_REGISTER_GRADIENT(my_op, [](const kiln::GradContext& g) { return ...; });
-#define KILN_REGISTER_GRADIENT(name, fn)                                                     \
+// The rule may be a lambda with commas in its body: the macro is variadic.
+#define KILN_REGISTER_GRADIENT(name, ...)                                                    \
   static const ::kiln::GradientRegistrar KILN_CONCAT_(kiln_grad_registrar_, __COUNTER__)( \
-      #name, fn)
+      #name, __VA_ARGS__)

@@ -98,7 +98,8 @@ TEST(Embedding, LooksUpRows) {
   Embedding emb(4, 2);
   CallContext ctx;
   emb(Tensor::from_list<int32_t>({0}, {1}), ctx);
-  emb.weights()[0].assign(f32s({0, 1, 10, 11, 20, 21, 30, 31}, {4, 2}));
+  Variable table = emb.weights()[0];
+  table.assign(f32s({0, 1, 10, 11, 20, 21, 30, 31}, {4, 2}));
   Tensor out = emb(Tensor::from_list<int32_t>({3, 1, 3}, {1, 3}), ctx);
   EXPECT_EQ(out.shape(), (Shape{1, 3, 2}));
   expect_values(out, {30, 31, 10, 11, 30, 31});

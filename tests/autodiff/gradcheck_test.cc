@@ -1,0 +1,226 @@
+// Every gradient rule checked against central finite differences in f64, and a census of the
+// op registry: each differentiable op needs a gradient rule and a case in cases() below.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "kiln/autodiff.h"
+#include "kiln/kiln.h"
+
+namespace kiln {
+namespace {
+
+// Where an input's random values come from: a union of intervals (one is picked uniformly, then
+// a value in it), so that a case stays in an op's domain (x > 0 for log) and off its kinks
+// (0 for abs, the integers for floor).
+struct Domain {
+  std::vector<std::pair<double, double>> intervals;
+};
+Domain range(double lo, double hi) { return {{{lo, hi}}}; }
+Domain away_from_zero(double lo = 0.2, double hi = 2) { return {{{-hi, -lo}, {lo, hi}}}; }
+// k + [lo, hi] for the integers k in [-3, 2].
+Domain offsets(double lo, double hi) {
+  Domain d;
+  for (int k = -3; k <= 2; ++k) d.intervals.push_back({k + lo, k + hi});
+  return d;
+}
+
+struct Input {
+  Shape shape;
+  Domain domain = range(-2, 2);
+  DType dtype = f64;  // floating-point inputs are f64, the others are not differentiated
+};
+Input in(Shape shape, Domain domain = range(-2, 2)) { return {std::move(shape), domain}; }
+Input pred(Shape shape) { return {std::move(shape), range(0, 1), bool_}; }
+
+struct GradCase {
+  std::string op;
+  std::vector<Input> inputs;
+  Attrs attrs = {};
+  std::string label = "";  // tells apart several cases of one op
+  double step = 1e-6;      // of the central differences
+  double tol = 1e-6;       // |rule - differences| <= tol * (1 + |differences|)
+};
+
+// The table: one line per case, at least one case per differentiable op.
+const std::vector<GradCase>& cases() {
+  // clamp's x stays away from its bounds low and high.
+  const Domain low = range(-1.1, -0.9), high = range(0.9, 1.1);
+  const Domain off_bounds = {{{-2, -1.2}, {-0.8, 0.8}, {1.2, 2}}};
+  static const std::vector<GradCase> kCases = {
+      // ---- elementwise (ops/elementwise.cc)
+      {"neg", {in({2, 3})}},
+      {"abs", {in({2, 3}, away_from_zero())}},
+      {"exp", {in({2, 3})}},
+      {"log", {in({2, 3}, range(0.5, 3))}},
+      {"log1p", {in({2, 3}, range(-0.5, 2))}},
+      {"expm1", {in({2, 3})}},
+      {"sqrt", {in({2, 3}, range(0.5, 3))}},
+      {"rsqrt", {in({2, 3}, range(0.5, 3))}},
+      {"tanh", {in({2, 3})}},
+      {"logistic", {in({2, 3}, range(-4, 4))}},
+      {"sin", {in({2, 3}, range(-4, 4))}},
+      {"cos", {in({2, 3}, range(-4, 4))}},
+      {"erf", {in({2, 3})}},
+      {"sign", {in({2, 3}, away_from_zero())}},
+      {"floor", {in({2, 3}, offsets(0.1, 0.9))}},
+      {"ceil", {in({2, 3}, offsets(0.1, 0.9))}},
+      {"round", {in({2, 3}, offsets(-0.4, 0.4))}},
+      {"add", {in({2, 3}), in({2, 3})}},
+      {"add", {in({2, 3}), in({3})}, {}, "broadcast"},
+      {"sub", {in({2, 3}), in({2, 3})}},
+      {"sub", {in({2, 1}), in({1, 3})}, {}, "broadcast"},
+      {"mul", {in({2, 3}), in({2, 3})}},
+      {"mul", {in({}), in({2, 3})}, {}, "scalar"},
+      {"div", {in({2, 3}), in({2, 3}, away_from_zero(0.5, 2))}},
+      {"div", {in({2, 3}), in({2, 1}, away_from_zero(0.5, 2))}, {}, "broadcast"},
+      {"pow", {in({2, 3}, range(0.5, 2)), in({2, 3})}},
+      {"max", {in({2, 3}, offsets(0.1, 0.4)), in({2, 3}, offsets(0.6, 0.9))}},
+      {"min", {in({2, 3}, offsets(0.1, 0.4)), in({2, 3}, offsets(0.6, 0.9))}},
+      {"rem", {in({2, 3}, away_from_zero(2.2, 2.9)), in({2, 3}, away_from_zero(1, 1.05))}},
+      {"atan2", {in({2, 3}, away_from_zero(0.5, 2)), in({2, 3}, away_from_zero(0.5, 2))}},
+      {"select", {pred({2, 3}), in({2, 3}), in({2, 3})}},
+      {"select", {pred({2, 3}), in({3}), in({2, 1})}, {}, "broadcast"},
+      {"clamp", {in({2, 3}, off_bounds), in({2, 3}, low), in({2, 3}, high)}},
+      {"clamp", {in({2, 3}, off_bounds), in({}, low), in({}, high)}, {}, "scalar_bounds"},
+      {"convert", {in({2, 3})}, {{"dtype", f64}}},
+      {"convert", {in({2, 3})}, {{"dtype", f32}}, "to_f32", 1e-3, 1e-3},
+  };
+  return kCases;
+}
+
+std::string case_name(const GradCase& c) { return c.label.empty() ? c.op : c.op + "_" + c.label; }
+void PrintTo(const GradCase& c, std::ostream* os) { *os << case_name(c); }
+
+Tensor random_input(const Input& input, std::mt19937_64& rng) {
+  int64_t n = num_elements(input.shape);
+  if (input.dtype == bool_) {
+    std::vector<bool> v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = std::bernoulli_distribution(0.5)(rng);
+    return Tensor::from_vector(v, input.shape);
+  }
+  const auto& intervals = input.domain.intervals;
+  std::vector<double> v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    auto [lo, hi] = intervals[std::uniform_int_distribution<size_t>(0, intervals.size() - 1)(rng)];
+    v[i] = std::uniform_real_distribution<double>(lo, hi)(rng);
+  }
+  return convert(Tensor::from_vector(v, input.shape), input.dtype);
+}
+
+// <dz, op(args)[k]>, in f64 on the host.
+double weighted_output(const GradCase& c, const std::vector<Tensor>& args, int k,
+                       const std::vector<double>& dz) {
+  std::vector<double> z = call_op(c.op, args, c.attrs)[k].to_vector<double>();
+  double total = 0;
+  for (size_t i = 0; i < z.size(); ++i) total += dz[i] * z[i];
+  return total;
+}
+
+// For each floating-point output k and a random cotangent dz, the gradient that gradients()
+// builds from the rule must match the central differences of <dz, op(args)[k]>.
+void check_case(const GradCase& c) {
+  std::mt19937_64 rng(20240611);
+  std::vector<Tensor> args;
+  for (const Input& input : c.inputs) args.push_back(random_input(input, rng));
+
+  Graph g("gradcheck");
+  std::vector<Tensor> params, wrt;
+  std::vector<size_t> wrt_index;
+  FeedList feeds;
+  for (size_t i = 0; i < args.size(); ++i) {
+    params.push_back(g.placeholder(args[i].dtype(), args[i].shape(), "x" + std::to_string(i)));
+    feeds.emplace_back(params.back(), args[i]);
+    if (!is_floating(args[i].dtype())) continue;
+    ASSERT_EQ(args[i].dtype(), f64) << "differentiated inputs are f64";
+    wrt.push_back(params.back());
+    wrt_index.push_back(i);
+  }
+  std::vector<Tensor> outputs = call_op(c.op, params, c.attrs);
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (!is_floating(outputs[k].dtype())) continue;
+    Tensor dz = random_input(
+        {call_op(c.op, args, c.attrs)[k].shape(), range(-1, 1), outputs[k].dtype()}, rng);
+    std::vector<double> dzv = dz.to_vector<double>();
+    std::vector<Tensor> rule = g.run(feeds, gradients(outputs[k], wrt, dz));
+    for (size_t w = 0; w < wrt.size(); ++w) {
+      size_t i = wrt_index[w];
+      std::vector<double> analytic = rule[w].to_vector<double>();
+      ASSERT_EQ(static_cast<int64_t>(analytic.size()), args[i].size());
+      for (int64_t j = 0; j < args[i].size(); ++j) {
+        std::vector<Tensor> plus = args, minus = args;
+        plus[i].mutable_data<double>()[j] += c.step;
+        minus[i].mutable_data<double>()[j] -= c.step;
+        double numeric =
+            (weighted_output(c, plus, k, dzv) - weighted_output(c, minus, k, dzv)) / (2 * c.step);
+        EXPECT_LE(std::abs(analytic[j] - numeric), c.tol * (1 + std::abs(numeric)))
+            << c.op << ": output " << k << ", input " << i << ", element " << j
+            << " (x = " << args[i].data<double>()[j] << "): the rule gives " << analytic[j]
+            << ", central differences give " << numeric;
+      }
+    }
+  }
+}
+
+class GradientRule : public testing::TestWithParam<GradCase> {};
+
+TEST_P(GradientRule, MatchesCentralDifferences) {
+  try {
+    check_case(GetParam());
+  } catch (const Error& e) {
+    // TEMPORARY, until ops/pending.cc is gone: a rule that needs an op another family is
+    // still writing (sum for broadcasting, zeros_like for zero gradients) is skipped.
+    if (std::string(e.what()).find("not implemented yet") == std::string::npos) throw;
+    GTEST_SKIP() << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, GradientRule, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<GradCase>& info) {
+                           return case_name(info.param);
+                         });
+
+// Ops registered by test files (custom-op fixtures) are not part of the library.
+bool registered_by_a_test(const OpDef& def) {
+  std::string file = def.source.substr(0, def.source.rfind(':'));
+  return file.size() >= 8 && file.compare(file.size() - 8, 8, "_test.cc") == 0;
+}
+
+TEST(GradientRules, EveryDifferentiableOpHasARuleAndAGradCheckCase) {
+  std::set<std::string> covered;
+  for (const GradCase& c : cases()) covered.insert(c.op);
+  std::string no_rule, no_case;
+  for (const std::string& name : OpRegistry::global().names()) {
+    const OpDef& def = OpRegistry::global().find(name);
+    if (!def.differentiable || registered_by_a_test(def)) continue;
+    if (!def.gradient) no_rule += " " + name;
+    if (!covered.count(name)) no_case += " " + name;
+  }
+  EXPECT_EQ(no_rule, "") << "differentiable ops without a gradient rule (give them one with "
+                            ".gradient(...) or KILN_REGISTER_GRADIENT, or mark them "
+                            ".non_differentiable()):"
+                         << no_rule;
+  EXPECT_EQ(no_case, "") << "differentiable ops without a case in cases() of "
+                            "tests/autodiff/gradcheck_test.cc:"
+                         << no_case;
+}
+
+TEST(GradientRules, EveryCaseNamesARegisteredDifferentiableOp) {
+  for (const GradCase& c : cases()) {
+    ASSERT_TRUE(OpRegistry::global().contains(c.op)) << "unknown op in cases(): " << c.op;
+    EXPECT_TRUE(OpRegistry::global().find(c.op).differentiable) << c.op;
+  }
+}
+
+TEST(GradientRules, NonDifferentiableOpsAreMarked) {
+  for (const char* op : {"placeholder", "constant", "stop_gradient", "eq", "ne", "lt", "le", "gt",
+                         "ge", "logical_not", "logical_and", "logical_or", "is_finite"}) {
+    EXPECT_FALSE(OpRegistry::global().find(op).differentiable) << op;
+  }
+}
+
+}  // namespace
+}  // namespace kiln
