@@ -2,13 +2,12 @@
 // example's features against the spec and copies their values into batch tensors.
 #include "kiln/io/example.h"
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 
 #include "src/io/proto/example.pb.h"
 
@@ -106,8 +105,8 @@ struct Column {
   int64_t per_example = 0;    // fixed: elements per example
   std::vector<uint8_t> fill;  // fixed: the default's bytes (empty: required)
   bool has_default = false;
-  Tensor out;                                 // fixed: [batch, shape...]
-  std::vector<std::vector<uint8_t>> ragged;   // var-len: each example's values
+  Tensor out;                                // fixed: [batch, shape...]
+  std::vector<std::vector<uint8_t>> ragged;  // var-len: each example's values
 };
 
 std::string feature_where(const std::string& name, size_t example) {
@@ -165,8 +164,8 @@ Column make_column(const FeatureSpec& entry, size_t batch) {
     }
     if (def->rank() != 0 && def->shape() != c.shape) {
       fail(ErrorCode::kInvalidArgument,
-           "FixedLen feature '" + c.name + "': default_value has shape " +
-               shape_str(def->shape()) + ", but the feature's shape is " + shape_str(c.shape) +
+           "FixedLen feature '" + c.name + "': default_value has shape " + shape_str(def->shape()) +
+               ", but the feature's shape is " + shape_str(c.shape) +
                " (a scalar default fills the shape)");
     }
     const Tensor converted = def->dtype() == c.dtype ? *def : def->to(c.dtype);
@@ -182,10 +181,9 @@ Column make_column(const FeatureSpec& entry, size_t batch) {
   return c;
 }
 
-void fill_column(Column& c, const proto::Features& features, size_t example) {
-  auto it = features.feature().find(c.name);
-  const bool present =
-      it != features.feature().end() && it->second.kind_case() != proto::Feature::KIND_NOT_SET;
+// Fills example `example` of the column from `feature` (null when the example lacks it).
+void fill_column(Column& c, const proto::Feature* feature, size_t example) {
+  const bool present = feature && feature->kind_case() != proto::Feature::KIND_NOT_SET;
   const size_t width = dtype_size(c.dtype);
   if (!present) {
     if (!c.fixed) return;  // no values
@@ -194,31 +192,30 @@ void fill_column(Column& c, const proto::Features& features, size_t example) {
            "required " + feature_where(c.name, example) +
                " is missing (give its FixedLen spec a default_value to make it optional)");
     }
+    if (c.fill.empty()) return;  // a zero-sized shape
     std::memcpy(static_cast<uint8_t*>(c.out.raw_mutable_data()) + example * c.fill.size(),
                 c.fill.data(), c.fill.size());
     return;
   }
-  const proto::Feature& feature = it->second;
-  if (feature.kind_case() != list_for(c.dtype)) {
-    fail(ErrorCode::kInvalidArgument, feature_where(c.name, example) + " is a " +
-                                          list_name(feature.kind_case()) + ", but its spec (" +
-                                          dtype_name(c.dtype) + ") reads a " +
-                                          list_name(list_for(c.dtype)));
+  if (feature->kind_case() != list_for(c.dtype)) {
+    fail(ErrorCode::kInvalidArgument,
+         feature_where(c.name, example) + " is a " + list_name(feature->kind_case()) +
+             ", but its spec (" + dtype_name(c.dtype) + ") reads " +
+             (c.dtype == i64 ? "an " : "a ") + list_name(list_for(c.dtype)));
   }
-  const Values v = values_of(feature);
+  const Values v = values_of(*feature);
   if (!c.fixed) {
     c.ragged[example].resize(v.count * width);
     copy_values(v, c.ragged[example].data());
     return;
   }
   if (v.count != c.per_example) {
-    fail(ErrorCode::kInvalidArgument,
-         feature_where(c.name, example) + " has " + std::to_string(v.count) + " " +
-             value_noun(c.dtype) + ", but its FixedLen shape " + shape_str(c.shape) +
-             " needs " + std::to_string(c.per_example));
+    fail(ErrorCode::kInvalidArgument, feature_where(c.name, example) + " has " +
+                                          std::to_string(v.count) + " " + value_noun(c.dtype) +
+                                          ", but its FixedLen shape " + shape_str(c.shape) +
+                                          " needs " + std::to_string(c.per_example));
   }
-  copy_values(v, static_cast<uint8_t*>(c.out.raw_mutable_data()) +
-                     example * c.per_example * width);
+  copy_values(v, static_cast<uint8_t*>(c.out.raw_mutable_data()) + example * c.per_example * width);
 }
 
 // Pads the var-len values into [batch, max_len] and their lengths into [batch].
@@ -232,10 +229,13 @@ void finish_ragged(const Column& c, std::map<std::string, Tensor>& result) {
     max_len = std::max(max_len, lengths[i]);
   }
   Tensor values = Tensor::empty(c.dtype, {batch, max_len});
-  auto* out = static_cast<uint8_t*>(values.raw_mutable_data());
-  std::memset(out, 0, values.nbytes());
-  for (int64_t i = 0; i < batch; ++i) {
-    std::memcpy(out + i * max_len * width, c.ragged[i].data(), c.ragged[i].size());
+  if (values.nbytes() > 0) {
+    auto* out = static_cast<uint8_t*>(values.raw_mutable_data());
+    std::memset(out, 0, values.nbytes());
+    for (int64_t i = 0; i < batch; ++i) {
+      if (c.ragged[i].empty()) continue;
+      std::memcpy(out + i * max_len * width, c.ragged[i].data(), c.ragged[i].size());
+    }
   }
   result[c.name] = std::move(values);
   result[lengths_key(c.name)] = Tensor::from_vector(lengths, {batch});
@@ -286,16 +286,13 @@ Example& Example::set_tensor(const std::string& name, const Tensor& values) {
 
 std::string Example::serialize() const {
   proto::Example example;
-  auto* map = example.mutable_features()->mutable_feature();
-  for (const auto& [name, value] : features_) (*map)[name] = to_proto(value);
-  std::string out;
-  {
-    google::protobuf::io::StringOutputStream stream(&out);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);  // map entries in key order
-    example.SerializeToCodedStream(&coded);
+  proto::Features* features = example.mutable_features();
+  for (const auto& [name, value] : features_) {  // in name order: deterministic bytes
+    proto::FeatureEntry* entry = features->add_feature();
+    entry->set_key(name);
+    *entry->mutable_value() = to_proto(value);
   }
-  return out;
+  return example.SerializeAsString();
 }
 
 Example Example::parse(std::string_view serialized) {
@@ -306,19 +303,22 @@ Example Example::parse(std::string_view serialized) {
                                           " bytes are not a valid serialized tf.Example");
   }
   Example out;
-  for (const auto& [name, feature] : example.features().feature()) {
+  for (const proto::FeatureEntry& entry : example.features().feature()) {
+    const std::string& name = entry.key();
+    const proto::Feature& feature = entry.value();
+    out.features_.erase(name);  // a repeated key replaces the earlier one, as in a map
     switch (feature.kind_case()) {
       case proto::Feature::kBytesList:
-        out.set_bytes(name, {feature.bytes_list().value().begin(),
-                             feature.bytes_list().value().end()});
+        out.set_bytes(name,
+                      {feature.bytes_list().value().begin(), feature.bytes_list().value().end()});
         break;
       case proto::Feature::kFloatList:
-        out.set_floats(name, {feature.float_list().value().begin(),
-                              feature.float_list().value().end()});
+        out.set_floats(name,
+                       {feature.float_list().value().begin(), feature.float_list().value().end()});
         break;
       case proto::Feature::kInt64List:
-        out.set_int64s(name, {feature.int64_list().value().begin(),
-                              feature.int64_list().value().end()});
+        out.set_int64s(name,
+                       {feature.int64_list().value().begin(), feature.int64_list().value().end()});
         break;
       default:
         break;  // a feature without a value: TensorFlow treats it as absent
@@ -347,6 +347,10 @@ std::map<std::string, Tensor> parse_example(std::span<const std::string> seriali
     }
   }
 
+  std::unordered_map<std::string_view, size_t> column_of;
+  for (size_t k = 0; k < columns.size(); ++k) column_of[columns[k].name] = k;
+  std::vector<const proto::Feature*> found(columns.size());
+
   proto::Example example;
   for (size_t i = 0; i < batch; ++i) {
     const std::string& bytes = serialized[i];
@@ -356,7 +360,12 @@ std::map<std::string, Tensor> parse_example(std::span<const std::string> seriali
                                      std::to_string(bytes.size()) +
                                      " bytes) is not a valid serialized tf.Example");
     }
-    for (Column& c : columns) fill_column(c, example.features(), i);
+    std::fill(found.begin(), found.end(), nullptr);
+    for (const proto::FeatureEntry& entry : example.features().feature()) {
+      auto it = column_of.find(entry.key());
+      if (it != column_of.end()) found[it->second] = &entry.value();  // the last one wins
+    }
+    for (size_t k = 0; k < columns.size(); ++k) fill_column(columns[k], found[k], i);
   }
 
   std::map<std::string, Tensor> result;

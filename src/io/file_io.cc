@@ -88,8 +88,7 @@ void InputStream::refill() {
     std::memmove(in_.data(), zs_.next_in, zs_.avail_in);
   }
   zs_.next_in = in_.data();
-  const size_t n =
-      std::fread(in_.data() + zs_.avail_in, 1, in_.size() - zs_.avail_in, file_.get());
+  const size_t n = std::fread(in_.data() + zs_.avail_in, 1, in_.size() - zs_.avail_in, file_.get());
   if (n == 0 && std::ferror(file_.get())) fail(ErrorCode::kDataLoss, "read error: " + errno_text());
   zs_.avail_in += static_cast<uInt>(n);
   file_read_ += n;
@@ -98,8 +97,8 @@ void InputStream::refill() {
 size_t InputStream::copy_into(uint8_t* dst, size_t n) {
   const size_t got = std::fread(dst, 1, n, file_.get());
   if (got < n && std::ferror(file_.get())) {
-    fail(ErrorCode::kDataLoss, "read error at offset " + std::to_string(offset_ + got) + ": " +
-                                   errno_text());
+    fail(ErrorCode::kDataLoss,
+         "read error at offset " + std::to_string(offset_ + got) + ": " + errno_text());
   }
   return got;
 }
@@ -132,7 +131,10 @@ size_t InputStream::inflate_into(uint8_t* dst, size_t n) {
            std::string("corrupt ") + compression_name(compression_) +
                " stream at compressed offset " + std::to_string(file_read_ - zs_.avail_in) +
                " (after " + std::to_string(offset_ + got) +
-               " bytes of decompressed data): " + (zs_.msg ? zs_.msg : zError(rc)));
+               " bytes of decompressed data): " + (zs_.msg ? zs_.msg : zError(rc)) +
+               (offset_ + got == 0 ? std::string(" (is the file really ") +
+                                         compression_name(compression_) + "-compressed?)"
+                                   : ""));
     }
   }
   return got;
@@ -140,8 +142,7 @@ size_t InputStream::inflate_into(uint8_t* dst, size_t n) {
 
 // ---- OutputFile ----
 
-OutputFile::OutputFile(const std::string& path, Mode mode, Compression compression,
-                       std::string who)
+OutputFile::OutputFile(const std::string& path, Mode mode, Compression compression, std::string who)
     : path_(path), who_(std::move(who)), mode_(mode), compression_(compression) {
   if (mode_ == Mode::kAtomic) {
     temp_ = path + ".tmp-XXXXXX";
@@ -154,7 +155,7 @@ OutputFile::OutputFile(const std::string& path, Mode mode, Compression compressi
   } else {
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd_ < 0) {
-      fail(errno == ENOENT ? ErrorCode::kNotFound
+      fail(errno == ENOENT   ? ErrorCode::kNotFound
            : errno == EEXIST ? ErrorCode::kAlreadyExists
                              : ErrorCode::kFailedPrecondition,
            "cannot create the file: " + errno_text());

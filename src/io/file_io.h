@@ -58,9 +58,9 @@ class InputStream {
   std::vector<uint8_t> in_;  // file bytes not yet consumed: next_in / avail_in of zs_
   z_stream zs_{};
   bool inflating_ = false;
-  bool at_stream_end_ = true;   // between streams: more input starts another
-  uint64_t file_read_ = 0;      // bytes read from the file
-  uint64_t offset_ = 0;         // bytes handed out by read()
+  bool at_stream_end_ = true;  // between streams: more input starts another
+  uint64_t file_read_ = 0;     // bytes read from the file
+  uint64_t offset_ = 0;        // bytes handed out by read()
 };
 
 // A file written through a buffer, optionally deflated (gzip or zlib). Atomic mode writes a

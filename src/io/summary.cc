@@ -27,8 +27,7 @@ constexpr double kFlushSeconds = 120;
 constexpr int kMaxNameTries = 1000;
 
 double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string host_name() {

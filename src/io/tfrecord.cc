@@ -100,8 +100,8 @@ struct RecordReader::State {
   // A corrupt record at `start`: throws, or (skip_corrupt) counts it; `fatal` damage also ends
   // the file, since the next record cannot be found.
   void corrupt(uint64_t start, bool fatal, const std::string& what) {
-    const std::string message = "RecordReader: " + path + ": record at " + in.where(start) +
-                                ": " + what;
+    const std::string message =
+        "RecordReader: " + path + ": record at " + in.where(start) + ": " + what;
     if (!options.skip_corrupt) throw Error(ErrorCode::kDataLoss, message);
     ++corrupt_records;
     last_corruption = message;
@@ -148,7 +148,10 @@ struct RecordReader::State {
         corrupt(start, true,
                 "corrupt length field: its CRC does not match (stored masked CRC " +
                     hex32(static_cast<uint32_t>(load_le(header + 8, 4))) + ", computed " +
-                    hex32(length_crc) + "; the length reads " + std::to_string(length) + ")");
+                    hex32(length_crc) + "; the length reads " + std::to_string(length) + ")" +
+                    (start == 0 && !in.compressed()
+                         ? " (if the file is compressed, set RecordReaderOptions::compression)"
+                         : ""));
         continue;
       }
       const std::optional<uint64_t> remaining = in.remaining();

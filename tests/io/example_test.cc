@@ -57,7 +57,8 @@ std::string bytes_feature(const std::vector<std::string>& values) {
 // Example.features = 1 -> Features.feature = 1: map entries {key = 1, value = 2}.
 std::string example_bytes(const std::vector<std::pair<std::string, std::string>>& features) {
   std::string map;
-  for (const auto& [key, feature] : features) map += len_field(1, len_field(1, key) + len_field(2, feature));
+  for (const auto& [key, feature] : features)
+    map += len_field(1, len_field(1, key) + len_field(2, feature));
   return len_field(1, map);
 }
 
@@ -84,10 +85,11 @@ TEST(Example, SerializesToTheWireBytesOfTfExample) {
   Example ex;
   ex.set_int64s("a", {1, 2});
   // 0a 0d | 0a 0b | 0a 01 'a' | 12 06 | 1a 04 | 0a 02 01 02
-  const std::string expected("\x0a\x0d\x0a\x0b\x0a\x01"
-                             "a"
-                             "\x12\x06\x1a\x04\x0a\x02\x01\x02",
-                             15);
+  const std::string expected(
+      "\x0a\x0d\x0a\x0b\x0a\x01"
+      "a"
+      "\x12\x06\x1a\x04\x0a\x02\x01\x02",
+      15);
   EXPECT_EQ(ex.serialize(), expected);
   EXPECT_EQ(example_bytes({{"a", int64_feature({1, 2})}}), expected);
 }
@@ -178,7 +180,8 @@ TEST(ParseExample, FixedLenFeaturesBatch) {
 TEST(ParseExample, RoundTripsExamplesWeSerialize) {
   std::vector<std::string> batch;
   for (int i = 0; i < 3; ++i) {
-    batch.push_back(Example().set_floats("x", {float(i), float(i) / 2}).set_int64s("y", {i}).serialize());
+    batch.push_back(
+        Example().set_floats("x", {float(i), float(i) / 2}).set_int64s("y", {i}).serialize());
   }
   auto out = parse_example(batch, {FixedLen{"x", f32, {2}}, FixedLen{"y", i64, {1}}});
   EXPECT_EQ(values_of<float>(out["x"]), (std::vector<float>{0, 0, 1, 0.5f, 2, 1}));
@@ -223,8 +226,8 @@ TEST(ParseExample, VarLenIsPaddedWithLengths) {
 }
 
 TEST(ParseExample, EmptyBatch) {
-  auto out = parse_example(std::vector<std::string>{},
-                           {FixedLen{"x", f32, {2, 3}}, VarLen{"v", i64}});
+  auto out =
+      parse_example(std::vector<std::string>{}, {FixedLen{"x", f32, {2, 3}}, VarLen{"v", i64}});
   EXPECT_EQ(out["x"].shape(), (Shape{0, 2, 3}));
   EXPECT_EQ(out["v"].shape(), (Shape{0, 0}));
   EXPECT_EQ(out["v/lengths"].shape(), (Shape{0}));
@@ -276,7 +279,9 @@ TEST(ParseExample, BadSpecsAreRejected) {
   Error dtype = error_of([&] { parse_example(batch, {FixedLen{"x", f64, {}}}); });
   EXPECT_EQ(dtype.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(dtype.what(), HasSubstr("'x': dtype f64"));
-  Error dup = error_of([&] { parse_example(batch, {VarLen{"x", f32}, FixedLen{"x/lengths", i64, {}}}); });
+  Error dup = error_of([&] {
+    parse_example(batch, {VarLen{"x", f32}, FixedLen{"x/lengths", i64, {}}});
+  });
   EXPECT_THAT(dup.what(), HasSubstr("'x/lengths' twice"));
   Error shape = error_of([&] {
     parse_example(batch, {FixedLen{"x", f32, {3}, Tensor::from_list<float>({1, 2})}});
@@ -284,6 +289,47 @@ TEST(ParseExample, BadSpecsAreRejected) {
   EXPECT_THAT(shape.what(), HasSubstr("default_value has shape [2]"));
   Error unknown = error_of([&] { parse_example(batch, {FixedLen{"x", f32, {kUnknownDim}}}); });
   EXPECT_THAT(unknown.what(), HasSubstr("fully defined"));
+}
+
+TEST(ParseExample, RepeatedKeyLastOneWinsAndOddKeysAreIgnored) {
+  // A map on the wire may repeat a key (the last entry wins) and hold keys that are not UTF-8.
+  const std::string bytes = example_bytes({{"a", int64_feature({1})},
+                                           {std::string("\xff\xfe", 2), float_feature({1})},
+                                           {"a", int64_feature({2})}});
+  EXPECT_EQ(values_of<int64_t>(
+                parse_example(std::vector<std::string>{bytes}, {FixedLen{"a", i64, {}}})["a"]),
+            std::vector<int64_t>{2});
+  const Example ex = Example::parse(bytes);
+  EXPECT_EQ(std::get<Int64List>(ex.features().at("a")), Int64List{2});
+  EXPECT_EQ(ex.features().size(), 2u);
+}
+
+TEST(ParseExample, DamagedBytesNeverCrash) {
+  const std::string good = Example()
+                               .set_bytes("img", {std::string(16, 'p')})
+                               .set_int64s("label", {4})
+                               .set_floats("w", {0.5f, 2})
+                               .serialize();
+  const std::vector<FeatureSpec> spec = {FixedLen{"img", u8, {16}}, FixedLen{"label", i64, {}},
+                                         VarLen{"w", f32}};
+  auto check = [&](const std::string& damaged) {
+    try {
+      auto out = parse_example(std::vector<std::string>{damaged}, spec);
+      EXPECT_EQ(out["img"].shape(), (Shape{1, 16}));
+    } catch (const Error& e) {
+      EXPECT_TRUE(e.code() == ErrorCode::kDataLoss || e.code() == ErrorCode::kInvalidArgument)
+          << e.what();
+      EXPECT_THAT(e.what(), HasSubstr("example 0"));
+    }
+  };
+  for (size_t n = 0; n < good.size(); ++n) check(good.substr(0, n));
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string damaged = good;
+      damaged[i] ^= static_cast<char>(1 << bit);
+      check(damaged);
+    }
+  }
 }
 
 }  // namespace

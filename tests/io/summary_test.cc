@@ -64,8 +64,7 @@ class Summary : public testing::Test {
 };
 
 double now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 TEST_F(Summary, FileNameAndFirstEvent) {
@@ -278,9 +277,9 @@ TEST_F(Summary, ProtocDecodesTheEvents) {
     const fs::path payload = dir_ / ("payload" + std::to_string(i));
     const fs::path decoded = dir_ / ("decoded" + std::to_string(i));
     std::ofstream(payload, std::ios::binary) << records[i];
-    const std::string command = "protoc --decode=kiln.proto.Event --proto_path='" + source +
-                                "' '" + source + "/src/io/proto/event.proto' < '" +
-                                payload.string() + "' > '" + decoded.string() + "' 2>&1";
+    const std::string command = "protoc --decode=kiln.proto.Event --proto_path='" + source + "' '" +
+                                source + "/src/io/proto/event.proto' < '" + payload.string() +
+                                "' > '" + decoded.string() + "' 2>&1";
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
     std::ifstream in(decoded);
     const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

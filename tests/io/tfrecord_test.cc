@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -146,8 +147,8 @@ TEST_F(TFRecord, WriterProducesTheExactFramingBytes) {
   writer.close();
   // "hello": length 05 00.., masked length CRC 0x3e04b2ea, data, masked data CRC 0x191c1fbb
   // (values from an independent implementation); then the empty record.
-  const std::string hello = std::string("\x05\0\0\0\0\0\0\0", 8) + "\xea\xb2\x04\x3e" + "hello" +
-                            "\xbb\x1f\x1c\x19";
+  const std::string hello =
+      std::string("\x05\0\0\0\0\0\0\0", 8) + "\xea\xb2\x04\x3e" + "hello" + "\xbb\x1f\x1c\x19";
   EXPECT_EQ(frame("hello"), hello);
   EXPECT_EQ(read_file(p), hello + frame(""));
 }
@@ -181,9 +182,8 @@ TEST_F(TFRecord, ReaderIteratesWithRangeFor) {
 
 TEST_F(TFRecord, ReadsHandBuiltGzipAndZlibStreams) {
   const std::string records = frame("first") + frame("") + frame(pseudo_random(70000, 3));
-  for (auto [compression, bytes] :
-       {std::pair{Compression::kGzip, gzip_stored(records)},
-        std::pair{Compression::kZlib, zlib_stored(records)}}) {
+  for (auto [compression, bytes] : {std::pair{Compression::kGzip, gzip_stored(records)},
+                                    std::pair{Compression::kZlib, zlib_stored(records)}}) {
     const std::string p = write_file("hand.z", bytes);
     auto got = read_records(p, {.compression = compression});
     ASSERT_EQ(got.size(), 3u);
@@ -457,6 +457,51 @@ TEST_F(TFRecord, SkipCorruptStopsWhenTheFramingIsLost) {
   std::vector<std::string> zgot(zr.begin(), zr.end());
   EXPECT_EQ(zgot, std::vector<std::string>{"a"});
   EXPECT_EQ(zr.corrupt_records(), 1);
+}
+
+TEST_F(TFRecord, EveryTruncationAndBitFlipIsCaught) {
+  const std::vector<std::string> records = {"alpha", "", "gamma ray"};
+  for (Compression compression : {Compression::kNone, Compression::kGzip, Compression::kZlib}) {
+    const std::string p = path("whole.tfrecord");
+    {
+      RecordWriter writer(p, compression);
+      for (const std::string& r : records) writer.write(r);
+    }
+    const std::string bytes = read_file(p);
+    const RecordReaderOptions strict = {.compression = compression};
+    const RecordReaderOptions lenient = {.compression = compression, .skip_corrupt = true};
+    auto check = [&](const std::string& damaged, const std::string& what) {
+      const std::string q = write_file("damaged.tfrecord", damaged);
+      try {
+        // Succeeding is possible only if the damage removed whole records at the end.
+        const auto got = read_records(q, strict);
+        ASSERT_LE(got.size(), records.size()) << what;
+        EXPECT_TRUE(std::equal(got.begin(), got.end(), records.begin())) << what;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kDataLoss) << what << ": " << e.what();
+        EXPECT_THAT(e.what(), HasSubstr(q)) << what;
+      }
+      RecordReader reader(q, lenient);  // never throws with skip_corrupt
+      std::vector<std::string> got(reader.begin(), reader.end());
+      EXPECT_LE(got.size(), records.size()) << what;
+    };
+    for (size_t n = 0; n < bytes.size(); ++n)
+      check(bytes.substr(0, n), "cut at " + std::to_string(n));
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      for (int bit = 0; bit < 8; ++bit) {
+        std::string damaged = bytes;
+        damaged[i] ^= static_cast<char>(1 << bit);
+        check(damaged, "bit " + std::to_string(bit) + " of byte " + std::to_string(i));
+      }
+    }
+    // Without compression every flipped bit breaks a CRC: never silently accepted.
+    if (compression == Compression::kNone) {
+      std::string damaged = bytes;
+      damaged[bytes.size() / 2] ^= 0x01;
+      const std::string q = write_file("flip.tfrecord", damaged);
+      EXPECT_THROW(read_records(q, strict), Error);
+    }
+  }
 }
 
 }  // namespace
