@@ -54,24 +54,34 @@ struct RecordWriter::State {
   int uncaught_exceptions = std::uncaught_exceptions();
   State(const std::string& path, Compression compression)
       : file(path, internal::OutputFile::Mode::kAtomic, compression, "RecordWriter") {}
+
+  // What destruction does: close, unless an exception is unwinding the stack past the writer,
+  // in which case the records are incomplete and the file must not appear.
+  void finish() noexcept {
+    if (file.closed() || std::uncaught_exceptions() > uncaught_exceptions) return;
+    try {
+      file.close();
+    } catch (const Error&) {
+      // Nowhere to report it; close() explicitly to see errors.
+    }
+  }
 };
 
 RecordWriter::RecordWriter(const std::string& path, Compression compression)
     : state_(std::make_unique<State>(path, compression)) {}
 
 RecordWriter::~RecordWriter() {
-  if (!state_ || state_->file.closed()) return;
-  // Unwinding from an exception: the records are incomplete, so the file must not appear.
-  if (std::uncaught_exceptions() > state_->uncaught_exceptions) return;
-  try {
-    state_->file.close();
-  } catch (const Error&) {
-    // A destructor cannot report it; close() explicitly to see errors.
-  }
+  if (state_) state_->finish();
 }
 
 RecordWriter::RecordWriter(RecordWriter&&) noexcept = default;
-RecordWriter& RecordWriter::operator=(RecordWriter&&) noexcept = default;
+RecordWriter& RecordWriter::operator=(RecordWriter&& other) noexcept {
+  if (this != &other) {
+    if (state_) state_->finish();
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
 
 void RecordWriter::write(std::string_view record) {
   if (!state_) throw Error(ErrorCode::kFailedPrecondition, "RecordWriter: used after a move");

@@ -289,6 +289,18 @@ TEST_F(TFRecord, DestructorClosesButAnExceptionDiscards) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
 }
 
+TEST_F(TFRecord, MoveAssignmentClosesTheOverwrittenWriter) {
+  RecordWriter a(path("a.tfrecord"));
+  a.write("from a");
+  RecordWriter b(path("b.tfrecord"));
+  b.write("from b");
+  a = std::move(b);  // a's file is complete: it appears
+  EXPECT_EQ(read_records(path("a.tfrecord")), std::vector<std::string>{"from a"});
+  a.write("more b");
+  a.close();
+  EXPECT_EQ(read_records(path("b.tfrecord")), (std::vector<std::string>{"from b", "more b"}));
+}
+
 TEST_F(TFRecord, WriterIntoMissingDirectoryIsNotFound) {
   Error e = error_of([&] { RecordWriter w(path("no/such/dir/x.tfrecord")); });
   EXPECT_EQ(e.code(), ErrorCode::kNotFound);

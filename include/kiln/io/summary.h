@@ -17,7 +17,8 @@ namespace kiln::io {
 // Events are buffered: they reach the file on flush(), close(), destruction, when 10 are
 // pending, or when the last flush is over 120 s old. The file is appended to while it is being
 // written (TensorBoard reads it live), so unlike RecordWriter it is not written atomically.
-// Thread-safe. Errors throw kiln::Error naming the file.
+// Thread-safe. Errors throw kiln::Error naming the file. Movable; a moved-from writer may only
+// be destroyed or assigned to.
 class EventWriter {
  public:
   explicit EventWriter(const std::string& logdir);

@@ -23,7 +23,8 @@ enum class Compression { kNone, kGzip, kZlib };
 // reader sees the previous file or the complete new one. A writer destroyed without close()
 // closes itself, unless it is destroyed by an exception unwinding the stack: then the partial
 // file is discarded. Errors (kFailedPrecondition for I/O, kNotFound for a missing directory)
-// throw kiln::Error naming the file; call close() to see errors of the last step.
+// throw kiln::Error naming the file; call close() to see errors of the last step. Movable; a
+// moved-from writer may only be destroyed or assigned to.
 class RecordWriter {
  public:
   explicit RecordWriter(const std::string& path, Compression compression = Compression::kNone);
@@ -56,8 +57,10 @@ struct RecordReaderOptions {
 // Errors throw kiln::Error naming the file and the byte offset of the record (in the
 // decompressed data for a compressed file): kNotFound when the file cannot be opened,
 // kDataLoss for a corrupt or truncated record. A length field is never believed beyond the
-// data: a length larger than the rest of an uncompressed file, or than 1 GiB in a compressed
-// one, fails before any memory is allocated for it.
+// data: a length larger than the rest of an uncompressed file, or than 1 GiB where the size is
+// not known ahead (a compressed file, a pipe), fails before any memory is allocated for it;
+// below that, a record's buffer grows only as its data arrives. Movable; a moved-from reader
+// may only be destroyed or assigned to.
 class RecordReader {
  public:
   explicit RecordReader(const std::string& path, RecordReaderOptions options = {});
