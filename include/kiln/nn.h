@@ -9,5 +9,6 @@
 #include "kiln/nn/losses.h"
 #include "kiln/nn/metrics.h"
 #include "kiln/nn/model.h"
+#include "kiln/nn/tensorboard.h"
 #include "kiln/optim.h"
 #include "kiln/variable.h"

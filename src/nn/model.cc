@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 #include <tuple>
+#include <utility>
 
 #include "kiln/autodiff.h"
 #include "kiln/graph.h"
@@ -70,6 +71,15 @@ std::string with_commas(int64_t n) {
   return s;
 }
 
+// While recording, a layer's nodes are named "<layer>/<op>" (TensorBoard groups them).
+std::optional<Graph::NameScope> layer_scope(const Tensor& x, const Layer& layer) {
+  const std::string& name = layer.name();
+  if (!x.defined() || !x.is_symbolic() || name.empty() || name.find('/') != std::string::npos) {
+    return std::nullopt;
+  }
+  return std::optional<Graph::NameScope>(std::in_place, x.graph(), layer.name());
+}
+
 uint64_t mix_seed(uint64_t seed, uint64_t step) {
   uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (step + 1);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -111,6 +121,7 @@ struct Model::Impl {
       seed_layers();
       Tensor h = x;
       for (const LayerPtr& layer : layers) {
+        auto scope = layer_scope(h, *layer);
         h = (*layer)(h, ctx);
         output_shapes[layer.get()] = h.shape();
       }
@@ -124,6 +135,7 @@ struct Model::Impl {
     for (const auto& call : calls) {
       std::vector<Tensor> ins;
       for (const Tensor& t : call.inputs) ins.push_back(values.at(key(t)));
+      auto scope = layer_scope(ins[0], *call.layer);
       Tensor out = (*call.layer)(ins, ctx);
       output_shapes[call.layer.get()] = out.shape();
       values[key(call.output)] = out;
@@ -159,7 +171,10 @@ struct Model::Impl {
     auto resolve = [&](const Variable& v) {
       auto it = placeholders.find(v.id());
       if (it != placeholders.end()) return it->second;
+      // Outside the layer's name scope: the variable's name ("dense/kernel") is scoped already.
+      auto scopes = std::exchange(g.impl()->scopes, {});
       Tensor p = g.placeholder(v.dtype(), v.shape(), v.name());
+      g.impl()->scopes = std::move(scopes);
       placeholders[v.id()] = p;
       s.vars.push_back(v);
       s.var_inputs.push_back(p);
@@ -470,6 +485,8 @@ Model::InferenceGraph Model::inference_graph(const Shape& input_shape, DType dty
   for (size_t i = 0; i < s.vars.size(); ++i) g.variables.emplace_back(s.vars[i], s.var_inputs[i]);
   return g;
 }
+
+std::optional<TensorType> Model::input_type() const { return impl_->input_spec; }
 
 // ---- compile / fit / evaluate / predict ---------------------------------------------------
 

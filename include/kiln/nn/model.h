@@ -97,6 +97,9 @@ class Model {
     std::vector<std::pair<Variable, Tensor>> variables;
   };
   InferenceGraph inference_graph(const Shape& input_shape, DType dtype = f32);
+  // The input type the model was built for ([?, features...]); nullopt before build, the first
+  // fit or predict (a functional model knows it from its Input).
+  std::optional<TensorType> input_type() const;
 
  protected:
   explicit Model(std::string name);
