@@ -208,8 +208,10 @@ TEST_F(TensorBoardTest, UpdateFreqBatchWritesEveryStepAndContinuesAcrossFits) {
   std::vector<fs::path> files = event_files(dir_ / "train");
   ASSERT_EQ(files.size(), 2u);  // one file per fit
   std::vector<int64_t> steps;
-  for (const fs::path& f : files)
-    for (const auto& [step, value] : read_event_file(f).scalars["batch_loss"]) steps.push_back(step);
+  for (const fs::path& f : files) {
+    EventFile events = read_event_file(f);
+    for (const auto& [step, value] : events.scalars["batch_loss"]) steps.push_back(step);
+  }
   std::sort(steps.begin(), steps.end());
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
 }
