@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <vector>
 
 #include "examples/common/flags.h"
 #include "kiln/data/fashion_mnist.h"
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   const std::string data_dir = flags.str("data_dir", kiln::data::default_fashion_mnist_dir());
   const int64_t train_limit = flags.integer("train_limit", 0);
   const int verbose = static_cast<int>(flags.integer("verbose", 1));
+  const std::string logdir = flags.str("logdir", "");  // TensorBoard logs, when set
   flags.check();
 
   try {
@@ -37,9 +39,13 @@ int main(int argc, char** argv) {
     model.compile(kiln::optim::Adam(learning_rate),
                   SparseCategoricalCrossentropy(/*from_logits=*/true), {"accuracy"});
 
+    std::vector<kiln::nn::CallbackRef> callbacks;
+    if (!logdir.empty()) callbacks.push_back(kiln::nn::TensorBoard(logdir));
+
     auto start = std::chrono::steady_clock::now();
     model.fit(x_train, y_train,
-              {.epochs = epochs, .batch_size = batch_size, .seed = seed, .verbose = verbose});
+              {.epochs = epochs, .batch_size = batch_size, .seed = seed, .callbacks = callbacks,
+               .verbose = verbose});
     double train_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (verbose) std::cout << model.summary();
