@@ -402,6 +402,7 @@ KILN_REGISTER_KERNEL(slice).fn([](KernelContext& ctx) {
   copy_to_output(ctx, std::move(c));
 });
 
+namespace {
 // dz padded back into x's shape with zeros: low = start, interior = stride - 1. A dimension of
 // x of unknown size cannot be padded (its high padding is unknown): dz is scattered into zeros
 // there instead, one such dimension at a time, into zeros shaped like x gathered along the
@@ -432,6 +433,8 @@ Grads slice_gradient(const GradContext& ctx) {
   }
   return {g};
 }
+}  // namespace
+
 KILN_REGISTER_GRADIENT(slice, slice_gradient);
 
 // ---- concatenate ------------------------------------------------------------------------
@@ -484,6 +487,7 @@ KILN_REGISTER_KERNEL(concatenate).fn([](KernelContext& ctx) {
   }
 });
 
+namespace {
 // Each input's range of dz along the axis.
 Grads concatenate_gradient(const GradContext& ctx) {
   const Tensor& dz = ctx.output_grads[0];
@@ -502,6 +506,8 @@ Grads concatenate_gradient(const GradContext& ctx) {
   }
   return grads;
 }
+}  // namespace
+
 KILN_REGISTER_GRADIENT(concatenate, concatenate_gradient);
 
 // ---- pad --------------------------------------------------------------------------------
@@ -573,6 +579,7 @@ KILN_REGISTER_KERNEL(pad).fn([](KernelContext& ctx) {
   strided_copy(c, elem, x.raw_data(), out.raw_mutable_data());
 });
 
+namespace {
 // x's elements are dz[low : : interior + 1] in each dimension; the padding value's gradient
 // is the sum of dz over the padded positions, i.e. sum(dz) - sum(dx).
 Grads pad_gradient(const GradContext& ctx) {
@@ -601,6 +608,8 @@ Grads pad_gradient(const GradContext& ctx) {
   }
   return {dx, sum(dz) - sum(dx)};
 }
+}  // namespace
+
 KILN_REGISTER_GRADIENT(pad, pad_gradient);
 
 // ---- reverse ----------------------------------------------------------------------------
