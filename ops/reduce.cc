@@ -427,8 +427,8 @@ Grads extreme_gradient(const GradContext& ctx) {
   const Tensor &x = ctx.inputs[0], &z = ctx.outputs[0], &dz = ctx.output_grads[0];
   const std::vector<int64_t>& axes = ctx.attrs().get_ints("axes");
   Tensor wins = equal(x, unreduce(z, x, axes));
-  Tensor count =
-      reduce_over("reduce_sum", convert(wins, x.dtype()), axes);  // 0 only where z is NaN
+  // How many elements share each result: 0 only where z is NaN, and there nothing wins.
+  Tensor count = reduce_over("reduce_sum", convert(wins, x.dtype()), axes);
   return {where(wins, unreduce(dz / count, x, axes), scalar_like(0, x))};
 }
 
