@@ -105,7 +105,13 @@ struct Column {
   int64_t per_example = 0;    // fixed: elements per example
   std::vector<uint8_t> fill;  // fixed: the default's bytes (empty: required)
   bool has_default = false;
-  Tensor out;                                // fixed: [batch, shape...]
+  Shape out_shape;                           // fixed: [batch, shape...]
+  Tensor out;  // allocated once an example is found valid: the data bounds the memory
+  uint8_t* row(size_t example) {
+    if (!out.defined()) out = Tensor::empty(dtype, out_shape);
+    return static_cast<uint8_t*>(out.raw_mutable_data()) +
+           example * per_example * dtype_size(dtype);
+  }
   std::vector<std::vector<uint8_t>> ragged;  // var-len: each example's values
 };
 
@@ -138,14 +144,24 @@ Column make_column(const FeatureSpec& entry, size_t batch) {
     c.ragged.resize(batch);
     return c;
   }
+  uint64_t per_example = 1;
+  bool overflow = false;
   for (int64_t d : c.shape) {
     if (d < 0) {
       fail(ErrorCode::kInvalidArgument, "FixedLen feature '" + c.name + "': shape " +
                                             shape_str(c.shape) +
                                             " must be fully defined and non-negative");
     }
+    overflow = overflow || __builtin_mul_overflow(per_example, static_cast<uint64_t>(d),
+                                                  &per_example);
   }
-  c.per_example = num_elements(c.shape);
+  const bool empty = std::find(c.shape.begin(), c.shape.end(), 0) != c.shape.end();
+  if (!empty &&
+      (overflow || per_example > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
+    fail(ErrorCode::kInvalidArgument, "FixedLen feature '" + c.name + "': shape " +
+                                          shape_str(c.shape) + " has too many elements");
+  }
+  c.per_example = empty ? 0 : static_cast<int64_t>(per_example);
   Shape out_shape = {static_cast<int64_t>(batch)};
   out_shape.insert(out_shape.end(), c.shape.begin(), c.shape.end());
   uint64_t total = c.per_example == 0 ? 0 : batch;
@@ -177,7 +193,7 @@ Column make_column(const FeatureSpec& entry, size_t batch) {
     }
     c.has_default = true;
   }
-  c.out = Tensor::empty(c.dtype, out_shape);
+  c.out_shape = std::move(out_shape);
   return c;
 }
 
@@ -193,8 +209,7 @@ void fill_column(Column& c, const proto::Feature* feature, size_t example) {
                " is missing (give its FixedLen spec a default_value to make it optional)");
     }
     if (c.fill.empty()) return;  // a zero-sized shape
-    std::memcpy(static_cast<uint8_t*>(c.out.raw_mutable_data()) + example * c.fill.size(),
-                c.fill.data(), c.fill.size());
+    std::memcpy(c.row(example), c.fill.data(), c.fill.size());
     return;
   }
   if (feature->kind_case() != list_for(c.dtype)) {
@@ -215,7 +230,7 @@ void fill_column(Column& c, const proto::Feature* feature, size_t example) {
                                           ", but its FixedLen shape " + shape_str(c.shape) +
                                           " needs " + std::to_string(c.per_example));
   }
-  copy_values(v, static_cast<uint8_t*>(c.out.raw_mutable_data()) + example * c.per_example * width);
+  copy_values(v, c.row(example));
 }
 
 // Pads the var-len values into [batch, max_len] and their lengths into [batch].
@@ -371,6 +386,7 @@ std::map<std::string, Tensor> parse_example(std::span<const std::string> seriali
   std::map<std::string, Tensor> result;
   for (Column& c : columns) {
     if (c.fixed) {
+      if (!c.out.defined()) c.out = Tensor::empty(c.dtype, c.out_shape);  // no bytes to fill
       result[c.name] = std::move(c.out);
     } else {
       finish_ragged(c, result);

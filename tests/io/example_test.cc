@@ -332,5 +332,22 @@ TEST(ParseExample, DamagedBytesNeverCrash) {
   }
 }
 
+// Found by fuzz/example_fuzzer: the output was allocated from the spec before any example was
+// checked, and a shape whose element count overflows wrapped around.
+TEST(ParseExample, HugeShapesAreCheckedBeforeAnyMemoryIsCommitted) {
+  const std::vector<std::string> batch = {example_bytes({{"x", bytes_feature({"abc"})}})};
+  Error huge = error_of([&] { parse_example(batch, {FixedLen{"x", u8, {int64_t{1} << 40}}}); });
+  EXPECT_THAT(huge.what(), HasSubstr("has 3 bytes"));
+  Error overflow = error_of([&] {
+    parse_example(batch, {FixedLen{"x", u8, {int64_t{1} << 40, int64_t{1} << 40}}});
+  });
+  EXPECT_EQ(overflow.code(), ErrorCode::kInvalidArgument);
+  EXPECT_THAT(overflow.what(), HasSubstr("[1099511627776,1099511627776] has too many elements"));
+  // No examples: an empty batch of the shape, whatever its size.
+  auto empty = parse_example(std::vector<std::string>{}, {FixedLen{"x", u8, {int64_t{1} << 40}}});
+  EXPECT_EQ(empty["x"].shape(), (Shape{0, int64_t{1} << 40}));
+  EXPECT_EQ(empty["x"].nbytes(), 0u);
+}
+
 }  // namespace
 }  // namespace kiln::io
