@@ -45,7 +45,7 @@ io::FeatureSpec read_spec_entry(Reader& in) {
   }
   // The spec is the program's, not the file's: a default makes the program ask for
   // batch x shape elements, so defaults go only with shapes that fit the fuzzer's memory.
-  if ((flags & 8) && elements >= 0 && elements <= (1 << 20)) {
+  if ((flags & 8) && elements >= 0 && elements <= 4096) {
     if ((flags & 16) && elements <= 64) {
       spec.default_value = Tensor::from_vector(std::vector<float>(elements, 2.5f), spec.shape);
     } else {
