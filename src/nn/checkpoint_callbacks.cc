@@ -193,7 +193,13 @@ void BackupAndRestore::on_train_begin(Logs&) {
                                           std::to_string(epoch) + ", batch " +
                                           std::to_string(batch) + ")");
   }
-  model()->load_state(backup.tensors);
+  try {
+    model()->load_state(backup.tensors);
+  } catch (const Error& e) {
+    throw Error(e.code(), "BackupAndRestore: cannot restore " + backup.prefix +
+                              " (a backup of another model? delete " + dir_ + " to start over): " +
+                              e.what());
+  }
   model()->resume_at(static_cast<int>(epoch), batch);
   restored_at_ = std::make_pair(static_cast<int>(epoch), batch);
   saved_at_step_ = model()->optimizer().iterations();
