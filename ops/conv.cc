@@ -240,33 +240,40 @@ inline bool next_index(std::vector<int64_t>& idx, const Shape& dims) {
 // Calls f(r, t, offset) for patch rows r in [0, rows) (output positions row, row + 1, ...)
 // and kernel taps t, where offset is the element offset of the input pixel under the tap
 // (channel 0), or -1 where the tap falls on padding or on a hole of the dilated input.
+// The last spatial dimension is the inner loop, so the multi-index steps once per kernel row.
 template <class F>
 void walk_patches(const ConvPlan& plan, int64_t row, int64_t rows, F&& f) {
   const size_t d = plan.k_sp.size();
-  std::vector<int64_t> pos(d), tap(d);
+  const int64_t batch_stride = d ? plan.in_strides[0] * plan.in_sp[0] : plan.c_in;
+  if (d == 0) {
+    for (int64_t r = 0; r < rows; ++r) f(r, 0, (row + r) * batch_stride);
+    return;
+  }
+  std::vector<int64_t> pos(d), tap(d - 1);
   int64_t n = row;  // becomes the batch index
   for (size_t i = d; i-- > 0;) {
     pos[i] = n % plan.out_sp[i];
     n /= plan.out_sp[i];
   }
+  const Shape outer_k(plan.k_sp.begin(), plan.k_sp.end() - 1);
+  const int64_t k_last = plan.k_sp[d - 1], stride_last = plan.in_strides[d - 1];
+  const int64_t kernel_rows = plan.taps / k_last;
   std::vector<const int64_t*> tab(d);
-  const int64_t batch_stride = d ? plan.in_strides[0] * plan.in_sp[0] : plan.c_in;
   for (int64_t r = 0; r < rows; ++r) {
     for (size_t i = 0; i < d; ++i) tab[i] = plan.tables[i].data() + pos[i] * plan.k_sp[i];
-    const int64_t base = n * batch_stride;
+    const int64_t* last = tab[d - 1];
     std::fill(tap.begin(), tap.end(), 0);
-    for (int64_t t = 0; t < plan.taps; ++t) {
-      int64_t off = base;
-      for (size_t i = 0; i < d; ++i) {
+    int64_t t = 0;
+    for (int64_t kr = 0; kr < kernel_rows; ++kr) {
+      int64_t off = n * batch_stride;
+      for (size_t i = 0; i + 1 < d && off >= 0; ++i) {
         const int64_t at = tab[i][tap[i]];
-        if (at < 0) {
-          off = -1;
-          break;
-        }
-        off += at * plan.in_strides[i];
+        off = at < 0 ? -1 : off + at * plan.in_strides[i];
       }
-      f(r, t, off);
-      next_index(tap, plan.k_sp);
+      for (int64_t k = 0; k < k_last; ++k, ++t) {
+        f(r, t, off < 0 || last[k] < 0 ? -1 : off + last[k] * stride_last);
+      }
+      next_index(tap, outer_k);
     }
     if (next_index(pos, plan.out_sp)) ++n;
   }

@@ -230,7 +230,7 @@ void separable_kernel(KernelContext& ctx, TapsOf taps_of) {
   }
   if constexpr (!std::is_same_v<T, C>) {
     T* y = out_ptr<T>(out);
-    for (int64_t i = 0; i < out.size(); ++i) y[i] = static_cast<T>(src[i]);
+    for (int64_t i = 0, n = out.size(); i < n; ++i) y[i] = static_cast<T>(src[i]);
   }
 }
 
@@ -267,7 +267,8 @@ struct ArgmaxPlan {
   std::vector<std::vector<int64_t>> tables;
 };
 
-ArgmaxPlan argmax_plan(const WindowParams& p, const Shape& in, const Shape& out) {
+ArgmaxPlan argmax_plan(const KernelContext& ctx, const Shape& in, const Shape& out) {
+  const WindowParams p = window_params(ctx, in.size());
   ArgmaxPlan plan;
   size_t first = 0, last = in.size();
   while (first < last && trivial(p, first)) ++first;
@@ -288,6 +289,9 @@ ArgmaxPlan argmax_plan(const WindowParams& p, const Shape& in, const Shape& out)
       }
     }
   }
+  if (plan.taps > std::numeric_limits<int32_t>::max()) {
+    ctx.fail("the window " + list_str(p.window) + " has more than 2^31 elements");
+  }
   plan.in_strides.assign(last - first, 1);
   for (size_t j = last - first; j-- > 1;) {
     plan.in_strides[j - 1] = plan.in_strides[j] * in[first + j];
@@ -305,40 +309,51 @@ inline bool next_index(std::vector<int64_t>& idx, const Shape& dims) {
 }
 
 // Calls f(o, i) for every output element o (flat) with i the flat operand index of its
-// window's maximum, or -1 for a window that lies wholly on padding. Calls for different
-// outer indices run in parallel; all the windows of one outer index run on one thread.
-template <class C, class T, class F>
-void for_each_window_argmax(const ArgmaxPlan& plan, const T* x, F&& f) {
+// window's maximum, or -1 for a window that lies wholly on padding. Outer indices run in
+// parallel: start(b) and then all the windows of outer index b run on one thread.
+template <class C, class T, class Start, class F>
+void for_each_window_argmax(const ArgmaxPlan& plan, const T* x, Start&& start, F&& f) {
   const size_t m = plan.out_dims.size();
   const int64_t work = std::max<int64_t>(1, plan.mid_out * plan.inner * plan.taps);
   runtime::parallel_for(plan.outer, std::max<int64_t>(1, (int64_t{1} << 14) / work),
                         [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> pos(m), tap(m), best(plan.inner);
+    std::vector<int64_t> pos(m), tap(m), tap_offset(plan.taps);
+    std::vector<int32_t> best_tap(plan.inner);  // 32-bit, like a float: the loop vectorizes
     std::vector<C> best_value(plan.inner);
     for (int64_t b = begin; b < end; ++b) {
+      start(b);
       std::fill(pos.begin(), pos.end(), 0);
       for (int64_t q = 0; q < plan.mid_out; ++q) {
-        std::fill(best.begin(), best.end(), -1);
         std::fill(tap.begin(), tap.end(), 0);
-        for (int64_t t = 0; t < plan.taps; ++t, next_index(tap, plan.window)) {
+        bool any = false;
+        for (int32_t t = 0; t < plan.taps; ++t, next_index(tap, plan.window)) {
           int64_t off = b * plan.mid_in;
           for (size_t j = 0; j < m && off >= 0; ++j) {
             const int64_t at = plan.tables[j][pos[j] * plan.window[j] + tap[j]];
             off = at < 0 ? -1 : off + at * plan.in_strides[j];
           }
+          tap_offset[t] = off * plan.inner;
           if (off < 0) continue;
-          const int64_t base = off * plan.inner;
+          const T* xs = x + off * plan.inner;
+          if (!any) {  // the window's first tap inside the operand
+            any = true;
+            std::fill(best_tap.begin(), best_tap.end(), t);
+            for (int64_t c = 0; c < plan.inner; ++c) best_value[c] = static_cast<C>(xs[c]);
+            continue;
+          }
+          int32_t* __restrict bt = best_tap.data();
+          C* __restrict bv = best_value.data();
           for (int64_t c = 0; c < plan.inner; ++c) {
-            const C v = static_cast<C>(x[base + c]);
-            const C w = best_value[c];
-            if (best[c] < 0 || v > w || (v != v && w == w)) {
-              best[c] = base + c;
-              best_value[c] = v;
-            }
+            const C v = static_cast<C>(xs[c]), w = bv[c];
+            const bool take = (v > w) | ((v != v) & (w == w));
+            bt[c] = take ? t : bt[c];
+            bv[c] = take ? v : w;
           }
         }
         const int64_t out_base = (b * plan.mid_out + q) * plan.inner;
-        for (int64_t c = 0; c < plan.inner; ++c) f(out_base + c, best[c]);
+        for (int64_t c = 0; c < plan.inner; ++c) {
+          f(out_base + c, any ? tap_offset[best_tap[c]] + c : -1);
+        }
         next_index(pos, plan.out_dims);
       }
     }
@@ -384,32 +399,45 @@ template <class T>
 void max_grad_kernel(KernelContext& ctx) {
   using C = ComputeType<T>;
   const Tensor &x = ctx.input(0), &dy = ctx.input(1);
-  const WindowParams p = window_params(ctx, x.shape().size());
   Tensor& out = ctx.allocate_output(0);
-  std::vector<C> acc(x.size(), C(0));
-  if (dy.size() > 0) {
-    const T* g = dy.data<T>().data();
-    for_each_window_argmax<C>(argmax_plan(p, x.shape(), dy.shape()), x.data<T>().data(),
-                              [&](int64_t o, int64_t i) {
-                                if (i >= 0) acc[i] += static_cast<C>(g[o]);
-                              });
+  const int64_t n = x.size();
+  std::vector<C> staging;  // dx in the compute type, for f16/bf16
+  C* dx;
+  if constexpr (std::is_same_v<T, C>) {
+    dx = out_ptr<T>(out);
+  } else {
+    staging.resize(n);
+    dx = staging.data();
   }
-  T* dx = out_ptr<T>(out);
-  for (int64_t i = 0; i < x.size(); ++i) dx[i] = static_cast<T>(acc[i]);
+  if (dy.size() == 0) {
+    std::fill(dx, dx + n, C(0));
+  } else {
+    const ArgmaxPlan plan = argmax_plan(ctx, x.shape(), dy.shape());
+    const int64_t slice = plan.mid_in * plan.inner;  // of one outer index, zeroed in its task
+    const T* g = dy.data<T>().data();
+    for_each_window_argmax<C>(
+        plan, x.data<T>().data(),
+        [&](int64_t b) { std::fill(dx + b * slice, dx + (b + 1) * slice, C(0)); },
+        [&](int64_t o, int64_t i) {
+          if (i >= 0) dx[i] += static_cast<C>(g[o]);
+        });
+  }
+  if constexpr (!std::is_same_v<T, C>) {
+    T* y = out_ptr<T>(out);
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(staging[i]);
+  }
 }
 
 template <class T>
 void max_select_kernel(KernelContext& ctx) {
   const Tensor &x = ctx.input(0), &v = ctx.input(1);
-  const WindowParams p = window_params(ctx, x.shape().size());
   Tensor& out = ctx.allocate_output(0);
   if (out.size() == 0) return;
   const T* values = v.data<T>().data();
   T* y = out_ptr<T>(out);
-  for_each_window_argmax<ComputeType<T>>(argmax_plan(p, x.shape(), out.shape()),
-                                         x.data<T>().data(), [&](int64_t o, int64_t i) {
-                                           y[o] = i >= 0 ? values[i] : T(0);
-                                         });
+  for_each_window_argmax<ComputeType<T>>(
+      argmax_plan(ctx, x.shape(), out.shape()), x.data<T>().data(), [](int64_t) {},
+      [&](int64_t o, int64_t i) { y[o] = i >= 0 ? values[i] : T(0); });
 }
 
 // reduce_window_sum_grad(dy), attribute operand_shape: the operand's shape, where a
