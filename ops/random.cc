@@ -79,8 +79,10 @@ ShapeFn random_shape(DType default_dtype, TypeSet dtypes,
     if (seed.dtype != i64 || !seed.shape.empty()) {
       ctx.fail("the seed must be an i64 scalar, got " + seed.str());
     }
-    const Shape& shape = ctx.attrs().get_ints("shape");
-    for (size_t d = 0; d < shape.size(); ++d) {
+    // With a second input the output takes its shape (known only at run time, maybe).
+    const Shape& shape =
+        ctx.num_inputs() > 1 ? ctx.input(1).shape : ctx.attrs().get_ints("shape");
+    for (size_t d = 0; d < shape.size() && ctx.num_inputs() == 1; ++d) {
       if (shape[d] < 0) {
         ctx.fail("shape dimensions must be known and non-negative, dimension " + std::to_string(d) +
                  " is " + std::to_string(shape[d]));
@@ -115,6 +117,7 @@ void fill_random(KernelContext& ctx, F value) {
 
 KILN_REGISTER_OP(random_uniform)
     .input("seed")
+    .optional_input("shape_like")
     .kind(OpKind::kCodegen)
     .non_differentiable()
     .shape_fn(random_shape(f32, TypeSet::kFloat, [](const InferContext& ctx) {
@@ -137,6 +140,7 @@ KILN_REGISTER_KERNEL(random_uniform).fn([](KernelContext& ctx) {
 
 KILN_REGISTER_OP(random_normal)
     .input("seed")
+    .optional_input("shape_like")
     .kind(OpKind::kCodegen)
     .non_differentiable()
     .shape_fn(random_shape(f32, TypeSet::kFloat, [](const InferContext& ctx) {
@@ -155,6 +159,7 @@ KILN_REGISTER_KERNEL(random_normal).fn([](KernelContext& ctx) {
 
 KILN_REGISTER_OP(random_bernoulli)
     .input("seed")
+    .optional_input("shape_like")
     .kind(OpKind::kCodegen)
     .non_differentiable()
     .shape_fn(random_shape(bool_, TypeSet::kAll, [](const InferContext& ctx) {
@@ -190,6 +195,11 @@ Tensor call_random(const std::string& op, const Tensor& seed, Attrs attrs) {
   return call_op(op, {as_seed(seed)}, attrs)[0];
 }
 
+Tensor call_random_like(const std::string& op, const Tensor& like, const Tensor& seed,
+                        Attrs attrs) {
+  return call_op(op, {as_seed(seed), like}, attrs)[0];
+}
+
 }  // namespace
 
 Tensor random_uniform(Shape shape, const Tensor& seed, double low, double high, DType dtype) {
@@ -202,6 +212,20 @@ Tensor random_normal(Shape shape, const Tensor& seed, double mean, double stddev
 }
 Tensor random_bernoulli(Shape shape, const Tensor& seed, double p, DType dtype) {
   return call_random("random_bernoulli", seed, {{"shape", shape}, {"dtype", dtype}, {"p", p}});
+}
+
+Tensor random_uniform_like(const Tensor& like, const Tensor& seed, double low, double high,
+                          DType dtype) {
+  return call_random_like("random_uniform", like, seed,
+                          {{"dtype", dtype}, {"low", low}, {"high", high}});
+}
+Tensor random_normal_like(const Tensor& like, const Tensor& seed, double mean, double stddev,
+                          DType dtype) {
+  return call_random_like("random_normal", like, seed,
+                          {{"dtype", dtype}, {"mean", mean}, {"stddev", stddev}});
+}
+Tensor random_bernoulli_like(const Tensor& like, const Tensor& seed, double p, DType dtype) {
+  return call_random_like("random_bernoulli", like, seed, {{"dtype", dtype}, {"p", p}});
 }
 
 Tensor random_uniform(Shape shape, uint64_t seed, double low, double high, DType dtype) {

@@ -8,12 +8,16 @@ namespace kiln::runtime {
 std::vector<TensorType> infer_types(const OpDef& def, const std::string& node_name,
                                     const std::vector<TensorType>& inputs, const Attrs& attrs) {
   size_t fixed = def.inputs.size() - (def.variadic ? 1 : 0);
-  bool count_ok = def.variadic ? inputs.size() >= fixed + 1 : inputs.size() == fixed;
+  size_t required = def.variadic ? fixed + 1 : fixed - def.optional_inputs;
+  bool count_ok = def.variadic ? inputs.size() >= required
+                               : inputs.size() >= required && inputs.size() <= fixed;
   if (!count_ok) {
     InferContext ctx(def.name, node_name, inputs, attrs);
-    ctx.fail("expects " + std::string(def.variadic ? "at least " : "") +
-             std::to_string(def.variadic ? fixed + 1 : fixed) + " input(s), got " +
-             std::to_string(inputs.size()));
+    std::string want = def.variadic ? "at least " + std::to_string(required)
+                       : required == fixed
+                           ? std::to_string(fixed)
+                           : std::to_string(required) + " to " + std::to_string(fixed);
+    ctx.fail("expects " + want + " input(s), got " + std::to_string(inputs.size()));
   }
   InferContext ctx(def.name, node_name, inputs, attrs);
   std::vector<TensorType> out;

@@ -92,6 +92,7 @@ struct OpDef {
   std::string name;
   std::vector<std::string> inputs;  // input names
   bool variadic = false;            // the last input repeats (concatenate)
+  int optional_inputs = 0;          // how many trailing inputs may be left out
   int num_outputs = 1;
   OpKind kind = OpKind::kKernel;
   ShapeFn shape_fn;
@@ -156,6 +157,7 @@ class OpBuilder {
   OpBuilder(std::string name, std::string source);
   OpBuilder& input(std::string name);
   OpBuilder& variadic_input(std::string name);
+  OpBuilder& optional_input(std::string name);  // trailing inputs a call may leave out
   OpBuilder& outputs(int n);
   OpBuilder& kind(OpKind kind);
   OpBuilder& shape_fn(ShapeFn fn);

@@ -36,6 +36,14 @@ Tensor random_uniform(Shape shape, const Tensor& seed, double low = 0, double hi
 Tensor random_normal(Shape shape, const Tensor& seed, double mean = 0, double stddev = 1,
                      DType dtype = f32);
 Tensor random_bernoulli(Shape shape, const Tensor& seed, double p, DType dtype = bool_);
+// Variants whose shape is that of `like` at run time (its dimensions may be unknown while
+// recording, e.g. a dropout mask over a batch of any size).
+Tensor random_uniform_like(const Tensor& like, const Tensor& seed, double low = 0,
+                           double high = 1, DType dtype = f32);
+Tensor random_normal_like(const Tensor& like, const Tensor& seed, double mean = 0,
+                          double stddev = 1, DType dtype = f32);
+Tensor random_bernoulli_like(const Tensor& like, const Tensor& seed, double p,
+                             DType dtype = bool_);
 
 // ---- elementwise unary ------------------------------------------------------------------
 Tensor neg(const Tensor& x);

@@ -213,6 +213,11 @@ OpBuilder& OpBuilder::variadic_input(std::string name) {
   def_.variadic = true;
   return *this;
 }
+OpBuilder& OpBuilder::optional_input(std::string name) {
+  def_.inputs.push_back(std::move(name));
+  ++def_.optional_inputs;
+  return *this;
+}
 OpBuilder& OpBuilder::outputs(int n) {
   def_.num_outputs = n;
   return *this;

@@ -30,7 +30,7 @@ int64_t last_dim(const std::vector<Shape>& shapes, const std::string& layer) {
 // Dropout-style mask with keep probability 1 - rate, scaled so the expectation is unchanged.
 Tensor dropout(const Tensor& x, double rate, CallContext& ctx) {
   if (!ctx.training() || rate == 0) return x;
-  Tensor keep = random_bernoulli(x.shape(), ctx.next_seed(), 1.0 - rate, bool_);
+  Tensor keep = random_bernoulli_like(x, ctx.next_seed(), 1.0 - rate, bool_);
   return where(keep, x * (1.0 / (1.0 - rate)), zeros_like(x));
 }
 

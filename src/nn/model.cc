@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "kiln/autodiff.h"
 #include "kiln/graph.h"
@@ -94,6 +95,11 @@ struct Model::Impl {
   std::shared_ptr<Loss> loss;
   std::vector<std::unique_ptr<Metric>> metrics;
   std::optional<Step> train_step, eval_step, predict_step;
+
+  // Where fit is, and where it was asked to resume.
+  int epoch = 0;
+  int64_t batch = 0;
+  std::optional<std::pair<int, int64_t>> resume;
 
   void seed_layers() {
     for (size_t i = 0; i < layers.size(); ++i)
@@ -393,6 +399,78 @@ std::string Model::summary() const {
   return os.str();
 }
 
+// ---- state ----------------------------------------------------------------------------------
+
+std::map<std::string, Tensor> Model::state() const {
+  std::map<std::string, Tensor> out;
+  auto put = [&](const std::string& name, const Tensor& value) {
+    std::string key = name;
+    for (int i = 1; out.count(key); ++i) key = name + "#" + std::to_string(i);
+    out[key] = value;
+  };
+  for (const Variable& v : weights()) {
+    put(v.name(), v.value());
+    if (!impl_->optimizer || !v.trainable()) continue;
+    for (const Variable& slot : impl_->optimizer->slots(v)) put(slot.name(), slot.value());
+  }
+  if (impl_->optimizer) {
+    put("optimizer/iterations", Tensor::scalar<int64_t>(impl_->optimizer->iterations()));
+  }
+  return out;
+}
+
+void Model::load_state(const std::map<std::string, Tensor>& saved) {
+  std::map<std::string, Variable> targets;
+  auto put = [&](const std::string& name, const Variable& v) {
+    std::string key = name;
+    for (int i = 1; targets.count(key); ++i) key = name + "#" + std::to_string(i);
+    targets[key] = v;
+  };
+  for (const Variable& v : weights()) {
+    put(v.name(), v);
+    if (!impl_->optimizer || !v.trainable()) continue;
+    for (const Variable& slot : impl_->optimizer->slots(v)) put(slot.name(), slot);
+  }
+  for (const auto& [name, value] : saved) {
+    if (name == "optimizer/iterations") continue;
+    if (!targets.count(name)) {
+      throw Error(ErrorCode::kNotFound, "load_state: model '" + name_ + "' has no variable '" +
+                                            name + "' (is it built and compiled the same way?)");
+    }
+  }
+  for (auto& [name, var] : targets) {
+    auto it = saved.find(name);
+    if (it == saved.end()) {
+      throw Error(ErrorCode::kNotFound,
+                  "load_state: the saved state has no value for '" + name + "'");
+    }
+    var.assign(it->second);  // checks dtype and shape
+  }
+  auto it = saved.find("optimizer/iterations");
+  if (impl_->optimizer && it != saved.end()) {
+    impl_->optimizer->set_iterations(it->second.item<int64_t>());
+  }
+}
+
+int Model::current_epoch() const { return impl_->epoch; }
+int64_t Model::current_batch() const { return impl_->batch; }
+
+void Model::resume_at(int epoch, int64_t batch) {
+  if (epoch < 0 || batch < 0) {
+    throw Error(ErrorCode::kInvalidArgument, "resume_at: epoch and batch must be >= 0");
+  }
+  impl_->resume = std::make_pair(epoch, batch);
+}
+
+Model::InferenceGraph Model::inference_graph(const Shape& input_shape, DType dtype) {
+  Shape full = {kUnknownDim};
+  full.insert(full.end(), input_shape.begin(), input_shape.end());
+  Step s = impl_->trace({dtype, full}, std::nullopt, /*training=*/false);
+  InferenceGraph g{s.graph, s.x, s.prediction, {}};
+  for (size_t i = 0; i < s.vars.size(); ++i) g.variables.emplace_back(s.vars[i], s.var_inputs[i]);
+  return g;
+}
+
 // ---- compile / fit / evaluate / predict ---------------------------------------------------
 
 void Model::compile(optim::OptimizerRef optimizer, LossRef loss,
@@ -452,9 +530,14 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
   History history;
   stop_training = false;
   Logs logs;
+  impl_->resume.reset();
   for (Callback* c : callbacks) c->on_train_begin(logs);
+  int first_epoch = options.initial_epoch;
+  int64_t first_batch = 0;
+  if (impl_->resume) std::tie(first_epoch, first_batch) = *impl_->resume;
 
-  for (int epoch = options.initial_epoch; epoch < options.epochs && !stop_training; ++epoch) {
+  for (int epoch = first_epoch; epoch < options.epochs && !stop_training; ++epoch) {
+    impl_->epoch = epoch;
     Logs epoch_logs;
     for (Callback* c : callbacks) c->on_epoch_begin(epoch, epoch_logs);
     progress.begin_epoch(epoch, options.epochs);
@@ -467,7 +550,8 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
     for (auto& m : impl_->metrics) m->reset();
     double loss_sum = 0;
     int64_t seen = 0;
-    for (int64_t b = 0; b < steps && !stop_training; ++b) {
+    for (int64_t b = epoch == first_epoch ? first_batch : 0; b < steps && !stop_training; ++b) {
+      impl_->batch = b;
       Logs batch_logs;
       for (Callback* c : callbacks) c->on_train_batch_begin(b, batch_logs);
       int64_t begin = b * options.batch_size, end = std::min(n, begin + options.batch_size);

@@ -209,5 +209,18 @@ TEST(Random, SeedFedToAGraphVariesPerRun) {
   EXPECT_NE(run(6)[0].to_vector<float>(), five[0].to_vector<float>());
 }
 
+TEST(RandomLike, TakesItsShapeAtRunTimeAndMatchesTheShapedVariant) {
+  Graph g("dropout_mask");
+  Tensor x = g.placeholder(f32, {kUnknownDim, 3}, "x");
+  Tensor seed = g.placeholder(i64, {}, "seed");
+  Tensor mask = random_bernoulli_like(x, seed, 0.5);
+  Tensor u = random_uniform_like(x, seed, -1, 1);
+  EXPECT_EQ(mask.shape(), (Shape{kUnknownDim, 3}));
+  auto out = g.run({{x, zeros({4, 3})}, {seed, Tensor::scalar<int64_t>(11)}}, {mask, u});
+  EXPECT_EQ(out[0].shape(), (Shape{4, 3}));
+  EXPECT_EQ(out[0].to_vector<bool>(), random_bernoulli({4, 3}, 11, 0.5).to_vector<bool>());
+  EXPECT_EQ(out[1].to_vector<float>(), random_uniform({4, 3}, 11, -1, 1).to_vector<float>());
+}
+
 }  // namespace
 }  // namespace kiln

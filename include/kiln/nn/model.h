@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/graph.h"
 #include "kiln/nn/callbacks.h"
 #include "kiln/nn/layer.h"
 #include "kiln/nn/losses.h"
@@ -72,6 +73,30 @@ class Model {
   std::vector<LayerPtr> layers() const;
   optim::Optimizer& optimizer();
   bool stop_training = false;
+
+  // ---- state, for checkpoints and export -------------------------------------------------
+  // Every variable of the model and of its optimizer by a stable name ("dense/kernel",
+  // "dense/kernel/Adam/m", ...) plus "optimizer/iterations" (i64 scalar). Complete once fit
+  // has traced its step (callbacks' on_train_begin and later).
+  std::map<std::string, Tensor> state() const;
+  // Assigns values saved by state(); every name must exist with the same dtype and shape.
+  void load_state(const std::map<std::string, Tensor>& state);
+  // Where fit is: the epoch and the batch within it about to run (or last run).
+  int current_epoch() const;
+  int64_t current_batch() const;
+  // Makes the running fit continue from (epoch, batch) — for BackupAndRestore, called from
+  // on_train_begin. Batches before `batch` in that epoch are skipped, the shuffling order
+  // and dropout seeds stay those of an uninterrupted run, so results are bit-identical.
+  void resume_at(int epoch, int64_t batch);
+
+  // The inference graph (training=false): input placeholder, output, and the placeholder
+  // each variable is fed through. For export (kiln::io::save_model).
+  struct InferenceGraph {
+    Graph graph;
+    Tensor input, output;
+    std::vector<std::pair<Variable, Tensor>> variables;
+  };
+  InferenceGraph inference_graph(const Shape& input_shape, DType dtype = f32);
 
  protected:
   explicit Model(std::string name);

@@ -1,0 +1,386 @@
+// Linear algebra: the dot primitive (XLA's dot_general) with its reference kernel on Eigen,
+// and the public dot and matmul (numpy.matmul) functions.
+#include <algorithm>
+#include <numeric>
+
+#define EIGEN_DONT_PARALLELIZE  // parallelism comes from runtime::parallel_for, never Eigen
+// GCC 12 reports a false -Wmaybe-uninitialized inside Eigen's AVX-512 GEMV kernels.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <Eigen/Core>
+
+#include "kiln/ops.h"
+#include "ops/kernel_util.h"
+
+namespace kiln {
+namespace ops {
+namespace {
+
+// The dimension roles of one operand of a dot.
+struct DotDims {
+  std::vector<int64_t> batch, contract, free;
+};
+
+std::vector<int64_t> ints_or_empty(const Attrs& attrs, const std::string& name) {
+  return attrs.has(name) ? attrs.get_ints(name) : std::vector<int64_t>{};
+}
+
+// The dimensions of a rank-`rank` operand that are neither batch nor contracting, in order.
+std::vector<int64_t> free_dims(int64_t rank, const std::vector<int64_t>& batch,
+                               const std::vector<int64_t>& contract) {
+  std::vector<int64_t> free;
+  for (int64_t d = 0; d < rank; ++d) {
+    if (std::find(batch.begin(), batch.end(), d) == batch.end() &&
+        std::find(contract.begin(), contract.end(), d) == contract.end())
+      free.push_back(d);
+  }
+  return free;
+}
+
+// Checks the axes of one operand and finds its free dimensions.
+DotDims dot_dims(const InferContext& ctx, const char* which, const TensorType& t,
+                 const std::vector<int64_t>& batch, const std::vector<int64_t>& contract) {
+  const int64_t rank = static_cast<int64_t>(t.shape.size());
+  std::vector<bool> used(rank, false);
+  for (const auto* axes : {&batch, &contract}) {
+    for (int64_t a : *axes) {
+      if (a < 0 || a >= rank) {
+        ctx.fail(std::string(which) + " axis " + std::to_string(a) + " is out of range for " +
+                 t.str() + " (rank " + std::to_string(rank) + ")");
+      }
+      if (used[a]) {
+        ctx.fail(std::string(which) + " dimension " + std::to_string(a) + " of " + t.str() +
+                 " is used twice among its batch and contracting dimensions");
+      }
+      used[a] = true;
+    }
+  }
+  return {batch, contract, free_dims(rank, batch, contract)};
+}
+
+std::vector<TensorType> dot_shape(const InferContext& ctx) {
+  const TensorType& a = ctx.input(0);
+  const TensorType& b = ctx.input(1);
+  if (a.dtype != b.dtype) {
+    ctx.fail("dtype mismatch: a is " + a.str() + ", b is " + b.str() + " (convert one of them)");
+  }
+  require_dtype_in(ctx, 0, TypeSet::kNumeric);
+  const Attrs& attrs = ctx.attrs();
+  DotDims da =
+      dot_dims(ctx, "lhs", a, ints_or_empty(attrs, "lhs_batch"), attrs.get_ints("lhs_contract"));
+  DotDims db =
+      dot_dims(ctx, "rhs", b, ints_or_empty(attrs, "rhs_batch"), attrs.get_ints("rhs_contract"));
+  if (da.contract.size() != db.contract.size() || da.batch.size() != db.batch.size()) {
+    ctx.fail("a (" + a.str() + ") has " + std::to_string(da.batch.size()) + " batch and " +
+             std::to_string(da.contract.size()) + " contracting dimensions, b (" + b.str() +
+             ") has " + std::to_string(db.batch.size()) + " and " +
+             std::to_string(db.contract.size()));
+  }
+  auto check_pairs = [&](const char* what, const std::vector<int64_t>& ia,
+                         const std::vector<int64_t>& ib) {
+    for (size_t i = 0; i < ia.size(); ++i) {
+      int64_t sa = a.shape[ia[i]], sb = b.shape[ib[i]];
+      if (sa != sb && sa != kUnknownDim && sb != kUnknownDim) {
+        ctx.fail(std::string(what) + " dimensions differ: a is " + a.str() + " (dim " +
+                 std::to_string(ia[i]) + " = " + std::to_string(sa) + "), b is " + b.str() +
+                 " (dim " + std::to_string(ib[i]) + " = " + std::to_string(sb) + ")");
+      }
+    }
+  };
+  check_pairs("contracting", da.contract, db.contract);
+  check_pairs("batch", da.batch, db.batch);
+  Shape out;
+  for (size_t i = 0; i < da.batch.size(); ++i) {
+    int64_t s = a.shape[da.batch[i]];
+    out.push_back(s != kUnknownDim ? s : b.shape[db.batch[i]]);
+  }
+  for (int64_t d : da.free) out.push_back(a.shape[d]);
+  for (int64_t d : db.free) out.push_back(b.shape[d]);
+  return {{a.dtype, out}};
+}
+
+// ---- kernel -----------------------------------------------------------------------------
+
+int64_t product(const Shape& shape, const std::vector<int64_t>& dims) {
+  int64_t p = 1;
+  for (int64_t d : dims) p *= shape[d];
+  return p;
+}
+
+std::vector<int64_t> concat(std::initializer_list<const std::vector<int64_t>*> parts) {
+  std::vector<int64_t> out;
+  for (const auto* p : parts) out.insert(out.end(), p->begin(), p->end());
+  return out;
+}
+
+// True when reading the dimensions in `order` is reading memory in order (size-1 dimensions
+// can go anywhere), so the operand already has that layout.
+bool is_layout(const Shape& shape, const std::vector<int64_t>& order) {
+  int64_t prev = -1;
+  for (int64_t d : order) {
+    if (shape[d] == 1) continue;
+    if (d < prev) return false;
+    prev = d;
+  }
+  return true;
+}
+
+// Copies `src` into `dst` with its dimensions read in `order`, converting each element.
+template <class Dst, class Src>
+void permute_copy(const Src* src, const Shape& shape, const std::vector<int64_t>& order, Dst* dst) {
+  const int rank = static_cast<int>(order.size());
+  std::vector<int64_t> strides = row_major_strides(shape);
+  Shape sizes(rank);
+  std::vector<int64_t> st(rank);
+  for (int i = 0; i < rank; ++i) {
+    sizes[i] = shape[order[i]];
+    st[i] = strides[order[i]];
+  }
+  const int64_t n = num_elements(shape);
+  if (n == 0) return;
+  const int64_t row = rank ? sizes[rank - 1] : 1, row_stride = rank ? st[rank - 1] : 0;
+  const int64_t rows = n / row;
+  runtime::parallel_for(rows, std::max<int64_t>(1, (1 << 14) / row), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      int64_t off = 0, rem = r;
+      for (int i = rank - 2; i >= 0; --i) {
+        off += (rem % sizes[i]) * st[i];
+        rem /= sizes[i];
+      }
+      Dst* out = dst + r * row;
+      for (int64_t j = 0; j < row; ++j)
+        out[j] = static_cast<Dst>(static_cast<ComputeType<Src>>(src[off + j * row_stride]));
+    }
+  });
+}
+
+// One operand as B matrices, each stored row-major either as the canonical layout (lhs
+// [M, K], rhs [K, N]) or, when `transposed`, as its transpose; `data` may point into the
+// input tensor (no copy) or into `owned`.
+template <class T>
+struct Matrices {
+  const T* data = nullptr;
+  bool transposed = false;
+  std::vector<T> owned;
+};
+
+// canonical: batch, then the matrix rows, then its columns; swapped: batch, columns, rows.
+template <class T, class Src>
+Matrices<T> prepare(const Tensor& t, const std::vector<int64_t>& canonical,
+                    const std::vector<int64_t>& swapped, bool allow_transposed) {
+  Matrices<T> m;
+  const Src* src = static_cast<const Src*>(t.raw_data());
+  if constexpr (std::is_same_v<T, Src>) {
+    if (is_layout(t.shape(), canonical)) {
+      m.data = src;
+      return m;
+    }
+    if (allow_transposed && is_layout(t.shape(), swapped)) {
+      m.data = src;
+      m.transposed = true;
+      return m;
+    }
+  }
+  m.owned.resize(t.size());
+  permute_copy(src, t.shape(), canonical, m.owned.data());
+  m.data = m.owned.data();
+  return m;
+}
+
+struct GemmSizes {
+  int64_t batch, m, k, n;
+};
+
+// Splits the B x M rows of the output into tasks (whole batches, or blocks of rows when there
+// are few batches) and calls fn(batch, row_begin, row_end) for each on the thread pool.
+template <class F>
+void for_each_row_block(const GemmSizes& s, F&& fn) {
+  if (s.batch == 0 || s.m == 0) return;
+  constexpr int64_t kTargetTasks = 64, kMinRows = 16;
+  int64_t rows = s.batch >= kTargetTasks ? s.m : std::max(kMinRows, s.batch * s.m / kTargetTasks);
+  rows = std::min(rows, s.m);
+  const int64_t blocks = (s.m + rows - 1) / rows;
+  const int64_t work = std::max<int64_t>(1, rows * s.k * s.n);
+  runtime::parallel_for(s.batch * blocks, std::max<int64_t>(1, (1 << 16) / work),
+                        [&](int64_t begin, int64_t end) {
+                          for (int64_t t = begin; t < end; ++t) {
+                            int64_t b = t / blocks, r0 = (t % blocks) * rows;
+                            fn(b, r0, std::min(s.m, r0 + rows));
+                          }
+                        });
+}
+
+// Floating-point GEMM with Eigen; each task multiplies one block of rows.
+template <class T>
+void gemm_eigen(const GemmSizes& s, const Matrices<T>& a, const Matrices<T>& b, T* c) {
+  using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using ConstMap = Eigen::Map<const RowMat, Eigen::Unaligned, Eigen::OuterStride<>>;
+  using OutMap = Eigen::Map<RowMat, Eigen::Unaligned, Eigen::OuterStride<>>;
+  if (s.n == 0) return;
+  if (s.k == 0) {
+    std::fill(c, c + s.batch * s.m * s.n, T(0));
+    return;
+  }
+  for_each_row_block(s, [&](int64_t bi, int64_t r0, int64_t r1) {
+    const int64_t rows = r1 - r0;
+    const T* pa = a.data + bi * s.m * s.k;
+    const T* pb = b.data + bi * s.k * s.n;
+    OutMap out(c + bi * s.m * s.n + r0 * s.n, rows, s.n, Eigen::OuterStride<>(s.n));
+    auto multiply = [&](const auto& lhs, const auto& rhs) { out.noalias() = lhs * rhs; };
+    ConstMap rhs(pb, s.k, s.n, Eigen::OuterStride<>(s.n));
+    ConstMap rhs_t(pb, s.n, s.k, Eigen::OuterStride<>(s.k));  // stored [N, K]
+    if (!a.transposed) {
+      ConstMap lhs(pa + r0 * s.k, rows, s.k, Eigen::OuterStride<>(s.k));
+      b.transposed ? multiply(lhs, rhs_t.transpose()) : multiply(lhs, rhs);
+    } else {
+      ConstMap lhs_t(pa + r0, s.k, rows, Eigen::OuterStride<>(s.m));  // stored [K, M]
+      b.transposed ? multiply(lhs_t.transpose(), rhs_t.transpose())
+                   : multiply(lhs_t.transpose(), rhs);
+    }
+  });
+}
+
+// Integer GEMM: a plain loop that wraps on overflow (uint64_t arithmetic, like XLA).
+template <class T>
+void gemm_integer(const GemmSizes& s, const Matrices<T>& a, const Matrices<T>& b, T* c) {
+  if (s.n == 0) return;
+  for_each_row_block(s, [&](int64_t bi, int64_t r0, int64_t r1) {
+    std::vector<uint64_t> acc(s.n);
+    const T* pb = b.data + bi * s.k * s.n;
+    for (int64_t i = r0; i < r1; ++i) {
+      std::fill(acc.begin(), acc.end(), 0);
+      const T* pa = a.data + (bi * s.m + i) * s.k;
+      for (int64_t k = 0; k < s.k; ++k) {
+        const uint64_t av = static_cast<uint64_t>(static_cast<int64_t>(pa[k]));
+        const T* row = pb + k * s.n;
+        for (int64_t j = 0; j < s.n; ++j)
+          acc[j] += av * static_cast<uint64_t>(static_cast<int64_t>(row[j]));
+      }
+      T* out = c + (bi * s.m + i) * s.n;
+      for (int64_t j = 0; j < s.n; ++j) out[j] = static_cast<T>(acc[j]);
+    }
+  });
+}
+
+void dot_kernel(KernelContext& ctx) {
+  const Tensor& ta = ctx.input(0);
+  const Tensor& tb = ctx.input(1);
+  const Attrs& attrs = ctx.attrs();
+  const std::vector<int64_t> a_batch = ints_or_empty(attrs, "lhs_batch");
+  const std::vector<int64_t> b_batch = ints_or_empty(attrs, "rhs_batch");
+  const std::vector<int64_t>& a_contract = attrs.get_ints("lhs_contract");
+  const std::vector<int64_t>& b_contract = attrs.get_ints("rhs_contract");
+  const std::vector<int64_t> a_free = free_dims(ta.rank(), a_batch, a_contract);
+  const std::vector<int64_t> b_free = free_dims(tb.rank(), b_batch, b_contract);
+  const GemmSizes s{product(ta.shape(), a_batch), product(ta.shape(), a_free),
+                    product(ta.shape(), a_contract), product(tb.shape(), b_free)};
+  // Canonical layouts: a as [B, M, K], b as [B, K, N]; Eigen also reads their transposes.
+  const auto a_mk = concat({&a_batch, &a_free, &a_contract});
+  const auto a_km = concat({&a_batch, &a_contract, &a_free});
+  const auto b_kn = concat({&b_batch, &b_contract, &b_free});
+  const auto b_nk = concat({&b_batch, &b_free, &b_contract});
+  Tensor& out = ctx.allocate_output(0);
+  visit_in<TypeSet::kNumeric>(ctx, ta.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<T>) {
+      auto a = prepare<T, T>(ta, a_mk, a_km, true);
+      auto b = prepare<T, T>(tb, b_kn, b_nk, true);
+      gemm_eigen(s, a, b, out_ptr<T>(out));
+    } else if constexpr (kIsFloat<T>) {  // f16, bf16: computed in float
+      auto a = prepare<float, T>(ta, a_mk, a_km, true);
+      auto b = prepare<float, T>(tb, b_kn, b_nk, true);
+      std::vector<float> c(out.size());
+      gemm_eigen(s, a, b, c.data());
+      T* y = out_ptr<T>(out);
+      runtime::parallel_for(out.size(), 1 << 14, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) y[i] = static_cast<T>(c[i]);
+      });
+    } else {
+      auto a = prepare<T, T>(ta, a_mk, a_km, false);
+      auto b = prepare<T, T>(tb, b_kn, b_nk, false);
+      gemm_integer(s, a, b, out_ptr<T>(out));
+    }
+  });
+}
+
+}  // namespace
+
+KILN_REGISTER_OP(dot).input("a").input("b").kind(OpKind::kKernel).shape_fn(dot_shape);
+KILN_REGISTER_KERNEL(dot).dtypes(dtypes_of(TypeSet::kNumeric)).fn(dot_kernel);
+
+}  // namespace ops
+
+// ---- public functions -------------------------------------------------------------------
+namespace {
+
+std::string type_str(const Tensor& x) { return TensorType{x.dtype(), x.shape()}.str(); }
+
+Axes normalized(const char* which, const Tensor& t, Axes axes) {
+  for (int64_t& a : axes) {
+    if (a < -t.rank() || a >= t.rank()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "dot: axis " + std::to_string(a) + " is out of range for " + which + ": " +
+                      type_str(t) + " (rank " + std::to_string(t.rank()) + ")");
+    }
+    if (a < 0) a += t.rank();
+  }
+  return axes;
+}
+
+[[noreturn]] void matmul_error(const std::string& what, const Tensor& a, const Tensor& b) {
+  throw Error(ErrorCode::kInvalidArgument,
+              "matmul: " + what + ": a is " + type_str(a) + ", b is " + type_str(b));
+}
+
+bool dims_differ(int64_t x, int64_t y) { return x != y && x != kUnknownDim && y != kUnknownDim; }
+
+}  // namespace
+
+Tensor dot(const Tensor& a, const Tensor& b, Axes a_contract, Axes b_contract, Axes a_batch,
+           Axes b_batch) {
+  DType t = promote_types(a.dtype(), b.dtype());
+  Attrs attrs{{"lhs_contract", normalized("a", a, a_contract)},
+              {"rhs_contract", normalized("b", b, b_contract)},
+              {"lhs_batch", normalized("a", a, a_batch)},
+              {"rhs_batch", normalized("b", b, b_batch)}};
+  return call_op("dot", {convert(a, t), convert(b, t)}, attrs)[0];
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  const int64_t ra = a.rank(), rb = b.rank();
+  if (ra == 0 || rb == 0) matmul_error("operands must have at least one dimension", a, b);
+  const int64_t k_a = a.shape()[ra - 1];
+  const int64_t k_b = b.shape()[rb == 1 ? 0 : rb - 2];
+  if (dims_differ(k_a, k_b)) matmul_error("inner dimensions differ", a, b);
+  // 1-d operands and a rank-2 b need no batch dimensions: a's leading dimensions are free and
+  // come first in the result, which is numpy's order. [B, M, K] x [K, N] is one GEMM, no copy.
+  if (ra == 1 || rb <= 2) return dot(a, b, {ra - 1}, {rb == 1 ? 0 : rb - 2});
+
+  // Broadcast the batch dimensions (all but the last two; a 2-d a has none).
+  const Shape ba(a.shape().begin(), a.shape().end() - 2);
+  const Shape bb(b.shape().begin(), b.shape().end() - 2);
+  Tensor x = a, y = b;
+  if (ba != bb) {
+    const size_t rank = std::max(ba.size(), bb.size());
+    Shape batch(rank);
+    for (size_t i = 0; i < rank; ++i) {
+      int64_t da = i < rank - ba.size() ? 1 : ba[i - (rank - ba.size())];
+      int64_t db = i < rank - bb.size() ? 1 : bb[i - (rank - bb.size())];
+      if (da != db && da != 1 && db != 1 && da != kUnknownDim && db != kUnknownDim)
+        matmul_error("batch dimensions cannot be broadcast", a, b);
+      batch[i] = da == 1 ? db : db == 1 ? da : da != kUnknownDim ? da : db;
+    }
+    auto with_batch = [&](const Tensor& t) {
+      Shape s = batch;
+      s.push_back(t.dim(-2));
+      s.push_back(t.dim(-1));
+      return t.shape() == s ? t : broadcast_to(t, s);
+    };
+    x = with_batch(a);
+    y = with_batch(b);
+  }
+  Axes batch_dims(x.rank() - 2);
+  std::iota(batch_dims.begin(), batch_dims.end(), 0);
+  return dot(x, y, {x.rank() - 1}, {y.rank() - 2}, batch_dims, batch_dims);
+}
+
+}  // namespace kiln

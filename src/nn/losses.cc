@@ -1,0 +1,151 @@
+// Losses (Keras semantics): per-example values with ops, so they run eagerly or record into a
+// step graph; operator() averages them over the batch.
+#include "kiln/nn/losses.h"
+
+#include <string>
+#include <utility>
+
+#include "kiln/ops.h"
+
+namespace kiln::nn {
+namespace {
+
+constexpr double kEps = 1e-7;  // Keras's backend.epsilon(): probabilities are clipped to it
+
+[[noreturn]] void fail(const std::string& loss, const std::string& message) {
+  throw Error(ErrorCode::kInvalidArgument, loss + ": " + message);
+}
+
+std::string shapes(const Tensor& y_true, const Tensor& y_pred) {
+  return "(y_true " + shape_str(y_true.shape()) + ", y_pred " + shape_str(y_pred.shape()) + ")";
+}
+
+void check_defined(const std::string& loss, const Tensor& y_true, const Tensor& y_pred) {
+  if (!y_true.defined() || !y_pred.defined()) fail(loss, "undefined y_true or y_pred");
+}
+
+// Scores compute in a floating type: integer predictions become f32.
+Tensor as_float(const Tensor& x) { return is_floating(x.dtype()) ? x : convert(x, f32); }
+
+// Dimensions must agree wherever both are known.
+bool compatible(const Shape& a, const Shape& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != kUnknownDim && b[i] != kUnknownDim && a[i] != b[i]) return false;
+  }
+  return true;
+}
+
+// Keras's squeeze_or_expand_to_same_rank: labels [batch] against predictions [batch, 1] (or
+// the reverse) are brought to the same rank; then the shapes must match. Labels take the
+// predictions' dtype.
+std::pair<Tensor, Tensor> aligned(const std::string& loss, const Tensor& y_true,
+                                  const Tensor& y_pred) {
+  check_defined(loss, y_true, y_pred);
+  Tensor t = y_true;
+  Tensor p = as_float(y_pred);
+  if (t.rank() == p.rank() - 1 && p.rank() > 0 && p.dim(-1) == 1) t = expand_dims(t, -1);
+  if (p.rank() == t.rank() - 1 && t.rank() > 0 && t.dim(-1) == 1) p = expand_dims(p, -1);
+  if (!compatible(t.shape(), p.shape()))
+    fail(loss, "shapes do not match " + shapes(y_true, y_pred));
+  return {convert(t, p.dtype()), p};
+}
+
+// One value per example: the mean over the last axis when there is a feature axis.
+Tensor per_row(const Tensor& x) { return x.rank() >= 2 ? mean(x, {-1}) : x; }
+
+int64_t known_classes(const std::string& loss, const Tensor& y_true, const Tensor& y_pred) {
+  if (y_pred.rank() < 1) fail(loss, "y_pred needs a class axis " + shapes(y_true, y_pred));
+  int64_t classes = y_pred.dim(-1);
+  if (classes == kUnknownDim) {
+    fail(loss, "the number of classes (last dimension of y_pred) must be known " +
+                   shapes(y_true, y_pred));
+  }
+  return classes;
+}
+
+// Probabilities normalised over the class axis and clipped away from 0 and 1, as Keras does.
+Tensor clipped_probabilities(const Tensor& p) {
+  return clamp(p / sum(p, {-1}, true), kEps, 1 - kEps);
+}
+
+}  // namespace
+
+Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const {
+  return convert(mean(per_example(y_true, y_pred)), f32);
+}
+
+Tensor SparseCategoricalCrossentropy::per_example(const Tensor& y_true,
+                                                  const Tensor& y_pred) const {
+  const std::string loss = name();
+  check_defined(loss, y_true, y_pred);
+  int64_t classes = known_classes(loss, y_true, y_pred);
+  Tensor labels = y_true;
+  if (labels.rank() == y_pred.rank() && labels.dim(-1) == 1) labels = squeeze(labels, {-1});
+  Shape batch(y_pred.shape().begin(), y_pred.shape().end() - 1);
+  if (!compatible(labels.shape(), batch)) {
+    fail(loss,
+         "labels must have the shape of y_pred without its class axis " + shapes(y_true, y_pred));
+  }
+  if (labels.dtype() != i32 && labels.dtype() != i64) labels = convert(labels, i64);
+  if (!labels.is_symbolic()) {
+    std::vector<int64_t> values = labels.to_vector<int64_t>();
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (values[i] < 0 || values[i] >= classes) {
+        fail(loss, "label " + std::to_string(values[i]) + " at index " + std::to_string(i) +
+                       " is out of range for " + std::to_string(classes) + " classes " +
+                       shapes(y_true, y_pred));
+      }
+    }
+  }
+  Tensor scores = as_float(y_pred);
+  Tensor mask = one_hot(labels, classes, scores.dtype());
+  if (from_logits_) return logsumexp(scores, {-1}) - sum(mask * scores, {-1});
+  return -log(sum(mask * clipped_probabilities(scores), {-1}));
+}
+
+Tensor CategoricalCrossentropy::per_example(const Tensor& y_true, const Tensor& y_pred) const {
+  const std::string loss = name();
+  check_defined(loss, y_true, y_pred);
+  int64_t classes = known_classes(loss, y_true, y_pred);
+  if (!(label_smoothing_ >= 0 && label_smoothing_ <= 1)) {
+    fail(loss, "label_smoothing must be in [0, 1], got " + std::to_string(label_smoothing_));
+  }
+  Tensor scores = as_float(y_pred);
+  if (!compatible(y_true.shape(), scores.shape())) {
+    fail(loss, "y_true must have the shape of y_pred " + shapes(y_true, y_pred));
+  }
+  Tensor labels = convert(y_true, scores.dtype());
+  if (label_smoothing_ > 0) {
+    labels = labels * (1 - label_smoothing_) + label_smoothing_ / static_cast<double>(classes);
+  }
+  if (from_logits_) return -sum(labels * log_softmax(scores, -1), {-1});
+  return -sum(labels * log(clipped_probabilities(scores)), {-1});
+}
+
+Tensor BinaryCrossentropy::per_example(const Tensor& y_true, const Tensor& y_pred) const {
+  auto [z, x] = aligned(name(), y_true, y_pred);
+  if (from_logits_) {
+    // max(x, 0) - x z + log(1 + exp(-|x|)): no overflow for large |x|.
+    return per_row(maximum(x, scalar_like(0, x)) - x * z + log1p(exp(-abs(x))));
+  }
+  Tensor p = clamp(x, kEps, 1 - kEps);
+  return per_row(-(z * log(p) + (1.0 - z) * log(1.0 - p)));
+}
+
+Tensor MeanSquaredError::per_example(const Tensor& y_true, const Tensor& y_pred) const {
+  auto [t, p] = aligned(name(), y_true, y_pred);
+  return per_row(square(p - t));
+}
+
+Tensor Huber::per_example(const Tensor& y_true, const Tensor& y_pred) const {
+  if (!(delta_ >= 0)) fail(name(), "delta must be >= 0, got " + std::to_string(delta_));
+  auto [t, p] = aligned(name(), y_true, y_pred);
+  Tensor error = p - t;
+  Tensor abs_error = abs(error);
+  Tensor quadratic = square(error) * 0.5;
+  Tensor linear = abs_error * delta_ - 0.5 * delta_ * delta_;
+  return per_row(where(abs_error <= scalar_like(delta_, abs_error), quadratic, linear));
+}
+
+}  // namespace kiln::nn
