@@ -512,8 +512,8 @@ void conv_kernel_grad_kernel(KernelContext& ctx) {
   using C = ComputeType<T>;
   using Mat = Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Strided = Eigen::OuterStride<>;
-  const ConvPlan plan = make_plan(ctx, ctx.input(0).shape(), ctx.output_type(0).shape,
-                                  ctx.input(1).shape());
+  const ConvPlan plan =
+      make_plan(ctx, ctx.input(0).shape(), ctx.output_type(0).shape, ctx.input(1).shape());
   Tensor& out = ctx.allocate_output(0);
   T* dw = out_ptr<T>(out);
   const int64_t n_w = plan.depth * plan.c_out;
@@ -525,8 +525,8 @@ void conv_kernel_grad_kernel(KernelContext& ctx) {
   std::vector<C> dy_storage;
   const C* dy = as_compute(in_ptr<T>(ctx, 1), plan.out_rows * plan.c_out, dy_storage);
   const T* x = in_ptr<T>(ctx, 0);
-  const int64_t chunks = std::clamp<int64_t>(
-      std::min(plan.out_rows / 1024, (int64_t{1} << 23) / n_w), 1, 32);
+  const int64_t chunks =
+      std::clamp<int64_t>(std::min(plan.out_rows / 1024, (int64_t{1} << 23) / n_w), 1, 32);
   const int64_t block = block_rows(plan);
   std::vector<C> partial(chunks * n_w, C(0));
   runtime::parallel_for(chunks, 1, [&](int64_t begin, int64_t end) {
@@ -615,8 +615,7 @@ std::vector<Tensor> conv_kernel_grad_gradient(const GradContext& g) {
 // A kernel for the floating-point dtypes: calls kernel(TypeTag<T>, ctx).
 KernelFn float_kernel(auto kernel) {
   return [kernel](KernelContext& ctx) {
-    visit_in<TypeSet::kFloat>(ctx, ctx.input(0).dtype(),
-                              [&](auto tag) { kernel(tag, ctx); });
+    visit_in<TypeSet::kFloat>(ctx, ctx.input(0).dtype(), [&](auto tag) { kernel(tag, ctx); });
   };
 }
 

@@ -160,7 +160,8 @@ void window_pass(const S* src, C* dst, int64_t outer, int64_t len, int64_t inner
                  const Taps& taps) {
   const int64_t out_len = taps.size(), rows = outer * out_len;
   const int64_t per_row = std::max<int64_t>(1, taps.sources.size() / std::max<int64_t>(1, out_len));
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, inner * per_row));
+  const int64_t grain =
+      std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, inner * per_row));
   runtime::parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t b = r / out_len, o = r % out_len;
@@ -172,6 +173,14 @@ void window_pass(const S* src, C* dst, int64_t outer, int64_t len, int64_t inner
       }
     }
   });
+}
+
+// A sweep lists its (output, tap) pairs: refuse one too large to list (a huge padded window).
+void check_sweep(const KernelContext& ctx, const WindowParams& p, size_t i, int64_t out_len) {
+  if (static_cast<__int128>(out_len) * p.window[i] > (int64_t{1} << 32)) {
+    ctx.fail("the window " + list_str(p.window) + " sweeps " + std::to_string(out_len) +
+             " positions in dimension " + std::to_string(i) + ": too many to list");
+  }
 }
 
 // Whether the window does nothing along dimension i.
@@ -210,6 +219,7 @@ void separable_kernel(KernelContext& ctx, TapsOf taps_of) {
     for (size_t j = i + 1; j < cur.size(); ++j) inner *= cur[j];
     const int64_t len = cur[i];
     cur[i] = out_shape[i];
+    check_sweep(ctx, p, i, std::max(len, cur[i]));
     const Taps taps = taps_of(p, i, len, cur[i]);
     const bool last = n + 1 == active.size();
     C* dst = nullptr;
@@ -276,6 +286,10 @@ ArgmaxPlan argmax_plan(const KernelContext& ctx, const Shape& in, const Shape& o
   for (size_t i = 0; i < first; ++i) plan.outer *= in[i];
   for (size_t i = last; i < in.size(); ++i) plan.inner *= in[i];
   for (size_t i = first; i < last; ++i) {
+    check_sweep(ctx, p, i, out[i]);
+    if (plan.taps > std::numeric_limits<int32_t>::max() / p.window[i]) {
+      ctx.fail("the window " + list_str(p.window) + " has more than 2^31 elements");
+    }
     plan.mid_in *= in[i];
     plan.mid_out *= out[i];
     plan.taps *= p.window[i];
@@ -288,9 +302,6 @@ ArgmaxPlan argmax_plan(const KernelContext& ctx, const Shape& in, const Shape& o
         t[o * p.window[i] + k] = at >= 0 && at < in[i] ? at : -1;
       }
     }
-  }
-  if (plan.taps > std::numeric_limits<int32_t>::max()) {
-    ctx.fail("the window " + list_str(p.window) + " has more than 2^31 elements");
   }
   plan.in_strides.assign(last - first, 1);
   for (size_t j = last - first; j-- > 1;) {
@@ -315,49 +326,49 @@ template <class C, class T, class Start, class F>
 void for_each_window_argmax(const ArgmaxPlan& plan, const T* x, Start&& start, F&& f) {
   const size_t m = plan.out_dims.size();
   const int64_t work = std::max<int64_t>(1, plan.mid_out * plan.inner * plan.taps);
-  runtime::parallel_for(plan.outer, std::max<int64_t>(1, (int64_t{1} << 14) / work),
-                        [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> pos(m), tap(m), tap_offset(plan.taps);
-    std::vector<int32_t> best_tap(plan.inner);  // 32-bit, like a float: the loop vectorizes
-    std::vector<C> best_value(plan.inner);
-    for (int64_t b = begin; b < end; ++b) {
-      start(b);
-      std::fill(pos.begin(), pos.end(), 0);
-      for (int64_t q = 0; q < plan.mid_out; ++q) {
-        std::fill(tap.begin(), tap.end(), 0);
-        bool any = false;
-        for (int32_t t = 0; t < plan.taps; ++t, next_index(tap, plan.window)) {
-          int64_t off = b * plan.mid_in;
-          for (size_t j = 0; j < m && off >= 0; ++j) {
-            const int64_t at = plan.tables[j][pos[j] * plan.window[j] + tap[j]];
-            off = at < 0 ? -1 : off + at * plan.in_strides[j];
-          }
-          tap_offset[t] = off * plan.inner;
-          if (off < 0) continue;
-          const T* xs = x + off * plan.inner;
-          if (!any) {  // the window's first tap inside the operand
-            any = true;
-            std::fill(best_tap.begin(), best_tap.end(), t);
-            for (int64_t c = 0; c < plan.inner; ++c) best_value[c] = static_cast<C>(xs[c]);
-            continue;
-          }
-          int32_t* __restrict bt = best_tap.data();
-          C* __restrict bv = best_value.data();
-          for (int64_t c = 0; c < plan.inner; ++c) {
-            const C v = static_cast<C>(xs[c]), w = bv[c];
-            const bool take = (v > w) | ((v != v) & (w == w));
-            bt[c] = take ? t : bt[c];
-            bv[c] = take ? v : w;
+  runtime::parallel_for(
+      plan.outer, std::max<int64_t>(1, (int64_t{1} << 14) / work), [&](int64_t begin, int64_t end) {
+        std::vector<int64_t> pos(m), tap(m), tap_offset(plan.taps);
+        std::vector<int32_t> best_tap(plan.inner);  // 32-bit, like a float: the loop vectorizes
+        std::vector<C> best_value(plan.inner);
+        for (int64_t b = begin; b < end; ++b) {
+          start(b);
+          std::fill(pos.begin(), pos.end(), 0);
+          for (int64_t q = 0; q < plan.mid_out; ++q) {
+            std::fill(tap.begin(), tap.end(), 0);
+            bool any = false;
+            for (int32_t t = 0; t < plan.taps; ++t, next_index(tap, plan.window)) {
+              int64_t off = b * plan.mid_in;
+              for (size_t j = 0; j < m && off >= 0; ++j) {
+                const int64_t at = plan.tables[j][pos[j] * plan.window[j] + tap[j]];
+                off = at < 0 ? -1 : off + at * plan.in_strides[j];
+              }
+              tap_offset[t] = off * plan.inner;
+              if (off < 0) continue;
+              const T* xs = x + off * plan.inner;
+              if (!any) {  // the window's first tap inside the operand
+                any = true;
+                std::fill(best_tap.begin(), best_tap.end(), t);
+                for (int64_t c = 0; c < plan.inner; ++c) best_value[c] = static_cast<C>(xs[c]);
+                continue;
+              }
+              int32_t* __restrict bt = best_tap.data();
+              C* __restrict bv = best_value.data();
+              for (int64_t c = 0; c < plan.inner; ++c) {
+                const C v = static_cast<C>(xs[c]), w = bv[c];
+                const bool take = (v > w) | ((v != v) & (w == w));
+                bt[c] = take ? t : bt[c];
+                bv[c] = take ? v : w;
+              }
+            }
+            const int64_t out_base = (b * plan.mid_out + q) * plan.inner;
+            for (int64_t c = 0; c < plan.inner; ++c) {
+              f(out_base + c, any ? tap_offset[best_tap[c]] + c : -1);
+            }
+            next_index(pos, plan.out_dims);
           }
         }
-        const int64_t out_base = (b * plan.mid_out + q) * plan.inner;
-        for (int64_t c = 0; c < plan.inner; ++c) {
-          f(out_base + c, any ? tap_offset[best_tap[c]] + c : -1);
-        }
-        next_index(pos, plan.out_dims);
-      }
-    }
-  });
+      });
 }
 
 // Requires input `i` to have x's dtype and the shape `want`.
@@ -448,8 +459,7 @@ std::vector<TensorType> sum_grad_shape(const InferContext& ctx) {
   const size_t rank = dy.shape.size();
   const Axes& given = ctx.attrs().get_ints("operand_shape");
   if (given.size() != rank) {
-    ctx.fail("operand_shape " + list_str(given) + " must have the rank of output_grad " +
-             dy.str());
+    ctx.fail("operand_shape " + list_str(given) + " must have the rank of output_grad " + dy.str());
   }
   const WindowParams p = window_params(ctx, rank);
   Shape operand(rank);

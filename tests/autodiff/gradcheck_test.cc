@@ -93,6 +93,7 @@ const std::vector<GradCase>& cases() {
       {"convert", {in({2, 3})}, {{"dtype", f64}}},
       {"convert", {in({2, 3})}, {{"dtype", f32}}, "to_f32", 1e-3, 1e-3},
       // ---- convolution, pooling, gather (ops/conv.cc, ops/pool.cc, ops/gather.cc)
+      // clang-format off
       {"convolution", {in({2, 5, 5, 3}), in({3, 3, 3, 4})}},
       {"convolution", {in({1, 6, 5, 2}), in({3, 2, 2, 3})},
        {{"strides", Axes{2, 2}}, {"padding_low", Axes{1, 0}}, {"padding_high", Axes{2, 1}}},
@@ -117,7 +118,8 @@ const std::vector<GradCase>& cases() {
         {"padding_high", Axes{1}}},
        "1d"},
       {"convolution", {in({1, 3, 4, 3, 2}), in({2, 2, 2, 2, 2})},
-       {{"strides", Axes{1, 2, 1}}, {"padding_low", Axes{0, 1, 1}}, {"padding_high", Axes{1, 0, 0}}},
+       {{"strides", Axes{1, 2, 1}}, {"padding_low", Axes{0, 1, 1}},
+        {"padding_high", Axes{1, 0, 0}}},
        "3d"},
       {"convolution_input_grad", {in({2, 3, 3, 4}), in({3, 3, 3, 4})},
        {{"input_spatial", Axes{5, 5}}}},
@@ -171,6 +173,7 @@ const std::vector<GradCase>& cases() {
       {"scatter_add", {in({4, 3}), indices({6}, 4), in({6, 3})}},
       {"scatter_add", {in({2, 5, 3}), indices({2, 3}, 5), in({2, 2, 3, 3})},
        {{"axis", int64_t{1}}}, "axis_1_2d_indices"},
+      // clang-format on
   };
   return kCases;
 }
@@ -307,8 +310,8 @@ TEST(GradientRules, NonDifferentiableOpsAreMarked) {
 
 // ---- convolution, pooling, gather, and the ops that carry no gradient
 TEST(GradientRules, RandomIotaAndArgOpsAreNonDifferentiable) {
-  for (const char* op : {"random_uniform", "random_normal", "random_bernoulli", "iota", "argmax",
-                         "argmin"}) {
+  for (const char* op :
+       {"random_uniform", "random_normal", "random_bernoulli", "iota", "argmax", "argmin"}) {
     ASSERT_TRUE(OpRegistry::global().contains(op)) << op;
     EXPECT_FALSE(OpRegistry::global().find(op).differentiable) << op;
   }

@@ -87,7 +87,10 @@ TEST(ConvGrad, SamePaddingDropsTheTapsOnPadding) {
   Tensor k = values({3, 3, 1, 1}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
   Tensor dy = values({1, 2, 2, 1}, {1, 1, 1, 1});
   std::vector<Tensor> g = grad(
-      [](const std::vector<Tensor>& a) { return conv2d(a[0], a[1], {1, 1}, "same"); }, {x, k}, dy);
+      [](const std::vector<Tensor>& a) {
+        return conv2d(a[0], a[1], {1, 1}, "same");
+      },
+      {x, k}, dy);
   expect_values(g[0], {1, 2, 2, 1}, {12, 16, 24, 28});
   // dw[a][b] sums x under tap (a, b) over the four outputs: tap row 0 reaches x's row 0 only
   // (from output row 1), tap row 1 both rows, tap row 2 row 1 only; likewise for columns.
@@ -317,20 +320,25 @@ TEST(ConvGrad, GradientOpsCheckTheirOperands) {
   Tensor k = Tensor::empty(f32, {2, 2, 1, 2});
   Tensor x = Tensor::empty(f32, {1, 4, 4, 1});
   Attrs input_spatial{{"input_spatial", Axes{5, 5}}};
-  EXPECT_THAT(error_of([&] { call_op("convolution_input_grad", {dy, k}, input_spatial); }),
+  EXPECT_THAT(error_of([&] {
+                call_op("convolution_input_grad", {dy, k}, input_spatial);
+              }),
               HasSubstr("convolution_input_grad: output_grad is f32[1,3,3,2], but the "
                         "convolution of input f32[1,5,5,1] with kernel f32[2,2,1,2] gives "
                         "f32[1,4,4,2]"));
-  EXPECT_THAT(error_of([&] { call_op("convolution_input_grad", {dy, k}); }),
+  EXPECT_THAT(error_of([&] {
+                call_op("convolution_input_grad", {dy, k});
+              }),
               HasSubstr("convolution_input_grad: needs the attribute input_spatial"));
   EXPECT_THAT(error_of([&] {
                 call_op("convolution_kernel_grad", {x, dy}, {{"kernel_spatial", Axes{3}}});
               }),
               HasSubstr("kernel_spatial [3] must have one value per spatial dimension (2)"));
-  EXPECT_THAT(error_of([&] {
-                call_op("convolution_kernel_grad", {x, dy.to(f64)}, {{"kernel_spatial", Axes{2, 2}}});
-              }),
-              HasSubstr("convolution_kernel_grad: dtype mismatch"));
+  EXPECT_THAT(
+      error_of([&] {
+        call_op("convolution_kernel_grad", {x, dy.to(f64)}, {{"kernel_spatial", Axes{2, 2}}});
+      }),
+      HasSubstr("convolution_kernel_grad: dtype mismatch"));
   // The shapes agree: [1,4,4,1] * [2,2,1,2] -> [1,3,3,2].
   EXPECT_EQ(call_op("convolution_kernel_grad", {x, Tensor::empty(f32, {1, 3, 3, 2})},
                     {{"kernel_spatial", Axes{2, 2}}})[0]

@@ -104,6 +104,14 @@ TEST(MaxPoolGrad, AWindowOnlyOnPaddingPassesNoGradient) {
   expect_values(grad_of(pool, x, dy), {3}, {0, 7, 0});
 }
 
+TEST(MaxPoolGrad, AnEmptyOperandUnderPaddedWindowsHasAnEmptyGradient) {
+  Attrs w{{"window", Axes{1, 2}}, {"padding_low", Axes{0, 1}}, {"padding_high", Axes{0, 1}}};
+  Tensor x = Tensor::empty(f32, {2, 0});
+  Tensor dy = values({2, 1}, {1, 2});
+  EXPECT_EQ(call_op("reduce_window_max_grad", {x, dy}, w)[0].shape(), (Shape{2, 0}));
+  expect_values(call_op("reduce_window_max_select", {x, x}, w)[0], {2, 1}, {0, 0});
+}
+
 TEST(MaxPoolGrad, NaNIsTheMaximumAndMinusInfinityStillWins) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
@@ -126,8 +134,8 @@ TEST(MaxPoolGrad, SelectGathersAtEachWindowsMaximum) {
   // reduce_window_max_select(x, v) is the adjoint of reduce_window_max_grad(x, .).
   Attrs w{{"window", Axes{2}}, {"strides", Axes{2}}};
   Tensor x = values({4}, {1, 3, 4, 2});
-  expect_values(call_op("reduce_window_max_select", {x, values({4}, {10, 20, 30, 40})}, w)[0],
-                {2}, {20, 30});
+  expect_values(call_op("reduce_window_max_select", {x, values({4}, {10, 20, 30, 40})}, w)[0], {2},
+                {20, 30});
   expect_values(call_op("reduce_window_max_grad", {x, values({2}, {5, 6})}, w)[0], {4},
                 {0, 5, 6, 0});
 }
@@ -156,22 +164,24 @@ TEST(MaxPoolGrad, RecordedWithAnUnknownBatch) {
   }
   Tensor dx = gradients(y, {x}, dy)[0];
   EXPECT_EQ(dx.shape(), (Shape{kUnknownDim, 2, 2, 1}));
-  Tensor out = g.run({{x, values({2, 2, 2, 1}, {1, 4, 3, 2, 8, 5, 6, 7})},
-                      {dy, values({2, 1, 1, 1}, {10, 20})}},
-                     dx);
+  Tensor out = g.run(
+      {{x, values({2, 2, 2, 1}, {1, 4, 3, 2, 8, 5, 6, 7})}, {dy, values({2, 1, 1, 1}, {10, 20})}},
+      dx);
   expect_values(out, {2, 2, 2, 1}, {0, 10, 0, 0, 20, 0, 0, 0});
 }
 
 TEST(MaxPoolGrad, GradientOpsCheckTheirOperands) {
   Attrs w{{"window", Axes{1, 2, 2, 1}}, {"strides", Axes{1, 2, 2, 1}}};
   Tensor x = Tensor::empty(f32, {1, 4, 4, 1});
-  EXPECT_THAT(
-      error_of([&] { call_op("reduce_window_max_grad", {x, Tensor::empty(f32, {1, 3, 3, 1})}, w); }),
-      HasSubstr("reduce_window_max_grad: expects the second operand to be f32[1,2,2,1] "
-                "(input 0 is f32[1,4,4,1], input 1 is f32[1,3,3,1])"));
-  EXPECT_THAT(
-      error_of([&] { call_op("reduce_window_max_grad", {x, Tensor::empty(f64, {1, 2, 2, 1})}, w); }),
-      HasSubstr("expects the second operand to be f32[1,2,2,1]"));
+  EXPECT_THAT(error_of([&] {
+                call_op("reduce_window_max_grad", {x, Tensor::empty(f32, {1, 3, 3, 1})}, w);
+              }),
+              HasSubstr("reduce_window_max_grad: expects the second operand to be f32[1,2,2,1] "
+                        "(input 0 is f32[1,4,4,1], input 1 is f32[1,3,3,1])"));
+  EXPECT_THAT(error_of([&] {
+                call_op("reduce_window_max_grad", {x, Tensor::empty(f64, {1, 2, 2, 1})}, w);
+              }),
+              HasSubstr("expects the second operand to be f32[1,2,2,1]"));
   EXPECT_THAT(error_of([&] {
                 call_op("reduce_window_max_grad",
                         {Tensor::empty(i32, {1, 4, 4, 1}), Tensor::empty(i32, {1, 2, 2, 1})}, w);
@@ -198,7 +208,9 @@ TEST(SumPoolGrad, StridesLargerThanTheWindowLeaveGaps) {
   // Window 1x2, stride 1x3 over a 2x6 operand: columns 2 and 5 are in no window.
   Tensor x = values({2, 6}, std::vector<double>(12, 1));
   Tensor dy = values({2, 2}, {1, 2, 3, 4});
-  auto pool = [](const Tensor& t) { return reduce_window_sum(t, {{1, 2}, {1, 3}, {0, 0}, {0, 0}}); };
+  auto pool = [](const Tensor& t) {
+    return reduce_window_sum(t, {{1, 2}, {1, 3}, {0, 0}, {0, 0}});
+  };
   expect_values(grad_of(pool, x, dy), {2, 6}, {1, 1, 0, 2, 2, 0, 3, 3, 0, 4, 4, 0});
 }
 
@@ -212,14 +224,17 @@ TEST(SumPoolGrad, AveragePoolingDividesByTheWindow) {
 }
 
 TEST(SumPoolGrad, GradientOfTheGradientIsTheSum) {
-  Attrs w{{"window", Axes{3}}, {"strides", Axes{2}}, {"padding_low", Axes{1}},
-          {"padding_high", Axes{1}}, {"operand_shape", Axes{5}}};
+  Attrs w{{"window", Axes{3}},
+          {"strides", Axes{2}},
+          {"padding_low", Axes{1}},
+          {"padding_high", Axes{1}},
+          {"operand_shape", Axes{5}}};
   expect_values(call_op("reduce_window_sum_grad", {values({3}, {1, 10, 100})}, w)[0], {5},
                 {1, 11, 10, 110, 100});
   // d/d(dy) <u, sum_grad(dy)> = reduce_window_sum(u).
-  Tensor g = grad(
-      [&](const std::vector<Tensor>& a) { return call_op("reduce_window_sum_grad", a, w)[0]; },
-      {values({3}, {0, 0, 0})}, values({5}, {1, 2, 3, 4, 5}))[0];
+  Tensor g =
+      grad([&](const std::vector<Tensor>& a) { return call_op("reduce_window_sum_grad", a, w)[0]; },
+           {values({3}, {0, 0, 0})}, values({5}, {1, 2, 3, 4, 5}))[0];
   expect_values(g, {3}, {3, 9, 9});
 }
 
@@ -251,11 +266,15 @@ TEST(SumPoolGrad, AnUnknownSizeUnderTheWindowIsAnErrorWhenDifferentiating) {
 
 TEST(SumPoolGrad, GradientOpChecksItsOperand) {
   Attrs w{{"window", Axes{2}}, {"strides", Axes{2}}, {"operand_shape", Axes{6}}};
-  EXPECT_THAT(error_of([&] { call_op("reduce_window_sum_grad", {values({2}, {1, 2})}, w); }),
+  EXPECT_THAT(error_of([&] {
+                call_op("reduce_window_sum_grad", {values({2}, {1, 2})}, w);
+              }),
               HasSubstr("reduce_window_sum_grad: output_grad is f32[2], but the windows over an "
                         "operand f32[6] give f32[3]"));
   Attrs rank{{"window", Axes{2}}, {"operand_shape", Axes{6, 1}}};
-  EXPECT_THAT(error_of([&] { call_op("reduce_window_sum_grad", {values({3}, {1, 2, 3})}, rank); }),
+  EXPECT_THAT(error_of([&] {
+                call_op("reduce_window_sum_grad", {values({3}, {1, 2, 3})}, rank);
+              }),
               HasSubstr("operand_shape [6,1] must have the rank of output_grad f32[3]"));
 }
 
