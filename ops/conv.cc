@@ -1,6 +1,6 @@
 // Convolution: the N-d primitive (NHWC input, HWIO kernel; strides, padding, kernel and input
-// dilation, feature groups) with an im2col + Eigen GEMM reference kernel, and the public conv
-// and Keras-style conv2d. Also the Keras "same"/"valid" padding rule that pooling shares.
+// dilation, feature groups) and its input and kernel gradient ops, with im2col/col2im + Eigen
+// GEMM kernels; the public conv and Keras-style conv2d; the Keras padding rule pooling shares.
 // GCC 12 reports false "may be used uninitialized" warnings inside Eigen's AVX-512 packing.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>
@@ -369,9 +369,11 @@ void conv_kernel(KernelContext& ctx) {
 // derivatives are three ops sharing one plan: convolution = dT/d(dy),
 // convolution_input_grad(dy, w) = dT/dx, convolution_kernel_grad(x, dy) = dT/dw. So each op's
 // gradient rule is made of the other two, to any order. Both gradient ops are dedicated
-// kernels (col2im, and im2col with a transposed GEMM): written as convolutions, a strided
-// input gradient would multiply the holes of the dilated dy, and the kernel gradient's GEMM
-// would contract over batch x spatial at once with a huge patch matrix.
+// kernels (col2im, and im2col with a transposed GEMM) rather than convolutions of transposed
+// operands: a strided input gradient would multiply the holes of the dilated dy, and the
+// kernel gradient would im2col over batch x spatial. Measured on 2 cores (batch 128, 3x3,
+// 32->64 channels) they match the forward's time at stride 1, and beat the convolution
+// formulation 1.3x (kernel) at stride 1 and 2-4x at stride 2, before its transposes.
 
 // The rows of a GEMM step: enough that the GEMM does not degenerate into matrix-vector
 // products, few enough that the patch block stays in cache.

@@ -1,5 +1,5 @@
 // Windowed reductions (reduce_window_max / reduce_window_sum over every dimension, with
-// strides and padding) and the Keras-style pooling functions built on them.
+// strides and padding), their gradient ops, and the Keras-style pooling functions built on them.
 #include <cmath>
 #include <limits>
 #include <type_traits>
