@@ -121,13 +121,13 @@ Tensor filled(const std::string& op, const Shape& shape, double value, DType dty
 }
 
 // A tensor of x's dtype and shape filled with `value`. For a symbolic x it is a node of x's
-// graph: a broadcast scalar when the shape is known, otherwise a select on x itself, whose
-// shape follows x's at run time.
+// graph: a broadcast scalar, to x's shape as known while recording or else as it is when the
+// graph runs.
 Tensor filled_like(const Tensor& x, double value) {
   if (!x.is_symbolic()) return filled("full_like", x.shape(), value, x.dtype());
   Tensor v = x.graph().constant(filled("full_like", {}, value, x.dtype()));
   if (is_fully_defined(x.shape())) return broadcast_in_dim(v, x.shape(), {});
-  return call_op("select", {call_op("eq", {x, x})[0], v, v})[0];
+  return broadcast_like(v, x, {});
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// Layout primitives: broadcast_in_dim, reshape, transpose, slice, concatenate, pad and reverse,
-// all moving elements by strided index arithmetic (reshape shares storage); and the public
-// functions built on them (broadcast_to, flatten, expand_dims, squeeze).
+// Layout primitives: broadcast_in_dim, reshape, transpose, slice, concatenate, pad, reverse
+// and the run-time-shaped broadcast_like and reshape_like, moving elements by strided index
+// arithmetic (reshapes share storage), with their gradient rules; and the public functions
+// built on them (broadcast_to, flatten, expand_dims, squeeze).
 #include <algorithm>
 #include <cstring>
 
@@ -91,47 +92,81 @@ void copy_to_output(KernelContext& ctx, StridedCopy c) {
   strided_copy(c, dtype_size(x.dtype()), x.raw_data(), out.raw_mutable_data());
 }
 
+// ---- for the gradient rules -------------------------------------------------------------
+// Rules record while x's dimensions may be unknown (a batch of any size): they restore x's
+// shape with reshape_like, and take ranges of such tensors with gather, since slice needs a
+// limit in every dimension.
+
+using Grads = std::vector<Tensor>;
+
+// g, holding x's elements, in x's shape.
+Tensor shaped_like(const Tensor& g, const Tensor& x) {
+  return is_fully_defined(x.shape()) ? reshape(g, x.shape()) : reshape_like(g, x);
+}
+
+// The i64 vector start, start + step, ... with `count` entries.
+Tensor positions(int64_t start, int64_t count, int64_t step) {
+  std::vector<int64_t> v(count);
+  for (int64_t k = 0; k < count; ++k) v[k] = start + k * step;
+  return Tensor::from_vector(v, {count});
+}
+
+// The elements of t at positions(start, count, step) along `axis`.
+Tensor take_range(const Tensor& t, int64_t axis, int64_t start, int64_t count, int64_t step) {
+  if (!is_fully_defined(t.shape())) return gather(t, positions(start, count, step), axis);
+  Axes lo(t.rank(), 0), hi = t.shape(), strides(t.rank(), 1);
+  lo[axis] = start;
+  hi[axis] = count == 0 ? start : start + (count - 1) * step + 1;
+  strides[axis] = count > 1 ? step : 1;
+  return slice(t, lo, hi, strides);
+}
+
+[[noreturn]] void unknown_size_fail(const GradContext& ctx, const std::string& what) {
+  throw Error(ErrorCode::kUnimplemented,
+              ctx.node.op + ": cannot build the gradient: " + what +
+                  " is unknown while recording; give it a known size (in " + ctx.node.name + ")");
+}
+
 }  // namespace
 
-// ---- broadcast_in_dim -------------------------------------------------------------------
-// Operand dimension i maps to output dimension dims[i] and must be 1 or equal to it. An
-// unknown output dimension that an operand dimension maps to takes the operand's size; one
-// that nothing maps to must be known by run time.
+// ---- broadcast_in_dim and broadcast_like -----------------------------------------------
+// Operand dimension i maps to output dimension dims[i] and must be 1 or equal to it. For
+// broadcast_in_dim an unknown output dimension that an operand dimension maps to takes the
+// operand's size, and one that nothing maps to must be known by run time; broadcast_like
+// takes the output shape from its second input, `like`, when the graph runs.
 
-KILN_REGISTER_OP(broadcast_in_dim)
-    .input("x")
-    .kind(OpKind::kCodegen)
-    .shape_fn([](const InferContext& ctx) {
-      const TensorType& x = ctx.input(0);
-      Shape out = ctx.attrs().get_ints("shape");
-      const std::vector<int64_t>& dims_attr = ctx.attrs().get_ints("dims");
-      for (int64_t d : out) {
-        if (d < kUnknownDim) ctx.fail("shape " + ints_str(out) + " has a negative dimension");
-      }
-      if (dims_attr.size() != x.shape.size()) {
-        ctx.fail("dims " + ints_str(dims_attr) + " has " + std::to_string(dims_attr.size()) +
-                 " entries but the operand " + shape_str(x.shape) + " has rank " +
-                 std::to_string(rank_of(x)));
-      }
-      std::vector<int64_t> dims =
-          unique_axes(ctx, "dims", dims_attr, static_cast<int64_t>(out.size()), out);
-      for (size_t i = 0; i < dims.size(); ++i) {
-        int64_t xd = x.shape[i];
-        int64_t& od = out[dims[i]];
-        if (od == kUnknownDim) {
-          od = xd;
-        } else if (xd != kUnknownDim && xd != 1 && xd != od) {
-          ctx.fail("cannot broadcast operand " + shape_str(x.shape) + " to " + shape_str(out) +
-                   " with dims " + ints_str(dims_attr) + ": operand dimension " +
-                   std::to_string(i) + " has size " + std::to_string(xd) + ", output dimension " +
-                   std::to_string(dims[i]) + " has size " + std::to_string(od));
-        }
-      }
-      require_sane_size(ctx, out);
-      return std::vector<TensorType>{{x.dtype, out}};
-    });
+namespace {
 
-KILN_REGISTER_KERNEL(broadcast_in_dim).fn([](KernelContext& ctx) {
+std::vector<TensorType> broadcast_type(const InferContext& ctx, Shape out, bool from_like) {
+  const TensorType& x = ctx.input(0);
+  const std::vector<int64_t>& dims_attr = ctx.attrs().get_ints("dims");
+  for (int64_t d : out) {
+    if (d < kUnknownDim) ctx.fail("shape " + ints_str(out) + " has a negative dimension");
+  }
+  if (dims_attr.size() != x.shape.size()) {
+    ctx.fail("dims " + ints_str(dims_attr) + " has " + std::to_string(dims_attr.size()) +
+             " entries but the operand " + shape_str(x.shape) + " has rank " +
+             std::to_string(rank_of(x)));
+  }
+  std::vector<int64_t> dims =
+      unique_axes(ctx, "dims", dims_attr, static_cast<int64_t>(out.size()), out);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    int64_t xd = x.shape[i];
+    int64_t& od = out[dims[i]];
+    if (od == kUnknownDim) {
+      if (!from_like || xd != 1) od = xd;  // like's size may still stretch a 1
+    } else if (xd != kUnknownDim && xd != 1 && xd != od) {
+      ctx.fail("cannot broadcast operand " + shape_str(x.shape) + " to " + shape_str(out) +
+               " with dims " + ints_str(dims_attr) + ": operand dimension " + std::to_string(i) +
+               " has size " + std::to_string(xd) + ", output dimension " + std::to_string(dims[i]) +
+               " has size " + std::to_string(od));
+    }
+  }
+  require_sane_size(ctx, out);
+  return {{x.dtype, out}};
+}
+
+void broadcast_kernel(KernelContext& ctx) {
   const Shape& out = ctx.output_type(0).shape;
   if (!is_fully_defined(out)) {
     ctx.fail("output shape " + shape_str(out) + " is not known at run time: give every " +
@@ -146,7 +181,69 @@ KILN_REGISTER_KERNEL(broadcast_in_dim).fn([](KernelContext& ctx) {
     if (xs[i] != 1) c.in_strides[norm(dims[i], static_cast<int64_t>(out.size()))] = row[i];
   }
   copy_to_output(ctx, std::move(c));
-});
+}
+
+// dz summed over the output dimensions that x does not map to and those it stretches from
+// size 1, then put in x's order and shape. An x dimension unknown while recording is taken
+// as not stretched (as unbroadcast does); were it 1 after all, reshape_like says so at run
+// time.
+Tensor broadcast_gradient(const Tensor& dz, const Tensor& x, const Shape& out,
+                          const std::vector<int64_t>& dims_attr) {
+  const Shape& xs = x.shape();
+  const int64_t r = static_cast<int64_t>(out.size());
+  std::vector<int64_t> source(r, -1);  // the x dimension each output dimension comes from
+  for (size_t i = 0; i < xs.size(); ++i) source[norm(dims_attr[i], r)] = static_cast<int64_t>(i);
+  Axes summed;
+  std::vector<int64_t> kept;  // the output dimensions left after the sum
+  for (int64_t o = 0; o < r; ++o) {
+    const int64_t i = source[o];
+    const bool stretched = out[o] != 1 && (i < 0 || xs[i] == 1);
+    (stretched ? summed : kept).push_back(o);
+  }
+  Tensor g = summed.empty() ? dz : sum(dz, summed);
+  // x's mapped dimensions in x's order, then the size-1 ones nothing maps to.
+  Axes perm;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    auto at = std::find(kept.begin(), kept.end(), norm(dims_attr[i], r));
+    if (at != kept.end()) perm.push_back(at - kept.begin());
+  }
+  for (size_t k = 0; k < kept.size(); ++k)
+    if (source[kept[k]] < 0) perm.push_back(static_cast<int64_t>(k));
+  if (!std::is_sorted(perm.begin(), perm.end())) g = transpose(g, perm);
+  return shaped_like(g, x);
+}
+
+std::vector<Tensor> broadcast_in_dim_gradient(const GradContext& ctx) {
+  return {broadcast_gradient(ctx.output_grads[0], ctx.inputs[0], ctx.outputs[0].shape(),
+                             ctx.attrs().get_ints("dims"))};
+}
+
+std::vector<Tensor> broadcast_like_gradient(const GradContext& ctx) {
+  return {broadcast_gradient(ctx.output_grads[0], ctx.inputs[0], ctx.outputs[0].shape(),
+                             ctx.attrs().get_ints("dims")),
+          Tensor()};
+}
+
+}  // namespace
+
+KILN_REGISTER_OP(broadcast_in_dim)
+    .input("x")
+    .kind(OpKind::kCodegen)
+    .shape_fn([](const InferContext& ctx) {
+      return broadcast_type(ctx, ctx.attrs().get_ints("shape"), /*from_like=*/false);
+    })
+    .gradient(broadcast_in_dim_gradient);
+KILN_REGISTER_KERNEL(broadcast_in_dim).fn(broadcast_kernel);
+
+KILN_REGISTER_OP(broadcast_like)
+    .input("x")
+    .input("like")
+    .kind(OpKind::kCodegen)
+    .shape_fn([](const InferContext& ctx) {
+      return broadcast_type(ctx, ctx.input(1).shape, /*from_like=*/true);
+    })
+    .gradient(broadcast_like_gradient);
+KILN_REGISTER_KERNEL(broadcast_like).fn(broadcast_kernel);
 
 // ---- reshape ----------------------------------------------------------------------------
 
@@ -185,6 +282,31 @@ KILN_REGISTER_OP(reshape).input("x").kind(OpKind::kCodegen).shape_fn([](const In
 KILN_REGISTER_KERNEL(reshape).fn([](KernelContext& ctx) {
   ctx.set_output(0, alias(ctx.input(0), ctx.output_type(0).shape));
 });
+KILN_REGISTER_GRADIENT(reshape, [](const GradContext& ctx) -> Grads {
+  return {shaped_like(ctx.output_grads[0], ctx.inputs[0])};
+});
+
+// reshape_like(x, like): x's elements in like's shape, known when the graph runs.
+KILN_REGISTER_OP(reshape_like)
+    .input("x")
+    .input("like")
+    .kind(OpKind::kCodegen)
+    .shape_fn([](const InferContext& ctx) {
+      const TensorType &x = ctx.input(0), &like = ctx.input(1);
+      const int64_t n = num_elements(x.shape), m = num_elements(like.shape);
+      if (n != kUnknownDim && m != kUnknownDim && n != m) {
+        ctx.fail("cannot reshape " + shape_str(x.shape) + " (" + std::to_string(n) +
+                 " elements) to the shape " + shape_str(like.shape) + " of like (" +
+                 std::to_string(m) + " elements)");
+      }
+      return std::vector<TensorType>{{x.dtype, like.shape}};
+    });
+KILN_REGISTER_KERNEL(reshape_like).fn([](KernelContext& ctx) {
+  ctx.set_output(0, alias(ctx.input(0), ctx.output_type(0).shape));
+});
+KILN_REGISTER_GRADIENT(reshape_like, [](const GradContext& ctx) -> Grads {
+  return {shaped_like(ctx.output_grads[0], ctx.inputs[0]), Tensor()};
+});
 
 // ---- transpose --------------------------------------------------------------------------
 
@@ -216,6 +338,14 @@ KILN_REGISTER_KERNEL(transpose).fn([](KernelContext& ctx) {
   StridedCopy c;
   for (int64_t i = 0; i < r; ++i) c.in_strides.push_back(row[norm(perm[i], r)]);
   copy_to_output(ctx, std::move(c));
+});
+// The inverse permutation: x's dimension perm[i] is z's dimension i.
+KILN_REGISTER_GRADIENT(transpose, [](const GradContext& ctx) -> Grads {
+  const std::vector<int64_t>& perm = ctx.attrs().get_ints("perm");
+  const int64_t r = static_cast<int64_t>(perm.size());
+  Axes inverse(r);
+  for (int64_t i = 0; i < r; ++i) inverse[norm(perm[i], r)] = i;
+  return {transpose(ctx.output_grads[0], inverse)};
 });
 
 // ---- slice ------------------------------------------------------------------------------
@@ -272,6 +402,41 @@ KILN_REGISTER_KERNEL(slice).fn([](KernelContext& ctx) {
   copy_to_output(ctx, std::move(c));
 });
 
+namespace {
+// dz padded back into x's shape with zeros: low = start, interior = stride - 1. A dimension of
+// x of unknown size cannot be padded (its high padding is unknown): dz is scattered into zeros
+// there instead, one such dimension at a time, into zeros shaped like x gathered along the
+// unknown dimensions not yet restored.
+Grads slice_gradient(const GradContext& ctx) {
+  const Tensor& x = ctx.inputs[0];
+  const Shape &xs = x.shape(), &zs = ctx.outputs[0].shape();
+  const std::vector<int64_t>& start = ctx.attrs().get_ints("start");
+  const std::vector<int64_t> strides = slice_strides(ctx.attrs(), xs.size());
+  const size_t r = xs.size();
+  Axes low(r, 0), high(r, 0), interior(r, 0), unknown;
+  for (size_t d = 0; d < r; ++d) {
+    if (xs[d] == kUnknownDim) {
+      unknown.push_back(static_cast<int64_t>(d));
+      continue;
+    }
+    const int64_t used = zs[d] == 0 ? 0 : (zs[d] - 1) * strides[d] + 1;
+    low[d] = start[d];
+    high[d] = xs[d] - start[d] - used;
+    interior[d] = zs[d] > 1 ? strides[d] - 1 : 0;
+  }
+  Tensor g = pad(ctx.output_grads[0], low, high, 0, interior);
+  auto taken = [&](int64_t d) { return positions(start[d], zs[d], strides[d]); };
+  for (size_t j = unknown.size(); j-- > 0;) {
+    Tensor base = x;
+    for (size_t i = 0; i < j; ++i) base = gather(base, taken(unknown[i]), unknown[i]);
+    g = scatter_add(zeros_like(base), taken(unknown[j]), g, unknown[j]);
+  }
+  return {g};
+}
+}  // namespace
+
+KILN_REGISTER_GRADIENT(slice, slice_gradient);
+
 // ---- concatenate ------------------------------------------------------------------------
 
 KILN_REGISTER_OP(concatenate)
@@ -321,6 +486,29 @@ KILN_REGISTER_KERNEL(concatenate).fn([](KernelContext& ctx) {
     at += x.shape()[axis];
   }
 });
+
+namespace {
+// Each input's range of dz along the axis.
+Grads concatenate_gradient(const GradContext& ctx) {
+  const Tensor& dz = ctx.output_grads[0];
+  const int64_t axis = norm(ctx.attrs().get_int("axis"), dz.rank());
+  Grads grads;
+  int64_t at = 0;
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    const int64_t n = ctx.inputs[i].shape()[axis];
+    if (n == kUnknownDim) {
+      unknown_size_fail(ctx, "the size of input " + std::to_string(i) + " " +
+                                 shape_str(ctx.inputs[i].shape()) + " along axis " +
+                                 std::to_string(axis));
+    }
+    grads.push_back(take_range(dz, axis, at, n, 1));
+    at += n;
+  }
+  return grads;
+}
+}  // namespace
+
+KILN_REGISTER_GRADIENT(concatenate, concatenate_gradient);
 
 // ---- pad --------------------------------------------------------------------------------
 // low/high elements before/after each dimension and `interior` between its elements, all
@@ -391,6 +579,39 @@ KILN_REGISTER_KERNEL(pad).fn([](KernelContext& ctx) {
   strided_copy(c, elem, x.raw_data(), out.raw_mutable_data());
 });
 
+namespace {
+// x's elements are dz[low : : interior + 1] in each dimension; the padding value's gradient
+// is the sum of dz over the padded positions, i.e. sum(dz) - sum(dx).
+Grads pad_gradient(const GradContext& ctx) {
+  const Tensor &x = ctx.inputs[0], &dz = ctx.output_grads[0];
+  const Shape& xs = x.shape();
+  const std::vector<int64_t>& low = ctx.attrs().get_ints("low");
+  const std::vector<int64_t>& high = ctx.attrs().get_ints("high");
+  const std::vector<int64_t> interior = interior_of(ctx.attrs(), xs.size());
+  Tensor dx = dz;
+  if (is_fully_defined(xs)) {
+    Axes limit(xs.size()), strides(xs.size());
+    for (size_t d = 0; d < xs.size(); ++d) {
+      limit[d] = low[d] + (xs[d] == 0 ? 0 : (xs[d] - 1) * (interior[d] + 1) + 1);
+      strides[d] = xs[d] > 1 ? interior[d] + 1 : 1;
+    }
+    dx = slice(dz, low, limit, strides);
+  } else {
+    for (size_t d = 0; d < xs.size(); ++d) {
+      if (low[d] == 0 && high[d] == 0 && (interior[d] == 0 || (xs[d] >= 0 && xs[d] <= 1))) continue;
+      if (xs[d] == kUnknownDim) {
+        unknown_size_fail(ctx, "dimension " + std::to_string(d) + " of x " + shape_str(xs) +
+                                   ", which is padded,");
+      }
+      dx = take_range(dx, static_cast<int64_t>(d), low[d], xs[d], interior[d] + 1);
+    }
+  }
+  return {dx, sum(dz) - sum(dx)};
+}
+}  // namespace
+
+KILN_REGISTER_GRADIENT(pad, pad_gradient);
+
 // ---- reverse ----------------------------------------------------------------------------
 
 KILN_REGISTER_OP(reverse).input("x").kind(OpKind::kCodegen).shape_fn([](const InferContext& ctx) {
@@ -411,6 +632,9 @@ KILN_REGISTER_KERNEL(reverse).fn([](KernelContext& ctx) {
     c.in_strides[d] = -c.in_strides[d];
   }
   copy_to_output(ctx, std::move(c));
+});
+KILN_REGISTER_GRADIENT(reverse, [](const GradContext& ctx) -> Grads {
+  return {reverse(ctx.output_grads[0], ctx.attrs().get_ints("axes"))};
 });
 
 }  // namespace ops
@@ -573,6 +797,16 @@ Tensor pad(const Tensor& x, Axes low, Axes high, double value, Axes interior) {
 
 Tensor reverse(const Tensor& x, Axes axes) {
   return call1("reverse", {x}, {{"axes", std::move(axes)}});
+}
+
+Tensor reshape_like(const Tensor& x, const Tensor& like) {
+  if (x.defined() && like.defined() && x.shape() == like.shape() && is_fully_defined(x.shape()))
+    return x;
+  return call1("reshape_like", {x, like}, {});
+}
+
+Tensor broadcast_like(const Tensor& x, const Tensor& like, Axes dims) {
+  return call1("broadcast_like", {x, like}, {{"dims", std::move(dims)}});
 }
 
 }  // namespace kiln

@@ -1,5 +1,5 @@
-// Linear algebra: the dot primitive (XLA's dot_general) with its reference kernel on Eigen,
-// and the public dot and matmul (numpy.matmul) functions.
+// Linear algebra: the dot primitive (XLA's dot_general) with its reference kernel on Eigen and
+// its gradient rule, and the public dot and matmul (numpy.matmul) functions.
 #include <algorithm>
 #include <numeric>
 
@@ -302,9 +302,77 @@ void dot_kernel(KernelContext& ctx) {
   });
 }
 
+// ---- gradient ---------------------------------------------------------------------------
+// For an operand x of z = dot(a, b), the other operand being y: dz contracted with y over y's
+// free dimensions (the batch dimensions stay batch) leaves x's batch dimensions, x's free ones
+// and y's contracting ones (partners of x's), then a transpose puts them in x's order.
+// dot(dz, y) and dot(y, dz) give the last two groups in either order; the one that needs no
+// transpose is taken, so [B,M,K] x [K,N] differentiates into dot(dz, b) = [B,M,K] and
+// dot(a, dz) = [K,N], each one GEMM that reads its operands in place.
+
+DotDims operand_dims(const Attrs& attrs, const char* side, int64_t rank) {
+  const std::string s = side;
+  std::vector<int64_t> batch = ints_or_empty(attrs, s + "_batch");
+  std::vector<int64_t> contract = attrs.get_ints(s + "_contract");
+  std::vector<int64_t> free = free_dims(rank, batch, contract);
+  return {std::move(batch), std::move(contract), std::move(free)};
+}
+
+bool is_identity(const std::vector<int64_t>& perm) {
+  for (size_t i = 0; i < perm.size(); ++i)
+    if (perm[i] != static_cast<int64_t>(i)) return false;
+  return true;
+}
+
+Tensor operand_gradient(const Tensor& dz, const Tensor& y, bool x_is_lhs, int64_t x_rank,
+                        const DotDims& x, const DotDims& yd) {
+  const int64_t nb = static_cast<int64_t>(x.batch.size());
+  const int64_t nfx = static_cast<int64_t>(x.free.size());
+  const int64_t nfy = static_cast<int64_t>(yd.free.size());
+  const int64_t nc = static_cast<int64_t>(x.contract.size());
+  // dz's dimensions: the batch ones, then a's free ones, then b's.
+  Axes dz_batch(nb), y_free_in_dz(nfy);
+  std::iota(dz_batch.begin(), dz_batch.end(), 0);
+  std::iota(y_free_in_dz.begin(), y_free_in_dz.end(), x_is_lhs ? nb + nfx : nb);
+  // The remaining dimensions of y, its contracting ones, come out in increasing order.
+  std::vector<int64_t> y_contract_sorted = yd.contract;
+  std::sort(y_contract_sorted.begin(), y_contract_sorted.end());
+  // Where each of x's dimensions lands in the result of dot(dz, y) (free_first) or dot(y, dz).
+  auto placement = [&](bool free_first) {
+    Axes perm(x_rank);
+    for (int64_t i = 0; i < nb; ++i) perm[x.batch[i]] = i;
+    for (int64_t j = 0; j < nfx; ++j) perm[x.free[j]] = nb + (free_first ? j : nc + j);
+    for (int64_t k = 0; k < nc; ++k) {
+      int64_t r = std::find(y_contract_sorted.begin(), y_contract_sorted.end(), yd.contract[k]) -
+                  y_contract_sorted.begin();
+      perm[x.contract[k]] = nb + (free_first ? nfx + r : r);
+    }
+    return perm;
+  };
+  const Axes dz_first = placement(true), y_first = placement(false);
+  const bool use_dz_first = is_identity(dz_first) || (!is_identity(y_first) && x_is_lhs);
+  Tensor g = use_dz_first ? dot(dz, y, y_free_in_dz, yd.free, dz_batch, yd.batch)
+                          : dot(y, dz, yd.free, y_free_in_dz, yd.batch, dz_batch);
+  const Axes& perm = use_dz_first ? dz_first : y_first;
+  return is_identity(perm) ? g : transpose(g, perm);
+}
+
+std::vector<Tensor> dot_gradient(const GradContext& ctx) {
+  const Tensor &a = ctx.inputs[0], &b = ctx.inputs[1], &dz = ctx.output_grads[0];
+  const DotDims da = operand_dims(ctx.attrs(), "lhs", a.rank());
+  const DotDims db = operand_dims(ctx.attrs(), "rhs", b.rank());
+  return {operand_gradient(dz, b, /*x_is_lhs=*/true, a.rank(), da, db),
+          operand_gradient(dz, a, /*x_is_lhs=*/false, b.rank(), db, da)};
+}
+
 }  // namespace
 
-KILN_REGISTER_OP(dot).input("a").input("b").kind(OpKind::kKernel).shape_fn(dot_shape);
+KILN_REGISTER_OP(dot)
+    .input("a")
+    .input("b")
+    .kind(OpKind::kKernel)
+    .shape_fn(dot_shape)
+    .gradient(dot_gradient);
 KILN_REGISTER_KERNEL(dot).dtypes(dtypes_of(TypeSet::kNumeric)).fn(dot_kernel);
 
 }  // namespace ops

@@ -389,6 +389,69 @@ KILN_REDUCE_OP(reduce_prod, ProdOp, TypeSet::kNumeric);
 KILN_REDUCE_OP(reduce_max, MaxOp, TypeSet::kNumeric);
 KILN_REDUCE_OP(reduce_min, MinOp, TypeSet::kNumeric);
 
+// ---- gradient rules ---------------------------------------------------------------------
+// x is the input, z the result, dz its gradient; a value shaped like z goes back to x's shape
+// with `unreduce`. max and min share dz equally among the elements equal to the result (as
+// TensorFlow and JAX do). prod divides by x where x is not 0; where it is, the gradient is the
+// product of the other elements if that 0 is its group's only one, and 0 otherwise.
+
+namespace {
+
+using Grads = std::vector<Tensor>;
+
+// The primitive itself: sum() and prod() would take empty axes as all of them.
+Tensor reduce_over(const std::string& op, const Tensor& t, const std::vector<int64_t>& axes) {
+  return call_op(op, {t}, {{"axes", axes}})[0];
+}
+
+// t, shaped like a reduction of x over `axes`, broadcast back to x's shape (from x's shape
+// when the graph runs if a reduced dimension is unknown while recording).
+Tensor unreduce(const Tensor& t, const Tensor& x, const std::vector<int64_t>& axes) {
+  Axes kept;
+  bool reduced_known = true;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    if (std::binary_search(axes.begin(), axes.end(), d)) {
+      reduced_known = reduced_known && x.shape()[d] != kUnknownDim;
+    } else {
+      kept.push_back(d);
+    }
+  }
+  return reduced_known ? broadcast_in_dim(t, x.shape(), kept) : broadcast_like(t, x, kept);
+}
+
+Grads reduce_sum_gradient(const GradContext& ctx) {
+  return {unreduce(ctx.output_grads[0], ctx.inputs[0], ctx.attrs().get_ints("axes"))};
+}
+
+Grads extreme_gradient(const GradContext& ctx) {
+  const Tensor &x = ctx.inputs[0], &z = ctx.outputs[0], &dz = ctx.output_grads[0];
+  const std::vector<int64_t>& axes = ctx.attrs().get_ints("axes");
+  Tensor wins = equal(x, unreduce(z, x, axes));
+  // How many elements share each result: 0 only where z is NaN, and there nothing wins.
+  Tensor count = reduce_over("reduce_sum", convert(wins, x.dtype()), axes);
+  return {where(wins, unreduce(dz / count, x, axes), scalar_like(0, x))};
+}
+
+Grads reduce_prod_gradient(const GradContext& ctx) {
+  const Tensor &x = ctx.inputs[0], &dz = ctx.output_grads[0];
+  const std::vector<int64_t>& axes = ctx.attrs().get_ints("axes");
+  const Tensor zero = scalar_like(0, x);
+  Tensor is_zero = equal(x, zero);
+  Tensor nonzero_x = where(is_zero, scalar_like(1, x), x);
+  Tensor zeros = unreduce(reduce_over("reduce_sum", convert(is_zero, x.dtype()), axes), x, axes);
+  // dz times the product of the group's non-zero elements.
+  Tensor scaled = unreduce(dz * reduce_over("reduce_prod", nonzero_x, axes), x, axes);
+  return {where(equal(zeros, zero), scaled / nonzero_x,
+                where(logical_and(is_zero, equal(zeros, scalar_like(1, x))), scaled, zero))};
+}
+
+}  // namespace
+
+KILN_REGISTER_GRADIENT(reduce_sum, reduce_sum_gradient);
+KILN_REGISTER_GRADIENT(reduce_prod, reduce_prod_gradient);
+KILN_REGISTER_GRADIENT(reduce_max, extreme_gradient);
+KILN_REGISTER_GRADIENT(reduce_min, extreme_gradient);
+
 KILN_REGISTER_OP(reduce_any)
     .input("x")
     .kind(OpKind::kCodegen)

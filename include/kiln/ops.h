@@ -134,6 +134,11 @@ Tensor concatenate(const std::vector<Tensor>& xs, int64_t axis);
 // Pads with `value`: low/high per dimension, and interior (between elements).
 Tensor pad(const Tensor& x, Axes low, Axes high, double value = 0, Axes interior = {});
 Tensor reverse(const Tensor& x, Axes axes);
+// Shapes taken from another tensor when the graph runs, for shapes with dimensions unknown
+// while recording (a batch of any size): x's elements in like's shape (the element counts
+// must match), and x broadcast to like's shape (operand dimension i to dimension dims[i]).
+Tensor reshape_like(const Tensor& x, const Tensor& like);
+Tensor broadcast_like(const Tensor& x, const Tensor& like, Axes dims);
 
 // ---- reductions (all axes when `axes` is empty) ------------------------------------------
 Tensor sum(const Tensor& x, Axes axes = {}, bool keepdims = false);

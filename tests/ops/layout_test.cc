@@ -1,5 +1,6 @@
-// Layout primitives (broadcast_in_dim, reshape, transpose, slice, concatenate, pad, reverse)
-// and the functions built on them (broadcast_to, flatten, expand_dims, squeeze).
+// Layout primitives (broadcast_in_dim, reshape, transpose, slice, concatenate, pad, reverse,
+// reshape_like, broadcast_like) and the functions built on them (broadcast_to, flatten,
+// expand_dims, squeeze).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -418,6 +419,63 @@ TEST(Squeeze, BadAxisThrows) {
 }
 
 // ---- recorded in a graph ----------------------------------------------------------------
+
+// ---- reshape_like / broadcast_like -------------------------------------------------------
+
+TEST(ReshapeLike, TakesTheShapeOfLike) {
+  Tensor y = reshape_like(counting<float>({2, 3}), Tensor::empty(i32, {3, 1, 2}));
+  EXPECT_EQ(y.dtype(), f32);
+  EXPECT_EQ(y.shape(), (Shape{3, 1, 2}));
+  EXPECT_EQ(values<float>(y), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(reshape_like(Tensor::scalar(2.5), Tensor::empty(f32, {1, 1})).shape(), (Shape{1, 1}));
+  EXPECT_THAT(error_of([] {
+                reshape_like(counting<float>({2, 3}), Tensor::empty(f32, {4}));
+              }),
+              HasSubstr("reshape_like: cannot reshape [2,3] (6 elements) to the shape [4] of like "
+                        "(4 elements)"));
+}
+
+TEST(BroadcastLike, BroadcastsToTheShapeOfLike) {
+  Tensor like = Tensor::empty(bool_, {2, 3});
+  EXPECT_EQ(values<int32_t>(broadcast_like(Tensor::from_list<int32_t>({1, 2, 3}), like, {1})),
+            (std::vector<int32_t>{1, 2, 3, 1, 2, 3}));
+  EXPECT_EQ(
+      values<int32_t>(broadcast_like(Tensor::from_list<int32_t>({7, 8}, {2, 1}), like, {0, -1})),
+      (std::vector<int32_t>{7, 7, 7, 8, 8, 8}));
+  EXPECT_THAT(
+      error_of([&] {
+        broadcast_like(Tensor::from_list<float>({1, 2}), like, {1});
+      }),
+      AllOf(HasSubstr("broadcast_like"), HasSubstr("cannot broadcast operand [2] to [2,3]")));
+}
+
+TEST(LayoutGraph, LikeShapesAreTakenWhenTheGraphRuns) {
+  Graph g;
+  Tensor like = g.placeholder(f32, {kUnknownDim, kUnknownDim}, "like");
+  Tensor b = g.placeholder(f32, {1, kUnknownDim}, "b");
+  Tensor x = g.placeholder(f32, {kUnknownDim, 2}, "x");
+  Tensor wide = broadcast_like(b, like, {0, 1});
+  Tensor flat = reshape_like(x, like);
+  EXPECT_EQ(wide.shape(), (Shape{kUnknownDim, kUnknownDim}));
+  EXPECT_EQ(flat.shape(), (Shape{kUnknownDim, kUnknownDim}));
+  std::vector<Tensor> got = g.run({{like, Tensor::empty(f32, {3, 2})},
+                                   {b, Tensor::from_list<float>({4, 5}, {1, 2})},
+                                   {x, counting<float>({3, 2})}},
+                                  {wide, flat});
+  EXPECT_EQ(got[0].shape(), (Shape{3, 2}));
+  EXPECT_EQ(values<float>(got[0]), (std::vector<float>{4, 5, 4, 5, 4, 5}));
+  EXPECT_EQ(got[1].shape(), (Shape{3, 2}));
+  got = g.run({{like, Tensor::empty(f32, {2, 3})},
+               {b, Tensor::from_list<float>({6}, {1, 1})},
+               {x, counting<float>({3, 2})}},
+              {wide, flat});
+  EXPECT_EQ(values<float>(got[0]), (std::vector<float>(6, 6)));
+  EXPECT_EQ(got[1].shape(), (Shape{2, 3}));
+  EXPECT_THAT(error_of([&] {
+                g.run({{like, Tensor::empty(f32, {2, 2})}, {x, counting<float>({3, 2})}}, flat);
+              }),
+              AllOf(HasSubstr("reshape_like"), HasSubstr("[3,2]"), HasSubstr("[2,2]")));
+}
 
 TEST(LayoutGraph, RecordsWithUnknownDimsAndRuns) {
   Graph g("layout");
