@@ -18,7 +18,7 @@ extern char** environ;
 namespace kiln::testing_util {
 
 struct ProcessResult {
-  int status = 0;  // from waitpid
+  int status = 0;      // from waitpid
   std::string output;  // stdout and stderr together
   bool exited_ok() const { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
   bool killed_by(int signal) const { return WIFSIGNALED(status) && WTERMSIG(status) == signal; }

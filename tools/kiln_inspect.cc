@@ -26,8 +26,7 @@ bool looks_like_saved_model(const std::string& path) {
 void print_saved_model(const std::string& path) {
   const kiln::io::SavedModelInfo info = kiln::io::describe_saved_model(path);
   std::printf("saved model: %s (version %" PRId64 ", model '%s', written by Kiln %s)\n",
-              info.path.c_str(), info.version, info.model_name.c_str(),
-              info.kiln_version.c_str());
+              info.path.c_str(), info.version, info.model_name.c_str(), info.kiln_version.c_str());
   for (const auto& [name, sig] : info.signatures) {
     std::printf("signature '%s':\n", name.c_str());
     for (const auto& [in, type] : sig.inputs)
@@ -36,7 +35,8 @@ void print_saved_model(const std::string& path) {
       std::printf("  output %s: %s\n", out.c_str(), type.str().c_str());
   }
   std::printf("ops (%" PRId64 " nodes):\n", info.num_nodes);
-  for (const auto& [op, count] : info.op_counts) std::printf("  %-28s %" PRId64 "\n", op.c_str(), count);
+  for (const auto& [op, count] : info.op_counts)
+    std::printf("  %-28s %" PRId64 "\n", op.c_str(), count);
   std::printf("variables (%zu):\n", info.variables.size());
   for (const auto& v : info.variables) {
     std::printf("  %-28s %s%-14s %" PRId64 "\n", v.name.c_str(), kiln::dtype_name(v.dtype),

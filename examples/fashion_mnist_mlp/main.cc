@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   const std::string data_dir = flags.str("data_dir", kiln::data::default_fashion_mnist_dir());
   const int64_t train_limit = flags.integer("train_limit", 0);  // 0: all 60000
   const int verbose = static_cast<int>(flags.integer("verbose", 1));
+  const std::string checkpoint_dir = flags.str("checkpoint_dir", "");  // backups: resume a crash
+  const int64_t checkpoint_every_steps = flags.integer("checkpoint_every_steps", 0);  // 0: epoch
   flags.check();
 
   try {
@@ -36,9 +38,16 @@ int main(int argc, char** argv) {
     model.compile(kiln::optim::Adam(learning_rate),
                   kiln::nn::SparseCategoricalCrossentropy(/*from_logits=*/true), {"accuracy"});
 
+    std::vector<kiln::nn::CallbackRef> callbacks;
+    if (!checkpoint_dir.empty()) {
+      kiln::nn::SaveFreq freq = std::string("epoch");
+      if (checkpoint_every_steps > 0) freq = checkpoint_every_steps;
+      callbacks.push_back(kiln::nn::BackupAndRestore(checkpoint_dir, freq));
+    }
     auto start = std::chrono::steady_clock::now();
     model.fit(x_train, y_train,
-              {.epochs = epochs, .batch_size = batch_size, .seed = seed, .verbose = verbose});
+              {.epochs = epochs, .batch_size = batch_size, .seed = seed, .callbacks = callbacks,
+               .verbose = verbose});
     double train_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (verbose) std::cout << model.summary();

@@ -3,6 +3,8 @@
 #include "kiln/io/checkpoint.h"
 
 #include <fcntl.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,9 +17,6 @@
 #include <filesystem>
 #include <random>
 #include <set>
-
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/text_format.h>
 
 #include "src/io/crc32c.h"
 #include "src/io/file_io.h"
@@ -272,8 +271,8 @@ CheckpointIndex read_checkpoint_index(const std::string& path) {
   const std::string prefix = load_prefix(path, "load_checkpoint");
   const std::string index_path = prefix + ".index";
   if (!exists(index_path)) {
-    fail(ErrorCode::kNotFound, "load_checkpoint: no checkpoint at '" + prefix + "' (" +
-                                   index_path + " does not exist)");
+    fail(ErrorCode::kNotFound,
+         "load_checkpoint: no checkpoint at '" + prefix + "' (" + index_path + " does not exist)");
   }
   std::vector<std::string> records = read_records(index_path);
   auto corrupt = [&](const std::string& what) {
@@ -311,16 +310,14 @@ CheckpointIndex read_checkpoint_index(const std::string& path) {
     if (!nbytes) corrupt(where + ": invalid shape " + shape_str(shape));
     if (*nbytes != e.length()) {
       corrupt(where + ": length " + std::to_string(e.length()) + " does not match " +
-              dtype_name(*dtype) + shape_str(shape) + " (" + std::to_string(*nbytes) +
-              " bytes)");
+              dtype_name(*dtype) + shape_str(shape) + " (" + std::to_string(*nbytes) + " bytes)");
     }
     if (e.offset() > out.data_size || e.length() > out.data_size - e.offset()) {
       corrupt(where + ": bytes [" + std::to_string(e.offset()) + ", +" +
               std::to_string(e.length()) + ") lie outside the data file's " +
               std::to_string(out.data_size) + " bytes");
     }
-    out.entries.push_back({e.name(), *dtype, std::move(shape), e.offset(), e.length(),
-                           e.crc32c()});
+    out.entries.push_back({e.name(), *dtype, std::move(shape), e.offset(), e.length(), e.crc32c()});
   }
   return out;
 }
@@ -361,8 +358,8 @@ Checkpoint load_checkpoint(const std::string& path) {
     auto* dst = static_cast<char*>(e.length ? t.raw_mutable_data() : nullptr);
     uint64_t done = 0;
     while (done < e.length) {
-      const ssize_t n = ::pread(fd, dst + done, e.length - done,
-                                static_cast<off_t>(e.offset + done));
+      const ssize_t n =
+          ::pread(fd, dst + done, e.length - done, static_cast<off_t>(e.offset + done));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         corrupt(where + ": read failed after " + std::to_string(done) + " bytes" +
@@ -410,9 +407,8 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
     SilentErrors errors;
     parser.RecordErrorsTo(&errors);
     if (!parser.ParseFromString(*text, &state)) {
-      fail(ErrorCode::kDataLoss,
-           "latest_checkpoint: " + pointer + ": not a checkpoint pointer file (" + errors.first +
-               ")");
+      fail(ErrorCode::kDataLoss, "latest_checkpoint: " + pointer +
+                                     ": not a checkpoint pointer file (" + errors.first + ")");
     }
     const std::string& name = state.model_checkpoint_path();
     if (!name.empty()) {
@@ -470,6 +466,15 @@ void CheckpointManager::remove_all() {
   fs::remove(fs::path(dir_) / kPointerFile, ec);
   for (const std::string& p : checkpoints_) remove_checkpoint(p);
   checkpoints_.clear();
+  // Leftovers of interrupted saves: ckpt-<n>.*.tmp-*, checkpoint.tmp-*.
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if ((name.rfind("ckpt-", 0) == 0 || name.rfind(kPointerFile, 0) == 0) &&
+        name.find(".tmp-") != std::string::npos) {
+      std::error_code ignored;
+      fs::remove(it->path(), ignored);
+    }
+  }
 }
 
 void CheckpointManager::write_pointer() const {

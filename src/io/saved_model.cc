@@ -129,21 +129,34 @@ Attrs attrs_from(const saved::NodeDef& node, const Source& src, const std::strin
     const std::string at = where + ", attribute '" + a.name() + "'";
     if (attrs.has(a.name())) src.corrupt(at + " appears twice");
     switch (a.value_case()) {
-      case saved::AttrDef::kI: attrs.set(a.name(), static_cast<int64_t>(a.i())); break;
-      case saved::AttrDef::kF: attrs.set(a.name(), a.f()); break;
-      case saved::AttrDef::kB: attrs.set(a.name(), a.b()); break;
-      case saved::AttrDef::kS: attrs.set(a.name(), a.s()); break;
-      case saved::AttrDef::kDtype: attrs.set(a.name(), dtype_from(a.dtype(), src, at)); break;
+      case saved::AttrDef::kI:
+        attrs.set(a.name(), static_cast<int64_t>(a.i()));
+        break;
+      case saved::AttrDef::kF:
+        attrs.set(a.name(), a.f());
+        break;
+      case saved::AttrDef::kB:
+        attrs.set(a.name(), a.b());
+        break;
+      case saved::AttrDef::kS:
+        attrs.set(a.name(), a.s());
+        break;
+      case saved::AttrDef::kDtype:
+        attrs.set(a.name(), dtype_from(a.dtype(), src, at));
+        break;
       case saved::AttrDef::kInts:
-        attrs.set(a.name(), std::vector<int64_t>(a.ints().values().begin(),
-                                                 a.ints().values().end()));
+        attrs.set(a.name(),
+                  std::vector<int64_t>(a.ints().values().begin(), a.ints().values().end()));
         break;
       case saved::AttrDef::kFloats:
-        attrs.set(a.name(), std::vector<double>(a.floats().values().begin(),
-                                                a.floats().values().end()));
+        attrs.set(a.name(),
+                  std::vector<double>(a.floats().values().begin(), a.floats().values().end()));
         break;
-      case saved::AttrDef::kTensor: attrs.set(a.name(), tensor_from(a.tensor(), src, at)); break;
-      default: src.corrupt(at + " has no value");
+      case saved::AttrDef::kTensor:
+        attrs.set(a.name(), tensor_from(a.tensor(), src, at));
+        break;
+      default:
+        src.corrupt(at + " has no value");
     }
   }
   return attrs;
@@ -178,8 +191,9 @@ VersionDir find_version(const std::string& dir, int64_t version, const char* who
   }
   if (version == 0 && fs::exists(fs::path(dir) / kGraphFile, ec)) {  // a version directory
     const std::string name = fs::path(dir).lexically_normal().filename().string();
-    const bool numeric = !name.empty() && name.size() <= 18 &&
-                         std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool numeric =
+        !name.empty() && name.size() <= 18 &&
+        std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
     return {dir, numeric ? std::stoll(name) : 0};
   }
   std::vector<int64_t> versions = versions_in(dir);
@@ -225,9 +239,8 @@ ParsedModel read_saved_model(const std::string& dir, int64_t version, const char
   auto check_value = [&](const saved::NodeInput& v, int limit, const std::string& where) {
     if (v.node() < 0 || v.node() >= limit) {
       src.corrupt(where + " refers to node " + std::to_string(v.node()) +
-                  (limit < nodes.size() ? " (not an earlier node)" : " (there are " +
-                                                                       std::to_string(limit) +
-                                                                       ")"));
+                  (limit < nodes.size() ? " (not an earlier node)"
+                                        : " (there are " + std::to_string(limit) + ")"));
     }
     if (v.output() < 0 || v.output() >= nodes[v.node()].outputs_size()) {
       src.corrupt(where + " refers to output " + std::to_string(v.output()) + " of node '" +
@@ -255,8 +268,7 @@ ParsedModel read_saved_model(const std::string& dir, int64_t version, const char
     }
     for (const saved::TensorBinding& b : s.inputs()) {
       if (nodes[b.value().node()].op() != "placeholder") {
-        src.corrupt("signature '" + s.name() + "': input '" + b.name() +
-                    "' is not a placeholder");
+        src.corrupt("signature '" + s.name() + "': input '" + b.name() + "' is not a placeholder");
       }
     }
   }
@@ -374,9 +386,9 @@ std::string save_model(nn::Model& model, const std::string& dir, const Shape& in
     if (!needed[id]) continue;
     const NodeInfo node = g.node(id);
     if (node.op == "placeholder" && id != input_node && !variable_keys.count(id)) {
-      fail(ErrorCode::kUnimplemented,
-           "save_model: the inference graph of '" + model.name() + "' needs placeholder '" +
-               node.name + "', which is neither the input nor a variable");
+      fail(ErrorCode::kUnimplemented, "save_model: the inference graph of '" + model.name() +
+                                          "' needs placeholder '" + node.name +
+                                          "', which is neither the input nor a variable");
     }
     new_id[id] = m.nodes_size();
     saved::NodeDef* out = m.add_nodes();
@@ -479,13 +491,14 @@ LoadedModel load_model(const std::string& dir, int64_t version) {
   std::vector<std::vector<Tensor>> values(m.nodes_size());
   for (int i = 0; i < m.nodes_size(); ++i) {
     const saved::NodeDef& node = m.nodes(i);
-    const std::string where = "node " + std::to_string(i) + " ('" + node.name() + "', op " +
-                              node.op() + ")";
+    const std::string where =
+        "node " + std::to_string(i) + " ('" + node.name() + "', op " + node.op() + ")";
     std::vector<TensorType> saved;
     for (const saved::TensorTypeDef& t : node.outputs()) saved.push_back(type_from(t, src, where));
     Attrs attrs = attrs_from(node, src, where);
     std::vector<Tensor> inputs;
-    for (const saved::NodeInput& in : node.inputs()) inputs.push_back(values[in.node()][in.output()]);
+    for (const saved::NodeInput& in : node.inputs())
+      inputs.push_back(values[in.node()][in.output()]);
     std::vector<std::unique_ptr<Graph::NameScope>> scopes;
     const std::string base = enter_scopes(g, node.name(), scopes);
     try {
@@ -551,17 +564,16 @@ std::map<std::string, Tensor> LoadedModel::run(const std::string& signature,
   for (const auto& [name, placeholder] : sig.inputs) {
     auto in = inputs.find(name);
     if (in == inputs.end()) {
-      fail(ErrorCode::kInvalidArgument, "LoadedModel::run: signature '" + signature +
-                                            "' needs input '" + name + "' (" +
-                                            TensorType{placeholder.dtype(), placeholder.shape()}.str() +
-                                            ")");
+      fail(ErrorCode::kInvalidArgument,
+           "LoadedModel::run: signature '" + signature + "' needs input '" + name + "' (" +
+               TensorType{placeholder.dtype(), placeholder.shape()}.str() + ")");
     }
     feeds.push_back({placeholder, in->second});
   }
   for (const auto& [name, value] : inputs) {
     if (!sig.inputs.count(name)) {
-      fail(ErrorCode::kInvalidArgument, "LoadedModel::run: signature '" + signature +
-                                            "' has no input '" + name + "'");
+      fail(ErrorCode::kInvalidArgument,
+           "LoadedModel::run: signature '" + signature + "' has no input '" + name + "'");
     }
   }
   std::vector<std::string> names;

@@ -7,31 +7,50 @@ namespace kiln::io::internal {
 
 proto::KilnDType to_proto(DType dtype) {
   switch (dtype) {
-    case f32: return proto::KILN_F32;
-    case f64: return proto::KILN_F64;
-    case f16: return proto::KILN_F16;
-    case bf16: return proto::KILN_BF16;
-    case i8: return proto::KILN_I8;
-    case u8: return proto::KILN_U8;
-    case i32: return proto::KILN_I32;
-    case i64: return proto::KILN_I64;
-    case bool_: return proto::KILN_BOOL;
+    case f32:
+      return proto::KILN_F32;
+    case f64:
+      return proto::KILN_F64;
+    case f16:
+      return proto::KILN_F16;
+    case bf16:
+      return proto::KILN_BF16;
+    case i8:
+      return proto::KILN_I8;
+    case u8:
+      return proto::KILN_U8;
+    case i32:
+      return proto::KILN_I32;
+    case i64:
+      return proto::KILN_I64;
+    case bool_:
+      return proto::KILN_BOOL;
   }
   return proto::KILN_DTYPE_INVALID;
 }
 
 std::optional<DType> from_proto(int dtype) {
   switch (dtype) {
-    case proto::KILN_F32: return f32;
-    case proto::KILN_F64: return f64;
-    case proto::KILN_F16: return f16;
-    case proto::KILN_BF16: return bf16;
-    case proto::KILN_I8: return i8;
-    case proto::KILN_U8: return u8;
-    case proto::KILN_I32: return i32;
-    case proto::KILN_I64: return i64;
-    case proto::KILN_BOOL: return bool_;
-    default: return std::nullopt;
+    case proto::KILN_F32:
+      return f32;
+    case proto::KILN_F64:
+      return f64;
+    case proto::KILN_F16:
+      return f16;
+    case proto::KILN_BF16:
+      return bf16;
+    case proto::KILN_I8:
+      return i8;
+    case proto::KILN_U8:
+      return u8;
+    case proto::KILN_I32:
+      return i32;
+    case proto::KILN_I64:
+      return i64;
+    case proto::KILN_BOOL:
+      return bool_;
+    default:
+      return std::nullopt;
   }
 }
 

@@ -25,7 +25,8 @@ int64_t batches_from(const SaveFreq& freq, const char* who) {
   if (s != "epoch") {
     throw Error(ErrorCode::kInvalidArgument, std::string(who) +
                                                  ": save_freq must be \"epoch\" or a number of "
-                                                 "batches, got \"" + s + "\"");
+                                                 "batches, got \"" +
+                                                 s + "\"");
   }
   return 0;
 }
@@ -49,8 +50,9 @@ std::string format_value(double value, bool integral, const std::string& spec,
   const char conv = spec.back();
   const std::string body = spec.substr(0, spec.size() - 1);
   bool ok = std::string("dfeEgG").find(conv) != std::string::npos && body.size() < 16;
-  for (char c : body) ok = ok && (std::isdigit(static_cast<unsigned char>(c)) || c == '.' ||
-                                  c == '-' || c == '+' || c == '0' || c == ' ' || c == '#');
+  for (char c : body)
+    ok = ok && (std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '+' ||
+                c == '0' || c == ' ' || c == '#');
   if (!ok) {
     throw Error(ErrorCode::kInvalidArgument,
                 "ModelCheckpoint: unsupported format '" + spec + "' in path pattern '" + pattern +
@@ -113,8 +115,10 @@ ModelCheckpoint::ModelCheckpoint(std::string path, ModelCheckpointOptions option
     options_.mode = higher ? "max" : "min";
   }
   if (options_.mode != "min" && options_.mode != "max") {
-    throw Error(ErrorCode::kInvalidArgument, "ModelCheckpoint: mode must be \"auto\", \"min\" or "
-                                             "\"max\", got \"" + options_.mode + "\"");
+    throw Error(ErrorCode::kInvalidArgument,
+                "ModelCheckpoint: mode must be \"auto\", \"min\" or "
+                "\"max\", got \"" +
+                    options_.mode + "\"");
   }
 }
 
@@ -155,7 +159,7 @@ void ModelCheckpoint::maybe_save(int next_epoch, int64_t next_batch, const Logs&
                        {"model", model()->name()}};
   if (it != logs.end()) {
     meta["monitor"] = options_.monitor;
-    meta[options_.monitor] = std::to_string(it->second);
+    meta["monitor_value"] = std::to_string(it->second);
   }
   std::map<std::string, Tensor> state = model()->state();
   if (manager_) {
@@ -163,8 +167,8 @@ void ModelCheckpoint::maybe_save(int next_epoch, int64_t next_batch, const Logs&
   } else {
     // {epoch} is 1-based: the epoch being (or just) trained, as Keras names its files.
     const int epoch1 = next_batch == 0 ? next_epoch : next_epoch + 1;
-    last_saved_ = io::save_checkpoint(format_path(path_, epoch1, next_batch, step, logs), state,
-                                      meta);
+    last_saved_ =
+        io::save_checkpoint(format_path(path_, epoch1, next_batch, step, logs), state, meta);
   }
   if (options_.verbose) std::printf("ModelCheckpoint: saved %s\n", last_saved_.c_str());
 }
@@ -197,8 +201,8 @@ void BackupAndRestore::on_train_begin(Logs&) {
     model()->load_state(backup.tensors);
   } catch (const Error& e) {
     throw Error(e.code(), "BackupAndRestore: cannot restore " + backup.prefix +
-                              " (a backup of another model? delete " + dir_ + " to start over): " +
-                              e.what());
+                              " (a backup of another model? delete " + dir_ +
+                              " to start over): " + e.what());
   }
   model()->resume_at(static_cast<int>(epoch), batch);
   restored_at_ = std::make_pair(static_cast<int>(epoch), batch);

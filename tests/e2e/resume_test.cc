@@ -35,8 +35,7 @@ class ResumeTest : public testing::Test {
                       const std::map<std::string, std::string>& env = {}, int save_every = 7) {
     return testing_util::run_process(
         {KILN_RESUME_TRAINER, "--backup_dir=" + path(backup), "--out=" + path(out),
-         "--kill_at_step=" + std::to_string(kill_at),
-         "--save_every=" + std::to_string(save_every)},
+         "--kill_at_step=" + std::to_string(kill_at), "--save_every=" + std::to_string(save_every)},
         path(backup + ".log." + std::to_string(++runs_)), env);
   }
 

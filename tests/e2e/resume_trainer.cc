@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
   const uint64_t seed = static_cast<uint64_t>(flags.integer("seed", 5));
   flags.check();
   if (backup_dir.empty() || out.empty()) {
-    std::fprintf(stderr, "usage: resume_trainer --backup_dir=DIR --out=PREFIX [--kill_at_step=K]\n");
+    std::fprintf(stderr,
+                 "usage: resume_trainer --backup_dir=DIR --out=PREFIX [--kill_at_step=K]\n");
     return 2;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -61,8 +62,8 @@ int main(int argc, char** argv) {
     const int64_t n = 160, batch = 8;  // 20 batches per epoch
     kiln::Tensor x = kiln::random_normal({n, 6}, 11);
     kiln::Tensor y = kiln::convert(kiln::random_uniform({n}, 12, 0, 3), kiln::i32);
-    kiln::nn::Sequential model({kiln::nn::Dense(16, "relu"), kiln::nn::Dropout(0.3),
-                                kiln::nn::Dense(3)});
+    kiln::nn::Sequential model(
+        {kiln::nn::Dense(16, "relu"), kiln::nn::Dropout(0.3), kiln::nn::Dense(3)});
     model.set_seed(seed);
     model.compile(kiln::optim::Adam(0.01), kiln::nn::SparseCategoricalCrossentropy(true));
     auto backup = std::make_shared<kiln::nn::BackupAndRestore>(backup_dir, save_every);

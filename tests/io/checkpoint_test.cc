@@ -10,14 +10,14 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
 
-#include "kiln/io/tfrecord.h"
 #include "kiln/graph.h"
+#include "kiln/io/tfrecord.h"
 #include "kiln/ops.h"
 #include "src/io/proto/checkpoint.pb.h"
 
@@ -119,9 +119,9 @@ TEST_F(CheckpointTest, RoundTripsEveryDtypeScalarsAndEmptyTensors) {
 TEST_F(CheckpointTest, IndexRecordsAlignedOffsetsLengthsAndCrc32c) {
   // "123456789" is CRC-32C's check string: its CRC is 0xE3069283.
   std::vector<uint8_t> digits = {'1', '2', '3', '4', '5', '6', '7', '8', '9'};
-  const std::string prefix = save_checkpoint(
-      path("c"), {{"a", Tensor::from_vector<uint8_t>(digits)},
-                  {"b", Tensor::from_vector<int32_t>({1, 2}, {2, 1})}});
+  const std::string prefix =
+      save_checkpoint(path("c"), {{"a", Tensor::from_vector<uint8_t>(digits)},
+                                  {"b", Tensor::from_vector<int32_t>({1, 2}, {2, 1})}});
   CheckpointIndex index = read_checkpoint_index(prefix);
   ASSERT_EQ(index.entries.size(), 2u);
   const CheckpointEntry& a = index.entries[0];
@@ -145,8 +145,7 @@ TEST_F(CheckpointTest, IndexRecordsAlignedOffsetsLengthsAndCrc32c) {
 }
 
 TEST_F(CheckpointTest, ADirectoryPathSavesAndLoadsCkpt) {
-  EXPECT_EQ(save_checkpoint(dir_.string() + "/", {{"x", Tensor::scalar<float>(1)}}),
-            path("ckpt"));
+  EXPECT_EQ(save_checkpoint(dir_.string() + "/", {{"x", Tensor::scalar<float>(1)}}), path("ckpt"));
   EXPECT_EQ(save_checkpoint(path("sub/"), {{"x", Tensor::scalar<float>(2)}}), path("sub/ckpt"));
   EXPECT_EQ(load_checkpoint(path("sub")).tensors.at("x").item<float>(), 2.0f);
   EXPECT_EQ(load_checkpoint(dir_.string()).tensors.at("x").item<float>(), 1.0f);
@@ -167,11 +166,17 @@ TEST_F(CheckpointTest, SavingAgainReplacesTheCheckpointAndLeavesOneDataFile) {
 TEST_F(CheckpointTest, RejectsSymbolicUndefinedAndUnnamedTensors) {
   Graph g;
   Tensor p = g.placeholder(f32, {2}, "p");
-  EXPECT_THAT(error_of([&] { save_checkpoint(path("x"), {{"w", p}}); }).what(),
+  EXPECT_THAT(error_of([&] {
+                save_checkpoint(path("x"), {{"w", p}});
+              }).what(),
               HasSubstr("tensor 'w' is symbolic"));
-  EXPECT_THAT(error_of([&] { save_checkpoint(path("x"), {{"w", Tensor()}}); }).what(),
+  EXPECT_THAT(error_of([&] {
+                save_checkpoint(path("x"), {{"w", Tensor()}});
+              }).what(),
               HasSubstr("undefined"));
-  EXPECT_EQ(error_of([&] { save_checkpoint(path("x"), {{"", Tensor::scalar<float>(1)}}); }).code(),
+  EXPECT_EQ(error_of([&] {
+              save_checkpoint(path("x"), {{"", Tensor::scalar<float>(1)}});
+            }).code(),
             ErrorCode::kInvalidArgument);
   EXPECT_FALSE(fs::exists(path("x.index")));
 }
@@ -195,8 +200,8 @@ TEST_F(CheckpointTest, AFlippedBitInTheDataIsDataLossNamingTheTensorAndOffset) {
 }
 
 TEST_F(CheckpointTest, EveryFlippedBitOfTheIndexIsDetected) {
-  const std::string prefix = save_checkpoint(path("c"), {{"w", Tensor::from_vector<float>({1})}},
-                                             {{"step", int64_t{7}}});
+  const std::string prefix =
+      save_checkpoint(path("c"), {{"w", Tensor::from_vector<float>({1})}}, {{"step", int64_t{7}}});
   const std::string original = read_file(prefix + ".index");
   for (size_t i = 0; i < original.size(); ++i) {
     std::string bytes = original;
@@ -209,8 +214,8 @@ TEST_F(CheckpointTest, EveryFlippedBitOfTheIndexIsDetected) {
 }
 
 TEST_F(CheckpointTest, TruncatedFilesAreDataLoss) {
-  const std::string prefix = save_checkpoint(
-      path("c"), {{"a", Tensor::from_vector<float>({1, 2})}, {"b", Tensor::from_vector<float>({3})}});
+  const std::string prefix = save_checkpoint(path("c"), {{"a", Tensor::from_vector<float>({1, 2})},
+                                                         {"b", Tensor::from_vector<float>({3})}});
   const std::string data_path = read_checkpoint_index(prefix).data_path;
   const std::string data = read_file(data_path), index = read_file(prefix + ".index");
   for (size_t n : {size_t{0}, size_t{10}, data.size() - 1}) {
@@ -238,7 +243,8 @@ TEST_F(CheckpointTest, MissingFilesAreReported) {
 }
 
 TEST_F(CheckpointTest, AbsurdOffsetsLengthsAndShapesFailBeforeAnyRead) {
-  const std::string prefix = save_checkpoint(path("c"), {{"w", Tensor::from_vector<float>({1, 2})}});
+  const std::string prefix =
+      save_checkpoint(path("c"), {{"w", Tensor::from_vector<float>({1, 2})}});
   const proto::CheckpointIndex good = read_index_proto(prefix);
   auto expect_data_loss = [&](const std::function<void(proto::CheckpointIndex&)>& edit,
                               const std::string& says) {
@@ -256,17 +262,21 @@ TEST_F(CheckpointTest, AbsurdOffsetsLengthsAndShapesFailBeforeAnyRead) {
                    "outside the data file");
   expect_data_loss([](auto& i) { i.mutable_tensors(0)->set_offset(4); }, "outside");
   // A shape of 2^61 x 2^61 elements would overflow; an honest-looking huge one would not fit.
-  expect_data_loss([](auto& i) {
-    auto* t = i.mutable_tensors(0);
-    t->clear_shape();
-    t->add_shape(int64_t{1} << 61);
-    t->add_shape(int64_t{1} << 61);
-  }, "invalid shape");
-  expect_data_loss([](auto& i) {
-    auto* t = i.mutable_tensors(0);
-    t->set_shape(0, int64_t{1} << 40);
-    t->set_length(uint64_t{4} << 40);
-  }, "outside the data file");
+  expect_data_loss(
+      [](auto& i) {
+        auto* t = i.mutable_tensors(0);
+        t->clear_shape();
+        t->add_shape(int64_t{1} << 61);
+        t->add_shape(int64_t{1} << 61);
+      },
+      "invalid shape");
+  expect_data_loss(
+      [](auto& i) {
+        auto* t = i.mutable_tensors(0);
+        t->set_shape(0, int64_t{1} << 40);
+        t->set_length(uint64_t{4} << 40);
+      },
+      "outside the data file");
   expect_data_loss([](auto& i) { i.mutable_tensors(0)->set_shape(0, -2); }, "invalid shape [?]");
   expect_data_loss([](auto& i) { i.mutable_tensors(0)->set_length(4); },
                    "length 4 does not match f32[2] (8 bytes)");
@@ -276,10 +286,12 @@ TEST_F(CheckpointTest, AbsurdOffsetsLengthsAndShapesFailBeforeAnyRead) {
   expect_data_loss([](auto& i) { i.set_data_file("../../etc/passwd"); }, "invalid data file name");
   expect_data_loss([](auto& i) { i.set_format_version(9); }, "unsupported format version 9");
   // The index's data_size itself is checked against the real file.
-  expect_data_loss([](auto& i) {
-    i.set_data_size(uint64_t{1} << 50);
-    i.mutable_tensors(0)->set_offset(uint64_t{1} << 49);
-  }, "the index says 1125899906842624");
+  expect_data_loss(
+      [](auto& i) {
+        i.set_data_size(uint64_t{1} << 50);
+        i.mutable_tensors(0)->set_offset(uint64_t{1} << 49);
+      },
+      "the index says 1125899906842624");
 }
 
 TEST_F(CheckpointTest, BoolBytesOtherThanZeroOrOneAreDataLossEvenWithAGoodCrc) {
@@ -290,8 +302,8 @@ TEST_F(CheckpointTest, BoolBytesOtherThanZeroOrOneAreDataLossEvenWithAGoodCrc) {
   const std::string bad = std::string("\x02\x00", 2);
   write_file(data_path, bad);
   // Recompute the CRC with the library's own writer: save the same bytes as u8.
-  const std::string probe = save_checkpoint(
-      path("probe"), {{"m", Tensor::from_vector<uint8_t>({2, 0})}});
+  const std::string probe =
+      save_checkpoint(path("probe"), {{"m", Tensor::from_vector<uint8_t>({2, 0})}});
   index.mutable_tensors(0)->set_crc32c(read_checkpoint_index(probe).entries[0].crc32c);
   write_index(prefix, index);
   Error e = error_of([&] { load_checkpoint(prefix); });
@@ -346,6 +358,9 @@ TEST_F(CheckpointTest, AManagerSaveKilledHalfwayKeepsTheLatestPointer) {
   save_killed_halfway(path("ckpt-20"), {{"w", Tensor::scalar<float>(2)}});
   EXPECT_EQ(latest_checkpoint(dir_.string()), path("ckpt-10"));
   EXPECT_EQ(load_checkpoint(dir_.string()).tensors.at("w").item<float>(), 1.0f);
+  // remove_all also clears what the interrupted save left.
+  CheckpointManager(dir_.string(), 2).remove_all();
+  EXPECT_TRUE(files().empty());
 }
 
 // ---- CheckpointManager and the pointer file ----

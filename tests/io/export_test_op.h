@@ -23,16 +23,20 @@ inline void check_attrs(const kiln::Attrs& a, const std::function<void(std::stri
   a.get_float("scale");
 }
 
-KILN_REGISTER_OP(export_test_affine).input("x").shape_fn([](const kiln::InferContext& ctx) {
-  check_attrs(ctx.attrs(), [&](const std::string& m) { ctx.fail(m); });
-  const kiln::Tensor& shift = ctx.attrs().get_tensor("shift");
-  const kiln::TensorType& x = ctx.input(0);
-  if (x.dtype != kiln::f32 || x.shape.empty() || shift.dtype() != kiln::f32 ||
-      shift.shape() != kiln::Shape{x.shape.back()}) {
-    ctx.fail("x must be f32[..., n] and shift f32[n], got " + x.str());
-  }
-  return std::vector<kiln::TensorType>{x};
-});
+// Non-differentiable: the test model applies it to its input, before any weight.
+KILN_REGISTER_OP(export_test_affine)
+    .input("x")
+    .non_differentiable()
+    .shape_fn([](const kiln::InferContext& ctx) {
+      check_attrs(ctx.attrs(), [&](const std::string& m) { ctx.fail(m); });
+      const kiln::Tensor& shift = ctx.attrs().get_tensor("shift");
+      const kiln::TensorType& x = ctx.input(0);
+      if (x.dtype != kiln::f32 || x.shape.empty() || shift.dtype() != kiln::f32 ||
+          shift.shape() != kiln::Shape{x.shape.back()}) {
+        ctx.fail("x must be f32[..., n] and shift f32[n], got " + x.str());
+      }
+      return std::vector<kiln::TensorType>{x};
+    });
 
 KILN_REGISTER_KERNEL(export_test_affine).dtypes({kiln::f32}).fn([](kiln::KernelContext& ctx) {
   const kiln::Attrs& a = ctx.attrs();

@@ -16,8 +16,10 @@ int main(int argc, char** argv) {
   try {
     kiln::io::LoadedModel model = kiln::io::load_model(argv[1]);
     for (const auto& [name, sig] : model.signatures()) {
-      for (const auto& [in, type] : sig.inputs) std::printf("%s input %s %s\n", name.c_str(), in.c_str(), type.str().c_str());
-      for (const auto& [out, type] : sig.outputs) std::printf("%s output %s %s\n", name.c_str(), out.c_str(), type.str().c_str());
+      for (const auto& [in, type] : sig.inputs)
+        std::printf("%s input %s %s\n", name.c_str(), in.c_str(), type.str().c_str());
+      for (const auto& [out, type] : sig.outputs)
+        std::printf("%s output %s %s\n", name.c_str(), out.c_str(), type.str().c_str());
     }
     kiln::io::Checkpoint in = kiln::io::load_checkpoint(argv[2]);
     kiln::Tensor y = model.predict(in.tensors.at("x"));

@@ -27,15 +27,18 @@ std::pair<Tensor, Tensor> data() {
 }
 
 std::unique_ptr<Sequential> make_model() {
-  auto m = std::make_unique<Sequential>(
-      std::vector<LayerRef>{Dense(8, "relu"), Dropout(0.2), Dense(3)});
+  auto m =
+      std::make_unique<Sequential>(std::vector<LayerRef>{Dense(8, "relu"), Dropout(0.2), Dense(3)});
   m->set_seed(4);
   m->compile(optim::Adam(0.01), SparseCategoricalCrossentropy(true));
   return m;
 }
 
 FitOptions options(std::vector<CallbackRef> callbacks, int epochs = 3) {
-  return {.epochs = epochs, .batch_size = 8, .seed = 9, .callbacks = std::move(callbacks),
+  return {.epochs = epochs,
+          .batch_size = 8,
+          .seed = 9,
+          .callbacks = std::move(callbacks),
           .verbose = 0};
 }
 
@@ -137,10 +140,11 @@ TEST_F(CheckpointCallbacks, ModelCheckpointPatternsNameEachSave) {
   auto [x, y] = data();
   auto model = make_model();
   model->fit(x, y, options({ModelCheckpoint(path("p/e{epoch:02d}-s{step}"))}));
-  EXPECT_EQ(index_files("p"), (std::vector<std::string>{"e01-s4.index", "e02-s8.index",
-                                                        "e03-s12.index"}));
-  model->fit(x, y, options({Score({0.25, 0.5, 0.125}),
-                            ModelCheckpoint(path("q/{score:.3f}"), {.monitor = "score"})}));
+  EXPECT_EQ(index_files("p"),
+            (std::vector<std::string>{"e01-s4.index", "e02-s8.index", "e03-s12.index"}));
+  model->fit(x, y,
+             options({Score({0.25, 0.5, 0.125}),
+                      ModelCheckpoint(path("q/{score:.3f}"), {.monitor = "score"})}));
   EXPECT_EQ(index_files("q"),
             (std::vector<std::string>{"0.125.index", "0.250.index", "0.500.index"}));
 }
@@ -151,23 +155,27 @@ TEST_F(CheckpointCallbacks, SaveBestOnlySavesWhenTheMonitoredValueImproves) {
   auto cb = std::make_shared<ModelCheckpoint>(
       path("best/e{epoch}"), ModelCheckpointOptions{.monitor = "score", .save_best_only = true});
   model->fit(x, y, options({Score({3, 1, 2, 0.5}), cb}, 4));
-  EXPECT_EQ(index_files("best"),
-            (std::vector<std::string>{"e1.index", "e2.index", "e4.index"}));
+  EXPECT_EQ(index_files("best"), (std::vector<std::string>{"e1.index", "e2.index", "e4.index"}));
   EXPECT_EQ(cb->best(), 0.5);
   EXPECT_EQ(cb->last_saved(), path("best/e4"));
+  io::Checkpoint best = io::load_checkpoint(path("best/e4"));
+  EXPECT_EQ(best.get_string("monitor"), "score");
+  EXPECT_EQ(best.get_string("monitor_value"), "0.500000");
   // "max" keeps the highest instead.
   auto model2 = make_model();
-  model2->fit(x, y, options({Score({3, 1, 4, 0.5}),
-                             ModelCheckpoint(path("max/e{epoch}"), {.monitor = "score",
-                                                                   .save_best_only = true,
-                                                                   .mode = "max"})}, 4));
+  model2->fit(
+      x, y,
+      options({Score({3, 1, 4, 0.5}),
+               ModelCheckpoint(path("max/e{epoch}"),
+                               {.monitor = "score", .save_best_only = true, .mode = "max"})},
+              4));
   EXPECT_EQ(index_files("max"), (std::vector<std::string>{"e1.index", "e3.index"}));
 }
 
 TEST_F(CheckpointCallbacks, ConfigurationErrorsAreReported) {
-  EXPECT_THAT(error_of([&] { ModelCheckpoint(path("c"), {.save_freq = std::string("batch")}); })
-                  .what(),
-              HasSubstr("save_freq must be \"epoch\" or a number of batches, got \"batch\""));
+  EXPECT_THAT(
+      error_of([&] { ModelCheckpoint(path("c"), {.save_freq = std::string("batch")}); }).what(),
+      HasSubstr("save_freq must be \"epoch\" or a number of batches, got \"batch\""));
   EXPECT_THAT(error_of([&] { ModelCheckpoint(path("c"), {.save_freq = int64_t{0}}); }).what(),
               HasSubstr("got 0"));
   EXPECT_THAT(error_of([&] { ModelCheckpoint(path("c"), {.mode = "avg"}); }).what(),
@@ -182,11 +190,12 @@ TEST_F(CheckpointCallbacks, ConfigurationErrorsAreReported) {
     model->fit(x, y, options({ModelCheckpoint(path("c"), {.save_best_only = true})}, 1));
   });
   EXPECT_THAT(missing.what(), HasSubstr("monitors 'val_loss', which is not in the logs (loss)"));
-  EXPECT_THAT(error_of([&] { model->fit(x, y, options({ModelCheckpoint(path("c/{nope}"))}, 1)); })
-                  .what(),
-              HasSubstr("uses {nope}"));
-  EXPECT_THAT(error_of([&] { model->fit(x, y, options({ModelCheckpoint(path("c/{epoch:n}"))}, 1)); })
-                  .what(),
+  EXPECT_THAT(
+      error_of([&] { model->fit(x, y, options({ModelCheckpoint(path("c/{nope}"))}, 1)); }).what(),
+      HasSubstr("uses {nope}"));
+  EXPECT_THAT(error_of([&] {
+                model->fit(x, y, options({ModelCheckpoint(path("c/{epoch:n}"))}, 1));
+              }).what(),
               HasSubstr("unsupported format 'n'"));
 }
 
@@ -225,8 +234,9 @@ TEST_F(CheckpointCallbacks, BackupAndRestoreEachEpochAndKeepingTheBackup) {
   EXPECT_EQ(b.get_int("batch"), 0);
 
   auto second = make_model();
-  second->fit(x, y, options({BackupAndRestore(path("b"), std::string("epoch"),
-                                              /*delete_backup=*/false)}));
+  second->fit(x, y,
+              options({BackupAndRestore(path("b"), std::string("epoch"),
+                                        /*delete_backup=*/false)}));
   EXPECT_TRUE(same_state(second->state(), reference->state()));
   EXPECT_EQ(io::load_checkpoint(path("b")).get_int("epoch"), 3);  // kept, at the end
 }

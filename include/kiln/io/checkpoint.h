@@ -96,7 +96,8 @@ class CheckpointManager {
   // The kept checkpoints' prefixes, oldest first.
   const std::vector<std::string>& checkpoints() const { return checkpoints_; }
   const std::string& directory() const { return dir_; }
-  // Deletes every checkpoint of this manager and the pointer file.
+  // Deletes every checkpoint of this manager, the pointer file and leftovers of interrupted
+  // saves.
   void remove_all();
 
  private:

@@ -30,7 +30,8 @@ struct ModelCheckpointOptions {
 
 // Saves model.state() (weights, optimizer slots and iterations) with the metadata "epoch" and
 // "batch" (where fit goes on next: the epoch-end save of epoch e records (e + 1, 0)), "step"
-// (optimizer iterations) and, when present, the monitored value under its name.
+// (optimizer iterations), "model" (its name) and, when the logs have it, "monitor" (the name)
+// and "monitor_value" (the value, as text).
 // `path` containing '{' is a pattern giving each save's checkpoint prefix: {epoch} (1-based, as
 // Keras), {batch}, {step} and any log value, with an optional printf spec: "ckpt/e{epoch:02d}-
 // {val_loss:.3f}". Otherwise `path` is a directory of ckpt-<step> checkpoints kept by an
