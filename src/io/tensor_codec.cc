@@ -2,56 +2,29 @@
 #include "src/io/tensor_codec.h"
 
 #include <cstdio>
+#include <utility>
 
 namespace kiln::io::internal {
 
+namespace {
+
+constexpr std::pair<DType, proto::KilnDType> kDTypes[] = {
+    {f32, proto::KILN_F32},   {f64, proto::KILN_F64}, {f16, proto::KILN_F16},
+    {bf16, proto::KILN_BF16}, {i8, proto::KILN_I8},   {u8, proto::KILN_U8},
+    {i32, proto::KILN_I32},   {i64, proto::KILN_I64}, {bool_, proto::KILN_BOOL}};
+
+}  // namespace
+
 proto::KilnDType to_proto(DType dtype) {
-  switch (dtype) {
-    case f32:
-      return proto::KILN_F32;
-    case f64:
-      return proto::KILN_F64;
-    case f16:
-      return proto::KILN_F16;
-    case bf16:
-      return proto::KILN_BF16;
-    case i8:
-      return proto::KILN_I8;
-    case u8:
-      return proto::KILN_U8;
-    case i32:
-      return proto::KILN_I32;
-    case i64:
-      return proto::KILN_I64;
-    case bool_:
-      return proto::KILN_BOOL;
-  }
+  for (const auto& [d, p] : kDTypes)
+    if (d == dtype) return p;
   return proto::KILN_DTYPE_INVALID;
 }
 
 std::optional<DType> from_proto(int dtype) {
-  switch (dtype) {
-    case proto::KILN_F32:
-      return f32;
-    case proto::KILN_F64:
-      return f64;
-    case proto::KILN_F16:
-      return f16;
-    case proto::KILN_BF16:
-      return bf16;
-    case proto::KILN_I8:
-      return i8;
-    case proto::KILN_U8:
-      return u8;
-    case proto::KILN_I32:
-      return i32;
-    case proto::KILN_I64:
-      return i64;
-    case proto::KILN_BOOL:
-      return bool_;
-    default:
-      return std::nullopt;
-  }
+  for (const auto& [d, p] : kDTypes)
+    if (p == dtype) return d;
+  return std::nullopt;
 }
 
 std::optional<uint64_t> checked_nbytes(DType dtype, const Shape& shape) {
