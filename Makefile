@@ -19,7 +19,7 @@ build:
 
 demo: deps
 	$(MAKE) build
-	./$(BUILD_DIR)/examples/kiln_demo
+	./$(BUILD_DIR)/examples/fashion_mnist_mlp
 
 test: deps
 	$(MAKE) build

@@ -1,5 +1,5 @@
 // Windowed reductions (reduce_window_max / reduce_window_sum over every dimension, with
-// strides and padding) and the Keras-style pooling functions built on them.
+// strides and padding), their gradient ops, and the Keras-style pooling functions built on them.
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -118,46 +118,88 @@ struct SumOp {
   }
 };
 
-template <class Op, class C, class S>
-void window_pass(const S* src, C* dst, int64_t outer, int64_t len, int64_t inner, int64_t out_len,
-                 int64_t window, int64_t stride, int64_t low) {
-  // table[o * window + k]: the source index under tap k of output position o, or -1 (padding).
-  std::vector<int64_t> table(out_len * window);
+// Which source positions each destination position of one dimension reduces:
+// sources[starts[j], starts[j + 1]) for destination j.
+struct Taps {
+  std::vector<int64_t> starts{0}, sources;
+  int64_t size() const { return static_cast<int64_t>(starts.size()) - 1; }
+};
+
+// The sweep of one dimension: output o reduces the positions o * stride - low + k for k in
+// [0, window) that lie inside [0, len) (the others are padding).
+Taps window_taps(int64_t len, int64_t out_len, int64_t window, int64_t stride, int64_t low) {
+  Taps t;
   for (int64_t o = 0; o < out_len; ++o) {
     for (int64_t k = 0; k < window; ++k) {
-      int64_t at = o * stride - low + k;
-      table[o * window + k] = at >= 0 && at < len ? at : -1;
+      const int64_t at = o * stride - low + k;
+      if (at >= 0 && at < len) t.sources.push_back(at);
     }
+    t.starts.push_back(static_cast<int64_t>(t.sources.size()));
   }
-  const int64_t rows = outer * out_len;
+  return t;
+}
+
+// The adjoint sweep: each of the `len` positions receives from every destination of `t` that
+// reads it, in increasing order.
+Taps transposed(const Taps& t, int64_t len) {
+  Taps r;
+  r.starts.assign(len + 1, 0);
+  for (int64_t at : t.sources) ++r.starts[at + 1];
+  for (int64_t i = 0; i < len; ++i) r.starts[i + 1] += r.starts[i];
+  r.sources.resize(t.sources.size());
+  std::vector<int64_t> fill(r.starts.begin(), r.starts.end() - 1);
+  for (int64_t o = 0; o < t.size(); ++o) {
+    for (int64_t j = t.starts[o]; j < t.starts[o + 1]; ++j) r.sources[fill[t.sources[j]]++] = o;
+  }
+  return r;
+}
+
+// One pass: src viewed as [outer, len, inner] becomes dst [outer, taps.size(), inner].
+template <class Op, class C, class S>
+void window_pass(const S* src, C* dst, int64_t outer, int64_t len, int64_t inner,
+                 const Taps& taps) {
+  const int64_t out_len = taps.size(), rows = outer * out_len;
+  const int64_t per_row = std::max<int64_t>(1, taps.sources.size() / std::max<int64_t>(1, out_len));
   const int64_t grain =
-      std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, inner * window));
+      std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, inner * per_row));
   runtime::parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t b = r / out_len, o = r % out_len;
       C* d = dst + r * inner;
       std::fill(d, d + inner, Op::template identity<C>());
-      for (int64_t k = 0; k < window; ++k) {
-        const int64_t at = table[o * window + k];
-        if (at < 0) continue;
-        const S* s = src + (b * len + at) * inner;
+      for (int64_t k = taps.starts[o]; k < taps.starts[o + 1]; ++k) {
+        const S* s = src + (b * len + taps.sources[k]) * inner;
         for (int64_t j = 0; j < inner; ++j) d[j] = Op::apply(d[j], static_cast<C>(s[j]));
       }
     }
   });
 }
 
-template <class Op, class T>
-void reduce_window_kernel(KernelContext& ctx) {
+// A sweep lists its (output, tap) pairs: refuse one too large to list (a huge padded window).
+void check_sweep(const KernelContext& ctx, const WindowParams& p, size_t i, int64_t out_len) {
+  if (static_cast<__int128>(out_len) * p.window[i] > (int64_t{1} << 32)) {
+    ctx.fail("the window " + list_str(p.window) + " sweeps " + std::to_string(out_len) +
+             " positions in dimension " + std::to_string(i) + ": too many to list");
+  }
+}
+
+// Whether the window does nothing along dimension i.
+bool trivial(const WindowParams& p, size_t i) {
+  return p.window[i] == 1 && p.strides[i] == 1 && p.padding_low[i] == 0 && p.padding_high[i] == 0;
+}
+
+// Reduces input 0 into output 0 one dimension at a time: taps_of(i, from, to) gives the sweep
+// of each dimension i where the window is not trivial (the identity elsewhere).
+template <class Op, class T, class TapsOf>
+void separable_kernel(KernelContext& ctx, TapsOf taps_of) {
   using C = ComputeType<T>;
   const Tensor& x = ctx.input(0);
   const Shape& in = x.shape();
   const Shape& out_shape = ctx.output_type(0).shape;
   WindowParams p = window_params(ctx, in.size());
-  std::vector<size_t> active;  // dimensions where the window does something
+  std::vector<size_t> active;
   for (size_t i = 0; i < in.size(); ++i) {
-    if (p.window[i] != 1 || p.strides[i] != 1 || p.padding_low[i] != 0 || p.padding_high[i] != 0)
-      active.push_back(i);
+    if (!trivial(p, i)) active.push_back(i);
   }
   if (active.empty()) {
     ctx.set_output(0, x);
@@ -177,6 +219,8 @@ void reduce_window_kernel(KernelContext& ctx) {
     for (size_t j = i + 1; j < cur.size(); ++j) inner *= cur[j];
     const int64_t len = cur[i];
     cur[i] = out_shape[i];
+    check_sweep(ctx, p, i, std::max(len, cur[i]));
+    const Taps taps = taps_of(p, i, len, cur[i]);
     const bool last = n + 1 == active.size();
     C* dst = nullptr;
     if constexpr (std::is_same_v<T, C>) {
@@ -188,40 +232,355 @@ void reduce_window_kernel(KernelContext& ctx) {
       dst = buf.data();
     }
     if (n == 0) {
-      window_pass<Op>(first, dst, outer, len, inner, cur[i], p.window[i], p.strides[i],
-                      p.padding_low[i]);
+      window_pass<Op>(first, dst, outer, len, inner, taps);
     } else {
-      window_pass<Op>(src, dst, outer, len, inner, cur[i], p.window[i], p.strides[i],
-                      p.padding_low[i]);
+      window_pass<Op>(src, dst, outer, len, inner, taps);
     }
     src = dst;
   }
   if constexpr (!std::is_same_v<T, C>) {
     T* y = out_ptr<T>(out);
-    for (int64_t i = 0; i < out.size(); ++i) y[i] = static_cast<T>(src[i]);
+    for (int64_t i = 0, n = out.size(); i < n; ++i) y[i] = static_cast<T>(src[i]);
   }
+}
+
+Taps forward_taps(const WindowParams& p, size_t i, int64_t len, int64_t out_len) {
+  return window_taps(len, out_len, p.window[i], p.strides[i], p.padding_low[i]);
 }
 
 template <class Op>
 KernelFn reduce_window_fn() {
   return [](KernelContext& ctx) {
     visit_in<TypeSet::kNumeric>(ctx, ctx.input(0).dtype(), [&](auto tag) {
-      reduce_window_kernel<Op, typename decltype(tag)::type>(ctx);
+      separable_kernel<Op, typename decltype(tag)::type>(ctx, forward_taps);
     });
   };
 }
 
+// ---- gradients --------------------------------------------------------------------------
+// reduce_window_sum is linear and separable: its gradient reduce_window_sum_grad(dy) sums, for
+// each operand element, the dy of the windows covering it (the transposed sweep, dimension by
+// dimension), and the gradient of that is reduce_window_sum again.
+// reduce_window_max routes each window's gradient to the window's maximum:
+// reduce_window_max_grad(x, dy) scatters dy[o] to the position of the maximum of window o of x
+// (the first one in row-major window order on ties; a NaN wins, like in the forward op), and
+// its adjoint reduce_window_max_select(x, v) gathers v at those positions. Both are linear in
+// their second operand and piecewise constant in x, so their rules are each other.
+
+// The operand, seen as [outer, mid..., inner]: the window is trivial over the leading outer
+// and trailing inner dimensions. tables[j] maps (output position o, tap k) of mid dimension j
+// at [o * window[j] + k] to the operand position, or -1 on padding.
+struct ArgmaxPlan {
+  int64_t outer = 1, inner = 1, mid_in = 1, mid_out = 1, taps = 1;
+  Shape out_dims, window;
+  std::vector<int64_t> in_strides;  // of the mid dimensions, in units of inner
+  std::vector<std::vector<int64_t>> tables;
+};
+
+ArgmaxPlan argmax_plan(const KernelContext& ctx, const Shape& in, const Shape& out) {
+  const WindowParams p = window_params(ctx, in.size());
+  ArgmaxPlan plan;
+  size_t first = 0, last = in.size();
+  while (first < last && trivial(p, first)) ++first;
+  while (last > first && trivial(p, last - 1)) --last;
+  for (size_t i = 0; i < first; ++i) plan.outer *= in[i];
+  for (size_t i = last; i < in.size(); ++i) plan.inner *= in[i];
+  for (size_t i = first; i < last; ++i) {
+    check_sweep(ctx, p, i, out[i]);
+    if (plan.taps > std::numeric_limits<int32_t>::max() / p.window[i]) {
+      ctx.fail("the window " + list_str(p.window) + " has more than 2^31 elements");
+    }
+    plan.mid_in *= in[i];
+    plan.mid_out *= out[i];
+    plan.taps *= p.window[i];
+    plan.out_dims.push_back(out[i]);
+    plan.window.push_back(p.window[i]);
+    std::vector<int64_t>& t = plan.tables.emplace_back(out[i] * p.window[i]);
+    for (int64_t o = 0; o < out[i]; ++o) {
+      for (int64_t k = 0; k < p.window[i]; ++k) {
+        const int64_t at = o * p.strides[i] - p.padding_low[i] + k;
+        t[o * p.window[i] + k] = at >= 0 && at < in[i] ? at : -1;
+      }
+    }
+  }
+  plan.in_strides.assign(last - first, 1);
+  for (size_t j = last - first; j-- > 1;) {
+    plan.in_strides[j - 1] = plan.in_strides[j] * in[first + j];
+  }
+  return plan;
+}
+
+// Steps a row-major multi-index; returns true when it wraps around to zeros.
+inline bool next_index(std::vector<int64_t>& idx, const Shape& dims) {
+  for (size_t i = idx.size(); i-- > 0;) {
+    if (++idx[i] < dims[i]) return false;
+    idx[i] = 0;
+  }
+  return true;
+}
+
+// Calls f(o, i) for every output element o (flat) with i the flat operand index of its
+// window's maximum, or -1 for a window that lies wholly on padding. Outer indices run in
+// parallel: start(b) and then all the windows of outer index b run on one thread.
+template <class C, class T, class Start, class F>
+void for_each_window_argmax(const ArgmaxPlan& plan, const T* x, Start&& start, F&& f) {
+  const size_t m = plan.out_dims.size();
+  const int64_t work = std::max<int64_t>(1, plan.mid_out * plan.inner * plan.taps);
+  runtime::parallel_for(
+      plan.outer, std::max<int64_t>(1, (int64_t{1} << 14) / work), [&](int64_t begin, int64_t end) {
+        std::vector<int64_t> pos(m), tap(m), tap_offset(plan.taps);
+        std::vector<int32_t> best_tap(plan.inner);  // 32-bit, like a float: the loop vectorizes
+        std::vector<C> best_value(plan.inner);
+        for (int64_t b = begin; b < end; ++b) {
+          start(b);
+          std::fill(pos.begin(), pos.end(), 0);
+          for (int64_t q = 0; q < plan.mid_out; ++q) {
+            std::fill(tap.begin(), tap.end(), 0);
+            bool any = false;
+            for (int32_t t = 0; t < plan.taps; ++t, next_index(tap, plan.window)) {
+              int64_t off = b * plan.mid_in;
+              for (size_t j = 0; j < m && off >= 0; ++j) {
+                const int64_t at = plan.tables[j][pos[j] * plan.window[j] + tap[j]];
+                off = at < 0 ? -1 : off + at * plan.in_strides[j];
+              }
+              tap_offset[t] = off * plan.inner;
+              if (off < 0) continue;
+              const T* xs = x + off * plan.inner;
+              if (!any) {  // the window's first tap inside the operand
+                any = true;
+                std::fill(best_tap.begin(), best_tap.end(), t);
+                for (int64_t c = 0; c < plan.inner; ++c) best_value[c] = static_cast<C>(xs[c]);
+                continue;
+              }
+              int32_t* __restrict bt = best_tap.data();
+              C* __restrict bv = best_value.data();
+              for (int64_t c = 0; c < plan.inner; ++c) {
+                const C v = static_cast<C>(xs[c]), w = bv[c];
+                const bool take = (v > w) | ((v != v) & (w == w));
+                bt[c] = take ? t : bt[c];
+                bv[c] = take ? v : w;
+              }
+            }
+            const int64_t out_base = (b * plan.mid_out + q) * plan.inner;
+            for (int64_t c = 0; c < plan.inner; ++c) {
+              f(out_base + c, any ? tap_offset[best_tap[c]] + c : -1);
+            }
+            next_index(pos, plan.out_dims);
+          }
+        }
+      });
+}
+
+// Requires input `i` to have x's dtype and the shape `want`.
+void require_operand(const InferContext& ctx, int i, const Shape& want) {
+  const TensorType& x = ctx.input(0);
+  const TensorType& t = ctx.input(i);
+  bool match = t.dtype == x.dtype && t.shape.size() == want.size();
+  for (size_t d = 0; match && d < want.size(); ++d) {
+    match = t.shape[d] == want[d] || t.shape[d] == kUnknownDim || want[d] == kUnknownDim;
+  }
+  if (!match) {
+    ctx.fail("expects the " + std::string(i == 1 ? "second operand" : "operand") + " to be " +
+             TensorType{x.dtype, want}.str() + " (" + types_str(ctx) + ")");
+  }
+}
+
+// The output type of the forward reduce_window over input 0.
+TensorType forward_type(const InferContext& ctx, const TensorType& x) {
+  std::vector<TensorType> types{x};
+  InferContext forward(ctx.op(), ctx.node_name(), types, ctx.attrs());
+  return reduce_window_shape(forward)[0];
+}
+
+// reduce_window_max_grad(x, dy) -> x's type; dy has the forward output's type.
+std::vector<TensorType> max_grad_shape(const InferContext& ctx) {
+  require_dtype_in(ctx, 0, TypeSet::kFloat);
+  require_operand(ctx, 1, forward_type(ctx, ctx.input(0)).shape);
+  return {ctx.input(0)};
+}
+
+// reduce_window_max_select(x, v) -> the forward output's type; v has x's type.
+std::vector<TensorType> max_select_shape(const InferContext& ctx) {
+  require_dtype_in(ctx, 0, TypeSet::kFloat);
+  require_operand(ctx, 1, ctx.input(0).shape);
+  return {forward_type(ctx, ctx.input(0))};
+}
+
+template <class T>
+void max_grad_kernel(KernelContext& ctx) {
+  using C = ComputeType<T>;
+  const Tensor &x = ctx.input(0), &dy = ctx.input(1);
+  Tensor& out = ctx.allocate_output(0);
+  const int64_t n = x.size();
+  std::vector<C> staging;  // dx in the compute type, for f16/bf16
+  C* dx;
+  if constexpr (std::is_same_v<T, C>) {
+    dx = out_ptr<T>(out);
+  } else {
+    staging.resize(n);
+    dx = staging.data();
+  }
+  if (dy.size() == 0) {
+    std::fill(dx, dx + n, C(0));
+  } else {
+    const ArgmaxPlan plan = argmax_plan(ctx, x.shape(), dy.shape());
+    const int64_t slice = plan.mid_in * plan.inner;  // of one outer index, zeroed in its task
+    const T* g = dy.data<T>().data();
+    for_each_window_argmax<C>(
+        plan, x.data<T>().data(),
+        [&](int64_t b) { std::fill(dx + b * slice, dx + (b + 1) * slice, C(0)); },
+        [&](int64_t o, int64_t i) {
+          if (i >= 0) dx[i] += static_cast<C>(g[o]);
+        });
+  }
+  if constexpr (!std::is_same_v<T, C>) {
+    T* y = out_ptr<T>(out);
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(staging[i]);
+  }
+}
+
+template <class T>
+void max_select_kernel(KernelContext& ctx) {
+  const Tensor &x = ctx.input(0), &v = ctx.input(1);
+  Tensor& out = ctx.allocate_output(0);
+  if (out.size() == 0) return;
+  const T* values = v.data<T>().data();
+  T* y = out_ptr<T>(out);
+  for_each_window_argmax<ComputeType<T>>(
+      argmax_plan(ctx, x.shape(), out.shape()), x.data<T>().data(), [](int64_t) {},
+      [&](int64_t o, int64_t i) { y[o] = i >= 0 ? values[i] : T(0); });
+}
+
+// reduce_window_sum_grad(dy), attribute operand_shape: the operand's shape, where a
+// dimension over which the window is trivial may be kUnknownDim (it is dy's).
+std::vector<TensorType> sum_grad_shape(const InferContext& ctx) {
+  require_dtype_in(ctx, 0, TypeSet::kNumeric);
+  const TensorType& dy = ctx.input(0);
+  const size_t rank = dy.shape.size();
+  const Axes& given = ctx.attrs().get_ints("operand_shape");
+  if (given.size() != rank) {
+    ctx.fail("operand_shape " + list_str(given) + " must have the rank of output_grad " + dy.str());
+  }
+  const WindowParams p = window_params(ctx, rank);
+  Shape operand(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    operand[i] = given[i];
+    if (given[i] == kUnknownDim && trivial(p, i)) {
+      operand[i] = dy.shape[i];
+    } else if (given[i] < 0) {
+      ctx.fail("operand_shape " + list_str(given) + " must be known in dimension " +
+               std::to_string(i) + ", where the window " + list_str(p.window) +
+               " reduces (the gradient needs the operand's size there when it is recorded)");
+    }
+  }
+  const TensorType x{dy.dtype, operand};
+  const Shape want = forward_type(ctx, x).shape;
+  bool match = want.size() == rank;
+  for (size_t d = 0; match && d < rank; ++d) {
+    match = dy.shape[d] == want[d] || dy.shape[d] == kUnknownDim || want[d] == kUnknownDim;
+  }
+  if (!match) {
+    ctx.fail("output_grad is " + dy.str() + ", but the windows over an operand " + x.str() +
+             " give " + TensorType{dy.dtype, want}.str());
+  }
+  return {x};
+}
+
+Taps adjoint_taps(const WindowParams& p, size_t i, int64_t out_len, int64_t len) {
+  return transposed(forward_taps(p, i, len, out_len), len);
+}
+
+// The window attributes of a node (without operand_shape).
+Attrs window_attrs_of(const Attrs& attrs) {
+  Attrs out;
+  for (const char* name : {"window", "strides", "padding_low", "padding_high"}) {
+    if (attrs.has(name)) out.set(name, attrs.values().at(name));
+  }
+  return out;
+}
+
+Tensor call1(const std::string& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  return call_op(op, inputs, attrs)[0];
+}
+
+std::vector<Tensor> max_gradient(const GradContext& g) {
+  return {call1("reduce_window_max_grad", {g.inputs[0], g.output_grads[0]}, g.attrs())};
+}
+std::vector<Tensor> max_grad_gradient(const GradContext& g) {
+  return {Tensor(), call1("reduce_window_max_select", {g.inputs[0], g.output_grads[0]}, g.attrs())};
+}
+std::vector<Tensor> max_select_gradient(const GradContext& g) {
+  return {Tensor(), call1("reduce_window_max_grad", {g.inputs[0], g.output_grads[0]}, g.attrs())};
+}
+std::vector<Tensor> sum_gradient(const GradContext& g) {
+  Attrs attrs = window_attrs_of(g.attrs());
+  attrs.set("operand_shape", g.inputs[0].shape());
+  return {call1("reduce_window_sum_grad", {g.output_grads[0]}, attrs)};
+}
+std::vector<Tensor> sum_grad_gradient(const GradContext& g) {
+  return {call1("reduce_window_sum", {g.output_grads[0]}, window_attrs_of(g.attrs()))};
+}
+
 }  // namespace
 
-KILN_REGISTER_OP(reduce_window_max).input("x").kind(OpKind::kCodegen).shape_fn(reduce_window_shape);
+KILN_REGISTER_OP(reduce_window_max)
+    .input("x")
+    .kind(OpKind::kCodegen)
+    .shape_fn(reduce_window_shape)
+    .gradient(max_gradient);
 KILN_REGISTER_KERNEL(reduce_window_max)
     .dtypes(dtypes_of(TypeSet::kNumeric))
     .fn(reduce_window_fn<MaxOp>());
 
-KILN_REGISTER_OP(reduce_window_sum).input("x").kind(OpKind::kCodegen).shape_fn(reduce_window_shape);
+KILN_REGISTER_OP(reduce_window_sum)
+    .input("x")
+    .kind(OpKind::kCodegen)
+    .shape_fn(reduce_window_shape)
+    .gradient(sum_gradient);
 KILN_REGISTER_KERNEL(reduce_window_sum)
     .dtypes(dtypes_of(TypeSet::kNumeric))
     .fn(reduce_window_fn<SumOp>());
+
+KILN_REGISTER_OP(reduce_window_max_grad)
+    .input("x")
+    .input("output_grad")
+    .kind(OpKind::kKernel)
+    .shape_fn(max_grad_shape)
+    .gradient(max_grad_gradient);
+KILN_REGISTER_KERNEL(reduce_window_max_grad)
+    .dtypes(dtypes_of(TypeSet::kFloat))
+    .fn([](KernelContext& ctx) {
+      visit_in<TypeSet::kFloat>(ctx, ctx.input(0).dtype(), [&](auto tag) {
+        max_grad_kernel<typename decltype(tag)::type>(ctx);
+      });
+    });
+
+KILN_REGISTER_OP(reduce_window_max_select)
+    .input("x")
+    .input("v")
+    .kind(OpKind::kKernel)
+    .shape_fn(max_select_shape)
+    .gradient(max_select_gradient);
+KILN_REGISTER_KERNEL(reduce_window_max_select)
+    .dtypes(dtypes_of(TypeSet::kFloat))
+    .fn([](KernelContext& ctx) {
+      visit_in<TypeSet::kFloat>(ctx, ctx.input(0).dtype(), [&](auto tag) {
+        max_select_kernel<typename decltype(tag)::type>(ctx);
+      });
+    });
+
+KILN_REGISTER_OP(reduce_window_sum_grad)
+    .input("output_grad")
+    .kind(OpKind::kKernel)
+    .shape_fn(sum_grad_shape)
+    .gradient(sum_grad_gradient);
+KILN_REGISTER_KERNEL(reduce_window_sum_grad)
+    .dtypes(dtypes_of(TypeSet::kNumeric))
+    .fn([](KernelContext& ctx) {
+      visit_in<TypeSet::kNumeric>(ctx, ctx.input(0).dtype(), [&](auto tag) {
+        separable_kernel<SumOp, typename decltype(tag)::type>(ctx, adjoint_taps);
+      });
+    });
 
 }  // namespace ops
 

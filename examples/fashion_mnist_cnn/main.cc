@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   const std::string data_dir = flags.str("data_dir", kiln::data::default_fashion_mnist_dir());
   const int64_t train_limit = flags.integer("train_limit", 0);
   const int verbose = static_cast<int>(flags.integer("verbose", 1));
+  const std::string checkpoint_dir = flags.str("checkpoint_dir", "");  // backups: resume a crash
+  const int64_t checkpoint_every_steps = flags.integer("checkpoint_every_steps", 0);  // 0: epoch
   const std::string logdir = flags.str("logdir", "");  // TensorBoard logs, when set
   flags.check();
 
@@ -40,6 +42,11 @@ int main(int argc, char** argv) {
                   SparseCategoricalCrossentropy(/*from_logits=*/true), {"accuracy"});
 
     std::vector<kiln::nn::CallbackRef> callbacks;
+    if (!checkpoint_dir.empty()) {
+      kiln::nn::SaveFreq freq = std::string("epoch");
+      if (checkpoint_every_steps > 0) freq = checkpoint_every_steps;
+      callbacks.push_back(kiln::nn::BackupAndRestore(checkpoint_dir, freq));
+    }
     if (!logdir.empty()) callbacks.push_back(kiln::nn::TensorBoard(logdir));
 
     auto start = std::chrono::steady_clock::now();

@@ -3,6 +3,7 @@
 
 #include "kiln/autodiff.h"
 #include "kiln/nn/callbacks.h"
+#include "kiln/nn/checkpoint_callbacks.h"
 #include "kiln/nn/initializers.h"
 #include "kiln/nn/layer.h"
 #include "kiln/nn/layers.h"

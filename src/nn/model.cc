@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "kiln/autodiff.h"
+#include "kiln/data/dataset.h"
 #include "kiln/graph.h"
 #include "kiln/ops.h"
 #include "src/core/tensor_impl.h"
@@ -513,6 +514,79 @@ Tensor Model::operator()(const Tensor& x) {
   return predict(x, std::max<int64_t>(1, x.defined() && x.rank() > 0 ? x.dim(0) : 1));
 }
 
+// Where fit's batches come from: slices of in-memory tensors or a Dataset's elements.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual int64_t steps() const = 0;  // per epoch; -1 when unknown
+  virtual void begin_epoch(int epoch) = 0;
+  // The next batch of this epoch, or nothing at its end.
+  virtual std::optional<std::pair<Tensor, Tensor>> next() = 0;
+};
+
+namespace {
+
+class TensorSource : public BatchSource {
+ public:
+  TensorSource(Tensor x, Tensor y, int64_t batch, bool shuffle, uint64_t seed)
+      : x_(std::move(x)), y_(std::move(y)), batch_(batch), shuffle_(shuffle), seed_(seed) {}
+  int64_t steps() const override { return (x_.dim(0) + batch_ - 1) / batch_; }
+  void begin_epoch(int epoch) override {
+    order_.resize(x_.dim(0));
+    std::iota(order_.begin(), order_.end(), 0);
+    if (shuffle_) {
+      std::mt19937_64 rng(mix_seed(seed_, 1000000007ULL + epoch));
+      std::shuffle(order_.begin(), order_.end(), rng);
+    }
+    next_ = 0;
+  }
+  std::optional<std::pair<Tensor, Tensor>> next() override {
+    int64_t n = x_.dim(0);
+    if (next_ >= n) return std::nullopt;
+    int64_t begin = next_, end = std::min(n, begin + batch_);
+    next_ = end;
+    return std::make_pair(take_rows(x_, order_, begin, end), take_rows(y_, order_, begin, end));
+  }
+
+ private:
+  Tensor x_, y_;
+  int64_t batch_;
+  bool shuffle_;
+  uint64_t seed_;
+  std::vector<int64_t> order_;
+  int64_t next_ = 0;
+};
+
+std::pair<Tensor, Tensor> as_xy(const data::Element& e) {
+  if (e.size() != 2) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "fit: dataset elements must be (x, y) pairs, got " + std::to_string(e.size()) +
+                    " tensors");
+  }
+  return {e[0], e[1]};
+}
+
+class DatasetSource : public BatchSource {
+ public:
+  explicit DatasetSource(data::Dataset ds) : ds_(std::move(ds)) {}
+  int64_t steps() const override {
+    int64_t c = ds_.cardinality();
+    return c >= 0 ? c : -1;
+  }
+  void begin_epoch(int epoch) override { it_ = ds_.begin_epoch(epoch); }
+  std::optional<std::pair<Tensor, Tensor>> next() override {
+    std::optional<data::Element> e = it_.next();
+    if (!e) return std::nullopt;
+    return as_xy(*e);
+  }
+
+ private:
+  data::Dataset ds_;
+  data::Iterator it_;
+};
+
+}  // namespace
+
 History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) {
   if (!impl_->optimizer) {
     throw Error(ErrorCode::kFailedPrecondition, "fit: call compile() before fit()");
@@ -524,26 +598,47 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
                     shape_str(x.shape()) + ", y is " +
                     (y.defined() ? shape_str(y.shape()) : std::string("undefined")) + ")");
   }
-  if (options.batch_size <= 0 || options.epochs < 0) {
-    throw Error(ErrorCode::kInvalidArgument, "fit: batch_size must be > 0 and epochs >= 0");
+  if (options.batch_size <= 0) {
+    throw Error(ErrorCode::kInvalidArgument, "fit: batch_size must be > 0");
   }
-  if (options.validation_data) impl_->check_input(options.validation_data->first, "fit");
   if (!impl_->train_step) {
     impl_->seed = impl_->seed ? impl_->seed : options.seed;
     impl_->train_step = impl_->trace({x.dtype(), x.shape()}, TensorType{y.dtype(), y.shape()},
                                      /*training=*/true);
   }
-  const Step& step = *impl_->train_step;
-  impl_->validate_labels(y, step);
+  impl_->validate_labels(y, *impl_->train_step);
+  TensorSource source(x, y, options.batch_size, options.shuffle, options.seed);
+  return fit_batches(source, options, /*validate_each_batch=*/false);
+}
 
+History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
+  if (!impl_->optimizer) {
+    throw Error(ErrorCode::kFailedPrecondition, "fit: call compile() before fit()");
+  }
+  if (!impl_->train_step) {
+    std::optional<data::Element> first = dataset.begin_epoch(0).next();
+    if (!first) throw Error(ErrorCode::kInvalidArgument, "fit: the dataset is empty");
+    auto [x, y] = as_xy(*first);
+    impl_->check_input(x, "fit");
+    impl_->seed = impl_->seed ? impl_->seed : options.seed;
+    impl_->train_step = impl_->trace({x.dtype(), x.shape()}, TensorType{y.dtype(), y.shape()},
+                                     /*training=*/true);
+  }
+  DatasetSource source(dataset);
+  return fit_batches(source, options, /*validate_each_batch=*/true);
+}
+
+History Model::fit_batches(BatchSource& source, const FitOptions& options,
+                           bool validate_each_batch) {
+  if (options.epochs < 0) throw Error(ErrorCode::kInvalidArgument, "fit: epochs must be >= 0");
+  if (options.validation_data) impl_->check_input(options.validation_data->first, "fit");
+  const Step& step = *impl_->train_step;
   std::vector<Callback*> callbacks;
   for (const auto& c : options.callbacks) {
     c->set_model(this);
     callbacks.push_back(c.get().get());
   }
-  const int64_t n = x.dim(0);
-  const int64_t steps = (n + options.batch_size - 1) / options.batch_size;
-  ProgressBar progress(options.verbose, steps);
+  ProgressBar progress(options.verbose, source.steps());
   History history;
   stop_training = false;
   Logs logs;
@@ -558,21 +653,24 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
     Logs epoch_logs;
     for (Callback* c : callbacks) c->on_epoch_begin(epoch, epoch_logs);
     progress.begin_epoch(epoch, options.epochs);
-    std::vector<int64_t> order(n);
-    std::iota(order.begin(), order.end(), 0);
-    if (options.shuffle) {
-      std::mt19937_64 rng(mix_seed(options.seed, 1000000007ULL + epoch));
-      std::shuffle(order.begin(), order.end(), rng);
-    }
+    source.begin_epoch(epoch);
+    // Resuming mid-epoch: the same batches in the same order, the first ones skipped.
+    for (int64_t b = 0; epoch == first_epoch && b < first_batch; ++b) source.next();
     for (auto& m : impl_->metrics) m->reset();
     double loss_sum = 0;
     int64_t seen = 0;
-    for (int64_t b = epoch == first_epoch ? first_batch : 0; b < steps && !stop_training; ++b) {
+    int64_t b = epoch == first_epoch ? first_batch : 0;
+    for (; !stop_training; ++b) {
       impl_->batch = b;
+      std::optional<std::pair<Tensor, Tensor>> batch = source.next();
+      if (!batch) break;
+      auto& [xb, yb] = *batch;
+      if (validate_each_batch) {
+        impl_->check_input(xb, "fit");
+        impl_->validate_labels(yb, step);
+      }
       Logs batch_logs;
       for (Callback* c : callbacks) c->on_train_batch_begin(b, batch_logs);
-      int64_t begin = b * options.batch_size, end = std::min(n, begin + options.batch_size);
-      Tensor xb = take_rows(x, order, begin, end), yb = take_rows(y, order, begin, end);
       optim::Optimizer& opt = *impl_->optimizer;
       int64_t it = opt.iterations();
       std::vector<Tensor> outs = impl_->run(step, xb, yb, mix_seed(options.seed, it),
@@ -584,8 +682,8 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
       }
       opt.set_iterations(it + 1);
       double batch_loss = outs[0].item<double>();
-      loss_sum += batch_loss * (end - begin);
-      seen += end - begin;
+      loss_sum += batch_loss * xb.dim(0);
+      seen += xb.dim(0);
       impl_->update_metrics(step, outs);
       batch_logs["loss"] = loss_sum / seen;
       for (auto& m : impl_->metrics) batch_logs[m->name()] = m->result();
@@ -600,7 +698,7 @@ History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) 
                           options.batch_size, 0);
       for (const auto& [k, v] : val) epoch_logs["val_" + k] = v;
     }
-    progress.end_epoch(epoch_logs);
+    progress.end_epoch(b, epoch_logs);
     for (Callback* c : callbacks) c->on_epoch_end(epoch, epoch_logs);
     for (const auto& [k, v] : epoch_logs) history.history[k].push_back(v);
     ++history.epochs_run;

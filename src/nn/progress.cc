@@ -34,12 +34,12 @@ void ProgressBar::begin_epoch(int epoch, int epochs) {
 std::string ProgressBar::line(int64_t step, const Logs& logs, bool final) const {
   using namespace std::chrono;
   double elapsed = duration<double>(steady_clock::now() - start_).count();
-  std::string digits = std::to_string(steps_);
+  std::string digits = steps_ >= 0 ? std::to_string(steps_) : "Unknown";
   char head[64];
-  std::snprintf(head, sizeof head, "%*lld/%s", static_cast<int>(digits.size()),
+  std::snprintf(head, sizeof head, "%*lld/%s", steps_ >= 0 ? static_cast<int>(digits.size()) : 0,
                 static_cast<long long>(step), digits.c_str());
   std::string out = head;
-  if (verbose_ == 1) {
+  if (verbose_ == 1 && steps_ >= 0) {
     const int width = 30;
     int filled = steps_ ? static_cast<int>(width * step / steps_) : width;
     std::string bar(width, '.');
@@ -49,7 +49,7 @@ std::string ProgressBar::line(int64_t step, const Logs& logs, bool final) const 
   }
   char timing[64];
   double per_step = step ? elapsed / step : 0;
-  if (final) {
+  if (final || steps_ < 0) {
     std::snprintf(timing, sizeof timing, " - %.0fs %.0fms/step", elapsed, per_step * 1e3);
   } else {
     std::snprintf(timing, sizeof timing, " - ETA: %.0fs", per_step * (steps_ - step));
@@ -60,15 +60,17 @@ std::string ProgressBar::line(int64_t step, const Logs& logs, bool final) const 
 void ProgressBar::update(int64_t step, const Logs& logs) {
   if (verbose_ != 1 || !terminal_) return;
   auto now = std::chrono::steady_clock::now();
-  if (step < steps_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+  if ((steps_ < 0 || step < steps_) && now - last_draw_ < std::chrono::milliseconds(100)) return;
   last_draw_ = now;
   std::printf("\r%s\033[K", line(step, logs, false).c_str());
   std::fflush(stdout);
 }
 
-void ProgressBar::end_epoch(const Logs& logs) {
+void ProgressBar::end_epoch(int64_t steps_run, const Logs& logs) {
   if (verbose_ == 0) return;
-  std::printf("%s%s\n", terminal_ && verbose_ == 1 ? "\r" : "", line(steps_, logs, true).c_str());
+  if (steps_ < 0) steps_ = steps_run;  // known after the first epoch
+  std::printf("%s%s\n", terminal_ && verbose_ == 1 ? "\r" : "",
+              line(steps_run, logs, true).c_str());
   std::fflush(stdout);
 }
 

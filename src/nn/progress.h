@@ -15,7 +15,7 @@ class ProgressBar {
   ProgressBar(int verbose, int64_t steps);
   void begin_epoch(int epoch, int epochs);
   void update(int64_t step, const Logs& logs);
-  void end_epoch(const Logs& logs);
+  void end_epoch(int64_t steps_run, const Logs& logs);
 
  private:
   std::string line(int64_t step, const Logs& logs, bool final) const;

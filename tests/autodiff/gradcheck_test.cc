@@ -36,6 +36,10 @@ struct Input {
 };
 Input in(Shape shape, Domain domain = range(-2, 2)) { return {std::move(shape), domain}; }
 Input pred(Shape shape) { return {std::move(shape), range(0, 1), bool_}; }
+// i64 indices in [0, bound): the f64 draws are truncated.
+Input indices(Shape shape, int64_t bound) {
+  return {std::move(shape), range(0, static_cast<double>(bound)), i64};
+}
 
 struct GradCase {
   std::string op;
@@ -89,6 +93,88 @@ const std::vector<GradCase>& cases() {
       {"clamp", {in({2, 3}, off_bounds), in({}, low), in({}, high)}, {}, "scalar_bounds"},
       {"convert", {in({2, 3})}, {{"dtype", f64}}},
       {"convert", {in({2, 3})}, {{"dtype", f32}}, "to_f32", 1e-3, 1e-3},
+      // ---- convolution, pooling, gather (ops/conv.cc, ops/pool.cc, ops/gather.cc)
+      // clang-format off
+      {"convolution", {in({2, 5, 5, 3}), in({3, 3, 3, 4})}},
+      {"convolution", {in({1, 6, 5, 2}), in({3, 2, 2, 3})},
+       {{"strides", Axes{2, 2}}, {"padding_low", Axes{1, 0}}, {"padding_high", Axes{2, 1}}},
+       "strides_padding"},
+      {"convolution", {in({2, 7, 6, 2}), in({2, 3, 2, 2})},
+       {{"dilation", Axes{3, 2}}, {"padding_low", Axes{1, 1}}, {"padding_high", Axes{0, 1}}},
+       "dilation"},
+      {"convolution", {in({2, 4, 4, 6}), in({3, 3, 3, 4})},
+       {{"groups", int64_t{2}}, {"padding_low", Axes{1, 1}}, {"padding_high", Axes{1, 1}}},
+       "groups"},
+      {"convolution", {in({1, 5, 5, 3}), in({3, 3, 1, 6})},
+       {{"groups", int64_t{3}}, {"strides", Axes{2, 2}}, {"padding_low", Axes{1, 1}},
+        {"padding_high", Axes{1, 1}}},
+       "depthwise_strided"},
+      {"convolution", {in({1, 3, 3, 2}), in({3, 3, 2, 2})},
+       {{"lhs_dilation", Axes{2, 2}}, {"padding_low", Axes{2, 1}}, {"padding_high", Axes{2, 2}}},
+       "lhs_dilation"},
+      // Stride 3 over 6 leaves input rows and columns that no window reads.
+      {"convolution", {in({2, 6, 6, 1}), in({2, 2, 1, 2})}, {{"strides", Axes{3, 3}}}, "uncovered"},
+      {"convolution", {in({2, 9, 3}), in({3, 3, 2})},
+       {{"strides", Axes{3}}, {"dilation", Axes{2}}, {"padding_low", Axes{2}},
+        {"padding_high", Axes{1}}},
+       "1d"},
+      {"convolution", {in({1, 3, 4, 3, 2}), in({2, 2, 2, 2, 2})},
+       {{"strides", Axes{1, 2, 1}}, {"padding_low", Axes{0, 1, 1}},
+        {"padding_high", Axes{1, 0, 0}}},
+       "3d"},
+      {"convolution_input_grad", {in({2, 3, 3, 4}), in({3, 3, 3, 4})},
+       {{"input_spatial", Axes{5, 5}}}},
+      {"convolution_input_grad", {in({1, 4, 2, 4}), in({3, 2, 1, 4})},
+       {{"input_spatial", Axes{6, 5}}, {"strides", Axes{2, 2}}, {"padding_low", Axes{1, 0}},
+        {"padding_high", Axes{2, 1}}, {"dilation", Axes{1, 2}}, {"groups", int64_t{2}}},
+       "strided_grouped"},
+      {"convolution_kernel_grad", {in({2, 5, 5, 3}), in({2, 3, 3, 4})},
+       {{"kernel_spatial", Axes{3, 3}}}},
+      {"convolution_kernel_grad", {in({1, 6, 5, 2}), in({1, 4, 2, 4})},
+       {{"kernel_spatial", Axes{3, 2}}, {"strides", Axes{2, 2}}, {"padding_low", Axes{1, 0}},
+        {"padding_high", Axes{2, 1}}, {"dilation", Axes{1, 2}}, {"groups", int64_t{2}}},
+       "strided_grouped"},
+      {"reduce_window_max", {in({2, 4, 4, 3})},
+       {{"window", Axes{1, 2, 2, 1}}, {"strides", Axes{1, 2, 2, 1}}}, "pool_2x2"},
+      {"reduce_window_max", {in({1, 5, 5, 2})},
+       {{"window", Axes{1, 3, 3, 1}}, {"strides", Axes{1, 2, 2, 1}},
+        {"padding_low", Axes{0, 1, 1, 0}}, {"padding_high", Axes{0, 1, 1, 0}}},
+       "overlapping_padded"},
+      {"reduce_window_max", {in({4, 5})}, {{"window", Axes{2, 3}}, {"strides", Axes{1, 2}}},
+       "every_dimension"},
+      {"reduce_window_max_grad", {in({2, 4, 4, 3}), in({2, 2, 2, 3})},
+       {{"window", Axes{1, 2, 2, 1}}, {"strides", Axes{1, 2, 2, 1}}}},
+      {"reduce_window_max_grad", {in({5, 4}), in({3, 3})},
+       {{"window", Axes{3, 2}}, {"strides", Axes{2, 1}}, {"padding_low", Axes{1, 0}},
+        {"padding_high", Axes{1, 0}}},
+       "overlapping"},
+      {"reduce_window_max_select", {in({2, 4, 4, 3}), in({2, 4, 4, 3})},
+       {{"window", Axes{1, 3, 3, 1}}, {"strides", Axes{1, 1, 1, 1}},
+        {"padding_low", Axes{0, 1, 1, 0}}, {"padding_high", Axes{0, 1, 1, 0}}}},
+      {"reduce_window_sum", {in({2, 4, 4, 3})},
+       {{"window", Axes{1, 2, 2, 1}}, {"strides", Axes{1, 2, 2, 1}}}, "pool_2x2"},
+      {"reduce_window_sum", {in({1, 5, 6, 2})},
+       {{"window", Axes{1, 3, 2, 1}}, {"strides", Axes{1, 2, 3, 1}},
+        {"padding_low", Axes{0, 2, 0, 0}}, {"padding_high", Axes{0, 1, 2, 0}}},
+       "strided_padded"},
+      {"reduce_window_sum", {in({4, 5})}, {{"window", Axes{2, 3}}, {"strides", Axes{1, 2}}},
+       "every_dimension"},
+      {"reduce_window_sum_grad", {in({2, 2, 2, 3})},
+       {{"operand_shape", Axes{2, 4, 5, 3}}, {"window", Axes{1, 2, 2, 1}},
+        {"strides", Axes{1, 2, 2, 1}}}},
+      {"reduce_window_sum_grad", {in({1, 3, 3, 2})},
+       {{"operand_shape", Axes{1, 5, 6, 2}}, {"window", Axes{1, 3, 2, 1}},
+        {"strides", Axes{1, 2, 3, 1}}, {"padding_low", Axes{0, 2, 0, 0}},
+        {"padding_high", Axes{0, 1, 2, 0}}},
+       "strided_padded"},
+      // More indices than rows: some rows are taken (or scattered to) several times.
+      {"gather", {in({4, 3}), indices({6}, 4)}},
+      {"gather", {in({2, 5, 3}), indices({2, 3}, 5)}, {{"axis", int64_t{1}}}, "axis_1_2d_indices"},
+      {"gather", {in({3, 4}), indices({5}, 4)}, {{"axis", int64_t{-1}}}, "negative_axis"},
+      {"scatter_add", {in({4, 3}), indices({6}, 4), in({6, 3})}},
+      {"scatter_add", {in({2, 5, 3}), indices({2, 3}, 5), in({2, 2, 3, 3})},
+       {{"axis", int64_t{1}}}, "axis_1_2d_indices"},
+      // clang-format on
       // ---- layout (ops/layout.cc)
       {"broadcast_in_dim", {in({3})}, {{"shape", Shape{2, 3}}, {"dims", Axes{1}}}},
       {"broadcast_in_dim",
@@ -305,6 +391,15 @@ TEST(GradientRules, NonDifferentiableOpsAreMarked) {
   for (const char* op : {"placeholder", "constant", "stop_gradient", "eq", "ne", "lt", "le", "gt",
                          "ge", "logical_not", "logical_and", "logical_or", "is_finite", "iota",
                          "reduce_any", "reduce_all", "argmax", "argmin"}) {
+    EXPECT_FALSE(OpRegistry::global().find(op).differentiable) << op;
+  }
+}
+
+// ---- convolution, pooling, gather, and the ops that carry no gradient
+TEST(GradientRules, RandomIotaAndArgOpsAreNonDifferentiable) {
+  for (const char* op :
+       {"random_uniform", "random_normal", "random_bernoulli", "iota", "argmax", "argmin"}) {
+    ASSERT_TRUE(OpRegistry::global().contains(op)) << op;
     EXPECT_FALSE(OpRegistry::global().find(op).differentiable) << op;
   }
 }

@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "kiln/data/dataset.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 
@@ -61,6 +62,28 @@ TEST(Model, DifferentSeedsGiveDifferentWeights) {
     results.push_back(snapshot(model));
   }
   EXPECT_NE(results[0], results[1]);
+}
+
+TEST(Model, FitOnADatasetMatchesFitOnTheSameTensors) {
+  auto [x, y] = blobs(100, 8);
+  auto train = [&](bool use_dataset) {
+    Sequential model({Dense(8, "relu"), Dropout(0.25), Dense(2)});
+    model.set_seed(3);
+    model.compile(optim::Adam(1e-2), SparseCategoricalCrossentropy(true), {"accuracy"});
+    FitOptions options{.epochs = 2, .batch_size = 16, .shuffle = false, .seed = 3, .verbose = 0};
+    History h = use_dataset ? model.fit(data::Dataset::from_tensors({x, y}).batch(16), options)
+                            : model.fit(x, y, options);
+    EXPECT_EQ(h.epochs_run, 2);
+    return snapshot(model);
+  };
+  EXPECT_EQ(train(true), train(false));
+}
+
+TEST(Model, FitOnADatasetChecksItsElements) {
+  Sequential model({Dense(2)});
+  model.compile(optim::SGD(), SparseCategoricalCrossentropy(true));
+  auto [x, y] = blobs(8, 1);
+  EXPECT_THROW(model.fit(data::Dataset::from_tensors({x}).batch(4), {.verbose = 0}), Error);
 }
 
 TEST(Model, FunctionalModelMatchesTheSameLayersInSequence) {

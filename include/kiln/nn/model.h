@@ -17,7 +17,13 @@
 #include "kiln/nn/metrics.h"
 #include "kiln/optim.h"
 
+namespace kiln::data {
+class Dataset;
+}  // namespace kiln::data
+
 namespace kiln::nn {
+
+class BatchSource;
 
 struct FitOptions {
   int epochs = 1;
@@ -50,6 +56,9 @@ class Model {
 
   void compile(optim::OptimizerRef optimizer, LossRef loss, std::vector<std::string> metrics = {});
   History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
+  // Trains on a Dataset of batched (x, y) elements; its epoch number reshuffles it.
+  // options.batch_size and shuffle do not apply (the dataset batches and shuffles).
+  History fit(const data::Dataset& dataset, const FitOptions& options = {});
   // Loss and metrics over (x, y): {"loss": ..., "accuracy": ...}.
   std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y,
                                          int64_t batch_size = 32, int verbose = 0);
@@ -103,6 +112,8 @@ class Model {
 
  protected:
   explicit Model(std::string name);
+  History fit_batches(BatchSource& source, const FitOptions& options,
+                      bool validate_each_batch);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::string name_;

@@ -1,0 +1,169 @@
+// kiln::data::Dataset: input pipelines in the manner of tf.data. Sources (tensors, IDX,
+// TFRecord, text and CSV files) chained with transformations (map, filter, shuffle, batch,
+// prefetch, cache, ...), iterated one epoch at a time by a pull-based Iterator.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/io/tfrecord.h"
+#include "kiln/shape.h"
+#include "kiln/tensor.h"
+
+namespace kiln::data {
+
+// One element of a dataset: its components, e.g. {image, label}.
+using Element = std::vector<Tensor>;
+
+// For map's num_parallel_calls (the number of cores) and prefetch's buffer size (2).
+inline constexpr int64_t kAutotune = -1;
+// Dataset::cardinality() values.
+inline constexpr int64_t kInfiniteCardinality = -1;
+inline constexpr int64_t kUnknownCardinality = -2;
+
+namespace detail {
+class DatasetNode;
+class IteratorImpl;
+}  // namespace detail
+
+// Walks one epoch of a dataset. Pipelines with map(num_parallel_calls > 1) or prefetch run
+// background threads, which the iterator owns: destroying it (at any point, mid-epoch
+// included) stops and joins them. An exception thrown by next() (from a source, a map or
+// filter function, a batch of mismatched shapes, ...) arrives at the position of the element
+// that caused it, after every element before it, and ends the epoch: later calls return
+// std::nullopt. Movable; one iterator must not be used by two threads at once.
+class Iterator {
+ public:
+  Iterator();  // at the end already
+  explicit Iterator(std::unique_ptr<detail::IteratorImpl> impl);
+  ~Iterator();
+  Iterator(Iterator&&) noexcept;
+  Iterator& operator=(Iterator&&) noexcept;
+
+  // The next element, or std::nullopt at the end of the epoch.
+  std::optional<Element> next();
+
+ private:
+  std::unique_ptr<detail::IteratorImpl> impl_;
+  bool done_ = false;
+};
+
+// TFRecord files read at once: `cycle_length` files are open, and `block_length` records are
+// taken from each in turn, as tf.data's interleave does (cycle_length 1 reads the files one
+// after the other). When a file ends, the next file of the list takes its place in the cycle.
+struct Interleave {
+  int64_t cycle_length = 1;
+  int64_t block_length = 1;
+};
+
+// One column of a CSV file: its type (f32, i64 or i32), an optional name for messages, and
+// the value of an empty field (without one, an empty field is an error).
+struct CsvColumn {
+  DType dtype = f32;
+  std::optional<double> default_value;
+  std::string name;
+};
+
+struct CsvOptions {
+  std::vector<CsvColumn> columns;  // every line must have exactly this many fields
+  bool header = false;             // skip the first line of each file
+  char delimiter = ',';
+};
+
+// A dataset: a cheap, immutable value (a shared pointer to a node of the pipeline); each
+// transformation returns a new Dataset and leaves this one as it is. Everything is
+// deterministic: the same pipeline (same seeds) yields the same elements in the same order for
+// the same epoch number, whatever the number of threads (except map with deterministic=false).
+// Errors in arguments throw kiln::Error kInvalidArgument at once; errors in data (a missing or
+// corrupt file, a malformed CSV field, mismatched shapes) throw from Iterator::next().
+class Dataset {
+ public:
+  // ---- sources ----
+  Dataset();  // no elements
+  // Slices of the tensors along dimension 0: element i is {tensors[0][i], tensors[1][i], ...}.
+  // The tensors must be concrete, of rank >= 1 and have the same size in dimension 0.
+  static Dataset from_tensors(std::vector<Tensor> tensors);
+  // {image, label} pairs from two IDX files (see read_idx), read now; they must hold the same
+  // number of items.
+  static Dataset from_idx(const std::string& images_path, const std::string& labels_path);
+  // The records of TFRecord files, each element {u8 [n]: the record's bytes}.
+  static Dataset tfrecord(std::vector<std::string> files,
+                          io::Compression compression = io::Compression::kNone,
+                          Interleave interleave = {});
+  // The lines of text files, one file after the other: each element {u8 [n]: the line's
+  // bytes without its "\n" or "\r\n"}. A last line without a newline counts.
+  static Dataset text_lines(std::vector<std::string> files);
+  // The lines of CSV files, one file after the other: each element one scalar tensor per
+  // column. Fields are numbers (spaces around them allowed); blank lines are skipped. A
+  // malformed field or a line with the wrong number of fields throws kInvalidArgument naming
+  // the file, the line and the column.
+  static Dataset csv(std::vector<std::string> files, CsvOptions options);
+
+  // ---- transformations ----
+  using MapFn = std::function<Element(Element)>;
+  using Predicate = std::function<bool(const Element&)>;
+
+  // fn applied to each element. num_parallel_calls 1 calls fn on the consumer's thread;
+  // N > 1 (or kAutotune: the number of cores) calls it on a pool of N threads of this map's
+  // own (not the kernels' pool), a few elements ahead of the consumer. The order of elements
+  // is kept, unless deterministic is false: then an element is delivered as soon as it is
+  // ready. fn must be safe to call from several threads at once when N > 1.
+  Dataset map(MapFn fn, int64_t num_parallel_calls = 1, bool deterministic = true) const;
+  // The elements for which pred is true.
+  Dataset filter(Predicate pred) const;
+  // tf.data's shuffle: a buffer of buffer_size elements, from which a random one is taken and
+  // replaced by the next element. The order depends only on (seed, epoch) with
+  // reshuffle_each_iteration, on seed alone otherwise.
+  Dataset shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration = true) const;
+  // Groups of n elements, each component stacked along a new dimension 0. Components of the
+  // elements of a batch must have equal dtypes and shapes (else kInvalidArgument at next()).
+  // The last batch may be smaller, unless drop_remainder.
+  Dataset batch(int64_t n, bool drop_remainder = false) const;
+  // Like batch, for components whose shapes differ in size (not rank): component c is padded
+  // at the end of each dimension to padded_shapes[c] (a kUnknownDim there, or no
+  // padded_shapes at all: to the largest in the batch), with padding_values[c] (default 0).
+  Dataset padded_batch(int64_t n, std::vector<Shape> padded_shapes = {},
+                       std::vector<double> padding_values = {},
+                       bool drop_remainder = false) const;
+  // A background thread keeps up to buffer_size elements ready (kAutotune: 2).
+  Dataset prefetch(int64_t buffer_size = kAutotune) const;
+  // Keeps the elements of the first complete epoch in memory; later epochs read them from
+  // there (an epoch stopped early keeps nothing).
+  Dataset cache() const;
+  // Keeps the elements in a file. The first complete epoch writes `filename` (TFRecord-framed
+  // serialized tensors after a header holding a fingerprint of the upstream pipeline) through
+  // a temporary file renamed into place only once the epoch is complete; later epochs, and
+  // later runs of the program, read the file instead of the upstream pipeline. A file whose
+  // fingerprint differs (another pipeline: other sources, files, parameters) or that is corrupt
+  // is rebuilt. The fingerprint cannot see inside map/filter functions: delete the file when
+  // one of them changes.
+  Dataset cache(const std::string& filename) const;
+  // The dataset `count` times (-1: forever). Each repetition is a new epoch of the upstream
+  // (a shuffle upstream reshuffles). A repetition that yields nothing ends the repeat.
+  Dataset repeat(int64_t count = -1) const;
+  // The first n elements (n = -1: all).
+  Dataset take(int64_t n) const;
+  // All but the first n elements (n = -1: none).
+  Dataset skip(int64_t n) const;
+  // Elements index, index + num_shards, index + 2 * num_shards, ...
+  Dataset shard(int64_t num_shards, int64_t index) const;
+
+  // ---- iteration ----
+  Iterator begin_epoch(int64_t epoch = 0) const;
+  // The number of elements of an epoch when cheap to know: kInfiniteCardinality for a repeat
+  // forever, kUnknownCardinality after a filter or for file sources.
+  int64_t cardinality() const;
+
+  // Internal.
+  explicit Dataset(std::shared_ptr<const detail::DatasetNode> node);
+  const std::shared_ptr<const detail::DatasetNode>& node() const { return node_; }
+
+ private:
+  std::shared_ptr<const detail::DatasetNode> node_;
+};
+
+}  // namespace kiln::data

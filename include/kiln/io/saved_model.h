@@ -1,0 +1,86 @@
+// Exported models: a model's inference graph, its signatures and its variables' values in a
+// versioned directory, loadable (and servable) by a program that has none of the model's code.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/graph.h"
+#include "kiln/tensor.h"
+
+namespace kiln::nn {
+class Model;
+}
+
+namespace kiln::io {
+
+// Writes `model`'s inference graph (training=false) for inputs of `input_shape` (without the
+// batch dimension, which stays unknown) to <dir>/<version>/, version = 1 + the highest
+// numeric version already there (TF Serving's layout). Returns that directory. It holds
+//   saved_model.pb        a SavedModel protobuf, as the one record of a TFRecord file (so it is
+//                         CRC-checked): the nodes the output needs, in order, each with its op,
+//                         inputs, attributes (every AttrValue kind, tensors included) and
+//                         output types; the signature "serving_default" (input "x" -> the input
+//                         placeholder, output "output_0" -> the prediction); and which
+//                         placeholder each variable feeds
+//   variables/variables   a checkpoint (see checkpoint.h) of the variables' values
+// It is written in a temporary directory inside <dir> and renamed into place, so a reader sees
+// a complete version or none.
+std::string save_model(nn::Model& model, const std::string& dir, const Shape& input_shape,
+                       DType dtype = f32);
+
+struct SignatureInfo {
+  std::map<std::string, TensorType> inputs, outputs;
+};
+
+// What saved_model.pb says, without building the graph (no op needs to be registered).
+struct SavedModelInfo {
+  std::string path;  // <dir>/<version>
+  int64_t version = 0;
+  std::string model_name, kiln_version;
+  std::map<std::string, SignatureInfo> signatures;
+  int64_t num_nodes = 0;
+  std::map<std::string, int64_t> op_counts;  // op -> nodes
+  struct Variable {
+    std::string name;
+    DType dtype = f32;
+    Shape shape;
+  };
+  std::vector<Variable> variables;
+  int64_t num_parameters = 0;  // elements of all variables
+};
+
+// A model loaded by load_model: its graph rebuilt by calling each node's op (kiln::call_op),
+// so any registered op works, custom ones of the loading program included; variables are
+// constants of that graph.
+class LoadedModel {
+ public:
+  // Runs the "serving_default" signature: its one input -> its one output.
+  Tensor predict(const Tensor& x) const;
+  // Runs a signature: every input by name -> every output by name.
+  std::map<std::string, Tensor> run(const std::string& signature,
+                                    const std::map<std::string, Tensor>& inputs) const;
+
+  const SavedModelInfo& info() const;
+  const std::map<std::string, SignatureInfo>& signatures() const { return info().signatures; }
+  const Graph& graph() const;
+
+  struct Impl;
+  explicit LoadedModel(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+// Loads <dir>/<version> (version 0: the highest numeric version in `dir`; `dir` may also be a
+// version directory itself). Every file is checked: errors throw kiln::Error — kNotFound for a
+// missing model, kDataLoss for a corrupt one (naming the file and node), and the op registry's
+// errors for an op this program does not register — never a crash.
+LoadedModel load_model(const std::string& dir, int64_t version = 0);
+// Reads and checks saved_model.pb and the variables' index only.
+SavedModelInfo describe_saved_model(const std::string& dir, int64_t version = 0);
+
+}  // namespace kiln::io

@@ -1,0 +1,56 @@
+// The inside of kiln::data::Dataset: a pipeline is a chain of immutable nodes, each of which
+// makes iterators for an epoch. Shared by the dataset*.cc files.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/data/dataset.h"
+#include "kiln/error.h"
+
+namespace kiln::data::detail {
+
+using NodePtr = std::shared_ptr<const DatasetNode>;
+
+// One epoch's walk over a node. After next() throws, it is not called again.
+class IteratorImpl {
+ public:
+  virtual ~IteratorImpl() = default;
+  virtual std::optional<Element> next() = 0;
+};
+
+class DatasetNode {
+ public:
+  virtual ~DatasetNode() = default;
+  virtual std::unique_ptr<IteratorImpl> make_iterator(int64_t epoch) const = 0;
+  virtual int64_t cardinality() const = 0;
+  // What the node yields, in words stable from run to run (parameters, file names with sizes
+  // and modification times, hashes of tensor data): equal descriptions mean equal elements,
+  // up to map and filter functions, which it cannot see. The fingerprint of a cache file.
+  virtual std::string describe() const = 0;
+};
+
+[[noreturn]] inline void invalid(const std::string& message) {
+  throw Error(ErrorCode::kInvalidArgument, message);
+}
+
+// A 64-bit hash of bytes (not cryptographic), for fingerprints.
+uint64_t hash_bytes(const void* data, size_t n, uint64_t seed = 0);
+std::string hex64(uint64_t v);
+// "path:size:mtime", or "path:missing": a file's identity in a description.
+std::string describe_file(const std::string& path);
+
+// Nodes built in the other files.
+NodePtr make_parallel_map_node(NodePtr input, Dataset::MapFn fn, int64_t threads,
+                               bool deterministic);
+NodePtr make_prefetch_node(NodePtr input, int64_t buffer_size);
+NodePtr make_memory_cache_node(NodePtr input);
+NodePtr make_file_cache_node(NodePtr input, std::string filename);
+NodePtr make_batch_node(NodePtr input, int64_t n, bool drop_remainder);
+NodePtr make_padded_batch_node(NodePtr input, int64_t n, std::vector<Shape> padded_shapes,
+                               std::vector<double> padding_values, bool drop_remainder);
+
+}  // namespace kiln::data::detail

@@ -1,0 +1,602 @@
+// Model export and load: the inference graph as a SavedModel protobuf plus a checkpoint of the
+// variables, in <dir>/<version>/; loading rebuilds the graph op by op with call_op.
+#include "kiln/io/saved_model.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <set>
+#include <type_traits>
+
+#include "kiln/io/checkpoint.h"
+#include "kiln/io/tfrecord.h"
+#include "kiln/nn/model.h"
+#include "kiln/op_registry.h"
+#include "kiln/version.h"
+#include "src/core/tensor_impl.h"
+#include "src/io/file_io.h"
+#include "src/io/proto/saved_model.pb.h"
+#include "src/io/tensor_codec.h"
+
+namespace kiln::io {
+namespace fs = std::filesystem;
+namespace saved = proto::saved;
+namespace {
+
+constexpr uint32_t kFormatVersion = 1;
+constexpr const char* kGraphFile = "saved_model.pb";
+constexpr const char* kVariables = "variables/variables";
+constexpr const char* kServing = "serving_default";
+constexpr int kMaxVersionTries = 100;
+
+[[noreturn]] void fail(ErrorCode code, const std::string& message) { throw Error(code, message); }
+
+// ---- to proto ----
+
+void set_type(saved::TensorTypeDef* out, const TensorType& type) {
+  out->set_dtype(internal::to_proto(type.dtype));
+  for (int64_t d : type.shape) out->add_shape(d);
+}
+
+void set_tensor(saved::TensorValue* out, const Tensor& t) {
+  out->set_dtype(internal::to_proto(t.dtype()));
+  for (int64_t d : t.shape()) out->add_shape(d);
+  out->set_data(static_cast<const char*>(t.raw_data()), t.nbytes());
+}
+
+void set_attr(saved::AttrDef* out, const std::string& name, const AttrValue& value,
+              const std::string& node) {
+  out->set_name(name);
+  std::visit(
+      [&](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          out->set_i(v);
+        } else if constexpr (std::is_same_v<T, double>) {
+          out->set_f(v);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          out->set_b(v);
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          out->set_s(v);
+        } else if constexpr (std::is_same_v<T, DType>) {
+          out->set_dtype(internal::to_proto(v));
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          for (int64_t x : v) out->mutable_ints()->add_values(x);
+          out->mutable_ints();  // an empty list is still a list
+        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+          for (double x : v) out->mutable_floats()->add_values(x);
+          out->mutable_floats();
+        } else {
+          static_assert(std::is_same_v<T, Tensor>);
+          if (!v.defined() || v.is_symbolic()) {
+            fail(ErrorCode::kInvalidArgument, "save_model: attribute '" + name + "' of node '" +
+                                                  node + "' is not a concrete tensor");
+          }
+          set_tensor(out->mutable_tensor(), v);
+        }
+      },
+      value);
+}
+
+// ---- from proto, checking everything ----
+
+// Errors about one saved model's files.
+struct Source {
+  std::string file;
+  [[noreturn]] void corrupt(const std::string& what) const {
+    fail(ErrorCode::kDataLoss, "load_model: " + file + ": " + what);
+  }
+};
+
+DType dtype_from(int value, const Source& src, const std::string& where) {
+  std::optional<DType> d = internal::from_proto(value);
+  if (!d) src.corrupt(where + ": unknown dtype " + std::to_string(value));
+  return *d;
+}
+
+TensorType type_from(const saved::TensorTypeDef& t, const Source& src, const std::string& where) {
+  TensorType out{dtype_from(t.dtype(), src, where), Shape(t.shape().begin(), t.shape().end())};
+  for (int64_t d : out.shape) {
+    if (d < kUnknownDim) src.corrupt(where + ": invalid dimension " + std::to_string(d));
+  }
+  return out;
+}
+
+Tensor tensor_from(const saved::TensorValue& t, const Source& src, const std::string& where) {
+  const DType dtype = dtype_from(t.dtype(), src, where);
+  Shape shape(t.shape().begin(), t.shape().end());
+  std::optional<uint64_t> nbytes = internal::checked_nbytes(dtype, shape);
+  if (!nbytes) src.corrupt(where + ": invalid tensor shape " + shape_str(shape));
+  if (*nbytes != t.data().size()) {
+    src.corrupt(where + ": a " + dtype_name(dtype) + shape_str(shape) + " tensor needs " +
+                std::to_string(*nbytes) + " bytes, the file has " +
+                std::to_string(t.data().size()));
+  }
+  if (dtype == bool_ && !internal::valid_bools(t.data().data(), t.data().size())) {
+    src.corrupt(where + ": a bool value is neither 0 nor 1");
+  }
+  return Tensor::from_bytes(dtype, std::move(shape), t.data().data(), t.data().size());
+}
+
+Attrs attrs_from(const saved::NodeDef& node, const Source& src, const std::string& where) {
+  Attrs attrs;
+  for (const saved::AttrDef& a : node.attrs()) {
+    const std::string at = where + ", attribute '" + a.name() + "'";
+    if (attrs.has(a.name())) src.corrupt(at + " appears twice");
+    switch (a.value_case()) {
+      case saved::AttrDef::kI:
+        attrs.set(a.name(), static_cast<int64_t>(a.i()));
+        break;
+      case saved::AttrDef::kF:
+        attrs.set(a.name(), a.f());
+        break;
+      case saved::AttrDef::kB:
+        attrs.set(a.name(), a.b());
+        break;
+      case saved::AttrDef::kS:
+        attrs.set(a.name(), a.s());
+        break;
+      case saved::AttrDef::kDtype:
+        attrs.set(a.name(), dtype_from(a.dtype(), src, at));
+        break;
+      case saved::AttrDef::kInts:
+        attrs.set(a.name(),
+                  std::vector<int64_t>(a.ints().values().begin(), a.ints().values().end()));
+        break;
+      case saved::AttrDef::kFloats:
+        attrs.set(a.name(),
+                  std::vector<double>(a.floats().values().begin(), a.floats().values().end()));
+        break;
+      case saved::AttrDef::kTensor:
+        attrs.set(a.name(), tensor_from(a.tensor(), src, at));
+        break;
+      default:
+        src.corrupt(at + " has no value");
+    }
+  }
+  return attrs;
+}
+
+// The version directories in `dir`: numeric names, ascending.
+std::vector<int64_t> versions_in(const std::string& dir) {
+  std::vector<int64_t> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.size() > 18 || name[0] == '0' ||
+        !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      continue;
+    }
+    std::error_code e2;
+    if (fs::is_directory(it->path(), e2)) out.push_back(std::stoll(name));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+struct VersionDir {
+  std::string path;
+  int64_t version = 0;
+};
+
+VersionDir find_version(const std::string& dir, int64_t version, const char* who) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    fail(ErrorCode::kNotFound, std::string(who) + ": " + dir + " is not a directory");
+  }
+  if (version == 0 && fs::exists(fs::path(dir) / kGraphFile, ec)) {  // a version directory
+    const std::string name = fs::path(dir).lexically_normal().filename().string();
+    const bool numeric =
+        !name.empty() && name.size() <= 18 &&
+        std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+    return {dir, numeric ? std::stoll(name) : 0};
+  }
+  std::vector<int64_t> versions = versions_in(dir);
+  if (versions.empty()) {
+    fail(ErrorCode::kNotFound, std::string(who) + ": no saved model in " + dir +
+                                   " (no numbered version directories, no " + kGraphFile + ")");
+  }
+  if (version == 0) version = versions.back();
+  if (!std::binary_search(versions.begin(), versions.end(), version)) {
+    std::string have;
+    for (int64_t v : versions) have += (have.empty() ? "" : ", ") + std::to_string(v);
+    fail(ErrorCode::kNotFound, std::string(who) + ": " + dir + " has no version " +
+                                   std::to_string(version) + " (it has " + have + ")");
+  }
+  return {(fs::path(dir) / std::to_string(version)).string(), version};
+}
+
+struct ParsedModel {
+  VersionDir where;
+  saved::SavedModel model;
+};
+
+ParsedModel read_saved_model(const std::string& dir, int64_t version, const char* who) {
+  ParsedModel out;
+  out.where = find_version(dir, version, who);
+  const std::string file = (fs::path(out.where.path) / kGraphFile).string();
+  std::error_code ec;
+  if (!fs::exists(file, ec)) {
+    fail(ErrorCode::kNotFound, std::string(who) + ": " + out.where.path + " has no " + kGraphFile);
+  }
+  const Source src{file};
+  std::vector<std::string> records = read_records(file);
+  if (records.size() != 1) {
+    src.corrupt("expected one SavedModel record, found " + std::to_string(records.size()));
+  }
+  if (!out.model.ParseFromString(records[0])) src.corrupt("the record is not a SavedModel");
+  if (out.model.format_version() != kFormatVersion) {
+    src.corrupt("unsupported format version " + std::to_string(out.model.format_version()) +
+                " (this Kiln reads version " + std::to_string(kFormatVersion) + ")");
+  }
+  // Structure: inputs refer to earlier nodes' existing outputs; bindings to existing values.
+  const auto& nodes = out.model.nodes();
+  auto check_value = [&](const saved::NodeInput& v, int limit, const std::string& where) {
+    if (v.node() < 0 || v.node() >= limit) {
+      src.corrupt(where + " refers to node " + std::to_string(v.node()) +
+                  (limit < nodes.size() ? " (not an earlier node)"
+                                        : " (there are " + std::to_string(limit) + ")"));
+    }
+    if (v.output() < 0 || v.output() >= nodes[v.node()].outputs_size()) {
+      src.corrupt(where + " refers to output " + std::to_string(v.output()) + " of node '" +
+                  nodes[v.node()].name() + "', which has " +
+                  std::to_string(nodes[v.node()].outputs_size()));
+    }
+  };
+  for (int i = 0; i < nodes.size(); ++i) {
+    for (const saved::NodeInput& in : nodes[i].inputs()) {
+      check_value(in, i, "node " + std::to_string(i) + " ('" + nodes[i].name() + "')");
+    }
+  }
+  std::set<std::string> signature_names;
+  for (const saved::SignatureDef& s : out.model.signatures()) {
+    if (!signature_names.insert(s.name()).second) {
+      src.corrupt("signature '" + s.name() + "' appears twice");
+    }
+    for (const auto* list : {&s.inputs(), &s.outputs()}) {
+      std::set<std::string> names;
+      for (const saved::TensorBinding& b : *list) {
+        const std::string where = "signature '" + s.name() + "', tensor '" + b.name() + "'";
+        if (!names.insert(b.name()).second) src.corrupt(where + " appears twice");
+        check_value(b.value(), nodes.size(), where);
+      }
+    }
+    for (const saved::TensorBinding& b : s.inputs()) {
+      if (nodes[b.value().node()].op() != "placeholder") {
+        src.corrupt("signature '" + s.name() + "': input '" + b.name() + "' is not a placeholder");
+      }
+    }
+  }
+  std::set<int> bound;
+  for (const saved::VariableBinding& v : out.model.variables()) {
+    if (v.node() < 0 || v.node() >= nodes.size() || nodes[v.node()].op() != "placeholder" ||
+        nodes[v.node()].outputs_size() != 1) {
+      src.corrupt("variable '" + v.key() + "' is bound to node " + std::to_string(v.node()) +
+                  ", which is not a placeholder of the graph");
+    }
+    if (!bound.insert(v.node()).second) {
+      src.corrupt("node " + std::to_string(v.node()) + " is bound to two variables");
+    }
+  }
+  return out;
+}
+
+std::string variables_prefix(const std::string& version_dir) {
+  return (fs::path(version_dir) / kVariables).string();
+}
+
+SavedModelInfo info_from(const ParsedModel& parsed) {
+  const saved::SavedModel& m = parsed.model;
+  const Source src{(fs::path(parsed.where.path) / kGraphFile).string()};
+  SavedModelInfo info;
+  info.path = parsed.where.path;
+  info.version = parsed.where.version;
+  info.model_name = m.model_name();
+  info.kiln_version = m.kiln_version();
+  info.num_nodes = m.nodes_size();
+  for (const saved::NodeDef& n : m.nodes()) ++info.op_counts[n.op()];
+  for (const saved::SignatureDef& s : m.signatures()) {
+    SignatureInfo& sig = info.signatures[s.name()];
+    for (const saved::TensorBinding& b : s.inputs())
+      sig.inputs[b.name()] = type_from(b.type(), src, "signature '" + s.name() + "'");
+    for (const saved::TensorBinding& b : s.outputs())
+      sig.outputs[b.name()] = type_from(b.type(), src, "signature '" + s.name() + "'");
+  }
+  CheckpointIndex vars = read_checkpoint_index(variables_prefix(parsed.where.path));
+  for (const CheckpointEntry& e : vars.entries) {
+    info.variables.push_back({e.name, e.dtype, e.shape});
+    info.num_parameters += num_elements(e.shape);
+  }
+  return info;
+}
+
+std::string random_suffix() {
+  std::random_device rd;
+  char s[20];
+  std::snprintf(s, sizeof s, "%08x%08x", rd(), static_cast<unsigned>(getpid()));
+  return s;
+}
+
+void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  fsync(fd);
+  ::close(fd);
+}
+
+// Opens a name scope for each "/"-separated part of `name` but the last, which it returns:
+// rebuilt nodes keep their scopes ("dense/dot").
+std::string enter_scopes(const Graph& g, const std::string& name,
+                         std::vector<std::unique_ptr<Graph::NameScope>>& scopes) {
+  size_t start = 0;
+  for (size_t slash; (slash = name.find('/', start)) != std::string::npos; start = slash + 1) {
+    if (slash > start) {
+      scopes.push_back(std::make_unique<Graph::NameScope>(g, name.substr(start, slash - start)));
+    }
+  }
+  std::string last = name.substr(start);
+  return last.empty() ? "node" : last;
+}
+
+}  // namespace
+
+// ---- save -----------------------------------------------------------------------------------
+
+std::string save_model(nn::Model& model, const std::string& dir, const Shape& input_shape,
+                       DType dtype) {
+  if (dir.empty()) fail(ErrorCode::kInvalidArgument, "save_model: the directory is empty");
+  nn::Model::InferenceGraph ig = model.inference_graph(input_shape, dtype);
+  const Graph& g = ig.graph;
+  const int input_node = ig.input.impl()->node;
+  const int output_node = ig.output.impl()->node;
+  const int output_index = ig.output.impl()->output;
+
+  // The nodes the output needs, in recording (topological) order.
+  std::vector<bool> needed(g.num_nodes(), false);
+  std::vector<int> stack = {output_node};
+  while (!stack.empty()) {
+    const int id = stack.back();
+    stack.pop_back();
+    if (needed[id]) continue;
+    needed[id] = true;
+    for (const ValueRef& in : g.node(id).inputs) stack.push_back(in.node);
+  }
+  std::map<int, std::string> variable_keys;  // placeholder node -> checkpoint key
+  std::map<std::string, Tensor> values;
+  for (const auto& [var, placeholder] : ig.variables) {
+    const int id = placeholder.impl()->node;
+    if (!needed[id]) continue;
+    std::string key = var.name();
+    for (int i = 1; values.count(key); ++i) key = var.name() + "#" + std::to_string(i);
+    values[key] = var.value();
+    variable_keys[id] = key;
+  }
+
+  saved::SavedModel m;
+  m.set_format_version(kFormatVersion);
+  m.set_kiln_version(kiln::version());
+  m.set_model_name(model.name());
+  std::vector<int> new_id(g.num_nodes(), -1);
+  for (int id = 0; id < g.num_nodes(); ++id) {
+    if (!needed[id]) continue;
+    const NodeInfo node = g.node(id);
+    if (node.op == "placeholder" && id != input_node && !variable_keys.count(id)) {
+      fail(ErrorCode::kUnimplemented, "save_model: the inference graph of '" + model.name() +
+                                          "' needs placeholder '" + node.name +
+                                          "', which is neither the input nor a variable");
+    }
+    new_id[id] = m.nodes_size();
+    saved::NodeDef* out = m.add_nodes();
+    out->set_name(node.name);
+    out->set_op(node.op);
+    for (const ValueRef& in : node.inputs) {
+      saved::NodeInput* ref = out->add_inputs();
+      ref->set_node(new_id[in.node]);
+      ref->set_output(in.output);
+    }
+    for (const auto& [name, value] : node.attrs.values()) {
+      set_attr(out->add_attrs(), name, value, node.name);
+    }
+    for (const TensorType& t : node.outputs) set_type(out->add_outputs(), t);
+  }
+  for (const auto& [id, key] : variable_keys) {
+    saved::VariableBinding* b = m.add_variables();
+    b->set_node(new_id[id]);
+    b->set_key(key);
+  }
+  saved::SignatureDef* sig = m.add_signatures();
+  sig->set_name(kServing);
+  saved::TensorBinding* in = sig->add_inputs();
+  in->set_name("x");
+  in->mutable_value()->set_node(new_id[input_node]);
+  set_type(in->mutable_type(), {ig.input.dtype(), ig.input.shape()});
+  saved::TensorBinding* out = sig->add_outputs();
+  out->set_name("output_0");
+  out->mutable_value()->set_node(new_id[output_node]);
+  out->mutable_value()->set_output(output_index);
+  set_type(out->mutable_type(), {ig.output.dtype(), ig.output.shape()});
+
+  // Write everything into a temporary directory, then rename it to the next free version.
+  internal::make_directories(dir, "save_model");
+  const std::string temp = (fs::path(dir) / (".tmp-saved_model-" + random_suffix())).string();
+  try {
+    internal::make_directories(temp, "save_model");
+    save_checkpoint(variables_prefix(temp), values);
+    internal::OutputFile file((fs::path(temp) / kGraphFile).string(),
+                              internal::OutputFile::Mode::kAtomic, Compression::kNone,
+                              "save_model");
+    internal::write_record(file, m.SerializeAsString());
+    file.close();
+    sync_directory(temp);
+    std::vector<int64_t> versions = versions_in(dir);
+    int64_t version = versions.empty() ? 1 : versions.back() + 1;
+    for (int tries = 0;; ++tries, ++version) {
+      const std::string target = (fs::path(dir) / std::to_string(version)).string();
+      if (std::rename(temp.c_str(), target.c_str()) == 0) {
+        sync_directory(dir);
+        return target;
+      }
+      // Another writer took this version (rename fails on a non-empty directory): next one.
+      if ((errno != EEXIST && errno != ENOTEMPTY) || tries >= kMaxVersionTries) {
+        fail(ErrorCode::kFailedPrecondition,
+             "save_model: cannot rename " + temp + " to " + target + ": " + std::strerror(errno));
+      }
+    }
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(temp, ec);
+    throw;
+  }
+}
+
+// ---- load -----------------------------------------------------------------------------------
+
+struct LoadedModel::Impl {
+  SavedModelInfo info;
+  Graph graph;
+  struct Signature {
+    std::map<std::string, Tensor> inputs, outputs;
+  };
+  std::map<std::string, Signature> signatures;
+};
+
+SavedModelInfo describe_saved_model(const std::string& dir, int64_t version) {
+  return info_from(read_saved_model(dir, version, "describe_saved_model"));
+}
+
+LoadedModel load_model(const std::string& dir, int64_t version) {
+  ParsedModel parsed = read_saved_model(dir, version, "load_model");
+  const saved::SavedModel& m = parsed.model;
+  const Source src{(fs::path(parsed.where.path) / kGraphFile).string()};
+  auto impl = std::make_shared<LoadedModel::Impl>();
+  impl->info = info_from(parsed);
+  Checkpoint vars = load_checkpoint(variables_prefix(parsed.where.path));
+  std::map<int, const Tensor*> variable_values;
+  for (const saved::VariableBinding& b : m.variables()) {
+    auto it = vars.tensors.find(b.key());
+    if (it == vars.tensors.end()) {
+      src.corrupt("variable '" + b.key() + "' is not in " + vars.prefix);
+    }
+    variable_values[b.node()] = &it->second;
+  }
+
+  impl->graph = Graph(m.model_name().empty() ? "saved_model" : m.model_name());
+  Graph g = impl->graph;  // a handle: the same graph
+  auto guard = g.as_default();
+  std::vector<std::vector<Tensor>> values(m.nodes_size());
+  for (int i = 0; i < m.nodes_size(); ++i) {
+    const saved::NodeDef& node = m.nodes(i);
+    const std::string where =
+        "node " + std::to_string(i) + " ('" + node.name() + "', op " + node.op() + ")";
+    std::vector<TensorType> saved;
+    for (const saved::TensorTypeDef& t : node.outputs()) saved.push_back(type_from(t, src, where));
+    Attrs attrs = attrs_from(node, src, where);
+    std::vector<Tensor> inputs;
+    for (const saved::NodeInput& in : node.inputs())
+      inputs.push_back(values[in.node()][in.output()]);
+    std::vector<std::unique_ptr<Graph::NameScope>> scopes;
+    const std::string base = enter_scopes(g, node.name(), scopes);
+    try {
+      if (node.op() == "placeholder" || node.op() == "constant") {
+        if (!inputs.empty() || saved.size() != 1) src.corrupt(where + ": malformed " + node.op());
+        if (auto v = variable_values.find(i); v != variable_values.end()) {
+          const Tensor& value = *v->second;
+          if (value.dtype() != saved[0].dtype || value.shape() != saved[0].shape) {
+            src.corrupt(where + ": the variable is " +
+                        TensorType{value.dtype(), value.shape()}.str() + ", the graph expects " +
+                        saved[0].str());
+          }
+          values[i] = {g.constant(value, base)};
+        } else if (node.op() == "placeholder") {
+          values[i] = {g.placeholder(saved[0].dtype, saved[0].shape, base)};
+        } else {
+          values[i] = {g.constant(attrs.get_tensor("value"), base)};
+        }
+      } else {
+        values[i] = call_op(node.op(), inputs, attrs);
+      }
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kDataLoss) throw;
+      const bool ours = node.op() == "placeholder" || node.op() == "constant";
+      fail(ours ? ErrorCode::kDataLoss : e.code(),
+           "load_model: " + src.file + ": " + where + ": " + e.what());
+    }
+    std::vector<TensorType> got;
+    for (const Tensor& t : values[i]) got.push_back({t.dtype(), t.shape()});
+    if (got != saved) {
+      auto list = [](const std::vector<TensorType>& ts) {
+        std::string s;
+        for (const TensorType& t : ts) s += (s.empty() ? "" : ", ") + t.str();
+        return "(" + s + ")";
+      };
+      src.corrupt(where + ": the op now gives " + list(got) + ", the file says " + list(saved));
+    }
+  }
+  for (const saved::SignatureDef& s : m.signatures()) {
+    LoadedModel::Impl::Signature& sig = impl->signatures[s.name()];
+    for (const saved::TensorBinding& b : s.inputs())
+      sig.inputs[b.name()] = values[b.value().node()][b.value().output()];
+    for (const saved::TensorBinding& b : s.outputs())
+      sig.outputs[b.name()] = values[b.value().node()][b.value().output()];
+  }
+  return LoadedModel(std::move(impl));
+}
+
+const SavedModelInfo& LoadedModel::info() const { return impl_->info; }
+const Graph& LoadedModel::graph() const { return impl_->graph; }
+
+std::map<std::string, Tensor> LoadedModel::run(const std::string& signature,
+                                               const std::map<std::string, Tensor>& inputs) const {
+  auto it = impl_->signatures.find(signature);
+  if (it == impl_->signatures.end()) {
+    std::string have;
+    for (const auto& [name, s] : impl_->signatures) have += (have.empty() ? "" : ", ") + name;
+    fail(ErrorCode::kNotFound, "LoadedModel::run: " + impl_->info.path + " has no signature '" +
+                                   signature + "' (it has: " + have + ")");
+  }
+  const Impl::Signature& sig = it->second;
+  FeedList feeds;
+  for (const auto& [name, placeholder] : sig.inputs) {
+    auto in = inputs.find(name);
+    if (in == inputs.end()) {
+      fail(ErrorCode::kInvalidArgument,
+           "LoadedModel::run: signature '" + signature + "' needs input '" + name + "' (" +
+               TensorType{placeholder.dtype(), placeholder.shape()}.str() + ")");
+    }
+    feeds.push_back({placeholder, in->second});
+  }
+  for (const auto& [name, value] : inputs) {
+    if (!sig.inputs.count(name)) {
+      fail(ErrorCode::kInvalidArgument,
+           "LoadedModel::run: signature '" + signature + "' has no input '" + name + "'");
+    }
+  }
+  std::vector<std::string> names;
+  std::vector<Tensor> fetches;
+  for (const auto& [name, value] : sig.outputs) {
+    names.push_back(name);
+    fetches.push_back(value);
+  }
+  std::vector<Tensor> results = impl_->graph.run(feeds, fetches);
+  std::map<std::string, Tensor> out;
+  for (size_t i = 0; i < names.size(); ++i) out[names[i]] = results[i];
+  return out;
+}
+
+Tensor LoadedModel::predict(const Tensor& x) const {
+  auto it = impl_->signatures.find(kServing);
+  if (it == impl_->signatures.end() || it->second.inputs.size() != 1 ||
+      it->second.outputs.size() != 1) {
+    fail(ErrorCode::kFailedPrecondition,
+         "LoadedModel::predict: " + impl_->info.path +
+             " has no 'serving_default' signature with one input and one output; use run()");
+  }
+  return run(kServing, {{it->second.inputs.begin()->first, x}}).begin()->second;
+}
+
+}  // namespace kiln::io

@@ -1,0 +1,329 @@
+// Model export: a trained model saved, loaded in another process (which has only kiln and the
+// custom op) and in this one, bit-identical to model.predict; versions; what the file holds;
+// corrupt, missing and inconsistent files reported as kiln::Error.
+#include "kiln/io/saved_model.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+
+#include "kiln/io/checkpoint.h"
+#include "kiln/io/tfrecord.h"
+#include "kiln/nn.h"
+#include "src/io/proto/saved_model.pb.h"
+#include "tests/io/export_test_op.h"
+#include "tests/subprocess.h"
+
+namespace kiln::io {
+namespace {
+
+namespace fs = std::filesystem;
+namespace saved = proto::saved;
+using testing::HasSubstr;
+
+// A layer that calls the custom op (on the model's input): the loading program must have
+// registered it.
+class Affine : public nn::Layer {
+ public:
+  Affine() : Layer("affine") {}
+  std::string type_name() const override { return "Affine"; }
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<Affine>(*this); }
+  Tensor call(const std::vector<Tensor>& in, nn::CallContext&) override {
+    return call_op("export_test_affine", {in[0]},
+                   export_test::attrs(Tensor::from_vector<float>({0.5f, -1.f, 2.f, 0.f})))[0];
+  }
+};
+
+std::unique_ptr<nn::Sequential> trained_model() {
+  auto model = std::make_unique<nn::Sequential>(
+      std::vector<nn::LayerRef>{Affine(), nn::Dense(8, "relu"), nn::Dropout(0.25), nn::Dense(3)});
+  model->set_seed(7);
+  model->compile(optim::Adam(0.01), nn::SparseCategoricalCrossentropy(true));
+  Tensor x = random_normal({64, 4}, 1);
+  Tensor y = convert(random_uniform({64}, 2, 0, 3), i32);
+  model->fit(x, y, {.epochs = 2, .batch_size = 16, .seed = 3, .verbose = 0});
+  return model;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+class SavedModelTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(testing::TempDir()) /
+           ("kiln_saved_model_" + std::to_string(getpid()) + "_" +
+            testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  template <class F>
+  static Error error_of(F f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e;
+    }
+    ADD_FAILURE() << "no kiln::Error thrown";
+    return Error(ErrorCode::kInternal, "");
+  }
+  static std::string read_file(const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+  static void write_file(const std::string& p, const std::string& bytes) {
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+  }
+  static saved::SavedModel read_proto(const std::string& version_dir) {
+    saved::SavedModel m;
+    EXPECT_TRUE(m.ParseFromString(read_records(version_dir + "/saved_model.pb").at(0)));
+    return m;
+  }
+  static void write_proto(const std::string& version_dir, const saved::SavedModel& m) {
+    RecordWriter w(version_dir + "/saved_model.pb");
+    w.write(m.SerializeAsString());
+    w.close();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(SavedModelTest, ALoadedModelPredictsBitIdenticallyInAnotherProcess) {
+  auto model = trained_model();
+  const std::string version_dir = save_model(*model, path("export"), {4});
+  EXPECT_EQ(version_dir, path("export/1"));
+  Tensor x = random_normal({10, 4}, 99);
+  Tensor expected = model->predict(x, 10);
+  model.reset();  // nothing of the model remains in this process either
+
+  save_checkpoint(path("in"), {{"x", x}});
+  testing_util::ProcessResult r = testing_util::run_process(
+      {KILN_LOAD_MODEL_MAIN, path("export"), path("in"), path("out")}, path("log"));
+  ASSERT_TRUE(r.exited_ok()) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("serving_default input x f32[?,4]"));
+  EXPECT_THAT(r.output, HasSubstr("serving_default output output_0 f32[?,3]"));
+  EXPECT_TRUE(same_bytes(load_checkpoint(path("out")).tensors.at("y"), expected));
+
+  LoadedModel loaded = load_model(path("export"));
+  EXPECT_TRUE(same_bytes(loaded.predict(x), expected));
+  EXPECT_TRUE(same_bytes(loaded.run("serving_default", {{"x", x}}).at("output_0"), expected));
+}
+
+TEST_F(SavedModelTest, TheFileHoldsTheNeededNodesAllAttrKindsSignaturesAndVariables) {
+  auto model = trained_model();
+  const std::string version_dir = save_model(*model, path("m"), {4});
+  saved::SavedModel m = read_proto(version_dir);
+  EXPECT_EQ(m.format_version(), 1u);
+  EXPECT_EQ(m.model_name(), "sequential");
+  ASSERT_EQ(m.signatures_size(), 1);
+  const saved::SignatureDef& sig = m.signatures(0);
+  EXPECT_EQ(sig.name(), "serving_default");
+  ASSERT_EQ(sig.inputs_size(), 1);
+  EXPECT_EQ(sig.inputs(0).name(), "x");
+  EXPECT_EQ(m.nodes(sig.inputs(0).value().node()).op(), "placeholder");
+  EXPECT_EQ(sig.inputs(0).type().shape(0), -1);
+  EXPECT_EQ(sig.outputs(0).name(), "output_0");
+
+  std::map<std::string, int> ops;
+  for (int i = 0; i < m.nodes_size(); ++i) {
+    ++ops[m.nodes(i).op()];
+    for (const saved::NodeInput& in : m.nodes(i).inputs()) EXPECT_LT(in.node(), i);
+  }
+  EXPECT_EQ(ops["placeholder"], 5);  // x and the four variables: no seed, no optimizer slots
+  EXPECT_EQ(ops["dot"], 2);
+  EXPECT_EQ(ops["random_bernoulli_like"], 0);  // no dropout at inference
+  const saved::NodeDef* found = nullptr;
+  for (const saved::NodeDef& n : m.nodes())
+    if (n.op() == "export_test_affine") found = &n;
+  ASSERT_NE(found, nullptr);
+  const saved::NodeDef& affine = *found;
+  EXPECT_EQ(m.nodes(affine.inputs(0).node()).op(), "placeholder");
+  std::map<std::string, saved::AttrDef::ValueCase> kinds;
+  for (const saved::AttrDef& a : affine.attrs()) kinds[a.name()] = a.value_case();
+  EXPECT_EQ(kinds["repeat"], saved::AttrDef::kI);
+  EXPECT_EQ(kinds["scale"], saved::AttrDef::kF);
+  EXPECT_EQ(kinds["negate"], saved::AttrDef::kB);
+  EXPECT_EQ(kinds["mode"], saved::AttrDef::kS);
+  EXPECT_EQ(kinds["out_dtype"], saved::AttrDef::kDtype);
+  EXPECT_EQ(kinds["perm"], saved::AttrDef::kInts);
+  EXPECT_EQ(kinds["empty"], saved::AttrDef::kInts);
+  EXPECT_EQ(kinds["weights"], saved::AttrDef::kFloats);
+  EXPECT_EQ(kinds["shift"], saved::AttrDef::kTensor);
+  ASSERT_EQ(m.variables_size(), 4);
+
+  SavedModelInfo info = describe_saved_model(path("m"));
+  EXPECT_EQ(info.version, 1);
+  EXPECT_EQ(info.num_parameters, 4 * 8 + 8 + 8 * 3 + 3);
+  EXPECT_EQ(info.op_counts["export_test_affine"], 1);
+  EXPECT_EQ(info.variables.size(), 4u);
+  EXPECT_EQ(info.signatures.at("serving_default").inputs.at("x").str(), "f32[?,4]");
+}
+
+TEST_F(SavedModelTest, VersionsCountUpAndLoadPicksTheLatestOrTheOneAsked) {
+  auto model = trained_model();
+  Tensor x = random_normal({5, 4}, 4);
+  Tensor first = model->predict(x, 5);
+  fs::create_directories(path("m/.tmp-saved_model-stale"));  // a crashed save: not a version
+  EXPECT_EQ(save_model(*model, path("m"), {4}), path("m/1"));
+  for (const Variable& v : model->weights()) {
+    Variable w = v;
+    w.assign(v.value() * 2.0);
+  }
+  Tensor second = model->predict(x, 5);
+  EXPECT_EQ(save_model(*model, path("m"), {4}), path("m/2"));
+  fs::create_directories(path("m/notes"));
+
+  EXPECT_EQ(load_model(path("m")).info().version, 2);
+  EXPECT_TRUE(same_bytes(load_model(path("m")).predict(x), second));
+  EXPECT_TRUE(same_bytes(load_model(path("m"), 1).predict(x), first));
+  EXPECT_TRUE(same_bytes(load_model(path("m/1")).predict(x), first));
+  Error e = error_of([&] { load_model(path("m"), 7); });
+  EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+  EXPECT_THAT(e.what(), HasSubstr("has no version 7 (it has 1, 2)"));
+}
+
+TEST_F(SavedModelTest, RunChecksSignatureNamesAndInputs) {
+  auto model = trained_model();
+  LoadedModel loaded = load_model(save_model(*model, path("m"), {4}));
+  EXPECT_THAT(error_of([&] { loaded.run("nope", {}); }).what(),
+              HasSubstr("no signature 'nope' (it has: serving_default)"));
+  EXPECT_THAT(error_of([&] { loaded.run("serving_default", {}); }).what(),
+              HasSubstr("needs input 'x' (f32[?,4])"));
+  Tensor x = random_normal({2, 4}, 1);
+  EXPECT_THAT(error_of([&] {
+                loaded.run("serving_default", {{"x", x}, {"z", x}});
+              }).what(),
+              HasSubstr("has no input 'z'"));
+  EXPECT_THAT(error_of([&] {
+                loaded.predict(random_normal({2, 5}, 1));
+              }).what(),
+              HasSubstr("f32[2,5]"));
+}
+
+TEST_F(SavedModelTest, MissingModelsAreNotFound) {
+  EXPECT_EQ(error_of([&] { load_model(path("nothing")); }).code(), ErrorCode::kNotFound);
+  fs::create_directories(path("empty"));
+  Error e = error_of([&] { load_model(path("empty")); });
+  EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+  EXPECT_THAT(e.what(), HasSubstr("no saved model in"));
+}
+
+TEST_F(SavedModelTest, CorruptAndMissingFilesAreErrorsNeverCrashes) {
+  auto model = trained_model();
+  const std::string v = save_model(*model, path("m"), {4});
+  const std::string pb = v + "/saved_model.pb";
+  const std::string original = read_file(pb);
+  // Every byte of saved_model.pb, one flipped bit each; and every truncation.
+  for (size_t i = 0; i < original.size(); ++i) {
+    std::string bytes = original;
+    bytes[i] ^= static_cast<char>(1 << (i % 8));
+    write_file(pb, bytes);
+    EXPECT_EQ(error_of([&] { load_model(path("m")); }).code(), ErrorCode::kDataLoss) << i;
+  }
+  for (size_t n : {size_t{0}, size_t{5}, original.size() / 2, original.size() - 1}) {
+    write_file(pb, original.substr(0, n));
+    EXPECT_EQ(error_of([&] { load_model(path("m")); }).code(), ErrorCode::kDataLoss) << n;
+  }
+  write_file(pb, original);
+  // A flipped bit in the variables' data names the variable.
+  CheckpointIndex vars = read_checkpoint_index(v + "/variables/variables");
+  std::string data = read_file(vars.data_path);
+  data[vars.entries[1].offset] ^= 1;
+  write_file(vars.data_path, data);
+  Error e = error_of([&] { load_model(path("m")); });
+  EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
+  EXPECT_THAT(e.what(), HasSubstr("tensor '" + vars.entries[1].name + "'"));
+  fs::remove(v + "/variables/variables.index");
+  EXPECT_THAT(error_of([&] { load_model(path("m")); }).what(), HasSubstr("variables"));
+  fs::remove(pb);
+  EXPECT_EQ(error_of([&] { load_model(path("m")); }).code(), ErrorCode::kNotFound);
+}
+
+TEST_F(SavedModelTest, InconsistentGraphsAreReportedWithTheNode) {
+  auto model = trained_model();
+  const std::string v = save_model(*model, path("m"), {4});
+  const saved::SavedModel good = read_proto(v);
+  int aff = -1;  // the custom op's node
+  for (int i = 0; i < good.nodes_size(); ++i)
+    if (good.nodes(i).op() == "export_test_affine") aff = i;
+  ASSERT_GE(aff, 0);
+  auto expect_error = [&](const std::function<void(saved::SavedModel&)>& edit, ErrorCode code,
+                          const std::string& says) {
+    saved::SavedModel bad = good;
+    edit(bad);
+    write_proto(v, bad);
+    Error e = error_of([&] { load_model(path("m")); });
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr(says));
+  };
+  expect_error([&](auto& m) { m.mutable_nodes(aff)->mutable_inputs(0)->set_node(aff); },
+               ErrorCode::kDataLoss, "refers to node");
+  expect_error([&](auto& m) { m.mutable_nodes(aff)->mutable_inputs(0)->set_output(5); },
+               ErrorCode::kDataLoss, "refers to output 5");
+  expect_error([&](auto& m) { m.mutable_nodes(aff)->mutable_inputs(0)->set_node(-3); },
+               ErrorCode::kDataLoss, "refers to node -3");
+  expect_error([&](auto& m) { m.mutable_nodes(aff)->set_op("no_such_op"); }, ErrorCode::kNotFound,
+               "op no_such_op");
+  expect_error([&](auto& m) { m.mutable_nodes(aff)->mutable_outputs(0)->set_shape(1, 5); },
+               ErrorCode::kDataLoss, "the op now gives (f32[?,4]), the file says (f32[?,5])");
+  expect_error([&](auto& m) { m.mutable_variables(0)->set_key("nope"); }, ErrorCode::kDataLoss,
+               "variable 'nope' is not in");
+  expect_error([&](auto& m) { m.mutable_variables(0)->set_node(aff); }, ErrorCode::kDataLoss,
+               "not a placeholder");
+  expect_error(
+      [&](auto& m) {
+        for (auto& a : *m.mutable_nodes(aff)->mutable_attrs())
+          if (a.name() == "shift") a.mutable_tensor()->set_data("abc");
+      },
+      ErrorCode::kDataLoss, "attribute 'shift': a f32[4] tensor needs 16 bytes, the file has 3");
+  expect_error(
+      [&](auto& m) {
+        for (auto& a : *m.mutable_nodes(aff)->mutable_attrs())
+          if (a.name() == "shift") a.mutable_tensor()->set_shape(0, int64_t{1} << 62);
+      },
+      ErrorCode::kDataLoss, "invalid tensor shape");
+  expect_error([&](auto& m) { m.mutable_nodes(aff)->mutable_attrs(0)->clear_value(); },
+               ErrorCode::kDataLoss, "has no value");
+  expect_error(
+      [&](auto& m) { m.mutable_nodes(aff)->mutable_attrs(0)->set_dtype(proto::KilnDType(77)); },
+      ErrorCode::kDataLoss, "unknown dtype 77");
+  expect_error(
+      [&](auto& m) { m.mutable_signatures(0)->mutable_inputs(0)->mutable_value()->set_node(aff); },
+      ErrorCode::kDataLoss, "is not a placeholder");
+  expect_error([&](auto& m) { m.set_format_version(2); }, ErrorCode::kDataLoss,
+               "unsupported format version 2");
+  // A custom op's own check of its attributes fails with the op's error, naming the node.
+  expect_error(
+      [&](auto& m) {
+        for (auto& a : *m.mutable_nodes(aff)->mutable_attrs())
+          if (a.name() == "repeat") a.set_i(4);
+      },
+      ErrorCode::kInvalidArgument, "export_test_affine: repeat must be 3");
+}
+
+TEST_F(SavedModelTest, AnUnregisteredCustomOpIsNotFound) {
+  auto model = trained_model();
+  const std::string v = save_model(*model, path("m"), {4});
+  saved::SavedModel m = read_proto(v);
+  for (auto& n : *m.mutable_nodes())
+    if (n.op() == "export_test_affine") n.set_op("export_test_affine_unregistered");
+  write_proto(v, m);
+  Error e = error_of([&] { load_model(path("m")); });
+  EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+  EXPECT_THAT(e.what(), HasSubstr("('export_test_affine', op export_test_affine_unregistered)"));
+  EXPECT_THAT(e.what(), HasSubstr("unknown op"));
+}
+
+}  // namespace
+}  // namespace kiln::io
