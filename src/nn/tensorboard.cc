@@ -14,21 +14,20 @@
 namespace kiln::nn {
 namespace {
 
-int64_t parse_update_freq(const std::string& when) {
+// Batches between batch-level writes; 0: none ("epoch").
+int64_t batches_between_writes(const UpdateFreq& freq) {
+  if (const int64_t* n = std::get_if<int64_t>(&freq)) {
+    if (*n >= 1) return *n;
+    throw Error(ErrorCode::kInvalidArgument,
+                "TensorBoard: update_freq must be \"epoch\", \"batch\" or a number of batches "
+                ">= 1, got " + std::to_string(*n));
+  }
+  const std::string& when = std::get<std::string>(freq);
   if (when == "epoch") return 0;
   if (when == "batch") return 1;
   throw Error(ErrorCode::kInvalidArgument,
               "TensorBoard: update_freq must be \"epoch\", \"batch\" or a number of batches >= 1, "
               "got \"" + when + "\"");
-}
-
-int64_t check_batches(int64_t n) {
-  if (n < 1) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "TensorBoard: update_freq must be \"epoch\", \"batch\" or a number of batches "
-                ">= 1, got " + std::to_string(n));
-  }
-  return n;
 }
 
 // A copy that later in-place updates of the variable cannot change.
@@ -42,14 +41,10 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 
 }  // namespace
 
-UpdateFreq::UpdateFreq(const char* when) : batches_(parse_update_freq(when ? when : "")) {}
-UpdateFreq::UpdateFreq(const std::string& when) : batches_(parse_update_freq(when)) {}
-UpdateFreq::UpdateFreq(int batches) : batches_(check_batches(batches)) {}
-UpdateFreq::UpdateFreq(int64_t batches) : batches_(check_batches(batches)) {}
-
 struct TensorBoard::State {
   std::string log_dir;
   TensorBoardOptions options;
+  int64_t batches_between_writes = 0;
   std::optional<io::EventWriter> train, validation;
   // Trainable variables and their values at the start of a histogram epoch.
   std::vector<std::pair<Variable, Tensor>> epoch_start;
@@ -83,8 +78,9 @@ TensorBoard::TensorBoard(std::string log_dir, TensorBoardOptions options)
     throw Error(ErrorCode::kInvalidArgument, "TensorBoard: histogram_freq must be >= 0, got " +
                                                  std::to_string(options.histogram_freq));
   }
+  state_->batches_between_writes = batches_between_writes(options.update_freq);
   state_->log_dir = std::move(log_dir);
-  state_->options = options;
+  state_->options = std::move(options);
 }
 
 TensorBoard::~TensorBoard() = default;
@@ -146,7 +142,7 @@ void TensorBoard::on_epoch_end(int epoch, Logs& logs) {
 }
 
 void TensorBoard::on_train_batch_end(int64_t, Logs& logs) {
-  const int64_t every = state_->options.update_freq.batches();
+  const int64_t every = state_->batches_between_writes;
   if (every == 0 || !model()) return;
   const int64_t step = model()->optimizer().iterations();
   if (step % every != 0) return;

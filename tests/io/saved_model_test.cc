@@ -321,7 +321,8 @@ TEST_F(SavedModelTest, AnUnregisteredCustomOpIsNotFound) {
   write_proto(v, m);
   Error e = error_of([&] { load_model(path("m")); });
   EXPECT_EQ(e.code(), ErrorCode::kNotFound);
-  EXPECT_THAT(e.what(), HasSubstr("('export_test_affine', op export_test_affine_unregistered)"));
+  EXPECT_THAT(e.what(),  // nodes are scoped by layer
+              HasSubstr("('affine/export_test_affine', op export_test_affine_unregistered)"));
   EXPECT_THAT(e.what(), HasSubstr("unknown op"));
 }
 

@@ -5,28 +5,18 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <variant>
 
 #include "kiln/nn/callbacks.h"
 
 namespace kiln::nn {
 
 // How often batch-level scalars are written: "epoch" (never: epoch scalars only), "batch"
-// (after every batch) or every N batches.
-class UpdateFreq {
- public:
-  UpdateFreq(const char* when);  // NOLINT: implicit, so options read {.update_freq = "batch"}
-  UpdateFreq(const std::string& when);  // NOLINT
-  UpdateFreq(int batches);              // NOLINT: {.update_freq = 100}
-  UpdateFreq(int64_t batches);          // NOLINT
-  // 0 for "epoch", else N.
-  int64_t batches() const { return batches_; }
-
- private:
-  int64_t batches_ = 0;
-};
+// (after every batch) or every N batches (N >= 1). Like SaveFreq (checkpoint_callbacks.h).
+using UpdateFreq = std::variant<std::string, int64_t>;
 
 struct TensorBoardOptions {
-  UpdateFreq update_freq = "epoch";
+  UpdateFreq update_freq = std::string("epoch");
   // Weight histograms every this many epochs (epochs 0, N, 2N, ...); 0: none.
   int histogram_freq = 0;
   // The model's inference graph, once per fit, in the train run.
@@ -50,7 +40,7 @@ struct TensorBoardOptions {
 //    values is left out of that epoch's histograms.
 //  - with write_graph: the inference graph (Model::inference_graph), nodes scoped by layer.
 // Files are flushed at the end of every epoch and closed at the end of training. Errors (an
-// unwritable log_dir) throw kiln::Error naming the path.
+// unwritable log_dir) throw kiln::Error naming the path; bad options throw kInvalidArgument.
 class TensorBoard : public Callback {
  public:
   explicit TensorBoard(std::string log_dir, TensorBoardOptions options = {});
