@@ -100,12 +100,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const std::string once = io::Example::parse(bytes).serialize();
       fuzz::check(io::Example::parse(once).serialize() == once);
     } catch (const Error& e) {
+      fuzz::note(e);
       fuzz::check(e.code() == ErrorCode::kDataLoss);
     }
   }
   try {
     check_result(io::parse_example(examples, spec), spec, examples.size());
-  } catch (const Error&) {
+  } catch (const Error& e) {
+    fuzz::note(e);
   }
   return 0;
 }

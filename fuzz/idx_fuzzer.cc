@@ -12,6 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     kiln::fuzz::check(t.defined() && t.size() == kiln::num_elements(t.shape()));
     kiln::fuzz::check(t.nbytes() == static_cast<size_t>(t.size()) * kiln::dtype_size(t.dtype()));
   } catch (const kiln::Error& e) {
+    kiln::fuzz::note(e);
     kiln::fuzz::check(e.code() == kiln::ErrorCode::kDataLoss);
   }
   return 0;

@@ -91,7 +91,7 @@ var_d_i64 = bytes([0b00010, 3])             # VarLen 'd' i64
 fixed_c_f32_2_default = bytes([0b11001, 2, 1, 2])  # FixedLen 'c' f32 [2], full default
 write("example", "fixed", bytes([2]) + fixed_a_u8_4 + fixed_b_i64 + a + SEP + b)
 write("example", "varlen", bytes([2]) + var_c_f32 + var_d_i64 + a + SEP + b + SEP + c)
-write("example", "default", bytes([1]) + fixed_c_f32_2_default + a + SEP + b + SEP + c)
+write("example", "default", bytes([1]) + fixed_c_f32_2_default + a + SEP + b + SEP + a)
 write("example", "no_spec", bytes([0]) + a + SEP + b + SEP + c)
 write("example", "empty_batch", bytes([2]) + fixed_a_u8_4 + var_c_f32)
 

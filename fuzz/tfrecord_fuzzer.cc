@@ -53,6 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (reader.corrupt_records() > 0) kiln::fuzz::check(!reader.last_corruption().empty());
   } catch (const kiln::Error& e) {
+    kiln::fuzz::note(e);
     kiln::fuzz::check(!options.skip_corrupt || e.code() != kiln::ErrorCode::kDataLoss);
   }
   return 0;

@@ -15,6 +15,6 @@ rm -rf "$work"
 output=$("$trainer" --data_dir="$work" --epochs=1 --batch_size=32 --verbose=0 \
   --logdir="$work/logs" --min_accuracy=0.6)
 echo "$output"
-grep -q "read 2000 train and 2000 test examples" <<<"$output"
+grep -q "trained 63 steps per epoch, testing on 2000 examples" <<<"$output"  # 2000 / 32
 ls "$work"/logs/train/events.out.tfevents.* >/dev/null
 rm -rf "$work"
