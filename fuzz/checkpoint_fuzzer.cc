@@ -32,8 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     kiln::io::Checkpoint ckpt = kiln::io::load_checkpoint(pointer.empty() ? dir + "/ckpt" : dir);
     for (const auto& [name, t] : ckpt.tensors) {
       kiln::fuzz::check(t.defined() && !name.empty());
-      kiln::fuzz::check(t.nbytes() ==
-                        static_cast<size_t>(kiln::num_elements(t.shape())) * kiln::dtype_size(t.dtype()));
+      kiln::fuzz::check(t.nbytes() == static_cast<size_t>(kiln::num_elements(t.shape())) *
+                                          kiln::dtype_size(t.dtype()));
     }
   } catch (const kiln::Error& e) {
     kiln::fuzz::note(e);

@@ -92,7 +92,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   while (!rest.empty()) {
     const size_t end = rest.find(kSeparator);
     examples.emplace_back(rest.substr(0, end));
-    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + kSeparator.size());
+    rest =
+        end == std::string_view::npos ? std::string_view() : rest.substr(end + kSeparator.size());
   }
 
   for (const std::string& bytes : examples) {

@@ -22,8 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   kiln::proto::CheckpointIndex parsed;
   std::string data_name = "variables.data";
   if (parsed.ParseFromArray(index.data(), static_cast<int>(index.size())) &&
-      kiln::fuzz::safe_file_name(parsed.data_file()) &&
-      parsed.data_file() != "variables.index") {
+      kiln::fuzz::safe_file_name(parsed.data_file()) && parsed.data_file() != "variables.index") {
     data_name = parsed.data_file();
   }
   scratch.write("1/variables/" + data_name, data_file);

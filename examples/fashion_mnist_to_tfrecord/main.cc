@@ -16,8 +16,8 @@
 namespace {
 
 // Writes the first `limit` images (all when limit <= 0) with their labels; returns the count.
-int64_t write_split(const std::string& path, const kiln::Tensor& images,
-                    const kiln::Tensor& labels, int64_t limit) {
+int64_t write_split(const std::string& path, const kiln::Tensor& images, const kiln::Tensor& labels,
+                    int64_t limit) {
   const int64_t n = limit > 0 ? std::min(limit, images.dim(0)) : images.dim(0);
   const int64_t pixels = images.size() / images.dim(0);  // 784
   const char* data = static_cast<const char*>(images.raw_data());
@@ -45,10 +45,10 @@ int main(int argc, char** argv) {
   try {
     kiln::data::FashionMnist data = kiln::data::load_fashion_mnist(data_dir, /*normalize=*/false);
     std::filesystem::create_directories(out_dir);
-    int64_t train = write_split(out_dir + "/train.tfrecord", data.train_images,
-                                data.train_labels, limit);
-    int64_t test = write_split(out_dir + "/test.tfrecord", data.test_images, data.test_labels,
-                               limit);
+    int64_t train =
+        write_split(out_dir + "/train.tfrecord", data.train_images, data.train_labels, limit);
+    int64_t test =
+        write_split(out_dir + "/test.tfrecord", data.test_images, data.test_labels, limit);
     std::printf("wrote %lld train and %lld test examples to %s\n", static_cast<long long>(train),
                 static_cast<long long>(test), out_dir.c_str());
   } catch (const kiln::Error& e) {

@@ -14,20 +14,23 @@
 namespace kiln::nn {
 namespace {
 
+[[noreturn]] void bad_update_freq(const std::string& got) {
+  throw Error(ErrorCode::kInvalidArgument,
+              "TensorBoard: update_freq must be \"epoch\", \"batch\" or a number of batches >= 1, "
+              "got " +
+                  got);
+}
+
 // Batches between batch-level writes; 0: none ("epoch").
 int64_t batches_between_writes(const UpdateFreq& freq) {
   if (const int64_t* n = std::get_if<int64_t>(&freq)) {
-    if (*n >= 1) return *n;
-    throw Error(ErrorCode::kInvalidArgument,
-                "TensorBoard: update_freq must be \"epoch\", \"batch\" or a number of batches "
-                ">= 1, got " + std::to_string(*n));
+    if (*n < 1) bad_update_freq(std::to_string(*n));
+    return *n;
   }
   const std::string& when = std::get<std::string>(freq);
   if (when == "epoch") return 0;
   if (when == "batch") return 1;
-  throw Error(ErrorCode::kInvalidArgument,
-              "TensorBoard: update_freq must be \"epoch\", \"batch\" or a number of batches >= 1, "
-              "got \"" + when + "\"");
+  bad_update_freq("\"" + when + "\"");
 }
 
 // A copy that later in-place updates of the variable cannot change.

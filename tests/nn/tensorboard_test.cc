@@ -71,7 +71,8 @@ class Recorder : public Callback {
  public:
   void on_epoch_begin(int epoch, Logs&) override {
     std::vector<std::vector<double>> w;
-    for (const Variable& v : model()->trainable_weights()) w.push_back(v.value().to_vector<double>());
+    for (const Variable& v : model()->trainable_weights())
+      w.push_back(v.value().to_vector<double>());
     epoch_start[epoch] = w;
   }
   void on_train_batch_end(int64_t, Logs& logs) override {
@@ -92,7 +93,8 @@ class TensorBoardTest : public testing::Test {
     std::vector<float> xs(64 * 5);
     std::vector<int32_t> ys(64);
     for (int i = 0; i < 64; ++i) {
-      for (int j = 0; j < 5; ++j) xs[i * 5 + j] = static_cast<float>(((i * 7 + j * 13) % 17) - 8) / 8;
+      for (int j = 0; j < 5; ++j)
+        xs[i * 5 + j] = static_cast<float>(((i * 7 + j * 13) % 17) - 8) / 8;
       ys[i] = xs[i * 5] > 0 ? (xs[i * 5 + 1] > 0 ? 2 : 1) : 0;
     }
     x_ = Tensor::from_vector(xs, {64, 5});
@@ -116,8 +118,11 @@ TEST_F(TensorBoardTest, EpochScalarsEqualTheHistoryInTrainAndValidationRuns) {
   auto owned = make_model();
   Sequential& model = *owned;
   History h = model.fit(x_, y_,
-                        {.epochs = 3, .batch_size = 16, .validation_data = std::pair(x_, y_),
-                         .callbacks = {TensorBoard(dir_.string())}, .verbose = 0});
+                        {.epochs = 3,
+                         .batch_size = 16,
+                         .validation_data = std::pair(x_, y_),
+                         .callbacks = {TensorBoard(dir_.string())},
+                         .verbose = 0});
   ASSERT_EQ(event_files(dir_ / "train").size(), 1u);
   ASSERT_EQ(event_files(dir_ / "validation").size(), 1u);
   EventFile train = read_event_file(event_files(dir_ / "train")[0]);
@@ -145,8 +150,8 @@ TEST_F(TensorBoardTest, EpochScalarsEqualTheHistoryInTrainAndValidationRuns) {
   std::set<std::string> train_tags, val_tags;
   for (const auto& [tag, points] : train.scalars) train_tags.insert(tag);
   for (const auto& [tag, points] : val.scalars) val_tags.insert(tag);
-  EXPECT_EQ(train_tags, (std::set<std::string>{"epoch_accuracy", "epoch_learning_rate",
-                                               "epoch_loss"}));
+  EXPECT_EQ(train_tags,
+            (std::set<std::string>{"epoch_accuracy", "epoch_learning_rate", "epoch_loss"}));
   EXPECT_EQ(val_tags, (std::set<std::string>{"epoch_accuracy", "epoch_loss"}));
   EXPECT_TRUE(train.histograms.empty());
   EXPECT_TRUE(val.graphs.empty());
@@ -155,11 +160,13 @@ TEST_F(TensorBoardTest, EpochScalarsEqualTheHistoryInTrainAndValidationRuns) {
 TEST_F(TensorBoardTest, LearningRateFollowsAScheduler) {
   auto owned = make_model();
   Sequential& model = *owned;
-  model.fit(x_, y_,
-            {.epochs = 3, .batch_size = 32,
-             .callbacks = {LearningRateScheduler([](int epoch, double) { return 0.5 / (epoch + 1); }),
-                           TensorBoard(dir_.string())},
-             .verbose = 0});
+  model.fit(
+      x_, y_,
+      {.epochs = 3,
+       .batch_size = 32,
+       .callbacks = {LearningRateScheduler([](int epoch, double) { return 0.5 / (epoch + 1); }),
+                     TensorBoard(dir_.string())},
+       .verbose = 0});
   EventFile train = read_event_file(event_files(dir_ / "train").at(0));
   const auto& lr = train.scalars.at("epoch_learning_rate");
   ASSERT_EQ(lr.size(), 3u);
@@ -175,7 +182,8 @@ TEST_F(TensorBoardTest, BatchScalarsEveryNStepsAtTheGlobalStep) {
   Sequential& model = *owned;
   auto recorder = std::make_shared<Recorder>();
   model.fit(x_, y_,
-            {.epochs = 3, .batch_size = 16,
+            {.epochs = 3,
+             .batch_size = 16,
              .callbacks = {TensorBoard(dir_.string(), {.update_freq = 3}), recorder},
              .verbose = 0});
   EventFile train = read_event_file(event_files(dir_ / "train").at(0));
@@ -199,12 +207,16 @@ TEST_F(TensorBoardTest, BatchScalarsEveryNStepsAtTheGlobalStep) {
 TEST_F(TensorBoardTest, UpdateFreqBatchWritesEveryStepAndContinuesAcrossFits) {
   auto owned = make_model();
   Sequential& model = *owned;
-  model.fit(x_, y_, {.epochs = 1, .batch_size = 32,
-                     .callbacks = {TensorBoard(dir_.string(), {.update_freq = "batch"})},
-                     .verbose = 0});
-  model.fit(x_, y_, {.epochs = 1, .batch_size = 32,
-                     .callbacks = {TensorBoard(dir_.string(), {.update_freq = "batch"})},
-                     .verbose = 0});
+  model.fit(x_, y_,
+            {.epochs = 1,
+             .batch_size = 32,
+             .callbacks = {TensorBoard(dir_.string(), {.update_freq = "batch"})},
+             .verbose = 0});
+  model.fit(x_, y_,
+            {.epochs = 1,
+             .batch_size = 32,
+             .callbacks = {TensorBoard(dir_.string(), {.update_freq = "batch"})},
+             .verbose = 0});
   std::vector<fs::path> files = event_files(dir_ / "train");
   ASSERT_EQ(files.size(), 2u);  // one file per fit
   std::vector<int64_t> steps;
@@ -221,7 +233,8 @@ TEST_F(TensorBoardTest, WeightAndUpdateHistogramsEveryHistogramFreqEpochs) {
   Sequential& model = *owned;
   auto recorder = std::make_shared<Recorder>();
   model.fit(x_, y_,
-            {.epochs = 3, .batch_size = 16,
+            {.epochs = 3,
+             .batch_size = 16,
              .callbacks = {recorder, TensorBoard(dir_.string(), {.histogram_freq = 2})},
              .verbose = 0});
   EventFile train = read_event_file(event_files(dir_ / "train").at(0));
@@ -277,8 +290,9 @@ TEST_F(TensorBoardTest, WeightAndUpdateHistogramsEveryHistogramFreqEpochs) {
 TEST_F(TensorBoardTest, GraphIsTheInferenceGraphWithNodesScopedByLayer) {
   auto owned = make_model();
   Sequential& model = *owned;
-  model.fit(x_, y_, {.epochs = 1, .batch_size = 32, .callbacks = {TensorBoard(dir_.string())},
-                     .verbose = 0});
+  model.fit(
+      x_, y_,
+      {.epochs = 1, .batch_size = 32, .callbacks = {TensorBoard(dir_.string())}, .verbose = 0});
   EventFile train = read_event_file(event_files(dir_ / "train").at(0));
   ASSERT_EQ(train.graphs.size(), 1u);
   std::map<std::string, const proto::NodeDef*> nodes;
@@ -312,9 +326,11 @@ TEST_F(TensorBoardTest, GraphIsTheInferenceGraphWithNodesScopedByLayer) {
 TEST_F(TensorBoardTest, WriteGraphFalseWritesNoGraph) {
   auto owned = make_model();
   Sequential& model = *owned;
-  model.fit(x_, y_, {.epochs = 1, .batch_size = 32,
-                     .callbacks = {TensorBoard(dir_.string(), {.write_graph = false})},
-                     .verbose = 0});
+  model.fit(x_, y_,
+            {.epochs = 1,
+             .batch_size = 32,
+             .callbacks = {TensorBoard(dir_.string(), {.write_graph = false})},
+             .verbose = 0});
   EXPECT_TRUE(read_event_file(event_files(dir_ / "train").at(0)).graphs.empty());
 }
 
@@ -324,11 +340,12 @@ TEST_F(TensorBoardTest, ProtocDecodesTheTrainRun) {
   }
   auto owned = make_model();
   Sequential& model = *owned;
-  model.fit(x_, y_, {.epochs = 1, .batch_size = 32,
-                     .callbacks = {TensorBoard(dir_.string(), {.write_graph = false})},
-                     .verbose = 0});
-  std::vector<std::string> records =
-      io::read_records(event_files(dir_ / "train").at(0).string());
+  model.fit(x_, y_,
+            {.epochs = 1,
+             .batch_size = 32,
+             .callbacks = {TensorBoard(dir_.string(), {.write_graph = false})},
+             .verbose = 0});
+  std::vector<std::string> records = io::read_records(event_files(dir_ / "train").at(0).string());
   // The epoch scalars follow the file-version event.
   std::string decoded_all;
   const std::string source = KILN_SOURCE_DIR;
@@ -336,9 +353,9 @@ TEST_F(TensorBoardTest, ProtocDecodesTheTrainRun) {
     const fs::path payload = dir_ / ("payload" + std::to_string(i));
     const fs::path decoded = dir_ / ("decoded" + std::to_string(i));
     std::ofstream(payload, std::ios::binary) << records[i];
-    const std::string command = "protoc --decode=kiln.proto.Event --proto_path='" + source +
-                                "' '" + source + "/src/io/proto/event.proto' < '" +
-                                payload.string() + "' > '" + decoded.string() + "' 2>&1";
+    const std::string command = "protoc --decode=kiln.proto.Event --proto_path='" + source + "' '" +
+                                source + "/src/io/proto/event.proto' < '" + payload.string() +
+                                "' > '" + decoded.string() + "' 2>&1";
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
     std::ifstream in(decoded);
     decoded_all.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -369,8 +386,11 @@ TEST_F(TensorBoardTest, UnwritableLogDirIsAnErrorNamingThePath) {
   auto owned = make_model();
   Sequential& model = *owned;
   try {
-    model.fit(x_, y_, {.epochs = 1, .batch_size = 32,
-                       .callbacks = {TensorBoard((dir_ / "file").string())}, .verbose = 0});
+    model.fit(x_, y_,
+              {.epochs = 1,
+               .batch_size = 32,
+               .callbacks = {TensorBoard((dir_ / "file").string())},
+               .verbose = 0});
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr((dir_ / "file").string()));
