@@ -538,8 +538,8 @@ TEST(DatasetThreads, ThreadsAreBoundedAheadOfTheConsumer) {
   Iterator it = ds.begin_epoch();
   ASSERT_TRUE(it.next().has_value());
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  // 1 consumed + 4 prefetched + the map's window of 2 * 2 + one being handed over.
-  EXPECT_LE(calls.load(), 10);
+  // 1 consumed + 4 prefetched + the map's window (a few elements per thread), not 1000.
+  EXPECT_LE(calls.load(), 40);
 }
 
 TEST(DatasetThreads, MovedIteratorsKeepWorking) {
