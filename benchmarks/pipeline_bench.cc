@@ -63,8 +63,7 @@ std::map<int64_t, double> g_examples_per_second;
 
 void pipeline(benchmark::State& state) {
   const int64_t n = state.range(0);
-  data::Dataset ds =
-      data::Dataset::tfrecord({records_file()}).map(parse, n).batch(kBatch);
+  data::Dataset ds = data::Dataset::tfrecord({records_file()}).map(parse, n).batch(kBatch);
   int64_t examples = 0;
   for (auto _ : state) {
     data::Iterator it = ds.begin_epoch();
@@ -104,11 +103,11 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   auto one = g_examples_per_second.find(1), two = g_examples_per_second.find(2);
-  if (one != g_examples_per_second.end() && two != g_examples_per_second.end() &&
-      one->second > 0) {
-    std::printf("map(parse, 2) vs map(parse, 1): %.2fx (%.0f vs %.0f examples/s; target >= 1.7x "
-                "on 2 cores)\n",
-                two->second / one->second, two->second, one->second);
+  if (one != g_examples_per_second.end() && two != g_examples_per_second.end() && one->second > 0) {
+    std::printf(
+        "map(parse, 2) vs map(parse, 1): %.2fx (%.0f vs %.0f examples/s; target >= 1.7x "
+        "on 2 cores)\n",
+        two->second / one->second, two->second, one->second);
   }
   return 0;
 }

@@ -36,11 +36,11 @@ Element take(Result& r) {
 constexpr std::chrono::milliseconds kMaxGroupingDelay{1};
 
 // Workers take chunks of elements from the input in turn (each element numbered by its
-// position), apply fn concurrently, and post results. At most `window` elements are taken and not yet consumed,
-// so the workers stay a bounded distance ahead of the consumer. Waking a thread costs more
-// than a cheap fn, so the two sides wake each other in groups: a waiting consumer is woken
-// once `wake_batch` results are ready (or the window is full, or the input done), waiting
-// workers once that many places are free.
+// position), apply fn concurrently, and post results. At most `window` elements are taken and
+// not yet consumed, so the workers stay a bounded distance ahead of the consumer. Waking a
+// thread costs more than a cheap fn, so the two sides wake each other in groups: a waiting
+// consumer once `wake_batch` results are ready (or the window is full, the input done, or
+// kMaxGroupingDelay has passed), waiting workers once that many places are free.
 class ParallelMapIterator : public IteratorImpl {
  public:
   ParallelMapIterator(std::unique_ptr<IteratorImpl> input, Dataset::MapFn fn, int64_t threads,
@@ -340,8 +340,7 @@ class PrefetchNode : public DatasetNode {
 
 NodePtr make_parallel_map_node(NodePtr input, Dataset::MapFn fn, int64_t threads,
                                bool deterministic) {
-  return std::make_shared<ParallelMapNode>(std::move(input), std::move(fn), threads,
-                                           deterministic);
+  return std::make_shared<ParallelMapNode>(std::move(input), std::move(fn), threads, deterministic);
 }
 
 NodePtr make_prefetch_node(NodePtr input, int64_t buffer_size) {
