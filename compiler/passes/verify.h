@@ -1,0 +1,14 @@
+// Checks a module's invariants: inputs refer to earlier nodes, every node's shape function
+#pragma once
+
+#include "compiler/passes/pass.h"
+
+namespace kiln::compiler {
+
+class Verify : public Pass {
+ public:
+  std::string name() const override { return "verify"; }
+  bool run(Module& module) override;
+};
+
+}  // namespace kiln::compiler
