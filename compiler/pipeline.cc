@@ -38,8 +38,7 @@ Pipeline& Pipeline::add(std::unique_ptr<Pass> pass) {
   return *this;
 }
 
-Pipeline& Pipeline::add_fixed_point(std::vector<std::unique_ptr<Pass>> passes,
-                                    int max_iterations) {
+Pipeline& Pipeline::add_fixed_point(std::vector<std::unique_ptr<Pass>> passes, int max_iterations) {
   stages_.push_back(Stage{std::move(passes), max_iterations});
   return *this;
 }

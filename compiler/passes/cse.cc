@@ -2,13 +2,31 @@
 // rewritten inputs, equal attributes) is replaced by it.
 #include "compiler/passes/cse.h"
 
+#include <string_view>
 #include <unordered_map>
 
 namespace kiln::compiler {
 namespace {
 
+std::string_view bytes_of(const Tensor& t) {
+  return {static_cast<const char*>(t.raw_data()), t.nbytes()};
+}
+
+// Constants are equal when their bytes are (Attrs compare tensors by identity): 1.0 recorded
+// ten times is one constant. Bytes, not values, so -0.0 and 0.0 stay apart.
+bool same_value(const detail::Node& a, const detail::Node& b) {
+  if (a.op != "constant") return a.attrs == b.attrs;
+  const Tensor& x = a.attrs.get_tensor("value");
+  const Tensor& y = b.attrs.get_tensor("value");
+  return x.dtype() == y.dtype() && x.shape() == y.shape() && bytes_of(x) == bytes_of(y);
+}
+
 std::string key_of(const detail::Node& node) {
   std::string key = node.op;
+  if (node.op == "constant") {
+    const Tensor& value = node.attrs.get_tensor("value");
+    key.append("|").append(std::to_string(std::hash<std::string_view>{}(bytes_of(value))));
+  }
   for (ValueRef in : node.inputs) {
     key.append("|").append(std::to_string(in.node)).append(":").append(std::to_string(in.output));
   }
@@ -26,7 +44,7 @@ bool Cse::run(Module& module) {
     auto [begin, end] = table.equal_range(key);
     for (auto it = begin; it != end; ++it) {
       const detail::Node& other = rw.new_node(it->second);
-      if (other.attrs == node.attrs && other.outputs == node.outputs) return it->second;
+      if (other.outputs == node.outputs && same_value(other, node)) return it->second;
     }
     return -1;
   };

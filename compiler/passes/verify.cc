@@ -35,20 +35,23 @@ bool Verify::run(Module& module) {
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       ValueRef v = node.inputs[i];
       if (!valid_ref(nodes, v, id)) {
-        fail(id, node, "input " + std::to_string(i) + " refers to %" + std::to_string(v.node) +
-                           ":" + std::to_string(v.output) + ", which is not an earlier value");
+        fail(id, node,
+             "input " + std::to_string(i) + " refers to %" + std::to_string(v.node) + ":" +
+                 std::to_string(v.output) + ", which is not an earlier value");
       }
       in.push_back(nodes[v.node].outputs[v.output]);
     }
     std::vector<TensorType> inferred;
     try {
-      inferred = runtime::infer_types(OpRegistry::global().find(node.op), node.name, in, node.attrs);
+      inferred =
+          runtime::infer_types(OpRegistry::global().find(node.op), node.name, in, node.attrs);
     } catch (const Error& e) {
       fail(id, node, std::string("its shape function rejects its inputs: ") + e.what());
     }
     if (inferred != node.outputs) {
-      fail(id, node, "recorded output types " + types_str(node.outputs) +
-                         " but its shape function gives " + types_str(inferred));
+      fail(id, node,
+           "recorded output types " + types_str(node.outputs) + " but its shape function gives " +
+               types_str(inferred));
     }
   }
   for (size_t i = 0; i < module.outputs.size(); ++i) {

@@ -36,10 +36,10 @@ TEST(AlgebraicSimplifierTest, RemovesMultiplyAndDivideByOne) {
 TEST(AlgebraicSimplifierTest, AddsOnlyTheZeroThatIsExact) {
   Graph g;
   Tensor x = g.placeholder(f32, {3}, "x");
-  Tensor plus_zero = x + c32(g, 0.0f);       // -0.0 + 0.0 = +0.0: must stay
-  Tensor minus_zero = x + c32(g, -0.0f);     // exact for every x
-  Tensor sub_zero = x - c32(g, 0.0f);        // exact for every x
-  Tensor sub_neg_zero = x - c32(g, -0.0f);   // -0.0 - -0.0 = +0.0: must stay
+  Tensor plus_zero = x + c32(g, 0.0f);      // -0.0 + 0.0 = +0.0: must stay
+  Tensor minus_zero = x + c32(g, -0.0f);    // exact for every x
+  Tensor sub_zero = x - c32(g, 0.0f);       // exact for every x
+  Tensor sub_neg_zero = x - c32(g, -0.0f);  // -0.0 - -0.0 = +0.0: must stay
   Module m = make_module(g, {plus_zero, minus_zero, sub_zero, sub_neg_zero});
   EXPECT_EQ(simplified(m), "placeholder constant add constant sub");
   EXPECT_EQ(m.outputs[1].node, 0);

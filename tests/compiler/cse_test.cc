@@ -9,8 +9,8 @@
 namespace kiln::compiler {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::expect_bitwise_equal;
+using ::testing::HasSubstr;
 using testing::ops_of;
 using testing::run_module;
 
@@ -30,8 +30,8 @@ TEST(CseTest, MergesEqualNodesTransitively) {
 TEST(CseTest, KeepsNodesWhoseAttributesDiffer) {
   Graph g;
   Tensor x = g.placeholder(f32, {2, 3}, "x");
-  Module m = make_module(g, {sum(x, {0}), sum(x, {1}), slice(x, {0, 0}, {1, 3}),
-                             slice(x, {1, 0}, {2, 3})});
+  Module m = make_module(
+      g, {sum(x, {0}), sum(x, {1}), slice(x, {0, 0}, {1, 3}), slice(x, {1, 0}, {2, 3})});
   EXPECT_FALSE(Cse().run(m));
 }
 
@@ -66,6 +66,22 @@ TEST(CseTest, MergesTheSameConstantUsedTwice) {
   EXPECT_TRUE(Cse().run(m));
   Dce().run(m);
   EXPECT_EQ(ops_of(m), "placeholder constant add mul");
+}
+
+TEST(CseTest, MergesConstantsByValueButKeepsSignedZerosApart) {
+  Graph g;
+  Tensor x = g.placeholder(f32, {2}, "x");
+  Tensor one_a = g.constant(Tensor::scalar<float>(1)), one_b = g.constant(Tensor::scalar<float>(1));
+  Tensor zero = g.constant(Tensor::scalar<float>(0)),
+         neg_zero = g.constant(Tensor::scalar<float>(-0.0f));
+  Tensor ones_i = g.constant(Tensor::scalar<int32_t>(1));  // same value, other dtype
+  Module m = make_module(g, {(x - one_a) * (x - one_b), x + zero, x + neg_zero, ones_i});
+  EXPECT_TRUE(Cse().run(m));
+  Dce().run(m);
+  EXPECT_EQ(ops_of(m), "placeholder constant constant constant constant sub mul add add");
+  FeedList feeds = {{x, Tensor::from_list<float>({-0.0f, 3})}};
+  expect_bitwise_equal(run_module(m, feeds),
+                       g.run(feeds, {(x - one_a) * (x - one_b), x + zero, x + neg_zero, ones_i}));
 }
 
 }  // namespace

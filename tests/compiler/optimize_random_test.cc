@@ -60,8 +60,8 @@ class RandomGraph {
     int kind = pick(5);
     if (kind < 2) return g_.constant(random_value(shape));
     float special[] = {0.0f, -0.0f, 1.0f};
-    Tensor t = Tensor::from_vector(std::vector<float>(num_elements(shape), special[kind - 2]),
-                                   shape);
+    Tensor t =
+        Tensor::from_vector(std::vector<float>(num_elements(shape), special[kind - 2]), shape);
     return g_.constant(fp() ? t : t.to(i32));
   }
 
@@ -92,11 +92,16 @@ class RandomGraph {
         int op = pick(fp() ? 5 : 3);
         return [=] {
           switch (op) {
-            case 0: return neg(x);
-            case 1: return abs(x);
-            case 2: return neg(neg(x));
-            case 3: return exp(x);
-            default: return tanh(x);
+            case 0:
+              return neg(x);
+            case 1:
+              return abs(x);
+            case 2:
+              return neg(neg(x));
+            case 3:
+              return exp(x);
+            default:
+              return tanh(x);
           }
         };
       }
@@ -105,15 +110,21 @@ class RandomGraph {
         Tensor y = partner(x);
         bool swap = pick(2) == 0;
         int op = pick(fp() ? 5 : 4);
+        Tensor divisor = g_.constant(Tensor::scalar<float>(pick(2) ? 1.0f : 2.0f));
         return [=] {
           const Tensor& a = swap ? y : x;
           const Tensor& b = swap ? x : y;
           switch (op) {
-            case 0: return add(a, b);
-            case 1: return sub(a, b);
-            case 2: return mul(a, b);
-            case 3: return maximum(a, b);
-            default: return div(x, g_.constant(Tensor::scalar<float>(pick(2) ? 1.0f : 2.0f)));
+            case 0:
+              return add(a, b);
+            case 1:
+              return sub(a, b);
+            case 2:
+              return mul(a, b);
+            case 3:
+              return maximum(a, b);
+            default:
+              return div(x, divisor);
           }
         };
       }
@@ -162,17 +173,16 @@ class RandomGraph {
       }
       case 8: {
         if (r == 0 || r > 2) return [=] { return neg(x); };
-        Tensor b = pick(2) ? constant({s[r - 1], 2})
-                           : g_.placeholder(dtype_, {s[r - 1], 2}, "w");
+        Tensor b = pick(2) ? constant({s[r - 1], 2}) : g_.placeholder(dtype_, {s[r - 1], 2}, "w");
         if (b.impl()->graph && nodes_of(g_)[b.impl()->node].op == "placeholder") {
           feeds_.push_back({b, random_value(b.shape())});
         }
         return [=] { return matmul(x, b); };
       }
       case 9: {
-        DType wide = fp() ? f64 : i64;
+        DType same = dtype_, wide = fp() ? f64 : i64;
         bool round_trip = pick(2) == 0;
-        return [=] { return round_trip ? convert(convert(x, wide), dtype_) : convert(x, dtype_); };
+        return [=] { return round_trip ? convert(convert(x, wide), same) : convert(x, same); };
       }
       case 10: {
         // A subgraph of constants only: constant folding's target.
@@ -208,10 +218,9 @@ TEST(OptimizeRandomTest, OptimizedGraphsGiveBitIdenticalResults) {
     EXPECT_LE(c.graph.num_nodes(), c.nodes_before);
     ASSERT_EQ(got.size(), want.size());
     for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_TRUE(bitwise_equal(got[i], want[i]))
-          << "output " << i << "\n"
-          << rg.graph().to_text() << "\noptimized:\n"
-          << c.graph.to_text();
+      ASSERT_TRUE(bitwise_equal(got[i], want[i])) << "output " << i << "\n"
+                                                  << rg.graph().to_text() << "\noptimized:\n"
+                                                  << c.graph.to_text();
     }
     // Optimizing an optimized graph finds nothing more to do.
     CompiledGraph again = optimize(c.graph, c.outputs);

@@ -15,8 +15,8 @@
 namespace kiln::compiler {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::expect_bitwise_equal;
+using ::testing::HasSubstr;
 using testing::ops_of;
 
 // Claims a change every time: the fixed-point loop must still stop.
