@@ -53,8 +53,9 @@ struct CompiledGraph {
   // Runs the optimized graph with the interpreter; returns the requested outputs.
   std::vector<Tensor> run(const FeedList& original_feeds) const;
 
+  // Internal: the original graph and its placeholders' new node ids (filled by optimize).
   std::shared_ptr<detail::GraphImpl> original_;
-  std::unordered_map<int, int> placeholders_;  // original node id -> new node id
+  std::unordered_map<int, int> placeholders_;
 };
 
 // The standard pipeline: verify, then {constant folding, algebraic simplification, CSE, DCE} to a

@@ -1,5 +1,5 @@
 // Rewrites that remove work without changing a single bit of any result. Rules that are exact
-// only up to signed zeros or NaNs (x+0.0, x*0) are deliberately left out.
+// only up to signed zeros or NaNs (x+0.0, floating-point x*0) are deliberately left out.
 #include "compiler/passes/algebraic_simplifier.h"
 
 #include <cmath>
@@ -33,6 +33,11 @@ bool is_subtractive_identity(const detail::Node& n, DType dtype) {
   return constant_all(n, [fp](double v) { return v == 0 && (!fp || !std::signbit(v)); });
 }
 
+// x * 0 = 0 only for integers: for floats NaN * 0 and inf * 0 are NaN, and -1.0 * 0 is -0.0.
+bool is_integer_zero(const detail::Node& n, DType dtype) {
+  return is_integer(dtype) && constant_all(n, [](double v) { return v == 0; });
+}
+
 bool known(const Shape& s) { return num_elements(s) >= 0; }
 
 bool is_iota(const std::vector<int64_t>& v) {
@@ -63,7 +68,9 @@ class Simplifier {
     }
     if (op == "sub") return forward_if(id, 0, is_subtractive_identity(in(id, 1), dtype(id)));
     if (op == "mul") {
-      return forward_if(id, 0, is_one(in(id, 1))) || forward_if(id, 1, is_one(in(id, 0)));
+      return forward_if(id, 0, is_one(in(id, 1))) || forward_if(id, 1, is_one(in(id, 0))) ||
+             forward_if(id, 1, is_integer_zero(in(id, 1), dtype(id))) ||
+             forward_if(id, 0, is_integer_zero(in(id, 0), dtype(id)));
     }
     if (op == "div") return forward_if(id, 0, is_one(in(id, 1)));
     if (op == "neg" && in(id, 0).op == "neg") return forward_value(id, in(id, 0).inputs[0]);

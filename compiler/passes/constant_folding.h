@@ -1,4 +1,6 @@
 // Constant folding: a pure node whose inputs are all constants runs with its reference kernel at
+// compile time and becomes a constant. Placeholders, random and stateful ops, results over the
+// size cap and kernels that fail are left alone, each with a note saying why.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,5 @@
-// Common subexpression elimination: pure nodes with the same op, inputs and attributes are
+// Common subexpression elimination: pure nodes with the same op, inputs and attributes (constants:
+// the same bytes) are computed once. Random and stateful ops are never merged.
 #pragma once
 
 #include "compiler/passes/pass.h"

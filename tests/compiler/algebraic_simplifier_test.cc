@@ -58,6 +58,23 @@ TEST(AlgebraicSimplifierTest, IntegerZeroIsAnIdentityEitherSide) {
   EXPECT_EQ(simplified(m), "placeholder");
 }
 
+TEST(AlgebraicSimplifierTest, MultipliesByZeroOnlyForIntegers) {
+  Graph g;
+  Tensor i = g.placeholder(i32, {2}, "i");
+  Tensor f = g.placeholder(f32, {2}, "f");
+  Tensor izero = g.constant(Tensor::from_list<int32_t>({0, 0}), "izero");
+  Tensor fzero = g.constant(Tensor::from_list<float>({0, 0}), "fzero");
+  Module m = make_module(g, {i * izero, f * fzero});  // NaN * 0 is NaN, -1.0 * 0 is -0.0
+  EXPECT_EQ(simplified(m), "placeholder placeholder constant constant mul");
+  EXPECT_EQ(nodes_of(m.graph)[m.outputs[0].node].name, "izero");
+  FeedList feeds = {{i, Tensor::from_list<int32_t>({5, -7})},
+                    {f, Tensor::from_list<float>({-1, std::nanf("")})}};
+  std::vector<Tensor> out = run_module(m, feeds);
+  EXPECT_EQ(out[0].to_vector<int32_t>(), (std::vector<int32_t>{0, 0}));
+  EXPECT_TRUE(std::signbit(out[1].to_vector<float>()[0]));
+  EXPECT_TRUE(std::isnan(out[1].to_vector<float>()[1]));
+}
+
 TEST(AlgebraicSimplifierTest, KeepsAnIdentityThatBroadcasts) {
   Graph g;
   Tensor x = g.placeholder(f32, {3}, "x");
