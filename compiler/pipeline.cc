@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <system_error>
 #include <utility>
 
 #include "compiler/passes/algebraic_simplifier.h"
@@ -72,7 +73,12 @@ bool Pipeline::run_pass(Pass& pass, Module& module, const std::string& label) {
   bool changed = pass.run(module);
   ++step_;
   if (dump_dir_.empty()) return changed;
-  std::filesystem::create_directories(dump_dir_);
+  std::error_code error;
+  std::filesystem::create_directories(dump_dir_, error);
+  if (error) {
+    throw Error(ErrorCode::kFailedPrecondition,
+                "KILN_DUMP: cannot create '" + dump_dir_ + "': " + error.message());
+  }
   char prefix[16];
   std::snprintf(prefix, sizeof prefix, "%03d_", step_);
   std::filesystem::path base = std::filesystem::path(dump_dir_) / (prefix + name_ + "." + label);

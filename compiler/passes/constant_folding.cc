@@ -46,7 +46,8 @@ bool ConstantFolding::run(Module& module) {
     }
     std::vector<Tensor> result;
     try {
-      result = runtime::run_kernel(*old.def, old.name, inputs, old.attrs);
+      const OpDef& def = old.def ? *old.def : OpRegistry::global().find(old.op);
+      result = runtime::run_kernel(def, old.name, inputs, old.attrs);
     } catch (const Error& e) {
       // The interpreter would raise the same error at run time; leave it to happen there.
       note("'" + old.name + "' not folded: its kernel fails: " + e.what());

@@ -89,6 +89,19 @@ TEST(PipelineTest, DumpsEveryPassNumberedInOrderWithReasons) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(PipelineTest, ReportsADumpDirectoryItCannotCreate) {
+  Pipeline p = default_pipeline();
+  p.set_dump_dir("/proc/kiln_cannot_create_this");
+  Graph g;
+  Tensor x = g.placeholder(f32, {2}, "x");
+  try {
+    optimize(g, {neg(x)}, p);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("KILN_DUMP: cannot create '/proc/kiln_cannot_create_this'"));
+  }
+}
+
 TEST(OptimizeTest, MapsPlaceholdersAndOutputsToTheNewGraph) {
   Graph g;
   Tensor unused = g.placeholder(f32, {2}, "unused");
