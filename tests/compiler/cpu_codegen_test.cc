@@ -638,3 +638,24 @@ TEST(CpuCodegen, DumpAndVectorization) {
 
 }  // namespace
 }  // namespace kiln::compiler::cpu
+
+namespace kiln::compiler::cpu {
+namespace {
+
+// Compile time of a small fused kernel (printed; the bound is loose for loaded CI machines).
+TEST(CpuCodegen, CompileTime) {
+  double best = 1e9;
+  for (int rep = 0; rep < 5; ++rep) {
+    FusedSubgraph sg;
+    int x = sg.add_input(f32, {1 << 20});
+    int a = sg.add_input(f32, {});
+    int v = sg.add(EltOp::kAdd, {sg.add(EltOp::kMul, {x, a}), a});
+    sg.add_output(sg.add(EltOp::kMax, {v, a}));
+    best = std::min(best, compile_elementwise(sg).compile_ms());
+  }
+  std::printf("  max(x*a+a, a): best compile time %.1f ms\n", best);
+  EXPECT_LT(best, 1000);
+}
+
+}  // namespace
+}  // namespace kiln::compiler::cpu
