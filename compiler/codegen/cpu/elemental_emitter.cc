@@ -10,6 +10,7 @@
 // ApproximationError): see the table printed there, all below 1e-6 for normal results.
 // sin, cos, pow, log1p and expm1 (and every f64 transcendental) call libm: exact, but scalar.
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -94,19 +95,33 @@ class Emitter {
  private:
   // ---- loops ----
 
-  // for (i = lo; i < hi; ++i) body(i); lo < hi is known. Leaves the builder in `after`.
+  // for (i = lo; i < hi; ++i) body(i); lo < hi is known. Leaves the builder in `after`. An
+  // innermost loop is marked llvm.loop.parallel_accesses (every iteration reads and writes only
+  // its own elements), so the vectorizer needs no runtime alias checks, in place included.
   template <class Body>
-  void emit_loop(Value* lo, Value* hi, llvm::BasicBlock* after, const char* name, Body body) {
+  void emit_loop(Value* lo, Value* hi, llvm::BasicBlock* after, const char* name, bool innermost,
+                 Body body) {
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* loop = llvm::BasicBlock::Create(ctx_, name, fn_);
     b_.CreateBr(loop);
     b_.SetInsertPoint(loop);
     llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2, "i");
     i->addIncoming(lo, pre);
+    if (innermost) access_group_ = llvm::MDNode::getDistinct(ctx_, {});
     body(i);
     Value* next = b_.CreateAdd(i, b_.getInt64(1), "", /*HasNUW=*/true, /*HasNSW=*/true);
     i->addIncoming(next, b_.GetInsertBlock());
-    b_.CreateCondBr(b_.CreateICmpSLT(next, hi), loop, after);
+    llvm::Instruction* br = b_.CreateCondBr(b_.CreateICmpSLT(next, hi), loop, after);
+    if (innermost) {
+      llvm::Metadata* pa[] = {llvm::MDString::get(ctx_, "llvm.loop.parallel_accesses"),
+                              access_group_};
+      llvm::TempMDTuple self = llvm::MDNode::getTemporary(ctx_, {});
+      llvm::Metadata* ops[] = {self.get(), llvm::MDNode::get(ctx_, pa)};
+      llvm::MDNode* loop_id = llvm::MDNode::getDistinct(ctx_, ops);
+      loop_id->replaceOperandWith(0, loop_id);
+      br->setMetadata(llvm::LLVMContext::MD_loop, loop_id);
+      access_group_ = nullptr;
+    }
     b_.SetInsertPoint(after);
   }
 
@@ -118,7 +133,7 @@ class Emitter {
       if (num_elements(sg_.inputs[k].shape) == 1 && n != 1)
         scalars[k] = load(static_cast<int>(k), b_.getInt64(0));
     }
-    emit_loop(begin, end, exit, "loop", [&](Value* i) {
+    emit_loop(begin, end, exit, "loop", /*innermost=*/true, [&](Value* i) {
       std::vector<Value*> in(sg_.inputs.size());
       for (size_t k = 0; k < in.size(); ++k)
         in[k] = scalars[k] ? scalars[k] : load(static_cast<int>(k), i);
@@ -146,7 +161,7 @@ class Emitter {
     Value* c_inner = b_.getInt64(inner);
     Value* r_lo = b_.CreateSDiv(begin, c_inner);
     Value* r_hi = b_.CreateSDiv(b_.CreateAdd(end, b_.getInt64(inner - 1)), c_inner);
-    emit_loop(r_lo, r_hi, exit, "rows", [&](Value* r) {
+    emit_loop(r_lo, r_hi, exit, "rows", /*innermost=*/false, [&](Value* r) {
       Value* base = b_.CreateMul(r, c_inner);
       Value* j_lo = smax(b_.CreateSub(begin, base), b_.getInt64(0));
       Value* j_hi = smin(b_.CreateSub(end, base), c_inner);
@@ -164,7 +179,7 @@ class Emitter {
       auto* row_body = llvm::BasicBlock::Create(ctx_, "row_body", fn_);
       b_.CreateCondBr(b_.CreateICmpSLT(j_lo, j_hi), row_body, row_end);
       b_.SetInsertPoint(row_body);
-      emit_loop(j_lo, j_hi, row_end, "inner", [&](Value* j) {
+      emit_loop(j_lo, j_hi, row_end, "inner", /*innermost=*/true, [&](Value* j) {
         std::vector<Value*> in(sg_.inputs.size());
         for (size_t k = 0; k < in.size(); ++k) {
           Value* off = strides[k][rank - 1] != 0 ? b_.CreateAdd(offs[k], j) : offs[k];
@@ -195,7 +210,8 @@ class Emitter {
   Value* load(int k, Value* index) {
     DType t = sg_.inputs[k].dtype;
     Type* mt = mem_type(t);
-    Value* v = b_.CreateLoad(mt, b_.CreateInBoundsGEP(mt, in_ptrs_[k], index));
+    llvm::LoadInst* v = b_.CreateLoad(mt, b_.CreateInBoundsGEP(mt, in_ptrs_[k], index));
+    if (access_group_) v->setMetadata(llvm::LLVMContext::MD_access_group, access_group_);
     return t == bool_ ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
   }
 
@@ -215,7 +231,8 @@ class Emitter {
       Value* v = vals[sg_.outputs[o]];
       if (t == bool_) v = b_.CreateZExt(v, b_.getInt8Ty());
       Type* mt = mem_type(t);
-      b_.CreateStore(v, b_.CreateInBoundsGEP(mt, out_ptrs_[o], index));
+      llvm::StoreInst* st = b_.CreateStore(v, b_.CreateInBoundsGEP(mt, out_ptrs_[o], index));
+      if (access_group_) st->setMetadata(llvm::LLVMContext::MD_access_group, access_group_);
     }
   }
 
@@ -451,6 +468,7 @@ class Emitter {
   llvm::IRBuilder<> b_;
   llvm::Function* fn_ = nullptr;
   std::vector<Value*> in_ptrs_, out_ptrs_;
+  llvm::MDNode* access_group_ = nullptr;  // of the innermost loop being emitted
 };
 
 void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
@@ -533,7 +551,10 @@ FusedKernel compile_elementwise(const FusedSubgraph& sg) {
   std::string dump_base;
   if (dump_dir && *dump_dir) {
     static std::atomic<int> counter{0};
-    dump_base = std::string(dump_dir) + "/" + sg.name + "_" + std::to_string(counter++);
+    std::string file = sg.name;
+    for (char& c : file)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') c = '_';
+    dump_base = std::string(dump_dir) + "/" + file + "_" + std::to_string(counter++);
     write_file(dump_base + ".ll", module_text(*module));
   }
   optimize(*module, *tm);
