@@ -326,7 +326,8 @@ TEST(CpuCodegen, ApproximationError) {
 
 TEST(CpuCodegen, BinaryOpsWithBroadcasting) {
   const std::vector<std::pair<Shape, Shape>> shapes = {
-      {{3, 37}, {3, 37}}, {{3, 37}, {37}}, {{3, 1}, {1, 37}}, {{}, {3, 37}}, {{4, 1, 5}, {3, 1}}};
+      {{3, 37}, {3, 37}}, {{3, 37}, {37}},      {{3, 1}, {1, 37}},       {{}, {3, 37}},
+      {{4, 1, 5}, {3, 1}}, {{2, 3, 4, 5}, {3, 1, 1}}, {{5, 1, 3}, {5, 1, 1}}, {{2, 4, 3}, {2, 1, 3}}};
   const EltOp float_ops[] = {EltOp::kAdd, EltOp::kSub, EltOp::kMul, EltOp::kDiv,
                              EltOp::kPow, EltOp::kMax, EltOp::kMin};
   for (DType t : {f32, f64, i32, i64}) {
@@ -508,7 +509,8 @@ TEST(CpuCodegen, ZeroSize) {
 // ranges start and end mid-row in the broadcast loop.
 TEST(CpuCodegen, BeginEndSplits) {
   for (const auto& [xs, as] : std::vector<std::pair<Shape, Shape>>{
-           {{1001}, {1001}}, {{1001}, {}}, {{13, 77}, {77}}, {{13, 77}, {13, 1}}}) {
+           {{1001}, {1001}}, {{1001}, {}}, {{13, 77}, {77}}, {{13, 77}, {13, 1}},
+           {{2, 7, 9, 11}, {7, 1, 1}}, {{11, 1, 91}, {1, 1, 91}}}) {
     FusedSubgraph sg;
     int x = sg.add_input(f32, xs);
     int a = sg.add_input(f32, as);

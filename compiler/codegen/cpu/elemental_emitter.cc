@@ -141,23 +141,41 @@ class Emitter {
     });
   }
 
-  // General broadcasting: rows of the last output dimension; each input's row offset is index
-  // arithmetic on the row number (constant strides, 0 along broadcast dimensions), its inner
-  // stride is 0 or 1.
+  // General broadcasting: rows of the last (collapsed) output dimension; each input's row
+  // offset is index arithmetic on the row number (constant strides, 0 along broadcast
+  // dimensions), its inner stride is 0 or 1.
   void emit_rows(Value* begin, Value* end, llvm::BasicBlock* exit) {
-    int rank = static_cast<int>(shape_.size());
-    int64_t inner = shape_[rank - 1];
+    int out_rank = static_cast<int>(shape_.size());
+    size_t n_in = sg_.inputs.size();
     // strides[k][d]: input k's element stride along output dimension d.
-    std::vector<std::vector<int64_t>> strides(sg_.inputs.size(), std::vector<int64_t>(rank, 0));
-    for (size_t k = 0; k < sg_.inputs.size(); ++k) {
+    std::vector<std::vector<int64_t>> strides(n_in, std::vector<int64_t>(out_rank, 0));
+    for (size_t k = 0; k < n_in; ++k) {
       const Shape& s = sg_.inputs[k].shape;
       int64_t st = 1;
       for (int j = static_cast<int>(s.size()) - 1; j >= 0; --j) {
-        int d = rank - static_cast<int>(s.size()) + j;
+        int d = out_rank - static_cast<int>(s.size()) + j;
         strides[k][d] = s[j] == 1 ? 0 : st;
         st *= s[j];
       }
     }
+    // Collapse adjacent dimensions every input walks alike (broadcast along both, or
+    // contiguous across both); drop size-1 dimensions. Built innermost first.
+    std::vector<int64_t> dims;
+    std::vector<std::vector<int64_t>> cst(n_in);
+    for (int d = out_rank - 1; d >= 0; --d) {
+      if (shape_[d] == 1) continue;
+      bool merge = !dims.empty();
+      for (size_t k = 0; merge && k < n_in; ++k)
+        merge = strides[k][d] == cst[k].back() * dims.back();
+      if (merge) {
+        dims.back() *= shape_[d];
+      } else {
+        dims.push_back(shape_[d]);
+        for (size_t k = 0; k < n_in; ++k) cst[k].push_back(strides[k][d]);
+      }
+    }
+    int rank = static_cast<int>(dims.size());  // >= 1: the output has more than one element
+    int64_t inner = dims[0];
     Value* c_inner = b_.getInt64(inner);
     Value* r_lo = b_.CreateSDiv(begin, c_inner);
     Value* r_hi = b_.CreateSDiv(b_.CreateAdd(end, b_.getInt64(inner - 1)), c_inner);
@@ -165,24 +183,24 @@ class Emitter {
       Value* base = b_.CreateMul(r, c_inner);
       Value* j_lo = smax(b_.CreateSub(begin, base), b_.getInt64(0));
       Value* j_hi = smin(b_.CreateSub(end, base), c_inner);
-      // Row offsets: decompose r over dimensions rank-2 .. 0.
-      std::vector<Value*> offs(sg_.inputs.size(), b_.getInt64(0));
+      // Row offsets: decompose r over the outer collapsed dimensions.
+      std::vector<Value*> offs(n_in, b_.getInt64(0));
       Value* rest = r;
-      for (int d = rank - 2; d >= 0; --d) {
-        Value* idx = b_.CreateURem(rest, b_.getInt64(shape_[d]));
-        rest = b_.CreateUDiv(rest, b_.getInt64(shape_[d]));
-        for (size_t k = 0; k < offs.size(); ++k)
-          if (strides[k][d] != 0)
-            offs[k] = b_.CreateAdd(offs[k], b_.CreateMul(idx, b_.getInt64(strides[k][d])));
+      for (int d = 1; d < rank; ++d) {
+        Value* idx = d + 1 < rank ? b_.CreateURem(rest, b_.getInt64(dims[d])) : rest;
+        if (d + 1 < rank) rest = b_.CreateUDiv(rest, b_.getInt64(dims[d]));
+        for (size_t k = 0; k < n_in; ++k)
+          if (cst[k][d] != 0)
+            offs[k] = b_.CreateAdd(offs[k], b_.CreateMul(idx, b_.getInt64(cst[k][d])));
       }
       auto* row_end = llvm::BasicBlock::Create(ctx_, "row_end", fn_);
       auto* row_body = llvm::BasicBlock::Create(ctx_, "row_body", fn_);
       b_.CreateCondBr(b_.CreateICmpSLT(j_lo, j_hi), row_body, row_end);
       b_.SetInsertPoint(row_body);
       emit_loop(j_lo, j_hi, row_end, "inner", /*innermost=*/true, [&](Value* j) {
-        std::vector<Value*> in(sg_.inputs.size());
-        for (size_t k = 0; k < in.size(); ++k) {
-          Value* off = strides[k][rank - 1] != 0 ? b_.CreateAdd(offs[k], j) : offs[k];
+        std::vector<Value*> in(n_in);
+        for (size_t k = 0; k < n_in; ++k) {
+          Value* off = cst[k][0] != 0 ? b_.CreateAdd(offs[k], j) : offs[k];
           in[k] = load(static_cast<int>(k), off);
         }
         emit_body(in, b_.CreateAdd(base, j));
