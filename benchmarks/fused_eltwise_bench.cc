@@ -2,7 +2,9 @@
 // plus the bool output y > b, three ways in the same run: one JIT-compiled fused kernel
 // (compiler/codegen/cpu), the eager op-by-op chain, and a STREAM-triad loop a[i] = b[i] + s*c[i]
 // (all on the thread pool). Prints the fused kernel's effective GB/s (bytes of its inputs and
-// outputs per run / time) as a ratio to the triad's GB/s, and the speed-up over eager.
+// outputs per run / time) as a ratio to the triad's GB/s, and the speed-up over eager. The
+// transcendental chain is compute-bound (three exps, erf, three divisions per element); a
+// 12-op arithmetic-only chain is measured too, to show the memory-bound case.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -47,9 +49,39 @@ FusedSubgraph chain() {
   return sg;
 }
 
+// A 12-op chain of cheap arithmetic (no transcendentals), one f32 output: memory-bound.
+FusedSubgraph arith_chain() {
+  FusedSubgraph sg;
+  sg.name = "bench_arith";
+  int x = sg.add_input(kiln::f32, {kN});
+  int a = sg.add_input(kiln::f32, {});
+  int b = sg.add_input(kiln::f32, {});
+  int v = sg.add(EltOp::kAbs, {sg.add(EltOp::kAdd, {sg.add(EltOp::kMul, {x, a}), b})});  // 1-3
+  int w = sg.add(EltOp::kMul, {sg.add(EltOp::kMul, {x, x}), a});                       // 4, 5
+  v = sg.add(EltOp::kSub, {v, w});                                                     // 6
+  v = sg.add(EltOp::kAdd, {v, sg.add(EltOp::kMul, {sg.add(EltOp::kMax, {x, b}), a})});  // 7-9
+  v = sg.add(EltOp::kNeg, {v});                                                        // 10
+  v = sg.add(EltOp::kClamp, {v, sg.add(EltOp::kNeg, {b}), b});                         // 11, 12
+  sg.add_output(v);
+  return sg;
+}
+
 // Bytes moved per run of the chain: x read, y (f32) and y > b (bool) written.
 constexpr double kChainBytes = kN * (4.0 + 4.0 + 1.0);
 constexpr double kTriadBytes = kN * 3 * 4.0;
+constexpr double kArithBytes = kN * (4.0 + 4.0);
+
+void fused_arith(benchmark::State& state) {
+  auto k = kiln::compiler::cpu::compile_elementwise(arith_chain());
+  std::vector<kiln::Tensor> in = {input(), kiln::Tensor::scalar(kA), kiln::Tensor::scalar(kB)};
+  std::vector<kiln::Tensor> out;
+  k.run(in, &out);
+  for (auto _ : state) {
+    k.run(in, &out);
+    benchmark::DoNotOptimize(out[0].raw_data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kArithBytes));
+}
 
 void fused(benchmark::State& state) {
   auto k = kiln::compiler::cpu::compile_elementwise(chain());
@@ -91,6 +123,7 @@ void triad(benchmark::State& state) {
 
 BENCHMARK(triad)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(fused)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(fused_arith)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(eager)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 class RatioReporter : public benchmark::ConsoleReporter {
@@ -116,6 +149,9 @@ class RatioReporter : public benchmark::ConsoleReporter {
     std::printf("  triad  %8.2f ms  %7.2f GB/s\n", t_triad * 1e3, gbs_triad);
     std::printf("  fused  %8.2f ms  %7.2f GB/s effective = %.2f x triad GB/s\n", t_fused * 1e3,
                 gbs_fused, gbs_fused / gbs_triad);
+    if (double t = get("fused_arith"); t > 0)
+      std::printf("  fused arithmetic-only 12-op chain  %8.2f ms  %7.2f GB/s = %.2f x triad GB/s\n",
+                  t * 1e3, kArithBytes / t / 1e9, kArithBytes / t / 1e9 / gbs_triad);
     if (t_eager > 0)
       std::printf("  eager  %8.2f ms  (fused is %.1fx faster)\n", t_eager * 1e3, t_eager / t_fused);
   }
