@@ -43,8 +43,8 @@ std::string hex64(uint64_t v) {
 std::string describe_file(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return path + ":missing";
-  return path + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) +
-         "." + std::to_string(st.st_mtim.tv_nsec);
+  return path + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec);
 }
 
 namespace {
@@ -154,8 +154,8 @@ class ShuffleNode : public DatasetNode {
         }
         if (buffer.empty()) return std::nullopt;
         // Multiply-shift maps a 64-bit draw onto [0, size) the same way on every platform.
-        auto slot = static_cast<size_t>(
-            (static_cast<unsigned __int128>(rng()) * buffer.size()) >> 64);
+        auto slot =
+            static_cast<size_t>((static_cast<unsigned __int128>(rng()) * buffer.size()) >> 64);
         Element out = std::move(buffer[slot]);
         std::optional<Element> refill;
         if (!input_done) {
@@ -396,9 +396,7 @@ Dataset::Dataset(std::shared_ptr<const detail::DatasetNode> node) : node_(std::m
   if (!node_) detail::invalid("Dataset: null node");
 }
 
-Iterator Dataset::begin_epoch(int64_t epoch) const {
-  return Iterator(node_->make_iterator(epoch));
-}
+Iterator Dataset::begin_epoch(int64_t epoch) const { return Iterator(node_->make_iterator(epoch)); }
 
 int64_t Dataset::cardinality() const { return node_->cardinality(); }
 
@@ -414,8 +412,8 @@ Dataset Dataset::map(MapFn fn, int64_t num_parallel_calls, bool deterministic) c
   if (num_parallel_calls == 1) {
     return Dataset(std::make_shared<detail::MapNode>(node_, std::move(fn)));
   }
-  return Dataset(detail::make_parallel_map_node(node_, std::move(fn), num_parallel_calls,
-                                                deterministic));
+  return Dataset(
+      detail::make_parallel_map_node(node_, std::move(fn), num_parallel_calls, deterministic));
 }
 
 Dataset Dataset::filter(Predicate pred) const {
@@ -428,13 +426,14 @@ Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each
     detail::invalid("Dataset.shuffle: buffer_size must be at least 1, not " +
                     std::to_string(buffer_size));
   }
-  return Dataset(std::make_shared<detail::ShuffleNode>(node_, buffer_size, seed,
-                                                       reshuffle_each_iteration));
+  return Dataset(
+      std::make_shared<detail::ShuffleNode>(node_, buffer_size, seed, reshuffle_each_iteration));
 }
 
 Dataset Dataset::batch(int64_t n, bool drop_remainder) const {
-  if (n < 1) detail::invalid("Dataset.batch: the batch size must be at least 1, not " +
-                             std::to_string(n));
+  if (n < 1) {
+    detail::invalid("Dataset.batch: the batch size must be at least 1, not " + std::to_string(n));
+  }
   return Dataset(detail::make_batch_node(node_, n, drop_remainder));
 }
 

@@ -34,8 +34,8 @@ void check_structure(const std::vector<Element>& elements, const char* who, bool
     }
     for (size_t c = 0; c < e.size(); ++c) {
       const Tensor& t = e[c];
-      std::string where = std::string(who) + ": component " + std::to_string(c) +
-                          " of element " + std::to_string(i) + " of the batch";
+      std::string where = std::string(who) + ": component " + std::to_string(c) + " of element " +
+                          std::to_string(i) + " of the batch";
       if (!t.defined() || t.is_symbolic()) invalid(where + " is not a concrete tensor");
       if (t.dtype() != first[c].dtype()) {
         invalid(where + " is " + dtype_name(t.dtype()) + ", in element 0 it is " +
@@ -43,14 +43,14 @@ void check_structure(const std::vector<Element>& elements, const char* who, bool
       }
       if (same_shapes && t.shape() != first[c].shape()) {
         invalid(where + " has shape " + shape_str(t.shape()) + ", in element 0 it has " +
-                shape_str(first[c].shape()) + "; padded_batch batches elements of different "
+                shape_str(first[c].shape()) +
+                "; padded_batch batches elements of different "
                 "shapes");
       }
       if (t.rank() != first[c].rank()) {
         invalid(where + " has rank " + std::to_string(t.rank()) + " (shape " +
                 shape_str(t.shape()) + "), in element 0 it has rank " +
-                std::to_string(first[c].rank()) + " (shape " + shape_str(first[c].shape()) +
-                ")");
+                std::to_string(first[c].rank()) + " (shape " + shape_str(first[c].shape()) + ")");
       }
     }
   }
@@ -183,13 +183,11 @@ class PaddedBatchNode : public BatchNode {
         size_t components = elements[0].size();
         if (!padded_shapes.empty() && padded_shapes.size() != components) {
           invalid("padded_batch: " + std::to_string(padded_shapes.size()) +
-                  " padded shapes for elements of " + std::to_string(components) +
-                  " components");
+                  " padded shapes for elements of " + std::to_string(components) + " components");
         }
         if (!padding_values.empty() && padding_values.size() != components) {
           invalid("padded_batch: " + std::to_string(padding_values.size()) +
-                  " padding values for elements of " + std::to_string(components) +
-                  " components");
+                  " padding values for elements of " + std::to_string(components) + " components");
         }
         Element out;
         for (size_t c = 0; c < components; ++c) out.push_back(pad_component(elements, c));
@@ -198,8 +196,8 @@ class PaddedBatchNode : public BatchNode {
 
       Tensor pad_component(const std::vector<Element>& elements, size_t c) const {
         const Tensor& first = elements[0][c];
-        Shape target = padded_shapes.empty() ? Shape(first.shape().size(), kUnknownDim)
-                                             : padded_shapes[c];
+        Shape target =
+            padded_shapes.empty() ? Shape(first.shape().size(), kUnknownDim) : padded_shapes[c];
         if (target.size() != first.shape().size()) {
           invalid("padded_batch: component " + std::to_string(c) + " has shape " +
                   shape_str(first.shape()) + " but its padded shape " + shape_str(target) +

@@ -138,8 +138,8 @@ void decode_element(std::string_view record, const std::string& filename, Elemen
     uint64_t nbytes = elements * dtype_size(static_cast<DType>(dtype));
     if (nbytes > record.size()) corrupt("tensor larger than its record");
     if (out) {
-      out->push_back(Tensor::from_bytes(static_cast<DType>(dtype), std::move(shape),
-                                        record.data(), static_cast<size_t>(nbytes)));
+      out->push_back(Tensor::from_bytes(static_cast<DType>(dtype), std::move(shape), record.data(),
+                                        static_cast<size_t>(nbytes)));
     }
     record.remove_prefix(static_cast<size_t>(nbytes));
   }
@@ -166,8 +166,7 @@ std::optional<FileStamp> stamp_of(const std::string& path) {
                    static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
 }
 
-class FileCacheNode : public DatasetNode,
-                      public std::enable_shared_from_this<FileCacheNode> {
+class FileCacheNode : public DatasetNode, public std::enable_shared_from_this<FileCacheNode> {
  public:
   FileCacheNode(NodePtr input, std::string filename)
       : input_(std::move(input)), filename_(std::move(filename)) {}
@@ -259,8 +258,7 @@ class FileCacheIterator : public IteratorImpl {
     header_ = node_->header();
     input_ = node_->input()->make_iterator(epoch_);
     out_ = std::make_unique<io::internal::OutputFile>(
-        filename, io::internal::OutputFile::Mode::kAtomic, io::Compression::kNone,
-        "Dataset.cache");
+        filename, io::internal::OutputFile::Mode::kAtomic, io::Compression::kNone, "Dataset.cache");
     io::internal::write_record(*out_, header_);
   }
 
@@ -271,8 +269,8 @@ class FileCacheIterator : public IteratorImpl {
     try {
       std::string record;
       if (!reader_->next(record)) {
-        throw Error(ErrorCode::kDataLoss, "Dataset.cache: " + node_->filename() +
-                                              ": the file ended without its footer");
+        throw Error(ErrorCode::kDataLoss,
+                    "Dataset.cache: " + node_->filename() + ": the file ended without its footer");
       }
       if (!record.empty() && record[0] == kFooterTag) {
         reader_.reset();

@@ -127,9 +127,7 @@ class TFRecordNode : public DatasetNode {
         1, std::min<size_t>(files_.size(), static_cast<size_t>(interleave_.cycle_length))));
     return it;
   }
-  int64_t cardinality() const override {
-    return files_.empty() ? 0 : kUnknownCardinality;
-  }
+  int64_t cardinality() const override { return files_.empty() ? 0 : kUnknownCardinality; }
   std::string describe() const override {
     std::string s = "tfrecord([";
     for (size_t i = 0; i < files_.size(); ++i) s += (i ? "," : "") + describe_file(files_[i]);
@@ -159,8 +157,7 @@ class LineReader {
         if (file_ >= files_.size()) return false;
         in_.open(files_[file_], std::ios::binary);
         if (!in_) {
-          throw Error(ErrorCode::kNotFound,
-                      std::string(who_) + ": cannot open " + files_[file_]);
+          throw Error(ErrorCode::kNotFound, std::string(who_) + ": cannot open " + files_[file_]);
         }
         line_number_ = 0;
       }
@@ -205,8 +202,8 @@ class TextLineNode : public DatasetNode {
       explicit It(std::vector<std::string> files) : reader(std::move(files), "text_lines") {}
       std::optional<Element> next() override {
         if (!reader.next(line)) return std::nullopt;
-        return Element{Tensor::from_bytes(u8, {static_cast<int64_t>(line.size())}, line.data(),
-                                          line.size())};
+        return Element{
+            Tensor::from_bytes(u8, {static_cast<int64_t>(line.size())}, line.data(), line.size())};
       }
     };
     return std::make_unique<It>(files_);
@@ -350,8 +347,7 @@ void check_csv_options(const CsvOptions& options) {
     double lo = c.dtype == i32 ? -2147483648.0 : -9223372036854775808.0;
     double hi = c.dtype == i32 ? 2147483647.0 : 9223372036854775807.0;
     if (v != std::floor(v) || !(v >= lo && v < hi + 1)) {
-      invalid(col + ": default value " + std::to_string(v) + " is not an " +
-              dtype_name(c.dtype));
+      invalid(col + ": default value " + std::to_string(v) + " is not an " + dtype_name(c.dtype));
     }
   }
 }
@@ -368,9 +364,11 @@ Dataset Dataset::from_tensors(std::vector<Tensor> tensors) {
     if (t.is_symbolic()) detail::invalid(which + " is symbolic; datasets hold concrete tensors");
     if (t.rank() == 0) detail::invalid(which + " is a scalar; slicing needs rank >= 1");
     if (t.dim(0) != tensors[0].dim(0)) {
-      detail::invalid("Dataset.from_tensors: tensors have different sizes in dimension 0: "
-                      "tensor 0 is " + shape_str(tensors[0].shape()) + ", tensor " +
-                      std::to_string(i) + " is " + shape_str(t.shape()));
+      detail::invalid(
+          "Dataset.from_tensors: tensors have different sizes in dimension 0: "
+          "tensor 0 is " +
+          shape_str(tensors[0].shape()) + ", tensor " + std::to_string(i) + " is " +
+          shape_str(t.shape()));
     }
   }
   return Dataset(std::make_shared<detail::TensorSliceNode>(std::move(tensors)));
@@ -380,9 +378,8 @@ Dataset Dataset::from_idx(const std::string& images_path, const std::string& lab
   Tensor images = read_idx(images_path);
   Tensor labels = read_idx(labels_path);
   if (images.dim(0) != labels.dim(0)) {
-    detail::invalid("Dataset.from_idx: " + images_path + " holds " +
-                    std::to_string(images.dim(0)) + " items but " + labels_path + " holds " +
-                    std::to_string(labels.dim(0)));
+    detail::invalid("Dataset.from_idx: " + images_path + " holds " + std::to_string(images.dim(0)) +
+                    " items but " + labels_path + " holds " + std::to_string(labels.dim(0)));
   }
   return from_tensors({std::move(images), std::move(labels)});
 }
@@ -394,8 +391,7 @@ Dataset Dataset::tfrecord(std::vector<std::string> files, io::Compression compre
                     std::to_string(interleave.cycle_length) + " and " +
                     std::to_string(interleave.block_length));
   }
-  return Dataset(
-      std::make_shared<detail::TFRecordNode>(std::move(files), compression, interleave));
+  return Dataset(std::make_shared<detail::TFRecordNode>(std::move(files), compression, interleave));
 }
 
 Dataset Dataset::text_lines(std::vector<std::string> files) {

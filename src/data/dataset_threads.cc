@@ -2,7 +2,9 @@
 // (num_parallel_calls > 1) and prefetch. Their iterators own the threads and join them when
 // destroyed; an exception from upstream or from the function travels to the consumer and is
 // rethrown at the position of the element that raised it.
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -29,9 +31,16 @@ Element take(Result& r) {
 
 // ---- parallel map ----
 
-// Workers take elements from the input in turn (each numbered by its position), apply fn
-// concurrently, and post results. At most `window` elements are taken and not yet consumed,
-// so the workers stay a bounded distance ahead of the consumer.
+// How long a waiting consumer of a parallel map waits for a group of results before it takes
+// them one by one.
+constexpr std::chrono::milliseconds kMaxGroupingDelay{1};
+
+// Workers take chunks of elements from the input in turn (each element numbered by its
+// position), apply fn concurrently, and post results. At most `window` elements are taken and
+// not yet consumed, so the workers stay a bounded distance ahead of the consumer. Waking a
+// thread costs more than a cheap fn, so the two sides wake each other in groups: a waiting
+// consumer once `wake_batch` results are ready (or the window is full, the input done, or
+// kMaxGroupingDelay has passed), waiting workers once that many places are free.
 class ParallelMapIterator : public IteratorImpl {
  public:
   ParallelMapIterator(std::unique_ptr<IteratorImpl> input, Dataset::MapFn fn, int64_t threads,
@@ -39,7 +48,8 @@ class ParallelMapIterator : public IteratorImpl {
       : input_(std::move(input)),
         fn_(std::move(fn)),
         deterministic_(deterministic),
-        window_(2 * threads) {
+        window_(std::max<int64_t>(16, 8 * threads)),
+        wake_batch_(window_ / 2) {
     workers_.reserve(static_cast<size_t>(threads));
     try {
       for (int64_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
@@ -52,65 +62,95 @@ class ParallelMapIterator : public IteratorImpl {
 
   std::optional<Element> next() override {
     std::unique_lock lock(mu_);
+    if (ready() == 0 && !at_end()) {
+      if (workers_waiting_ > 0) workers_cv_.notify_all();
+      consumer_waiting_ = true;
+      if (!consumer_cv_.wait_for(lock, kMaxGroupingDelay, [&] { return consumer_should_wake(); })) {
+        // A slow fn: take the next result as soon as it is there.
+        consumer_eager_ = true;
+        consumer_cv_.wait(lock, [&] { return consumer_should_wake(); });
+        consumer_eager_ = false;
+      }
+      consumer_waiting_ = false;
+    }
+    if (ready() == 0) return std::nullopt;  // at the end
+    Result r;
     if (deterministic_) {
-      cv_.wait(lock, [&] { return ordered_.count(consumed_) || consumed_ == end_position_; });
       auto it = ordered_.find(consumed_);
-      if (it == ordered_.end()) return std::nullopt;
-      Result r = std::move(it->second);
+      r = std::move(it->second);
       ordered_.erase(it);
       ++consumed_;
-      --taken_;
-      lock.unlock();
-      cv_.notify_all();
-      return take(r);
+      --contiguous_;
+    } else {
+      r = std::move(completed_.front());
+      completed_.pop_front();
     }
-    cv_.wait(lock, [&] { return !completed_.empty() || (input_done_ && taken_ == 0); });
-    if (completed_.empty()) return std::nullopt;
-    Result r = std::move(completed_.front());
-    completed_.pop_front();
     --taken_;
+    if (workers_waiting_ > 0 && window_ - taken_ >= wake_batch_) workers_cv_.notify_all();
     lock.unlock();
-    cv_.notify_all();
     return take(r);
   }
 
  private:
+  // Under mu_: results the consumer can take now, in order when deterministic.
+  int64_t ready() const {
+    return deterministic_ ? contiguous_ : static_cast<int64_t>(completed_.size());
+  }
+  bool at_end() const {
+    return input_done_ && (deterministic_ ? consumed_ == end_position_ : taken_ == 0);
+  }
+  bool consumer_should_wake() const {
+    if (at_end()) return true;
+    int64_t r = ready();
+    return r > 0 && (consumer_eager_ || r >= wake_batch_ || input_done_ || taken_ >= window_);
+  }
+  void wake_consumer_if_due() {
+    if (consumer_waiting_ && consumer_should_wake()) consumer_cv_.notify_one();
+  }
+
   void work() {
+    std::vector<Result> results;
+    std::unique_lock lock(mu_);
     for (;;) {
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return cancelled_ || input_done_ || taken_ < window_; });
-        if (cancelled_ || input_done_) return;
-        ++taken_;  // reserve a place in the window before reading the input
+      while (!cancelled_ && !input_done_ && taken_ >= window_) {
+        wake_consumer_if_due();  // a full window is reason enough
+        ++workers_waiting_;
+        workers_cv_.wait(lock);
+        --workers_waiting_;
       }
-      Result r;
-      int64_t position;
+      if (cancelled_ || input_done_) return;
+      // Reserve places in the window for a chunk of elements before reading the input.
+      const int64_t reserved = std::min(chunk_, window_ - taken_);
+      taken_ += reserved;
+      lock.unlock();
+
+      // Read the chunk: consecutive positions from `first`. An input error is the chunk's
+      // last result; the end of the input cuts the chunk short.
+      results.clear();
+      int64_t first = -1;
       bool ended = false, input_failed = false;
       {
         std::lock_guard input_lock(input_mu_);
-        if (input_ended_ || cancelled_) {
-          release();
-          return;
+        if (!input_ended_ && !cancelled_) {
+          first = next_position_;
+          while (static_cast<int64_t>(results.size()) < reserved) {
+            Result& r = results.emplace_back();
+            try {
+              r.element = input_->next();
+              ended = !r.element;
+            } catch (...) {
+              r.error = std::current_exception();
+              input_failed = true;
+            }
+            if (ended) results.pop_back();
+            if (ended || input_failed) break;
+          }
+          next_position_ += static_cast<int64_t>(results.size());
+          input_ended_ = ended || input_failed;
         }
-        position = next_position_++;
-        try {
-          r.element = input_->next();
-          ended = !r.element;
-        } catch (...) {
-          r.error = std::current_exception();
-          input_failed = true;
-        }
-        if (ended || input_failed) input_ended_ = true;
       }
-      if (ended) {
-        std::lock_guard lock(mu_);
-        input_done_ = true;
-        end_position_ = position;
-        --taken_;
-        cv_.notify_all();
-        return;
-      }
-      if (!input_failed && !cancelled_) {
+      for (Result& r : results) {
+        if (r.error || cancelled_) continue;
         try {
           r.element = fn_(std::move(*r.element));
         } catch (...) {
@@ -118,25 +158,27 @@ class ParallelMapIterator : public IteratorImpl {
           r.element.reset();
         }
       }
-      std::lock_guard lock(mu_);
-      if (input_failed) {  // the input's error is its last element
+
+      lock.lock();
+      taken_ -= reserved - static_cast<int64_t>(results.size());
+      if (ended || input_failed) {
         input_done_ = true;
-        end_position_ = position + 1;
+        end_position_ = first + static_cast<int64_t>(results.size());
+        workers_cv_.notify_all();  // nothing more to take
+      }
+      for (size_t i = 0; i < results.size(); ++i) {
+        if (deterministic_) {
+          ordered_.emplace(first + static_cast<int64_t>(i), std::move(results[i]));
+        } else {
+          completed_.push_back(std::move(results[i]));
+        }
       }
       if (deterministic_) {
-        ordered_.emplace(position, std::move(r));
-      } else {
-        completed_.push_back(std::move(r));
+        while (ordered_.count(consumed_ + contiguous_)) ++contiguous_;
       }
-      cv_.notify_all();
-      if (input_failed) return;
+      wake_consumer_if_due();
+      if (first < 0 || ended || input_failed) return;
     }
-  }
-
-  void release() {
-    std::lock_guard lock(mu_);
-    --taken_;
-    cv_.notify_all();
   }
 
   void stop() {
@@ -144,7 +186,7 @@ class ParallelMapIterator : public IteratorImpl {
       std::lock_guard lock(mu_);
       cancelled_ = true;
     }
-    cv_.notify_all();
+    workers_cv_.notify_all();
     for (std::thread& t : workers_) t.join();
     workers_.clear();
   }
@@ -153,6 +195,8 @@ class ParallelMapIterator : public IteratorImpl {
   Dataset::MapFn fn_;
   const bool deterministic_;
   const int64_t window_;
+  const int64_t wake_batch_;
+  const int64_t chunk_ = 4;  // elements a worker takes at once: fewer handovers
   std::vector<std::thread> workers_;
 
   std::mutex input_mu_;  // the input, next_position_ and input_ended_
@@ -160,12 +204,17 @@ class ParallelMapIterator : public IteratorImpl {
   bool input_ended_ = false;
 
   std::mutex mu_;  // everything below
-  std::condition_variable cv_;
+  std::condition_variable consumer_cv_;
+  std::condition_variable workers_cv_;
   std::atomic<bool> cancelled_ = false;  // written under mu_
+  bool consumer_waiting_ = false;
+  bool consumer_eager_ = false;  // waited kMaxGroupingDelay already: wake for one result
+  int64_t workers_waiting_ = 0;
   bool input_done_ = false;
   int64_t end_position_ = -1;  // the number of results, once the input is done
   int64_t taken_ = 0;          // elements taken from the input and not yet consumed
   int64_t consumed_ = 0;
+  int64_t contiguous_ = 0;             // deterministic: results ready from consumed_ on
   std::map<int64_t, Result> ordered_;  // deterministic: results by position
   std::deque<Result> completed_;       // otherwise: results in the order they finished
 };
@@ -206,21 +255,24 @@ class PrefetchIterator : public IteratorImpl {
       std::lock_guard lock(mu_);
       cancelled_ = true;
     }
-    cv_.notify_all();
+    producer_cv_.notify_one();
     producer_.join();
   }
 
   std::optional<Element> next() override {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return !ready_.empty() || ended_; });
+    if (ready_.empty() && !ended_) {
+      consumer_waiting_ = true;
+      consumer_cv_.wait(lock, [&] { return !ready_.empty() || ended_; });
+      consumer_waiting_ = false;
+    }
     if (ready_.empty()) {
       if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
       return std::nullopt;
     }
     Element e = std::move(ready_.front());
     ready_.pop_front();
-    lock.unlock();
-    cv_.notify_all();
+    if (producer_waiting_) producer_cv_.notify_one();
     return e;
   }
 
@@ -229,7 +281,11 @@ class PrefetchIterator : public IteratorImpl {
     for (;;) {
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return cancelled_ || ready_.size() < capacity_; });
+        if (!cancelled_ && ready_.size() >= capacity_) {
+          producer_waiting_ = true;
+          producer_cv_.wait(lock, [&] { return cancelled_ || ready_.size() < capacity_; });
+          producer_waiting_ = false;
+        }
         if (cancelled_) return;
       }
       std::optional<Element> e;
@@ -246,7 +302,7 @@ class PrefetchIterator : public IteratorImpl {
         ended_ = true;
         error_ = error;
       }
-      cv_.notify_all();
+      if (consumer_waiting_) consumer_cv_.notify_one();
       if (ended_) return;
     }
   }
@@ -254,7 +310,10 @@ class PrefetchIterator : public IteratorImpl {
   std::unique_ptr<IteratorImpl> input_;
   const size_t capacity_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable consumer_cv_;
+  std::condition_variable producer_cv_;
+  bool consumer_waiting_ = false;
+  bool producer_waiting_ = false;
   std::deque<Element> ready_;
   bool ended_ = false;  // the input ended or failed (error_); nothing more comes after ready_
   std::exception_ptr error_;
@@ -281,8 +340,7 @@ class PrefetchNode : public DatasetNode {
 
 NodePtr make_parallel_map_node(NodePtr input, Dataset::MapFn fn, int64_t threads,
                                bool deterministic) {
-  return std::make_shared<ParallelMapNode>(std::move(input), std::move(fn), threads,
-                                           deterministic);
+  return std::make_shared<ParallelMapNode>(std::move(input), std::move(fn), threads, deterministic);
 }
 
 NodePtr make_prefetch_node(NodePtr input, int64_t buffer_size) {

@@ -127,8 +127,7 @@ class Dataset {
   // at the end of each dimension to padded_shapes[c] (a kUnknownDim there, or no
   // padded_shapes at all: to the largest in the batch), with padding_values[c] (default 0).
   Dataset padded_batch(int64_t n, std::vector<Shape> padded_shapes = {},
-                       std::vector<double> padding_values = {},
-                       bool drop_remainder = false) const;
+                       std::vector<double> padding_values = {}, bool drop_remainder = false) const;
   // A background thread keeps up to buffer_size elements ready (kAutotune: 2).
   Dataset prefetch(int64_t buffer_size = kAutotune) const;
   // Keeps the elements of the first complete epoch in memory; later epochs read them from

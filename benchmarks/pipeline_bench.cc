@@ -1,0 +1,113 @@
+// Input pipeline throughput (examples/s): 10k Fashion-MNIST-like tf.Examples (a 784-byte image
+// and an int64 label) read from a TFRecord file, parsed and scaled to f32 / 255 by
+// map(parse, N), and batched by 64. The baseline is N = 1 in the same run; the printed ratio
+// says how well parsing scales onto a second core (the target is 1.7x or better on 2 cores).
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+
+#include "kiln/data/dataset.h"
+#include "kiln/io/example.h"
+#include "kiln/io/tfrecord.h"
+#include "kiln/kiln.h"
+
+namespace {
+
+using namespace kiln;
+constexpr int64_t kRecords = 10000;
+constexpr int64_t kBatch = 64;
+
+// Writes the records once, in a temporary directory removed at exit.
+const std::string& records_file() {
+  static const std::string path = [] {
+    std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                ("kiln_pipeline_bench_" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir);
+    std::string file = (dir / "fashion.tfrecord").string();
+    std::mt19937 rng(1);
+    io::RecordWriter writer(file);
+    std::string image(784, '\0');
+    for (int64_t i = 0; i < kRecords; ++i) {
+      for (char& c : image) c = static_cast<char>(rng() & 0xff);
+      writer.write(io::Example()
+                       .set_bytes("image", {image})
+                       .set_int64s("label", {static_cast<int64_t>(rng() % 10)})
+                       .serialize());
+    }
+    writer.close();
+    std::atexit([] { std::filesystem::remove_all(std::filesystem::path(path).parent_path()); });
+    return file;
+  }();
+  return path;
+}
+
+// One record: {u8 [n] serialized tf.Example} -> {f32 [28,28] in [0,1], i64 label}.
+data::Element parse(data::Element e) {
+  static const std::vector<io::FeatureSpec> spec = {
+      io::FixedLen{"image", u8, {28, 28}, std::nullopt},
+      io::FixedLen{"label", i64, {}, std::nullopt},
+  };
+  auto bytes = e[0].data<uint8_t>();
+  std::string record(bytes.begin(), bytes.end());
+  std::map<std::string, Tensor> parsed = io::parse_example({&record, 1}, spec);
+  Tensor image = reshape(parsed["image"].to(f32) / 255.0, {28, 28});
+  return {image, reshape(parsed["label"], {})};
+}
+
+std::map<int64_t, double> g_examples_per_second;
+
+void pipeline(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  data::Dataset ds = data::Dataset::tfrecord({records_file()}).map(parse, n).batch(kBatch);
+  int64_t examples = 0;
+  for (auto _ : state) {
+    data::Iterator it = ds.begin_epoch();
+    while (std::optional<data::Element> batch = it.next()) {
+      examples += (*batch)[0].dim(0);
+      benchmark::DoNotOptimize((*batch)[0].raw_data());
+    }
+  }
+  if (examples != state.iterations() * kRecords) state.SkipWithError("lost examples");
+  state.SetItemsProcessed(examples);
+  state.counters["examples/s"] =
+      benchmark::Counter(static_cast<double>(examples), benchmark::Counter::kIsRate);
+}
+
+BENCHMARK(pipeline)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+
+// Keeps the examples/s of each run to print the ratio after all of them.
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& run : runs) {
+      auto it = run.counters.find("examples/s");
+      if (it == run.counters.end() || run.error_occurred) continue;
+      int64_t n = std::stoll(run.run_name.args);
+      g_examples_per_second[n] = it->second.value;
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  auto one = g_examples_per_second.find(1), two = g_examples_per_second.find(2);
+  if (one != g_examples_per_second.end() && two != g_examples_per_second.end() && one->second > 0) {
+    std::printf(
+        "map(parse, 2) vs map(parse, 1): %.2fx (%.0f vs %.0f examples/s; target >= 1.7x "
+        "on 2 cores)\n",
+        two->second / one->second, two->second, one->second);
+  }
+  return 0;
+}

@@ -1,0 +1,250 @@
+// The LLVM-free half of the CPU loop-fusion codegen: op names, FusedSubgraph building and
+// validation, and running a compiled FusedKernel over the thread pool.
+#include "compiler/codegen/cpu/fused_kernel.h"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "kiln/error.h"
+#include "runtime/thread_pool.h"
+
+namespace kiln::compiler::cpu {
+namespace {
+
+struct OpInfo {
+  EltOp op;
+  const char* name;
+  int arity;
+};
+
+constexpr std::array<OpInfo, 33> kOps = {{
+    {EltOp::kNeg, "neg", 1},       {EltOp::kAbs, "abs", 1},
+    {EltOp::kExp, "exp", 1},       {EltOp::kLog, "log", 1},
+    {EltOp::kLog1p, "log1p", 1},   {EltOp::kExpm1, "expm1", 1},
+    {EltOp::kSqrt, "sqrt", 1},     {EltOp::kRsqrt, "rsqrt", 1},
+    {EltOp::kTanh, "tanh", 1},     {EltOp::kLogistic, "logistic", 1},
+    {EltOp::kSin, "sin", 1},       {EltOp::kCos, "cos", 1},
+    {EltOp::kErf, "erf", 1},       {EltOp::kSign, "sign", 1},
+    {EltOp::kFloor, "floor", 1},   {EltOp::kCeil, "ceil", 1},
+    {EltOp::kRound, "round", 1},   {EltOp::kConvert, "convert", 1},
+    {EltOp::kAdd, "add", 2},       {EltOp::kSub, "sub", 2},
+    {EltOp::kMul, "mul", 2},       {EltOp::kDiv, "div", 2},
+    {EltOp::kPow, "pow", 2},       {EltOp::kMax, "max", 2},
+    {EltOp::kMin, "min", 2},       {EltOp::kEq, "eq", 2},
+    {EltOp::kNe, "ne", 2},         {EltOp::kLt, "lt", 2},
+    {EltOp::kLe, "le", 2},         {EltOp::kGt, "gt", 2},
+    {EltOp::kGe, "ge", 2},         {EltOp::kSelect, "select", 3},
+    {EltOp::kClamp, "clamp", 3},
+}};
+
+const OpInfo& info(EltOp op) {
+  for (const OpInfo& i : kOps)
+    if (i.op == op) return i;
+  throw Error(ErrorCode::kInternal, "cpu codegen: unknown EltOp");
+}
+
+bool is_float_only(EltOp op) {
+  switch (op) {
+    case EltOp::kExp: case EltOp::kLog: case EltOp::kLog1p: case EltOp::kExpm1:
+    case EltOp::kSqrt: case EltOp::kRsqrt: case EltOp::kTanh: case EltOp::kLogistic:
+    case EltOp::kSin: case EltOp::kCos: case EltOp::kErf: case EltOp::kFloor:
+    case EltOp::kCeil: case EltOp::kRound: case EltOp::kPow:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_compare(EltOp op) { return op >= EltOp::kEq && op <= EltOp::kGe; }
+
+bool supported_dtype(DType t) {
+  return t == f32 || t == f64 || t == i32 || t == i64 || t == bool_;
+}
+
+[[noreturn]] void fail(const FusedSubgraph& sg, const std::string& msg,
+                       ErrorCode code = ErrorCode::kInvalidArgument) {
+  throw Error(code, "cpu codegen (" + sg.name + "): " + msg);
+}
+
+// The result dtype of `op` on args of dtypes `ts`, checking the operand dtypes.
+DType result_dtype(const FusedSubgraph& sg, EltOp op, const std::vector<DType>& ts, DType to) {
+  const char* name = elt_op_name(op);
+  for (DType t : ts) {
+    if (!supported_dtype(t))
+      fail(sg, std::string(name) + ": dtype " + dtype_name(t) + " is not supported",
+           ErrorCode::kUnimplemented);
+  }
+  if (op == EltOp::kConvert) {
+    if (!supported_dtype(to))
+      fail(sg, std::string("convert: dtype ") + dtype_name(to) + " is not supported",
+           ErrorCode::kUnimplemented);
+    return to;
+  }
+  if (op == EltOp::kSelect) {
+    if (ts[0] != bool_) fail(sg, std::string("select: pred must be bool, got ") + dtype_name(ts[0]));
+    if (ts[1] != ts[2])
+      fail(sg, std::string("select: dtype mismatch: ") + dtype_name(ts[1]) + " vs " +
+                   dtype_name(ts[2]));
+    return ts[1];
+  }
+  for (DType t : ts) {
+    if (t != ts[0])
+      fail(sg, std::string(name) + ": dtype mismatch: " + dtype_name(ts[0]) + " vs " +
+                   dtype_name(t));
+  }
+  DType t = ts[0];
+  if (t == bool_) fail(sg, std::string(name) + ": bool operands are not supported");
+  if (is_float_only(op) && t != f32 && t != f64)
+    fail(sg, std::string(name) + ": needs a floating-point operand, got " + dtype_name(t),
+         ErrorCode::kUnimplemented);
+  return is_compare(op) ? bool_ : t;
+}
+
+}  // namespace
+
+const char* elt_op_name(EltOp op) { return info(op).name; }
+int elt_op_arity(EltOp op) { return info(op).arity; }
+std::optional<EltOp> elt_op_from_name(std::string_view name) {
+  for (const OpInfo& i : kOps)
+    if (name == i.name) return i.op;
+  return std::nullopt;
+}
+
+int FusedSubgraph::add_input(DType dtype, Shape shape) {
+  if (!nodes.empty()) fail(*this, "inputs must be added before nodes");
+  for (int64_t d : shape)
+    if (d < 0) fail(*this, "input shape " + shape_str(shape) + " is not fully defined");
+  inputs.push_back({dtype, std::move(shape)});
+  return static_cast<int>(inputs.size()) - 1;
+}
+
+DType FusedSubgraph::dtype(int value) const {
+  if (value < 0 || value >= num_values())
+    fail(*this, "value " + std::to_string(value) + " out of range [0, " +
+                    std::to_string(num_values()) + ")");
+  int n_in = static_cast<int>(inputs.size());
+  return value < n_in ? inputs[value].dtype : nodes[value - n_in].dtype;
+}
+
+int FusedSubgraph::add(EltOp op, std::vector<int> args, DType to) {
+  if (static_cast<int>(args.size()) != elt_op_arity(op))
+    fail(*this, std::string(elt_op_name(op)) + " takes " + std::to_string(elt_op_arity(op)) +
+                    " args, got " + std::to_string(args.size()));
+  std::vector<DType> ts;
+  for (int a : args) ts.push_back(dtype(a));
+  DType t = result_dtype(*this, op, ts, to);
+  nodes.push_back({op, std::move(args), t});
+  return num_values() - 1;
+}
+
+Shape FusedSubgraph::output_shape() const {
+  Shape out;
+  for (const Input& in : inputs) {
+    const Shape& s = in.shape;
+    Shape r(std::max(out.size(), s.size()), 1);
+    for (size_t i = 0; i < r.size(); ++i) {
+      int64_t a = i < out.size() ? out[out.size() - 1 - i] : 1;
+      int64_t b = i < s.size() ? s[s.size() - 1 - i] : 1;
+      if (a != b && a != 1 && b != 1)
+        fail(*this, "input shapes do not broadcast: " + shape_str(out) + " vs " + shape_str(s));
+      r[r.size() - 1 - i] = a == 1 ? b : a;
+    }
+    out = std::move(r);
+  }
+  return out;
+}
+
+void FusedSubgraph::validate() const {
+  if (inputs.empty()) fail(*this, "a fused subgraph needs at least one input");
+  if (outputs.empty()) fail(*this, "a fused subgraph needs at least one output");
+  for (const Input& in : inputs) {
+    if (!supported_dtype(in.dtype))
+      fail(*this, std::string("input dtype ") + dtype_name(in.dtype) + " is not supported",
+           ErrorCode::kUnimplemented);
+    if (!is_fully_defined(in.shape))
+      fail(*this, "input shape " + shape_str(in.shape) + " is not fully defined");
+  }
+  int n_in = static_cast<int>(inputs.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    int id = n_in + static_cast<int>(i);
+    if (static_cast<int>(n.args.size()) != elt_op_arity(n.op))
+      fail(*this, std::string(elt_op_name(n.op)) + ": wrong number of args");
+    std::vector<DType> ts;
+    for (int a : n.args) {
+      if (a < 0 || a >= id)
+        fail(*this, "node " + std::to_string(id) + " refers to value " + std::to_string(a) +
+                        ", not an input or earlier node");
+      ts.push_back(dtype(a));
+    }
+    if (result_dtype(*this, n.op, ts, n.dtype) != n.dtype)
+      fail(*this, "node " + std::to_string(id) + " (" + elt_op_name(n.op) + ") has dtype " +
+                      dtype_name(n.dtype) + ", inferred " +
+                      dtype_name(result_dtype(*this, n.op, ts, n.dtype)));
+  }
+  for (int o : outputs) (void)dtype(o);
+  (void)output_shape();
+}
+
+bool is_flat_loop(const FusedSubgraph& sg, const Shape& out_shape) {
+  int64_t n = num_elements(out_shape);
+  for (const FusedSubgraph::Input& in : sg.inputs) {
+    int64_t m = num_elements(in.shape);
+    if (m != 1 && m != n) return false;
+  }
+  return true;
+}
+
+FusedKernel::FusedKernel(FusedSubgraph sg, Shape shape, KernelFn fn, std::shared_ptr<void> jit,
+                         bool contiguous, double compile_ms)
+    : subgraph_(std::move(sg)),
+      shape_(std::move(shape)),
+      num_elements_(kiln::num_elements(shape_)),
+      fn_(fn),
+      jit_(std::move(jit)),
+      contiguous_(contiguous),
+      compile_ms_(compile_ms) {}
+
+void FusedKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) const {
+  const FusedSubgraph& sg = subgraph_;
+  if (fn_ == nullptr) fail(sg, "run: the kernel is not compiled");
+  if (inputs.size() != sg.inputs.size())
+    fail(sg, "run: expected " + std::to_string(sg.inputs.size()) + " inputs, got " +
+                 std::to_string(inputs.size()));
+  std::vector<void*> in_ptrs(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    const FusedSubgraph::Input& want = sg.inputs[i];
+    if (!t.defined() || t.is_symbolic())
+      fail(sg, "run: input " + std::to_string(i) + " is not a concrete tensor");
+    if (t.dtype() != want.dtype || t.shape() != want.shape)
+      fail(sg, "run: input " + std::to_string(i) + " is " + dtype_name(t.dtype()) +
+                   shape_str(t.shape()) + ", the kernel was compiled for " +
+                   dtype_name(want.dtype) + shape_str(want.shape));
+    in_ptrs[i] = const_cast<void*>(t.raw_data());
+  }
+  outputs->resize(sg.outputs.size());
+  std::vector<void*> out_ptrs(sg.outputs.size());
+  for (size_t i = 0; i < sg.outputs.size(); ++i) {
+    Tensor& t = (*outputs)[i];
+    DType dt = sg.dtype(sg.outputs[i]);
+    if (!t.defined() || t.is_symbolic() || t.dtype() != dt || t.shape() != shape_)
+      t = Tensor::empty(dt, shape_);
+    out_ptrs[i] = t.raw_mutable_data();
+  }
+  if (num_elements_ == 0) return;
+  KernelFn fn = fn_;
+  void** ins = in_ptrs.data();
+  void** outs = out_ptrs.data();
+  runtime::parallel_for(num_elements_, 1 << 14,
+                        [fn, ins, outs](int64_t b, int64_t e) { fn(ins, outs, b, e); });
+}
+
+std::vector<Tensor> FusedKernel::run(const std::vector<Tensor>& inputs) const {
+  std::vector<Tensor> out;
+  run(inputs, &out);
+  return out;
+}
+
+}  // namespace kiln::compiler::cpu

@@ -1,0 +1,182 @@
+// Pass scheduling, the KILN_DUMP dump, and optimize().
+#include "compiler/pipeline.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+#include <utility>
+
+#include "compiler/passes/algebraic_simplifier.h"
+#include "compiler/passes/constant_folding.h"
+#include "compiler/passes/cse.h"
+#include "compiler/passes/dce.h"
+#include "compiler/passes/verify.h"
+#include "kiln/error.h"
+
+namespace kiln::compiler {
+namespace {
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) {
+    throw Error(ErrorCode::kFailedPrecondition, "KILN_DUMP: cannot write '" + path.string() + "'");
+  }
+}
+
+}  // namespace
+
+Pipeline::Pipeline(std::string name) : name_(std::move(name)) {
+  if (const char* dir = std::getenv("KILN_DUMP")) dump_dir_ = dir;
+}
+
+Pipeline& Pipeline::add(std::unique_ptr<Pass> pass) {
+  Stage stage;
+  stage.passes.push_back(std::move(pass));
+  stages_.push_back(std::move(stage));
+  return *this;
+}
+
+Pipeline& Pipeline::add_fixed_point(std::vector<std::unique_ptr<Pass>> passes, int max_iterations) {
+  stages_.push_back(Stage{std::move(passes), max_iterations});
+  return *this;
+}
+
+bool Pipeline::run(Module& module) {
+  // Passes compute on concrete tensors (folding, reading constants); a graph the caller is
+  // recording into must not capture that work.
+  struct NoDefaultGraph {
+    std::shared_ptr<detail::GraphImpl> saved = std::exchange(detail::default_graph(), nullptr);
+    ~NoDefaultGraph() { detail::default_graph() = saved; }
+  } no_default_graph;
+  bool changed = false;
+  for (Stage& stage : stages_) {
+    for (int round = 0; round < stage.max_iterations; ++round) {
+      bool round_changed = false;
+      for (auto& pass : stage.passes) {
+        std::string label = pass->name();
+        if (stage.max_iterations > 1) label += ".round" + std::to_string(round);
+        round_changed |= run_pass(*pass, module, label);
+      }
+      changed |= round_changed;
+      if (!round_changed) break;
+    }
+  }
+  return changed;
+}
+
+bool Pipeline::run_pass(Pass& pass, Module& module, const std::string& label) {
+  int before = static_cast<int>(nodes_of(module.graph).size());
+  pass.clear_notes();
+  bool changed = pass.run(module);
+  ++step_;
+  if (dump_dir_.empty()) return changed;
+  std::error_code error;
+  std::filesystem::create_directories(dump_dir_, error);
+  if (error) {
+    throw Error(ErrorCode::kFailedPrecondition,
+                "KILN_DUMP: cannot create '" + dump_dir_ + "': " + error.message());
+  }
+  char prefix[16];
+  std::snprintf(prefix, sizeof prefix, "%03d_", step_);
+  std::filesystem::path base = std::filesystem::path(dump_dir_) / (prefix + name_ + "." + label);
+  write_file(base.string() + ".txt", module.graph.to_text());
+  write_file(base.string() + ".dot", module.graph.to_dot());
+  std::string log = pass.name() + ": " + (changed ? "changed" : "no change") + ", " +
+                    std::to_string(before) + " -> " +
+                    std::to_string(nodes_of(module.graph).size()) + " nodes\n";
+  for (const std::string& line : pass.notes()) log += "  " + line + "\n";
+  write_file(base.string() + ".log", log);
+  return changed;
+}
+
+Pipeline default_pipeline() {
+  Pipeline p("optimize");
+  p.add(std::make_unique<Verify>());
+  std::vector<std::unique_ptr<Pass>> simplify;
+  simplify.push_back(std::make_unique<ConstantFolding>());
+  simplify.push_back(std::make_unique<AlgebraicSimplifier>());
+  simplify.push_back(std::make_unique<Cse>());
+  simplify.push_back(std::make_unique<Dce>());
+  p.add_fixed_point(std::move(simplify), 8);
+  p.add(std::make_unique<Verify>());
+  return p;
+}
+
+Module make_module(const Graph& graph, const std::vector<Tensor>& outputs) {
+  Module module;
+  {
+    std::lock_guard lock(graph.impl()->mu);
+    auto copy = std::make_shared<detail::GraphImpl>(graph.name());
+    copy->nodes = graph.impl()->nodes;
+    copy->by_name = graph.impl()->by_name;
+    module.graph = Graph(copy);
+  }
+  const std::vector<detail::Node>& nodes = nodes_of(module.graph);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& t = outputs[i];
+    if (!t.defined() || !t.is_symbolic() || t.impl()->graph != graph.impl()) {
+      throw Error(ErrorCode::kInvalidArgument, "optimize: output " + std::to_string(i) +
+                                                   " is not a value of graph '" + graph.name() +
+                                                   "'");
+    }
+    module.outputs.push_back({t.impl()->node, t.impl()->output});
+  }
+  for (size_t id = 0; id < nodes.size(); ++id) {
+    if (nodes[id].op == "placeholder") {
+      module.placeholders.push_back({static_cast<int>(id), static_cast<int>(id)});
+    }
+  }
+
+  return module;
+}
+
+CompiledGraph optimize(const Graph& graph, const std::vector<Tensor>& outputs) {
+  Pipeline pipeline = default_pipeline();
+  return optimize(graph, outputs, pipeline);
+}
+
+CompiledGraph optimize(const Graph& graph, const std::vector<Tensor>& outputs, Pipeline& pipeline) {
+  Module module = make_module(graph, outputs);
+  CompiledGraph result;
+  result.nodes_before = static_cast<int>(nodes_of(module.graph).size());
+  result.original_ = graph.impl();
+  pipeline.run(module);
+
+  result.graph = module.graph;
+  for (ValueRef v : module.outputs) {
+    result.outputs.push_back(result.graph.value(v.node, v.output));
+  }
+  for (const Module::Placeholder& p : module.placeholders) {
+    result.placeholders_[p.original] = p.current;
+  }
+  return result;
+}
+
+Tensor CompiledGraph::placeholder(const Tensor& original) const {
+  if (!original.defined() || !original.is_symbolic() || original.impl()->graph != original_) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "CompiledGraph: the feed key is not a placeholder of the original graph");
+  }
+  auto it = placeholders_.find(original.impl()->node);
+  if (it == placeholders_.end()) {
+    throw Error(ErrorCode::kInvalidArgument, "CompiledGraph: feed key '" +
+                                                 original_->nodes[original.impl()->node].name +
+                                                 "' is not a placeholder");
+  }
+  return graph.value(it->second);
+}
+
+FeedList CompiledGraph::map_feeds(const FeedList& original) const {
+  FeedList feeds;
+  for (const auto& [key, value] : original) feeds.push_back({placeholder(key), value});
+  return feeds;
+}
+
+std::vector<Tensor> CompiledGraph::run(const FeedList& original_feeds) const {
+  return graph.run(map_feeds(original_feeds), outputs);
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,52 @@
+// Helpers for compiler tests: run one pass on a graph, feed a module through its original
+// placeholders, and compare results bit for bit.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "compiler/pipeline.h"
+#include "kiln/kiln.h"
+
+namespace kiln::compiler::testing {
+
+// Feeds keyed by original placeholders, re-keyed for the module's graph.
+inline FeedList remap_feeds(const Module& m, const FeedList& feeds) {
+  FeedList out;
+  for (const auto& [key, value] : feeds) {
+    for (const Module::Placeholder& p : m.placeholders) {
+      if (p.original == key.impl()->node) out.push_back({m.graph.value(p.current), value});
+    }
+  }
+  return out;
+}
+
+inline std::vector<Tensor> run_module(const Module& m, const FeedList& feeds) {
+  std::vector<Tensor> fetches;
+  for (ValueRef v : m.outputs) fetches.push_back(m.graph.value(v.node, v.output));
+  return m.graph.run(remap_feeds(m, feeds), fetches);
+}
+
+// The ops of a module's graph, in order ("placeholder constant add ...").
+inline std::string ops_of(const Module& m) {
+  std::string s;
+  for (const auto& n : nodes_of(m.graph)) s += (s.empty() ? "" : " ") + n.op;
+  return s;
+}
+
+inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && a.nbytes() == b.nbytes() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+inline void expect_bitwise_equal(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(bitwise_equal(a[i], b[i])) << "output " << i << ": " << a[i] << " vs " << b[i];
+  }
+}
+
+}  // namespace kiln::compiler::testing
