@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 
+#include "compiler/compile_cache.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
@@ -377,6 +378,43 @@ TEST(ExecutableTest, RandomGraphsMatchTheInterpreter) {
     }
   }
   EXPECT_GT(fused_total, 300);
+}
+
+}  // namespace
+}  // namespace kiln::compiler
+
+namespace kiln::compiler {
+namespace {
+
+TEST(CompileCacheTest, CompilesOncePerSignatureAndEvictsLeastRecentlyUsed) {
+  Graph g{"cached"};
+  Tensor x = g.placeholder(f32, {kUnknownDim}, "x");
+  Tensor out = exp(x) * 2.0f + 1.0f;
+  CompileCache cache(2);
+  auto feed = [&](int n) {
+    return FeedList{{x, Tensor::from_vector(std::vector<float>(n, 0.0f))}};
+  };
+  // exp(0) * 2 + 1 = 3 everywhere.
+  EXPECT_EQ(cache.run(g, {out}, feed(3))[0].to_vector<float>(), std::vector<float>(3, 3.0f));
+  EXPECT_EQ(cache.run(g, {out}, feed(3))[0].to_vector<float>(), std::vector<float>(3, 3.0f));
+  CompileCache::Stats s = cache.stats();
+  EXPECT_EQ(s.misses, 1);
+  EXPECT_EQ(s.hits, 1);
+  EXPECT_EQ(s.recompiles, 0);
+  EXPECT_EQ(cache.run(g, {out}, feed(5))[0].to_vector<float>(), std::vector<float>(5, 3.0f));
+  s = cache.stats();
+  EXPECT_EQ(s.misses, 2);
+  EXPECT_EQ(s.recompiles, 1);
+  EXPECT_EQ(cache.size(), 2u);
+  cache.run(g, {out}, feed(7));  // evicts the [3] executable (least recently used)
+  s = cache.stats();
+  EXPECT_EQ(s.evictions, 1);
+  EXPECT_EQ(cache.size(), 2u);
+  cache.run(g, {out}, feed(5));  // still cached
+  EXPECT_EQ(cache.stats().hits, 2);
+  cache.run(g, {out}, feed(3));  // was evicted: compiled again
+  EXPECT_EQ(cache.stats().misses, 4);
+  EXPECT_EQ(cache.stats().recompiles, 3);
 }
 
 }  // namespace
