@@ -12,7 +12,7 @@ CompileCache::CompileCache(size_t capacity) : capacity_(std::max<size_t>(capacit
 std::shared_ptr<const Executable> CompileCache::get(const Graph& graph,
                                                     const std::vector<Tensor>& outputs,
                                                     const FeedList& feeds) {
-  std::string program = "n" + std::to_string(graph.num_nodes()) + ":";
+  std::string program = std::string("n") + std::to_string(graph.num_nodes()) + ":";
   for (const Tensor& t : outputs) {
     if (!t.defined() || !t.is_symbolic() || t.impl()->graph != graph.impl()) {
       throw Error(ErrorCode::kInvalidArgument,

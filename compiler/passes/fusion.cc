@@ -40,7 +40,8 @@ std::string fusion_refusal(const detail::Node& node, const std::vector<TensorTyp
 namespace {
 
 std::string label(const std::vector<detail::Node>& nodes, int id) {
-  return "%" + std::to_string(id) + " " + nodes[id].name + " (" + nodes[id].op + ")";
+  return std::string("%") + std::to_string(id) + " " + nodes[id].name + " (" + nodes[id].op +
+         ")";
 }
 
 }  // namespace
