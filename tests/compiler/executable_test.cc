@@ -76,6 +76,24 @@ TEST(ExecutableTest, ElementwiseChainBecomesOneFusedThunk) {
   expect_close(e.run(feeds2), g.run(feeds2, std::vector<Tensor>{out}));
 }
 
+TEST(ExecutableTest, ScalarsAndZeroSizedShapes) {
+  Graph g{"edge"};
+  Tensor x = g.placeholder(f32, {kUnknownDim, 3}, "x");
+  Tensor s = g.placeholder(f32, {}, "s");
+  Tensor scalar_out = s * s + 1.0f;  // all-scalar group
+  Tensor empty_out = exp(x) * s;
+  for (int64_t rows : {0, 2}) {
+    std::vector<float> xv(rows * 3, 0.0f);
+    FeedList feeds = {{x, Tensor::from_vector(xv, {rows, 3})}, {s, Tensor::scalar<float>(3)}};
+    Executable e = compile(g, {scalar_out, empty_out}, feeds);
+    std::vector<Tensor> got = e.run(feeds);
+    EXPECT_EQ(got[0].shape(), Shape{});
+    EXPECT_EQ(got[0].to_vector<float>(), std::vector<float>{10});  // 3 * 3 + 1
+    EXPECT_EQ(got[1].shape(), (Shape{rows, 3}));
+    EXPECT_EQ(got[1].to_vector<float>(), std::vector<float>(rows * 3, 3.0f));  // exp(0) * 3
+  }
+}
+
 TEST(ExecutableTest, MultiConsumerValueIsFusedWhenAllConsumersAreInTheGroup) {
   Graph g{"multi"};
   Tensor x = g.placeholder(f32, {4, 4}, "x");
