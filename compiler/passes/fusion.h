@@ -1,0 +1,40 @@
+// Loop fusion analysis: groups producer-consumer chains of elementwise ops that the CPU emitter
+// supports (compiler/codegen/cpu/fused_kernel.h) into acyclic fusion groups, for concrete
+// shapes, and records why each refused fusion was refused (for the KILN_DUMP log).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kiln/graph.h"
+#include "src/core/tensor_impl.h"
+
+namespace kiln::compiler {
+
+struct FusionGroup {
+  std::vector<int> nodes;    // node ids, ascending (a topological order)
+  std::vector<int> outputs;  // members used outside the group or fetched, ascending
+  Shape shape;               // every member's (concrete) output shape
+};
+
+struct FusionPlan {
+  std::vector<FusionGroup> groups;
+  std::vector<int> group_of;       // per node: its group index, or -1
+  std::vector<std::string> notes;  // one line per refused fusion / unfusible node, with reason
+
+  std::string log() const;  // the groups and the notes, for humans
+};
+
+// Plans fusion over `nodes` (a topologically ordered graph), where `types[id]` are node id's
+// concrete output types, `needed[id]` says whether a node is computed at all, and `fetched`
+// lists the values the caller asks for (their producers become group outputs).
+FusionPlan plan_fusion(const std::vector<detail::Node>& nodes,
+                       const std::vector<std::vector<TensorType>>& types,
+                       const std::vector<bool>& needed, const std::vector<ValueRef>& fetched);
+
+// Why `node` (with concrete input types `inputs` and output types `outputs`) cannot be emitted
+// by the CPU elementwise emitter, or "" when it can.
+std::string fusion_refusal(const detail::Node& node, const std::vector<TensorType>& inputs,
+                           const std::vector<TensorType>& outputs);
+
+}  // namespace kiln::compiler
