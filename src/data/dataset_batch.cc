@@ -1,5 +1,6 @@
 // batch and padded_batch: groups of elements stacked along a new dimension 0, padded to a
 // common shape for padded_batch.
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -12,7 +13,7 @@ namespace {
 // Up to n elements of the input; fewer only at its end.
 std::vector<Element> gather(IteratorImpl& input, int64_t n) {
   std::vector<Element> elements;
-  elements.reserve(static_cast<size_t>(n));
+  elements.reserve(static_cast<size_t>(std::min<int64_t>(n, 4096)));  // grows if n is larger
   while (static_cast<int64_t>(elements.size()) < n) {
     std::optional<Element> e = input.next();
     if (!e) break;

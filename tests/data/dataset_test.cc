@@ -874,5 +874,14 @@ TEST_F(DatasetSources, FromIdx) {
   }
 }
 
+TEST(DatasetBatch, AHugeBatchSizeTakesWhatThereIsWithoutReservingIt) {
+  Dataset ds = Dataset::from_tensors({Tensor::from_list<int32_t>({1, 2, 3})}).batch(int64_t{1} << 40);
+  Iterator it = ds.begin_epoch();
+  std::optional<Element> batch = it.next();
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_EQ((*batch)[0].to_vector<int32_t>(), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_FALSE(it.next().has_value());
+}
+
 }  // namespace
 }  // namespace kiln::data
