@@ -76,6 +76,24 @@ void for_each_broadcast(const Shape& out, const std::array<Shape, N>& ins, F&& f
     });
     return;
   }
+  // Common case: every input is either the full shape or a single element (x * 2.0).
+  bool full_or_scalar = true;
+  std::array<int64_t, N> step{};
+  for (size_t k = 0; k < N; ++k) {
+    if (ins[k] == out) step[k] = 1;
+    else if (num_elements(ins[k]) == 1) step[k] = 0;
+    else full_or_scalar = false;
+  }
+  if (full_or_scalar) {
+    runtime::parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
+      std::array<int64_t, N> off;
+      for (int64_t i = begin; i < end; ++i) {
+        for (size_t k = 0; k < N; ++k) off[k] = i * step[k];
+        f(i, off);
+      }
+    });
+    return;
+  }
   std::array<std::vector<int64_t>, N> strides;
   for (size_t k = 0; k < N; ++k) strides[k] = broadcast_strides(ins[k], out);
   const int rank = static_cast<int>(out.size());

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <shared_mutex>
 
 namespace kiln {
 namespace {
@@ -50,8 +51,9 @@ void KernelContext::set_output(int i, Tensor value) { outputs_.at(i) = std::move
 
 // ---- OpRegistry -------------------------------------------------------------------------
 
+// Lookups happen on every eager op, from many threads: they share the lock.
 struct OpRegistry::Impl {
-  std::mutex mu;
+  std::shared_mutex mu;
   std::map<std::string, std::unique_ptr<OpDef>> ops;  // stable addresses
   std::map<std::string, std::pair<GradientFn, bool>> pending_gradients;
   std::map<std::string, Error> deferred;
@@ -89,7 +91,7 @@ void OpRegistry::add(OpDef def) {
 }
 
 const OpDef& OpRegistry::find(const std::string& name) const {
-  std::lock_guard lock(impl_->mu);
+  std::shared_lock lock(impl_->mu);
   auto deferred = impl_->deferred.find(name);
   if (deferred != impl_->deferred.end()) throw deferred->second;
   auto it = impl_->ops.find(name);
@@ -103,12 +105,12 @@ const OpDef& OpRegistry::find(const std::string& name) const {
 }
 
 bool OpRegistry::contains(const std::string& name) const {
-  std::lock_guard lock(impl_->mu);
+  std::shared_lock lock(impl_->mu);
   return impl_->ops.count(name) != 0;
 }
 
 std::vector<std::string> OpRegistry::names() const {
-  std::lock_guard lock(impl_->mu);
+  std::shared_lock lock(impl_->mu);
   std::vector<std::string> out;
   for (const auto& [name, _] : impl_->ops) out.push_back(name);
   return out;
@@ -133,7 +135,7 @@ void OpRegistry::defer_error(const std::string& op, const Error& error) {
 // ---- KernelRegistry ---------------------------------------------------------------------
 
 struct KernelRegistry::Impl {
-  std::mutex mu;
+  std::shared_mutex mu;
   std::map<std::pair<std::string, DeviceType>, std::vector<std::unique_ptr<KernelDef>>> kernels;
 };
 
@@ -174,7 +176,7 @@ void KernelRegistry::add(KernelDef def) {
 
 const KernelDef& KernelRegistry::find(const std::string& op, DeviceType device,
                                       DType dtype) const {
-  std::lock_guard lock(impl_->mu);
+  std::shared_lock lock(impl_->mu);
   auto it = impl_->kernels.find({op, device});
   std::string have;
   if (it != impl_->kernels.end()) {
@@ -190,7 +192,7 @@ const KernelDef& KernelRegistry::find(const std::string& op, DeviceType device,
 }
 
 bool KernelRegistry::contains(const std::string& op, DeviceType device, DType dtype) const {
-  std::lock_guard lock(impl_->mu);
+  std::shared_lock lock(impl_->mu);
   auto it = impl_->kernels.find({op, device});
   if (it == impl_->kernels.end()) return false;
   for (const auto& k : it->second)
