@@ -32,6 +32,7 @@ struct Step {
   std::vector<Variable> vars;      // in the order they were first read
   std::vector<Tensor> var_inputs;  // their placeholders
   std::vector<Variable> assigned;  // variables (and slots) the step returns new values for
+  std::vector<Variable> gradient_of;  // the trainable variables whose gradients come last
   std::vector<Tensor> fetches;     // loss, metric stats..., new values of `assigned`
   Tensor prediction;
   size_t num_metric_stats = 0;
@@ -111,6 +112,7 @@ struct Model::Impl {
   int epoch = 0;
   int64_t batch = 0;
   std::optional<std::pair<int, int64_t>> resume;
+  std::vector<std::pair<Variable, Tensor>> last_gradients;
 
   void seed_layers() {
     for (size_t i = 0; i < layers.size(); ++i)
@@ -228,6 +230,11 @@ struct Model::Impl {
     for (const auto& [var, value] : ctx.updates()) {
       s.assigned.push_back(var);
       s.fetches.push_back(value);
+    }
+    // The gradients are computed for the update anyway; returning them costs no extra work.
+    for (size_t i = 0; i < trainable.size(); ++i) {
+      s.gradient_of.push_back(trainable[i]);
+      s.fetches.push_back(grads[i]);
     }
     return s;
   }
@@ -468,6 +475,10 @@ void Model::load_state(const std::map<std::string, Tensor>& saved) {
   }
 }
 
+std::vector<std::pair<Variable, Tensor>> Model::last_gradients() const {
+  return impl_->last_gradients;
+}
+
 int Model::current_epoch() const { return impl_->epoch; }
 int64_t Model::current_batch() const { return impl_->batch; }
 
@@ -680,6 +691,8 @@ History Model::fit_batches(BatchSource& source, const FitOptions& options,
         Variable target = v;
         target.assign(outs[at++]);
       }
+      impl_->last_gradients.clear();
+      for (const Variable& v : step.gradient_of) impl_->last_gradients.emplace_back(v, outs[at++]);
       opt.set_iterations(it + 1);
       double batch_loss = outs[0].item<double>();
       loss_sum += batch_loss * xb.dim(0);

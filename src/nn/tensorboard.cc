@@ -1,4 +1,5 @@
-// The TensorBoard callback: epoch and batch scalars, weight and weight-update histograms and
+// The TensorBoard callback: epoch and batch scalars, weight, weight-update and gradient
+// (of the epoch's last batch) histograms and
 // the inference graph, written with io::EventWriter into log_dir/train and log_dir/validation.
 #include "kiln/nn/tensorboard.h"
 
@@ -138,6 +139,7 @@ void TensorBoard::on_epoch_end(int epoch, Logs& logs) {
     for (const Variable& v : model()->trainable_weights()) histogram(v.name(), v.value());
     for (const auto& [v, start] : state_->epoch_start)
       histogram(v.name() + "/update", sub(v.value(), start));
+    for (const auto& [v, grad] : model()->last_gradients()) histogram(v.name() + "/gradient", grad);
   }
   state_->epoch_start.clear();
   train.flush();

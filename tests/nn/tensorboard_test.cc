@@ -244,6 +244,7 @@ TEST_F(TensorBoardTest, WeightAndUpdateHistogramsEveryHistogramFreqEpochs) {
   for (const Variable& v : weights) {
     expected_tags.insert(v.name());
     expected_tags.insert(v.name() + "/update");
+    expected_tags.insert(v.name() + "/gradient");
   }
   EXPECT_TRUE(expected_tags.count("dense/kernel") && expected_tags.count("dense_1/bias"));
   for (const auto& [tag, points] : train.histograms) tags.insert(tag);
@@ -284,6 +285,18 @@ TEST_F(TensorBoardTest, WeightAndUpdateHistogramsEveryHistogramFreqEpochs) {
     EXPECT_DOUBLE_EQ(updates[1].second.min(), update_lo);
     EXPECT_DOUBLE_EQ(updates[1].second.max(), update_hi);
     EXPECT_GT(updates[1].second.sum_squares(), 0);  // SGD moved every variable
+
+    // The gradient histogram of epoch 2: the gradient of the epoch's last batch.
+    const auto& grads = train.histograms.at(v.name() + "/gradient");
+    ASSERT_EQ(grads.size(), 2u);
+    EXPECT_EQ(grads[1].first, 2);
+    EXPECT_EQ(grads[1].second.num(), static_cast<double>(w.size()));
+    std::vector<std::pair<Variable, Tensor>> last_grads = model.last_gradients();
+    ASSERT_EQ(last_grads.size(), weights.size());
+    std::vector<double> g = last_grads[k].second.to_vector<double>();
+    double grad_sum = 0;
+    for (double x : g) grad_sum += x;
+    EXPECT_NEAR(grads[1].second.sum(), grad_sum, 1e-6);
   }
 }
 

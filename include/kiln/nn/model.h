@@ -90,6 +90,9 @@ class Model {
   std::map<std::string, Tensor> state() const;
   // Assigns values saved by state(); every name must exist with the same dtype and shape.
   void load_state(const std::map<std::string, Tensor>& state);
+  // The gradient of the loss for each trainable variable at the last training batch
+  // (before clipping), as the step computed it. Empty before the first batch.
+  std::vector<std::pair<Variable, Tensor>> last_gradients() const;
   // Where fit is: the epoch and the batch within it about to run (or last run).
   int current_epoch() const;
   int64_t current_batch() const;

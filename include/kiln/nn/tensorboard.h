@@ -35,9 +35,10 @@ struct TensorBoardOptions {
 //    the loss over the epoch so far, and likewise for the metrics.
 //  - every histogram_freq epochs: a histogram of each trainable variable (tag: the variable's
 //    name, "dense/kernel"), and of how much the epoch changed it, "<name>/update" (the weights
-//    at the end of the epoch minus those at its start: the sum of the epoch's optimizer steps,
-//    which stands in for Keras's gradient histograms). A variable holding NaN or infinite
-//    values is left out of that epoch's histograms.
+//    at the end of the epoch minus those at its start: the sum of the epoch's optimizer
+//    steps), and of its gradient at the epoch's last batch, "<name>/gradient"
+//    (Model::last_gradients). A variable holding NaN or infinite values is left out of that
+//    epoch's histograms.
 //  - with write_graph: the inference graph (Model::inference_graph), nodes scoped by layer.
 // Files are flushed at the end of every epoch and closed at the end of training. Errors (an
 // unwritable log_dir) throw kiln::Error naming the path; bad options throw kInvalidArgument.
