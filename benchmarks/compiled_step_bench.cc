@@ -1,5 +1,5 @@
 // The MLP training step (Dense(128, relu), Dropout(0.5), Dense(10), sparse cross-entropy, Adam;
-// traced as tests/compiler/mlp_step_test.cc does) at batch 64: the reference interpreter vs the
+// traced by tests/compiler/mlp_step.h) at batch 64: the reference interpreter vs the
 // compiled Executable (fused JIT kernels + reference-kernel thunks). Prints
 // mlp_b64_compiled_vs_interpreted (interpreter time / compiled time; > 1 means compiled wins).
 #include <benchmark/benchmark.h>
@@ -9,6 +9,7 @@
 #include <random>
 
 #include "compiler/executable.h"
+#include "tests/compiler/mlp_step.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
@@ -17,82 +18,29 @@ namespace {
 
 using namespace kiln;
 
-Tensor random_tensor(Shape shape, std::mt19937& rng, float scale) {
-  std::normal_distribution<float> normal(0, scale);
-  std::vector<float> v(num_elements(shape));
-  for (float& x : v) x = normal(rng);
-  return Tensor::from_vector(v, shape);
-}
-
-struct Step {
-  Graph g{"step"};
-  std::vector<Tensor> fetches;
-  FeedList feeds;
-};
+using Step = test_models::MlpStep;
 
 Step& step() {
-  static Step* s = [] {
-    constexpr int64_t kIn = 784, kHidden = 128, kClasses = 10, kBatch = 64;
-    auto* st = new Step;
-    Graph& g = st->g;
-    Tensor x = g.placeholder(f32, {kUnknownDim, kIn}, "x");
-    Tensor y = g.placeholder(i64, {kUnknownDim}, "y");
-    Tensor seed = g.placeholder(i64, {}, "seed");
-    Tensor lr = g.placeholder(f32, {}, "learning_rate");
-    Tensor iteration = g.placeholder(f32, {}, "iteration");
-    std::vector<Shape> shapes = {{kIn, kHidden}, {kHidden}, {kHidden, kClasses}, {kClasses}};
-    std::vector<Tensor> params, m, v;
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      params.push_back(g.placeholder(f32, shapes[i], "param" + std::to_string(i)));
-      m.push_back(g.placeholder(f32, shapes[i], "param" + std::to_string(i) + "/Adam/m"));
-      v.push_back(g.placeholder(f32, shapes[i], "param" + std::to_string(i) + "/Adam/v"));
-    }
-    Tensor hidden = relu(matmul(x, params[0]) + params[1]);
-    Tensor keep = random_bernoulli_like(hidden, seed + Tensor::scalar<int64_t>(1), 0.5, bool_);
-    Tensor dropped = where(keep, hidden * (1.0 / 0.5), zeros_like(hidden));
-    Tensor logits = matmul(dropped, params[2]) + params[3];
-    Tensor loss = nn::SparseCategoricalCrossentropy(/*from_logits=*/true)(y, logits);
-    std::vector<Tensor> grads = gradients(loss, params);
-    optim::Adam adam(1e-3);
-    st->fetches = {loss};
-    for (size_t i = 0; i < params.size(); ++i) {
-      auto [value, slots] = adam.apply(params[i], grads[i], {m[i], v[i]}, lr, iteration);
-      st->fetches.push_back(value);
-      for (const Tensor& sl : slots) st->fetches.push_back(sl);
-    }
-    std::mt19937 rng(42);
-    st->feeds = {{x, random_tensor({kBatch, kIn}, rng, 1)},
-                 {seed, Tensor::scalar<int64_t>(1234)},
-                 {lr, Tensor::scalar<float>(1e-3f)},
-                 {iteration, Tensor::scalar<float>(3)}};
-    std::vector<int64_t> labels(kBatch);
-    for (int64_t& l : labels) l = static_cast<int64_t>(rng() % kClasses);
-    st->feeds.push_back({y, Tensor::from_vector(labels)});
-    for (size_t i = 0; i < params.size(); ++i) {
-      st->feeds.push_back({params[i], random_tensor(shapes[i], rng, 0.1f)});
-      st->feeds.push_back({m[i], random_tensor(shapes[i], rng, 0.01f)});
-      st->feeds.push_back({v[i], abs(random_tensor(shapes[i], rng, 0.01f))});
-    }
-    return st;
-  }();
+  static Step* s = new Step(test_models::make_mlp_step(/*in=*/784, /*hidden_units=*/128,
+                                                   /*classes=*/10, /*batch=*/64));
   return *s;
 }
 
 void mlp_b64_interpreted(benchmark::State& state) {
   Step& s = step();
-  for (auto _ : state) benchmark::DoNotOptimize(s.g.run(s.feeds, s.fetches));
+  for (auto _ : state) benchmark::DoNotOptimize(s.graph.run(s.feeds, s.fetches));
 }
 
 // The optimized graph (optimize() only) under the interpreter: separates fusion's share.
 void mlp_b64_optimized_interpreted(benchmark::State& state) {
   Step& s = step();
-  compiler::CompiledGraph c = compiler::optimize(s.g, s.fetches);
+  compiler::CompiledGraph c = compiler::optimize(s.graph, s.fetches);
   for (auto _ : state) benchmark::DoNotOptimize(c.run(s.feeds));
 }
 
 void mlp_b64_compiled(benchmark::State& state) {
   Step& s = step();
-  compiler::Executable e = compiler::compile(s.g, s.fetches, s.feeds);
+  compiler::Executable e = compiler::compile(s.graph, s.fetches, s.feeds);
   state.counters["thunks"] = e.num_thunks();
   state.counters["fused_thunks"] = e.num_fused_thunks();
   for (auto _ : state) benchmark::DoNotOptimize(e.run(s.feeds));

@@ -1,6 +1,7 @@
 // The compiled execution path (compiler/executable.h, compiler/passes/fusion.h): fused thunks
 // and reference-kernel thunks agree with the interpreter; fusion groups and refusals.
 #include "compiler/executable.h"
+#include "tests/compiler/mlp_step.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -241,46 +242,11 @@ TEST(ExecutableTest, FeedsAreCheckedWithClearErrors) {
 }
 
 TEST(ExecutableTest, MlpTrainingStepMatchesTheInterpreter) {
-  constexpr int64_t kIn = 16, kHidden = 32, kClasses = 10, kBatch = 8;
-  Graph g{"step"};
-  Tensor x = g.placeholder(f32, {kUnknownDim, kIn}, "x");
-  Tensor y = g.placeholder(i64, {kUnknownDim}, "y");
-  Tensor seed = g.placeholder(i64, {}, "seed");
-  Tensor lr = g.placeholder(f32, {}, "learning_rate");
-  Tensor iteration = g.placeholder(f32, {}, "iteration");
-  std::vector<Shape> shapes = {{kIn, kHidden}, {kHidden}, {kHidden, kClasses}, {kClasses}};
-  std::vector<Tensor> params, m, v;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    params.push_back(g.placeholder(f32, shapes[i], "param" + std::to_string(i)));
-    m.push_back(g.placeholder(f32, shapes[i], "param" + std::to_string(i) + "/Adam/m"));
-    v.push_back(g.placeholder(f32, shapes[i], "param" + std::to_string(i) + "/Adam/v"));
-  }
-  Tensor hidden = relu(matmul(x, params[0]) + params[1]);
-  Tensor keep = random_bernoulli_like(hidden, seed + Tensor::scalar<int64_t>(1), 0.5, bool_);
-  Tensor dropped = where(keep, hidden * (1.0 / 0.5), zeros_like(hidden));
-  Tensor logits = matmul(dropped, params[2]) + params[3];
-  Tensor loss = nn::SparseCategoricalCrossentropy(/*from_logits=*/true)(y, logits);
-  std::vector<Tensor> grads = gradients(loss, params);
-  optim::Adam adam(1e-3);
-  std::vector<Tensor> fetches = {loss};
-  for (size_t i = 0; i < params.size(); ++i) {
-    auto [value, slots] = adam.apply(params[i], grads[i], {m[i], v[i]}, lr, iteration);
-    fetches.push_back(value);
-    for (const Tensor& s : slots) fetches.push_back(s);
-  }
-  std::mt19937 rng(42);
-  FeedList feeds = {{x, random_tensor({kBatch, kIn}, rng, 1)},
-                    {seed, Tensor::scalar<int64_t>(1234)},
-                    {lr, Tensor::scalar<float>(1e-3f)},
-                    {iteration, Tensor::scalar<float>(3)}};
-  std::vector<int64_t> labels(kBatch);
-  for (int64_t& l : labels) l = static_cast<int64_t>(rng() % kClasses);
-  feeds.push_back({y, Tensor::from_vector(labels)});
-  for (size_t i = 0; i < params.size(); ++i) {
-    feeds.push_back({params[i], random_tensor(shapes[i], rng, 0.1f)});
-    feeds.push_back({m[i], random_tensor(shapes[i], rng, 0.01f)});
-    feeds.push_back({v[i], abs(random_tensor(shapes[i], rng, 0.01f))});
-  }
+  test_models::MlpStep step = test_models::make_mlp_step(/*in=*/16, /*hidden_units=*/32,
+                                                          /*classes=*/10, /*batch=*/8);
+  const Graph& g = step.graph;
+  const std::vector<Tensor>& fetches = step.fetches;
+  const FeedList& feeds = step.feeds;
   Executable e = compile(g, fetches, feeds);
   EXPECT_GT(e.num_fused_thunks(), 5) << e.fusion_log();
   expect_close(e.run(feeds), g.run(feeds, fetches), 1e-5);
