@@ -38,7 +38,8 @@ constexpr std::chrono::milliseconds kMaxGroupingDelay{1};
 // Workers take chunks of elements from the input in turn (each element numbered by its
 // position), apply fn concurrently, and post results. At most `window` elements are taken and
 // not yet consumed, so the workers stay a bounded distance ahead of the consumer. Waking a
-// thread costs more than a cheap fn, so the two sides wake each other in groups: a waiting
+// thread costs more than a cheap fn (tens of microseconds in a virtual machine), so chunks
+// grow as large as fn is cheap, and the two sides wake each other in groups: a waiting
 // consumer once `wake_batch` results are ready (or the window is full, the input done, or
 // kMaxGroupingDelay has passed), waiting workers once that many places are free.
 class ParallelMapIterator : public IteratorImpl {
@@ -48,8 +49,7 @@ class ParallelMapIterator : public IteratorImpl {
       : input_(std::move(input)),
         fn_(std::move(fn)),
         deterministic_(deterministic),
-        window_(std::max<int64_t>(16, 8 * threads)),
-        wake_batch_(window_ / 2) {
+        threads_(threads) {
     workers_.reserve(static_cast<size_t>(threads));
     try {
       for (int64_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
@@ -86,12 +86,16 @@ class ParallelMapIterator : public IteratorImpl {
       completed_.pop_front();
     }
     --taken_;
-    if (workers_waiting_ > 0 && window_ - taken_ >= wake_batch_) workers_cv_.notify_all();
+    if (workers_waiting_ > 0 && window() - taken_ >= wake_batch()) workers_cv_.notify_all();
     lock.unlock();
     return take(r);
   }
 
  private:
+  // Under mu_: two chunks per thread, so each has the next chunk to do while its last one
+  // waits for the consumer.
+  int64_t window() const { return std::max<int64_t>(4, 2 * threads_ * chunk_); }
+  int64_t wake_batch() const { return window() / 2; }
   // Under mu_: results the consumer can take now, in order when deterministic.
   int64_t ready() const {
     return deterministic_ ? contiguous_ : static_cast<int64_t>(completed_.size());
@@ -102,7 +106,7 @@ class ParallelMapIterator : public IteratorImpl {
   bool consumer_should_wake() const {
     if (at_end()) return true;
     int64_t r = ready();
-    return r > 0 && (consumer_eager_ || r >= wake_batch_ || input_done_ || taken_ >= window_);
+    return r > 0 && (consumer_eager_ || r >= wake_batch() || input_done_ || taken_ >= window());
   }
   void wake_consumer_if_due() {
     if (consumer_waiting_ && consumer_should_wake()) consumer_cv_.notify_one();
@@ -112,7 +116,7 @@ class ParallelMapIterator : public IteratorImpl {
     std::vector<Result> results;
     std::unique_lock lock(mu_);
     for (;;) {
-      while (!cancelled_ && !input_done_ && taken_ >= window_) {
+      while (!cancelled_ && !input_done_ && taken_ >= window()) {
         wake_consumer_if_due();  // a full window is reason enough
         ++workers_waiting_;
         workers_cv_.wait(lock);
@@ -120,7 +124,7 @@ class ParallelMapIterator : public IteratorImpl {
       }
       if (cancelled_ || input_done_) return;
       // Reserve places in the window for a chunk of elements before reading the input.
-      const int64_t reserved = std::min(chunk_, window_ - taken_);
+      const int64_t reserved = std::min(chunk_, window() - taken_);
       taken_ += reserved;
       lock.unlock();
 
@@ -149,6 +153,8 @@ class ParallelMapIterator : public IteratorImpl {
           input_ended_ = ended || input_failed;
         }
       }
+      const auto start = std::chrono::steady_clock::now();
+      int64_t mapped = 0;
       for (Result& r : results) {
         if (r.error || cancelled_) continue;
         try {
@@ -157,9 +163,13 @@ class ParallelMapIterator : public IteratorImpl {
           r.error = std::current_exception();
           r.element.reset();
         }
+        ++mapped;
       }
+      const double ns = std::chrono::duration<double, std::nano>(
+                            std::chrono::steady_clock::now() - start).count();
 
       lock.lock();
+      if (mapped > 0) adapt_chunk(ns / static_cast<double>(mapped));
       taken_ -= reserved - static_cast<int64_t>(results.size());
       if (ended || input_failed) {
         input_done_ = true;
@@ -181,6 +191,15 @@ class ParallelMapIterator : public IteratorImpl {
     }
   }
 
+  // Under mu_: sizes chunks to about kChunkWork of fn's time, from a running average of it,
+  // so that a cheap fn pays for a handover once per many elements and a slow one is spread
+  // over the threads element by element.
+  void adapt_chunk(double ns_per_element) {
+    fn_ns_ = fn_ns_ == 0 ? ns_per_element : 0.8 * fn_ns_ + 0.2 * ns_per_element;
+    double fit = kChunkWork / std::max(fn_ns_, 1.0);
+    chunk_ = std::clamp<int64_t>(static_cast<int64_t>(fit), 1, kMaxChunk);
+  }
+
   void stop() {
     {
       std::lock_guard lock(mu_);
@@ -194,9 +213,9 @@ class ParallelMapIterator : public IteratorImpl {
   std::unique_ptr<IteratorImpl> input_;
   Dataset::MapFn fn_;
   const bool deterministic_;
-  const int64_t window_;
-  const int64_t wake_batch_;
-  const int64_t chunk_ = 4;  // elements a worker takes at once: fewer handovers
+  const int64_t threads_;
+  static constexpr double kChunkWork = 200e3;  // ns
+  static constexpr int64_t kMaxChunk = 16;
   std::vector<std::thread> workers_;
 
   std::mutex input_mu_;  // the input, next_position_ and input_ended_
@@ -210,6 +229,8 @@ class ParallelMapIterator : public IteratorImpl {
   bool consumer_waiting_ = false;
   bool consumer_eager_ = false;  // waited kMaxGroupingDelay already: wake for one result
   int64_t workers_waiting_ = 0;
+  int64_t chunk_ = 1;  // elements a worker takes at once
+  double fn_ns_ = 0;   // average time of one fn call
   bool input_done_ = false;
   int64_t end_position_ = -1;  // the number of results, once the input is done
   int64_t taken_ = 0;          // elements taken from the input and not yet consumed
