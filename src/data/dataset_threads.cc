@@ -8,7 +8,6 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
-#include <map>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -37,10 +36,12 @@ constexpr std::chrono::milliseconds kMaxGroupingDelay{1};
 
 // Workers take chunks of elements from the input in turn (each element numbered by its
 // position), apply fn concurrently, and post results. At most `window` elements are taken and
-// not yet consumed, so the workers stay a bounded distance ahead of the consumer. Waking a
-// thread costs more than a cheap fn, so the two sides wake each other in groups: a waiting
-// consumer once `wake_batch` results are ready (or the window is full, the input done, or
-// kMaxGroupingDelay has passed), waiting workers once that many places are free.
+// not yet handed to the consumer, who takes every ready result at once, so the workers stay a
+// bounded distance ahead. Waking a thread costs more than a cheap fn (tens of microseconds in
+// a virtual machine), so chunks grow as large as fn is cheap, and the two sides wake each
+// other in groups: a waiting consumer once `wake_batch` results are ready (or the window is
+// full, the input done, or kMaxGroupingDelay has passed), waiting workers once that many
+// places are free.
 class ParallelMapIterator : public IteratorImpl {
  public:
   ParallelMapIterator(std::unique_ptr<IteratorImpl> input, Dataset::MapFn fn, int64_t threads,
@@ -48,8 +49,8 @@ class ParallelMapIterator : public IteratorImpl {
       : input_(std::move(input)),
         fn_(std::move(fn)),
         deterministic_(deterministic),
-        window_(std::max<int64_t>(16, 8 * threads)),
-        wake_batch_(window_ / 2) {
+        threads_(threads) {
+    if (deterministic_) slots_.resize(static_cast<size_t>(max_window()));
     workers_.reserve(static_cast<size_t>(threads));
     try {
       for (int64_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
@@ -61,6 +62,16 @@ class ParallelMapIterator : public IteratorImpl {
   ~ParallelMapIterator() override { stop(); }
 
   std::optional<Element> next() override {
+    if (taken_by_consumer_.empty() && !take_ready()) return std::nullopt;
+    Result r = std::move(taken_by_consumer_.front());
+    taken_by_consumer_.pop_front();
+    return take(r);
+  }
+
+ private:
+  // Moves every ready result (in order when deterministic) to taken_by_consumer_, waiting for
+  // some if there are none; false at the end.
+  bool take_ready() {
     std::unique_lock lock(mu_);
     if (ready() == 0 && !at_end()) {
       if (workers_waiting_ > 0) workers_cv_.notify_all();
@@ -73,25 +84,36 @@ class ParallelMapIterator : public IteratorImpl {
       }
       consumer_waiting_ = false;
     }
-    if (ready() == 0) return std::nullopt;  // at the end
-    Result r;
+    const int64_t n = ready();
+    if (n == 0) return false;  // at the end
     if (deterministic_) {
-      auto it = ordered_.find(consumed_);
-      r = std::move(it->second);
-      ordered_.erase(it);
-      ++consumed_;
-      --contiguous_;
+      for (int64_t i = 0; i < n; ++i, ++consumed_) {
+        std::optional<Result>& slot = slot_of(consumed_);
+        taken_by_consumer_.push_back(std::move(*slot));
+        slot.reset();
+      }
+      contiguous_ = 0;
     } else {
-      r = std::move(completed_.front());
-      completed_.pop_front();
+      for (Result& r : completed_) taken_by_consumer_.push_back(std::move(r));
+      completed_.clear();
     }
-    --taken_;
-    if (workers_waiting_ > 0 && window_ - taken_ >= wake_batch_) workers_cv_.notify_all();
-    lock.unlock();
-    return take(r);
+    taken_ -= n;
+    const bool wake_workers = workers_waiting_ > 0 && window() - taken_ >= wake_batch();
+    lock.unlock();  // before notifying, so that the woken do not wait for the lock
+    if (wake_workers) workers_cv_.notify_all();
+    return true;
   }
 
- private:
+  // Under mu_: two chunks per thread, so each has the next chunk to do while its last one
+  // waits for the consumer.
+  int64_t window() const { return std::max<int64_t>(4, 2 * threads_ * chunk_); }
+  int64_t max_window() const { return std::max<int64_t>(4, 2 * threads_ * kMaxChunk); }
+  // Deterministic: the slot of a position taken from the input and not yet consumed. Such
+  // positions span at most max_window(), so a ring of that many slots holds them all.
+  std::optional<Result>& slot_of(int64_t position) {
+    return slots_[static_cast<size_t>(position % max_window())];
+  }
+  int64_t wake_batch() const { return window() / 2; }
   // Under mu_: results the consumer can take now, in order when deterministic.
   int64_t ready() const {
     return deterministic_ ? contiguous_ : static_cast<int64_t>(completed_.size());
@@ -102,25 +124,23 @@ class ParallelMapIterator : public IteratorImpl {
   bool consumer_should_wake() const {
     if (at_end()) return true;
     int64_t r = ready();
-    return r > 0 && (consumer_eager_ || r >= wake_batch_ || input_done_ || taken_ >= window_);
+    return r > 0 && (consumer_eager_ || r >= wake_batch() || input_done_ || taken_ >= window());
   }
-  void wake_consumer_if_due() {
-    if (consumer_waiting_ && consumer_should_wake()) consumer_cv_.notify_one();
-  }
+  bool consumer_due() const { return consumer_waiting_ && consumer_should_wake(); }
 
   void work() {
     std::vector<Result> results;
     std::unique_lock lock(mu_);
     for (;;) {
-      while (!cancelled_ && !input_done_ && taken_ >= window_) {
-        wake_consumer_if_due();  // a full window is reason enough
+      while (!cancelled_ && !input_done_ && taken_ >= window()) {
+        if (consumer_due()) consumer_cv_.notify_one();  // a full window is reason enough
         ++workers_waiting_;
         workers_cv_.wait(lock);
         --workers_waiting_;
       }
       if (cancelled_ || input_done_) return;
       // Reserve places in the window for a chunk of elements before reading the input.
-      const int64_t reserved = std::min(chunk_, window_ - taken_);
+      const int64_t reserved = std::min(chunk_, window() - taken_);
       taken_ += reserved;
       lock.unlock();
 
@@ -149,6 +169,8 @@ class ParallelMapIterator : public IteratorImpl {
           input_ended_ = ended || input_failed;
         }
       }
+      const auto start = std::chrono::steady_clock::now();
+      int64_t mapped = 0;
       for (Result& r : results) {
         if (r.error || cancelled_) continue;
         try {
@@ -157,9 +179,14 @@ class ParallelMapIterator : public IteratorImpl {
           r.error = std::current_exception();
           r.element.reset();
         }
+        ++mapped;
       }
+      const double ns =
+          std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
+              .count();
 
       lock.lock();
+      if (mapped > 0) adapt_chunk(ns / static_cast<double>(mapped));
       taken_ -= reserved - static_cast<int64_t>(results.size());
       if (ended || input_failed) {
         input_done_ = true;
@@ -168,17 +195,34 @@ class ParallelMapIterator : public IteratorImpl {
       }
       for (size_t i = 0; i < results.size(); ++i) {
         if (deterministic_) {
-          ordered_.emplace(first + static_cast<int64_t>(i), std::move(results[i]));
+          slot_of(first + static_cast<int64_t>(i)) = std::move(results[i]);
         } else {
           completed_.push_back(std::move(results[i]));
         }
       }
       if (deterministic_) {
-        while (ordered_.count(consumed_ + contiguous_)) ++contiguous_;
+        while (contiguous_ < max_window() && slot_of(consumed_ + contiguous_).has_value()) {
+          ++contiguous_;
+        }
       }
-      wake_consumer_if_due();
-      if (first < 0 || ended || input_failed) return;
+      const bool wake = consumer_due();
+      const bool done = first < 0 || ended || input_failed;
+      if (wake || done) {
+        lock.unlock();  // before notifying, so that the consumer does not wait for the lock
+        if (wake) consumer_cv_.notify_one();
+        if (done) return;
+        lock.lock();
+      }
     }
+  }
+
+  // Under mu_: sizes chunks to about kChunkWork of fn's time, from a running average of it,
+  // so that a cheap fn pays for a handover once per many elements and a slow one is spread
+  // over the threads element by element.
+  void adapt_chunk(double ns_per_element) {
+    fn_ns_ = fn_ns_ == 0 ? ns_per_element : 0.8 * fn_ns_ + 0.2 * ns_per_element;
+    double fit = kChunkWork / std::max(fn_ns_, 1.0);
+    chunk_ = std::clamp<int64_t>(static_cast<int64_t>(fit), 1, kMaxChunk);
   }
 
   void stop() {
@@ -194,9 +238,9 @@ class ParallelMapIterator : public IteratorImpl {
   std::unique_ptr<IteratorImpl> input_;
   Dataset::MapFn fn_;
   const bool deterministic_;
-  const int64_t window_;
-  const int64_t wake_batch_;
-  const int64_t chunk_ = 4;  // elements a worker takes at once: fewer handovers
+  const int64_t threads_;
+  static constexpr double kChunkWork = 200e3;  // ns
+  static constexpr int64_t kMaxChunk = 16;
   std::vector<std::thread> workers_;
 
   std::mutex input_mu_;  // the input, next_position_ and input_ended_
@@ -210,13 +254,17 @@ class ParallelMapIterator : public IteratorImpl {
   bool consumer_waiting_ = false;
   bool consumer_eager_ = false;  // waited kMaxGroupingDelay already: wake for one result
   int64_t workers_waiting_ = 0;
+  int64_t chunk_ = 1;  // elements a worker takes at once
+  double fn_ns_ = 0;   // average time of one fn call
   bool input_done_ = false;
   int64_t end_position_ = -1;  // the number of results, once the input is done
   int64_t taken_ = 0;          // elements taken from the input and not yet consumed
   int64_t consumed_ = 0;
-  int64_t contiguous_ = 0;             // deterministic: results ready from consumed_ on
-  std::map<int64_t, Result> ordered_;  // deterministic: results by position
-  std::deque<Result> completed_;       // otherwise: results in the order they finished
+  int64_t contiguous_ = 0;                    // deterministic: results ready from consumed_ on
+  std::vector<std::optional<Result>> slots_;  // deterministic: results by position
+  std::deque<Result> completed_;              // otherwise: results in the order they finished
+
+  std::deque<Result> taken_by_consumer_;  // the consumer's own: no lock
 };
 
 class ParallelMapNode : public DatasetNode {
@@ -272,7 +320,9 @@ class PrefetchIterator : public IteratorImpl {
     }
     Element e = std::move(ready_.front());
     ready_.pop_front();
-    if (producer_waiting_) producer_cv_.notify_one();
+    const bool wake = producer_waiting_;
+    lock.unlock();
+    if (wake) producer_cv_.notify_one();
     return e;
   }
 
@@ -295,15 +345,17 @@ class PrefetchIterator : public IteratorImpl {
       } catch (...) {
         error = std::current_exception();
       }
-      std::lock_guard lock(mu_);
+      std::unique_lock lock(mu_);
       if (e) {
         ready_.push_back(std::move(*e));
       } else {
         ended_ = true;
         error_ = error;
       }
-      if (consumer_waiting_) consumer_cv_.notify_one();
-      if (ended_) return;
+      const bool wake = consumer_waiting_, done = ended_;
+      lock.unlock();
+      if (wake) consumer_cv_.notify_one();
+      if (done) return;
     }
   }
 
