@@ -13,22 +13,6 @@
 namespace kiln {
 namespace ops {
 
-namespace {
-
-std::string list_str(const Axes& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ",";
-    s += std::to_string(v[i]);
-  }
-  return s + "]";
-}
-
-// Attribute values are bounded so that no size computation can overflow.
-constexpr int64_t kMaxAttr = int64_t{1} << 24;
-
-}  // namespace
-
 // Keras/TF padding of a window sweep over `in` (one entry per swept dimension): "valid" pads
 // nothing; "same" pads so that out = ceil(in / stride), the odd element going to the high side.
 // `what` names the operands for error messages. Pooling (ops/pool.cc) uses it too.
@@ -47,7 +31,7 @@ void keras_padding(const std::string& op, const std::string& padding, const Shap
     if (s < 1 || s > kMaxAttr) {
       throw Error(ErrorCode::kInvalidArgument, op + ": strides must be in [1, " +
                                                    std::to_string(kMaxAttr) + "], got " +
-                                                   list_str(strides) + " (" + what + ")");
+                                                   ints_str(strides) + " (" + what + ")");
     }
     if (w == kUnknownDim || w > kMaxAttr) {
       throw Error(ErrorCode::kInvalidArgument,
@@ -80,19 +64,8 @@ struct ConvParams {
 
 template <class Ctx>
 Axes spatial_attr(const Ctx& ctx, const char* name, size_t d, int64_t fallback, int64_t min) {
-  if (!ctx.attrs().has(name)) return Axes(d, fallback);
-  const Axes& v = ctx.attrs().get_ints(name);
-  if (v.size() != d) {
-    ctx.fail(std::string(name) + " " + list_str(v) +
-             " must have one value per spatial dimension (" + std::to_string(d) + ")");
-  }
-  for (int64_t x : v) {
-    if (x < min || x > kMaxAttr) {
-      ctx.fail(std::string(name) + " " + list_str(v) + " must hold values in [" +
-               std::to_string(min) + ", " + std::to_string(kMaxAttr) + "]");
-    }
-  }
-  return v;
+  return per_dim_attr(ctx, name, d, fallback, min,
+                      "spatial dimension (" + std::to_string(d) + ")");
 }
 
 template <class Ctx>
@@ -687,7 +660,7 @@ Tensor conv2d(const Tensor& input, const Tensor& kernel, Axes strides, const std
   }
   if (strides.size() != 2) {
     throw Error(ErrorCode::kInvalidArgument,
-                "conv2d: strides must have 2 values, got " + ops::list_str(strides));
+                "conv2d: strides must have 2 values, got " + ops::ints_str(strides));
   }
   ConvOptions options;
   options.strides = strides;

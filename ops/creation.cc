@@ -12,17 +12,10 @@
 namespace kiln {
 namespace {
 
+using ops::ints_str;
+
 [[noreturn]] void fail(const std::string& op, const std::string& message) {
   throw Error(ErrorCode::kInvalidArgument, op + ": " + message);
-}
-
-std::string ints_str(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ',';
-    s += std::to_string(v[i]);
-  }
-  return s + "]";
 }
 
 // Refuses shapes whose element count would overflow int64 arithmetic.

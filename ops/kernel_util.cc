@@ -3,6 +3,15 @@
 
 namespace kiln::ops {
 
+std::string ints_str(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(v[i]);
+  }
+  return s + "]";
+}
+
 std::vector<DType> dtypes_of(TypeSet set) {
   std::vector<DType> out;
   for (DType d : {f32, f64, f16, bf16, i8, u8, i32, i64, bool_})

@@ -53,6 +53,37 @@ void require_same_dtype(const InferContext& ctx);
 void require_dtype_in(const InferContext& ctx, int input, TypeSet set);
 std::string types_str(const InferContext& ctx);  // "x: f32[2,3], y: f64[3]"
 
+// "[4,-1]": attribute lists with their raw values (shape_str prints -1 as "?").
+std::string ints_str(const std::vector<int64_t>& v);
+
+// Window and convolution attributes are bounded so that no size computation can overflow.
+inline constexpr int64_t kMaxAttr = int64_t{1} << 24;
+
+// A per-dimension attribute of `count` values in [min, kMaxAttr]; `fallback` (>= 0) fills it
+// when absent, otherwise it is required. `per` names the dimensions in the error message
+// ("spatial dimension (2)").
+template <class Ctx>
+std::vector<int64_t> per_dim_attr(const Ctx& ctx, const char* name, size_t count,
+                                  int64_t fallback, int64_t min, const std::string& per) {
+  if (!ctx.attrs().has(name) && fallback >= 0) return std::vector<int64_t>(count, fallback);
+  const std::vector<int64_t>& v = ctx.attrs().get_ints(name);
+  if (v.size() != count) {
+    ctx.fail(std::string(name) + " " + ints_str(v) + " must have one value per " + per);
+  }
+  for (int64_t x : v) {
+    if (x < min || x > kMaxAttr) {
+      ctx.fail(std::string(name) + " " + ints_str(v) + " must hold values in [" +
+               std::to_string(min) + ", " + std::to_string(kMaxAttr) + "]");
+    }
+  }
+  return v;
+}
+
+// Keras/TF "same"/"valid" padding of a window sweep (defined in ops/conv.cc; used by pooling).
+void keras_padding(const std::string& op, const std::string& padding, const Shape& in,
+                   const std::vector<int64_t>& window, const std::vector<int64_t>& strides,
+                   const std::string& what, std::vector<int64_t>& low, std::vector<int64_t>& high);
+
 // ---- broadcasting iteration -------------------------------------------------------------
 // Strides of `in` (row-major) laid against the output's dimensions, 0 where broadcast.
 std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);

@@ -16,16 +16,6 @@ namespace {
 
 // ---- helpers ----------------------------------------------------------------------------
 
-// "[4,-1]": attribute lists are printed with their raw values (shape_str prints -1 as "?").
-std::string ints_str(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ',';
-    s += std::to_string(v[i]);
-  }
-  return s + "]";
-}
-
 int64_t rank_of(const TensorType& t) { return static_cast<int64_t>(t.shape.size()); }
 
 // An axis already validated by the shape function, made non-negative.

@@ -10,23 +10,7 @@
 namespace kiln {
 namespace ops {
 
-// Defined in ops/conv.cc: Keras "same"/"valid" padding of a window sweep.
-void keras_padding(const std::string& op, const std::string& padding, const Shape& in,
-                   const Axes& window, const Axes& strides, const std::string& what, Axes& low,
-                   Axes& high);
-
 namespace {
-
-std::string list_str(const Axes& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ",";
-    s += std::to_string(v[i]);
-  }
-  return s + "]";
-}
-
-constexpr int64_t kMaxAttr = int64_t{1} << 24;  // keeps every size computation in range
 
 struct WindowParams {
   Axes window, strides, padding_low, padding_high;
@@ -34,19 +18,8 @@ struct WindowParams {
 
 template <class Ctx>
 Axes window_attr(const Ctx& ctx, const char* name, size_t rank, int64_t fallback, int64_t min) {
-  if (!ctx.attrs().has(name) && fallback >= 0) return Axes(rank, fallback);
-  const Axes& v = ctx.attrs().get_ints(name);
-  if (v.size() != rank) {
-    ctx.fail(std::string(name) + " " + list_str(v) + " must have one value per dimension of the " +
-             "operand (rank " + std::to_string(rank) + ")");
-  }
-  for (int64_t x : v) {
-    if (x < min || x > kMaxAttr) {
-      ctx.fail(std::string(name) + " " + list_str(v) + " must hold values in [" +
-               std::to_string(min) + ", " + std::to_string(kMaxAttr) + "]");
-    }
-  }
-  return v;
+  return per_dim_attr(ctx, name, rank, fallback, min,
+                      "dimension of the operand (rank " + std::to_string(rank) + ")");
 }
 
 template <class Ctx>
@@ -72,10 +45,10 @@ std::vector<TensorType> reduce_window_shape(const InferContext& ctx) {
       continue;
     }
     if (padded < p.window[i]) {
-      ctx.fail("the window " + list_str(p.window) + " is larger than the padded operand in " +
+      ctx.fail("the window " + ints_str(p.window) + " is larger than the padded operand in " +
                "dimension " + std::to_string(i) + " (" + std::to_string(p.window[i]) + " > " +
                std::to_string(static_cast<int64_t>(padded)) + "; operand " + x.str() +
-               ", padding " + list_str(p.padding_low) + " / " + list_str(p.padding_high) + ")");
+               ", padding " + ints_str(p.padding_low) + " / " + ints_str(p.padding_high) + ")");
     }
     out[i] = static_cast<int64_t>((padded - p.window[i]) / p.strides[i] + 1);
   }
@@ -178,7 +151,7 @@ void window_pass(const S* src, C* dst, int64_t outer, int64_t len, int64_t inner
 // A sweep lists its (output, tap) pairs: refuse one too large to list (a huge padded window).
 void check_sweep(const KernelContext& ctx, const WindowParams& p, size_t i, int64_t out_len) {
   if (static_cast<__int128>(out_len) * p.window[i] > (int64_t{1} << 32)) {
-    ctx.fail("the window " + list_str(p.window) + " sweeps " + std::to_string(out_len) +
+    ctx.fail("the window " + ints_str(p.window) + " sweeps " + std::to_string(out_len) +
              " positions in dimension " + std::to_string(i) + ": too many to list");
   }
 }
@@ -288,7 +261,7 @@ ArgmaxPlan argmax_plan(const KernelContext& ctx, const Shape& in, const Shape& o
   for (size_t i = first; i < last; ++i) {
     check_sweep(ctx, p, i, out[i]);
     if (plan.taps > std::numeric_limits<int32_t>::max() / p.window[i]) {
-      ctx.fail("the window " + list_str(p.window) + " has more than 2^31 elements");
+      ctx.fail("the window " + ints_str(p.window) + " has more than 2^31 elements");
     }
     plan.mid_in *= in[i];
     plan.mid_out *= out[i];
@@ -459,7 +432,7 @@ std::vector<TensorType> sum_grad_shape(const InferContext& ctx) {
   const size_t rank = dy.shape.size();
   const Axes& given = ctx.attrs().get_ints("operand_shape");
   if (given.size() != rank) {
-    ctx.fail("operand_shape " + list_str(given) + " must have the rank of output_grad " + dy.str());
+    ctx.fail("operand_shape " + ints_str(given) + " must have the rank of output_grad " + dy.str());
   }
   const WindowParams p = window_params(ctx, rank);
   Shape operand(rank);
@@ -468,8 +441,8 @@ std::vector<TensorType> sum_grad_shape(const InferContext& ctx) {
     if (given[i] == kUnknownDim && trivial(p, i)) {
       operand[i] = dy.shape[i];
     } else if (given[i] < 0) {
-      ctx.fail("operand_shape " + list_str(given) + " must be known in dimension " +
-               std::to_string(i) + ", where the window " + list_str(p.window) +
+      ctx.fail("operand_shape " + ints_str(given) + " must be known in dimension " +
+               std::to_string(i) + ", where the window " + ints_str(p.window) +
                " reduces (the gradient needs the operand's size there when it is recorded)");
     }
   }
@@ -605,8 +578,8 @@ WindowOptions pool2d_window(const std::string& op, const Tensor& x, const Axes& 
   if (strides.empty()) strides = pool;
   if (pool.size() != 2 || strides.size() != 2) {
     throw Error(ErrorCode::kInvalidArgument, op + ": pool and strides must have 2 values, got " +
-                                                 ops::list_str(pool) + " and " +
-                                                 ops::list_str(strides));
+                                                 ops::ints_str(pool) + " and " +
+                                                 ops::ints_str(strides));
   }
   Axes low, high;
   ops::keras_padding(op, padding, {x.dim(1), x.dim(2)}, pool, strides, what, low, high);
