@@ -7,8 +7,7 @@
 #include <fstream>
 #include <unordered_map>
 
-#include "compiler/codegen/cpu/fused_kernel.h"
-#include "compiler/passes/fusion.h"
+#include "compiler/lowering.h"
 #include "runtime/execute.h"
 #include "src/core/tensor_impl.h"
 
@@ -131,47 +130,23 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
   // One unit per group and per other needed non-placeholder node; JIT each group.
   std::vector<int> unit_of(n, -1);
   std::vector<Executable::Impl::Thunk> units;
-  for (const FusionGroup& group : plan.groups) {
+  for (int gi = 0; gi < static_cast<int>(plan.groups.size()); ++gi) {
+    const FusionGroup& group = plan.groups[gi];
     Executable::Impl::Thunk t;
-    cpu::FusedSubgraph sg;
-    sg.name = "fused_" + std::to_string(impl->kernels.size());
-    std::unordered_map<int64_t, int> value_of;  // node*1024+output -> subgraph value
-    auto key = [](ValueRef v) { return static_cast<int64_t>(v.node) * 1024 + v.output; };
-    std::string ops;
-    bool ok = true;
     try {
-      for (int m : group.nodes) {  // the inputs first (the subgraph numbers them first)
-        for (const ValueRef& in : nodes[m].inputs) {
-          if (plan.group_of[in.node] == plan.group_of[m] || value_of.count(key(in))) continue;
-          const TensorType& tt = impl->types[in.node][in.output];
-          value_of[key(in)] = sg.add_input(tt.dtype, tt.shape);
-          t.inputs.push_back(in);
-        }
-      }
-      for (int m : group.nodes) {
-        std::vector<int> args;
-        for (const ValueRef& in : nodes[m].inputs) args.push_back(value_of.at(key(in)));
-        value_of[key({m, 0})] =
-            sg.add(*cpu::elt_op_from_name(nodes[m].op), args, impl->types[m][0].dtype);
-        ops += (ops.empty() ? "" : ",") + nodes[m].op;
-      }
-      for (int m : group.outputs) {
-        sg.add_output(value_of.at(key({m, 0})));
-        t.outputs.push_back(m);
-      }
-      if (sg.output_shape() != group.shape) ok = false;
-      if (ok) {
-        impl->kernels.push_back(cpu::compile_elementwise(sg));
-        t.fused = static_cast<int>(impl->kernels.size()) - 1;
-      }
+      LoweredFusion lowered = lower_fusion_group(gi, plan, nodes, impl->types);
+      lowered.subgraph.name = "fused_" + std::to_string(impl->kernels.size());
+      impl->kernels.push_back(compile_lowered(lowered));
+      t.fused = static_cast<int>(impl->kernels.size()) - 1;
+      t.inputs = std::move(lowered.inputs);
+      t.outputs = std::move(lowered.outputs);
+      t.description = "fused(" + lowered.ops + ") -> " + std::to_string(t.outputs.size()) +
+                      " output" + (t.outputs.size() == 1 ? "" : "s");
     } catch (const Error& e) {
       impl->fusion_log += "group of %" + std::to_string(group.nodes[0]) +
                           " left to the reference kernels: " + e.what() + "\n";
-      ok = false;
+      continue;  // its nodes get kernel thunks below
     }
-    if (!ok) continue;  // its nodes get kernel thunks below
-    t.description = "fused(" + ops + ") -> " + std::to_string(t.outputs.size()) + " output" +
-                    (t.outputs.size() == 1 ? "" : "s");
     for (int m : group.nodes) unit_of[m] = static_cast<int>(units.size());
     units.push_back(std::move(t));
   }

@@ -1,0 +1,52 @@
+// Lowering of fusion groups to FusedSubgraphs: inputs first (values from outside the group, in
+// first-use order), then members in topological order, then the group's outputs.
+#include "compiler/lowering.h"
+
+#include <unordered_map>
+
+namespace kiln::compiler {
+
+LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
+                                 const std::vector<detail::Node>& nodes,
+                                 const std::vector<std::vector<TensorType>>& types) {
+  const FusionGroup& g = plan.groups[group];
+  LoweredFusion out;
+  cpu::FusedSubgraph& sg = out.subgraph;
+  std::unordered_map<int64_t, int> value_of;  // node*1024+output -> subgraph value
+  auto key = [](ValueRef v) { return static_cast<int64_t>(v.node) * 1024 + v.output; };
+  for (int m : g.nodes) {
+    for (const ValueRef& in : nodes[m].inputs) {
+      if (plan.group_of[in.node] == group || value_of.count(key(in))) continue;
+      const TensorType& tt = types[in.node][in.output];
+      value_of[key(in)] = sg.add_input(tt.dtype, tt.shape);
+      out.inputs.push_back(in);
+    }
+  }
+  for (int m : g.nodes) {
+    std::vector<int> args;
+    for (const ValueRef& in : nodes[m].inputs) args.push_back(value_of.at(key(in)));
+    auto op = cpu::elt_op_from_name(nodes[m].op);
+    if (!op) {
+      throw Error(ErrorCode::kInternal,
+                  "lower_fusion_group: op " + nodes[m].op + " is not an emitter op");
+    }
+    value_of[key({m, 0})] = sg.add(*op, args, types[m][0].dtype);
+    out.ops += (out.ops.empty() ? "" : ",") + nodes[m].op;
+  }
+  for (int m : g.outputs) {
+    sg.add_output(value_of.at(key({m, 0})));
+    out.outputs.push_back(m);
+  }
+  if (sg.output_shape() != g.shape) {
+    throw Error(ErrorCode::kInternal, "lower_fusion_group: the inputs broadcast to " +
+                                          shape_str(sg.output_shape()) + ", not the group's " +
+                                          shape_str(g.shape));
+  }
+  return out;
+}
+
+cpu::FusedKernel compile_lowered(const LoweredFusion& lowered) {
+  return cpu::compile_elementwise(lowered.subgraph);
+}
+
+}  // namespace kiln::compiler

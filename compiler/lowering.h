@@ -1,0 +1,31 @@
+// Lowering of a fusion group (compiler/passes/fusion.h) to the CPU emitter's FusedSubgraph,
+// and its compilation to a JIT'd kernel: the one place that maps graph values onto a kernel's
+// inputs and outputs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/codegen/cpu/fused_kernel.h"
+#include "compiler/passes/fusion.h"
+#include "src/core/tensor_impl.h"
+
+namespace kiln::compiler {
+
+struct LoweredFusion {
+  cpu::FusedSubgraph subgraph;
+  std::vector<ValueRef> inputs;  // the graph values fed to the subgraph's inputs, in order
+  std::vector<int> outputs;      // the nodes the subgraph's outputs stand for, in order
+  std::string ops;               // "add,mul,exp": the members' ops, for descriptions
+};
+
+// Builds the subgraph of `plan.groups[group]` over `nodes` with concrete `types`. Throws
+// kiln::Error when the group cannot be expressed (the caller leaves it to reference kernels).
+LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
+                                 const std::vector<detail::Node>& nodes,
+                                 const std::vector<std::vector<TensorType>>& types);
+
+// JITs a lowered group. Throws kiln::Error.
+cpu::FusedKernel compile_lowered(const LoweredFusion& lowered);
+
+}  // namespace kiln::compiler
