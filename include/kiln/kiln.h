@@ -6,6 +6,7 @@
 #include "kiln/device.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
+#include "kiln/function.h"
 #include "kiln/graph.h"
 #include "kiln/op_registry.h"
 #include "kiln/ops.h"

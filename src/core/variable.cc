@@ -1,7 +1,16 @@
 // Variable state and checked assignment.
 #include "kiln/variable.h"
 
+#include "src/core/variable_capture.h"
+
 namespace kiln {
+
+namespace detail {
+VariableCapture*& variable_capture() {
+  thread_local VariableCapture* capture = nullptr;
+  return capture;
+}
+}  // namespace detail
 
 struct Variable::State {
   std::string name;
@@ -24,11 +33,20 @@ Variable::Variable(Tensor initial_value, std::string name, bool trainable) {
 
 const std::string& Variable::name() const { return checked().name; }
 bool Variable::trainable() const { return checked().trainable; }
-const Tensor& Variable::value() const { return checked().value; }
+const Tensor& Variable::value() const {
+  const State& s = checked();
+  if (detail::VariableCapture* capture = detail::variable_capture()) {
+    detail::VariableCaptureScope concrete(nullptr);
+    return capture->read(*this);
+  }
+  return s.value;
+}
 
 void Variable::assign(Tensor value) {
   const State& s = checked();
-  if (!value.defined() || value.is_symbolic()) {
+  detail::VariableCapture* capture = detail::variable_capture();
+  bool traced = capture && value.defined() && value.is_symbolic();
+  if (!traced && (!value.defined() || value.is_symbolic())) {
     throw Error(ErrorCode::kInvalidArgument,
                 "Variable '" + s.name + "': assign needs a concrete tensor");
   }
@@ -37,6 +55,11 @@ void Variable::assign(Tensor value) {
                 "Variable '" + s.name + "': cannot assign " + dtype_name(value.dtype()) +
                     shape_str(value.shape()) + " to a variable of " +
                     dtype_name(s.value.dtype()) + shape_str(s.value.shape()));
+  }
+  if (traced) {
+    detail::VariableCaptureScope concrete(nullptr);
+    capture->assign(*this, value);
+    return;
   }
   state_->value = std::move(value);
 }
