@@ -18,6 +18,7 @@
 #include "kiln/data/dataset.h"
 #include "kiln/graph.h"
 #include "kiln/ops.h"
+#include "compiler/compile_cache.h"
 #include "src/core/tensor_impl.h"
 #include "src/nn/functional.h"
 #include "src/nn/progress.h"
@@ -37,6 +38,9 @@ struct Step {
   Tensor prediction;
   size_t num_metric_stats = 0;
   std::vector<size_t> metric_stat_counts;
+  // Compiled programs of this step, one per feed signature (a short last batch is another).
+  std::shared_ptr<compiler::CompileCache> programs =
+      std::make_shared<compiler::CompileCache>(/*capacity=*/4);
 };
 
 // Rows [begin, end) of t in the order of `order` (or as they are when order is empty).
@@ -113,6 +117,17 @@ struct Model::Impl {
   int64_t batch = 0;
   std::optional<std::pair<int, int64_t>> resume;
   std::vector<std::pair<Variable, Tensor>> last_gradients;
+  std::optional<ExecutionMode> mode;  // default_execution_mode() when unset
+  Model::CompileStats compile_stats;  // of steps already dropped (re-traced)
+
+  // Forgets a traced step (its programs), keeping its compile counts.
+  void drop(std::optional<Step>& step) {
+    if (!step) return;
+    compiler::CompileCache::Stats st = step->programs->stats();
+    compile_stats.compiles += st.misses;
+    compile_stats.cache_hits += st.hits;
+    step.reset();
+  }
 
   void seed_layers() {
     for (size_t i = 0; i < layers.size(); ++i)
@@ -251,7 +266,10 @@ struct Model::Impl {
       feeds.push_back({s.iteration, Tensor::scalar<float>(static_cast<float>(iteration))});
     }
     for (size_t i = 0; i < s.vars.size(); ++i) feeds.push_back({s.var_inputs[i], s.vars[i].value()});
-    return s.graph.run(feeds, s.fetches);
+    if (mode.value_or(default_execution_mode()) == ExecutionMode::kInterpreted) {
+      return s.graph.run(feeds, s.fetches);
+    }
+    return s.programs->run(s.graph, s.fetches, feeds);
   }
 
   void update_metrics(const Step& s, const std::vector<Tensor>& outs) {
@@ -345,9 +363,9 @@ void Sequential::add(LayerRef layer) {
   for (int i = 1; names.count(name); ++i) name = base + "_" + std::to_string(i);
   layer->set_name(name);
   impl_->layers.push_back(layer.get());
-  impl_->train_step.reset();
-  impl_->eval_step.reset();
-  impl_->predict_step.reset();
+  impl_->drop(impl_->train_step);
+  impl_->drop(impl_->eval_step);
+  impl_->drop(impl_->predict_step);
 }
 
 // ---- inspection -------------------------------------------------------------------------
@@ -384,6 +402,7 @@ void Model::set_seed(uint64_t seed) { impl_->seed = seed; }
 void Model::build(const Shape& input_shape, DType dtype) {
   Shape full = {kUnknownDim};
   full.insert(full.end(), input_shape.begin(), input_shape.end());
+  impl_->drop(impl_->predict_step);
   impl_->predict_step = impl_->trace({dtype, full}, std::nullopt, /*training=*/false);
 }
 
@@ -500,6 +519,22 @@ Model::InferenceGraph Model::inference_graph(const Shape& input_shape, DType dty
 
 std::optional<TensorType> Model::input_type() const { return impl_->input_spec; }
 
+void Model::set_execution_mode(ExecutionMode mode) { impl_->mode = mode; }
+ExecutionMode Model::execution_mode() const {
+  return impl_->mode.value_or(default_execution_mode());
+}
+
+Model::CompileStats Model::compile_stats() const {
+  CompileStats total = impl_->compile_stats;
+  for (const auto* step : {&impl_->train_step, &impl_->eval_step, &impl_->predict_step}) {
+    if (!*step) continue;
+    compiler::CompileCache::Stats s = (*step)->programs->stats();
+    total.compiles += s.misses;
+    total.cache_hits += s.hits;
+  }
+  return total;
+}
+
 // ---- compile / fit / evaluate / predict ---------------------------------------------------
 
 void Model::compile(optim::OptimizerRef optimizer, LossRef loss,
@@ -511,8 +546,8 @@ void Model::compile(optim::OptimizerRef optimizer, LossRef loss,
   impl_->loss = loss.get();
   impl_->metrics.clear();
   for (const std::string& m : metrics) impl_->metrics.push_back(make_metric(m, loss.get().get()));
-  impl_->train_step.reset();
-  impl_->eval_step.reset();
+  impl_->drop(impl_->train_step);
+  impl_->drop(impl_->eval_step);
 }
 
 Tensor Model::call(const Tensor& x, CallContext& ctx) { return impl_->forward(x, ctx); }

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/function.h"
 #include "kiln/graph.h"
 #include "kiln/nn/callbacks.h"
 #include "kiln/nn/layer.h"
@@ -63,6 +64,17 @@ class Model {
   std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y,
                                          int64_t batch_size = 32, int verbose = 0);
   Tensor predict(const Tensor& x, int64_t batch_size = 32);
+  // How fit, evaluate and predict run their step graphs: compiled (one program per input
+  // signature, cached; the default unless KILN_INTERPRET=1, see kiln/function.h) or with the
+  // reference interpreter. Like Keras' jit_compile.
+  void set_execution_mode(ExecutionMode mode);
+  ExecutionMode execution_mode() const;
+  // Step programs compiled so far (a new batch size compiles once more) and runs that reused one.
+  struct CompileStats {
+    int64_t compiles = 0;
+    int64_t cache_hits = 0;
+  };
+  CompileStats compile_stats() const;
   // Inference on a concrete batch, or recording on a symbolic one.
   Tensor operator()(const Tensor& x);
   Tensor call(const Tensor& x, CallContext& ctx);
