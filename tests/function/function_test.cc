@@ -7,6 +7,7 @@
 #include "kiln/autodiff.h"
 #include "kiln/kiln.h"
 #include "kiln/variable.h"
+#include "tests/subprocess.h"
 
 KILN_REGISTER_OP(function_test_cube).input("x").shape_fn([](const kiln::InferContext& ctx) {
   return std::vector<kiln::TensorType>{ctx.input(0)};
@@ -193,6 +194,26 @@ TEST(Function, DefaultModeCanBeSwitched) {
   set_default_execution_mode(ExecutionMode::kCompiled);
   expect_near(f(seq({4})), seq({4}) * seq({4}));
   set_default_execution_mode(before);
+}
+
+// Checks the environment's choice in whatever process runs it; the test below runs it again in a
+// child process with KILN_INTERPRET=1.
+TEST(ExecutionModeEnvironment, FollowsKilnInterpret) {
+  const char* v = std::getenv("KILN_INTERPRET");
+  bool interpret = v && *v && std::string(v) != "0";
+  EXPECT_EQ(default_execution_mode(),
+            interpret ? ExecutionMode::kInterpreted : ExecutionMode::kCompiled);
+  std::printf("default execution mode: %s\n", execution_mode_name(default_execution_mode()));
+}
+
+TEST(ExecutionModeEnvironment, KilnInterpretSelectsTheInterpreterInANewProcess) {
+  std::string log = testing::TempDir() + "/kiln_interpret_" + std::to_string(getpid()) + ".log";
+  testing_util::ProcessResult r = testing_util::run_process(
+      {"/proc/self/exe", "--gtest_filter=ExecutionModeEnvironment.FollowsKilnInterpret"}, log,
+      {{"KILN_INTERPRET", "1"}});
+  EXPECT_TRUE(r.exited_ok()) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("default execution mode: interpreted"));
+  EXPECT_THAT(r.output, HasSubstr("1 test"));
 }
 
 }  // namespace

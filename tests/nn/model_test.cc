@@ -51,6 +51,44 @@ TEST(Model, SameSeedGivesBitIdenticalWeights) {
   EXPECT_EQ(train(), train());
 }
 
+TEST(Model, CompiledAndInterpretedFitAgree) {
+  auto [x, y] = blobs(96, 11);
+  auto train = [&](ExecutionMode mode) {
+    Sequential model({Dense(16, "relu"), Dropout(0.3), Dense(2)});
+    model.set_execution_mode(mode);
+    EXPECT_EQ(model.execution_mode(), mode);
+    model.compile(optim::Adam(0.01), SparseCategoricalCrossentropy(true), {"accuracy"});
+    History h = model.fit(x, y, {.epochs = 2, .batch_size = 32, .seed = 4, .verbose = 0});
+    auto scores = model.evaluate(x, y, 64);
+    return std::make_tuple(snapshot(model), h.history["loss"], scores["loss"],
+                           model.predict(x, 50).to_vector<float>());
+  };
+  auto [w_c, loss_c, eval_c, pred_c] = train(ExecutionMode::kCompiled);
+  auto [w_i, loss_i, eval_i, pred_i] = train(ExecutionMode::kInterpreted);
+  // The compiled program fuses and vectorises (exp, log), so results agree to rounding.
+  ASSERT_EQ(w_c.size(), w_i.size());
+  for (size_t k = 0; k < w_c.size(); ++k)
+    for (size_t i = 0; i < w_c[k].size(); ++i) EXPECT_NEAR(w_c[k][i], w_i[k][i], 1e-4) << k;
+  for (size_t e = 0; e < loss_c.size(); ++e) EXPECT_NEAR(loss_c[e], loss_i[e], 1e-4);
+  EXPECT_NEAR(eval_c, eval_i, 1e-4);
+  for (size_t i = 0; i < pred_c.size(); ++i) EXPECT_NEAR(pred_c[i], pred_i[i], 1e-4);
+}
+
+TEST(Model, CompilesOncePerBatchShape) {
+  auto [x, y] = blobs(100, 2);  // batches of 32, 32, 32 and 4: two train programs
+  Sequential model({Dense(4, "relu"), Dense(2)});
+  model.set_execution_mode(ExecutionMode::kCompiled);
+  model.compile(optim::SGD(0.1), SparseCategoricalCrossentropy(true));
+  model.fit(x, y, {.epochs = 3, .batch_size = 32, .shuffle = false, .verbose = 0});
+  EXPECT_EQ(model.compile_stats().compiles, 2);
+  EXPECT_EQ(model.compile_stats().cache_hits, 3 * 4 - 2);
+  model.predict(x, 100);
+  EXPECT_EQ(model.compile_stats().compiles, 3);
+  model.set_execution_mode(ExecutionMode::kInterpreted);
+  model.predict(x, 10);
+  EXPECT_EQ(model.compile_stats().compiles, 3);  // interpreted: nothing compiled
+}
+
 TEST(Model, DifferentSeedsGiveDifferentWeights) {
   auto [x, y] = blobs(64, 5);
   std::vector<std::vector<std::vector<float>>> results;
