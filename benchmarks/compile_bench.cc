@@ -3,6 +3,7 @@
 // which pays the JIT's start-up, and the best of later ones), the compiled Executable's step time
 // against the reference interpreter's (interleaved, best of each), and the arena's planned peak
 // against the live minimum. Prints `RESULT key=value` lines for benchmarks/run.sh.
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
@@ -28,7 +29,8 @@ std::optional<ArenaFigures> arena_figures(const compiler::Executable&) { return 
 int main() {
   test_models::MlpStep s = test_models::make_mlp_step(784, 128, 10, 64);
 
-  const double first_s = bench::seconds_once([&] { compiler::compile(s.graph, s.fetches, s.feeds); });
+  const double first_s =
+      bench::seconds_once([&] { compiler::compile(s.graph, s.fetches, s.feeds); });
   double warm_s = 1e30;
   for (int i = 0; i < 5; ++i) {
     warm_s = std::min(warm_s,
@@ -44,8 +46,7 @@ int main() {
   for (int round = 0; round < 3; ++round) {
     interpreted = std::min(interpreted, bench::best_seconds_per_call(
                                             [&] { s.graph.run(s.feeds, s.fetches); }, 1, 0.3));
-    compiled = std::min(compiled,
-                        bench::best_seconds_per_call([&] { exe.run(s.feeds); }, 1, 0.3));
+    compiled = std::min(compiled, bench::best_seconds_per_call([&] { exe.run(s.feeds); }, 1, 0.3));
   }
   std::printf("step: interpreted %.1f us, compiled %.1f us (%.2fx)\n", interpreted * 1e6,
               compiled * 1e6, interpreted / compiled);

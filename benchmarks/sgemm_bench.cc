@@ -6,10 +6,11 @@
 // alternate, best of each. Prints `RESULT key=value` lines for benchmarks/run.sh.
 #define EIGEN_USE_THREADS
 #include <Eigen/Dense>
-#include <unsupported/Eigen/CXX11/Tensor>
-
+#include <algorithm>
 #include <cstdio>
+#include <string>
 #include <thread>
+#include <unsupported/Eigen/CXX11/Tensor>
 #include <vector>
 
 #include "benchmarks/bench_util.h"
@@ -52,13 +53,15 @@ void sgemm() {
   const Eigen::array<Eigen::IndexPair<int>, 1> dims = {Eigen::IndexPair<int>(1, 0)};
 
   auto kiln_mm = [&] { (void)matmul(a, b).raw_data(); };
-  auto [t_kiln, t_contract] = alternate(kiln_mm, [&] { tc.device(device) = ta.contract(tb, dims); });
+  auto [t_kiln, t_contract] =
+      alternate(kiln_mm, [&] { tc.device(device) = ta.contract(tb, dims); });
   auto [t_kiln2, t_product] = alternate(kiln_mm, [&] { ec.noalias() = ea * eb; });
   t_kiln = std::min(t_kiln, t_kiln2);
-  std::printf("sgemm 1024^3: kiln %.1f, eigen contraction (%d-thread pool) %.1f, eigen product "
-              "(%d OpenMP threads) %.1f GFLOP/s\n",
-              kFlop / t_kiln / 1e9, threads, kFlop / t_contract / 1e9, Eigen::nbThreads(),
-              kFlop / t_product / 1e9);
+  std::printf(
+      "sgemm 1024^3: kiln %.1f, eigen contraction (%d-thread pool) %.1f, eigen product "
+      "(%d OpenMP threads) %.1f GFLOP/s\n",
+      kFlop / t_kiln / 1e9, threads, kFlop / t_contract / 1e9, Eigen::nbThreads(),
+      kFlop / t_product / 1e9);
   bench::result("kiln_sgemm_1024_gflops", kFlop / t_kiln / 1e9);
   bench::result("eigen_contraction_sgemm_1024_gflops", kFlop / t_contract / 1e9);
   bench::result("eigen_product_sgemm_1024_gflops", kFlop / t_product / 1e9);
@@ -81,7 +84,8 @@ compiler::cpu::FusedSubgraph chain_subgraph() {
   int b = sg.add_input(f32, {});
   int v = sg.add(EltOp::kTanh, {sg.add(EltOp::kAdd, {sg.add(EltOp::kMul, {x, a}), b})});
   v = sg.add(EltOp::kMul, {v, sg.add(EltOp::kLogistic, {x})});
-  v = sg.add(EltOp::kAdd, {v, sg.add(EltOp::kExp, {sg.add(EltOp::kNeg, {sg.add(EltOp::kMul, {x, x})})})});
+  v = sg.add(EltOp::kAdd,
+             {v, sg.add(EltOp::kExp, {sg.add(EltOp::kNeg, {sg.add(EltOp::kMul, {x, x})})})});
   v = sg.add(EltOp::kErf, {sg.add(EltOp::kMax, {v, b})});
   sg.add_output(v);
   sg.add_output(sg.add(EltOp::kGt, {v, b}));
@@ -119,10 +123,11 @@ void eltwise_chain() {
   const double t_eager = bench::best_seconds_per_call([&] { chain(x); }, 2, 0.5);
 
   const double triad_gbps = kTriadBytes / t_triad / 1e9;
-  std::printf("12-op chain, 16M floats, %d threads: triad %.1f GB/s; fused kernel %.2f ms "
-              "(%.1f GB/s), compiled executable %.2f ms, eager %.1f ms\n",
-              runtime::ThreadPool::global().num_threads(), triad_gbps, t_kernel * 1e3,
-              kChainBytes / t_kernel / 1e9, t_exe * 1e3, t_eager * 1e3);
+  std::printf(
+      "12-op chain, 16M floats, %d threads: triad %.1f GB/s; fused kernel %.2f ms "
+      "(%.1f GB/s), compiled executable %.2f ms, eager %.1f ms\n",
+      runtime::ThreadPool::global().num_threads(), triad_gbps, t_kernel * 1e3,
+      kChainBytes / t_kernel / 1e9, t_exe * 1e3, t_eager * 1e3);
   bench::result("triad_gbps", triad_gbps);
   bench::result("eltwise_chain_kernel_gbps", kChainBytes / t_kernel / 1e9);
   bench::result("eltwise_chain_executable_gbps", kChainBytes / t_exe / 1e9);

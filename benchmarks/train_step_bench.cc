@@ -25,8 +25,8 @@ std::unique_ptr<nn::Sequential> mlp() {
 std::unique_ptr<nn::Sequential> cnn() {
   using namespace kiln::nn;
   return std::make_unique<Sequential>(std::vector<LayerRef>{
-      Conv2D(32, {3, 3}, "relu"), MaxPool2D({2, 2}), Conv2D(64, {3, 3}, "relu"),
-      MaxPool2D({2, 2}), Flatten(), Dense(128, "relu"), Dense(10)});
+      Conv2D(32, {3, 3}, "relu"), MaxPool2D({2, 2}), Conv2D(64, {3, 3}, "relu"), MaxPool2D({2, 2}),
+      Flatten(), Dense(128, "relu"), Dense(10)});
 }
 
 // Examples per second of fit() over `steps` batches per call (no shuffling, as in the peer).

@@ -20,9 +20,7 @@ struct Mlp : torch::nn::Module {
     register_module("fc2", fc2);
     register_module("dropout", dropout);
   }
-  torch::Tensor forward(const torch::Tensor& x) {
-    return fc2(dropout(torch::relu(fc1(x))));
-  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(dropout(torch::relu(fc1(x)))); }
 };
 
 // Kiln's Conv2D(32, 3x3, relu), MaxPool2D(2x2), Conv2D(64, 3x3, relu), MaxPool2D(2x2), Flatten,
