@@ -1,11 +1,14 @@
-// Training throughput (examples/s) of the bundled trainers' models on synthetic data: the MLP
-// at batch 64 and 1024 and the CNN at batch 128, each step one graph (forward, loss,
-// backward, Adam). The baseline in the same run is the time of the step's largest matmul
-// done alone, so the printed ratio says how far the whole step is from its biggest GEMM.
-#include <benchmark/benchmark.h>
-
+// Training throughput (examples/s) through the public API, nn::Model::fit on synthetic data:
+// the MLP 784-128-10 (ReLU, dropout 0.2) at batch 64 and 1024 and the fashion_mnist_cnn model at
+// batch 128, sparse softmax cross-entropy and Adam; fit runs whatever path it runs by default
+// (KILN_INTERPRET=1 selects the interpreter). The baseline in the same run is the MLP's
+// first-layer GEMM alone. Prints `RESULT kiln_<case>_examples_per_s=...` for benchmarks/run.sh,
+// which sets these against benchmarks/peers/libtorch_bench.
+#include <cstdio>
 #include <memory>
+#include <string>
 
+#include "benchmarks/bench_util.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 
@@ -18,42 +21,52 @@ std::unique_ptr<nn::Sequential> mlp() {
       std::vector<nn::LayerRef>{nn::Dense(128, "relu"), nn::Dropout(0.2), nn::Dense(10)});
 }
 
+// examples/fashion_mnist_cnn's model.
 std::unique_ptr<nn::Sequential> cnn() {
   using namespace kiln::nn;
   return std::make_unique<Sequential>(std::vector<LayerRef>{
-      Conv2D(32, {3, 3}, "relu"), MaxPool2D({2, 2}), Conv2D(64, {3, 3}, "relu"),
-      MaxPool2D({2, 2}), Flatten(), Dense(128, "relu"), Dense(10)});
+      Conv2D(32, {3, 3}, "relu"), MaxPool2D({2, 2}), Conv2D(64, {3, 3}, "relu"), MaxPool2D({2, 2}),
+      Flatten(), Dense(128, "relu"), Dense(10)});
 }
 
-void train(benchmark::State& state, std::unique_ptr<nn::Sequential> model, Shape example) {
-  const int64_t batch = state.range(0), steps = 8;
+// Examples per second of fit() over `steps` batches per call (no shuffling, as in the peer).
+double train_examples_per_s(std::unique_ptr<nn::Sequential> model, Shape example, int64_t batch,
+                            int64_t steps) {
   Shape shape = {batch * steps};
   shape.insert(shape.end(), example.begin(), example.end());
   Tensor x = random_uniform(shape, 1);
   Tensor y = convert(random_uniform({batch * steps}, 2, 0, 10), i32);
   model->compile(optim::Adam(1e-3), nn::SparseCategoricalCrossentropy(true));
-  model->fit(slice(x, Shape(shape.size(), 0), [&] { Shape s = shape; s[0] = batch; return s; }()),
-             slice(y, {0}, {batch}), {.epochs = 1, .batch_size = batch, .verbose = 0});  // trace
-  for (auto _ : state) {
-    model->fit(x, y, {.epochs = 1, .batch_size = batch, .verbose = 0});
-  }
-  state.SetItemsProcessed(state.iterations() * batch * steps);
+  const nn::FitOptions options{.epochs = 1, .batch_size = batch, .shuffle = false, .verbose = 0};
+  const double seconds = bench::best_seconds_per_call([&] { model->fit(x, y, options); });
+  return static_cast<double>(batch * steps) / seconds;
 }
-
-void mlp_train(benchmark::State& state) { train(state, mlp(), {784}); }
-void cnn_train(benchmark::State& state) { train(state, cnn(), {28, 28, 1}); }
 
 // The baseline: the MLP's first-layer forward GEMM alone, [batch, 784] x [784, 128].
-void mlp_first_gemm(benchmark::State& state) {
-  Tensor a = random_uniform({state.range(0), 784}, 1), b = random_uniform({784, 128}, 2);
-  for (auto _ : state) benchmark::DoNotOptimize(matmul(a, b).raw_data());
-  state.SetItemsProcessed(state.iterations() * state.range(0));
+double first_gemm_examples_per_s(int64_t batch) {
+  Tensor a = random_uniform({batch, 784}, 1), b = random_uniform({784, 128}, 2);
+  return batch / bench::best_seconds_per_call([&] { (void)matmul(a, b).raw_data(); });
 }
-
-BENCHMARK(mlp_train)->Arg(64)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(mlp_first_gemm)->Arg(64)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(cnn_train)->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  const auto cases = bench::selected_cases(argc, argv, {"mlp_b64", "mlp_b1024", "cnn_b128"});
+  if (cases.empty()) return 2;
+  for (const std::string& c : cases) {
+    if (c == "mlp_b64" || c == "mlp_b1024") {
+      const int64_t batch = c == "mlp_b64" ? 64 : 1024;
+      const double step = train_examples_per_s(mlp(), {784}, batch, batch == 64 ? 32 : 4);
+      const double gemm = first_gemm_examples_per_s(batch);
+      std::printf("%s: %.0f examples/s; the step takes %.1fx its first-layer GEMM\n", c.c_str(),
+                  step, gemm / step);
+      bench::result("kiln_" + c + "_examples_per_s", step);
+      bench::result("kiln_" + c + "_first_gemm_examples_per_s", gemm);
+    } else if (c == "cnn_b128") {
+      const double step = train_examples_per_s(cnn(), {28, 28, 1}, 128, 2);
+      std::printf("%s: %.0f examples/s\n", c.c_str(), step);
+      bench::result("kiln_cnn_b128_examples_per_s", step);
+    }
+  }
+  return 0;
+}

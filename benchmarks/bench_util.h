@@ -1,0 +1,73 @@
+// Timing helpers shared by the plain-main benchmarks (Kiln's and the LibTorch peers'): the best
+// of several timed blocks, and the `RESULT key=value` lines that benchmarks/run.sh collects.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace kiln::bench {
+
+// Calls fn once to warm up, then `reps` blocks of calls, each lasting at least `min_seconds`;
+// returns the fastest block's seconds per call. The best block is the one least disturbed by
+// other work on the machine.
+template <class F>
+double best_seconds_per_call(F&& fn, int reps = 3, double min_seconds = 0.3) {
+  using Clock = std::chrono::steady_clock;
+  fn();
+  double best = std::numeric_limits<double>::infinity();
+  for (int r = 0; r < reps; ++r) {
+    const auto start = Clock::now();
+    int64_t calls = 0;
+    double elapsed = 0;
+    do {
+      fn();
+      ++calls;
+      elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    } while (elapsed < min_seconds);
+    best = std::min(best, elapsed / static_cast<double>(calls));
+  }
+  return best;
+}
+
+// Seconds for one call of fn (no warm-up): for costs paid once, such as a compile.
+template <class F>
+double seconds_once(F&& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+inline void result(const std::string& key, double value) {
+  std::printf("RESULT %s=%.6g\n", key.c_str(), value);
+  std::fflush(stdout);
+}
+
+// A figure that cannot be measured yet: run.sh writes it as null with the reason.
+inline void result_null(const std::string& key, const std::string& reason) {
+  std::printf("RESULT %s=null reason=%s\n", key.c_str(), reason.c_str());
+  std::fflush(stdout);
+}
+
+// The cases named on the command line (all of `known` when none is), or an empty list after
+// printing usage when one is unknown.
+inline std::vector<std::string> selected_cases(int argc, char** argv,
+                                               const std::vector<std::string>& known) {
+  std::vector<std::string> cases(argv + 1, argv + argc);
+  if (cases.empty()) return known;
+  for (const std::string& c : cases) {
+    if (std::find(known.begin(), known.end(), c) == known.end()) {
+      std::fprintf(stderr, "unknown case '%s'; cases:", c.c_str());
+      for (const std::string& k : known) std::fprintf(stderr, " %s", k.c_str());
+      std::fprintf(stderr, "\n");
+      return {};
+    }
+  }
+  return cases;
+}
+
+}  // namespace kiln::bench

@@ -1,0 +1,108 @@
+// The peer baseline: Kiln's benchmark workloads written in LibTorch C++ (Debian libtorch-dev),
+// configured at its best: 2 intra-op threads on one OpenMP pool that OpenBLAS shares (run.sh
+// loads libopenblas0-openmp). Cases: mlp_b64, mlp_b1024 (784-128-10, ReLU, dropout 0.2),
+// cnn_b128 (the fashion_mnist_cnn model), all trained with softmax cross-entropy and Adam, and
+// eltwise_chain (the 12-op chain over 16M floats). Prints `RESULT torch_<case>_...` lines.
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <string>
+
+#include "benchmarks/bench_util.h"
+
+namespace {
+
+struct Mlp : torch::nn::Module {
+  torch::nn::Linear fc1{784, 128}, fc2{128, 10};
+  torch::nn::Dropout dropout{0.2};
+  Mlp() {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+    register_module("dropout", dropout);
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(dropout(torch::relu(fc1(x)))); }
+};
+
+// Kiln's Conv2D(32, 3x3, relu), MaxPool2D(2x2), Conv2D(64, 3x3, relu), MaxPool2D(2x2), Flatten,
+// Dense(128, relu), Dense(10); 'valid' padding. NCHW, LibTorch's native CPU layout.
+struct Cnn : torch::nn::Module {
+  torch::nn::Conv2d conv1{torch::nn::Conv2dOptions(1, 32, 3)};
+  torch::nn::Conv2d conv2{torch::nn::Conv2dOptions(32, 64, 3)};
+  torch::nn::Linear fc1{64 * 5 * 5, 128}, fc2{128, 10};
+  Cnn() {
+    register_module("conv1", conv1);
+    register_module("conv2", conv2);
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor h = torch::max_pool2d(torch::relu(conv1(x)), 2);
+    h = torch::max_pool2d(torch::relu(conv2(h)), 2);
+    return fc2(torch::relu(fc1(h.flatten(1))));
+  }
+};
+
+// Examples per second of training `model` on `steps` batches per timed call, as a training loop
+// does it: a batch is a view of the data set, the loss is read back every step.
+template <class Model>
+double train_examples_per_s(std::shared_ptr<Model> model, std::vector<int64_t> example,
+                            int64_t batch, int64_t steps) {
+  std::vector<int64_t> shape = {batch * steps};
+  shape.insert(shape.end(), example.begin(), example.end());
+  torch::Tensor x = torch::rand(shape), y = torch::randint(0, 10, {batch * steps}, torch::kLong);
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(1e-3));
+  model->train();
+  double loss_sum = 0;
+  auto epoch = [&] {
+    for (int64_t s = 0; s < steps; ++s) {
+      adam.zero_grad();
+      torch::Tensor loss = torch::nn::functional::cross_entropy(
+          model->forward(x.narrow(0, s * batch, batch)), y.narrow(0, s * batch, batch));
+      loss.backward();
+      adam.step();
+      loss_sum += loss.item<double>();
+    }
+  };
+  double seconds = kiln::bench::best_seconds_per_call(epoch);
+  return static_cast<double>(batch * steps) / seconds;
+}
+
+// y = erf(max(tanh(x*a + b) * logistic(x) + exp(-x*x), b)) and y > b: Kiln's fused chain.
+double eltwise_chain_seconds() {
+  constexpr int64_t kN = int64_t{1} << 24;
+  constexpr double kA = 0.75, kB = 0.125;
+  torch::NoGradGuard no_grad;
+  torch::Tensor x = torch::arange(kN, torch::kFloat).fmod(1013).div(1013).mul(6).sub(3);
+  return kiln::bench::best_seconds_per_call([&] {
+    torch::Tensor v = torch::erf(
+        torch::clamp_min(torch::tanh(x * kA + kB) * torch::sigmoid(x) + torch::exp(-(x * x)), kB));
+    torch::Tensor p = v > kB;
+    (void)p.data_ptr();
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto cases = kiln::bench::selected_cases(
+      argc, argv, {"mlp_b64", "mlp_b1024", "cnn_b128", "eltwise_chain"});
+  if (cases.empty()) return 2;
+  torch::set_num_threads(2);
+  torch::manual_seed(0);
+  std::printf("libtorch %s, %d intra-op threads\n", TORCH_VERSION, torch::get_num_threads());
+  for (const std::string& c : cases) {
+    if (c == "mlp_b64") {
+      kiln::bench::result("torch_mlp_b64_examples_per_s",
+                          train_examples_per_s(std::make_shared<Mlp>(), {784}, 64, 32));
+    } else if (c == "mlp_b1024") {
+      kiln::bench::result("torch_mlp_b1024_examples_per_s",
+                          train_examples_per_s(std::make_shared<Mlp>(), {784}, 1024, 4));
+    } else if (c == "cnn_b128") {
+      kiln::bench::result("torch_cnn_b128_examples_per_s",
+                          train_examples_per_s(std::make_shared<Cnn>(), {1, 28, 28}, 128, 2));
+    } else if (c == "eltwise_chain") {
+      kiln::bench::result("torch_eltwise_chain_ms", eltwise_chain_seconds() * 1e3);
+    }
+  }
+  return 0;
+}
