@@ -4,6 +4,8 @@
 
 #include <unordered_map>
 
+#include "compiler/kernel_cache.h"
+
 namespace kiln::compiler {
 
 LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
@@ -46,7 +48,7 @@ LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
 }
 
 cpu::FusedKernel compile_lowered(const LoweredFusion& lowered) {
-  return cpu::compile_elementwise(lowered.subgraph);
+  return cached_kernel(lowered.subgraph);
 }
 
 }  // namespace kiln::compiler

@@ -1,6 +1,9 @@
 // Eager dispatch (call_op) and single-op execution.
 #include "runtime/execute.h"
 
+#include <atomic>
+
+#include "kiln/function.h"
 #include "src/core/tensor_impl.h"
 
 namespace kiln::runtime {
@@ -36,6 +39,12 @@ std::vector<TensorType> infer_types(const OpDef& def, const std::string& node_na
   }
   return out;
 }
+
+namespace {
+std::atomic<EagerRunner> g_eager_runner{nullptr};
+}  // namespace
+
+void set_eager_runner(EagerRunner runner) { g_eager_runner.store(runner); }
 
 std::vector<Tensor> run_kernel(const OpDef& def, const std::string& node_name,
                                const std::vector<Tensor>& inputs, const Attrs& attrs) {
@@ -86,7 +95,15 @@ std::vector<Tensor> call_op(const std::string& op, const std::vector<Tensor>& in
     graph = g;
   }
   if (!graph) graph = detail::default_graph();
-  if (!graph) return runtime::run_kernel(def, op, inputs, attrs);
+  if (!graph) {
+    runtime::EagerRunner runner = runtime::g_eager_runner.load(std::memory_order_relaxed);
+    std::vector<Tensor> outputs;
+    if (runner && default_execution_mode() == ExecutionMode::kCompiled &&
+        runner(def, inputs, attrs, &outputs)) {
+      return outputs;
+    }
+    return runtime::run_kernel(def, op, inputs, attrs);
+  }
 
   // Record a node. Concrete inputs become constants of the graph.
   Graph handle(graph);

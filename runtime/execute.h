@@ -18,4 +18,11 @@ std::vector<TensorType> infer_types(const OpDef& def, const std::string& node_na
 std::vector<Tensor> run_kernel(const OpDef& def, const std::string& node_name,
                                const std::vector<Tensor>& inputs, const Attrs& attrs);
 
+// A second way to run an op eagerly: returns true and sets `outputs` when it ran the op, false
+// to leave it to run_kernel. The compiler installs one (compiler/eager.cc) that runs large
+// elementwise ops through its JIT'd kernel cache; call_op consults it in compiled mode only.
+using EagerRunner = bool (*)(const OpDef& def, const std::vector<Tensor>& inputs,
+                             const Attrs& attrs, std::vector<Tensor>* outputs);
+void set_eager_runner(EagerRunner runner);
+
 }  // namespace kiln::runtime

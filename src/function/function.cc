@@ -3,12 +3,9 @@
 // compiled or interpreted; and the process-wide default execution mode.
 #include "kiln/function.h"
 
-#include <atomic>
-#include <cstdlib>
 #include <list>
 #include <map>
 #include <mutex>
-#include <string_view>
 
 #include "compiler/executable.h"
 #include "src/core/tensor_impl.h"
@@ -18,17 +15,6 @@ namespace kiln {
 
 namespace {
 
-std::atomic<int> g_mode_override{-1};
-
-ExecutionMode mode_from_environment() {
-  static const ExecutionMode mode = [] {
-    const char* v = std::getenv("KILN_INTERPRET");
-    bool interpret = v && *v && std::string_view(v) != "0";
-    return interpret ? ExecutionMode::kInterpreted : ExecutionMode::kCompiled;
-  }();
-  return mode;
-}
-
 std::string signature_of(const std::vector<Tensor>& args) {
   std::string s;
   for (const Tensor& t : args) s += TensorType{t.dtype(), t.shape()}.str() + ";";
@@ -36,19 +22,6 @@ std::string signature_of(const std::vector<Tensor>& args) {
 }
 
 }  // namespace
-
-ExecutionMode default_execution_mode() {
-  int o = g_mode_override.load(std::memory_order_relaxed);
-  return o < 0 ? mode_from_environment() : static_cast<ExecutionMode>(o);
-}
-
-void set_default_execution_mode(ExecutionMode mode) {
-  g_mode_override.store(static_cast<int>(mode), std::memory_order_relaxed);
-}
-
-const char* execution_mode_name(ExecutionMode mode) {
-  return mode == ExecutionMode::kCompiled ? "compiled" : "interpreted";
-}
 
 namespace detail {
 

@@ -79,6 +79,7 @@ class FusedKernel {
   int64_t num_elements() const { return num_elements_; }
   KernelFn fn() const { return fn_; }
   double compile_ms() const { return compile_ms_; }  // emit + optimise + JIT
+  const std::shared_ptr<void>& jit_owner() const { return jit_; }  // owns fn()'s code
   bool vectorizable_loop() const { return contiguous_; }  // the flat (non-broadcast) loop
 
   // Runs over the thread pool. Inputs must match the subgraph's dtypes and shapes. Outputs are

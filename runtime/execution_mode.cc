@@ -1,0 +1,39 @@
+// The process-wide default execution mode (declared in kiln/function.h): KILN_INTERPRET from
+// the environment, or what set_default_execution_mode chose.
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
+
+#include "kiln/function.h"
+
+namespace kiln {
+
+namespace {
+
+std::atomic<int> g_mode_override{-1};
+
+ExecutionMode mode_from_environment() {
+  static const ExecutionMode mode = [] {
+    const char* v = std::getenv("KILN_INTERPRET");
+    bool interpret = v && *v && std::string_view(v) != "0";
+    return interpret ? ExecutionMode::kInterpreted : ExecutionMode::kCompiled;
+  }();
+  return mode;
+}
+
+}  // namespace
+
+ExecutionMode default_execution_mode() {
+  int o = g_mode_override.load(std::memory_order_relaxed);
+  return o < 0 ? mode_from_environment() : static_cast<ExecutionMode>(o);
+}
+
+void set_default_execution_mode(ExecutionMode mode) {
+  g_mode_override.store(static_cast<int>(mode), std::memory_order_relaxed);
+}
+
+const char* execution_mode_name(ExecutionMode mode) {
+  return mode == ExecutionMode::kCompiled ? "compiled" : "interpreted";
+}
+
+}  // namespace kiln
