@@ -2,7 +2,8 @@
 # -DSOURCE_DIR=<repository root>), so the README never shows code no test compiles.
 file(READ ${SOURCE_DIR}/README.md readme)
 set(quoted
-  examples/readme/eager.cc examples/readme/graph.cc examples/readme/custom_op.cc
+  examples/readme/eager.cc examples/readme/graph.cc examples/readme/function.cc
+  examples/readme/custom_op.cc
   examples/readme/train.cc
   examples/cmake_project/CMakeLists.txt)
 foreach(path ${quoted})

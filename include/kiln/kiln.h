@@ -12,4 +12,5 @@
 #include "kiln/ops.h"
 #include "kiln/shape.h"
 #include "kiln/tensor.h"
+#include "kiln/variable.h"
 #include "kiln/version.h"
