@@ -18,4 +18,16 @@ std::vector<TensorType> infer_types(const OpDef& def, const std::string& node_na
 std::vector<Tensor> run_kernel(const OpDef& def, const std::string& node_name,
                                const std::vector<Tensor>& inputs, const Attrs& attrs);
 
+// The CPU kernel run_kernel would pick for these input and output types.
+const KernelDef& find_cpu_kernel(const OpDef& def, const std::vector<TensorType>& inputs,
+                                 const std::vector<TensorType>& outputs);
+
+// Runs `kernel` with output types inferred beforehand (a compiled executable: no shape
+// inference or registry lookup per run). `outputs` holds one tensor per output: undefined, or a
+// preallocated buffer of that output's type that allocate_output hands to the kernel. On
+// return it holds the kernel's outputs, checked against `out_types`.
+void run_prepared_kernel(const KernelDef& kernel, const OpDef& def, const std::string& node_name,
+                         const std::vector<Tensor>& inputs, const Attrs& attrs,
+                         const std::vector<TensorType>& out_types, std::vector<Tensor>* outputs);
+
 }  // namespace kiln::runtime
