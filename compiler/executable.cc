@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 
 #include "compiler/buffer_assignment.h"
@@ -17,20 +18,33 @@
 
 namespace kiln::compiler {
 
+// Blocks for fetched outputs, per output: a block comes back when the caller has dropped every
+// tensor viewing it, so the next run writes its outputs without fresh pages (and page faults)
+// yet never over memory the caller still holds.
+struct OutputPool {
+  static constexpr size_t kKeep = 2;  // blocks kept per output
+  std::mutex mu;
+  std::vector<std::vector<void*>> free;
+  ~OutputPool() {
+    for (auto& blocks : free)
+      for (void* p : blocks) ::operator delete(p, std::align_val_t(detail::kAlignment));
+  }
+};
+
 struct Executable::Impl {
   // Where a value lives during a run.
   enum class Where : uint8_t {
     kFed,       // the caller's tensor
     kConstant,  // computed at compile time, held here
     kArena,     // a view of the run's arena at `offset`
-    kOutput,    // fetched: allocated by its thunk, handed to the caller
+    kOutput,    // fetched: a block of `outputs`, handed to the caller
   };
   struct Slot {
     ValueRef value;  // in the optimized graph
     TensorType type;
     int64_t bytes = 0;
     Where where = Where::kArena;
-    int64_t offset = 0;
+    int64_t offset = 0;  // kArena: the offset; kOutput: the index in `outputs`
   };
   struct Thunk {
     int node = -1;                      // kernel thunk: the node it runs
@@ -57,6 +71,7 @@ struct Executable::Impl {
   // One arena block kept for the next run that finds it free.
   mutable std::mutex arena_mu;
   mutable std::shared_ptr<detail::Storage> spare_arena;
+  std::shared_ptr<OutputPool> outputs = std::make_shared<OutputPool>();
 
   static constexpr int kNotFed = -1;  // not a needed placeholder
 };
@@ -216,7 +231,10 @@ void assign_slots(Impl& im, const std::vector<int>& placeholders,
   for (const ValueRef& f : fetched) {
     int s = slot_of(f);
     im.fetched.push_back(s);
-    if (im.slots[s].where == Where::kArena) im.slots[s].where = Where::kOutput;
+    if (im.slots[s].where != Where::kArena) continue;
+    im.slots[s].where = Where::kOutput;
+    im.slots[s].offset = static_cast<int64_t>(im.outputs->free.size());
+    im.outputs->free.emplace_back();
   }
 
   // Original placeholders -> slots, for binding feeds without a hash lookup.
@@ -335,6 +353,42 @@ class ArenaLease {
   std::shared_ptr<detail::Storage> block_;
   char* base_ = nullptr;
 };
+
+// A tensor for fetched slot `s`, over a recycled block when one is free.
+Tensor output_tensor(const std::shared_ptr<OutputPool>& pool, const Impl::Slot& s) {
+  const size_t k = static_cast<size_t>(s.offset);
+  void* block = nullptr;
+  {
+    std::lock_guard lock(pool->mu);
+    if (!pool->free[k].empty()) {
+      block = pool->free[k].back();
+      pool->free[k].pop_back();
+    }
+  }
+  if (!block) {
+    size_t n = static_cast<size_t>(align_bytes(std::max<int64_t>(s.bytes, 1)));
+    block = ::operator new(n, std::align_val_t(detail::kAlignment), std::nothrow);
+    if (!block) {
+      throw Error(ErrorCode::kOutOfRange, "run: out of memory: cannot allocate " +
+                                              std::to_string(s.bytes) + " bytes for an output");
+    }
+  }
+  std::shared_ptr<void> owner(block, [weak = std::weak_ptr<OutputPool>(pool), k](void* p) {
+    if (auto pool = weak.lock()) {
+      std::lock_guard lock(pool->mu);
+      if (pool->free[k].size() < OutputPool::kKeep) {
+        pool->free[k].push_back(p);
+        return;
+      }
+    }
+    ::operator delete(p, std::align_val_t(detail::kAlignment));
+  });
+  auto impl = std::make_shared<detail::TensorImpl>();
+  impl->dtype = s.type.dtype;
+  impl->shape = s.type.shape;
+  impl->storage = std::make_shared<detail::Storage>(std::move(owner), block, s.bytes);
+  return Tensor(std::move(impl));
+}
 
 // A kernel may return a view of one of its inputs (reshape) instead of writing the buffer
 // handed to it. An arena value viewed that way is copied to where the plan put this output
@@ -492,6 +546,7 @@ std::vector<Tensor> Executable::run(const FeedList& feeds) const {
     for (size_t k = 0; k < t.out.size(); ++k) {
       const Impl::Slot& slot = im.slots[t.out[k]];
       if (slot.where == Where::kArena) outs[k] = arena.view(slot);
+      if (slot.where == Where::kOutput) outs[k] = output_tensor(im.outputs, slot);
     }
     if (t.fused >= 0) {
       im.kernels[t.fused].run(ins, &outs);

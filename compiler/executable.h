@@ -24,7 +24,7 @@ struct MemoryStats {
   int num_reused = 0;          // placed over the memory of a value already dead
   int num_in_place = 0;        // written over an input dying at their thunk
   int64_t fed_bytes = 0;       // fed values (the caller's tensors)
-  int64_t output_bytes = 0;    // fetched outputs allocated by each run
+  int64_t output_bytes = 0;    // fetched outputs (blocks recycled once the caller drops them)
   int64_t constant_bytes = 0;  // constants the executable holds
   int64_t outside_bytes() const { return fed_bytes + output_bytes + constant_bytes; }
   // The benchmark key arena_peak_vs_live_min (1 for an empty arena).
