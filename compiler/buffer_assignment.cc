@@ -97,8 +97,8 @@ BufferAssignment assign_buffers(const std::vector<LiveValue>& values, int64_t al
     r.total_bytes += align_bytes(values[v].bytes, alignment);
     if (root[v] != v) continue;
     buffer_of[v] = static_cast<int>(buffers.size());
-    buffers.push_back({v, align_bytes(values[v].bytes, alignment), values[v].def,
-                       values[v].last_use, 0});
+    buffers.push_back(
+        {v, align_bytes(values[v].bytes, alignment), values[v].def, values[v].last_use, 0});
   }
   for (int v = 0; v < n; ++v) {
     Buffer& b = buffers[buffer_of[root[v]]];

@@ -24,12 +24,12 @@ struct LiveValue {
 };
 
 struct BufferAssignment {
-  std::vector<int64_t> offsets;   // per value, a multiple of the alignment
-  std::vector<int> in_place_of;   // per value: the value whose buffer it took, or -1
-  std::vector<bool> reused;       // per value: placed over memory of a value dead by its def
-  int64_t arena_bytes = 0;        // the planned peak: the arena's size
-  int64_t live_min_bytes = 0;     // max over program points of the live (aligned) bytes
-  int64_t total_bytes = 0;        // sum of aligned sizes: the arena without any reuse
+  std::vector<int64_t> offsets;  // per value, a multiple of the alignment
+  std::vector<int> in_place_of;  // per value: the value whose buffer it took, or -1
+  std::vector<bool> reused;      // per value: placed over memory of a value dead by its def
+  int64_t arena_bytes = 0;       // the planned peak: the arena's size
+  int64_t live_min_bytes = 0;    // max over program points of the live (aligned) bytes
+  int64_t total_bytes = 0;       // sum of aligned sizes: the arena without any reuse
   int num_in_place = 0;
   int num_reused = 0;
 };

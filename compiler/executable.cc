@@ -60,10 +60,10 @@ struct Executable::Impl {
   std::vector<detail::Node> nodes;
   std::vector<std::vector<TensorType>> types;
   std::vector<Slot> slots;
-  std::vector<int> placeholder_slots;               // needed placeholders
-  std::vector<int> feed_slot;                       // by original node id (kNotFed: none)
-  std::vector<std::pair<int, Tensor>> constants;    // slot, value
-  std::vector<int> fetched;                         // slot of each requested output
+  std::vector<int> placeholder_slots;             // needed placeholders
+  std::vector<int> feed_slot;                     // by original node id (kNotFed: none)
+  std::vector<std::pair<int, Tensor>> constants;  // slot, value
+  std::vector<int> fetched;                       // slot of each requested output
   std::vector<cpu::FusedKernel> kernels;
   std::vector<Thunk> thunks;
   MemoryStats stats;
@@ -101,15 +101,14 @@ std::unordered_map<int, Tensor> map_feeds(const CompiledGraph& cg,
     const detail::Node& node = nodes[id];
     if (!value.defined() || value.is_symbolic()) {
       throw Error(ErrorCode::kInvalidArgument, std::string(what) +
-                                                   ": the value fed to placeholder '" +
-                                                   node.name + "' must be concrete");
+                                                   ": the value fed to placeholder '" + node.name +
+                                                   "' must be concrete");
     }
     const TensorType& want = node.outputs[0];
     if (value.dtype() != want.dtype || !shape_matches(want.shape, value.shape())) {
       throw Error(ErrorCode::kInvalidArgument,
                   std::string(what) + ": feed for placeholder '" + node.name + "' is " +
-                      TensorType{value.dtype(), value.shape()}.str() + ", expected " +
-                      want.str());
+                      TensorType{value.dtype(), value.shape()}.str() + ", expected " + want.str());
     }
     fed[id] = value;
   }
@@ -201,9 +200,11 @@ void assign_slots(Impl& im, const std::vector<int>& placeholders,
     first_slot[node] = static_cast<int>(im.slots.size());
     for (int k = 0; k < outputs; ++k) {
       const TensorType& type = im.types[node][k];
-      im.slots.push_back({{node, k}, type,
+      im.slots.push_back({{node, k},
+                          type,
                           num_elements(type.shape) * static_cast<int64_t>(dtype_size(type.dtype)),
-                          where, 0});
+                          where,
+                          0});
     }
   };
   for (int id : placeholders) {
@@ -303,9 +304,8 @@ void plan_memory(Impl& im) {
         << st.num_reused << " reused, " << st.num_in_place << " in place\n";
     for (size_t v = 0; v < values.size(); ++v) {
       const Impl::Slot& s = im.slots[arena_slots[v]];
-      out << "%" << s.value.node << ":" << s.value.output << " " << s.type.str() << " "
-          << s.bytes << " bytes live [" << values[v].def << ", " << values[v].last_use
-          << "] at " << s.offset;
+      out << "%" << s.value.node << ":" << s.value.output << " " << s.type.str() << " " << s.bytes
+          << " bytes live [" << values[v].def << ", " << values[v].last_use << "] at " << s.offset;
       if (plan.in_place_of[v] >= 0) {
         const Impl::Slot& in = im.slots[arena_slots[plan.in_place_of[v]]];
         out << " in place of %" << in.value.node << ":" << in.value.output;
@@ -433,9 +433,9 @@ void bind_feeds(const Impl& im, const FeedList& feeds, std::vector<Tensor>& slot
   for (int s : im.placeholder_slots) {
     if (slots[s].defined()) continue;
     const detail::Node& node = im.nodes[im.slots[s].value.node];
-    throw Error(ErrorCode::kFailedPrecondition,
-                "run: missing feed for placeholder '" + node.name + "' (" +
-                    node.outputs[0].str() + ") in graph '" + im.cg.graph.name() + "'");
+    throw Error(ErrorCode::kFailedPrecondition, "run: missing feed for placeholder '" + node.name +
+                                                    "' (" + node.outputs[0].str() + ") in graph '" +
+                                                    im.cg.graph.name() + "'");
   }
 }
 

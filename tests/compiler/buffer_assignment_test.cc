@@ -133,8 +133,8 @@ TEST(BufferAssignmentTest, RandomLiveRangesNeverOverlapWhileLive) {
 
 TEST(BufferAssignmentTest, ChainOfTemporariesReusesDeadBuffers) {
   // a -> b -> c -> d, each read only by the next: two buffers suffice.
-  std::vector<LiveValue> v = {{1000, 0, 1, {}}, {1000, 1, 2, {}}, {1000, 2, 3, {}},
-                              {1000, 3, 3, {}}};
+  std::vector<LiveValue> v = {
+      {1000, 0, 1, {}}, {1000, 1, 2, {}}, {1000, 2, 3, {}}, {1000, 3, 3, {}}};
   BufferAssignment r = assign_buffers(v);
   check_assignment(v, r);
   EXPECT_EQ(r.arena_bytes, 2 * 1024);
@@ -147,8 +147,8 @@ TEST(BufferAssignmentTest, ChainOfTemporariesReusesDeadBuffers) {
 
 TEST(BufferAssignmentTest, ABufferStillLiveIsNeverReused) {
   // `long` is live from 0 to 5; every other value must stay clear of it.
-  std::vector<LiveValue> v = {{512, 0, 5, {}}, {512, 1, 2, {0}}, {512, 2, 3, {1}},
-                              {512, 3, 5, {2}}};
+  std::vector<LiveValue> v = {
+      {512, 0, 5, {}}, {512, 1, 2, {0}}, {512, 2, 3, {1}}, {512, 3, 5, {2}}};
   BufferAssignment r = assign_buffers(v);
   check_assignment(v, r);
   for (int i = 1; i < 4; ++i) EXPECT_NE(r.offsets[i], r.offsets[0]) << i;
