@@ -309,6 +309,32 @@ TEST(ExecutableTest, FusedElementwiseWritesOverADyingInput) {
   expect_close(e.run(feeds), g.run(feeds, std::vector<Tensor>{out}));
 }
 
+// Records where allocate_output put its output.
+const void* last_twice_output = nullptr;
+KILN_REGISTER_OP(executable_test_twice).input("x").shape_fn([](const InferContext& ctx) {
+  return std::vector<TensorType>{ctx.input(0)};
+});
+KILN_REGISTER_KERNEL(executable_test_twice).dtypes({f32}).fn([](KernelContext& ctx) {
+  auto x = ctx.input(0).data<float>();
+  Tensor& out = ctx.allocate_output(0);
+  auto y = out.mutable_data<float>();
+  for (size_t i = 0; i < x.size(); ++i) y[i] = 2 * x[i];
+  last_twice_output = out.raw_data();
+});
+
+TEST(ExecutableTest, KernelOpOutputsAreWrittenIntoTheCachedArena) {
+  Graph g{"kernel_arena"};
+  Tensor x = g.placeholder(f32, {3}, "x");
+  Tensor y = call_op("executable_test_twice", {exp(x)})[0] + 1.0f;  // an arena value in between
+  FeedList feeds = {{x, Tensor::from_list<float>({0, 0, 0})}};
+  Executable e = compile(g, {y}, feeds);
+  EXPECT_EQ(e.run(feeds)[0].to_vector<float>(), std::vector<float>(3, 3.0f));  // 2 * e^0 + 1
+  const void* first = last_twice_output;
+  EXPECT_EQ(e.run(feeds)[0].to_vector<float>(), std::vector<float>(3, 3.0f));
+  EXPECT_EQ(last_twice_output, first);  // the planned buffer of the same arena block
+  EXPECT_EQ(e.memory_stats().num_buffers, 2);  // exp's and the kernel's outputs
+}
+
 TEST(ExecutableTest, ConcurrentRunsGetTheirOwnArena) {
   test_models::MlpStep step = test_models::make_mlp_step(/*in=*/16, /*hidden_units=*/32,
                                                           /*classes=*/10, /*batch=*/8);
