@@ -79,7 +79,8 @@ void run_prepared_kernel(const KernelDef& kernel, const OpDef& def, const std::s
                          const std::vector<TensorType>& out_types, std::vector<Tensor>* outputs) {
   KernelContext ctx(def.name, node_name, inputs, attrs, out_types);
   for (size_t i = 0; i < outputs->size() && i < out_types.size(); ++i) {
-    if ((*outputs)[i].defined()) ctx.preallocate_output(static_cast<int>(i), std::move((*outputs)[i]));
+    Tensor& buffer = (*outputs)[i];
+    if (buffer.defined()) ctx.preallocate_output(static_cast<int>(i), std::move(buffer));
   }
   kernel.fn(ctx);
   check_outputs(ctx, ctx.outputs(), out_types);
