@@ -41,24 +41,11 @@ std::vector<TensorType> infer_types(const OpDef& def, const std::string& node_na
 }
 
 namespace {
+
 std::atomic<EagerRunner> g_eager_runner{nullptr};
-}  // namespace
 
-void set_eager_runner(EagerRunner runner) { g_eager_runner.store(runner); }
-
-std::vector<Tensor> run_kernel(const OpDef& def, const std::string& node_name,
-                               const std::vector<Tensor>& inputs, const Attrs& attrs) {
-  std::vector<TensorType> in_types;
-  in_types.reserve(inputs.size());
-  for (const Tensor& t : inputs) in_types.push_back({t.dtype(), t.shape()});
-  std::vector<TensorType> out_types = infer_types(def, node_name, in_types, attrs);
-  DType key = !inputs.empty() ? inputs[0].dtype()
-              : !out_types.empty() ? out_types[0].dtype
-                                   : f32;
-  const KernelDef& kernel = KernelRegistry::global().find(def.name, DeviceType::kCpu, key);
-  KernelContext ctx(def.name, node_name, inputs, attrs, out_types);
-  kernel.fn(ctx);
-  std::vector<Tensor>& outs = ctx.outputs();
+void check_outputs(const KernelContext& ctx, const std::vector<Tensor>& outs,
+                   const std::vector<TensorType>& out_types) {
   for (size_t i = 0; i < outs.size(); ++i) {
     if (!outs[i].defined()) ctx.fail("kernel did not set output " + std::to_string(i),
                                      ErrorCode::kInternal);
@@ -69,7 +56,42 @@ std::vector<Tensor> run_kernel(const OpDef& def, const std::string& node_name,
                ErrorCode::kInternal);
     }
   }
-  return std::move(outs);
+}
+
+}  // namespace
+
+void set_eager_runner(EagerRunner runner) { g_eager_runner.store(runner); }
+
+const KernelDef& find_cpu_kernel(const OpDef& def, const std::vector<TensorType>& inputs,
+                                 const std::vector<TensorType>& outputs) {
+  DType key = !inputs.empty() ? inputs[0].dtype : !outputs.empty() ? outputs[0].dtype : f32;
+  return KernelRegistry::global().find(def.name, DeviceType::kCpu, key);
+}
+
+std::vector<Tensor> run_kernel(const OpDef& def, const std::string& node_name,
+                               const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  std::vector<TensorType> in_types;
+  in_types.reserve(inputs.size());
+  for (const Tensor& t : inputs) in_types.push_back({t.dtype(), t.shape()});
+  std::vector<TensorType> out_types = infer_types(def, node_name, in_types, attrs);
+  const KernelDef& kernel = find_cpu_kernel(def, in_types, out_types);
+  KernelContext ctx(def.name, node_name, inputs, attrs, out_types);
+  kernel.fn(ctx);
+  check_outputs(ctx, ctx.outputs(), out_types);
+  return std::move(ctx.outputs());
+}
+
+void run_prepared_kernel(const KernelDef& kernel, const OpDef& def, const std::string& node_name,
+                         const std::vector<Tensor>& inputs, const Attrs& attrs,
+                         const std::vector<TensorType>& out_types, std::vector<Tensor>* outputs) {
+  KernelContext ctx(def.name, node_name, inputs, attrs, out_types);
+  for (size_t i = 0; i < outputs->size() && i < out_types.size(); ++i) {
+    Tensor& buffer = (*outputs)[i];
+    if (buffer.defined()) ctx.preallocate_output(static_cast<int>(i), std::move(buffer));
+  }
+  kernel.fn(ctx);
+  check_outputs(ctx, ctx.outputs(), out_types);
+  *outputs = std::move(ctx.outputs());
 }
 
 }  // namespace kiln::runtime

@@ -18,6 +18,18 @@ std::vector<TensorType> infer_types(const OpDef& def, const std::string& node_na
 std::vector<Tensor> run_kernel(const OpDef& def, const std::string& node_name,
                                const std::vector<Tensor>& inputs, const Attrs& attrs);
 
+// The CPU kernel run_kernel would pick for these input and output types.
+const KernelDef& find_cpu_kernel(const OpDef& def, const std::vector<TensorType>& inputs,
+                                 const std::vector<TensorType>& outputs);
+
+// Runs `kernel` with output types inferred beforehand (a compiled executable: no shape
+// inference or registry lookup per run). `outputs` holds one tensor per output: undefined, or a
+// preallocated buffer of that output's type that allocate_output hands to the kernel. On
+// return it holds the kernel's outputs, checked against `out_types`.
+void run_prepared_kernel(const KernelDef& kernel, const OpDef& def, const std::string& node_name,
+                         const std::vector<Tensor>& inputs, const Attrs& attrs,
+                         const std::vector<TensorType>& out_types, std::vector<Tensor>* outputs);
+
 // A second way to run an op eagerly: returns true and sets `outputs` when it ran the op, false
 // to leave it to run_kernel. The compiler installs one (compiler/eager.cc) that runs large
 // elementwise ops through its JIT'd kernel cache; call_op consults it in compiled mode only.

@@ -51,8 +51,11 @@ class KernelContext {
   const Tensor& input(int i) const { return inputs_.at(i); }
   const Attrs& attrs() const { return attrs_; }
   const TensorType& output_type(int i) const { return output_types_.at(i); }
-  // Allocates output i with its inferred type.
+  // Allocates output i with its inferred type, or hands out the buffer preallocated for it.
   Tensor& allocate_output(int i);
+  // Offers `buffer` (of output i's type) for allocate_output(i) to return instead of allocating:
+  // a compiled executable's planned buffer.
+  void preallocate_output(int i, Tensor buffer) { outputs_.at(i) = std::move(buffer); }
   // Sets output i to an existing tensor (it may share an input's storage).
   void set_output(int i, Tensor value);
   std::vector<Tensor>& outputs() { return outputs_; }

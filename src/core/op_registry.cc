@@ -43,8 +43,11 @@ void KernelContext::fail(const std::string& message, ErrorCode code) const {
 
 Tensor& KernelContext::allocate_output(int i) {
   const TensorType& t = output_types_.at(i);
-  outputs_.at(i) = Tensor::empty(t.dtype, t.shape);
-  return outputs_[i];
+  Tensor& out = outputs_.at(i);
+  if (out.defined() && !out.is_symbolic() && out.dtype() == t.dtype && out.shape() == t.shape)
+    return out;  // preallocated
+  out = Tensor::empty(t.dtype, t.shape);
+  return out;
 }
 
 void KernelContext::set_output(int i, Tensor value) { outputs_.at(i) = std::move(value); }

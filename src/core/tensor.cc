@@ -21,7 +21,9 @@ Storage::Storage(size_t n) : nbytes(n) {
   }
 }
 
-Storage::~Storage() { ::operator delete(data, std::align_val_t(kAlignment)); }
+Storage::~Storage() {
+  if (!owner) ::operator delete(data, std::align_val_t(kAlignment));
+}
 
 }  // namespace detail
 

@@ -18,12 +18,17 @@ inline constexpr size_t kAlignment = 64;
 
 struct Storage {
   explicit Storage(size_t nbytes);
+  // A view of `nbytes` at `data`, inside memory that `owner` keeps alive (a compiled
+  // executable's arena): not freed by this Storage.
+  Storage(std::shared_ptr<void> owner, void* data, size_t nbytes)
+      : data(data), nbytes(nbytes), owner(std::move(owner)) {}
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   void* data = nullptr;
   size_t nbytes = 0;
   Device device = Device::cpu();
+  std::shared_ptr<void> owner;  // set for views
 };
 
 struct TensorImpl {

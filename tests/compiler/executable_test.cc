@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <random>
+#include <thread>
 
 #include "compiler/compile_cache.h"
 #include "kiln/kiln.h"
@@ -252,6 +253,105 @@ TEST(ExecutableTest, MlpTrainingStepMatchesTheInterpreter) {
   expect_close(e.run(feeds), g.run(feeds, fetches), 1e-5);
 }
 
+TEST(ExecutableTest, MlpStepMemoryPlanIsConsistent) {
+  test_models::MlpStep step = test_models::make_mlp_step(/*in=*/16, /*hidden_units=*/32,
+                                                          /*classes=*/10, /*batch=*/8);
+  Executable e = compile(step.graph, step.fetches, step.feeds);
+  MemoryStats m = e.memory_stats();
+  EXPECT_GT(m.num_buffers, 10);
+  EXPECT_GT(m.num_reused, 0);
+  EXPECT_GT(m.num_in_place, 0);
+  EXPECT_GE(m.arena_bytes, m.live_min_bytes);
+  EXPECT_LT(m.arena_bytes, m.no_reuse_bytes);  // reuse pays
+  EXPECT_GE(m.peak_vs_live_min(), 1.0);
+  // Outside the arena, by hand: x f32[8,16] 512 bytes, y i64[8] 64, seed 8, learning rate 4,
+  // iteration 4, and 874 parameters (16*32 + 32 + 32*10 + 10) fed three times (value, m, v)
+  // as f32: 10488. Fetched: the loss (4) and the new parameters and slots (10488).
+  EXPECT_EQ(m.fed_bytes, 512 + 64 + 8 + 4 + 4 + 10488);
+  EXPECT_EQ(m.output_bytes, 4 + 10488);
+  EXPECT_EQ(m.outside_bytes(), m.fed_bytes + m.output_bytes + m.constant_bytes);
+}
+
+TEST(ExecutableTest, OutputsNeverAliasTheArenaOfALaterRun) {
+  Graph g{"alias"};
+  Tensor x = g.placeholder(f32, {4, 3}, "x");
+  Tensor w = g.placeholder(f32, {3, 5}, "w");
+  Tensor h = matmul(x, w);                    // an arena value
+  Tensor flat = reshape(h, {20});             // the kernel views h: fetched, so copied out
+  Tensor inner = reshape(exp(h), {5, 4});     // views an arena value read after exp's buffer
+  Tensor out = matmul(transpose(inner), inner) * 2.0f;
+  std::mt19937 rng(7);
+  FeedList feeds1 = {{x, random_tensor({4, 3}, rng)}, {w, random_tensor({3, 5}, rng)}};
+  FeedList feeds2 = {{x, random_tensor({4, 3}, rng)}, {w, random_tensor({3, 5}, rng)}};
+  std::vector<Tensor> fetches = {flat, out, inner};
+  Executable e = compile(g, fetches, feeds1);
+  std::vector<Tensor> first = e.run(feeds1);
+  std::vector<Tensor> want1 = g.run(feeds1, fetches);
+  expect_close(first, want1);
+  std::vector<Tensor> second = e.run(feeds2);
+  expect_close(second, g.run(feeds2, fetches));
+  expect_close(first, want1);  // the second run did not write over the first one's outputs
+}
+
+TEST(ExecutableTest, FusedElementwiseWritesOverADyingInput) {
+  Graph g{"in_place"};
+  Tensor x = g.placeholder(f32, {6, 4}, "x");
+  Tensor w = g.placeholder(f32, {4, 4}, "w");
+  Tensor h = matmul(x, w);            // dies in the fused thunk below
+  Tensor a = tanh(h) * 3.0f + 1.0f;   // same shape: may take h's buffer
+  Tensor out = matmul(a, w);
+  std::mt19937 rng(8);
+  FeedList feeds = {{x, random_tensor({6, 4}, rng)}, {w, random_tensor({4, 4}, rng)}};
+  Executable e = compile(g, {out}, feeds);
+  EXPECT_EQ(e.memory_stats().num_in_place, 1);
+  EXPECT_EQ(e.memory_stats().num_buffers, 2);                // h and a; out is fetched
+  EXPECT_EQ(e.memory_stats().arena_bytes, 128);  // one buffer: 96 bytes, aligned to 64
+  expect_close(e.run(feeds), g.run(feeds, std::vector<Tensor>{out}));
+}
+
+// Records where allocate_output put its output.
+const void* last_twice_output = nullptr;
+KILN_REGISTER_OP(executable_test_twice).input("x").shape_fn([](const InferContext& ctx) {
+  return std::vector<TensorType>{ctx.input(0)};
+});
+KILN_REGISTER_KERNEL(executable_test_twice).dtypes({f32}).fn([](KernelContext& ctx) {
+  auto x = ctx.input(0).data<float>();
+  Tensor& out = ctx.allocate_output(0);
+  auto y = out.mutable_data<float>();
+  for (size_t i = 0; i < x.size(); ++i) y[i] = 2 * x[i];
+  last_twice_output = out.raw_data();
+});
+
+TEST(ExecutableTest, KernelOpOutputsAreWrittenIntoTheCachedArena) {
+  Graph g{"kernel_arena"};
+  Tensor x = g.placeholder(f32, {3}, "x");
+  Tensor y = call_op("executable_test_twice", {exp(x)})[0] + 1.0f;  // an arena value in between
+  FeedList feeds = {{x, Tensor::from_list<float>({0, 0, 0})}};
+  Executable e = compile(g, {y}, feeds);
+  EXPECT_EQ(e.run(feeds)[0].to_vector<float>(), std::vector<float>(3, 3.0f));  // 2 * e^0 + 1
+  const void* first = last_twice_output;
+  EXPECT_EQ(e.run(feeds)[0].to_vector<float>(), std::vector<float>(3, 3.0f));
+  EXPECT_EQ(last_twice_output, first);  // the planned buffer of the same arena block
+  EXPECT_EQ(e.memory_stats().num_buffers, 2);  // exp's and the kernel's outputs
+}
+
+TEST(ExecutableTest, ConcurrentRunsGetTheirOwnArena) {
+  test_models::MlpStep step = test_models::make_mlp_step(/*in=*/16, /*hidden_units=*/32,
+                                                          /*classes=*/10, /*batch=*/8);
+  Executable e = compile(step.graph, step.fetches, step.feeds);
+  std::vector<Tensor> want = e.run(step.feeds);
+  std::vector<std::vector<std::vector<Tensor>>> got(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      for (int k = 0; k < 10; ++k) got[i].push_back(e.run(step.feeds));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const auto& runs : got)
+    for (const auto& r : runs) expect_close(r, want, 1e-6);
+}
+
 // Random graphs: elementwise (with broadcasting), reshape/transpose/slice, reductions and dot.
 bool broadcastable(const Shape& a, const Shape& b) {
   size_t n = std::max(a.size(), b.size());
@@ -355,7 +455,12 @@ TEST(ExecutableTest, RandomGraphsMatchTheInterpreter) {
     if (pool.size() > 4 && pick(2)) fetches.push_back(pool[pool.size() - 2]);
     Executable e = compile(g, fetches, feeds);
     fused_total += e.num_fused_thunks();
-    expect_close(e.run(feeds), g.run(feeds, fetches), 1e-4);
+    std::vector<Tensor> want = g.run(feeds, fetches);
+    expect_close(e.run(feeds), want, 1e-4);
+    expect_close(e.run(feeds), want, 1e-4);  // over the arena the first run left behind
+    MemoryStats m = e.memory_stats();
+    EXPECT_LE(m.arena_bytes, m.no_reuse_bytes);
+    EXPECT_GE(m.arena_bytes, m.live_min_bytes);
     if (::testing::Test::HasFailure()) {
       ADD_FAILURE() << g.to_text() << "\n" << e.fusion_log();
       return;
