@@ -174,10 +174,13 @@ FusionPlan plan_fusion(const std::vector<detail::Node>& nodes,
     }
     const Shape& shape = types[id][0].shape;
     std::vector<int> unit = {id};
-    std::vector<int> merged;
+    std::vector<int> merged, seen_inputs;
     for (const ValueRef& in : node.inputs) {
       int g = plan.group_of[in.node];
       if (g < 0 || std::find(merged.begin(), merged.end(), g) != merged.end()) continue;
+      if (std::find(seen_inputs.begin(), seen_inputs.end(), in.node) != seen_inputs.end())
+        continue;  // x * x: one decision, one note
+      seen_inputs.push_back(in.node);
       if (is_reduce_op(nodes[in.node].op)) {
         plan.notes.push_back("not fused: " + label(nodes, in.node) + " into " +
                              label(nodes, id) +
