@@ -170,7 +170,8 @@ struct DenseCase {
   explicit DenseCase(int64_t batch) {
     auto fill = [](int64_t n, int seed) {
       std::vector<float> v(n);
-      for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>((i * 7 + seed) % 113) / 113.0f - 0.5f;
+      for (int64_t i = 0; i < n; ++i)
+        v[i] = static_cast<float>((i * 7 + seed) % 113) / 113.0f - 0.5f;
       return v;
     };
     x = kiln::Tensor::from_vector(fill(batch * kIn, 1), {batch, kIn});

@@ -118,7 +118,8 @@ struct DotLayout {
 
 DotLayout dot_layout(const Shape& a, const Shape& b, const Attrs& attrs) {
   DotLayout l;
-  const auto a_batch = ints_or_empty(attrs, "lhs_batch"), b_batch = ints_or_empty(attrs, "rhs_batch");
+  const auto a_batch = ints_or_empty(attrs, "lhs_batch");
+  const auto b_batch = ints_or_empty(attrs, "rhs_batch");
   const auto a_contract = ints_or_empty(attrs, "lhs_contract");
   const auto b_contract = ints_or_empty(attrs, "rhs_contract");
   const auto a_free = free_dims(static_cast<int64_t>(a.size()), a_batch, a_contract);
@@ -157,7 +158,8 @@ namespace {
 std::vector<TensorType> fused_dot_shape(const InferContext& ctx) {
   const OpDef& dot = OpRegistry::global().find("dot");
   std::vector<TensorType> ab = {ctx.input(0), ctx.input(1)};
-  std::vector<TensorType> out = dot.shape_fn(InferContext(ctx.op(), ctx.node_name(), ab, ctx.attrs()));
+  std::vector<TensorType> out =
+      dot.shape_fn(InferContext(ctx.op(), ctx.node_name(), ab, ctx.attrs()));
   const TensorType& t = out[0];
   if (t.dtype != f32 && t.dtype != f64) ctx.fail("needs f32 or f64 operands, got " + t.str());
   if (!ctx.attrs().has("activation") ||

@@ -87,25 +87,24 @@ bool DotEpilogue::run(Module& module) {
         if (un.inputs[k].node == d) continue;  // dot + dot
         std::string why = fused_dot_bias_refusal(type(un.inputs[k]), out);
         if (why.empty() && type(un.inputs[k]).shape == out.shape && num_elements(out.shape) != 1)
-          why = "the addend " + type(un.inputs[k]).str() +
+          why = std::string("the addend ") + type(un.inputs[k]).str() +
                 " is not a broadcast bias (a full-size add stays in loop fusion)";
-        if (!why.empty()) {
-          note("not fused: " + label(nodes, u) + " into " + label(nodes, d) + ": " + why);
-          continue;
+        if (uses[d] > 1 && why.empty()) {
+          why = depends_on(un.inputs[k], d)
+                    ? std::string("the bias depends on the dot (fusing would create a cycle)")
+                    : std::string("the dot's result is also used elsewhere (") +
+                          std::to_string(uses[d]) + " uses)";
         }
-        if (uses[d] > 1) {
-          note("not fused: " + label(nodes, u) + " into " + label(nodes, d) + ": " +
-               (depends_on(un.inputs[k], d)
-                    ? "the bias depends on the dot (fusing would create a cycle)"
-                    : "the dot's result is also used elsewhere (" + std::to_string(uses[d]) +
-                          " uses)"));
+        if (!why.empty()) {
+          note(std::string("not fused: ") + label(nodes, u) + " into " + label(nodes, d) + ": " +
+               why);
           continue;
         }
         m.add = u;
         m.bias = un.inputs[k];
       } else if (activation_of(u, d)) {
         if (uses[d] > 1) {
-          note("not fused: " + label(nodes, u) + " into " + label(nodes, d) +
+          note(std::string("not fused: ") + label(nodes, u) + " into " + label(nodes, d) +
                ": the dot's result is also used elsewhere (" + std::to_string(uses[d]) +
                " uses)");
           continue;
@@ -115,9 +114,8 @@ bool DotEpilogue::run(Module& module) {
       }
     }
     if (m.add < 0 && m.act_node < 0) continue;
-    std::string layout = fused_dot_layout_refusal(nodes[dot.inputs[0].node].outputs[dot.inputs[0].output].shape,
-                                                  nodes[dot.inputs[1].node].outputs[dot.inputs[1].output].shape,
-                                                  dot.attrs);
+    std::string layout =
+        fused_dot_layout_refusal(type(dot.inputs[0]).shape, type(dot.inputs[1]).shape, dot.attrs);
     if (!layout.empty()) {
       note("not fused: epilogue of " + label(nodes, d) + ": " + layout);
       continue;
@@ -127,7 +125,7 @@ bool DotEpilogue::run(Module& module) {
         auto a = activation_of(v, m.add);
         if (!a) continue;
         if (uses[m.add] > 1) {
-          note("fused only the bias: " + label(nodes, v) + " stays apart from " +
+          note(std::string("fused only the bias: ") + label(nodes, v) + " stays apart from " +
                label(nodes, d) + ": the pre-activation " + label(nodes, m.add) +
                " is also used elsewhere (" + std::to_string(uses[m.add]) + " uses)");
           break;

@@ -42,7 +42,8 @@ std::string fusion_refusal(const detail::Node& node, const std::vector<TensorTyp
 std::string reduction_refusal(const detail::Node& node, const std::vector<TensorType>& inputs) {
   auto kind = cpu::reduce_kind_from_name(node.op);
   if (!kind) return "op " + node.op + " is not a reduction the CPU emitter supports";
-  if (inputs.size() != 1) return "op " + node.op + " has " + std::to_string(inputs.size()) + " inputs";
+  if (inputs.size() != 1)
+    return "op " + node.op + " has " + std::to_string(inputs.size()) + " inputs";
   const TensorType& x = inputs[0];
   if (!is_fully_defined(x.shape)) return "unknown input dimension";
   if (x.dtype != f32 && x.dtype != f64 && x.dtype != i32 && x.dtype != i64)

@@ -726,6 +726,7 @@ TEST(CpuCodegenReduce, RowSumOfExpWithBroadcastAndMultiOutput) {
     FusedKernel k = c.check(kSumF32, "row sum " + shape_str(xs));
     EXPECT_EQ(k.output_type(0).shape, xs);
     EXPECT_EQ(k.parallel_size(), num_elements(xs) / xs.back());
+    EXPECT_FALSE(k.in_place_safe());
   }
 }
 

@@ -8,9 +8,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
+#include <unistd.h>
 
 #include "compiler/executable.h"
+#include "compiler/pipeline.h"
 #include "kiln/kiln.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/mlp_step.h"
@@ -211,6 +216,33 @@ TEST(DotEpilogueTest, MlpTrainingStepFusesTheBiases) {
   int in_default = 0;
   for (const auto& n : nodes_of(c.graph)) in_default += n.op == "fused_dot";
   EXPECT_EQ(in_default, 2);
+}
+
+// KILN_DUMP: the pass's log after the simplification fixed point says what it fused and why it
+// declined.
+TEST(DotEpilogueTest, DumpLogsTheRefusals) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("kiln_dot_epilogue_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  Dense d(4, 3, 5);
+  Tensor pre = matmul(d.x, d.w) + d.b;
+  Tensor y = tanh(pre);
+  Pipeline p = default_pipeline();
+  p.set_dump_dir(dir.string());
+  CompiledGraph c = optimize(d.g, {y, pre}, p);
+  std::string log;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::string name = e.path().filename().string();
+    if (name.find("dot_epilogue") == std::string::npos || !name.ends_with(".log")) continue;
+    std::ifstream f(e.path());
+    std::stringstream ss;
+    ss << f.rdbuf();
+    log = ss.str();
+  }
+  fs::remove_all(dir);
+  EXPECT_THAT(log, HasSubstr("dot_epilogue: changed")) << log;
+  EXPECT_THAT(log, HasSubstr("fused only the bias")) << log;
+  expect_bitwise_equal(c.run(d.feeds), d.g.run(d.feeds, std::vector<Tensor>{y, pre}));
 }
 
 // Compiled: a fused_dot runs as a kernel thunk among fused loops.

@@ -516,7 +516,8 @@ class Emitter {
                   Value* v = red_value(vals, oi);
                   Value* a = b_.CreateLoad(reg_type(t), acc[q]);
                   b_.CreateStore(fold_fast(red_kind(oi), t, a, v), acc[q]);
-                  bool minmax = red_kind(oi) == ReduceKind::kMax || red_kind(oi) == ReduceKind::kMin;
+                  bool minmax =
+                      red_kind(oi) == ReduceKind::kMax || red_kind(oi) == ReduceKind::kMin;
                   if (minmax && (t == f32 || t == f64)) {
                     Value* f = b_.CreateLoad(b_.getInt1Ty(), nan[q]);
                     b_.CreateStore(b_.CreateOr(f, is_nan(v)), nan[q]);

@@ -304,6 +304,16 @@ FusedKernel::FusedKernel(FusedSubgraph sg, Shape shape, KernelFn fn, std::shared
     parallel_size_ = kiln::num_elements(subgraph_.reduced_shape());
     work_per_item_ = 1;
     for (int64_t a : subgraph_.reduce_axes) work_per_item_ *= shape_[a];
+    // Kept dimensions inside the reduced run make a column kernel, vectorised across them:
+    // give each task long runs of columns rather than a vector's worth.
+    int64_t inner = 1;
+    for (int64_t d = static_cast<int64_t>(shape_.size()) - 1; d >= 0; --d) {
+      if (std::binary_search(subgraph_.reduce_axes.begin(), subgraph_.reduce_axes.end(), d) &&
+          shape_[d] != 1)
+        break;
+      inner *= shape_[d];
+    }
+    min_grain_ = std::clamp<int64_t>(inner, 1, 512);
   } else {
     parallel_size_ = num_elements_;
   }
@@ -340,7 +350,8 @@ void FusedKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>* ou
   KernelFn fn = fn_;
   void** ins = in_ptrs.data();
   void** outs = out_ptrs.data();
-  int64_t grain = std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, work_per_item_));
+  int64_t grain =
+      std::max<int64_t>(min_grain_, (int64_t{1} << 14) / std::max<int64_t>(1, work_per_item_));
   runtime::parallel_for(parallel_size_, grain,
                         [fn, ins, outs](int64_t b, int64_t e) { fn(ins, outs, b, e); });
 }

@@ -109,6 +109,10 @@ class FusedKernel {
   // reduced shape for a reduction fusion (each folds the reduced axes).
   int64_t parallel_size() const { return parallel_size_; }
   const TensorType& output_type(int i) const { return output_types_.at(i); }
+  // Whether an output may share its buffer with an input of the same size: true for loop
+  // fusions (each iteration reads and writes only its own element), false with reductions (a
+  // column reduction initialises its output row before reading the inputs).
+  bool in_place_safe() const { return !subgraph_.has_reductions(); }
   KernelFn fn() const { return fn_; }
   double compile_ms() const { return compile_ms_; }  // emit + optimise + JIT
   bool vectorizable_loop() const { return contiguous_; }  // the flat (non-broadcast) loop
@@ -129,6 +133,7 @@ class FusedKernel {
   int64_t num_elements_ = 0;
   int64_t parallel_size_ = 0;
   int64_t work_per_item_ = 1;  // iteration points per parallel item
+  int64_t min_grain_ = 1;      // column reductions: whole runs of columns per task
   std::vector<TensorType> output_types_;
   KernelFn fn_ = nullptr;
   std::shared_ptr<void> jit_;  // owns the JIT'd code
@@ -138,8 +143,9 @@ class FusedKernel {
 
 // Emits the subgraph as LLVM IR (one loop, elemental style; with reductions, a row reduction
 // vectorised along the reduced axes or a column reduction vectorised across the kept inner
-// axis), optimises it at O3 for the host CPU and JITs it. With KILN_DUMP=<dir>, writes <dir>/<name>_<n>.ll (before optimisation),
-// .opt.ll (after) and .s (the host assembly). Throws kiln::Error.
+// axis), optimises it at O3 for the host CPU and JITs it. With KILN_DUMP=<dir>, writes
+// <dir>/<name>_<n>.ll (before optimisation), .opt.ll (after) and .s (the host assembly).
+// Throws kiln::Error.
 FusedKernel compile_elementwise(const FusedSubgraph& sg);
 
 // True when every input is either of the full output shape or a single element: the kernel
