@@ -8,7 +8,8 @@
 // Reduction (input) fusion: softmax over rows of [1024, 4096] (and a column sum of squares),
 // interpreted op by op vs compiled (fused loops with the reductions inside). Output (epilogue)
 // fusion: relu(x W + b) at batch 64 and 1024, as dot then one fused add+relu loop (a second pass
-// over the output) or the interpreter's three kernels, vs one fused_dot.
+// over the output) or the interpreter's three kernels, vs one fused_dot. Ratios use the best of
+// --benchmark_repetitions (with --benchmark_enable_random_interleaving on a busy machine).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
