@@ -825,6 +825,40 @@ TEST(CpuCodegenReduce, BeginEndSplits) {
   }
 }
 
+// Few outputs over long reductions: run() splits the outermost reduced dimension into chunks
+// folded in parallel and combined in order (the split depends only on the shape).
+TEST(CpuCodegenReduce, LongReductionsAreSplitIntoChunks) {
+  for (const auto& [xs, axes] : std::vector<std::pair<Shape, std::vector<int64_t>>>{
+           {{1 << 20}, {0}}, {{100000, 4}, {0}}, {{3, 50000, 2}, {1}}, {{8, 300, 100}, {1, 2}}}) {
+    Case c;
+    int x = c.input(f32, xs, 0, 2);
+    int e = c.op(EltOp::kExp, {x});
+    c.output(reduce(c, ReduceKind::kSum, e, axes));
+    c.output(reduce(c, ReduceKind::kMax, e, axes));
+    c.output(e);
+    // Sums of up to 1M positive terms in f32 (chunked, then lanes or columns): 1e-4 covers
+    // (K / chunks) u for the column kernels' in-order folds.
+    FusedKernel k = c.check({1e-4, 0}, "split " + shape_str(xs));
+    EXPECT_GT(k.split_chunks(), 1) << shape_str(xs);
+  }
+  {
+    Case c;  // integer sums wrap across chunks too; NaN in the last chunk propagates
+    int x = c.input(i32, {400000}, -2000000000, 2000000000);
+    c.output(reduce(c, ReduceKind::kSum, x, {0}));
+    c.output(reduce(c, ReduceKind::kMin, x, {0}));
+    EXPECT_GT(c.check(kExact, "i32 split").split_chunks(), 1);
+  }
+  {
+    std::vector<float> v(300000, 1.0f);
+    v[299999] = std::numeric_limits<float>::quiet_NaN();
+    Case c;
+    int x = c.input(Tensor::from_vector(v, {300000}));
+    c.output(reduce(c, ReduceKind::kMax, x, {0}));
+    c.output(reduce(c, ReduceKind::kMin, x, {0}));
+    c.check(kExact, "NaN split");
+  }
+}
+
 TEST(CpuCodegenReduce, Errors) {
   {
     FusedSubgraph sg;  // kept dimension between reduced ones

@@ -68,17 +68,28 @@ class Emitter {
   Emitter(const FusedSubgraph& sg, const Shape& shape, llvm::Module& m)
       : sg_(sg), shape_(shape), m_(m), ctx_(m.getContext()), b_(ctx_) {}
 
-  llvm::Function* emit_kernel(bool flat) {
+  // Emits `kernel`; with reductions also `kernel_part(inputs, outputs, begin, end, lo, hi)`,
+  // which folds only positions [lo, hi) of the outermost reduced (collapsed) dimension
+  // (`kernel` calls it with the whole range).
+  void emit_kernel(bool flat) {
     Type* ptr = b_.getPtrTy();
     Type* i64 = b_.getInt64Ty();
-    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64, i64}, false);
-    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, "kernel", m_);
+    bool part = sg_.has_reductions();
+    std::vector<Type*> params = {ptr, ptr, i64, i64};
+    if (part) params.insert(params.end(), {i64, i64});
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), params, false);
+    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage,
+                                 part ? "kernel_part" : "kernel", m_);
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
     for (int i = 0; i < 2; ++i) fn_->addParamAttr(i, llvm::Attribute::NoAlias);
     Value* inputs = fn_->getArg(0);
     Value* outputs = fn_->getArg(1);
     Value* begin = fn_->getArg(2);
     Value* end = fn_->getArg(3);
+    if (part) {
+      red_lo_ = fn_->getArg(4);
+      red_hi_ = fn_->getArg(5);
+    }
 
     auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn_);
     auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
@@ -100,8 +111,20 @@ class Emitter {
     }
     b_.SetInsertPoint(exit);
     b_.CreateRetVoid();
-    return fn_;
+    if (part) {
+      auto* wty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64, i64}, false);
+      llvm::Function* w =
+          llvm::Function::Create(wty, llvm::Function::ExternalLinkage, "kernel", m_);
+      w->addFnAttr(llvm::Attribute::NoUnwind);
+      b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", w));
+      b_.CreateCall(fn_, {w->getArg(0), w->getArg(1), w->getArg(2), w->getArg(3),
+                          b_.getInt64(0), b_.getInt64(split_size_)});
+      b_.CreateRetVoid();
+    }
   }
+
+  // The size of the outermost reduced dimension kernel_part's [lo, hi) ranges over.
+  int64_t split_size() const { return split_size_; }
 
  private:
   // ---- loops ----
@@ -400,6 +423,7 @@ class Emitter {
       }
     }
     if (red.empty()) red.push_back({1, true, std::vector<int64_t>(n_acc, 0)});
+    split_size_ = red[0].size;
     const bool column = !kept_inner.empty();
     std::vector<Dim> row_dims = kept_outer;
     int64_t cols = 1;
@@ -490,7 +514,7 @@ class Emitter {
             size_t outer_levels = column ? red.size() : red.size() - 1;
             if (level < outer_levels) {
               const Dim& d = red[level];
-              emit_guarded_loop(b_.getInt64(0), b_.getInt64(d.size), "red", false,
+              emit_guarded_loop(lo_of(level), hi_of(level, d), "red", false,
                                 [&](Value* i) { nest(level + 1, add_offsets(o, d, i)); });
               return;
             }
@@ -508,7 +532,7 @@ class Emitter {
               });
             } else {
               const Dim& d = red.back();
-              emit_guarded_loop(b_.getInt64(0), b_.getInt64(d.size), "fold", true, [&](Value* i) {
+              emit_guarded_loop(lo_of(level), hi_of(level, d), "fold", true, [&](Value* i) {
                 std::vector<Value*> vals = eval_at(add_offsets(o, d, i));
                 for (size_t q = 0; q < red_outs.size(); ++q) {
                   int oi = red_outs[q];
@@ -544,6 +568,11 @@ class Emitter {
   }
 
   int red_outs_value(int o) const { return sg_.outputs[o]; }
+  // The range of reduced dimension `level` (the outermost one is kernel_part's [lo, hi)).
+  Value* lo_of(size_t level) { return level == 0 ? red_lo_ : b_.getInt64(0); }
+  Value* hi_of(size_t level, const Dim& d) {
+    return level == 0 ? red_hi_ : b_.getInt64(d.size);
+  }
 
   void emit_body(const std::vector<Value*>& in, Value* index) {
     std::vector<Value*> vals(in);
@@ -799,6 +828,9 @@ class Emitter {
   llvm::Function* fn_ = nullptr;
   std::vector<Value*> in_ptrs_, out_ptrs_;
   llvm::MDNode* access_group_ = nullptr;  // of the innermost loop being emitted
+  Value* red_lo_ = nullptr;  // kernel_part's range of the outermost reduced dimension
+  Value* red_hi_ = nullptr;
+  int64_t split_size_ = 1;
 };
 
 void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
@@ -865,12 +897,15 @@ FusedKernel compile_elementwise(const FusedSubgraph& sg) {
   module->setTargetTriple(tm->getTargetTriple().str());
 
   Emitter emitter(sg, shape, *module);
-  llvm::Function* fn = emitter.emit_kernel(flat);
-  fn->addFnAttr("target-cpu", tm->getTargetCPU());
-  fn->addFnAttr("target-features", tm->getTargetFeatureString());
+  emitter.emit_kernel(flat);
   llvm::StringMap<bool> features;
-  if (llvm::sys::getHostCPUFeatures(features) && features.lookup("avx512f"))
-    fn->addFnAttr("prefer-vector-width", "512");
+  bool avx512 = llvm::sys::getHostCPUFeatures(features) && features.lookup("avx512f");
+  for (llvm::Function& fn : *module) {
+    if (fn.isDeclaration()) continue;
+    fn.addFnAttr("target-cpu", tm->getTargetCPU());
+    fn.addFnAttr("target-features", tm->getTargetFeatureString());
+    if (avx512) fn.addFnAttr("prefer-vector-width", "512");
+  }
 
   std::string err;
   llvm::raw_string_ostream err_os(err);
@@ -903,9 +938,14 @@ FusedKernel compile_elementwise(const FusedSubgraph& sg) {
     internal_error("adding the module", std::move(e));
   auto addr = unwrap(jit->lookup("kernel"), "compiling the kernel");
   auto kernel = addr.toPtr<KernelFn>();
+  FusedKernel::PartFn part = nullptr;
+  if (sg.has_reductions())
+    part = unwrap(jit->lookup("kernel_part"), "compiling the kernel").toPtr<FusedKernel::PartFn>();
   std::shared_ptr<void> owner(jit.release(), [](void* p) { delete static_cast<llvm::orc::LLJIT*>(p); });
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return FusedKernel(sg, std::move(shape), kernel, std::move(owner), flat, ms);
+  FusedKernel k(sg, std::move(shape), kernel, std::move(owner), flat, ms);
+  k.set_split(part, emitter.split_size());
+  return k;
 }
 
 }  // namespace kiln::compiler::cpu

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
+#include <type_traits>
 #include <utility>
 
 #include "kiln/error.h"
@@ -347,6 +349,10 @@ void FusedKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>* ou
     out_ptrs[i] = t.raw_mutable_data();
   }
   if (parallel_size_ == 0) return;
+  if (int64_t chunks = split_chunks(); chunks > 1) {
+    run_split(chunks, in_ptrs, out_ptrs, outputs);
+    return;
+  }
   KernelFn fn = fn_;
   void** ins = in_ptrs.data();
   void** outs = out_ptrs.data();
@@ -354,6 +360,104 @@ void FusedKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>* ou
       std::max<int64_t>(min_grain_, (int64_t{1} << 14) / std::max<int64_t>(1, work_per_item_));
   runtime::parallel_for(parallel_size_, grain,
                         [fn, ins, outs](int64_t b, int64_t e) { fn(ins, outs, b, e); });
+}
+
+int64_t FusedKernel::split_chunks() const {
+  constexpr int64_t kChunkWork = 1 << 15;  // iteration points per chunk
+  constexpr int64_t kMaxChunks = 64;
+  if (part_fn_ == nullptr || parallel_size_ >= 64 || split_size_ < 2) return 1;
+  int64_t total = parallel_size_ * work_per_item_;
+  return std::min({split_size_, kMaxChunks, total / kChunkWork});
+}
+
+namespace {
+
+// Integers fold in their unsigned type, so that overflow wraps instead of being undefined.
+template <class T, bool = std::is_integral_v<T>>
+struct Wrapping {
+  using type = T;
+};
+template <class T>
+struct Wrapping<T, true> {
+  using type = std::make_unsigned_t<T>;
+};
+
+// Folds chunk partials (chunk-major, n elements each) into `out` in chunk order.
+template <class T>
+void combine(ReduceKind kind, const T* partials, int64_t chunks, int64_t n, T* out) {
+  runtime::parallel_for(n, 1 << 12, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      T a = partials[i];
+      for (int64_t c = 1; c < chunks; ++c) {
+        T v = partials[c * n + i];
+        using W = typename Wrapping<T>::type;
+        switch (kind) {  // integers wrap, as in the kernel
+          case ReduceKind::kSum: a = static_cast<T>(static_cast<W>(a) + static_cast<W>(v)); break;
+          case ReduceKind::kProd: a = static_cast<T>(static_cast<W>(a) * static_cast<W>(v)); break;
+          case ReduceKind::kMax:
+          case ReduceKind::kMin:
+            if constexpr (std::is_floating_point_v<T>) {
+              if (a != a || v != v) {
+                a = std::numeric_limits<T>::quiet_NaN();
+                break;
+              }
+            }
+            a = (kind == ReduceKind::kMax ? v > a : v < a) ? v : a;
+            break;
+        }
+      }
+      out[i] = a;
+    }
+  });
+}
+
+}  // namespace
+
+void FusedKernel::run_split(int64_t chunks, const std::vector<void*>& in_ptrs,
+                            const std::vector<void*>& out_ptrs,
+                            std::vector<Tensor>* outputs) const {
+  const FusedSubgraph& sg = subgraph_;
+  const size_t n_out = sg.outputs.size();
+  // Per chunk: the output pointers, reduced outputs redirected into its slice of a scratch.
+  std::vector<Tensor> scratch(n_out);
+  for (size_t o = 0; o < n_out; ++o)
+    if (sg.is_reduction(sg.outputs[o]))
+      scratch[o] = Tensor::empty(output_types_[o].dtype, {chunks, parallel_size_});
+  std::vector<std::vector<void*>> outs(chunks, out_ptrs);
+  for (int64_t c = 0; c < chunks; ++c)
+    for (size_t o = 0; o < n_out; ++o)
+      if (scratch[o].defined())
+        outs[c][o] = static_cast<char*>(scratch[o].raw_mutable_data()) +
+                     c * parallel_size_ * dtype_size(output_types_[o].dtype);
+  PartFn fn = part_fn_;
+  const int64_t per = (split_size_ + chunks - 1) / chunks, size = split_size_, n = parallel_size_;
+  void** ins = const_cast<void**>(in_ptrs.data());
+  runtime::parallel_for(chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c)
+      fn(ins, outs[c].data(), 0, n, c * per, std::min(size, (c + 1) * per));
+  });
+  for (size_t o = 0; o < n_out; ++o) {
+    if (!scratch[o].defined()) continue;
+    ReduceKind kind = *sg.nodes[sg.outputs[o] - sg.inputs.size()].reduce;
+    void* dst = (*outputs)[o].raw_mutable_data();
+    const void* src = scratch[o].raw_data();
+    switch (output_types_[o].dtype) {
+      case DType::f32:
+        combine(kind, static_cast<const float*>(src), chunks, n, static_cast<float*>(dst));
+        break;
+      case DType::f64:
+        combine(kind, static_cast<const double*>(src), chunks, n, static_cast<double*>(dst));
+        break;
+      case DType::i32:
+        combine(kind, static_cast<const int32_t*>(src), chunks, n, static_cast<int32_t*>(dst));
+        break;
+      case DType::i64:
+        combine(kind, static_cast<const int64_t*>(src), chunks, n, static_cast<int64_t*>(dst));
+        break;
+      default:
+        fail(sg, "run: unsupported reduction dtype", ErrorCode::kInternal);
+    }
+  }
 }
 
 std::vector<Tensor> FusedKernel::run(const std::vector<Tensor>& inputs) const {

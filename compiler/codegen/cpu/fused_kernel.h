@@ -123,9 +123,26 @@ class FusedKernel {
   void run(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) const;
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
 
+  // Reduction kernels: `kernel_part` folds only positions [lo, hi) of the outermost reduced
+  // (collapsed) dimension, of size split_size(). run() splits a reduction with few outputs and
+  // much work into chunks of it (by shape only, so results do not depend on the thread count),
+  // folds each into a scratch copy of the reduced outputs and combines them in chunk order.
+  using PartFn = void (*)(void** inputs, void** outputs, int64_t begin, int64_t end, int64_t lo,
+                          int64_t hi);
+  PartFn part_fn() const { return part_fn_; }
+  int64_t split_size() const { return split_size_; }
+  // How many chunks run() splits the reduced range into (1: none).
+  int64_t split_chunks() const;
+
   // Internal (compile_elementwise).
   FusedKernel(FusedSubgraph sg, Shape shape, KernelFn fn, std::shared_ptr<void> jit,
               bool contiguous, double compile_ms);
+  void run_split(int64_t chunks, const std::vector<void*>& in_ptrs,
+                 const std::vector<void*>& out_ptrs, std::vector<Tensor>* outputs) const;
+  void set_split(PartFn fn, int64_t size) {
+    part_fn_ = fn;
+    split_size_ = size;
+  }
 
  private:
   FusedSubgraph subgraph_;
@@ -134,6 +151,8 @@ class FusedKernel {
   int64_t parallel_size_ = 0;
   int64_t work_per_item_ = 1;  // iteration points per parallel item
   int64_t min_grain_ = 1;      // column reductions: whole runs of columns per task
+  PartFn part_fn_ = nullptr;
+  int64_t split_size_ = 1;
   std::vector<TensorType> output_types_;
   KernelFn fn_ = nullptr;
   std::shared_ptr<void> jit_;  // owns the JIT'd code
