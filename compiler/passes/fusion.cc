@@ -153,12 +153,11 @@ FusionPlan plan_fusion(const std::vector<detail::Node>& nodes,
                                label(nodes, id) + ": " + refused);
         }
       }
-      if (target < 0) {
-        target = static_cast<int>(members.size());
-        members.emplace_back();
-        shape_of.push_back(in_types[0].shape);
-        reduces.push_back(0);
-        axes_of.emplace_back();
+      if (target < 0) {  // nothing to fold in: the reference kernel is as good, and no JIT
+        if (g < 0)
+          plan.notes.push_back("not fused: " + label(nodes, id) +
+                               ": no fusible producer (left to the reference kernel)");
+        continue;
       }
       members[target].push_back(id);
       std::sort(members[target].begin(), members[target].end());

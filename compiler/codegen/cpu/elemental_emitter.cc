@@ -81,6 +81,7 @@ class Emitter {
     fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage,
                                  part ? "kernel_part" : "kernel", m_);
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    if (part) fn_->addFnAttr(llvm::Attribute::NoInline);  // `kernel` calls it: emit it once
     for (int i = 0; i < 2; ++i) fn_->addParamAttr(i, llvm::Attribute::NoAlias);
     Value* inputs = fn_->getArg(0);
     Value* outputs = fn_->getArg(1);
