@@ -95,7 +95,9 @@ struct FusedSubgraph {
   void validate() const;
 };
 
-// The compiled function: computes output elements [begin, end) (row-major linear indices).
+// The compiled function: computes output elements [begin, end) (row-major linear indices); for a
+// reduction fusion, elements of the reduced shape, each folding its whole reduced range (and
+// storing the iteration-shaped outputs it passes over).
 using KernelFn = void (*)(void** inputs, void** outputs, int64_t begin, int64_t end);
 
 class FusedKernel {
