@@ -859,6 +859,45 @@ TEST(CpuCodegenReduce, LongReductionsAreSplitIntoChunks) {
   }
 }
 
+// Random shapes (with size-1 and broadcast dimensions), broadcast patterns of the inputs,
+// reduced runs, reductions and output mixes, against the interpreter: the index arithmetic of
+// the collapsed row and column loops.
+TEST(CpuCodegenReduce, RandomShapesAndBroadcasts) {
+  std::mt19937 rng(20261130);
+  int checked = 0;
+  for (int trial = 0; trial < 80; ++trial) {
+    int rank = 1 + static_cast<int>(rng() % 4);
+    Shape shape(rank);
+    for (int64_t& d : shape) d = rng() % 4 == 0 ? 1 : 2 + static_cast<int64_t>(rng() % 6);
+    // A random run of axes (any of them may be size 1).
+    int a0 = static_cast<int>(rng() % rank);
+    int a1 = a0 + static_cast<int>(rng() % (rank - a0));
+    std::vector<int64_t> axes;
+    for (int a = a0; a <= a1; ++a) axes.push_back(a);
+    if (trial % 7 == 0) axes.clear();  // reducing nothing
+    Case c;
+    int x = c.input(f32, shape, -2, 2, trial);
+    std::vector<int> vals = {x};
+    for (int k = 0; k < 2; ++k) {  // broadcast operands: a suffix of the shape, some dims 1
+      int r = static_cast<int>(rng() % (rank + 1));
+      Shape s(shape.end() - r, shape.end());
+      for (int64_t& d : s)
+        if (rng() % 2) d = 1;
+      vals.push_back(c.input(f32, s, -1, 1, trial * 7 + k));
+    }
+    int v = c.op(EltOp::kMul, {vals[0], vals[1]});
+    v = c.op(EltOp::kAdd, {v, vals[2]});
+    int e = c.op(EltOp::kExp, {v});
+    ReduceKind kinds[] = {ReduceKind::kSum, ReduceKind::kMax, ReduceKind::kMin};
+    c.output(reduce(c, kinds[rng() % 3], e, axes));
+    if (rng() % 2) c.output(e);
+    c.output(reduce(c, ReduceKind::kSum, v, axes));
+    c.check({3e-5, 1e-5}, "random " + shape_str(shape) + " over " + shape_str(axes));
+    ++checked;
+  }
+  EXPECT_EQ(checked, 80);
+}
+
 TEST(CpuCodegenReduce, Errors) {
   {
     FusedSubgraph sg;  // kept dimension between reduced ones
