@@ -175,17 +175,22 @@ FusionPlan plan_fusion(const std::vector<detail::Node>& nodes,
     const Shape& shape = types[id][0].shape;
     std::vector<int> unit = {id};
     std::vector<int> merged, seen_inputs;
+    // Groups whose reduction this node uses: it cannot join them (through any input).
+    std::vector<int> blocked;
+    for (const ValueRef& in : node.inputs)
+      if (plan.group_of[in.node] >= 0 && is_reduce_op(nodes[in.node].op))
+        blocked.push_back(plan.group_of[in.node]);
     for (const ValueRef& in : node.inputs) {
       int g = plan.group_of[in.node];
       if (g < 0 || std::find(merged.begin(), merged.end(), g) != merged.end()) continue;
       if (std::find(seen_inputs.begin(), seen_inputs.end(), in.node) != seen_inputs.end())
         continue;  // x * x: one decision, one note
       seen_inputs.push_back(in.node);
-      if (is_reduce_op(nodes[in.node].op)) {
+      if (std::find(blocked.begin(), blocked.end(), g) != blocked.end()) {
         plan.notes.push_back("not fused: " + label(nodes, in.node) + " into " +
                              label(nodes, id) +
-                             ": uses a reduction's result, which is final only after the "
-                             "group's loop");
+                             ": uses a reduction's result (of this group), which is final "
+                             "only after the group's loop");
         continue;
       }
       if (types[in.node][in.output].shape != shape) {

@@ -171,6 +171,30 @@ TEST(FusionTest, ReductionRefusalsAreNoted) {
   EXPECT_EQ(grp.outputs, (std::vector<int>{id(e), id(r1), id(r2)})) << p.log();
 }
 
+// y = e - sum(e, axis 0): y may not join e's group through e, since it uses the group's
+// reduction (broadcast back without a reshape).
+TEST(FusionTest, ConsumerOfAGroupsReductionStaysOutsideItThroughEveryInput) {
+  Graph g{"back"};
+  Tensor x = g.placeholder(f32, {4, 4}, "x");
+  Tensor e = exp(x);
+  Tensor s = reduce_op("reduce_sum", e, {0});
+  Tensor y = e - s;
+  FusionPlan p = plan(g, {y});
+  EXPECT_EQ(p.group_of[id(s)], p.group_of[id(e)]) << p.log();
+  EXPECT_NE(p.group_of[id(y)], p.group_of[id(e)]) << p.log();
+  EXPECT_THAT(p.log(), HasSubstr("uses a reduction's result")) << p.log();
+  std::vector<float> v(16);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) / 8 - 1;
+  Tensor xv = Tensor::from_vector(v, {4, 4});
+  Executable exe = compile(g, {y}, {{x, xv}});
+  EXPECT_EQ(exe.fusion_log().find("left to the reference kernels"), std::string::npos)
+      << exe.fusion_log();
+  std::vector<float> got = exe.run({{x, xv}})[0].to_vector<float>();
+  std::vector<float> want = g.run({{x, xv}}, std::vector<Tensor>{y})[0].to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i]) + 1e-5);
+}
+
 // A reduction whose consumers feed back into its producers' group is refused (a cycle), and
 // compiled graphs with reductions match the interpreter.
 TEST(FusionTest, ReductionGroupsCompileAndMatchTheInterpreter) {
