@@ -9,7 +9,9 @@
 // interpreted op by op vs compiled (fused loops with the reductions inside). Output (epilogue)
 // fusion: relu(x W + b) at batch 64 and 1024, as dot then one fused add+relu loop (a second pass
 // over the output) or the interpreter's three kernels, vs one fused_dot. Ratios use the best of
-// --benchmark_repetitions (with --benchmark_enable_random_interleaving on a busy machine).
+// --benchmark_repetitions (with --benchmark_enable_random_interleaving on a busy machine), in
+// wall time and in process CPU time (all threads), which other load on the machine disturbs
+// less.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -213,11 +215,36 @@ void dense_fused_dot(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(kiln::call_op("fused_dot", {c.x, c.w, c.b}, attrs));
 }
 
-BENCHMARK(softmax_unfused)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(softmax_fused)->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(dense_interpreted)->Arg(64)->Arg(1024)->UseRealTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(dense_dot_then_loop)->Arg(64)->Arg(1024)->UseRealTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(dense_fused_dot)->Arg(64)->Arg(1024)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(softmax_unfused)
+    ->MeasureProcessCPUTime()
+    ->Arg(0)
+    ->Arg(1)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(softmax_fused)
+    ->MeasureProcessCPUTime()
+    ->Arg(0)
+    ->Arg(1)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(dense_interpreted)
+    ->MeasureProcessCPUTime()
+    ->Arg(64)
+    ->Arg(1024)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(dense_dot_then_loop)
+    ->MeasureProcessCPUTime()
+    ->Arg(64)
+    ->Arg(1024)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(dense_fused_dot)
+    ->MeasureProcessCPUTime()
+    ->Arg(64)
+    ->Arg(1024)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(triad)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(fused)->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -234,8 +261,11 @@ class RatioReporter : public benchmark::ConsoleReporter {
       std::string key =
           r.run_name.function_name + (r.run_name.args.empty() ? "" : "/" + r.run_name.args);
       double t = r.real_accumulated_time / static_cast<double>(r.iterations);
+      double c = r.cpu_accumulated_time / static_cast<double>(r.iterations);
       auto [it, fresh] = seconds_.emplace(key, t);
       if (!fresh) it->second = std::min(it->second, t);
+      auto [jt, fresh_cpu] = cpu_seconds_.emplace(key, c);
+      if (!fresh_cpu) jt->second = std::min(jt->second, c);
     }
   }
   void print_ratios() const {
@@ -243,25 +273,34 @@ class RatioReporter : public benchmark::ConsoleReporter {
       auto it = seconds_.find(n);
       return it == seconds_.end() ? 0.0 : it->second;
     };
+    auto cpu = [&](const std::string& n) {
+      auto it = cpu_seconds_.find(n);
+      return it == cpu_seconds_.end() ? 0.0 : it->second;
+    };
     for (const char* arg : {"/0", "/1"}) {
       double u = get((std::string("softmax_unfused") + arg).c_str());
       double f = get((std::string("softmax_fused") + arg).c_str());
-      if (u > 0 && f > 0)
+      double uc = cpu(std::string("softmax_unfused") + arg);
+      double fc = cpu(std::string("softmax_fused") + arg);
+      if (u > 0 && f > 0 && fc > 0)
         std::printf("%s [%lld, %lld]: interpreted %.2f ms, compiled (reductions fused) %.2f ms: "
-                    "%.2fx\n",
+                    "%.2fx (CPU time %.2fx)\n",
                     arg[1] == '0' ? "softmax rows" : "column sum of squares",
                     static_cast<long long>(kRows), static_cast<long long>(kCols), u * 1e3, f * 1e3,
-                    u / f);
+                    u / f, uc / fc);
     }
     for (const char* arg : {"/64", "/1024"}) {
       double i = get((std::string("dense_interpreted") + arg).c_str());
       double l = get((std::string("dense_dot_then_loop") + arg).c_str());
       double f = get((std::string("dense_fused_dot") + arg).c_str());
-      if (i > 0 && l > 0 && f > 0)
+      double ic = cpu(std::string("dense_interpreted") + arg);
+      double lc = cpu(std::string("dense_dot_then_loop") + arg);
+      double fc = cpu(std::string("dense_fused_dot") + arg);
+      if (i > 0 && l > 0 && f > 0 && fc > 0)
         std::printf("relu(x W + b), batch %s, %lldx%lld: interpreted %.1f us, dot + fused loop "
-                    "%.1f us, fused_dot %.1f us: %.2fx and %.2fx\n",
+                    "%.1f us, fused_dot %.1f us: %.2fx and %.2fx (CPU time %.2fx and %.2fx)\n",
                     arg + 1, static_cast<long long>(kIn), static_cast<long long>(kHidden), i * 1e6,
-                    l * 1e6, f * 1e6, i / f, l / f);
+                    l * 1e6, f * 1e6, i / f, l / f, ic / fc, lc / fc);
     }
     double t_fused = get("fused"), t_eager = get("eager"), t_triad = get("triad");
     if (t_fused <= 0 || t_triad <= 0) return;
@@ -280,6 +319,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
 
  private:
   std::map<std::string, double> seconds_;
+  std::map<std::string, double> cpu_seconds_;  // process CPU time (all threads), where measured
 };
 
 }  // namespace
