@@ -1,5 +1,6 @@
 // Lowering of fusion groups to FusedSubgraphs: inputs first (values from outside the group, in
-// first-use order), then members in topological order, then the group's outputs.
+// first-use order), then members in topological order (reductions as reduction nodes), then
+// the group's outputs.
 #include "compiler/lowering.h"
 
 #include <unordered_map>
@@ -27,22 +28,35 @@ LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
   for (int m : g.nodes) {
     std::vector<int> args;
     for (const ValueRef& in : nodes[m].inputs) args.push_back(value_of.at(key(in)));
+    out.ops += (out.ops.empty() ? "" : ",") + nodes[m].op;
+    if (auto kind = cpu::reduce_kind_from_name(nodes[m].op)) {
+      value_of[key({m, 0})] = sg.add_reduce(*kind, args.at(0), nodes[m].attrs.get_ints("axes"));
+      continue;
+    }
     auto op = cpu::elt_op_from_name(nodes[m].op);
     if (!op) {
       throw Error(ErrorCode::kInternal,
                   "lower_fusion_group: op " + nodes[m].op + " is not an emitter op");
     }
     value_of[key({m, 0})] = sg.add(*op, args, types[m][0].dtype);
-    out.ops += (out.ops.empty() ? "" : ",") + nodes[m].op;
   }
   for (int m : g.outputs) {
     sg.add_output(value_of.at(key({m, 0})));
     out.outputs.push_back(m);
   }
-  if (sg.output_shape() != g.shape) {
+  if (sg.iteration_shape() != g.shape) {
     throw Error(ErrorCode::kInternal, "lower_fusion_group: the inputs broadcast to " +
-                                          shape_str(sg.output_shape()) + ", not the group's " +
+                                          shape_str(sg.iteration_shape()) + ", not the group's " +
                                           shape_str(g.shape));
+  }
+  for (size_t k = 0; k < out.outputs.size(); ++k) {
+    const TensorType& want = types[out.outputs[k]][0];
+    if (sg.output_type(static_cast<int>(k)) != want) {
+      throw Error(ErrorCode::kInternal, "lower_fusion_group: output %" +
+                                            std::to_string(out.outputs[k]) + " would be " +
+                                            sg.output_type(static_cast<int>(k)).str() +
+                                            ", the graph has " + want.str());
+    }
   }
   return out;
 }

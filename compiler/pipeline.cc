@@ -12,6 +12,7 @@
 #include "compiler/passes/constant_folding.h"
 #include "compiler/passes/cse.h"
 #include "compiler/passes/dce.h"
+#include "compiler/passes/dot_epilogue.h"
 #include "compiler/passes/verify.h"
 #include "kiln/error.h"
 
@@ -101,6 +102,7 @@ Pipeline default_pipeline() {
   simplify.push_back(std::make_unique<Cse>());
   simplify.push_back(std::make_unique<Dce>());
   p.add_fixed_point(std::move(simplify), 8);
+  p.add(std::make_unique<DotEpilogue>());
   p.add(std::make_unique<Verify>());
   return p;
 }

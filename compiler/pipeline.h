@@ -59,7 +59,7 @@ struct CompiledGraph {
 };
 
 // The standard pipeline: verify, then {constant folding, algebraic simplification, CSE, DCE} to a
-// fixed point, then verify.
+// fixed point, then dot epilogue fusion (bias add and activation into fused_dot), then verify.
 Pipeline default_pipeline();
 
 // A module over a copy of `graph` whose outputs are `outputs` (symbolic values of `graph`).

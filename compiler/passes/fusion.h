@@ -1,6 +1,7 @@
-// Loop fusion analysis: groups producer-consumer chains of elementwise ops that the CPU emitter
-// supports (compiler/codegen/cpu/fused_kernel.h) into acyclic fusion groups, for concrete
-// shapes, and records why each refused fusion was refused (for the KILN_DUMP log).
+// Loop and input fusion analysis: groups producer-consumer chains of elementwise ops that the
+// CPU emitter supports (compiler/codegen/cpu/fused_kernel.h), and reductions with the
+// elementwise producers they fold, into acyclic fusion groups, for concrete shapes, and records
+// why each refused fusion was refused (for the KILN_DUMP log).
 #pragma once
 
 #include <string>
@@ -14,7 +15,11 @@ namespace kiln::compiler {
 struct FusionGroup {
   std::vector<int> nodes;    // node ids, ascending (a topological order)
   std::vector<int> outputs;  // members used outside the group or fetched, ascending
-  Shape shape;               // every member's (concrete) output shape
+  Shape shape;               // the iteration shape: every elementwise member's output shape
+  // Input fusion: the axes (of `shape`) every reduction member folds; empty when there are
+  // none. Reductions are used only outside the group.
+  bool has_reductions = false;
+  std::vector<int64_t> reduce_axes;
 };
 
 struct FusionPlan {
@@ -36,5 +41,8 @@ FusionPlan plan_fusion(const std::vector<detail::Node>& nodes,
 // by the CPU elementwise emitter, or "" when it can.
 std::string fusion_refusal(const detail::Node& node, const std::vector<TensorType>& inputs,
                            const std::vector<TensorType>& outputs);
+
+// The same for a reduction node (reduce_sum, reduce_prod, reduce_max, reduce_min).
+std::string reduction_refusal(const detail::Node& node, const std::vector<TensorType>& inputs);
 
 }  // namespace kiln::compiler

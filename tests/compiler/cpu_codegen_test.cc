@@ -682,3 +682,272 @@ TEST(CpuCodegen, CompileTime) {
 
 }  // namespace
 }  // namespace kiln::compiler::cpu
+
+// ---- reduction (input) fusion ----------------------------------------------------------------
+namespace kiln::compiler::cpu {
+namespace {
+
+// Tolerances of fused f32 sums (accumulated in f32, reassociated over vector lanes) against the
+// reference kernel (which sums f32 in double), for K positive summands each computed with
+// relative error e: recursive summation bounds the relative error by (K - 1) u + e, u = 2^-24.
+// Column kernels sum each column in order (K - 1 <= 300 here: 1.8e-5); row kernels split K over
+// at least 16 lanes. 3e-5 covers both with the exp approximation (2e-6).
+constexpr Tol kSumF32{3e-5, 0};
+
+Tensor reference_reduce(ReduceKind k, const Tensor& x, const std::vector<int64_t>& axes) {
+  Axes a(axes.begin(), axes.end());
+  if (a.empty()) return call_op(reduce_kind_name(k), {x}, {{"axes", axes}})[0];
+  switch (k) {
+    case ReduceKind::kSum: return kiln::sum(x, a);
+    case ReduceKind::kProd: return kiln::prod(x, a);
+    case ReduceKind::kMax: return kiln::max(x, a);
+    case ReduceKind::kMin: return kiln::min(x, a);
+  }
+  return {};
+}
+
+int reduce(Case& c, ReduceKind k, int v, std::vector<int64_t> axes) {
+  c.syms.push_back(reference_reduce(k, c.syms[v], axes));
+  return c.sg.add_reduce(k, v, std::move(axes));
+}
+
+// softmax's middle: e = exp(x - m) with m broadcast per row, and sum(e) over the row, one kernel
+// with two outputs of different shapes.
+TEST(CpuCodegenReduce, RowSumOfExpWithBroadcastAndMultiOutput) {
+  for (const auto& [xs, ms] : std::vector<std::pair<Shape, Shape>>{
+           {{7, 1000}, {7, 1}}, {{64, 10}, {64, 1}}, {{1, 3}, {1, 1}}, {{5, 33}, {}},
+           {{3, 4, 129}, {3, 4, 1}}}) {
+    Case c;
+    int x = c.input(f32, xs, -4, 4);
+    int m = c.input(f32, ms, -1, 1);
+    int e = c.op(EltOp::kExp, {c.op(EltOp::kSub, {x, m})});
+    c.output(e);
+    c.output(reduce(c, ReduceKind::kSum, e, {static_cast<int64_t>(xs.size()) - 1}));
+    FusedKernel k = c.check(kSumF32, "row sum " + shape_str(xs));
+    EXPECT_EQ(k.output_type(0).shape, xs);
+    EXPECT_EQ(k.parallel_size(), num_elements(xs) / xs.back());
+    EXPECT_FALSE(k.in_place_safe());
+  }
+}
+
+// Reductions over outer axes (column kernels) and over a middle run of axes.
+TEST(CpuCodegenReduce, ColumnAndMiddleSums) {
+  for (const auto& [xs, axes] : std::vector<std::pair<Shape, std::vector<int64_t>>>{
+           {{300, 37}, {0}}, {{64, 128}, {0}}, {{3, 50, 17}, {1}}, {{2, 3, 5, 7}, {1, 2}},
+           {{4, 1, 6}, {0, 1}}, {{8, 9}, {0, 1}}, {{1000}, {0}}, {{6, 5}, {}}}) {
+    Case c;
+    int x = c.input(f32, xs, -3, 3);
+    int b = c.input(f32, {xs.back()}, -1, 1);  // broadcast along every outer axis
+    int v = c.op(EltOp::kExp, {c.op(EltOp::kMul, {x, b})});
+    c.output(reduce(c, ReduceKind::kSum, v, axes));
+    c.output(v);
+    c.check(kSumF32, "sum " + shape_str(xs) + " over " + shape_str(axes));
+  }
+}
+
+TEST(CpuCodegenReduce, MaxMinProdPropagateNaNAndAreExact) {
+  for (const auto& [xs, axes] : std::vector<std::pair<Shape, std::vector<int64_t>>>{
+           {{9, 200}, {1}}, {{200, 9}, {0}}, {{4, 5, 6}, {1}}}) {
+    for (ReduceKind kind : {ReduceKind::kMax, ReduceKind::kMin}) {
+      Tensor xv = random_tensor(f32, xs, -50, 50, 5);
+      std::vector<float> data = xv.to_vector<float>();
+      data[3] = std::numeric_limits<float>::quiet_NaN();  // one NaN in the first output
+      data[data.size() - 1] = -std::numeric_limits<float>::infinity();
+      Case c;
+      int x = c.input(Tensor::from_vector(data, xs));
+      c.output(reduce(c, kind, c.op(EltOp::kAbs, {x}), axes));
+      c.output(reduce(c, kind, x, axes));
+      c.check(kExact, std::string(reduce_kind_name(kind)) + " " + shape_str(xs));
+    }
+    Case c;  // products of values near 1 (exactness is not expected: reassociated)
+    int x = c.input(f32, xs, 0.99, 1.01);
+    c.output(reduce(c, ReduceKind::kProd, x, axes));
+    c.check({1e-5, 0}, "prod " + shape_str(xs));
+  }
+}
+
+TEST(CpuCodegenReduce, IntegerAndF64) {
+  {
+    Case c;  // i32 sums wrap like the reference (which folds in 64 bits and narrows)
+    int x = c.input(i32, {6, 300}, -2000000000, 2000000000);
+    c.output(reduce(c, ReduceKind::kSum, x, {1}));
+    c.output(reduce(c, ReduceKind::kMax, x, {1}));
+    c.check(kExact, "i32 rows");
+  }
+  {
+    Case c;
+    int x = c.input(i64, {300, 6}, -1000, 1000);
+    c.output(reduce(c, ReduceKind::kMin, c.op(EltOp::kMul, {x, x}), {0}));
+    c.check(kExact, "i64 columns");
+  }
+  {
+    Case c;
+    int x = c.input(f64, {17, 513}, -1, 1);
+    c.output(reduce(c, ReduceKind::kSum, c.op(EltOp::kMul, {x, x}), {1}));
+    c.check({1e-13, 0}, "f64 rows");
+  }
+}
+
+// Empty reductions give the identity; empty outputs write nothing.
+TEST(CpuCodegenReduce, ZeroSizes) {
+  for (const auto& [xs, axes] : std::vector<std::pair<Shape, std::vector<int64_t>>>{
+           {{5, 0}, {1}}, {{0, 5}, {0}}, {{0, 5}, {1}}, {{3, 0, 2}, {1}}}) {
+    Case c;
+    int x = c.input(f32, xs);
+    int e = c.op(EltOp::kExp, {x});
+    c.output(reduce(c, ReduceKind::kSum, e, axes));
+    c.output(reduce(c, ReduceKind::kMax, e, axes));
+    c.check(kExact, "zero " + shape_str(xs));
+  }
+}
+
+// The thread pool's [begin, end) splits, mid-row for column kernels.
+TEST(CpuCodegenReduce, BeginEndSplits) {
+  for (const auto& [xs, axes] : std::vector<std::pair<Shape, std::vector<int64_t>>>{
+           {{50, 77}, {0}}, {{77, 50}, {1}}, {{3, 20, 33}, {1}}}) {
+    FusedSubgraph sg;
+    int x = sg.add_input(f32, xs);
+    int v = sg.add(EltOp::kExp, {x});
+    sg.add_output(sg.add_reduce(ReduceKind::kSum, v, axes));
+    sg.add_output(v);
+    FusedKernel k = compile_elementwise(sg);
+    std::vector<Tensor> in = {random_tensor(f32, xs, -2, 2, 1)};
+    std::vector<Tensor> whole = k.run(in);
+    Tensor o0 = Tensor::empty(f32, k.output_type(0).shape), o1 = Tensor::empty(f32, xs);
+    std::vector<void*> ins = {const_cast<void*>(in[0].raw_data())};
+    std::vector<void*> outs = {o0.raw_mutable_data(), o1.raw_mutable_data()};
+    int64_t n = k.parallel_size();
+    std::vector<int64_t> cuts = {0, 1, 7, 40, 41, n / 2, n - 1, n};
+    for (size_t i = 0; i + 1 < cuts.size(); ++i)
+      k.fn()(ins.data(), outs.data(), cuts[i], std::max(cuts[i], cuts[i + 1]));
+    EXPECT_EQ(o0.to_vector<float>(), whole[0].to_vector<float>()) << shape_str(xs);
+    EXPECT_EQ(o1.to_vector<float>(), whole[1].to_vector<float>()) << shape_str(xs);
+  }
+}
+
+// Few outputs over long reductions: run() splits the outermost reduced dimension into chunks
+// folded in parallel and combined in order (the split depends only on the shape).
+TEST(CpuCodegenReduce, LongReductionsAreSplitIntoChunks) {
+  for (const auto& [xs, axes] : std::vector<std::pair<Shape, std::vector<int64_t>>>{
+           {{1 << 20}, {0}}, {{100000, 4}, {0}}, {{3, 50000, 2}, {1}}, {{8, 300, 100}, {1, 2}}}) {
+    Case c;
+    int x = c.input(f32, xs, 0, 2);
+    int e = c.op(EltOp::kExp, {x});
+    c.output(reduce(c, ReduceKind::kSum, e, axes));
+    c.output(reduce(c, ReduceKind::kMax, e, axes));
+    c.output(e);
+    // Sums of up to 1M positive terms in f32 (chunked, then lanes or columns): 1e-4 covers
+    // (K / chunks) u for the column kernels' in-order folds.
+    FusedKernel k = c.check({1e-4, 0}, "split " + shape_str(xs));
+    EXPECT_GT(k.split_chunks(), 1) << shape_str(xs);
+  }
+  {
+    Case c;  // integer sums wrap across chunks too; NaN in the last chunk propagates
+    int x = c.input(i32, {400000}, -2000000000, 2000000000);
+    c.output(reduce(c, ReduceKind::kSum, x, {0}));
+    c.output(reduce(c, ReduceKind::kMin, x, {0}));
+    EXPECT_GT(c.check(kExact, "i32 split").split_chunks(), 1);
+  }
+  {
+    std::vector<float> v(300000, 1.0f);
+    v[299999] = std::numeric_limits<float>::quiet_NaN();
+    Case c;
+    int x = c.input(Tensor::from_vector(v, {300000}));
+    c.output(reduce(c, ReduceKind::kMax, x, {0}));
+    c.output(reduce(c, ReduceKind::kMin, x, {0}));
+    c.check(kExact, "NaN split");
+  }
+}
+
+// Random shapes (with size-1 and broadcast dimensions), broadcast patterns of the inputs,
+// reduced runs, reductions and output mixes, against the interpreter: the index arithmetic of
+// the collapsed row and column loops.
+TEST(CpuCodegenReduce, RandomShapesAndBroadcasts) {
+  std::mt19937 rng(20261130);
+  int checked = 0;
+  for (int trial = 0; trial < 80; ++trial) {
+    int rank = 1 + static_cast<int>(rng() % 4);
+    Shape shape(rank);
+    for (int64_t& d : shape) d = rng() % 4 == 0 ? 1 : 2 + static_cast<int64_t>(rng() % 6);
+    // A random run of axes (any of them may be size 1).
+    int a0 = static_cast<int>(rng() % rank);
+    int a1 = a0 + static_cast<int>(rng() % (rank - a0));
+    std::vector<int64_t> axes;
+    for (int a = a0; a <= a1; ++a) axes.push_back(a);
+    if (trial % 7 == 0) axes.clear();  // reducing nothing
+    Case c;
+    int x = c.input(f32, shape, -2, 2, trial);
+    std::vector<int> vals = {x};
+    for (int k = 0; k < 2; ++k) {  // broadcast operands: a suffix of the shape, some dims 1
+      int r = static_cast<int>(rng() % (rank + 1));
+      Shape s(shape.end() - r, shape.end());
+      for (int64_t& d : s)
+        if (rng() % 2) d = 1;
+      vals.push_back(c.input(f32, s, -1, 1, trial * 7 + k));
+    }
+    int v = c.op(EltOp::kMul, {vals[0], vals[1]});
+    v = c.op(EltOp::kAdd, {v, vals[2]});
+    int e = c.op(EltOp::kExp, {v});
+    ReduceKind kinds[] = {ReduceKind::kSum, ReduceKind::kMax, ReduceKind::kMin};
+    c.output(reduce(c, kinds[rng() % 3], e, axes));
+    if (rng() % 2) c.output(e);
+    c.output(reduce(c, ReduceKind::kSum, v, axes));
+    c.check({3e-5, 1e-5}, "random " + shape_str(shape) + " over " + shape_str(axes));
+    ++checked;
+  }
+  EXPECT_EQ(checked, 80);
+}
+
+TEST(CpuCodegenReduce, Errors) {
+  {
+    FusedSubgraph sg;  // kept dimension between reduced ones
+    int x = sg.add_input(f32, {2, 3, 4});
+    sg.add_output(sg.add_reduce(ReduceKind::kSum, x, {0, 2}));
+    try {
+      compile_elementwise(sg);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
+      EXPECT_THAT(e.what(), HasSubstr("not adjacent"));
+    }
+  }
+  FusedSubgraph sg;
+  int x = sg.add_input(f32, {2, 3});
+  int r = sg.add_reduce(ReduceKind::kMax, x, {1});
+  EXPECT_THROW(sg.add(EltOp::kNeg, {r}), Error);                     // a reduction used inside
+  EXPECT_THROW(sg.add_reduce(ReduceKind::kSum, x, {0}), Error);      // other axes
+  EXPECT_THROW(sg.add_reduce(ReduceKind::kSum, r, {1}), Error);      // a reduction of one
+}
+
+// The row sum and row max loops are vectorised (vector accumulators, no per-element libm).
+TEST(CpuCodegenReduce, RowReductionsAreVectorized) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("kiln_reduce_dump_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  setenv("KILN_DUMP", dir.c_str(), 1);
+  for (ReduceKind kind : {ReduceKind::kSum, ReduceKind::kMax}) {
+    FusedSubgraph sg;
+    sg.name = std::string("row_") + reduce_kind_name(kind);
+    int x = sg.add_input(f32, {64, 1024});
+    sg.add_output(sg.add_reduce(kind, sg.add(EltOp::kExp, {x}), {1}));
+    compile_elementwise(sg);
+  }
+  unsetenv("KILN_DUMP");
+  int vectorized = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::string name = e.path().filename().string();
+    if (!name.ends_with(".opt.ll")) continue;
+    std::ifstream f(e.path());
+    std::stringstream ss;
+    ss << f.rdbuf();
+    EXPECT_THAT(ss.str(), HasSubstr("x float>")) << name;
+    EXPECT_THAT(ss.str(), testing::Not(HasSubstr("@expf"))) << name;
+    ++vectorized;
+  }
+  fs::remove_all(dir);
+  EXPECT_EQ(vectorized, 2);
+}
+
+}  // namespace
+}  // namespace kiln::compiler::cpu

@@ -2,6 +2,14 @@
 // `void kernel(void** inputs, void** outputs, i64 begin, i64 end)`, optimises it at O3 for the
 // host CPU and JITs it with ORC LLJIT. The only file of compiler/codegen/cpu with LLVM headers.
 //
+// Reductions (input fusion): [begin, end) ranges over reduced-output elements. A row reduction
+// (no kept dimension inside the reduced run) folds each output in a loop over the innermost
+// reduced dimension whose accumulator is a reassociable recurrence (fadd/fmul `reassoc`;
+// maxnum/minnum `nnan nsz` plus an or-reduced NaN flag, so NaN still propagates), which the
+// loop vectorizer widens into several vector accumulators. A column reduction (kept dimensions
+// inside) accumulates straight into the output row, the innermost loop running across the
+// kept inner dimension (vectorised like an elementwise loop).
+//
 // Transcendentals. f32 exp, log, tanh, logistic and erf are inline IR (no calls), so the loop
 // vectorizer widens them: exp and log are Cephes' expf/logf (range reduction + polynomial),
 // tanh is Cephes' tanhf (odd polynomial below 0.625, 1 - 2/(exp(2|x|)+1) above), logistic is
@@ -14,6 +22,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <mutex>
 
 #include <llvm/ADT/StringMap.h>
@@ -59,17 +68,29 @@ class Emitter {
   Emitter(const FusedSubgraph& sg, const Shape& shape, llvm::Module& m)
       : sg_(sg), shape_(shape), m_(m), ctx_(m.getContext()), b_(ctx_) {}
 
-  llvm::Function* emit_kernel(bool flat) {
+  // Emits `kernel`; with reductions also `kernel_part(inputs, outputs, begin, end, lo, hi)`,
+  // which folds only positions [lo, hi) of the outermost reduced (collapsed) dimension
+  // (`kernel` calls it with the whole range).
+  void emit_kernel(bool flat) {
     Type* ptr = b_.getPtrTy();
     Type* i64 = b_.getInt64Ty();
-    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64, i64}, false);
-    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, "kernel", m_);
+    bool part = sg_.has_reductions();
+    std::vector<Type*> params = {ptr, ptr, i64, i64};
+    if (part) params.insert(params.end(), {i64, i64});
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), params, false);
+    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage,
+                                 part ? "kernel_part" : "kernel", m_);
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    if (part) fn_->addFnAttr(llvm::Attribute::NoInline);  // `kernel` calls it: emit it once
     for (int i = 0; i < 2; ++i) fn_->addParamAttr(i, llvm::Attribute::NoAlias);
     Value* inputs = fn_->getArg(0);
     Value* outputs = fn_->getArg(1);
     Value* begin = fn_->getArg(2);
     Value* end = fn_->getArg(3);
+    if (part) {
+      red_lo_ = fn_->getArg(4);
+      red_hi_ = fn_->getArg(5);
+    }
 
     auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn_);
     auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
@@ -82,15 +103,29 @@ class Emitter {
     b_.CreateCondBr(b_.CreateICmpSLT(begin, end), work, exit);
     b_.SetInsertPoint(work);
 
-    if (flat) {
+    if (sg_.has_reductions()) {
+      emit_reduce(begin, end, exit);
+    } else if (flat) {
       emit_flat(begin, end, exit);
     } else {
       emit_rows(begin, end, exit);
     }
     b_.SetInsertPoint(exit);
     b_.CreateRetVoid();
-    return fn_;
+    if (part) {
+      auto* wty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64, i64}, false);
+      llvm::Function* w =
+          llvm::Function::Create(wty, llvm::Function::ExternalLinkage, "kernel", m_);
+      w->addFnAttr(llvm::Attribute::NoUnwind);
+      b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", w));
+      b_.CreateCall(fn_, {w->getArg(0), w->getArg(1), w->getArg(2), w->getArg(3),
+                          b_.getInt64(0), b_.getInt64(split_size_)});
+      b_.CreateRetVoid();
+    }
   }
+
+  // The size of the outermost reduced dimension kernel_part's [lo, hi) ranges over.
+  int64_t split_size() const { return split_size_; }
 
  private:
   // ---- loops ----
@@ -231,6 +266,313 @@ class Emitter {
     llvm::LoadInst* v = b_.CreateLoad(mt, b_.CreateInBoundsGEP(mt, in_ptrs_[k], index));
     if (access_group_) v->setMetadata(llvm::LLVMContext::MD_access_group, access_group_);
     return t == bool_ ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
+  }
+
+  // The values of every node at one point (nullptr for reductions).
+  std::vector<Value*> compute(const std::vector<Value*>& in) {
+    std::vector<Value*> vals(in);
+    for (const FusedSubgraph::Node& n : sg_.nodes) {
+      if (n.reduce) {
+        vals.push_back(nullptr);
+        continue;
+      }
+      std::vector<Value*> args;
+      std::vector<DType> types;
+      for (int a : n.args) {
+        args.push_back(vals[a]);
+        types.push_back(sg_.dtype(a));
+      }
+      vals.push_back(emit_op(n.op, args, types, n.dtype));
+    }
+    return vals;
+  }
+
+  void store(int o, Value* v, Value* index) {
+    DType t = sg_.dtype(sg_.outputs[o]);
+    if (t == bool_) v = b_.CreateZExt(v, b_.getInt8Ty());
+    Type* mt = mem_type(t);
+    llvm::StoreInst* st = b_.CreateStore(v, b_.CreateInBoundsGEP(mt, out_ptrs_[o], index));
+    if (access_group_) st->setMetadata(llvm::LLVMContext::MD_access_group, access_group_);
+  }
+
+  // ---- reductions ----
+
+  // One collapsed dimension of the iteration space: its size, whether it is reduced, and the
+  // element stride of every access along it (inputs, then iteration-shaped outputs).
+  struct Dim {
+    int64_t size;
+    bool reduced;
+    std::vector<int64_t> st;
+  };
+
+  template <class Body>
+  void emit_guarded_loop(Value* lo, Value* hi, const char* name, bool innermost, Body body) {
+    auto* enter = llvm::BasicBlock::Create(ctx_, std::string(name) + "_enter", fn_);
+    auto* after = llvm::BasicBlock::Create(ctx_, std::string(name) + "_after", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLT(lo, hi), enter, after);
+    b_.SetInsertPoint(enter);
+    emit_loop(lo, hi, after, name, innermost, body);
+  }
+
+  Value* identity(ReduceKind k, DType t) {
+    Type* ty = reg_type(t);
+    bool fp = t == f32 || t == f64;
+    switch (k) {
+      case ReduceKind::kSum: return zero(t);
+      case ReduceKind::kProd: return fp ? fconst(ty, 1) : llvm::ConstantInt::get(ty, 1);
+      case ReduceKind::kMax:
+        return fp ? llvm::ConstantFP::getInfinity(ty, /*Negative=*/true)
+                  : llvm::ConstantInt::get(
+                        ty, llvm::APInt::getSignedMinValue(ty->getIntegerBitWidth()));
+      case ReduceKind::kMin:
+        return fp ? llvm::ConstantFP::getInfinity(ty)
+                  : llvm::ConstantInt::get(
+                        ty, llvm::APInt::getSignedMaxValue(ty->getIntegerBitWidth()));
+    }
+    return zero(t);
+  }
+
+  // The vectorizable recurrence step of a row reduction (NaN handled by a separate flag).
+  Value* fold_fast(ReduceKind k, DType t, Value* acc, Value* v) {
+    bool fp = t == f32 || t == f64;
+    llvm::FastMathFlags fmf;
+    switch (k) {
+      case ReduceKind::kSum:
+      case ReduceKind::kProd: {
+        if (!fp) return k == ReduceKind::kSum ? b_.CreateAdd(acc, v) : b_.CreateMul(acc, v);
+        fmf.setAllowReassoc();
+        Value* r = k == ReduceKind::kSum ? b_.CreateFAdd(acc, v) : b_.CreateFMul(acc, v);
+        llvm::cast<llvm::Instruction>(r)->setFastMathFlags(fmf);
+        return r;
+      }
+      case ReduceKind::kMax:
+      case ReduceKind::kMin: {
+        bool mx = k == ReduceKind::kMax;
+        if (!fp)
+          return b_.CreateBinaryIntrinsic(mx ? llvm::Intrinsic::smax : llvm::Intrinsic::smin,
+                                          acc, v);
+        fmf.setNoNaNs();
+        fmf.setNoSignedZeros();
+        Value* r = b_.CreateBinaryIntrinsic(
+            mx ? llvm::Intrinsic::maxnum : llvm::Intrinsic::minnum, acc, v);
+        llvm::cast<llvm::Instruction>(r)->setFastMathFlags(fmf);
+        return r;
+      }
+    }
+    return acc;
+  }
+
+  // The exact (NaN-propagating) step of a column reduction; an elementwise operation.
+  Value* fold_exact(ReduceKind k, DType t, Value* acc, Value* v) {
+    bool fp = t == f32 || t == f64;
+    switch (k) {
+      case ReduceKind::kSum: return fp ? b_.CreateFAdd(acc, v) : b_.CreateAdd(acc, v);
+      case ReduceKind::kProd: return fp ? b_.CreateFMul(acc, v) : b_.CreateMul(acc, v);
+      case ReduceKind::kMax: return max_min(acc, v, fp, true);
+      case ReduceKind::kMin: return max_min(acc, v, fp, false);
+    }
+    return acc;
+  }
+
+  void emit_reduce(Value* begin, Value* end, llvm::BasicBlock* exit) {
+    const int rank = static_cast<int>(shape_.size());
+    const size_t n_in = sg_.inputs.size();
+    std::vector<int> full_outs, red_outs;  // output indices
+    for (size_t o = 0; o < sg_.outputs.size(); ++o)
+      (sg_.is_reduction(sg_.outputs[o]) ? red_outs : full_outs).push_back(static_cast<int>(o));
+    const size_t n_acc = n_in + full_outs.size();
+    std::vector<std::vector<int64_t>> strides(n_acc, std::vector<int64_t>(rank, 0));
+    for (size_t k = 0; k < n_in; ++k) {
+      const Shape& s = sg_.inputs[k].shape;
+      int64_t st = 1;
+      for (int j = static_cast<int>(s.size()) - 1; j >= 0; --j) {
+        int d = rank - static_cast<int>(s.size()) + j;
+        strides[k][d] = s[j] == 1 ? 0 : st;
+        st *= s[j];
+      }
+    }
+    for (size_t f = 0; f < full_outs.size(); ++f) {
+      int64_t st = 1;
+      for (int d = rank - 1; d >= 0; --d) {
+        strides[n_in + f][d] = st;
+        st *= shape_[d];
+      }
+    }
+    // Collapse, outer to inner.
+    std::vector<Dim> dims;
+    for (int d = 0; d < rank; ++d) {
+      if (shape_[d] == 1) continue;
+      bool red = std::binary_search(sg_.reduce_axes.begin(), sg_.reduce_axes.end(),
+                                    static_cast<int64_t>(d));
+      std::vector<int64_t> st(n_acc);
+      for (size_t k = 0; k < n_acc; ++k) st[k] = strides[k][d];
+      bool merge = !dims.empty() && dims.back().reduced == red;
+      for (size_t k = 0; merge && k < n_acc; ++k) merge = dims.back().st[k] == st[k] * shape_[d];
+      if (merge) {
+        dims.back().size *= shape_[d];
+        dims.back().st = st;
+      } else {
+        dims.push_back({shape_[d], red, st});
+      }
+    }
+    std::vector<Dim> kept_outer, red, kept_inner;
+    for (const Dim& d : dims) {
+      if (d.reduced) {
+        red.push_back(d);
+      } else {
+        (red.empty() ? kept_outer : kept_inner).push_back(d);
+      }
+    }
+    if (red.empty()) red.push_back({1, true, std::vector<int64_t>(n_acc, 0)});
+    split_size_ = red[0].size;
+    const bool column = !kept_inner.empty();
+    std::vector<Dim> row_dims = kept_outer;
+    int64_t cols = 1;
+    Dim col_dim{1, false, std::vector<int64_t>(n_acc, 0)};
+    if (column) {
+      col_dim = kept_inner.back();
+      cols = col_dim.size;
+      row_dims.insert(row_dims.end(), kept_inner.begin(), kept_inner.end() - 1);
+    }
+
+    // Row-kernel accumulators live in allocas (promoted to registers by mem2reg).
+    std::vector<llvm::AllocaInst*> acc(red_outs.size()), nan(red_outs.size());
+    if (!column) {
+      llvm::IRBuilder<> eb(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+      for (size_t q = 0; q < red_outs.size(); ++q) {
+        acc[q] = eb.CreateAlloca(reg_type(sg_.dtype(red_outs_value(red_outs[q]))));
+        nan[q] = eb.CreateAlloca(b_.getInt1Ty());
+      }
+    }
+
+    Value* c_cols = b_.getInt64(cols);
+    Value* r_lo = column ? b_.CreateSDiv(begin, c_cols) : begin;
+    Value* r_hi = column ? b_.CreateSDiv(b_.CreateAdd(end, b_.getInt64(cols - 1)), c_cols) : end;
+    emit_loop(r_lo, r_hi, exit, "rows", /*innermost=*/false, [&](Value* r) {
+      // Offsets of every access at the start of row r.
+      std::vector<Value*> offs(n_acc, b_.getInt64(0));
+      Value* rest = r;
+      for (int d = static_cast<int>(row_dims.size()) - 1; d >= 0; --d) {
+        Value* idx = d > 0 ? b_.CreateURem(rest, b_.getInt64(row_dims[d].size)) : rest;
+        if (d > 0) rest = b_.CreateUDiv(rest, b_.getInt64(row_dims[d].size));
+        for (size_t k = 0; k < n_acc; ++k)
+          if (row_dims[d].st[k] != 0)
+            offs[k] = b_.CreateAdd(offs[k], b_.CreateMul(idx, b_.getInt64(row_dims[d].st[k])));
+      }
+      Value* base = b_.CreateMul(r, c_cols);
+      Value* j_lo = column ? smax(b_.CreateSub(begin, base), b_.getInt64(0)) : nullptr;
+      Value* j_hi = column ? smin(b_.CreateSub(end, base), c_cols) : nullptr;
+      auto eval_at = [&](const std::vector<Value*>& o) {
+        std::vector<Value*> in(n_in);
+        for (size_t k = 0; k < n_in; ++k) in[k] = load(static_cast<int>(k), o[k]);
+        std::vector<Value*> vals = compute(in);
+        for (size_t f = 0; f < full_outs.size(); ++f)
+          store(full_outs[f], vals[sg_.outputs[full_outs[f]]], o[n_in + f]);
+        return vals;
+      };
+      auto red_value = [&](const std::vector<Value*>& vals, int o) {
+        return vals[sg_.nodes[sg_.outputs[o] - n_in].args[0]];
+      };
+      auto red_kind = [&](int o) { return *sg_.nodes[sg_.outputs[o] - n_in].reduce; };
+      auto red_type = [&](int o) { return sg_.dtype(sg_.outputs[o]); };
+      auto add_offsets = [&](const std::vector<Value*>& o, const Dim& d, Value* i) {
+        std::vector<Value*> out(o);
+        for (size_t k = 0; k < n_acc; ++k)
+          if (d.st[k] != 0)
+            out[k] = d.st[k] == 1 ? b_.CreateAdd(o[k], i)
+                                  : b_.CreateAdd(o[k], b_.CreateMul(i, b_.getInt64(d.st[k])));
+        return out;
+      };
+      auto out_red_ptr = [&](int o, Value* index) {
+        return b_.CreateInBoundsGEP(mem_type(red_type(o)), out_ptrs_[o], index);
+      };
+      auto tag = [&](llvm::Instruction* inst) {
+        if (access_group_) inst->setMetadata(llvm::LLVMContext::MD_access_group, access_group_);
+      };
+
+      if (column) {
+        // Initialise this row's slice of every reduced output.
+        auto* init_end = llvm::BasicBlock::Create(ctx_, "init_end", fn_);
+        auto* init_body = llvm::BasicBlock::Create(ctx_, "init_body", fn_);
+        b_.CreateCondBr(b_.CreateICmpSLT(j_lo, j_hi), init_body, init_end);
+        b_.SetInsertPoint(init_body);
+        emit_loop(j_lo, j_hi, init_end, "init", /*innermost=*/true, [&](Value* j) {
+          for (int o : red_outs)
+            tag(b_.CreateStore(identity(red_kind(o), red_type(o)),
+                               out_red_ptr(o, b_.CreateAdd(base, j))));
+        });
+      } else {
+        for (size_t q = 0; q < red_outs.size(); ++q) {
+          b_.CreateStore(identity(red_kind(red_outs[q]), red_type(red_outs[q])), acc[q]);
+          b_.CreateStore(b_.getFalse(), nan[q]);
+        }
+      }
+
+      // The nest over the reduced dimensions; the innermost loop runs over the last reduced
+      // dimension (row kernel) or across the columns (column kernel).
+      std::function<void(size_t, const std::vector<Value*>&)> nest =
+          [&](size_t level, const std::vector<Value*>& o) {
+            size_t outer_levels = column ? red.size() : red.size() - 1;
+            if (level < outer_levels) {
+              const Dim& d = red[level];
+              emit_guarded_loop(lo_of(level), hi_of(level, d), "red", false,
+                                [&](Value* i) { nest(level + 1, add_offsets(o, d, i)); });
+              return;
+            }
+            if (column) {
+              emit_guarded_loop(j_lo, j_hi, "cols", true, [&](Value* j) {
+                std::vector<Value*> vals = eval_at(add_offsets(o, col_dim, j));
+                Value* index = b_.CreateAdd(base, j);
+                for (int q : red_outs) {
+                  Type* mt = mem_type(red_type(q));
+                  llvm::LoadInst* a = b_.CreateLoad(mt, out_red_ptr(q, index));
+                  tag(a);
+                  tag(b_.CreateStore(fold_exact(red_kind(q), red_type(q), a, red_value(vals, q)),
+                                     out_red_ptr(q, index)));
+                }
+              });
+            } else {
+              const Dim& d = red.back();
+              emit_guarded_loop(lo_of(level), hi_of(level, d), "fold", true, [&](Value* i) {
+                std::vector<Value*> vals = eval_at(add_offsets(o, d, i));
+                for (size_t q = 0; q < red_outs.size(); ++q) {
+                  int oi = red_outs[q];
+                  DType t = red_type(oi);
+                  Value* v = red_value(vals, oi);
+                  Value* a = b_.CreateLoad(reg_type(t), acc[q]);
+                  b_.CreateStore(fold_fast(red_kind(oi), t, a, v), acc[q]);
+                  bool minmax =
+                      red_kind(oi) == ReduceKind::kMax || red_kind(oi) == ReduceKind::kMin;
+                  if (minmax && (t == f32 || t == f64)) {
+                    Value* f = b_.CreateLoad(b_.getInt1Ty(), nan[q]);
+                    b_.CreateStore(b_.CreateOr(f, is_nan(v)), nan[q]);
+                  }
+                }
+              });
+            }
+          };
+      nest(0, offs);
+
+      if (!column) {
+        for (size_t q = 0; q < red_outs.size(); ++q) {
+          int oi = red_outs[q];
+          DType t = red_type(oi);
+          Value* a = b_.CreateLoad(reg_type(t), acc[q]);
+          if (t == f32 || t == f64) {
+            Value* f = b_.CreateLoad(b_.getInt1Ty(), nan[q]);
+            a = b_.CreateSelect(f, llvm::ConstantFP::getNaN(a->getType()), a);
+          }
+          b_.CreateStore(a, out_red_ptr(oi, r));
+        }
+      }
+    });
+  }
+
+  int red_outs_value(int o) const { return sg_.outputs[o]; }
+  // The range of reduced dimension `level` (the outermost one is kernel_part's [lo, hi)).
+  Value* lo_of(size_t level) { return level == 0 ? red_lo_ : b_.getInt64(0); }
+  Value* hi_of(size_t level, const Dim& d) {
+    return level == 0 ? red_hi_ : b_.getInt64(d.size);
   }
 
   void emit_body(const std::vector<Value*>& in, Value* index) {
@@ -487,6 +829,9 @@ class Emitter {
   llvm::Function* fn_ = nullptr;
   std::vector<Value*> in_ptrs_, out_ptrs_;
   llvm::MDNode* access_group_ = nullptr;  // of the innermost loop being emitted
+  Value* red_lo_ = nullptr;  // kernel_part's range of the outermost reduced dimension
+  Value* red_hi_ = nullptr;
+  int64_t split_size_ = 1;
 };
 
 void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
@@ -533,7 +878,7 @@ void write_file(const std::string& path, const std::string& text) {
 FusedKernel compile_elementwise(const FusedSubgraph& sg) {
   auto t0 = std::chrono::steady_clock::now();
   sg.validate();
-  Shape shape = sg.output_shape();
+  Shape shape = sg.iteration_shape();
   bool flat = is_flat_loop(sg, shape) || shape.empty() || num_elements(shape) == 0;
 
   static std::once_flag init;
@@ -553,12 +898,15 @@ FusedKernel compile_elementwise(const FusedSubgraph& sg) {
   module->setTargetTriple(tm->getTargetTriple().str());
 
   Emitter emitter(sg, shape, *module);
-  llvm::Function* fn = emitter.emit_kernel(flat);
-  fn->addFnAttr("target-cpu", tm->getTargetCPU());
-  fn->addFnAttr("target-features", tm->getTargetFeatureString());
+  emitter.emit_kernel(flat);
   llvm::StringMap<bool> features;
-  if (llvm::sys::getHostCPUFeatures(features) && features.lookup("avx512f"))
-    fn->addFnAttr("prefer-vector-width", "512");
+  bool avx512 = llvm::sys::getHostCPUFeatures(features) && features.lookup("avx512f");
+  for (llvm::Function& fn : *module) {
+    if (fn.isDeclaration()) continue;
+    fn.addFnAttr("target-cpu", tm->getTargetCPU());
+    fn.addFnAttr("target-features", tm->getTargetFeatureString());
+    if (avx512) fn.addFnAttr("prefer-vector-width", "512");
+  }
 
   std::string err;
   llvm::raw_string_ostream err_os(err);
@@ -591,9 +939,14 @@ FusedKernel compile_elementwise(const FusedSubgraph& sg) {
     internal_error("adding the module", std::move(e));
   auto addr = unwrap(jit->lookup("kernel"), "compiling the kernel");
   auto kernel = addr.toPtr<KernelFn>();
+  FusedKernel::PartFn part = nullptr;
+  if (sg.has_reductions())
+    part = unwrap(jit->lookup("kernel_part"), "compiling the kernel").toPtr<FusedKernel::PartFn>();
   std::shared_ptr<void> owner(jit.release(), [](void* p) { delete static_cast<llvm::orc::LLJIT*>(p); });
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return FusedKernel(sg, std::move(shape), kernel, std::move(owner), flat, ms);
+  FusedKernel k(sg, std::move(shape), kernel, std::move(owner), flat, ms);
+  k.set_split(part, emitter.split_size());
+  return k;
 }
 
 }  // namespace kiln::compiler::cpu

@@ -1,9 +1,11 @@
-// The LLVM-free half of the CPU loop-fusion codegen: op names, FusedSubgraph building and
-// validation, and running a compiled FusedKernel over the thread pool.
+// The LLVM-free half of the CPU loop- and reduction-fusion codegen: op names, FusedSubgraph
+// building and validation, and running a compiled FusedKernel over the thread pool.
 #include "compiler/codegen/cpu/fused_kernel.h"
 
 #include <algorithm>
 #include <array>
+#include <limits>
+#include <type_traits>
 #include <utility>
 
 #include "kiln/error.h"
@@ -111,6 +113,38 @@ std::optional<EltOp> elt_op_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+const char* reduce_kind_name(ReduceKind kind) {
+  switch (kind) {
+    case ReduceKind::kSum: return "reduce_sum";
+    case ReduceKind::kProd: return "reduce_prod";
+    case ReduceKind::kMax: return "reduce_max";
+    case ReduceKind::kMin: return "reduce_min";
+  }
+  return "reduce_?";
+}
+
+std::optional<ReduceKind> reduce_kind_from_name(std::string_view name) {
+  for (ReduceKind k : {ReduceKind::kSum, ReduceKind::kProd, ReduceKind::kMax, ReduceKind::kMin})
+    if (name == reduce_kind_name(k)) return k;
+  return std::nullopt;
+}
+
+std::string reduction_layout_refusal(const Shape& shape, const std::vector<int64_t>& axes) {
+  // Tags of the non-unit dimensions, outer to inner: the reduced ones must be one run.
+  int runs = 0;
+  bool prev_reduced = false;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool r = std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
+    if (r && !prev_reduced) ++runs;
+    prev_reduced = r;
+  }
+  if (runs > 1)
+    return "reduced axes " + shape_str(axes) + " of " + shape_str(shape) +
+           " are not adjacent (kept dimensions between them)";
+  return "";
+}
+
 int FusedSubgraph::add_input(DType dtype, Shape shape) {
   if (!nodes.empty()) fail(*this, "inputs must be added before nodes");
   for (int64_t d : shape)
@@ -132,13 +166,57 @@ int FusedSubgraph::add(EltOp op, std::vector<int> args, DType to) {
     fail(*this, std::string(elt_op_name(op)) + " takes " + std::to_string(elt_op_arity(op)) +
                     " args, got " + std::to_string(args.size()));
   std::vector<DType> ts;
-  for (int a : args) ts.push_back(dtype(a));
+  for (int a : args) {
+    ts.push_back(dtype(a));
+    if (is_reduction(a))
+      fail(*this, std::string(elt_op_name(op)) + ": value " + std::to_string(a) +
+                      " is a reduction; only outputs may use reductions");
+  }
   DType t = result_dtype(*this, op, ts, to);
-  nodes.push_back({op, std::move(args), t});
+  nodes.push_back({op, std::move(args), t, std::nullopt});
   return num_values() - 1;
 }
 
-Shape FusedSubgraph::output_shape() const {
+int FusedSubgraph::add_reduce(ReduceKind kind, int arg, std::vector<int64_t> axes) {
+  const char* name = reduce_kind_name(kind);
+  DType t = dtype(arg);
+  if (is_reduction(arg)) fail(*this, std::string(name) + ": its argument is a reduction");
+  if (t != f32 && t != f64 && t != i32 && t != i64)
+    fail(*this, std::string(name) + ": dtype " + dtype_name(t) + " is not supported",
+         ErrorCode::kUnimplemented);
+  if (has_reductions() && axes != reduce_axes)
+    fail(*this, std::string(name) + ": axes " + shape_str(axes) + " differ from " +
+                    shape_str(reduce_axes) + ", which the other reductions fold");
+  reduce_axes = std::move(axes);
+  nodes.push_back({EltOp::kAdd, {arg}, t, kind});
+  return num_values() - 1;
+}
+
+bool FusedSubgraph::is_reduction(int value) const {
+  int k = value - static_cast<int>(inputs.size());
+  return k >= 0 && k < static_cast<int>(nodes.size()) && nodes[k].reduce.has_value();
+}
+
+bool FusedSubgraph::has_reductions() const {
+  for (const Node& n : nodes)
+    if (n.reduce) return true;
+  return false;
+}
+
+Shape FusedSubgraph::reduced_shape() const {
+  Shape full = iteration_shape(), out;
+  for (size_t d = 0; d < full.size(); ++d)
+    if (!std::binary_search(reduce_axes.begin(), reduce_axes.end(), static_cast<int64_t>(d)))
+      out.push_back(full[d]);
+  return out;
+}
+
+TensorType FusedSubgraph::output_type(int i) const {
+  int v = outputs.at(i);
+  return {dtype(v), is_reduction(v) ? reduced_shape() : iteration_shape()};
+}
+
+Shape FusedSubgraph::iteration_shape() const {
   Shape out;
   for (const Input& in : inputs) {
     const Shape& s = in.shape;
@@ -169,14 +247,22 @@ void FusedSubgraph::validate() const {
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
     int id = n_in + static_cast<int>(i);
-    if (static_cast<int>(n.args.size()) != elt_op_arity(n.op))
+    if (!n.reduce && static_cast<int>(n.args.size()) != elt_op_arity(n.op))
       fail(*this, std::string(elt_op_name(n.op)) + ": wrong number of args");
     std::vector<DType> ts;
     for (int a : n.args) {
       if (a < 0 || a >= id)
         fail(*this, "node " + std::to_string(id) + " refers to value " + std::to_string(a) +
                         ", not an input or earlier node");
+      if (is_reduction(a))
+        fail(*this, "node " + std::to_string(id) + " uses reduction " + std::to_string(a) +
+                        "; only outputs may use reductions");
       ts.push_back(dtype(a));
+    }
+    if (n.reduce) {
+      if (n.args.size() != 1 || n.dtype != ts[0])
+        fail(*this, "reduction node " + std::to_string(id) + " is malformed");
+      continue;
     }
     if (result_dtype(*this, n.op, ts, n.dtype) != n.dtype)
       fail(*this, "node " + std::to_string(id) + " (" + elt_op_name(n.op) + ") has dtype " +
@@ -184,7 +270,16 @@ void FusedSubgraph::validate() const {
                       dtype_name(result_dtype(*this, n.op, ts, n.dtype)));
   }
   for (int o : outputs) (void)dtype(o);
-  (void)output_shape();
+  Shape shape = iteration_shape();
+  if (has_reductions()) {
+    for (size_t i = 0; i < reduce_axes.size(); ++i)
+      if (reduce_axes[i] < 0 || reduce_axes[i] >= static_cast<int64_t>(shape.size()) ||
+          (i > 0 && reduce_axes[i] <= reduce_axes[i - 1]))
+        fail(*this, "reduce axes " + shape_str(reduce_axes) + " are not sorted axes of " +
+                        shape_str(shape));
+    std::string why = reduction_layout_refusal(shape, reduce_axes);
+    if (!why.empty()) fail(*this, why, ErrorCode::kUnimplemented);
+  }
 }
 
 bool is_flat_loop(const FusedSubgraph& sg, const Shape& out_shape) {
@@ -204,7 +299,27 @@ FusedKernel::FusedKernel(FusedSubgraph sg, Shape shape, KernelFn fn, std::shared
       fn_(fn),
       jit_(std::move(jit)),
       contiguous_(contiguous),
-      compile_ms_(compile_ms) {}
+      compile_ms_(compile_ms) {
+  for (size_t i = 0; i < subgraph_.outputs.size(); ++i)
+    output_types_.push_back(subgraph_.output_type(static_cast<int>(i)));
+  if (subgraph_.has_reductions()) {
+    parallel_size_ = kiln::num_elements(subgraph_.reduced_shape());
+    work_per_item_ = 1;
+    for (int64_t a : subgraph_.reduce_axes) work_per_item_ *= shape_[a];
+    // Kept dimensions inside the reduced run make a column kernel, vectorised across them:
+    // give each task long runs of columns rather than a vector's worth.
+    int64_t inner = 1;
+    for (int64_t d = static_cast<int64_t>(shape_.size()) - 1; d >= 0; --d) {
+      if (std::binary_search(subgraph_.reduce_axes.begin(), subgraph_.reduce_axes.end(), d) &&
+          shape_[d] != 1)
+        break;
+      inner *= shape_[d];
+    }
+    min_grain_ = std::clamp<int64_t>(inner, 1, 512);
+  } else {
+    parallel_size_ = num_elements_;
+  }
+}
 
 void FusedKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) const {
   const FusedSubgraph& sg = subgraph_;
@@ -228,17 +343,121 @@ void FusedKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>* ou
   std::vector<void*> out_ptrs(sg.outputs.size());
   for (size_t i = 0; i < sg.outputs.size(); ++i) {
     Tensor& t = (*outputs)[i];
-    DType dt = sg.dtype(sg.outputs[i]);
-    if (!t.defined() || t.is_symbolic() || t.dtype() != dt || t.shape() != shape_)
-      t = Tensor::empty(dt, shape_);
+    const TensorType& want = output_types_[i];
+    if (!t.defined() || t.is_symbolic() || t.dtype() != want.dtype || t.shape() != want.shape)
+      t = Tensor::empty(want.dtype, want.shape);
     out_ptrs[i] = t.raw_mutable_data();
   }
-  if (num_elements_ == 0) return;
+  if (parallel_size_ == 0) return;
+  if (int64_t chunks = split_chunks(); chunks > 1) {
+    run_split(chunks, in_ptrs, out_ptrs, outputs);
+    return;
+  }
   KernelFn fn = fn_;
   void** ins = in_ptrs.data();
   void** outs = out_ptrs.data();
-  runtime::parallel_for(num_elements_, 1 << 14,
+  int64_t grain =
+      std::max<int64_t>(min_grain_, (int64_t{1} << 14) / std::max<int64_t>(1, work_per_item_));
+  runtime::parallel_for(parallel_size_, grain,
                         [fn, ins, outs](int64_t b, int64_t e) { fn(ins, outs, b, e); });
+}
+
+int64_t FusedKernel::split_chunks() const {
+  constexpr int64_t kChunkWork = 1 << 15;  // iteration points per chunk
+  constexpr int64_t kMaxChunks = 64;
+  if (part_fn_ == nullptr || parallel_size_ >= 64 || split_size_ < 2) return 1;
+  int64_t total = parallel_size_ * work_per_item_;
+  return std::min({split_size_, kMaxChunks, total / kChunkWork});
+}
+
+namespace {
+
+// Integers fold in their unsigned type, so that overflow wraps instead of being undefined.
+template <class T, bool = std::is_integral_v<T>>
+struct Wrapping {
+  using type = T;
+};
+template <class T>
+struct Wrapping<T, true> {
+  using type = std::make_unsigned_t<T>;
+};
+
+// Folds chunk partials (chunk-major, n elements each) into `out` in chunk order.
+template <class T>
+void combine(ReduceKind kind, const T* partials, int64_t chunks, int64_t n, T* out) {
+  runtime::parallel_for(n, 1 << 12, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      T a = partials[i];
+      for (int64_t c = 1; c < chunks; ++c) {
+        T v = partials[c * n + i];
+        using W = typename Wrapping<T>::type;
+        switch (kind) {  // integers wrap, as in the kernel
+          case ReduceKind::kSum: a = static_cast<T>(static_cast<W>(a) + static_cast<W>(v)); break;
+          case ReduceKind::kProd: a = static_cast<T>(static_cast<W>(a) * static_cast<W>(v)); break;
+          case ReduceKind::kMax:
+          case ReduceKind::kMin:
+            if constexpr (std::is_floating_point_v<T>) {
+              if (a != a || v != v) {
+                a = std::numeric_limits<T>::quiet_NaN();
+                break;
+              }
+            }
+            a = (kind == ReduceKind::kMax ? v > a : v < a) ? v : a;
+            break;
+        }
+      }
+      out[i] = a;
+    }
+  });
+}
+
+}  // namespace
+
+void FusedKernel::run_split(int64_t chunks, const std::vector<void*>& in_ptrs,
+                            const std::vector<void*>& out_ptrs,
+                            std::vector<Tensor>* outputs) const {
+  const FusedSubgraph& sg = subgraph_;
+  const size_t n_out = sg.outputs.size();
+  // Per chunk: the output pointers, reduced outputs redirected into its slice of a scratch.
+  std::vector<Tensor> scratch(n_out);
+  for (size_t o = 0; o < n_out; ++o)
+    if (sg.is_reduction(sg.outputs[o]))
+      scratch[o] = Tensor::empty(output_types_[o].dtype, {chunks, parallel_size_});
+  std::vector<std::vector<void*>> outs(chunks, out_ptrs);
+  for (int64_t c = 0; c < chunks; ++c)
+    for (size_t o = 0; o < n_out; ++o)
+      if (scratch[o].defined())
+        outs[c][o] = static_cast<char*>(scratch[o].raw_mutable_data()) +
+                     c * parallel_size_ * dtype_size(output_types_[o].dtype);
+  PartFn fn = part_fn_;
+  const int64_t per = (split_size_ + chunks - 1) / chunks, size = split_size_, n = parallel_size_;
+  void** ins = const_cast<void**>(in_ptrs.data());
+  runtime::parallel_for(chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c)
+      fn(ins, outs[c].data(), 0, n, c * per, std::min(size, (c + 1) * per));
+  });
+  for (size_t o = 0; o < n_out; ++o) {
+    if (!scratch[o].defined()) continue;
+    ReduceKind kind = *sg.nodes[sg.outputs[o] - sg.inputs.size()].reduce;
+    void* dst = (*outputs)[o].raw_mutable_data();
+    const void* src = scratch[o].raw_data();
+    switch (output_types_[o].dtype) {
+      case DType::f32:
+        combine(kind, static_cast<const float*>(src), chunks, n, static_cast<float*>(dst));
+        break;
+      case DType::f64:
+        combine(kind, static_cast<const double*>(src), chunks, n, static_cast<double*>(dst));
+        break;
+      case DType::i32:
+        combine(kind, static_cast<const int32_t*>(src), chunks, n, static_cast<int32_t*>(dst));
+        break;
+      case DType::i64:
+        combine(kind, static_cast<const int64_t*>(src), chunks, n, static_cast<int64_t*>(dst));
+        break;
+      default:
+        fail(sg, "run: unsupported reduction dtype", ErrorCode::kInternal);
+    }
+  }
 }
 
 std::vector<Tensor> FusedKernel::run(const std::vector<Tensor>& inputs) const {

@@ -1,6 +1,7 @@
-// The CPU code generator's interface for loop fusions: a FusedSubgraph describes a DAG of
-// elementwise ops over NumPy-broadcast inputs; compile_elementwise emits it with LLVM and JITs
-// it into a FusedKernel that runs over the runtime's thread pool. No LLVM types appear here.
+// The CPU code generator's interface for loop and reduction (input) fusions: a FusedSubgraph
+// describes a DAG of elementwise ops over NumPy-broadcast inputs, optionally ending in
+// reductions; compile_elementwise emits it with LLVM and JITs it into a FusedKernel that runs
+// over the runtime's thread pool. No LLVM types appear here.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "kiln/dtype.h"
+#include "kiln/graph.h"
 #include "kiln/shape.h"
 #include "kiln/tensor.h"
 
@@ -33,10 +35,23 @@ const char* elt_op_name(EltOp op);                           // "neg", "max", "s
 std::optional<EltOp> elt_op_from_name(std::string_view name);  // the inverse
 int elt_op_arity(EltOp op);
 
+// The reductions the emitter knows; names (reduce_kind_name) are Kiln's op names.
+enum class ReduceKind : uint8_t { kSum, kProd, kMax, kMin };
+const char* reduce_kind_name(ReduceKind kind);                       // "reduce_sum", ...
+std::optional<ReduceKind> reduce_kind_from_name(std::string_view name);  // the inverse
+
 // A loop fusion. Values are numbered: inputs first (0 .. inputs.size()-1), then each node in
-// order; a node's args refer to inputs or earlier nodes. Every value is evaluated at each index
-// of the output shape (the broadcast of all input shapes), so broadcasting is index arithmetic
-// on the inputs only. All outputs have the output shape.
+// order; a node's args refer to inputs or earlier nodes. Every elementwise value is evaluated
+// at each index of the iteration shape (the broadcast of all input shapes), so broadcasting is
+// index arithmetic on the inputs only.
+//
+// Input (reduction) fusion: a reduction node folds an elementwise value over `reduce_axes` of
+// the iteration shape (every reduction of a subgraph folds the same axes, and they must be
+// one contiguous run once size-1 dimensions are dropped); its shape is the iteration shape
+// without those axes. Reductions are sinks: only outputs may use them. Outputs may mix
+// iteration-shaped values (stored as they are computed) and reductions (multi-output fusion).
+// Sums, products, max and min accumulate in the value's own dtype (f32 in f32, in several
+// vector lanes: reassociated relative to the reference kernel, which sums f32 in double).
 struct FusedSubgraph {
   struct Input {
     DType dtype = f32;
@@ -45,29 +60,44 @@ struct FusedSubgraph {
   struct Node {
     EltOp op;
     std::vector<int> args;
-    DType dtype;  // the result dtype
+    DType dtype;                        // the result dtype
+    std::optional<ReduceKind> reduce;   // set: a reduction of args[0] (op is then unused)
   };
   std::string name = "fused";
   std::vector<Input> inputs;
   std::vector<Node> nodes;
-  std::vector<int> outputs;  // value ids
+  std::vector<int> outputs;          // value ids
+  std::vector<int64_t> reduce_axes;  // sorted axes of the iteration shape the reductions fold
 
   // Builders: each returns the new value's id. add() infers the result dtype (convert takes
   // `to`) and checks arity and dtypes, throwing kiln::Error.
   int add_input(DType dtype, Shape shape);
   int add(EltOp op, std::vector<int> args, DType to = f32);
+  // A reduction of `arg` over `axes` (sorted; every reduction of a subgraph takes the same).
+  int add_reduce(ReduceKind kind, int arg, std::vector<int64_t> axes);
   void add_output(int value) { outputs.push_back(value); }
 
   int num_values() const { return static_cast<int>(inputs.size() + nodes.size()); }
   DType dtype(int value) const;
+  bool is_reduction(int value) const;
+  bool has_reductions() const;
   // The broadcast of all input shapes; throws kiln::Error when they are incompatible.
-  Shape output_shape() const;
+  Shape iteration_shape() const;
+  // The iteration shape (the shape of every output) when there are no reductions; kept for
+  // loop fusions.
+  Shape output_shape() const { return iteration_shape(); }
+  // The iteration shape without reduce_axes: the shape of every reduction.
+  Shape reduced_shape() const;
+  // The shape and dtype of output `i`.
+  TensorType output_type(int i) const;
   // Checks everything compile_elementwise relies on; throws kiln::Error (kInvalidArgument,
   // or kUnimplemented for a dtype the emitter does not support).
   void validate() const;
 };
 
-// The compiled function: computes output elements [begin, end) (row-major linear indices).
+// The compiled function: computes output elements [begin, end) (row-major linear indices); for a
+// reduction fusion, elements of the reduced shape, each folding its whole reduced range (and
+// storing the iteration-shaped outputs it passes over).
 using KernelFn = void (*)(void** inputs, void** outputs, int64_t begin, int64_t end);
 
 class FusedKernel {
@@ -75,40 +105,77 @@ class FusedKernel {
   FusedKernel() = default;
 
   const FusedSubgraph& subgraph() const { return subgraph_; }
-  const Shape& shape() const { return shape_; }
+  const Shape& shape() const { return shape_; }  // the iteration shape
   int64_t num_elements() const { return num_elements_; }
+  // The [begin, end) domain the kernel is called over: output elements of a loop fusion, of the
+  // reduced shape for a reduction fusion (each folds the reduced axes).
+  int64_t parallel_size() const { return parallel_size_; }
+  const TensorType& output_type(int i) const { return output_types_.at(i); }
+  // Whether an output may share its buffer with an input of the same size: true for loop
+  // fusions (each iteration reads and writes only its own element), false with reductions (a
+  // column reduction initialises its output row before reading the inputs).
+  bool in_place_safe() const { return !subgraph_.has_reductions(); }
   KernelFn fn() const { return fn_; }
   double compile_ms() const { return compile_ms_; }  // emit + optimise + JIT
   const std::shared_ptr<void>& jit_owner() const { return jit_; }  // owns fn()'s code
   bool vectorizable_loop() const { return contiguous_; }  // the flat (non-broadcast) loop
 
   // Runs over the thread pool. Inputs must match the subgraph's dtypes and shapes. Outputs are
-  // resized to subgraph().outputs; an output that is undefined or of the wrong type is
+  // resized to subgraph().outputs; an output that is undefined or not of output_type(i) is
   // allocated, otherwise written in place.
   void run(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) const;
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
 
+  // Reduction kernels: `kernel_part` folds only positions [lo, hi) of the outermost reduced
+  // (collapsed) dimension, of size split_size(). run() splits a reduction with few outputs and
+  // much work into chunks of it (by shape only, so results do not depend on the thread count),
+  // folds each into a scratch copy of the reduced outputs and combines them in chunk order.
+  using PartFn = void (*)(void** inputs, void** outputs, int64_t begin, int64_t end, int64_t lo,
+                          int64_t hi);
+  PartFn part_fn() const { return part_fn_; }
+  int64_t split_size() const { return split_size_; }
+  // How many chunks run() splits the reduced range into (1: none).
+  int64_t split_chunks() const;
+
   // Internal (compile_elementwise).
   FusedKernel(FusedSubgraph sg, Shape shape, KernelFn fn, std::shared_ptr<void> jit,
               bool contiguous, double compile_ms);
+  void run_split(int64_t chunks, const std::vector<void*>& in_ptrs,
+                 const std::vector<void*>& out_ptrs, std::vector<Tensor>* outputs) const;
+  void set_split(PartFn fn, int64_t size) {
+    part_fn_ = fn;
+    split_size_ = size;
+  }
 
  private:
   FusedSubgraph subgraph_;
   Shape shape_;
   int64_t num_elements_ = 0;
+  int64_t parallel_size_ = 0;
+  int64_t work_per_item_ = 1;  // iteration points per parallel item
+  int64_t min_grain_ = 1;      // column reductions: whole runs of columns per task
+  PartFn part_fn_ = nullptr;
+  int64_t split_size_ = 1;
+  std::vector<TensorType> output_types_;
   KernelFn fn_ = nullptr;
   std::shared_ptr<void> jit_;  // owns the JIT'd code
   bool contiguous_ = false;
   double compile_ms_ = 0;
 };
 
-// Emits the subgraph as LLVM IR (one loop, elemental style), optimises it at O3 for the host
-// CPU and JITs it. With KILN_DUMP=<dir>, writes <dir>/<name>_<n>.ll (before optimisation),
-// .opt.ll (after) and .s (the host assembly). Throws kiln::Error.
+// Emits the subgraph as LLVM IR (one loop, elemental style; with reductions, a row reduction
+// vectorised along the reduced axes or a column reduction vectorised across the kept inner
+// axis), optimises it at O3 for the host CPU and JITs it. With KILN_DUMP=<dir>, writes
+// <dir>/<name>_<n>.ll (before optimisation), .opt.ll (after) and .s (the host assembly).
+// Throws kiln::Error.
 FusedKernel compile_elementwise(const FusedSubgraph& sg);
 
 // True when every input is either of the full output shape or a single element: the kernel
 // is then one flat loop that LLVM vectorizes. (Otherwise rows of the last dimension.)
 bool is_flat_loop(const FusedSubgraph& sg, const Shape& out_shape);
+
+// Why the emitter cannot reduce `shape` over `axes` (sorted, in range), or "": the reduced
+// axes must form one run once size-1 dimensions are dropped.
+std::string reduction_layout_refusal(const Shape& shape, const std::vector<int64_t>& axes);
 
 }  // namespace kiln::compiler::cpu

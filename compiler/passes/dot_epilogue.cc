@@ -1,0 +1,176 @@
+// Matches dot [-> add(bias)] [-> tanh | logistic | max(., 0)] chains whose intermediates have no
+// other use and rewrites each into one fused_dot node standing where the chain ends.
+#include "compiler/passes/dot_epilogue.h"
+
+#include <optional>
+
+#include "compiler/fused_dot.h"
+
+namespace kiln::compiler {
+namespace {
+
+struct Match {
+  int dot = -1, add = -1, act_node = -1, end = -1;
+  ValueRef bias{-1, 0};
+  Activation act = Activation::kNone;
+};
+
+std::string label(const std::vector<detail::Node>& nodes, int id) {
+  return std::string("%") + std::to_string(id) + " " + nodes[id].name + " (" + nodes[id].op +
+         ")";
+}
+
+bool is_zero_scalar(const detail::Node& n) {
+  if (n.op != "constant") return false;
+  const Tensor& v = n.attrs.get_tensor("value");
+  if (v.size() != 1) return false;
+  for (double x : v.to_vector<double>())
+    if (x != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+bool DotEpilogue::run(Module& module) {
+  const std::vector<detail::Node>& nodes = nodes_of(module.graph);
+  const int n = static_cast<int>(nodes.size());
+  std::vector<std::vector<int>> users(n);
+  std::vector<int> uses(n, 0);
+  for (int id = 0; id < n; ++id)
+    for (const ValueRef& in : nodes[id].inputs) {
+      ++uses[in.node];
+      users[in.node].push_back(id);
+    }
+  for (ValueRef v : module.outputs) ++uses[v.node];
+  auto type = [&](ValueRef v) -> const TensorType& { return nodes[v.node].outputs[v.output]; };
+  // Whether value v depends on node `target` (inputs precede users: search ids above target).
+  auto depends_on = [&](ValueRef v, int target) {
+    std::vector<char> seen(n, 0);
+    std::vector<int> stack = {v.node};
+    while (!stack.empty()) {
+      int id = stack.back();
+      stack.pop_back();
+      if (id == target) return true;
+      if (id < target || seen[id]) continue;
+      seen[id] = 1;
+      for (const ValueRef& in : nodes[id].inputs) stack.push_back(in.node);
+    }
+    return false;
+  };
+  // The activation node `id` applies to value `x`, if it is one.
+  auto activation_of = [&](int id, int x) -> std::optional<Activation> {
+    const detail::Node& node = nodes[id];
+    if (node.outputs.size() != 1 || node.outputs[0] != nodes[x].outputs[0]) return std::nullopt;
+    if (auto a = unary_activation(node.op)) return a;
+    if (node.op == "max" && node.inputs.size() == 2) {
+      for (int k = 0; k < 2; ++k)
+        if (node.inputs[k].node == x && node.inputs[1 - k].node != x &&
+            is_zero_scalar(nodes[node.inputs[1 - k].node]))
+          return Activation::kRelu;
+    }
+    return std::nullopt;
+  };
+
+  std::vector<Match> matches;
+  for (int d = 0; d < n; ++d) {
+    const detail::Node& dot = nodes[d];
+    if (dot.op != "dot" || dot.outputs.size() != 1) continue;
+    const TensorType& out = dot.outputs[0];
+    if (out.dtype != f32 && out.dtype != f64) continue;
+    // A candidate consumer: an add with a bias, or an activation.
+    Match m;
+    m.dot = d;
+    for (int u : users[d]) {
+      const detail::Node& un = nodes[u];
+      if (un.op == "add" && un.inputs.size() == 2 && un.outputs[0] == out) {
+        int k = un.inputs[0].node == d ? 1 : 0;
+        if (un.inputs[k].node == d) continue;  // dot + dot
+        std::string why = fused_dot_bias_refusal(type(un.inputs[k]), out);
+        if (why.empty() && type(un.inputs[k]).shape == out.shape && num_elements(out.shape) != 1)
+          why = std::string("the addend ") + type(un.inputs[k]).str() +
+                " is not a broadcast bias (a full-size add stays in loop fusion)";
+        if (uses[d] > 1 && why.empty()) {
+          why = depends_on(un.inputs[k], d)
+                    ? std::string("the bias depends on the dot (fusing would create a cycle)")
+                    : std::string("the dot's result is also used elsewhere (") +
+                          std::to_string(uses[d]) + " uses)";
+        }
+        if (!why.empty()) {
+          note(std::string("not fused: ") + label(nodes, u) + " into " + label(nodes, d) + ": " +
+               why);
+          continue;
+        }
+        m.add = u;
+        m.bias = un.inputs[k];
+      } else if (activation_of(u, d)) {
+        if (uses[d] > 1) {
+          note(std::string("not fused: ") + label(nodes, u) + " into " + label(nodes, d) +
+               ": the dot's result is also used elsewhere (" + std::to_string(uses[d]) +
+               " uses)");
+          continue;
+        }
+        m.act_node = u;
+        m.act = *activation_of(u, d);
+      }
+    }
+    if (m.add < 0 && m.act_node < 0) continue;
+    std::string layout =
+        fused_dot_layout_refusal(type(dot.inputs[0]).shape, type(dot.inputs[1]).shape, dot.attrs);
+    if (!layout.empty()) {
+      note("not fused: epilogue of " + label(nodes, d) + ": " + layout);
+      continue;
+    }
+    if (m.add >= 0) {
+      for (int v : users[m.add]) {
+        auto a = activation_of(v, m.add);
+        if (!a) continue;
+        if (uses[m.add] > 1) {
+          note(std::string("fused only the bias: ") + label(nodes, v) + " stays apart from " +
+               label(nodes, d) + ": the pre-activation " + label(nodes, m.add) +
+               " is also used elsewhere (" + std::to_string(uses[m.add]) + " uses)");
+          break;
+        }
+        m.act_node = v;
+        m.act = *a;
+      }
+    }
+    m.end = m.act_node >= 0 ? m.act_node : m.add;
+    matches.push_back(m);
+  }
+  if (matches.empty()) return false;
+
+  std::vector<int> match_at_end(n, -1);
+  std::vector<char> absorbed(n, 0);
+  for (size_t i = 0; i < matches.size(); ++i) {
+    const Match& m = matches[i];
+    match_at_end[m.end] = static_cast<int>(i);
+    absorbed[m.dot] = 1;
+    if (m.add >= 0 && m.add != m.end) absorbed[m.add] = 1;
+  }
+  Rewriter rw(module);
+  for (int id = 0; id < n; ++id) {
+    if (absorbed[id]) {
+      rw.drop(id);
+      continue;
+    }
+    if (match_at_end[id] < 0) {
+      rw.keep(id);
+      continue;
+    }
+    const Match& m = matches[match_at_end[id]];
+    const detail::Node& dot = nodes[m.dot];
+    detail::Node fused;
+    fused.name = nodes[id].name;
+    fused.op = kFusedDotOp;
+    fused.inputs = {rw.map(dot.inputs[0]), rw.map(dot.inputs[1])};
+    if (m.add >= 0) fused.inputs.push_back(rw.map(m.bias));
+    fused.attrs = dot.attrs;
+    fused.attrs.set("activation", std::string(activation_name(m.act)));
+    fused.outputs = nodes[id].outputs;
+    rw.replace(id, std::move(fused));
+  }
+  module = rw.finish();
+  return true;
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,269 @@
+// The dot-epilogue pass (compiler/passes/dot_epilogue.h) and the fused_dot op it creates: which
+// chains fuse, the refusals and their notes, and results against the unfused reference kernels.
+// Tolerance: none. fused_dot runs the same Eigen products over the same row blocks as dot's
+// reference kernel and applies the reference kernels' bias-add and activation formulas, so every
+// result must be bit-identical to dot -> add -> activation run op by op.
+#include "compiler/passes/dot_epilogue.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <unistd.h>
+
+#include "compiler/executable.h"
+#include "compiler/pipeline.h"
+#include "kiln/kiln.h"
+#include "tests/compiler/compiler_test_util.h"
+#include "tests/compiler/mlp_step.h"
+
+namespace kiln::compiler {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::expect_bitwise_equal;
+using testing::ops_of;
+using testing::run_module;
+
+Tensor random(Shape s, uint32_t seed, DType t = f32) {
+  std::mt19937 rng(seed);
+  return test_models::random_normal_tensor(std::move(s), rng, 1).to(t);
+}
+
+std::string notes_of(const Pass& p) {
+  std::string s;
+  for (const std::string& n : p.notes()) s += n + "\n";
+  return s;
+}
+
+const detail::Node* find_op(const Module& m, const std::string& op) {
+  for (const auto& n : nodes_of(m.graph))
+    if (n.op == op) return &n;
+  return nullptr;
+}
+
+struct Dense {
+  Graph g{"dense"};
+  Tensor x, w, b;
+  FeedList feeds;
+  Dense(int64_t batch, int64_t in, int64_t out, DType t = f32) {
+    x = g.placeholder(t, {batch, in}, "x");
+    w = g.placeholder(t, {in, out}, "w");
+    b = g.placeholder(t, {out}, "b");
+    feeds = {{x, random({batch, in}, 1, t)}, {w, random({in, out}, 2, t)},
+             {b, random({out}, 3, t)}};
+  }
+};
+
+TEST(DotEpilogueTest, DenseBiasActivationBecomesOneFusedDot) {
+  for (const char* act : {"relu", "tanh", "logistic"}) {
+    Dense d(37, 50, 70);
+    Tensor pre = matmul(d.x, d.w) + d.b;
+    Tensor y = std::string(act) == "relu" ? relu(pre) : std::string(act) == "tanh" ? tanh(pre)
+                                                                                   : logistic(pre);
+    Module m = make_module(d.g, {y});
+    DotEpilogue pass;
+    EXPECT_TRUE(pass.run(m));
+    EXPECT_EQ(find_op(m, "dot"), nullptr) << ops_of(m);
+    const detail::Node* f = find_op(m, "fused_dot");
+    ASSERT_NE(f, nullptr) << ops_of(m);
+    EXPECT_EQ(f->inputs.size(), 3u);
+    EXPECT_EQ(f->attrs.get_string("activation"), act);
+    EXPECT_EQ(m.outputs[0].node, static_cast<int>(f - nodes_of(m.graph).data()));
+    expect_bitwise_equal(run_module(m, d.feeds), d.g.run(d.feeds, std::vector<Tensor>{y}));
+  }
+}
+
+TEST(DotEpilogueTest, BiasOnlyActivationOnlyAndF64) {
+  {
+    Dense d(5, 3, 4, f64);
+    Tensor y = matmul(d.x, d.w) + d.b;  // bias only
+    Tensor z = tanh(matmul(d.x, d.w));   // activation only
+    Module m = make_module(d.g, {y, z});
+    EXPECT_TRUE(DotEpilogue().run(m));
+    EXPECT_EQ(ops_of(m), "placeholder placeholder placeholder fused_dot fused_dot") << ops_of(m);
+    expect_bitwise_equal(run_module(m, d.feeds), d.g.run(d.feeds, std::vector<Tensor>{y, z}));
+  }
+  {
+    Dense d(8, 6, 1);  // a scalar bias, and a transposed rhs read in place
+    Tensor wt = d.g.placeholder(f32, {9, 6}, "wt");
+    Tensor y = relu(dot(d.x, wt, {1}, {1}) + d.g.constant(Tensor::scalar<float>(0.25f)));
+    Module m = make_module(d.g, {y});
+    EXPECT_TRUE(DotEpilogue().run(m));
+    ASSERT_NE(find_op(m, "fused_dot"), nullptr) << ops_of(m);
+    FeedList feeds = d.feeds;
+    feeds.push_back({wt, random({9, 6}, 4)});
+    expect_bitwise_equal(run_module(m, feeds), d.g.run(feeds, std::vector<Tensor>{y}));
+  }
+  {
+    Graph g{"batched"};  // batch dimensions, bias [1, N]
+    Tensor a = g.placeholder(f32, {3, 20, 7}, "a");
+    Tensor b = g.placeholder(f32, {3, 7, 11}, "b");
+    Tensor bias = g.placeholder(f32, {1, 11}, "bias");
+    Tensor y = logistic(matmul(a, b) + bias);
+    Module m = make_module(g, {y});
+    EXPECT_TRUE(DotEpilogue().run(m));
+    ASSERT_NE(find_op(m, "fused_dot"), nullptr) << ops_of(m);
+    FeedList feeds = {{a, random({3, 20, 7}, 5)}, {b, random({3, 7, 11}, 6)},
+                      {bias, random({1, 11}, 7)}};
+    expect_bitwise_equal(run_module(m, feeds), g.run(feeds, std::vector<Tensor>{y}));
+  }
+}
+
+// The pre-activation is needed elsewhere (as the backward pass needs it): only the bias fuses.
+TEST(DotEpilogueTest, PreActivationUsedElsewhereFusesOnlyTheBias) {
+  Dense d(4, 3, 5);
+  Tensor pre = matmul(d.x, d.w) + d.b;
+  Tensor y = relu(pre);
+  Tensor other = pre * pre;
+  Module m = make_module(d.g, {y, other});
+  DotEpilogue pass;
+  EXPECT_TRUE(pass.run(m));
+  const detail::Node* f = find_op(m, "fused_dot");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->attrs.get_string("activation"), "none");
+  EXPECT_NE(find_op(m, "max"), nullptr);
+  EXPECT_THAT(notes_of(pass), HasSubstr("fused only the bias")) << notes_of(pass);
+  EXPECT_THAT(notes_of(pass), HasSubstr("is also used elsewhere (3 uses)")) << notes_of(pass);
+  expect_bitwise_equal(run_module(m, d.feeds), d.g.run(d.feeds, std::vector<Tensor>{y, other}));
+}
+
+// The dot itself is used elsewhere, or the bias depends on the dot (a cycle): nothing fuses.
+TEST(DotEpilogueTest, RefusalsAreNoted) {
+  {
+    Dense d(4, 3, 5);
+    Tensor z = matmul(d.x, d.w);
+    Tensor y = relu(z + d.b);
+    Module m = make_module(d.g, {y, z});
+    DotEpilogue pass;
+    EXPECT_FALSE(pass.run(m));
+    EXPECT_THAT(notes_of(pass), HasSubstr("the dot's result is also used elsewhere"));
+  }
+  {
+    Dense d(4, 3, 5);
+    Tensor z = matmul(d.x, d.w);
+    Tensor y = z + sum(z, {0});  // the "bias" is computed from the dot
+    Module m = make_module(d.g, {y});
+    DotEpilogue pass;
+    EXPECT_FALSE(pass.run(m));
+    EXPECT_THAT(notes_of(pass), HasSubstr("would create a cycle")) << notes_of(pass);
+  }
+  {
+    Dense d(4, 3, 5);
+    Tensor y = matmul(d.x, d.w) + d.g.placeholder(f32, {4, 5}, "full");
+    Tensor c = matmul(d.x, d.w) + d.g.placeholder(f32, {4, 1}, "column");
+    Module m = make_module(d.g, {y, c});
+    DotEpilogue pass;
+    EXPECT_FALSE(pass.run(m));
+    EXPECT_THAT(notes_of(pass), HasSubstr("is not a broadcast bias"));
+    EXPECT_THAT(notes_of(pass), HasSubstr("neither one element, a vector along the last"));
+  }
+  {
+    Graph g{"layout"};  // lhs contracting its middle dimension: a copy would be needed
+    Tensor a = g.placeholder(f32, {2, 3, 4}, "a");
+    Tensor b = g.placeholder(f32, {3, 5}, "b");
+    Tensor bias = g.placeholder(f32, {5}, "bias");
+    Tensor y = dot(a, b, {1}, {0}) + bias;
+    Module m = make_module(g, {y});
+    DotEpilogue pass;
+    EXPECT_FALSE(pass.run(m));
+    EXPECT_THAT(notes_of(pass), HasSubstr("is in neither [batch, M, K] nor [batch, K, M] order"));
+  }
+}
+
+TEST(DotEpilogueTest, FusedDotOpChecksItsInputs) {
+  Tensor a = random({2, 3}, 1), b = random({3, 4}, 2);
+  auto call = [&](std::vector<Tensor> in, const std::string& act) {
+    return call_op("fused_dot", in,
+                   {{"lhs_contract", std::vector<int64_t>{1}},
+                    {"rhs_contract", std::vector<int64_t>{0}},
+                    {"activation", act}});
+  };
+  try {
+    call({a, b, random({3}, 3)}, "relu");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("fused_dot"));
+    EXPECT_THAT(e.what(), HasSubstr("bias f32[3]"));
+    EXPECT_THAT(e.what(), HasSubstr("f32[2,4]"));
+  }
+  EXPECT_THROW(call({a, b}, "gelu"), Error);
+  EXPECT_THROW(call({a.to(i32), b.to(i32)}, "none"), Error);
+  // Eagerly: equal to dot + bias, then max(., 0).
+  Tensor bias = random({4}, 4);
+  std::vector<float> got = call({a, b, bias}, "relu")[0].to_vector<float>();
+  std::vector<float> want = relu(matmul(a, b) + bias).to_vector<float>();
+  EXPECT_EQ(got, want);
+}
+
+// The MLP training step: each Dense layer's dot fuses its bias; the hidden layer's relu stays
+// apart, since the backward pass needs its pre-activation; every bit as the interpreter.
+TEST(DotEpilogueTest, MlpTrainingStepFusesTheBiases) {
+  test_models::MlpStep step = test_models::make_mlp_step(64, 128, 10, 16);
+  Module m = make_module(step.graph, step.fetches);
+  DotEpilogue pass;
+  EXPECT_TRUE(pass.run(m));
+  int fused = 0;
+  for (const auto& n : nodes_of(m.graph)) fused += n.op == "fused_dot";
+  EXPECT_EQ(fused, 2) << ops_of(m);
+  EXPECT_THAT(notes_of(pass), HasSubstr("fused only the bias")) << notes_of(pass);
+  expect_bitwise_equal(run_module(m, step.feeds), step.graph.run(step.feeds, step.fetches));
+
+  CompiledGraph c = optimize(step.graph, step.fetches);  // in the default pipeline
+  int in_default = 0;
+  for (const auto& n : nodes_of(c.graph)) in_default += n.op == "fused_dot";
+  EXPECT_EQ(in_default, 2);
+}
+
+// KILN_DUMP: the pass's log after the simplification fixed point says what it fused and why it
+// declined.
+TEST(DotEpilogueTest, DumpLogsTheRefusals) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("kiln_dot_epilogue_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  Dense d(4, 3, 5);
+  Tensor pre = matmul(d.x, d.w) + d.b;
+  Tensor y = tanh(pre);
+  Pipeline p = default_pipeline();
+  p.set_dump_dir(dir.string());
+  CompiledGraph c = optimize(d.g, {y, pre}, p);
+  std::string log;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::string name = e.path().filename().string();
+    if (name.find("dot_epilogue") == std::string::npos || !name.ends_with(".log")) continue;
+    std::ifstream f(e.path());
+    std::stringstream ss;
+    ss << f.rdbuf();
+    log = ss.str();
+  }
+  fs::remove_all(dir);
+  EXPECT_THAT(log, HasSubstr("dot_epilogue: changed")) << log;
+  EXPECT_THAT(log, HasSubstr("fused only the bias")) << log;
+  expect_bitwise_equal(c.run(d.feeds), d.g.run(d.feeds, std::vector<Tensor>{y, pre}));
+}
+
+// Compiled: a fused_dot runs as a kernel thunk among fused loops.
+TEST(DotEpilogueTest, CompiledMlpForwardUsesFusedDot) {
+  Dense d(64, 32, 16);
+  Tensor w2 = d.g.placeholder(f32, {16, 10}, "w2");
+  Tensor b2 = d.g.placeholder(f32, {10}, "b2");
+  Tensor y = softmax(matmul(relu(matmul(d.x, d.w) + d.b), w2) + b2, -1);
+  FeedList feeds = d.feeds;
+  feeds.push_back({w2, random({16, 10}, 8)});
+  feeds.push_back({b2, random({10}, 9)});
+  Executable e = compile(d.g, {y}, feeds);
+  std::string thunks;
+  for (const std::string& t : e.thunk_descriptions()) thunks += t + "\n";
+  EXPECT_THAT(thunks, HasSubstr("kernel fused_dot")) << thunks;
+  std::vector<float> got = e.run(feeds)[0].to_vector<float>();
+  std::vector<float> want = d.g.run(feeds, std::vector<Tensor>{y})[0].to_vector<float>();
+  ASSERT_EQ(got.size(), want.size());
+  // Softmax in fused loops: exp approximated (2e-6) and sums in f32.
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * want[i] + 1e-7);
+}
+
+}  // namespace
+}  // namespace kiln::compiler
