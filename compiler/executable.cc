@@ -119,6 +119,7 @@ std::unordered_map<int, Tensor> map_feeds(const CompiledGraph& cg,
 // element (the flat or row loop over elementwise ops): an output may then overwrite an input
 // of the output's shape.
 bool writes_in_place_safely(const cpu::FusedKernel& kernel) {
+  if (!kernel.in_place_safe()) return false;  // reductions
   for (const cpu::FusedSubgraph::Node& node : kernel.subgraph().nodes)
     if (node.op > cpu::EltOp::kClamp) return false;
   return true;

@@ -16,6 +16,8 @@ struct Entry {
   std::string key;
   cpu::KernelFn fn = nullptr;
   std::shared_ptr<void> jit;
+  cpu::FusedKernel::PartFn part_fn = nullptr;  // reductions split into chunks
+  int64_t split_size = 0;
 };
 
 struct Cache {
@@ -33,10 +35,15 @@ Cache& cache() {
 }  // namespace
 
 std::string kernel_cache_key(const cpu::FusedSubgraph& sg) {
-  Shape out = sg.output_shape();
-  const bool flat = cpu::is_flat_loop(sg, out);
+  Shape out = sg.iteration_shape();
+  const bool flat = !sg.has_reductions() && cpu::is_flat_loop(sg, out);
   const int64_t n = num_elements(out);
   std::string key = flat ? "flat|" : "shaped" + shape_str(out) + "|";
+  if (sg.has_reductions()) {
+    key += "reduce";
+    for (int64_t a : sg.reduce_axes) key += std::to_string(a) + ",";
+    key += "|";
+  }
   for (const auto& in : sg.inputs) {
     key += dtype_name(in.dtype);
     if (flat) {
@@ -48,7 +55,7 @@ std::string kernel_cache_key(const cpu::FusedSubgraph& sg) {
   }
   key += "|";
   for (const auto& node : sg.nodes) {
-    key += cpu::elt_op_name(node.op);
+    key += node.reduce ? cpu::reduce_kind_name(*node.reduce) : cpu::elt_op_name(node.op);
     key += "(";
     for (int a : node.args) key += std::to_string(a) + ",";
     key += std::string(")") + dtype_name(node.dtype) + ";";
@@ -61,7 +68,8 @@ std::string kernel_cache_key(const cpu::FusedSubgraph& sg) {
 cpu::FusedKernel cached_kernel(const cpu::FusedSubgraph& sg) {
   sg.validate();
   std::string key = kernel_cache_key(sg);
-  Shape shape = sg.output_shape();
+  Shape shape = sg.iteration_shape();
+  // As compile_elementwise decides it (the key above never lets sizes vary for reductions).
   bool flat = cpu::is_flat_loop(sg, shape) || shape.empty() || num_elements(shape) == 0;
   Cache& c = cache();
   {
@@ -70,7 +78,9 @@ cpu::FusedKernel cached_kernel(const cpu::FusedSubgraph& sg) {
       ++c.stats.hits;
       c.lru.splice(c.lru.begin(), c.lru, it->second);
       const Entry& e = c.lru.front();
-      return cpu::FusedKernel(sg, std::move(shape), e.fn, e.jit, flat, /*compile_ms=*/0);
+      cpu::FusedKernel k(sg, std::move(shape), e.fn, e.jit, flat, /*compile_ms=*/0);
+      if (e.part_fn) k.set_split(e.part_fn, e.split_size);
+      return k;
     }
   }
   cpu::FusedKernel kernel = cpu::compile_elementwise(sg);
@@ -78,7 +88,8 @@ cpu::FusedKernel cached_kernel(const cpu::FusedSubgraph& sg) {
   ++c.stats.misses;
   c.stats.compile_ms += kernel.compile_ms();
   if (!c.index.count(key)) {
-    c.lru.push_front(Entry{key, kernel.fn(), kernel.jit_owner()});
+    c.lru.push_front(
+        Entry{key, kernel.fn(), kernel.jit_owner(), kernel.part_fn(), kernel.split_size()});
     c.index[key] = c.lru.begin();
     while (c.lru.size() > kCapacity) {
       c.index.erase(c.lru.back().key);
