@@ -20,9 +20,14 @@ struct ArenaFigures {
   double live_min_bytes;  // the largest set of values live at once: no plan can go below it
 };
 
-// Executable::memory_stats() is not there yet (issue #4, buffer assignment). When it lands,
-// return {m.planned_peak_bytes, m.live_min_bytes} from it here; nothing else changes.
-std::optional<ArenaFigures> arena_figures(const compiler::Executable&) { return std::nullopt; }
+// The buffer assignment's plan for the step, from Executable::memory_stats().
+std::optional<ArenaFigures> arena_figures(const compiler::Executable& exe) {
+  compiler::MemoryStats m = exe.memory_stats();
+  std::printf("arena: planned peak %lld bytes, live minimum %lld, without reuse %lld\n",
+              static_cast<long long>(m.arena_bytes), static_cast<long long>(m.live_min_bytes),
+              static_cast<long long>(m.no_reuse_bytes));
+  return ArenaFigures{static_cast<double>(m.arena_bytes), static_cast<double>(m.live_min_bytes)};
+}
 
 }  // namespace
 
