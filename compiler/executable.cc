@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "compiler/buffer_assignment.h"
+#include "compiler/kernel_cache.h"
 #include "compiler/lowering.h"
 #include "runtime/execute.h"
 #include "src/core/tensor_impl.h"
@@ -476,24 +477,38 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
   // inputs (constants) are computed here, once.
   std::vector<int> unit_of(n, -1);
   std::vector<Thunk> units;
+  // Lower every group, then JIT all of them together (one LLVM module; cached kernels reused).
+  std::vector<LoweredFusion> lowered(plan.groups.size());
+  std::vector<cpu::FusedSubgraph> subgraphs;
+  std::vector<int> lowered_groups;
   for (int gi = 0; gi < static_cast<int>(plan.groups.size()); ++gi) {
-    const FusionGroup& group = plan.groups[gi];
-    Thunk t;
     try {
-      LoweredFusion lowered = lower_fusion_group(gi, plan, nodes, im.types);
-      lowered.subgraph.name = "fused_" + std::to_string(im.kernels.size());
-      im.kernels.push_back(compile_lowered(lowered));
-      t.fused = static_cast<int>(im.kernels.size()) - 1;
-      t.inputs = std::move(lowered.inputs);
-      t.outputs = std::move(lowered.outputs);
-      t.description = "fused(" + lowered.ops + ") -> " + std::to_string(t.outputs.size()) +
-                      " output" + (t.outputs.size() == 1 ? "" : "s");
+      lowered[gi] = lower_fusion_group(gi, plan, nodes, im.types);
+      lowered[gi].subgraph.name = "fused_" + std::to_string(subgraphs.size());
+      subgraphs.push_back(lowered[gi].subgraph);
+      lowered_groups.push_back(gi);
     } catch (const Error& e) {
-      im.fusion_log += "group of %" + std::to_string(group.nodes[0]) +
+      im.fusion_log += "group of %" + std::to_string(plan.groups[gi].nodes[0]) +
                        " left to the reference kernels: " + e.what() + "\n";
+    }
+  }
+  std::vector<std::string> errors;
+  std::vector<cpu::FusedKernel> compiled = cached_kernels(subgraphs, &errors);
+  for (size_t k = 0; k < lowered_groups.size(); ++k) {
+    const int gi = lowered_groups[k];
+    if (!errors[k].empty()) {
+      im.fusion_log += "group of %" + std::to_string(plan.groups[gi].nodes[0]) +
+                       " left to the reference kernels: " + errors[k] + "\n";
       continue;  // its nodes get kernel thunks below
     }
-    for (int m : group.nodes) unit_of[m] = static_cast<int>(units.size());
+    Thunk t;
+    im.kernels.push_back(std::move(compiled[k]));
+    t.fused = static_cast<int>(im.kernels.size()) - 1;
+    t.inputs = std::move(lowered[gi].inputs);
+    t.outputs = std::move(lowered[gi].outputs);
+    t.description = "fused(" + lowered[gi].ops + ") -> " + std::to_string(t.outputs.size()) +
+                    " output" + (t.outputs.size() == 1 ? "" : "s");
+    for (int m : plan.groups[gi].nodes) unit_of[m] = static_cast<int>(units.size());
     units.push_back(std::move(t));
   }
   std::vector<std::pair<int, std::vector<Tensor>>> constants;

@@ -65,38 +65,111 @@ std::string kernel_cache_key(const cpu::FusedSubgraph& sg) {
   return key;
 }
 
-cpu::FusedKernel cached_kernel(const cpu::FusedSubgraph& sg) {
-  sg.validate();
-  std::string key = kernel_cache_key(sg);
+namespace {
+
+// The kernel of a cache entry for `sg` (whose key matched).
+cpu::FusedKernel from_entry(const cpu::FusedSubgraph& sg, const Entry& e) {
   Shape shape = sg.iteration_shape();
-  // As compile_elementwise decides it (the key above never lets sizes vary for reductions).
+  // As compile_elementwise decides it (the key never lets sizes vary for reductions).
   bool flat = cpu::is_flat_loop(sg, shape) || shape.empty() || num_elements(shape) == 0;
+  cpu::FusedKernel k(sg, std::move(shape), e.fn, e.jit, flat, /*compile_ms=*/0);
+  if (e.part_fn) k.set_split(e.part_fn, e.split_size);
+  return k;
+}
+
+void store(Cache& c, const std::string& key, const cpu::FusedKernel& kernel) {
+  ++c.stats.misses;
+  c.stats.compile_ms += kernel.compile_ms();
+  if (c.index.count(key)) return;
+  c.lru.push_front(
+      Entry{key, kernel.fn(), kernel.jit_owner(), kernel.part_fn(), kernel.split_size()});
+  c.index[key] = c.lru.begin();
+  while (c.lru.size() > kCapacity) {
+    c.index.erase(c.lru.back().key);
+    c.lru.pop_back();
+  }
+}
+
+}  // namespace
+
+std::vector<cpu::FusedKernel> cached_kernels(const std::vector<cpu::FusedSubgraph>& sgs,
+                                             std::vector<std::string>* errors) {
+  const size_t n = sgs.size();
+  std::vector<cpu::FusedKernel> kernels(n);
+  errors->assign(n, "");
+  std::vector<std::string> keys(n);
+  std::vector<size_t> missing;  // first occurrence of each key not cached
+  std::vector<int> same_as(n, -1);  // a later duplicate of a missing key
   Cache& c = cache();
   {
     std::lock_guard lock(c.mu);
-    if (auto it = c.index.find(key); it != c.index.end()) {
-      ++c.stats.hits;
-      c.lru.splice(c.lru.begin(), c.lru, it->second);
-      const Entry& e = c.lru.front();
-      cpu::FusedKernel k(sg, std::move(shape), e.fn, e.jit, flat, /*compile_ms=*/0);
-      if (e.part_fn) k.set_split(e.part_fn, e.split_size);
-      return k;
+    std::unordered_map<std::string, size_t> pending;
+    for (size_t i = 0; i < n; ++i) {
+      try {
+        sgs[i].validate();
+        keys[i] = kernel_cache_key(sgs[i]);
+      } catch (const Error& e) {
+        (*errors)[i] = e.what();
+        continue;
+      }
+      if (auto it = c.index.find(keys[i]); it != c.index.end()) {
+        ++c.stats.hits;
+        c.lru.splice(c.lru.begin(), c.lru, it->second);
+        kernels[i] = from_entry(sgs[i], c.lru.front());
+      } else if (auto p = pending.find(keys[i]); p != pending.end()) {
+        same_as[i] = static_cast<int>(p->second);
+      } else {
+        pending[keys[i]] = i;
+        missing.push_back(i);
+      }
     }
   }
-  cpu::FusedKernel kernel = cpu::compile_elementwise(sg);
-  std::lock_guard lock(c.mu);
-  ++c.stats.misses;
-  c.stats.compile_ms += kernel.compile_ms();
-  if (!c.index.count(key)) {
-    c.lru.push_front(
-        Entry{key, kernel.fn(), kernel.jit_owner(), kernel.part_fn(), kernel.split_size()});
-    c.index[key] = c.lru.begin();
-    while (c.lru.size() > kCapacity) {
-      c.index.erase(c.lru.back().key);
-      c.lru.pop_back();
+  if (!missing.empty()) {
+    std::vector<cpu::FusedSubgraph> batch;
+    for (size_t i : missing) batch.push_back(sgs[i]);
+    std::vector<cpu::FusedKernel> compiled;
+    try {
+      compiled = cpu::compile_elementwise(batch);
+    } catch (const Error&) {
+      // One of them fails: compile them one by one to tell which.
+      compiled.clear();
+      for (size_t k = 0; k < missing.size(); ++k) {
+        try {
+          compiled.push_back(cpu::compile_elementwise(batch[k]));
+        } catch (const Error& e) {
+          (*errors)[missing[k]] = e.what();
+          compiled.emplace_back();
+        }
+      }
+    }
+    std::lock_guard lock(c.mu);
+    for (size_t k = 0; k < missing.size(); ++k) {
+      if (compiled[k].fn() == nullptr) continue;
+      store(c, keys[missing[k]], compiled[k]);
+      kernels[missing[k]] = std::move(compiled[k]);
     }
   }
-  return kernel;
+  for (size_t i = 0; i < n; ++i) {
+    if (same_as[i] < 0) continue;
+    const cpu::FusedKernel& first = kernels[same_as[i]];
+    if (first.fn() == nullptr) {
+      (*errors)[i] = (*errors)[same_as[i]];
+      continue;
+    }
+    Entry e{keys[i], first.fn(), first.jit_owner(), first.part_fn(), first.split_size()};
+    kernels[i] = from_entry(sgs[i], e);
+  }
+  return kernels;
+}
+
+cpu::FusedKernel cached_kernel(const cpu::FusedSubgraph& sg) {
+  std::vector<std::string> errors;
+  std::vector<cpu::FusedKernel> k = cached_kernels({sg}, &errors);
+  if (!errors[0].empty()) {
+    // Recompile to rethrow with the error's own code (kInvalidArgument, kUnimplemented, ...).
+    return cpu::compile_elementwise(sg);
+  }
+  return std::move(k[0]);
 }
 
 KernelCacheStats kernel_cache_stats() {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "compiler/codegen/cpu/fused_kernel.h"
 
@@ -13,6 +14,12 @@ namespace kiln::compiler {
 
 // The kernel for `sg`, compiled on a miss (cpu::compile_elementwise). Throws kiln::Error.
 cpu::FusedKernel cached_kernel(const cpu::FusedSubgraph& sg);
+
+// Kernels for several subgraphs; the misses are compiled together in one LLVM module (one
+// optimisation pipeline and one JIT session, much cheaper than one each). A subgraph that
+// cannot be compiled gets an empty kernel (fn() == nullptr) and its error in (*errors)[i].
+std::vector<cpu::FusedKernel> cached_kernels(const std::vector<cpu::FusedSubgraph>& sgs,
+                                             std::vector<std::string>* errors);
 
 // The cache key of `sg`: its ops, dtypes and wiring, plus for each input whether it is a single
 // element (flat kernels) or all shapes (other kernels).

@@ -65,8 +65,9 @@ T unwrap(llvm::Expected<T> e, const std::string& what) {
 // Emits the IR of one kernel.
 class Emitter {
  public:
-  Emitter(const FusedSubgraph& sg, const Shape& shape, llvm::Module& m)
-      : sg_(sg), shape_(shape), m_(m), ctx_(m.getContext()), b_(ctx_) {}
+  // `prefix` starts the names of the functions emitted (several kernels share a module).
+  Emitter(const FusedSubgraph& sg, const Shape& shape, llvm::Module& m, std::string prefix = "")
+      : sg_(sg), shape_(shape), m_(m), ctx_(m.getContext()), b_(ctx_), prefix_(std::move(prefix)) {}
 
   // Emits `kernel`; with reductions also `kernel_part(inputs, outputs, begin, end, lo, hi)`,
   // which folds only positions [lo, hi) of the outermost reduced (collapsed) dimension
@@ -79,7 +80,7 @@ class Emitter {
     if (part) params.insert(params.end(), {i64, i64});
     auto* fty = llvm::FunctionType::get(b_.getVoidTy(), params, false);
     fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage,
-                                 part ? "kernel_part" : "kernel", m_);
+                                 prefix_ + (part ? "kernel_part" : "kernel"), m_);
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
     if (part) fn_->addFnAttr(llvm::Attribute::NoInline);  // `kernel` calls it: emit it once
     for (int i = 0; i < 2; ++i) fn_->addParamAttr(i, llvm::Attribute::NoAlias);
@@ -115,7 +116,7 @@ class Emitter {
     if (part) {
       auto* wty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64, i64}, false);
       llvm::Function* w =
-          llvm::Function::Create(wty, llvm::Function::ExternalLinkage, "kernel", m_);
+          llvm::Function::Create(wty, llvm::Function::ExternalLinkage, prefix_ + "kernel", m_);
       w->addFnAttr(llvm::Attribute::NoUnwind);
       b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", w));
       b_.CreateCall(fn_, {w->getArg(0), w->getArg(1), w->getArg(2), w->getArg(3),
@@ -826,6 +827,7 @@ class Emitter {
   llvm::Module& m_;
   llvm::LLVMContext& ctx_;
   llvm::IRBuilder<> b_;
+  std::string prefix_;  // of the emitted functions' names
   llvm::Function* fn_ = nullptr;
   std::vector<Value*> in_ptrs_, out_ptrs_;
   llvm::MDNode* access_group_ = nullptr;  // of the innermost loop being emitted
@@ -875,11 +877,17 @@ void write_file(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-FusedKernel compile_elementwise(const FusedSubgraph& sg) {
+std::vector<FusedKernel> compile_elementwise(const std::vector<FusedSubgraph>& sgs) {
   auto t0 = std::chrono::steady_clock::now();
-  sg.validate();
-  Shape shape = sg.iteration_shape();
-  bool flat = is_flat_loop(sg, shape) || shape.empty() || num_elements(shape) == 0;
+  if (sgs.empty()) return {};
+  std::vector<Shape> shapes;
+  std::vector<char> flats;
+  for (const FusedSubgraph& sg : sgs) {
+    sg.validate();
+    shapes.push_back(sg.iteration_shape());
+    const Shape& shape = shapes.back();
+    flats.push_back(is_flat_loop(sg, shape) || shape.empty() || num_elements(shape) == 0);
+  }
 
   static std::once_flag init;
   std::call_once(init, [] {
@@ -892,13 +900,24 @@ FusedKernel compile_elementwise(const FusedSubgraph& sg) {
   std::unique_ptr<llvm::TargetMachine> tm =
       unwrap(jtmb.createTargetMachine(), "creating the target machine");
 
+  const std::string& name = sgs.size() == 1 ? sgs[0].name : sgs[0].name + "_batch";
   auto ctx = std::make_unique<llvm::LLVMContext>();
-  auto module = std::make_unique<llvm::Module>(sg.name, *ctx);
+  auto module = std::make_unique<llvm::Module>(name, *ctx);
   module->setDataLayout(tm->createDataLayout());
   module->setTargetTriple(tm->getTargetTriple().str());
 
-  Emitter emitter(sg, shape, *module);
-  emitter.emit_kernel(flat);
+  // One module for every kernel: one optimisation pipeline and one JIT session in all.
+  std::vector<int64_t> split_sizes;
+  auto prefix = [&](size_t i) {
+    std::string p;
+    if (sgs.size() > 1) p.append("k").append(std::to_string(i)).append("_");
+    return p;
+  };
+  for (size_t i = 0; i < sgs.size(); ++i) {
+    Emitter emitter(sgs[i], shapes[i], *module, prefix(i));
+    emitter.emit_kernel(flats[i]);
+    split_sizes.push_back(emitter.split_size());
+  }
   llvm::StringMap<bool> features;
   bool avx512 = llvm::sys::getHostCPUFeatures(features) && features.lookup("avx512f");
   for (llvm::Function& fn : *module) {
@@ -911,13 +930,13 @@ FusedKernel compile_elementwise(const FusedSubgraph& sg) {
   std::string err;
   llvm::raw_string_ostream err_os(err);
   if (llvm::verifyModule(*module, &err_os))
-    throw Error(ErrorCode::kInternal, "cpu codegen (" + sg.name + "): invalid IR: " + err_os.str());
+    throw Error(ErrorCode::kInternal, "cpu codegen (" + name + "): invalid IR: " + err_os.str());
 
   const char* dump_dir = std::getenv("KILN_DUMP");
   std::string dump_base;
   if (dump_dir && *dump_dir) {
     static std::atomic<int> counter{0};
-    std::string file = sg.name;
+    std::string file = name;
     for (char& c : file)
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') c = '_';
     dump_base = std::string(dump_dir) + "/" + file + "_" + std::to_string(counter++);
@@ -937,16 +956,28 @@ FusedKernel compile_elementwise(const FusedSubgraph& sg) {
              "resolving process symbols"));
   if (llvm::Error e = jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx))))
     internal_error("adding the module", std::move(e));
-  auto addr = unwrap(jit->lookup("kernel"), "compiling the kernel");
-  auto kernel = addr.toPtr<KernelFn>();
-  FusedKernel::PartFn part = nullptr;
-  if (sg.has_reductions())
-    part = unwrap(jit->lookup("kernel_part"), "compiling the kernel").toPtr<FusedKernel::PartFn>();
+  std::vector<KernelFn> fns;
+  std::vector<FusedKernel::PartFn> parts;
+  for (size_t i = 0; i < sgs.size(); ++i) {
+    fns.push_back(unwrap(jit->lookup(prefix(i) + "kernel"), "compiling the kernel").toPtr<KernelFn>());
+    parts.push_back(sgs[i].has_reductions()
+                        ? unwrap(jit->lookup(prefix(i) + "kernel_part"), "compiling the kernel")
+                              .toPtr<FusedKernel::PartFn>()
+                        : nullptr);
+  }
   std::shared_ptr<void> owner(jit.release(), [](void* p) { delete static_cast<llvm::orc::LLJIT*>(p); });
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  FusedKernel k(sg, std::move(shape), kernel, std::move(owner), flat, ms);
-  k.set_split(part, emitter.split_size());
-  return k;
+  std::vector<FusedKernel> kernels;
+  for (size_t i = 0; i < sgs.size(); ++i) {
+    kernels.emplace_back(sgs[i], shapes[i], fns[i], owner, flats[i],
+                         ms / static_cast<double>(sgs.size()));
+    kernels.back().set_split(parts[i], split_sizes[i]);
+  }
+  return kernels;
+}
+
+FusedKernel compile_elementwise(const FusedSubgraph& sg) {
+  return std::move(compile_elementwise(std::vector<FusedSubgraph>{sg})[0]);
 }
 
 }  // namespace kiln::compiler::cpu

@@ -169,6 +169,10 @@ class FusedKernel {
 // <dir>/<name>_<n>.ll (before optimisation), .opt.ll (after) and .s (the host assembly).
 // Throws kiln::Error.
 FusedKernel compile_elementwise(const FusedSubgraph& sg);
+// Several subgraphs in one LLVM module: one optimisation pipeline and one JIT session for all
+// of them (their code lives as long as any of the returned kernels). Each kernel's
+// compile_ms() is its share of the total. Throws kiln::Error if any fails.
+std::vector<FusedKernel> compile_elementwise(const std::vector<FusedSubgraph>& sgs);
 
 // True when every input is either of the full output shape or a single element: the kernel
 // is then one flat loop that LLVM vectorizes. (Otherwise rows of the last dimension.)
