@@ -1,0 +1,165 @@
+// Differential test of the compiled path: 1,000 seeded random graphs (tests/compiler/
+// random_graph.h) compiled with compiler::compile and run must match the reference interpreter
+// within a per-dtype tolerance; a failing graph is shrunk to a small reproducer first.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "compiler/executable.h"
+#include "tests/compiler/random_graph.h"
+
+namespace kiln::compiler {
+namespace {
+
+using testing::BuiltGraph;
+using testing::GraphSpec;
+using testing::Tolerance;
+
+// Ten shards of 100 graphs: ctest runs each shard as its own test (ctest -j splits them).
+constexpr int kShards = 10;
+constexpr int kGraphsPerShard = 100;
+
+// f32: the JIT's exp/log/tanh/logistic/erf are polynomial approximations within ~1e-6
+// relative error of libm (cpu_codegen_test's ApproximationError), and a graph chains up to ~15
+// ops, each of which may amplify that error a little: 1e-4 relative, 1e-5 absolute near 0.
+// f64: the JIT calls libm for every transcendental, so only rounding order may differ.
+// Integers and bools: exact.
+Tolerance tolerance(DType t) {
+  if (t == f32) return {1e-4, 1e-5};
+  if (t == f64) return {1e-10, 1e-12};
+  return {0, 0};
+}
+
+struct Outcome {
+  bool invalid = false;  // the generator built a graph the interpreter rejects (a test bug)
+  std::string failure;   // "" when the compiled results match
+  int fused = 0;         // fused kernels in the executable
+};
+
+Outcome check(const GraphSpec& spec) {
+  Outcome out;
+  BuiltGraph b;
+  std::vector<Tensor> want;
+  try {
+    b = testing::build(spec);
+    want = b.graph.run(b.feeds, b.outputs);
+  } catch (const Error& e) {
+    out.invalid = true;
+    out.failure = std::string("the interpreter rejects the graph: ") + e.what();
+    return out;
+  }
+  std::vector<Tensor> got;
+  try {
+    Executable exe = compile(b.graph, b.outputs, b.feeds);
+    out.fused = exe.num_fused_thunks();
+    got = exe.run(b.feeds);
+  } catch (const Error& e) {
+    out.failure = std::string("the compiled path throws: ") + e.what();
+    return out;
+  }
+  if (got.size() != want.size()) {
+    out.failure = "compiled run returned " + std::to_string(got.size()) + " outputs, want " +
+                  std::to_string(want.size());
+    return out;
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    std::string why = testing::mismatch(got[i], want[i], tolerance(want[i].dtype()));
+    if (!why.empty()) out.failure += "output " + std::to_string(i) + ": " + why + "\n";
+  }
+  return out;
+}
+
+// The failure of `spec`, shrunk: the minimal spec, its graph and feeds, and what differs.
+std::string reproducer(const GraphSpec& spec, const Outcome& first) {
+  if (first.invalid) return first.failure + "\n" + spec.str();
+  int attempts = 0;
+  GraphSpec small = testing::shrink(
+      spec,
+      [](const GraphSpec& c) {
+        Outcome o = check(c);
+        return !o.invalid && !o.failure.empty();
+      },
+      &attempts);
+  Outcome o = check(small);
+  BuiltGraph b = testing::build(small);
+  std::string text = "compiled result differs from the interpreter (seed " +
+                     std::to_string(spec.seed) + "):\n" + first.failure + "shrunk in " +
+                     std::to_string(attempts) + " attempts to:\n" + small.str() + "graph:\n" +
+                     b.graph.to_text() + "\nfeeds: " + b.feed_shapes() + "\nwhere " + o.failure;
+  try {
+    Executable exe = compile(b.graph, b.outputs, b.feeds);
+    text += "thunks:\n";
+    for (const std::string& d : exe.thunk_descriptions()) text += "  " + d + "\n";
+  } catch (const Error&) {
+  }
+  return text;
+}
+
+class CompiledRandomGraphs : public ::testing::TestWithParam<int> {};
+
+TEST_P(CompiledRandomGraphs, MatchTheInterpreter) {
+  auto t0 = std::chrono::steady_clock::now();
+  int fused = 0, nodes = 0, failures = 0;
+  for (int i = 0; i < kGraphsPerShard; ++i) {
+    auto seed = static_cast<uint32_t>(GetParam() * kGraphsPerShard + i);
+    GraphSpec spec = testing::generate(seed);
+    nodes += static_cast<int>(spec.nodes.size());
+    Outcome o = check(spec);
+    fused += o.fused;
+    if (o.failure.empty()) continue;
+    ADD_FAILURE() << reproducer(spec, o);
+    if (++failures == 3) break;  // shrinking is slow; three reproducers are plenty
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[ random graphs ] shard %d: %d graphs, %d recipes, %d fused kernels, %.1f s\n",
+              GetParam(), kGraphsPerShard, nodes, fused, s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shard, CompiledRandomGraphs, ::testing::Range(0, kShards));
+
+TEST(RandomGraphGenerator, IsDeterministic) {
+  for (uint32_t seed : {1u, 7u, 123u}) {
+    GraphSpec a = testing::generate(seed), b = testing::generate(seed);
+    EXPECT_TRUE(a == b);
+    EXPECT_EQ(testing::build(a).graph.to_text(), testing::build(b).graph.to_text());
+  }
+}
+
+// Seeds whose graph records the op `op`, and whose graph has at least `min_nodes` recipes.
+uint32_t seed_with(const std::string& op, int min_nodes) {
+  for (uint32_t seed = 0;; ++seed) {
+    GraphSpec spec = testing::generate(seed);
+    if (static_cast<int>(spec.nodes.size()) >= min_nodes &&
+        testing::build(spec).graph.to_text().find(" " + op + "(") != std::string::npos)
+      return seed;
+  }
+}
+
+bool records(const GraphSpec& spec, const std::string& op) {
+  return testing::build(spec).graph.to_text().find(" " + op + "(") != std::string::npos;
+}
+
+// An injected failure ("the graph contains a tanh") shrinks to one tanh of a scalar input.
+TEST(RandomGraphShrinker, ShrinksAnInjectedFailureToATinyGraph) {
+  GraphSpec spec = testing::generate(seed_with("tanh", 10));
+  ASSERT_GE(spec.nodes.size(), 10u);
+  int attempts = 0;
+  GraphSpec small = testing::shrink(
+      spec, [](const GraphSpec& c) { return records(c, "tanh"); }, &attempts);
+  EXPECT_TRUE(records(small, "tanh"));
+  EXPECT_EQ(small.nodes.size(), 1u) << small.str();
+  EXPECT_EQ(small.inputs.size(), 1u) << small.str();
+  EXPECT_EQ(small.outputs.size(), 1u) << small.str();
+  EXPECT_TRUE(small.inputs[0].shape.empty()) << small.str();
+  EXPECT_GT(attempts, 0);
+}
+
+// A predicate that never holds leaves the (pruned) spec as it is.
+TEST(RandomGraphShrinker, KeepsAGraphThatDoesNotFail) {
+  GraphSpec spec = testing::prune(testing::generate(5));
+  EXPECT_TRUE(testing::shrink(spec, [](const GraphSpec&) { return false; }) == spec);
+}
+
+}  // namespace
+}  // namespace kiln::compiler
