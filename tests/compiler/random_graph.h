@@ -9,6 +9,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <iterator>
 #include <functional>
 #include <random>
 #include <string>
@@ -141,7 +143,7 @@ inline Shape broadcast_shape(const Shape& a, const Shape& b) {
 
 // Values that are exact in every dtype: quarters in [-2, 2] for floats, [-3, 3] for integers.
 inline Tensor random_value(DType dtype, const Shape& shape, uint32_t seed, double lo = -2,
-                           double hi = 2) {
+                           double hi = 2, bool special = true) {
   std::mt19937 rng(seed);
   const int64_t n = num_elements(shape);
   if (dtype == bool_) {
@@ -156,6 +158,14 @@ inline Tensor random_value(DType dtype, const Shape& shape, uint32_t seed, doubl
   for (int64_t i = 0; i < n; ++i) {
     int k = std::uniform_int_distribution<int>(0, steps)(rng);
     v[i] = fp ? lo + 0.25 * k : lo + k;
+  }
+  // One floating-point tensor in eight also holds special values (a quarter of its elements):
+  // signed zeros, infinities, NaN, huge, subnormal and halfway-rounding values.
+  if (fp && special && rng() % 8 == 0) {
+    static const double kSpecial[] = {-0.0,  INFINITY, -INFINITY, NAN,    1e30, -1e30,
+                                      1e-40, -1e-41,   2.5,       -0.5,   3e38, 1e-7};
+    for (int64_t i = 0; i < n; ++i)
+      if (rng() % 4 == 0) v[i] = kSpecial[rng() % std::size(kSpecial)];
   }
   return convert(Tensor::from_vector(v, shape), dtype);
 }
@@ -186,7 +196,7 @@ class Builder {
   bool coin() { return pick(2) == 0; }
 
   Tensor constant(DType dtype, const Shape& shape, double lo = -2, double hi = 2) {
-    return g_.constant(random_value(dtype, shape, static_cast<uint32_t>(rng_()), lo, hi));
+    return g_.constant(random_value(dtype, shape, static_cast<uint32_t>(rng_()), lo, hi, lo == -2));
   }
   Tensor scalar(double v, DType dtype) { return g_.constant(convert(Tensor::scalar(v), dtype)); }
   // A value fed at run time (a weight): the optimizer cannot fold it.
@@ -714,9 +724,11 @@ inline std::string mismatch(const Tensor& got, const Tensor& want, Tolerance tol
     bool ok = g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i])) ||
               (fp && std::isfinite(w[i]) && std::abs(g[i] - w[i]) <= tol.atol + tol.rtol * std::abs(w[i]));
     if (ok) continue;
-    if (shown++ < 4)
-      out += (out.empty() ? "" : "; ") + std::string("element ") + std::to_string(i) + ": " +
-             std::to_string(g[i]) + ", want " + std::to_string(w[i]);
+    if (shown++ < 4) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "element %zu: %.9g, want %.9g", i, g[i], w[i]);
+      out += (out.empty() ? "" : "; ") + std::string(buf);
+    }
   }
   if (shown > 4) out += "; ... (" + std::to_string(shown) + " elements differ)";
   return out;
