@@ -421,7 +421,7 @@ class Builder {
         Tensor other;
         if (args.size() > 1 && args[1].dtype() == t && args[1].rank() == r) {
           other = args[1];
-          for (int d = 0; d < r; ++d)
+          for (int d = 0; d < r && other.defined(); ++d)
             if (d != axis && other.shape()[d] != vs[d]) other = Tensor();
         }
         if (!other.defined()) {
