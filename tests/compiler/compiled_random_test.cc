@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "compiler/executable.h"
 #include "tests/compiler/random_graph.h"
@@ -60,6 +61,12 @@ Outcome check(const GraphSpec& spec) {
     Executable exe = compile(b.graph, b.outputs, b.feeds);
     out.fused = exe.num_fused_thunks();
     got = exe.run(b.feeds);
+    // A second run of the same executable gives the same bits (no state leaks between runs).
+    std::vector<Tensor> again = exe.run(b.feeds);
+    for (size_t i = 0; i < again.size() && i < got.size(); ++i)
+      if (!testing::mismatch(again[i], got[i], {}).empty())
+        out.failure += "output " + std::to_string(i) + " differs on a second run: " +
+                       testing::mismatch(again[i], got[i], {}) + "\n";
   } catch (const Error& e) {
     out.failure = std::string("the compiled path throws: ") + e.what();
     return out;
@@ -127,6 +134,29 @@ TEST_P(CompiledRandomGraphs, MatchTheInterpreter) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shard, CompiledRandomGraphs, ::testing::Range(0, kShards));
+
+// Runs of one executable from two threads at once give the interpreter's results.
+TEST(CompiledRandomGraphsConcurrently, MatchTheInterpreter) {
+  for (uint32_t seed = 0; seed < 40; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    BuiltGraph b = testing::build(testing::generate(seed));
+    std::vector<Tensor> want = b.graph.run(b.feeds, b.outputs);
+    Executable exe = compile(b.graph, b.outputs, b.feeds);
+    std::vector<std::vector<Tensor>> got(2);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t)
+      threads.emplace_back([&, t] {
+        for (int rep = 0; rep < 5; ++rep) got[t] = exe.run(b.feeds);
+      });
+    for (std::thread& t : threads) t.join();
+    for (const auto& g : got) {
+      ASSERT_EQ(g.size(), want.size());
+      for (size_t i = 0; i < g.size(); ++i)
+        EXPECT_EQ(testing::mismatch(g[i], want[i], tolerance(want[i].dtype(), true)), "")
+            << b.graph.to_text();
+    }
+  }
+}
 
 TEST(RandomGraphGenerator, IsDeterministic) {
   for (uint32_t seed : {1u, 7u, 123u}) {

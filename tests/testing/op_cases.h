@@ -325,6 +325,7 @@ inline const std::vector<OpCase>& non_differentiable_cases() {
       {"select", {pred({2, 3}), pred({2, 3}), pred({})}, {}, "bool"},
       // ---- casts (ops/elementwise.cc)
       {"convert", {in({2, 3}, range(-300, 300))}, {{"dtype", i32}}, "f64_to_i32"},
+      {"convert", {in({2, 3}, away_from_zero(3e9, 1e12))}, {{"dtype", i32}}, "f64_to_i32_saturating"},
       {"convert", {in({2, 3})}, {{"dtype", bool_}}, "f64_to_bool"},
       {"convert", {ints({2, 3})}, {{"dtype", f32}}, "i32_to_f32"},
       {"convert", {ints({2, 3})}, {{"dtype", i64}}, "i32_to_i64"},
