@@ -39,6 +39,8 @@ enum class Recipe : uint8_t {
   kDot,     // matmul / dot_general against a constant or a new placeholder
   kRandom,  // x + random_uniform/normal/bernoulli with a constant seed
   kConstantSubgraph,  // x + a * -b over constants: constant folding's target
+  kDense,    // matmul + bias + relu/tanh/logistic: the dot epilogue fusion's pattern
+  kNetwork,  // softmax, log_softmax, logsumexp, variance, gelu: reductions with producers
   kCount,
 };
 
@@ -46,7 +48,8 @@ inline const char* recipe_name(Recipe r) {
   static const char* kNames[] = {"identity", "unary",   "binary",    "compare", "select",
                                  "clamp",    "convert", "reshape",   "transpose", "slice",
                                  "pad",      "concat",  "broadcast", "reverse", "reduce",
-                                 "dot",      "random",  "constant_subgraph"};
+                                 "dot",      "random",  "constant_subgraph", "dense",
+                                 "network"};
   return r < Recipe::kCount ? kNames[static_cast<int>(r)] : "?";
 }
 
@@ -506,6 +509,43 @@ class Builder {
         return coin() ? add(x, random_uniform(s, seed, -1, 1, t))
                       : add(x, random_normal(s, seed, 0, 1, t));
       }
+      case Recipe::kDense: {
+        // [.., n] x [n, k] + bias, then an activation; f32/f64 only (bools and ints converted).
+        Tensor a = fp ? x : convert(x, f32);
+        if (rank == 0) a = reshape(a, {1, 1});
+        const int64_t n = a.shape().back(), k = 1 + pick(4);
+        Tensor w = coin() ? parameter(a.dtype(), {n, k}) : constant(a.dtype(), {n, k});
+        Tensor y = matmul(a, w);
+        switch (pick(3)) {
+          case 0: y = y + parameter(a.dtype(), {k}); break;
+          case 1: y = y + constant(a.dtype(), {k}); break;
+          default: break;
+        }
+        switch (pick(5)) {
+          case 0: return relu(y);
+          case 1: return tanh(y);
+          case 2: return logistic(y);
+          case 3: return maximum(y, scalar(0, a.dtype()));
+          default: return y;
+        }
+      }
+      case Recipe::kNetwork: {
+        Tensor v = fp ? x : convert(x, f32);
+        if (rank == 0) v = reshape(v, {1});
+        int64_t axis = pick(static_cast<int>(v.rank())) - (coin() ? v.rank() : 0);
+        switch (pick(6)) {
+          case 0: return softmax(v, axis);
+          case 1: return log_softmax(v, axis);
+          case 2: return logsumexp(v, {axis}, coin());
+          case 3: return variance(v, {axis}, coin());
+          case 4: return gelu(v, coin());
+          default: {  // layer normalisation over the last axis
+            Tensor m = mean(v, {-1}, true);
+            Tensor c = v - m;
+            return c * rsqrt(mean(c * c, {-1}, true) + scalar(1e-3, v.dtype()));
+          }
+        }
+      }
       case Recipe::kConstantSubgraph: {
         if (t == bool_) return logical_and(x, logical_not(constant(bool_, s)));
         Tensor a = constant(t, s), b = constant(t, s);
@@ -562,7 +602,8 @@ inline GraphSpec generate(uint32_t seed, const GeneratorOptions& opt = {}) {
     b.add_input(in, i);
   }
   // Weights of the recipes (kIdentity never).
-  static const int kWeights[] = {0, 6, 8, 2, 2, 1, 2, 2, 2, 2, 1, 1, 2, 1, 3, 2, 1, 1};
+  static const int kWeights[] = {0, 6, 8, 2, 2, 1, 2, 2, 2, 2, 1, 1, 2, 1, 3, 2, 1, 1, 2, 2};
+  static_assert(std::size(kWeights) == static_cast<size_t>(Recipe::kCount));
   int total = 0;
   for (int w : kWeights) total += w;
   int steps = opt.min_nodes + pick(opt.max_nodes - opt.min_nodes + 1);
