@@ -360,11 +360,31 @@ inline const std::vector<OpCase>& non_differentiable_cases() {
   return kCases;
 }
 
+// Cases of ops the compiler's passes create (registered by compiler/, present only once that
+// pass is built in): all_cases() holds those whose op is registered.
+inline const std::vector<OpCase>& compiler_op_cases() {
+  auto dims = [](Axes lc, Axes rc, const char* activation) {
+    return Attrs{{"lhs_contract", std::move(lc)}, {"rhs_contract", std::move(rc)},
+                 {"activation", std::string(activation)}};
+  };
+  static const std::vector<OpCase> kCases = {
+      // fused_dot (compiler/fused_dot.cc): dot + optional bias + activation in one kernel
+      {"fused_dot", {in({3, 4}), in({4, 5})}, dims({1}, {0}, "none")},
+      {"fused_dot", {in({3, 4}), in({4, 5}), in({5})}, dims({1}, {0}, "relu"), "bias_relu"},
+      {"fused_dot", {in({2, 4}), in({4, 3}), in({2, 3})}, dims({1}, {0}, "tanh"), "full_bias_tanh"},
+      {"fused_dot", {in({4, 3}), in({4, 2}), in({})}, dims({0}, {0}, "logistic"),
+       "transposed_scalar_bias_logistic"},
+  };
+  return kCases;
+}
+
 // Every case: the gradient table's, then the others.
 inline const std::vector<OpCase>& all_cases() {
   static const std::vector<OpCase> kAll = [] {
     std::vector<OpCase> all = differentiable_cases();
     for (const OpCase& c : non_differentiable_cases()) all.push_back(c);
+    for (const OpCase& c : compiler_op_cases())
+      if (OpRegistry::global().contains(c.op)) all.push_back(c);
     return all;
   }();
   return kAll;
