@@ -158,6 +158,24 @@ TEST(CompiledRandomGraphsConcurrently, MatchTheInterpreter) {
   }
 }
 
+// Larger values (rank 3, up to 40,000 elements, odd dimensions): the thread pool splits the kernels'
+// [begin, end) ranges mid-row, and vector loops have remainders.
+TEST(CompiledLargeRandomGraphs, MatchTheInterpreter) {
+  testing::GeneratorOptions opt;
+  opt.max_nodes = 10;
+  opt.min_rank = 3;
+  opt.max_dim = 50;
+  opt.max_elements = 40000;
+  int failures = 0;
+  for (uint32_t seed = 0; seed < 60 && failures < 2; ++seed) {
+    GraphSpec spec = testing::generate(seed, opt);
+    Outcome o = check(spec);
+    if (o.failure.empty()) continue;
+    ADD_FAILURE() << reproducer(spec, o);
+    ++failures;
+  }
+}
+
 TEST(RandomGraphGenerator, IsDeterministic) {
   for (uint32_t seed : {1u, 7u, 123u}) {
     GraphSpec a = testing::generate(seed), b = testing::generate(seed);

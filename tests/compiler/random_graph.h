@@ -70,11 +70,12 @@ struct GraphSpec {
   std::vector<InputSpec> inputs;
   std::vector<NodeSpec> nodes;
   std::vector<int> outputs;
+  int64_t max_elements = 512;  // recipes that would grow a value past this many elements skip
 
   int num_values() const { return static_cast<int>(inputs.size() + nodes.size()); }
   bool operator==(const GraphSpec& o) const {
     if (inputs.size() != o.inputs.size() || nodes.size() != o.nodes.size() ||
-        outputs != o.outputs)
+        outputs != o.outputs || max_elements != o.max_elements)
       return false;
     for (size_t i = 0; i < inputs.size(); ++i)
       if (inputs[i].dtype != o.inputs[i].dtype || inputs[i].shape != o.inputs[i].shape ||
@@ -124,7 +125,6 @@ struct BuiltGraph {
 
 namespace random_graph_detail {
 
-inline constexpr int64_t kMaxElements = 512;  // recipes that would grow a value past this skip
 inline constexpr size_t kMaxRank = 4;
 
 inline bool broadcastable(const Shape& a, const Shape& b) {
@@ -176,7 +176,8 @@ inline Tensor random_value(DType dtype, const Shape& shape, uint32_t seed, doubl
 // Records a spec's recipes into a graph, one at a time.
 class Builder {
  public:
-  explicit Builder(BuiltGraph* out) : b_(*out), g_(out->graph) {}
+  Builder(BuiltGraph* out, int64_t max_elements)
+      : b_(*out), g_(out->graph), max_elements_(max_elements) {}
 
   void add_input(const InputSpec& in, int index) {
     std::string name = "p" + std::to_string(index);
@@ -236,7 +237,7 @@ class Builder {
     if (args.size() > k && args[k].defined()) {
       Tensor y = args[k];
       if (broadcastable(x.shape(), y.shape()) &&
-          num_elements(broadcast_shape(x.shape(), y.shape())) <= kMaxElements &&
+          num_elements(broadcast_shape(x.shape(), y.shape())) <= max_elements_ &&
           broadcast_shape(x.shape(), y.shape()).size() <= kMaxRank) {
         return y.dtype() == x.dtype() ? y : convert(y, x.dtype());
       }
@@ -335,7 +336,7 @@ class Builder {
         Tensor on_false = partner(on_true, args, 2);
         Tensor pred = x;
         if (t != bool_ || !broadcastable(s, broadcast_shape(on_true.shape(), on_false.shape())) ||
-            num_elements(broadcast_shape(s, on_true.shape())) > kMaxElements ||
+            num_elements(broadcast_shape(s, on_true.shape())) > max_elements_ ||
             broadcast_shape(s, on_true.shape()).size() > kMaxRank) {
           pred = greater(on_true, scalar(0, on_true.dtype()));
         }
@@ -413,7 +414,7 @@ class Builder {
           interior[d] = pick(3) == 0 ? 1 : 0;
           out[d] = low[d] + high[d] + s[d] + (s[d] > 0 ? (s[d] - 1) * interior[d] : 0);
         }
-        if (num_elements(out) > kMaxElements) return x;
+        if (num_elements(out) > max_elements_) return x;
         return pad(x, low, high, t == bool_ || !fp ? pick(3) - 1 : 0.25 * (pick(9) - 4), interior);
       }
       case Recipe::kConcat: {
@@ -434,7 +435,7 @@ class Builder {
         }
         Shape out = vs;
         out[axis] += other.shape()[axis];
-        if (num_elements(out) > kMaxElements) return v;
+        if (num_elements(out) > max_elements_) return v;
         return concatenate({v, other}, coin() ? axis : axis - r);
       }
       case Recipe::kBroadcast: {
@@ -453,7 +454,7 @@ class Builder {
           for (int64_t& d : dims)
             if (d >= at) ++d;
         }
-        if (num_elements(out) > kMaxElements) return x;
+        if (num_elements(out) > max_elements_) return x;
         return broadcast_in_dim(x, out, dims);
       }
       case Recipe::kReverse: {
@@ -557,6 +558,7 @@ class Builder {
 
   BuiltGraph& b_;
   Graph& g_;
+  int64_t max_elements_;
   std::mt19937 rng_;
 };
 
@@ -565,7 +567,7 @@ class Builder {
 // Records `spec` into a new graph.
 inline BuiltGraph build(const GraphSpec& spec) {
   BuiltGraph out;
-  random_graph_detail::Builder b(&out);
+  random_graph_detail::Builder b(&out, spec.max_elements);
   for (size_t i = 0; i < spec.inputs.size(); ++i) b.add_input(spec.inputs[i], static_cast<int>(i));
   for (const NodeSpec& n : spec.nodes) b.apply(n);
   for (int o : spec.outputs) out.outputs.push_back(out.values.at(o));
@@ -577,6 +579,9 @@ struct GeneratorOptions {
   int max_nodes = 15;
   int max_inputs = 3;
   double duplicate_probability = 0.2;  // a node recorded twice: CSE's target
+  int min_rank = 0;                    // input ranks are min_rank..3
+  int max_dim = 4;                     // input dimensions are 1..max_dim (now and then 0 or more)
+  int64_t max_elements = 512;          // see GraphSpec::max_elements
 };
 
 // A random spec: 1..max_inputs placeholders (mostly f32, some i32 and bool; rank 0..3, now and
@@ -588,15 +593,18 @@ inline GraphSpec generate(uint32_t seed, const GeneratorOptions& opt = {}) {
   auto pick = [&](int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng); };
   GraphSpec spec;
   spec.seed = seed;
+  spec.max_elements = opt.max_elements;
   BuiltGraph built;
-  Builder b(&built);
+  Builder b(&built, spec.max_elements);
   int inputs = 1 + pick(opt.max_inputs);
   for (int i = 0; i < inputs; ++i) {
     InputSpec in;
     int d = pick(10);
     in.dtype = d < 7 ? f32 : d < 9 ? i32 : bool_;
-    in.shape.resize(pick(4));
-    for (int64_t& dim : in.shape) dim = pick(16) == 0 ? 0 : pick(8) == 0 ? 5 + pick(4) : 1 + pick(4);
+    in.shape.resize(opt.min_rank + pick(4 - opt.min_rank));
+    for (int64_t& dim : in.shape)
+      dim = pick(16) == 0 ? 0 : pick(8) == 0 ? opt.max_dim + 1 + pick(4) : 1 + pick(opt.max_dim);
+    while (num_elements(in.shape) > opt.max_elements) in.shape.back() = (in.shape.back() + 1) / 2;
     in.seed = static_cast<uint32_t>(rng());
     spec.inputs.push_back(in);
     b.add_input(in, i);
@@ -660,6 +668,7 @@ inline GraphSpec prune(const GraphSpec& spec) {
       for (int a : spec.nodes[v - n_in].args) live[alias[a]] = 1;
   GraphSpec out;
   out.seed = spec.seed;
+  out.max_elements = spec.max_elements;
   std::vector<int> renumber(n, -1);
   for (int v = 0; v < n_in; ++v) {
     if (!live[v]) continue;
