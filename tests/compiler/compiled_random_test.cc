@@ -65,8 +65,9 @@ Outcome check(const GraphSpec& spec) {
     std::vector<Tensor> again = exe.run(b.feeds);
     for (size_t i = 0; i < again.size() && i < got.size(); ++i)
       if (!testing::mismatch(again[i], got[i], {}).empty())
-        out.failure += "output " + std::to_string(i) + " differs on a second run: " +
-                       testing::mismatch(again[i], got[i], {}) + "\n";
+        out.failure += "output " + std::to_string(i) +
+                       " differs on a second run: " + testing::mismatch(again[i], got[i], {}) +
+                       "\n";
   } catch (const Error& e) {
     out.failure = std::string("the compiled path throws: ") + e.what();
     return out;
@@ -158,8 +159,8 @@ TEST(CompiledRandomGraphsConcurrently, MatchTheInterpreter) {
   }
 }
 
-// Larger values (rank 3, up to 40,000 elements, odd dimensions): the thread pool splits the kernels'
-// [begin, end) ranges mid-row, and vector loops have remainders.
+// Larger values (rank 3, up to 40,000 elements, odd dimensions): the thread pool splits the
+// kernels' [begin, end) ranges mid-row, and vector loops have remainders.
 TEST(CompiledLargeRandomGraphs, MatchTheInterpreter) {
   testing::GeneratorOptions opt;
   opt.max_nodes = 10;

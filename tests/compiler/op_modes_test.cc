@@ -56,8 +56,8 @@ Tensor zeros_of(const Tensor& x) { return convert(zeros(x.shape()), x.dtype()); 
 // elementwise producer (x + 0 fed at run time, or select(x, true, false) for bools) and each
 // output through a consumer (+ a fed random tensor, or select(out, a, b) for bools).
 void check_modes(const OpCase& c, DType dtype, bool fused) {
-  SCOPED_TRACE(std::string(dtype_name(dtype)) + (fused ? ", between a producer and a consumer"
-                                                      : ", alone"));
+  SCOPED_TRACE(std::string(dtype_name(dtype)) +
+               (fused ? ", between a producer and a consumer" : ", alone"));
   std::vector<Tensor> args = case_inputs(c, dtype);
   // Eagerly, for the output types (the consumer's feeds need their shapes).
   std::vector<Tensor> eager = call_op(c.op, args, c.attrs);
@@ -94,8 +94,10 @@ void check_modes(const OpCase& c, DType dtype, bool fused) {
       const Tensor& e = eager[k];
       std::string n = std::to_string(k);
       if (e.dtype() == bool_) {
-        Tensor a = feed(op_cases::random_input({e.shape(), op_cases::range(-1, 1), f32}, rng), "a" + n);
-        Tensor b = feed(op_cases::random_input({e.shape(), op_cases::range(-1, 1), f32}, rng), "b" + n);
+        Tensor a =
+            feed(op_cases::random_input({e.shape(), op_cases::range(-1, 1), f32}, rng), "a" + n);
+        Tensor b =
+            feed(op_cases::random_input({e.shape(), op_cases::range(-1, 1), f32}, rng), "b" + n);
         outputs[k] = call_op("select", {outputs[k], a, b})[0];
       } else {
         Tensor r = op_cases::random_input({e.shape(), op_cases::range(-1, 1), f64}, rng);

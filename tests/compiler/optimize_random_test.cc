@@ -15,7 +15,8 @@ TEST(OptimizeRandomTest, OptimizedGraphsGiveBitIdenticalResults) {
   int before = 0, after = 0;
   for (uint32_t seed = 0; seed < 300; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    testing::BuiltGraph rg = testing::build(testing::generate(seed, {.min_nodes = 6, .max_nodes = 18}));
+    testing::BuiltGraph rg =
+        testing::build(testing::generate(seed, {.min_nodes = 6, .max_nodes = 18}));
     std::vector<Tensor> want = rg.graph.run(rg.feeds, rg.outputs);
     CompiledGraph c = optimize(rg.graph, rg.outputs);
     std::vector<Tensor> got = c.run(rg.feeds);

@@ -10,8 +10,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <iterator>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,17 +39,17 @@ enum class Recipe : uint8_t {
   kDot,     // matmul / dot_general against a constant or a new placeholder
   kRandom,  // x + random_uniform/normal/bernoulli with a constant seed
   kConstantSubgraph,  // x + a * -b over constants: constant folding's target
-  kDense,    // matmul + bias + relu/tanh/logistic: the dot epilogue fusion's pattern
-  kNetwork,  // softmax, log_softmax, logsumexp, variance, gelu: reductions with producers
+  kDense,             // matmul + bias + relu/tanh/logistic: the dot epilogue fusion's pattern
+  kNetwork,           // softmax, log_softmax, logsumexp, variance, gelu: reductions with producers
   kCount,
 };
 
 inline const char* recipe_name(Recipe r) {
-  static const char* kNames[] = {"identity", "unary",   "binary",    "compare", "select",
-                                 "clamp",    "convert", "reshape",   "transpose", "slice",
-                                 "pad",      "concat",  "broadcast", "reverse", "reduce",
-                                 "dot",      "random",  "constant_subgraph", "dense",
-                                 "network"};
+  static const char* kNames[] = {
+      "identity",  "unary",   "binary",    "compare", "select", "clamp",
+      "convert",   "reshape", "transpose", "slice",   "pad",    "concat",
+      "broadcast", "reverse", "reduce",    "dot",     "random", "constant_subgraph",
+      "dense",     "network"};
   return r < Recipe::kCount ? kNames[static_cast<int>(r)] : "?";
 }
 
@@ -90,8 +90,9 @@ struct GraphSpec {
   std::string str() const {
     std::string s = "spec (generator seed " + std::to_string(seed) + "):\n";
     for (size_t i = 0; i < inputs.size(); ++i)
-      s += "  v" + std::to_string(i) + " = input " + TensorType{inputs[i].dtype, inputs[i].shape}.str() +
-           " seed " + std::to_string(inputs[i].seed) + "\n";
+      s += "  v" + std::to_string(i) + " = input " +
+           TensorType{inputs[i].dtype, inputs[i].shape}.str() + " seed " +
+           std::to_string(inputs[i].seed) + "\n";
     for (size_t i = 0; i < nodes.size(); ++i) {
       s += "  v" + std::to_string(inputs.size() + i) + " = " + recipe_name(nodes[i].recipe) + "(";
       for (size_t k = 0; k < nodes[i].args.size(); ++k)
@@ -264,33 +265,57 @@ class Builder {
         if (t == bool_) return coin() ? logical_not(x) : logical_not(logical_not(x));
         if (!fp) {
           switch (pick(4)) {
-            case 0: return neg(x);
-            case 1: return abs(x);
-            case 2: return sign(x);
-            default: return neg(neg(x));
+            case 0:
+              return neg(x);
+            case 1:
+              return abs(x);
+            case 2:
+              return sign(x);
+            default:
+              return neg(neg(x));
           }
         }
         switch (pick(20)) {
-          case 0: return neg(x);
-          case 1: return abs(x);
-          case 2: return exp(clamp(x, -8, 8));
-          case 3: return log(abs(x) + 0.5);
-          case 4: return log1p(abs(x));
-          case 5: return expm1(clamp(x, -8, 8));
-          case 6: return sqrt(abs(x));
-          case 7: return rsqrt(abs(x) + 0.5);
-          case 8: return tanh(x);
-          case 9: return logistic(x);
-          case 10: return sin(x);
-          case 11: return cos(x);
-          case 12: return erf(x);
-          case 13: return sign(x);
-          case 14: return floor(x);
-          case 15: return ceil(x);
-          case 16: return round(x);
-          case 17: return neg(neg(x));
-          case 18: return is_finite(x);
-          default: return mul(x, x);
+          case 0:
+            return neg(x);
+          case 1:
+            return abs(x);
+          case 2:
+            return exp(clamp(x, -8, 8));
+          case 3:
+            return log(abs(x) + 0.5);
+          case 4:
+            return log1p(abs(x));
+          case 5:
+            return expm1(clamp(x, -8, 8));
+          case 6:
+            return sqrt(abs(x));
+          case 7:
+            return rsqrt(abs(x) + 0.5);
+          case 8:
+            return tanh(x);
+          case 9:
+            return logistic(x);
+          case 10:
+            return sin(x);
+          case 11:
+            return cos(x);
+          case 12:
+            return erf(x);
+          case 13:
+            return sign(x);
+          case 14:
+            return floor(x);
+          case 15:
+            return ceil(x);
+          case 16:
+            return round(x);
+          case 17:
+            return neg(neg(x));
+          case 18:
+            return is_finite(x);
+          default:
+            return mul(x, x);
         }
       }
       case Recipe::kBinary: {
@@ -298,39 +323,62 @@ class Builder {
         if (t == bool_) return coin() ? logical_and(x, y) : logical_or(x, y);
         if (!fp) {
           switch (pick(7)) {
-            case 0: return add(x, y);
-            case 1: return sub(x, y);
+            case 0:
+              return add(x, y);
+            case 1:
+              return sub(x, y);
             // Bounded operands: a chain of products must not overflow (UB in the reference).
-            case 2: return mul(clamp(x, -64, 64), clamp(y, -64, 64));
-            case 3: return div(x, y);  // x / 0 is -1 in both modes
-            case 4: return maximum(x, y);
-            case 5: return minimum(x, y);
-            default: return rem(x, y);
+            case 2:
+              return mul(clamp(x, -64, 64), clamp(y, -64, 64));
+            case 3:
+              return div(x, y);  // x / 0 is -1 in both modes
+            case 4:
+              return maximum(x, y);
+            case 5:
+              return minimum(x, y);
+            default:
+              return rem(x, y);
           }
         }
         switch (pick(10)) {
-          case 0: return add(x, y);
-          case 1: return sub(y, x);
-          case 2: return mul(x, y);
-          case 3: return div(x, abs(y) + 0.5);
-          case 4: return pow(abs(x) + 0.5, clamp(y, -2, 2));
-          case 5: return maximum(x, y);
-          case 6: return minimum(y, x);
-          case 7: return rem(x, abs(y) + 0.5);
-          case 8: return atan2(x, y);
-          default: return div(x, scalar(coin() ? 1.0 : 2.0, t));  // x / 1: a simplifier target
+          case 0:
+            return add(x, y);
+          case 1:
+            return sub(y, x);
+          case 2:
+            return mul(x, y);
+          case 3:
+            return div(x, abs(y) + 0.5);
+          case 4:
+            return pow(abs(x) + 0.5, clamp(y, -2, 2));
+          case 5:
+            return maximum(x, y);
+          case 6:
+            return minimum(y, x);
+          case 7:
+            return rem(x, abs(y) + 0.5);
+          case 8:
+            return atan2(x, y);
+          default:
+            return div(x, scalar(coin() ? 1.0 : 2.0, t));  // x / 1: a simplifier target
         }
       }
       case Recipe::kCompare: {
         Tensor y = partner(x, args, 1);
         int op = pick(t == bool_ ? 2 : 6);
         switch (op) {
-          case 0: return equal(x, y);
-          case 1: return not_equal(x, y);
-          case 2: return less(x, y);
-          case 3: return less_equal(x, y);
-          case 4: return greater(x, y);
-          default: return greater_equal(x, y);
+          case 0:
+            return equal(x, y);
+          case 1:
+            return not_equal(x, y);
+          case 2:
+            return less(x, y);
+          case 3:
+            return less_equal(x, y);
+          case 4:
+            return greater(x, y);
+          default:
+            return greater_equal(x, y);
         }
       }
       case Recipe::kSelect: {
@@ -365,9 +413,12 @@ class Builder {
         Shape reversed(s.rbegin(), s.rend());
         if (rank == 0) return reshape(x, {1});
         switch (n == 0 ? 0 : pick(5)) {
-          case 0: return reshape(x, reversed);
-          case 1: return reshape(x, {n});
-          case 2: return reshape(reshape(x, {n}), reversed);
+          case 0:
+            return reshape(x, reversed);
+          case 1:
+            return reshape(x, {n});
+          case 2:
+            return reshape(reshape(x, {n}), reversed);
           case 3: {  // a random factorization of n into at most kMaxRank dimensions
             Shape f;
             int64_t rest = n;
@@ -477,11 +528,16 @@ class Builder {
           return coin() ? argmax(x, axis, keep) : argmin(x, axis, keep);
         }
         switch (pick(fp ? 5 : 3)) {
-          case 0: return sum(x, axes, keep);
-          case 1: return max(x, axes, keep);
-          case 2: return min(x, axes, keep);
-          case 3: return mean(x, axes, keep);
-          default: return prod(clamp(x, -1.5, 1.5), axes, keep);
+          case 0:
+            return sum(x, axes, keep);
+          case 1:
+            return max(x, axes, keep);
+          case 2:
+            return min(x, axes, keep);
+          case 3:
+            return mean(x, axes, keep);
+          default:
+            return prod(clamp(x, -1.5, 1.5), axes, keep);
         }
       }
       case Recipe::kDot: {
@@ -520,16 +576,26 @@ class Builder {
         Tensor w = coin() ? parameter(a.dtype(), {n, k}) : constant(a.dtype(), {n, k});
         Tensor y = matmul(a, w);
         switch (pick(3)) {
-          case 0: y = y + parameter(a.dtype(), {k}); break;
-          case 1: y = y + constant(a.dtype(), {k}); break;
-          default: break;
+          case 0:
+            y = y + parameter(a.dtype(), {k});
+            break;
+          case 1:
+            y = y + constant(a.dtype(), {k});
+            break;
+          default:
+            break;
         }
         switch (pick(5)) {
-          case 0: return relu(y);
-          case 1: return tanh(y);
-          case 2: return logistic(y);
-          case 3: return maximum(y, scalar(0, a.dtype()));
-          default: return y;
+          case 0:
+            return relu(y);
+          case 1:
+            return tanh(y);
+          case 2:
+            return logistic(y);
+          case 3:
+            return maximum(y, scalar(0, a.dtype()));
+          default:
+            return y;
         }
       }
       case Recipe::kNetwork: {
@@ -537,11 +603,16 @@ class Builder {
         if (rank == 0) v = reshape(v, {1});
         int64_t axis = pick(static_cast<int>(v.rank())) - (coin() ? v.rank() : 0);
         switch (pick(6)) {
-          case 0: return softmax(v, axis);
-          case 1: return log_softmax(v, axis);
-          case 2: return logsumexp(v, {axis}, coin());
-          case 3: return variance(v, {axis}, coin());
-          case 4: return gelu(v, coin());
+          case 0:
+            return softmax(v, axis);
+          case 1:
+            return log_softmax(v, axis);
+          case 2:
+            return logsumexp(v, {axis}, coin());
+          case 3:
+            return variance(v, {axis}, coin());
+          case 4:
+            return gelu(v, coin());
           default: {  // layer normalisation over the last axis
             Tensor m = mean(v, {-1}, true);
             Tensor c = v - m;
@@ -774,7 +845,8 @@ inline std::string mismatch(const Tensor& got, const Tensor& want, Tolerance tol
   int shown = 0;
   for (size_t i = 0; i < w.size(); ++i) {
     bool ok = g[i] == w[i] || (std::isnan(g[i]) && std::isnan(w[i])) ||
-              (fp && std::isfinite(w[i]) && std::abs(g[i] - w[i]) <= tol.atol + tol.rtol * std::abs(w[i]));
+              (fp && std::isfinite(w[i]) &&
+               std::abs(g[i] - w[i]) <= tol.atol + tol.rtol * std::abs(w[i]));
     if (ok) continue;
     if (shown++ < 4) {
       char buf[96];

@@ -268,7 +268,9 @@ inline const std::vector<OpCase>& differentiable_cases() {
   return kCases;
 }
 
-inline std::string case_name(const OpCase& c) { return c.label.empty() ? c.op : c.op + "_" + c.label; }
+inline std::string case_name(const OpCase& c) {
+  return c.label.empty() ? c.op : c.op + "_" + c.label;
+}
 inline void PrintTo(const OpCase& c, std::ostream* os) { *os << case_name(c); }
 
 inline Tensor random_input(const Input& input, std::mt19937_64& rng) {
@@ -325,7 +327,10 @@ inline const std::vector<OpCase>& non_differentiable_cases() {
       {"select", {pred({2, 3}), pred({2, 3}), pred({})}, {}, "bool"},
       // ---- casts (ops/elementwise.cc)
       {"convert", {in({2, 3}, range(-300, 300))}, {{"dtype", i32}}, "f64_to_i32"},
-      {"convert", {in({2, 3}, away_from_zero(3e9, 1e12))}, {{"dtype", i32}}, "f64_to_i32_saturating"},
+      {"convert",
+       {in({2, 3}, away_from_zero(3e9, 1e12))},
+       {{"dtype", i32}},
+       "f64_to_i32_saturating"},
       {"convert", {in({2, 3})}, {{"dtype", bool_}}, "f64_to_bool"},
       {"convert", {ints({2, 3})}, {{"dtype", f32}}, "i32_to_f32"},
       {"convert", {ints({2, 3})}, {{"dtype", i64}}, "i32_to_i64"},
@@ -352,9 +357,13 @@ inline const std::vector<OpCase>& non_differentiable_cases() {
       {"random_bernoulli", {seed(5)}, {{"shape", Shape{4, 5}}, {"p", 0.6}, {"dtype", f32}}, "f32"},
       // ---- integer layout and linear algebra
       {"transpose", {ints({2, 3, 4})}, {{"perm", Axes{1, 2, 0}}}, "i32"},
-      {"pad", {ints({2, 3}), ints({})}, {{"low", Axes{1, 0}}, {"high", Axes{0, 1}},
-                                         {"interior", Axes{1, 0}}}, "i32"},
-      {"dot", {ints({2, 3}), ints({3, 4})}, {{"lhs_contract", Axes{1}}, {"rhs_contract", Axes{0}}},
+      {"pad",
+       {ints({2, 3}), ints({})},
+       {{"low", Axes{1, 0}}, {"high", Axes{0, 1}}, {"interior", Axes{1, 0}}},
+       "i32"},
+      {"dot",
+       {ints({2, 3}), ints({3, 4})},
+       {{"lhs_contract", Axes{1}}, {"rhs_contract", Axes{0}}},
        "i32"},
   };
   return kCases;
@@ -364,7 +373,8 @@ inline const std::vector<OpCase>& non_differentiable_cases() {
 // pass is built in): all_cases() holds those whose op is registered.
 inline const std::vector<OpCase>& compiler_op_cases() {
   auto dims = [](Axes lc, Axes rc, const char* activation) {
-    return Attrs{{"lhs_contract", std::move(lc)}, {"rhs_contract", std::move(rc)},
+    return Attrs{{"lhs_contract", std::move(lc)},
+                 {"rhs_contract", std::move(rc)},
                  {"activation", std::string(activation)}};
   };
   static const std::vector<OpCase> kCases = {
@@ -372,7 +382,9 @@ inline const std::vector<OpCase>& compiler_op_cases() {
       {"fused_dot", {in({3, 4}), in({4, 5})}, dims({1}, {0}, "none")},
       {"fused_dot", {in({3, 4}), in({4, 5}), in({5})}, dims({1}, {0}, "relu"), "bias_relu"},
       {"fused_dot", {in({2, 4}), in({4, 3}), in({2, 3})}, dims({1}, {0}, "tanh"), "full_bias_tanh"},
-      {"fused_dot", {in({4, 3}), in({4, 2}), in({})}, dims({0}, {0}, "logistic"),
+      {"fused_dot",
+       {in({4, 3}), in({4, 2}), in({})},
+       dims({0}, {0}, "logistic"),
        "transposed_scalar_bias_logistic"},
   };
   return kCases;
