@@ -79,6 +79,14 @@ T logistic_of(T x) {
   return e / (T(1) + e);
 }
 
+// std::fabs for floats: |-0.0| is +0.0, as the compiled path's llvm.fabs gives (x < 0 ? -x : x
+// kept -0.0, and an atan2 or a division downstream told the two modes apart).
+template <class T>
+T abs_of(T x) {
+  if constexpr (std::is_floating_point_v<T>) return std::fabs(x);
+  return x < T(0) ? static_cast<T>(-x) : x;
+}
+
 template <class T>
 T sign_of(T x) {
   if constexpr (std::is_floating_point_v<T>) {
@@ -187,7 +195,7 @@ constexpr TypeSet kN = TypeSet::kNumeric;
 constexpr TypeSet kB = TypeSet::kBool;
 
 KILN_UNARY_OP(neg, kN, static_cast<C>(-x));
-KILN_UNARY_OP(abs, kN, static_cast<C>(x < C(0) ? -x : x));
+KILN_UNARY_OP(abs, kN, abs_of(x));
 KILN_UNARY_OP(exp, kF, std::exp(x));
 KILN_UNARY_OP(log, kF, std::log(x));
 KILN_UNARY_OP(log1p, kF, std::log1p(x));

@@ -1,0 +1,224 @@
+// Differential test of the compiled path: 1,000 seeded random graphs (tests/compiler/
+// random_graph.h) compiled with compiler::compile and run must match the reference interpreter
+// within a per-dtype tolerance; a failing graph is shrunk to a small reproducer first.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "compiler/executable.h"
+#include "tests/compiler/random_graph.h"
+
+namespace kiln::compiler {
+namespace {
+
+using testing::BuiltGraph;
+using testing::GraphSpec;
+using testing::Tolerance;
+
+// Ten shards of 100 graphs: ctest runs each shard as its own test (ctest -j splits them).
+// KILN_RANDOM_GRAPHS_PER_SHARD=<n> runs n per shard instead (a soak test: seeds 0 .. 10n-1).
+constexpr int kShards = 10;
+int graphs_per_shard() {
+  const char* env = std::getenv("KILN_RANDOM_GRAPHS_PER_SHARD");
+  return env && std::atoi(env) > 0 ? std::atoi(env) : 100;
+}
+
+// f32: the JIT's exp/log/tanh/logistic/erf are polynomial approximations within ~1e-6
+// relative error of libm (cpu_codegen_test's ApproximationError), and a graph chains up to ~15
+// ops, each of which may amplify that error a little: 1e-4 relative, 1e-5 absolute near 0.
+// f64: the JIT calls libm for every transcendental, so only rounding order may differ; but an
+// f64 value computed from f32 ones (a convert) carries their error, so a graph with any f32
+// value compares its f64 outputs with the f32 tolerance. Integers and bools: exact.
+Tolerance tolerance(DType t, bool has_f32) {
+  if (t == f32 || (t == f64 && has_f32)) return {1e-4, 1e-5};
+  if (t == f64) return {1e-10, 1e-12};
+  return {0, 0};
+}
+
+struct Outcome {
+  bool invalid = false;  // the generator built a graph the interpreter rejects (a test bug)
+  std::string failure;   // "" when the compiled results match
+  int fused = 0;         // fused kernels in the executable
+};
+
+Outcome check(const GraphSpec& spec) {
+  Outcome out;
+  BuiltGraph b;
+  std::vector<Tensor> want;
+  try {
+    b = testing::build(spec);
+    want = b.graph.run(b.feeds, b.outputs);
+  } catch (const Error& e) {
+    out.invalid = true;
+    out.failure = std::string("the interpreter rejects the graph: ") + e.what();
+    return out;
+  }
+  std::vector<Tensor> got;
+  try {
+    Executable exe = compile(b.graph, b.outputs, b.feeds);
+    out.fused = exe.num_fused_thunks();
+    got = exe.run(b.feeds);
+    // A second run of the same executable gives the same bits (no state leaks between runs).
+    std::vector<Tensor> again = exe.run(b.feeds);
+    for (size_t i = 0; i < again.size() && i < got.size(); ++i)
+      if (!testing::mismatch(again[i], got[i], {}).empty())
+        out.failure += "output " + std::to_string(i) +
+                       " differs on a second run: " + testing::mismatch(again[i], got[i], {}) +
+                       "\n";
+  } catch (const Error& e) {
+    out.failure = std::string("the compiled path throws: ") + e.what();
+    return out;
+  }
+  if (got.size() != want.size()) {
+    out.failure = "compiled run returned " + std::to_string(got.size()) + " outputs, want " +
+                  std::to_string(want.size());
+    return out;
+  }
+  bool has_f32 = false;
+  for (int id = 0; id < b.graph.num_nodes(); ++id)
+    for (const TensorType& t : b.graph.node(id).outputs) has_f32 |= t.dtype == f32;
+  for (size_t i = 0; i < got.size(); ++i) {
+    std::string why = testing::mismatch(got[i], want[i], tolerance(want[i].dtype(), has_f32));
+    if (!why.empty()) out.failure += "output " + std::to_string(i) + ": " + why + "\n";
+  }
+  return out;
+}
+
+// The failure of `spec`, shrunk: the minimal spec, its graph and feeds, and what differs.
+std::string reproducer(const GraphSpec& spec, const Outcome& first) {
+  if (first.invalid) return first.failure + "\n" + spec.str();
+  int attempts = 0;
+  GraphSpec small = testing::shrink(
+      spec,
+      [](const GraphSpec& c) {
+        Outcome o = check(c);
+        return !o.invalid && !o.failure.empty();
+      },
+      &attempts);
+  Outcome o = check(small);
+  BuiltGraph b = testing::build(small);
+  std::string text = "compiled result differs from the interpreter (seed " +
+                     std::to_string(spec.seed) + "):\n" + first.failure + "shrunk in " +
+                     std::to_string(attempts) + " attempts to:\n" + small.str() + "graph:\n" +
+                     b.graph.to_text() + "\nfeeds: " + b.feed_shapes() + "\nwhere " + o.failure;
+  try {
+    Executable exe = compile(b.graph, b.outputs, b.feeds);
+    text += "thunks:\n";
+    for (const std::string& d : exe.thunk_descriptions()) text += "  " + d + "\n";
+  } catch (const Error&) {
+  }
+  return text;
+}
+
+class CompiledRandomGraphs : public ::testing::TestWithParam<int> {};
+
+TEST_P(CompiledRandomGraphs, MatchTheInterpreter) {
+  auto t0 = std::chrono::steady_clock::now();
+  int fused = 0, nodes = 0, failures = 0;
+  const int graphs = graphs_per_shard();
+  for (int i = 0; i < graphs; ++i) {
+    auto seed = static_cast<uint32_t>(GetParam() * graphs + i);
+    GraphSpec spec = testing::generate(seed);
+    nodes += static_cast<int>(spec.nodes.size());
+    Outcome o = check(spec);
+    fused += o.fused;
+    if (o.failure.empty()) continue;
+    ADD_FAILURE() << reproducer(spec, o);
+    if (++failures == 3) break;  // shrinking is slow; three reproducers are plenty
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[ random graphs ] shard %d: %d graphs, %d recipes, %d fused kernels, %.1f s\n",
+              GetParam(), graphs, nodes, fused, s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shard, CompiledRandomGraphs, ::testing::Range(0, kShards));
+
+// Runs of one executable from two threads at once give the interpreter's results.
+TEST(CompiledRandomGraphsConcurrently, MatchTheInterpreter) {
+  for (uint32_t seed = 0; seed < 40; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    BuiltGraph b = testing::build(testing::generate(seed));
+    std::vector<Tensor> want = b.graph.run(b.feeds, b.outputs);
+    Executable exe = compile(b.graph, b.outputs, b.feeds);
+    std::vector<std::vector<Tensor>> got(2);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t)
+      threads.emplace_back([&, t] {
+        for (int rep = 0; rep < 5; ++rep) got[t] = exe.run(b.feeds);
+      });
+    for (std::thread& t : threads) t.join();
+    for (const auto& g : got) {
+      ASSERT_EQ(g.size(), want.size());
+      for (size_t i = 0; i < g.size(); ++i)
+        EXPECT_EQ(testing::mismatch(g[i], want[i], tolerance(want[i].dtype(), true)), "")
+            << b.graph.to_text();
+    }
+  }
+}
+
+// Larger values (rank 3, up to 40,000 elements, odd dimensions): the thread pool splits the
+// kernels' [begin, end) ranges mid-row, and vector loops have remainders.
+TEST(CompiledLargeRandomGraphs, MatchTheInterpreter) {
+  testing::GeneratorOptions opt;
+  opt.max_nodes = 10;
+  opt.min_rank = 3;
+  opt.max_dim = 50;
+  opt.max_elements = 40000;
+  int failures = 0;
+  for (uint32_t seed = 0; seed < 60 && failures < 2; ++seed) {
+    GraphSpec spec = testing::generate(seed, opt);
+    Outcome o = check(spec);
+    if (o.failure.empty()) continue;
+    ADD_FAILURE() << reproducer(spec, o);
+    ++failures;
+  }
+}
+
+TEST(RandomGraphGenerator, IsDeterministic) {
+  for (uint32_t seed : {1u, 7u, 123u}) {
+    GraphSpec a = testing::generate(seed), b = testing::generate(seed);
+    EXPECT_TRUE(a == b);
+    EXPECT_EQ(testing::build(a).graph.to_text(), testing::build(b).graph.to_text());
+  }
+}
+
+// Seeds whose graph records the op `op`, and whose graph has at least `min_nodes` recipes.
+uint32_t seed_with(const std::string& op, int min_nodes) {
+  for (uint32_t seed = 0;; ++seed) {
+    GraphSpec spec = testing::generate(seed);
+    if (static_cast<int>(spec.nodes.size()) >= min_nodes &&
+        testing::build(spec).graph.to_text().find(" " + op + "(") != std::string::npos)
+      return seed;
+  }
+}
+
+bool records(const GraphSpec& spec, const std::string& op) {
+  return testing::build(spec).graph.to_text().find(" " + op + "(") != std::string::npos;
+}
+
+// An injected failure ("the graph contains a tanh") shrinks to one tanh of a scalar input.
+TEST(RandomGraphShrinker, ShrinksAnInjectedFailureToATinyGraph) {
+  GraphSpec spec = testing::generate(seed_with("tanh", 10));
+  ASSERT_GE(spec.nodes.size(), 10u);
+  int attempts = 0;
+  GraphSpec small = testing::shrink(
+      spec, [](const GraphSpec& c) { return records(c, "tanh"); }, &attempts);
+  EXPECT_TRUE(records(small, "tanh"));
+  EXPECT_EQ(small.nodes.size(), 1u) << small.str();
+  EXPECT_EQ(small.inputs.size(), 1u) << small.str();
+  EXPECT_EQ(small.outputs.size(), 1u) << small.str();
+  EXPECT_TRUE(small.inputs[0].shape.empty()) << small.str();
+  EXPECT_GT(attempts, 0);
+}
+
+// A predicate that never holds leaves the (pruned) spec as it is.
+TEST(RandomGraphShrinker, KeepsAGraphThatDoesNotFail) {
+  GraphSpec spec = testing::prune(testing::generate(5));
+  EXPECT_TRUE(testing::shrink(spec, [](const GraphSpec&) { return false; }) == spec);
+}
+
+}  // namespace
+}  // namespace kiln::compiler
