@@ -103,6 +103,7 @@ Pipeline default_pipeline() {
   simplify.push_back(std::make_unique<Dce>());
   p.add_fixed_point(std::move(simplify), 8);
   p.add(std::make_unique<DotEpilogue>());
+  p.add(std::make_unique<Dce>());  // what the epilogues absorbed (relu's 0, the bias add)
   p.add(std::make_unique<Verify>());
   return p;
 }
