@@ -1,7 +1,11 @@
-// A fixed pool of worker threads with a shared task queue.
+// A fixed pool of worker threads with a shared task queue. Idle workers spin briefly before
+// sleeping, and so does a caller waiting for its tasks: a step's kernels call parallel_for
+// back to back, and a futex wake-up costs more than most of those kernels.
 #include "runtime/thread_pool.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -13,12 +17,35 @@
 namespace kiln::runtime {
 namespace {
 thread_local bool t_inside_pool = false;
+
+// How long an idle worker, or a caller waiting for its tasks, spins before sleeping.
+constexpr auto kWorkerSpin = std::chrono::microseconds(100);
+constexpr auto kCallerSpin = std::chrono::microseconds(2000);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
 }
+
+// Spins until `ready()` or `limit` has passed; returns ready().
+template <class Ready>
+bool spin_until(Ready ready, std::chrono::microseconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  for (int i = 0;; ++i) {
+    if (ready()) return true;
+    cpu_relax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return ready();
+  }
+}
+}  // namespace
 
 struct ThreadPool::Impl {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::function<void()>> tasks;
+  std::atomic<int64_t> queued{0};  // tasks.size(), readable without the lock
+  int sleepers = 0;                // workers waiting on cv (under mu)
   std::vector<std::thread> workers;
   bool stop = false;
   int num_threads = 1;
@@ -30,13 +57,18 @@ ThreadPool::ThreadPool(int num_threads) : impl_(std::make_unique<Impl>()) {
     impl_->workers.emplace_back([this] {
       t_inside_pool = true;
       for (;;) {
+        spin_until([&] { return impl_->queued.load(std::memory_order_acquire) > 0; },
+                   kWorkerSpin);
         std::function<void()> task;
         {
           std::unique_lock lock(impl_->mu);
+          ++impl_->sleepers;
           impl_->cv.wait(lock, [&] { return impl_->stop || !impl_->tasks.empty(); });
+          --impl_->sleepers;
           if (impl_->stop && impl_->tasks.empty()) return;
           task = std::move(impl_->tasks.front());
           impl_->tasks.pop_front();
+          impl_->queued.fetch_sub(1, std::memory_order_relaxed);
         }
         task();
       }
@@ -76,7 +108,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   int64_t step = (n + chunks - 1) / chunks;
   std::mutex done_mu;
   std::condition_variable done_cv;
-  int64_t remaining = chunks - 1;
+  std::atomic<int64_t> remaining{chunks - 1};
   std::exception_ptr error;
   auto run = [&](int64_t begin, int64_t end) {
     try {
@@ -86,23 +118,33 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
       if (!error) error = std::current_exception();
     }
   };
+  bool wake = false;
   {
     std::lock_guard lock(impl_->mu);
     for (int64_t c = 1; c < chunks; ++c) {
       int64_t begin = c * step, end = std::min(n, begin + step);
       impl_->tasks.emplace_back([&, begin, end] {
         if (begin < end) run(begin, end);
+        // The caller may be spinning on `remaining` or sleeping on done_cv: lock so that a
+        // sleeping caller cannot miss the last decrement.
         std::lock_guard lock(done_mu);
-        if (--remaining == 0) done_cv.notify_one();
+        if (remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) done_cv.notify_one();
       });
     }
+    impl_->queued.fetch_add(chunks - 1, std::memory_order_release);
+    wake = impl_->sleepers > 0;  // spinning workers find the tasks by themselves
   }
-  impl_->cv.notify_all();
+  if (wake) impl_->cv.notify_all();
   t_inside_pool = true;
   run(0, std::min(n, step));
   t_inside_pool = false;
-  std::unique_lock lock(done_mu);
-  done_cv.wait(lock, [&] { return remaining == 0; });
+  if (!spin_until([&] { return remaining.load(std::memory_order_acquire) == 0; }, kCallerSpin)) {
+    std::unique_lock lock(done_mu);
+    done_cv.wait(lock, [&] { return remaining.load(std::memory_order_acquire) == 0; });
+  }
+  // The last task may still hold done_mu (it notifies under it): wait for it to let go
+  // before done_mu and done_cv go out of scope.
+  std::lock_guard last(done_mu);
   if (error) std::rethrow_exception(error);
 }
 
