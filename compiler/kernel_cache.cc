@@ -2,10 +2,13 @@
 // JIT sessions that own their code). Compiles outside the lock; the first result stored wins.
 #include "compiler/kernel_cache.h"
 
+#include <algorithm>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+
+#include "runtime/thread_pool.h"
 
 namespace kiln::compiler {
 namespace {
@@ -127,21 +130,37 @@ std::vector<cpu::FusedKernel> cached_kernels(const std::vector<cpu::FusedSubgrap
   if (!missing.empty()) {
     std::vector<cpu::FusedSubgraph> batch;
     for (size_t i : missing) batch.push_back(sgs[i]);
-    std::vector<cpu::FusedKernel> compiled;
-    try {
-      compiled = cpu::compile_elementwise(batch);
-    } catch (const Error&) {
-      // One of them fails: compile them one by one to tell which.
-      compiled.clear();
-      for (size_t k = 0; k < missing.size(); ++k) {
+    // One module per pool thread (each its own LLVM context and JIT session), compiled in
+    // parallel: kernels dealt round-robin by size so the parts take about as long.
+    const int64_t parts = std::min<int64_t>(runtime::ThreadPool::global().num_threads(),
+                                            static_cast<int64_t>(batch.size()));
+    std::vector<size_t> order(batch.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return batch[a].nodes.size() > batch[b].nodes.size();
+    });
+    std::vector<std::vector<size_t>> part_of(parts);
+    for (size_t k = 0; k < order.size(); ++k) part_of[k % parts].push_back(order[k]);
+    std::vector<cpu::FusedKernel> compiled(batch.size());
+    runtime::parallel_for(parts, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        std::vector<cpu::FusedSubgraph> sub;
+        for (size_t k : part_of[p]) sub.push_back(batch[k]);
         try {
-          compiled.push_back(cpu::compile_elementwise(batch[k]));
-        } catch (const Error& e) {
-          (*errors)[missing[k]] = e.what();
-          compiled.emplace_back();
+          std::vector<cpu::FusedKernel> got = cpu::compile_elementwise(sub);
+          for (size_t j = 0; j < got.size(); ++j) compiled[part_of[p][j]] = std::move(got[j]);
+        } catch (const Error&) {
+          // One of them fails: compile them one by one to tell which.
+          for (size_t k : part_of[p]) {
+            try {
+              compiled[k] = cpu::compile_elementwise(batch[k]);
+            } catch (const Error& e) {
+              (*errors)[missing[k]] = e.what();
+            }
+          }
         }
       }
-    }
+    });
     std::lock_guard lock(c.mu);
     for (size_t k = 0; k < missing.size(); ++k) {
       if (compiled[k].fn() == nullptr) continue;
