@@ -14,6 +14,7 @@
 
 #include "kiln/op_registry.h"
 #include "ops/kernel_util.h"
+#include "ops/row_blocks.h"
 #include "runtime/execute.h"
 #include "runtime/thread_pool.h"
 
@@ -230,25 +231,6 @@ void epilogue(T* c, int64_t row0, int64_t rows, int64_t n, const T* bias, BiasKi
   }
 }
 
-// dot's reference row blocking (ops/linalg.cc): B x M rows in tasks of whole batches or blocks of
-// rows. Kept identical so that Eigen blocks, and therefore rounds, exactly as dot does.
-template <class F>
-void for_each_row_block(const DotLayout& s, F&& fn) {
-  if (s.batch == 0 || s.m == 0) return;
-  constexpr int64_t kTargetTasks = 64, kMinRows = 16;
-  int64_t rows = s.batch >= kTargetTasks ? s.m : std::max(kMinRows, s.batch * s.m / kTargetTasks);
-  rows = std::min(rows, s.m);
-  const int64_t blocks = (s.m + rows - 1) / rows;
-  const int64_t work = std::max<int64_t>(1, rows * s.k * s.n);
-  runtime::parallel_for(s.batch * blocks, std::max<int64_t>(1, (1 << 16) / work),
-                        [&](int64_t begin, int64_t end) {
-                          for (int64_t t = begin; t < end; ++t) {
-                            int64_t b = t / blocks, r0 = (t % blocks) * rows;
-                            fn(b, r0, std::min(s.m, r0 + rows));
-                          }
-                        });
-}
-
 template <class T>
 void fused_gemm(const DotLayout& s, const T* pa_all, const T* pb_all, T* c, const T* bias,
                 BiasKind kind, int64_t bias_len, Activation act) {
@@ -256,7 +238,7 @@ void fused_gemm(const DotLayout& s, const T* pa_all, const T* pb_all, T* c, cons
   using ConstMap = Eigen::Map<const RowMat, Eigen::Unaligned, Eigen::OuterStride<>>;
   using OutMap = Eigen::Map<RowMat, Eigen::Unaligned, Eigen::OuterStride<>>;
   if (s.n == 0) return;
-  for_each_row_block(s, [&](int64_t bi, int64_t r0, int64_t r1) {
+  ops::for_each_row_block(s.batch, s.m, s.k, s.n, [&](int64_t bi, int64_t r0, int64_t r1) {
     const int64_t rows = r1 - r0;
     T* block = c + bi * s.m * s.n + r0 * s.n;
     if (s.k == 0) {

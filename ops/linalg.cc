@@ -10,6 +10,7 @@
 
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
+#include "ops/row_blocks.h"
 
 namespace kiln {
 namespace ops {
@@ -190,25 +191,6 @@ struct GemmSizes {
   int64_t batch, m, k, n;
 };
 
-// Splits the B x M rows of the output into tasks (whole batches, or blocks of rows when there
-// are few batches) and calls fn(batch, row_begin, row_end) for each on the thread pool.
-template <class F>
-void for_each_row_block(const GemmSizes& s, F&& fn) {
-  if (s.batch == 0 || s.m == 0) return;
-  constexpr int64_t kTargetTasks = 64, kMinRows = 16;
-  int64_t rows = s.batch >= kTargetTasks ? s.m : std::max(kMinRows, s.batch * s.m / kTargetTasks);
-  rows = std::min(rows, s.m);
-  const int64_t blocks = (s.m + rows - 1) / rows;
-  const int64_t work = std::max<int64_t>(1, rows * s.k * s.n);
-  runtime::parallel_for(s.batch * blocks, std::max<int64_t>(1, (1 << 16) / work),
-                        [&](int64_t begin, int64_t end) {
-                          for (int64_t t = begin; t < end; ++t) {
-                            int64_t b = t / blocks, r0 = (t % blocks) * rows;
-                            fn(b, r0, std::min(s.m, r0 + rows));
-                          }
-                        });
-}
-
 // Floating-point GEMM with Eigen; each task multiplies one block of rows.
 template <class T>
 void gemm_eigen(const GemmSizes& s, const Matrices<T>& a, const Matrices<T>& b, T* c) {
@@ -220,7 +202,7 @@ void gemm_eigen(const GemmSizes& s, const Matrices<T>& a, const Matrices<T>& b, 
     std::fill(c, c + s.batch * s.m * s.n, T(0));
     return;
   }
-  for_each_row_block(s, [&](int64_t bi, int64_t r0, int64_t r1) {
+  ops::for_each_row_block(s.batch, s.m, s.k, s.n, [&](int64_t bi, int64_t r0, int64_t r1) {
     const int64_t rows = r1 - r0;
     const T* pa = a.data + bi * s.m * s.k;
     const T* pb = b.data + bi * s.k * s.n;
@@ -243,7 +225,7 @@ void gemm_eigen(const GemmSizes& s, const Matrices<T>& a, const Matrices<T>& b, 
 template <class T>
 void gemm_integer(const GemmSizes& s, const Matrices<T>& a, const Matrices<T>& b, T* c) {
   if (s.n == 0) return;
-  for_each_row_block(s, [&](int64_t bi, int64_t r0, int64_t r1) {
+  ops::for_each_row_block(s.batch, s.m, s.k, s.n, [&](int64_t bi, int64_t r0, int64_t r1) {
     std::vector<uint64_t> acc(s.n);
     const T* pb = b.data + bi * s.k * s.n;
     for (int64_t i = r0; i < r1; ++i) {
