@@ -14,11 +14,17 @@
 
 #include "kiln/op_registry.h"
 #include "ops/kernel_util.h"
-#include "ops/row_blocks.h"
+#include "ops/dot_util.h"
 #include "runtime/execute.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln::compiler {
+
+using ops::concat;
+using ops::free_dims;
+using ops::ints_or_empty;
+using ops::is_layout;
+using ops::product;
 
 const char* activation_name(Activation a) {
   switch (a) {
@@ -47,20 +53,6 @@ namespace {
 
 enum class BiasKind { kScalar, kVector, kFull };
 
-std::vector<int64_t> ints_or_empty(const Attrs& attrs, const std::string& name) {
-  return attrs.has(name) ? attrs.get_ints(name) : std::vector<int64_t>{};
-}
-
-std::vector<int64_t> free_dims(int64_t rank, const std::vector<int64_t>& batch,
-                               const std::vector<int64_t>& contract) {
-  std::vector<int64_t> free;
-  for (int64_t d = 0; d < rank; ++d)
-    if (std::find(batch.begin(), batch.end(), d) == batch.end() &&
-        std::find(contract.begin(), contract.end(), d) == contract.end())
-      free.push_back(d);
-  return free;
-}
-
 // The bias's role, or nullopt (with the reason in *why).
 std::optional<BiasKind> bias_kind(const Shape& bias, const Shape& out, std::string* why) {
   if (bias.size() > out.size()) {
@@ -87,28 +79,6 @@ std::string fused_dot_bias_refusal(const TensorType& bias, const TensorType& out
 }
 
 namespace {
-
-bool is_layout(const Shape& shape, const std::vector<int64_t>& order) {
-  int64_t prev = -1;
-  for (int64_t d : order) {
-    if (shape[d] == 1) continue;
-    if (d < prev) return false;
-    prev = d;
-  }
-  return true;
-}
-
-std::vector<int64_t> concat(std::initializer_list<const std::vector<int64_t>*> parts) {
-  std::vector<int64_t> out;
-  for (const auto* p : parts) out.insert(out.end(), p->begin(), p->end());
-  return out;
-}
-
-int64_t product(const Shape& shape, const std::vector<int64_t>& dims) {
-  int64_t p = 1;
-  for (int64_t d : dims) p *= shape[d];
-  return p;
-}
 
 // A dot's operands as [B, M, K] / [B, K, N] matrices read in place (possibly transposed).
 struct DotLayout {

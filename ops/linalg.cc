@@ -10,7 +10,7 @@
 
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
-#include "ops/row_blocks.h"
+#include "ops/dot_util.h"
 
 namespace kiln {
 namespace ops {
@@ -20,22 +20,6 @@ namespace {
 struct DotDims {
   std::vector<int64_t> batch, contract, free;
 };
-
-std::vector<int64_t> ints_or_empty(const Attrs& attrs, const std::string& name) {
-  return attrs.has(name) ? attrs.get_ints(name) : std::vector<int64_t>{};
-}
-
-// The dimensions of a rank-`rank` operand that are neither batch nor contracting, in order.
-std::vector<int64_t> free_dims(int64_t rank, const std::vector<int64_t>& batch,
-                               const std::vector<int64_t>& contract) {
-  std::vector<int64_t> free;
-  for (int64_t d = 0; d < rank; ++d) {
-    if (std::find(batch.begin(), batch.end(), d) == batch.end() &&
-        std::find(contract.begin(), contract.end(), d) == contract.end())
-      free.push_back(d);
-  }
-  return free;
-}
 
 // Checks the axes of one operand and finds its free dimensions.
 DotDims dot_dims(const InferContext& ctx, const char* which, const TensorType& t,
@@ -100,30 +84,6 @@ std::vector<TensorType> dot_shape(const InferContext& ctx) {
 }
 
 // ---- kernel -----------------------------------------------------------------------------
-
-int64_t product(const Shape& shape, const std::vector<int64_t>& dims) {
-  int64_t p = 1;
-  for (int64_t d : dims) p *= shape[d];
-  return p;
-}
-
-std::vector<int64_t> concat(std::initializer_list<const std::vector<int64_t>*> parts) {
-  std::vector<int64_t> out;
-  for (const auto* p : parts) out.insert(out.end(), p->begin(), p->end());
-  return out;
-}
-
-// True when reading the dimensions in `order` is reading memory in order (size-1 dimensions
-// can go anywhere), so the operand already has that layout.
-bool is_layout(const Shape& shape, const std::vector<int64_t>& order) {
-  int64_t prev = -1;
-  for (int64_t d : order) {
-    if (shape[d] == 1) continue;
-    if (d < prev) return false;
-    prev = d;
-  }
-  return true;
-}
 
 // Copies `src` into `dst` with its dimensions read in `order`, converting each element.
 template <class Dst, class Src>
