@@ -94,5 +94,44 @@ TEST(KernelCacheKey, FlatKernelsIgnoreSizesOthersDoNot) {
   EXPECT_NE(flat({4, 3}, {3}), flat({5, 3}, {3}));  // broadcasting: keyed with shapes
 }
 
+TEST(KernelCache, BatchCompilesEachStructureOnceAndIsolatesFailures) {
+  auto chain = [](Shape shape) {
+    cpu::FusedSubgraph sg;
+    int x = sg.add_input(f32, shape), s = sg.add_input(f32, {});
+    // A structure no other test compiles: logistic(x * s) - x.
+    int y = sg.add(cpu::EltOp::kSub, {sg.add(cpu::EltOp::kLogistic,
+                                             {sg.add(cpu::EltOp::kMul, {x, s})}), x});
+    sg.add_output(y);
+    return sg;
+  };
+  cpu::FusedSubgraph bad;  // inputs that cannot broadcast
+  bad.add_output(bad.add(cpu::EltOp::kAdd, {bad.add_input(f32, {2}), bad.add_input(f32, {3})}));
+  cpu::FusedSubgraph other;
+  other.add_output(other.add(cpu::EltOp::kCos, {other.add_input(f32, {5})}));
+
+  KernelCacheStats before = kernel_cache_stats();
+  std::vector<std::string> errors;
+  std::vector<cpu::FusedKernel> k =
+      cached_kernels({chain({4}), bad, chain({2, 3}), other}, &errors);
+  KernelCacheStats after = kernel_cache_stats();
+  ASSERT_EQ(k.size(), 4u);
+  EXPECT_TRUE(errors[0].empty()) << errors[0];
+  EXPECT_FALSE(errors[1].empty());
+  EXPECT_EQ(k[1].fn(), nullptr);
+  EXPECT_TRUE(errors[2].empty()) << errors[2];
+  EXPECT_TRUE(errors[3].empty()) << errors[3];
+  EXPECT_EQ(k[0].fn(), k[2].fn());  // one structure, two sizes: one kernel
+  EXPECT_LE(after.misses - before.misses, 2);
+
+  // The shared kernel computes each size correctly.
+  Tensor x = Tensor::from_list<float>({-1, 0, 0.5f, 2, 3, -4}, {2, 3});
+  Tensor s = Tensor::scalar<float>(0.5f);
+  std::vector<Tensor> out = k[2].run({x, s});
+  auto xv = x.data<float>();
+  auto got = out[0].data<float>();
+  for (size_t i = 0; i < xv.size(); ++i)
+    EXPECT_NEAR(got[i], 1 / (1 + std::exp(-xv[i] * 0.5f)) - xv[i], 1e-6) << i;
+}
+
 }  // namespace
 }  // namespace kiln::compiler
