@@ -1,10 +1,12 @@
 // Tensor creation, accessors and value semantics (copy on write of shared storage).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
 #include "kiln/graph.h"
 #include "kiln/ops.h"
+#include "src/core/host_allocator.h"
 #include "src/core/tensor_impl.h"
 #include "src/core/type_switch.h"
 
@@ -12,9 +14,7 @@ namespace kiln {
 namespace detail {
 
 Storage::Storage(size_t n) : nbytes(n) {
-  size_t rounded = (n + kAlignment - 1) / kAlignment * kAlignment;
-  data = ::operator new(rounded == 0 ? kAlignment : rounded, std::align_val_t(kAlignment),
-                        std::nothrow);
+  data = host_allocate(std::max<size_t>(n, 1));
   if (!data) {
     throw Error(ErrorCode::kOutOfRange,
                 "out of memory: cannot allocate " + std::to_string(n) + " bytes for a tensor");
@@ -22,7 +22,7 @@ Storage::Storage(size_t n) : nbytes(n) {
 }
 
 Storage::~Storage() {
-  if (!owner) ::operator delete(data, std::align_val_t(kAlignment));
+  if (!owner) host_free(data, std::max<size_t>(nbytes, 1));
 }
 
 }  // namespace detail
