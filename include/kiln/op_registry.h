@@ -126,6 +126,7 @@ class OpRegistry {
   ~OpRegistry();
 
  private:
+  const OpDef& find_locked(const std::string& name) const;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -151,6 +152,7 @@ class KernelRegistry {
   ~KernelRegistry();
 
  private:
+  const KernelDef& find_locked(const std::string& op, DeviceType device, DType dtype) const;
   std::unique_ptr<Impl> impl_;
 };
 

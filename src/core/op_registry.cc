@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <shared_mutex>
+#include <unordered_map>
 
 namespace kiln {
 namespace {
@@ -94,6 +95,19 @@ void OpRegistry::add(OpDef def) {
 }
 
 const OpDef& OpRegistry::find(const std::string& name) const {
+  // Every eager op looks its op up, from many threads: the global registry's hits are cached
+  // per thread (ops are never removed, and an OpDef never moves), so they take no lock.
+  const bool global_registry = this == &OpRegistry::global();
+  thread_local std::unordered_map<std::string, const OpDef*> hits;
+  if (global_registry) {
+    if (auto it = hits.find(name); it != hits.end()) return *it->second;
+  }
+  const OpDef& def = find_locked(name);
+  if (global_registry) hits.emplace(name, &def);
+  return def;
+}
+
+const OpDef& OpRegistry::find_locked(const std::string& name) const {
   std::shared_lock lock(impl_->mu);
   auto deferred = impl_->deferred.find(name);
   if (deferred != impl_->deferred.end()) throw deferred->second;
@@ -179,6 +193,24 @@ void KernelRegistry::add(KernelDef def) {
 
 const KernelDef& KernelRegistry::find(const std::string& op, DeviceType device,
                                       DType dtype) const {
+  // Cached per thread like OpRegistry::find: a kernel found stays the one found (kernels are
+  // never removed, and a second kernel claiming the same dtype is refused).
+  const bool global_registry = this == &KernelRegistry::global();
+  thread_local std::unordered_map<std::string, const KernelDef*> hits;
+  std::string key;
+  if (global_registry) {
+    key.reserve(op.size() + 2);
+    key.append(op).push_back(static_cast<char>('0' + static_cast<int>(device)));
+    key.push_back(static_cast<char>('A' + static_cast<int>(dtype)));
+    if (auto it = hits.find(key); it != hits.end()) return *it->second;
+  }
+  const KernelDef& kernel = find_locked(op, device, dtype);
+  if (global_registry) hits.emplace(std::move(key), &kernel);
+  return kernel;
+}
+
+const KernelDef& KernelRegistry::find_locked(const std::string& op, DeviceType device,
+                                             DType dtype) const {
   std::shared_lock lock(impl_->mu);
   auto it = impl_->kernels.find({op, device});
   std::string have;
