@@ -732,26 +732,43 @@ class Emitter {
   Value* select_lt(Value* x, double c) { return b_.CreateSelect(b_.CreateFCmpOLT(x, f(c)), f(c), x); }
   Value* select_gt(Value* x, double c) { return b_.CreateSelect(b_.CreateFCmpOGT(x, f(c)), f(c), x); }
 
-  // Cephes expf: x = n ln2 + r, |r| <= ln2/2; e^r by a degree-7 polynomial; 2^n applied as two
-  // exact power-of-two factors so results reach the subnormals and overflow to inf.
-  Value* exp_f32(Value* x) {
-    Value* xc = select_gt(select_lt(x, -104.0), 89.0);  // keeps NaN
-    Value* n = unary_intrinsic(llvm::Intrinsic::roundeven, b_.CreateFMul(xc, f(1.44269504088896341)));
+  // e^x: x = n ln2 + r, |r| <= ln2/2 (Cody-Waite, two fmas); 2 e^r by a degree-5 polynomial
+  // (2 so that the scale 2^(n-1) stays normal up to n = 128). n comes from the "magic number"
+  // addition t = x log2(e) + (1.5 2^23 + 126): t's low mantissa bits are n + 126, so shifting
+  // t's bits left by 23 gives the exponent field of 2^(n-1) without a float-to-int conversion.
+  // Below x = -64 the scale is taken 2^64 higher and the result multiplied by 2^-64 (one
+  // rounding), so results reach the subnormals; x > 89 overflows to inf; NaN propagates
+  // through the arithmetic. `upper_clamp` false: the caller knows x <= 0.
+  Value* exp_f32(Value* x, bool upper_clamp = true) {
+    Value* xc = select_lt(x, -104.0);  // keeps NaN
+    if (upper_clamp) xc = select_gt(xc, 89.0);
+    const double magic = 12582912.0 + 126.0;
+    Value* t = fma(xc, f(1.44269504088896341), f(magic));
+    Value* n = b_.CreateFSub(t, f(magic));
     Value* r = fma(n, f(-0.693359375), xc);
     r = fma(n, f(2.12194440e-4), r);
-    Value* z = b_.CreateFMul(r, r);
-    Value* p = poly(r, {1.9875691500E-4, 1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2,
-                        1.6666665459E-1, 5.0000001201E-1});
-    p = b_.CreateFAdd(fma(p, z, r), f(1.0));
+    Value* p = fma(poly(r, {0.0165806096047163, 0.0837959498167038, 0.3333527445793152,
+                            0.999983012676239, 1.9999994039535522}),
+                   r, f(2.0));
     Type* i32 = b_.getInt32Ty();
-    Value* ni = b_.CreateFPToSI(b_.CreateSelect(is_nan(n), f(0), n), i32);
-    Value* n1 = b_.CreateAShr(ni, 1);
-    Value* n2 = b_.CreateSub(ni, n1);
-    auto pow2 = [&](Value* k) {
-      return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(k, b_.getInt32(127)), 23), b_.getFloatTy());
-    };
-    Value* res = b_.CreateFMul(b_.CreateFMul(p, pow2(n1)), pow2(n2));
-    return b_.CreateSelect(is_nan(x), x, res);
+    Value* tiny = b_.CreateFCmpOLT(xc, f(-64.0));
+    Value* bits = b_.CreateBitCast(t, i32);
+    bits = b_.CreateSelect(tiny, b_.CreateAdd(bits, b_.getInt32(64)), bits);
+    Value* scale = b_.CreateBitCast(b_.CreateShl(bits, 23), b_.getFloatTy());
+    Value* res = b_.CreateFMul(p, scale);
+    return b_.CreateSelect(tiny, b_.CreateFMul(res, f(0x1p-64)), res);
+  }
+
+  // a / b where neither operand nor the result can be infinite: the backend may use a
+  // reciprocal estimate refined by one Newton step (vrcp14ps + fmas; within ~2 ulp).
+  Value* div_finite(Value* a, Value* b) {
+    Value* q = b_.CreateFDiv(a, b);
+    llvm::FastMathFlags fmf;
+    fmf.setAllowReciprocal();
+    fmf.setNoInfs();
+    fmf.setAllowContract();
+    llvm::cast<llvm::Instruction>(q)->setFastMathFlags(fmf);
+    return q;
   }
 
   // Cephes logf: x = m 2^e with m in [sqrt(1/2), sqrt(2)); log(m) by a degree-9 polynomial in
@@ -787,25 +804,26 @@ class Emitter {
                            llvm::ConstantFP::getInfinity(b_.getFloatTy(), /*Negative=*/true), r);
   }
 
-  // Cephes tanhf.
+  // tanh: x P(x^2) / Q(x^2), degrees 5 and 3 in x^2, fitted (relative minimax) on [0, 9]; the
+  // input is clamped to +-9.5, where the rational exceeds 1, and the result to [-1, 1], so
+  // tanh saturates to exactly +-1 (as it does in f32 beyond 9.01). -0 and NaN pass through.
   Value* tanh_f32(Value* x) {
-    Value* ax = unary_intrinsic(llvm::Intrinsic::fabs, x);
-    Value* z = b_.CreateFMul(x, x);
-    Value* p = poly(z, {-5.70498872745E-3, 2.06390887954E-2, -5.37397155531E-2,
-                        1.33314422036E-1, -3.33332819422E-1});
-    Value* small = fma(b_.CreateFMul(p, z), x, x);
-    Value* e = exp_f32(b_.CreateFAdd(ax, ax));
-    Value* big = b_.CreateFSub(f(1.0), b_.CreateFDiv(f(2.0), b_.CreateFAdd(e, f(1.0))));
-    big = b_.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, big, x);
-    return b_.CreateSelect(b_.CreateFCmpOLT(ax, f(0.625)), small, big);
+    Value* xc = select_gt(select_lt(x, -9.5), 9.5);
+    Value* z = b_.CreateFMul(xc, xc);
+    Value* p = poly(z, {1.8254559986477081e-11, -1.2780241471919135e-8, 9.2673800261003616e-6,
+                        0.0029207599788677168, 0.12919228144772925, 0.99999994167737014});
+    Value* q = poly(z, {0.00022809977175573354, 0.023763164983937633, 0.46252512202697823, 1.0});
+    Value* r = div_finite(b_.CreateFMul(xc, p), q);
+    return select_gt(select_lt(r, -1.0), 1.0);
   }
 
   // 1/(1+e^-x) for x >= 0, e^x/(1+e^x) below: no overflow, accurate tails.
   Value* logistic(Value* x, DType t) {
     Type* ty = x->getType();
     Value* nax = b_.CreateFNeg(unary_intrinsic(llvm::Intrinsic::fabs, x));
-    Value* e = t == f32 ? exp_f32(nax) : libm("exp", nax);
-    Value* r = b_.CreateFDiv(fconst(ty, 1), b_.CreateFAdd(fconst(ty, 1), e));
+    Value* e = t == f32 ? exp_f32(nax, /*upper_clamp=*/false) : libm("exp", nax);
+    Value* d = b_.CreateFAdd(fconst(ty, 1), e);  // in [1, 2]
+    Value* r = t == f32 ? div_finite(fconst(ty, 1), d) : b_.CreateFDiv(fconst(ty, 1), d);
     return b_.CreateSelect(b_.CreateFCmpOGE(x, fconst(ty, 0)), r, b_.CreateFMul(e, r));
   }
 
@@ -819,7 +837,7 @@ class Emitter {
     p = b_.CreateFMul(xc, p);
     Value* q = poly(x2, {-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
                          -7.37332916720468e-03, -1.42647390514189e-02});
-    return b_.CreateFDiv(p, q);
+    return div_finite(p, q);  // q < 0 and both finite on the clamped range
   }
 
   const FusedSubgraph& sg_;
