@@ -14,9 +14,10 @@
 // vectorizer widens them, kept to few instructions: exp is a Cody-Waite reduction with a
 // magic-number rounding (no float-to-int conversion) and a degree-5 polynomial; log is Cephes'
 // logf; tanh is a clamped 11/6-degree rational; logistic is 1/(1+exp(-|x|)) mirrored for x < 0;
-// erf is Eigen's 13/8 rational on [-4, 4]. Their divisions have finite operands and are marked
-// `arcp ninf`, so the backend emits a reciprocal estimate and one Newton step (vrcp14ps) instead
-// of vdivps. Measured max error against double-precision std:: functions over dense sweeps
+// erf is Eigen's 13/8 rational on [-4, 4]. Their divisions stay vdivps: on this host (Zen 4)
+// the divider runs beside the FMA pipes, and `arcp ninf` (vrcp14ps + Newton step, 4 FMA-pipe
+// instructions) measured slower. Measured max error against double-precision std:: functions
+// over dense sweeps
 // (tests/compiler/cpu_approximations_test.cc): exp 2.0 ulp, log 0.8, tanh 5.1, logistic 3.6,
 // erf 5.6 ulp; relative error at most 3.3e-7 for normal results.
 // sin, cos, pow, log1p and expm1 (and every f64 transcendental) call libm: exact, but scalar.
@@ -762,18 +763,6 @@ class Emitter {
     return b_.CreateSelect(tiny, b_.CreateFMul(res, f(0x1p-64)), res);
   }
 
-  // a / b where neither operand nor the result can be infinite: the backend may use a
-  // reciprocal estimate refined by one Newton step (vrcp14ps + fmas; within ~2 ulp).
-  Value* div_finite(Value* a, Value* b) {
-    Value* q = b_.CreateFDiv(a, b);
-    llvm::FastMathFlags fmf;
-    fmf.setAllowReciprocal();
-    fmf.setNoInfs();
-    fmf.setAllowContract();
-    llvm::cast<llvm::Instruction>(q)->setFastMathFlags(fmf);
-    return q;
-  }
-
   // Cephes logf: x = m 2^e with m in [sqrt(1/2), sqrt(2)); log(m) by a degree-9 polynomial in
   // m - 1. Subnormals are scaled by 2^23 first.
   Value* log_f32(Value* x) {
@@ -816,7 +805,7 @@ class Emitter {
     Value* p = poly(z, {1.8254559986477081e-11, -1.2780241471919135e-8, 9.2673800261003616e-6,
                         0.0029207599788677168, 0.12919228144772925, 0.99999994167737014});
     Value* q = poly(z, {0.00022809977175573354, 0.023763164983937633, 0.46252512202697823, 1.0});
-    Value* r = div_finite(b_.CreateFMul(xc, p), q);
+    Value* r = b_.CreateFDiv(b_.CreateFMul(xc, p), q);
     return select_gt(select_lt(r, -1.0), 1.0);
   }
 
@@ -826,7 +815,7 @@ class Emitter {
     Value* nax = b_.CreateFNeg(unary_intrinsic(llvm::Intrinsic::fabs, x));
     Value* e = t == f32 ? exp_f32(nax, /*upper_clamp=*/false) : libm("exp", nax);
     Value* d = b_.CreateFAdd(fconst(ty, 1), e);  // in [1, 2]
-    Value* r = t == f32 ? div_finite(fconst(ty, 1), d) : b_.CreateFDiv(fconst(ty, 1), d);
+    Value* r = b_.CreateFDiv(fconst(ty, 1), d);
     return b_.CreateSelect(b_.CreateFCmpOGE(x, fconst(ty, 0)), r, b_.CreateFMul(e, r));
   }
 
@@ -841,7 +830,7 @@ class Emitter {
     Value* q = poly(x2, {-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
                          -7.37332916720468e-03, -1.42647390514189e-02});
     // x (p/q), not (x p)/q: x p would lose bits for tiny x (a subnormal product).
-    return b_.CreateFMul(xc, div_finite(p, q));  // q < 0, both finite on the clamped range
+    return b_.CreateFMul(xc, b_.CreateFDiv(p, q));
   }
 
   const FusedSubgraph& sg_;
