@@ -39,6 +39,7 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
+#include <llvm/IR/PatternMatch.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/TargetSelect.h>
@@ -612,7 +613,7 @@ class Emitter {
       case EltOp::kAbs:
         return fp ? unary_intrinsic(llvm::Intrinsic::fabs, x)
                   : b_.CreateSelect(b_.CreateICmpSLT(x, zero(t)), b_.CreateSub(zero(t), x), x);
-      case EltOp::kExp: return t == f32 ? exp_f32(x) : libm("exp", x);
+      case EltOp::kExp: return t == f32 ? exp_f32(x, non_positive(x)) : libm("exp", x);
       case EltOp::kLog: return t == f32 ? log_f32(x) : libm("log", x);
       case EltOp::kLog1p: return libm(t == f32 ? "log1pf" : "log1p", x);
       case EltOp::kExpm1: return libm(t == f32 ? "expm1f" : "expm1", x);
@@ -666,6 +667,13 @@ class Emitter {
     return p;
   }
   Value* is_nan(Value* x) { return b_.CreateFCmpUNO(x, x); }
+  // Whether x is -(a*a) or -|a|: never above 0 (e^(-x^2), as in a Gaussian, takes the cheaper exp).
+  static bool non_positive(Value* x) {
+    using namespace llvm::PatternMatch;
+    Value* a = nullptr;
+    return match(x, m_FNeg(m_FMul(m_Value(a), m_Deferred(a)))) ||
+           match(x, m_FNeg(m_FAbs(m_Value(a))));
+  }
 
   // A scalar libm function, declared in the module; resolved from the process by the JIT.
   Value* libm(const char* name, Value* x) {
@@ -742,24 +750,29 @@ class Emitter {
   // t's bits left by 23 gives the exponent field of 2^(n-1) without a float-to-int conversion.
   // Below x = -64 the scale is taken 2^64 higher and the result multiplied by 2^-64 (one
   // rounding), so results reach the subnormals; x > 89 overflows to inf; NaN propagates
-  // through the arithmetic. `upper_clamp` false: the caller knows x <= 0.
-  Value* exp_f32(Value* x, bool upper_clamp = true) {
+  // through the arithmetic. `non_positive`: the caller knows x <= 0 (or NaN), so no upper clamp
+  // and no select: the scale is always 2^64 higher and the polynomial's coefficients 2^-64
+  // lower (exact), and their product rounds once, into the subnormals where it must.
+  Value* exp_f32(Value* x, bool non_positive = false) {
     Value* xc = select_lt(x, -104.0);  // keeps NaN
-    if (upper_clamp) xc = select_gt(xc, 89.0);
-    const double magic = 12582912.0 + 126.0;
+    if (!non_positive) xc = select_gt(xc, 89.0);
+    const double magic = 12582912.0 + 126.0 + (non_positive ? 64 : 0);
     Value* t = fma(xc, f(1.44269504088896341), f(magic));
     Value* n = b_.CreateFSub(t, f(magic));
     Value* r = fma(n, f(-0.693359375), xc);
     r = fma(n, f(2.12194440e-4), r);
-    Value* p = fma(poly(r, {0.0165806096047163, 0.0837959498167038, 0.3333527445793152,
-                            0.999983012676239, 1.9999994039535522}),
-                   r, f(2.0));
-    Type* i32 = b_.getInt32Ty();
+    const double k = non_positive ? 0x1p-64 : 1.0;
+    Value* p = fma(poly(r, {k * 0.0165806096047163, k * 0.0837959498167038,
+                            k * 0.3333527445793152, k * 0.999983012676239,
+                            k * 1.9999994039535522}),
+                   r, f(k * 2.0));
+    Value* bits = b_.CreateBitCast(t, b_.getInt32Ty());
+    auto scaled = [&](Value* bits) {
+      return b_.CreateFMul(p, b_.CreateBitCast(b_.CreateShl(bits, 23), b_.getFloatTy()));
+    };
+    if (non_positive) return scaled(bits);
     Value* tiny = b_.CreateFCmpOLT(xc, f(-64.0));
-    Value* bits = b_.CreateBitCast(t, i32);
-    bits = b_.CreateSelect(tiny, b_.CreateAdd(bits, b_.getInt32(64)), bits);
-    Value* scale = b_.CreateBitCast(b_.CreateShl(bits, 23), b_.getFloatTy());
-    Value* res = b_.CreateFMul(p, scale);
+    Value* res = scaled(b_.CreateSelect(tiny, b_.CreateAdd(bits, b_.getInt32(64)), bits));
     return b_.CreateSelect(tiny, b_.CreateFMul(res, f(0x1p-64)), res);
   }
 
@@ -813,7 +826,7 @@ class Emitter {
   Value* logistic(Value* x, DType t) {
     Type* ty = x->getType();
     Value* nax = b_.CreateFNeg(unary_intrinsic(llvm::Intrinsic::fabs, x));
-    Value* e = t == f32 ? exp_f32(nax, /*upper_clamp=*/false) : libm("exp", nax);
+    Value* e = t == f32 ? exp_f32(nax, /*non_positive=*/true) : libm("exp", nax);
     Value* d = b_.CreateFAdd(fconst(ty, 1), e);  // in [1, 2]
     Value* r = b_.CreateFDiv(fconst(ty, 1), d);
     return b_.CreateSelect(b_.CreateFCmpOGE(x, fconst(ty, 0)), r, b_.CreateFMul(e, r));
