@@ -15,6 +15,7 @@
 #include "compiler/kernel_cache.h"
 #include "compiler/lowering.h"
 #include "runtime/execute.h"
+#include "src/core/host_allocator.h"
 #include "src/core/tensor_impl.h"
 
 namespace kiln::compiler {
@@ -326,7 +327,7 @@ class ArenaLease {
       std::lock_guard lock(im.arena_mu);
       block_ = std::move(im.spare_arena);
     }
-    if (!block_) block_ = std::make_shared<detail::Storage>(im.stats.arena_bytes);
+    if (!block_) block_ = detail::make_pooled<detail::Storage>(im.stats.arena_bytes);
     base_ = static_cast<char*>(block_->data);
   }
   ~ArenaLease() {
@@ -338,10 +339,10 @@ class ArenaLease {
   ArenaLease& operator=(const ArenaLease&) = delete;
 
   Tensor view(const Impl::Slot& s) const {
-    auto impl = std::make_shared<detail::TensorImpl>();
+    auto impl = detail::make_pooled<detail::TensorImpl>();
     impl->dtype = s.type.dtype;
     impl->shape = s.type.shape;
-    impl->storage = std::make_shared<detail::Storage>(block_, base_ + s.offset, s.bytes);
+    impl->storage = detail::make_pooled<detail::Storage>(block_, base_ + s.offset, s.bytes);
     return Tensor(std::move(impl));
   }
   bool contains(const void* p) const {
@@ -385,10 +386,10 @@ Tensor output_tensor(const std::shared_ptr<OutputPool>& pool, const Impl::Slot& 
     }
     ::operator delete(p, std::align_val_t(detail::kAlignment));
   });
-  auto impl = std::make_shared<detail::TensorImpl>();
+  auto impl = detail::make_pooled<detail::TensorImpl>();
   impl->dtype = s.type.dtype;
   impl->shape = s.type.shape;
-  impl->storage = std::make_shared<detail::Storage>(std::move(owner), block, s.bytes);
+  impl->storage = detail::make_pooled<detail::Storage>(std::move(owner), block, s.bytes);
   return Tensor(std::move(impl));
 }
 

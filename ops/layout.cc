@@ -8,6 +8,7 @@
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
 #include "ops/strided_copy.h"
+#include "src/core/host_allocator.h"
 #include "src/core/tensor_impl.h"
 
 namespace kiln {
@@ -61,7 +62,7 @@ void require_sane_size(const InferContext& ctx, const Shape& shape) {
 
 // A tensor of `shape` viewing x's storage (same element count): reshape without a copy.
 Tensor alias(const Tensor& x, const Shape& shape) {
-  auto impl = std::make_shared<detail::TensorImpl>();
+  auto impl = detail::make_pooled<detail::TensorImpl>();
   impl->dtype = x.dtype();
   impl->shape = shape;
   impl->storage = x.impl()->storage;

@@ -3,6 +3,7 @@
 
 #include "kiln/graph.h"
 #include "kiln/op_registry.h"
+#include "src/core/host_allocator.h"
 #include "src/core/tensor_impl.h"
 
 namespace kiln {
@@ -24,7 +25,7 @@ int GraphImpl::add_node(Node node) {
 }
 
 Tensor GraphImpl::value(int node, int output) {
-  auto impl = std::make_shared<TensorImpl>();
+  auto impl = make_pooled<TensorImpl>();
   const TensorType& type = nodes.at(node).outputs.at(output);
   impl->dtype = type.dtype;
   impl->shape = type.shape;

@@ -7,6 +7,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <new>
+#include <utility>
 
 namespace kiln::detail {
 
@@ -20,5 +23,32 @@ struct HostAllocatorStats {
   int64_t transfers = 0;     // batches moved between thread caches and the shared pool
 };
 HostAllocatorStats host_allocator_stats();
+
+// A standard allocator over host_allocate, for the small objects every tensor has (its
+// TensorImpl and Storage with their shared_ptr control blocks): they too are made on one
+// thread and dropped on another.
+template <class T>
+struct PooledAllocator {
+  using value_type = T;
+  PooledAllocator() = default;
+  template <class U>
+  PooledAllocator(const PooledAllocator<U>&) {}  // NOLINT: converting, as allocators are
+  T* allocate(size_t n) {
+    void* p = host_allocate(n * sizeof(T));
+    if (!p) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) { host_free(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const PooledAllocator<U>&) const {
+    return true;
+  }
+};
+
+// std::make_shared with the object and its control block in one pooled block.
+template <class T, class... Args>
+std::shared_ptr<T> make_pooled(Args&&... args) {
+  return std::allocate_shared<T>(PooledAllocator<T>(), std::forward<Args>(args)...);
+}
 
 }  // namespace kiln::detail

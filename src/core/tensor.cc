@@ -44,9 +44,10 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
                       ": dimensions must be non-negative");
     }
   }
-  auto impl = std::make_shared<detail::TensorImpl>();
+  auto impl = detail::make_pooled<detail::TensorImpl>();
   impl->dtype = dtype;
-  impl->storage = std::make_shared<detail::Storage>(num_elements(shape) * dtype_size(dtype));
+  impl->storage =
+      detail::make_pooled<detail::Storage>(num_elements(shape) * dtype_size(dtype));
   impl->shape = std::move(shape);
   return Tensor(std::move(impl));
 }
@@ -100,8 +101,8 @@ const void* Tensor::raw_data() const {
 void* Tensor::raw_mutable_data() {
   raw_data();  // checks it is concrete
   if (impl_.use_count() > 1 || impl_->storage.use_count() > 1) {
-    auto copy = std::make_shared<detail::TensorImpl>(*impl_);
-    copy->storage = std::make_shared<detail::Storage>(impl_->storage->nbytes);
+    auto copy = detail::make_pooled<detail::TensorImpl>(*impl_);
+    copy->storage = detail::make_pooled<detail::Storage>(impl_->storage->nbytes);
     std::memcpy(copy->storage->data, impl_->storage->data, impl_->storage->nbytes);
     impl_ = std::move(copy);
   }
