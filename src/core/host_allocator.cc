@@ -17,8 +17,8 @@ namespace {
 constexpr int kMinShift = 6;   // 64 B
 constexpr int kMaxShift = 20;  // 1 MiB
 constexpr int kClasses = kMaxShift - kMinShift + 1;
-constexpr size_t kThreadCacheBytes = size_t{4} << 20;  // per class and thread, at most
-constexpr size_t kPoolBytes = size_t{32} << 20;        // per class in the shared pool
+constexpr size_t kThreadCacheBytes = size_t{1} << 20;  // per class and thread, at most
+constexpr size_t kPoolBytes = size_t{8} << 20;         // per class in the shared pool
 
 int class_of(size_t nbytes) {
   int shift = kMinShift;

@@ -84,7 +84,7 @@ TEST(HostAllocator, BlocksFreedOnAnotherThreadAreReusedSafely) {
   }
   producer.join();
   EXPECT_EQ(freed, kRounds);
-  EXPECT_LE(host_allocator_stats().cached_bytes, int64_t{15} * (32 << 20));  // bounded
+  EXPECT_LE(host_allocator_stats().cached_bytes, int64_t{15} * (8 << 20));  // bounded
 }
 
 }  // namespace
