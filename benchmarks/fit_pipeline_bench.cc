@@ -3,16 +3,13 @@
 // pre-loaded as tensors, in the same run. The printed ratio says how much of the input cost
 // the pipeline hides behind training (target: within 5%, a ratio <= 1.05).
 #include <benchmark/benchmark.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <map>
-#include <random>
 
+#include "benchmarks/fashion_records.h"
 #include "kiln/data/dataset.h"
 #include "kiln/io/example.h"
-#include "kiln/io/tfrecord.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 
@@ -20,29 +17,6 @@ namespace {
 
 using namespace kiln;
 constexpr int64_t kRecords = 10000, kBatch = 64;
-
-const std::string& records_file() {
-  static const std::string path = [] {
-    auto dir = std::filesystem::temp_directory_path() /
-               ("kiln_fit_pipeline_bench_" + std::to_string(getpid()));
-    std::filesystem::create_directories(dir);
-    std::string file = (dir / "fashion.tfrecord").string();
-    std::mt19937 rng(1);
-    io::RecordWriter writer(file);
-    std::string image(784, '\0');
-    for (int64_t i = 0; i < kRecords; ++i) {
-      for (char& c : image) c = static_cast<char>(rng() & 0xff);
-      writer.write(io::Example()
-                       .set_bytes("image", {image})
-                       .set_int64s("label", {static_cast<int64_t>(rng() % 10)})
-                       .serialize());
-    }
-    writer.close();
-    std::atexit([] { std::filesystem::remove_all(std::filesystem::path(path).parent_path()); });
-    return file;
-  }();
-  return path;
-}
 
 data::Element parse(data::Element e) {
   static const std::vector<io::FeatureSpec> spec = {
@@ -56,7 +30,7 @@ data::Element parse(data::Element e) {
 }
 
 data::Dataset pipeline() {
-  return data::Dataset::tfrecord({records_file()}).map(parse, 2).batch(kBatch).prefetch(2);
+  return data::Dataset::tfrecord({bench::fashion_records_file(kRecords)}).map(parse, 2).batch(kBatch).prefetch(2);
 }
 
 std::unique_ptr<nn::Sequential> mlp() {
@@ -78,7 +52,7 @@ void fit_from_pipeline(benchmark::State& state) {
 void fit_from_tensors(benchmark::State& state) {
   // Parse everything up front: the same examples, already in memory.
   std::vector<Tensor> images, labels;
-  data::Iterator it = data::Dataset::tfrecord({records_file()}).map(parse).batch(kRecords)
+  data::Iterator it = data::Dataset::tfrecord({bench::fashion_records_file(kRecords)}).map(parse).batch(kRecords)
                           .begin_epoch();
   data::Element all = *it.next();
   auto model = mlp();

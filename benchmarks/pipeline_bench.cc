@@ -3,19 +3,16 @@
 // map(parse, N), and batched by 64. The baseline is N = 1 in the same run; the printed ratio
 // says how well parsing scales onto a second core (the target is 1.7x or better on 2 cores).
 #include <benchmark/benchmark.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "benchmarks/fashion_records.h"
 #include "kiln/data/dataset.h"
 #include "kiln/io/example.h"
-#include "kiln/io/tfrecord.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -23,30 +20,6 @@ namespace {
 using namespace kiln;
 constexpr int64_t kRecords = 10000;
 constexpr int64_t kBatch = 64;
-
-// Writes the records once, in a temporary directory removed at exit.
-const std::string& records_file() {
-  static const std::string path = [] {
-    std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                ("kiln_pipeline_bench_" + std::to_string(getpid()));
-    std::filesystem::create_directories(dir);
-    std::string file = (dir / "fashion.tfrecord").string();
-    std::mt19937 rng(1);
-    io::RecordWriter writer(file);
-    std::string image(784, '\0');
-    for (int64_t i = 0; i < kRecords; ++i) {
-      for (char& c : image) c = static_cast<char>(rng() & 0xff);
-      writer.write(io::Example()
-                       .set_bytes("image", {image})
-                       .set_int64s("label", {static_cast<int64_t>(rng() % 10)})
-                       .serialize());
-    }
-    writer.close();
-    std::atexit([] { std::filesystem::remove_all(std::filesystem::path(path).parent_path()); });
-    return file;
-  }();
-  return path;
-}
 
 // One record: {u8 [n] serialized tf.Example} -> {f32 [28,28] in [0,1], i64 label}.
 data::Element parse(data::Element e) {
@@ -65,7 +38,7 @@ std::map<int64_t, double> g_examples_per_second;
 
 void pipeline(benchmark::State& state) {
   const int64_t n = state.range(0);
-  data::Dataset ds = data::Dataset::tfrecord({records_file()}).map(parse, n).batch(kBatch);
+  data::Dataset ds = data::Dataset::tfrecord({bench::fashion_records_file(kRecords)}).map(parse, n).batch(kBatch);
   int64_t examples = 0;
   for (auto _ : state) {
     data::Iterator it = ds.begin_epoch();

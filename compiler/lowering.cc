@@ -5,7 +5,6 @@
 
 #include <unordered_map>
 
-#include "compiler/kernel_cache.h"
 
 namespace kiln::compiler {
 
@@ -59,10 +58,6 @@ LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
     }
   }
   return out;
-}
-
-cpu::FusedKernel compile_lowered(const LoweredFusion& lowered) {
-  return cached_kernel(lowered.subgraph);
 }
 
 }  // namespace kiln::compiler

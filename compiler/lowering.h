@@ -1,6 +1,6 @@
-// Lowering of a fusion group (compiler/passes/fusion.h) to the CPU emitter's FusedSubgraph,
-// and its compilation to a JIT'd kernel: the one place that maps graph values onto a kernel's
-// inputs and outputs.
+// Lowering of a fusion group (compiler/passes/fusion.h) to the CPU emitter's FusedSubgraph:
+// the one place that maps graph values onto a kernel's inputs and outputs (compiled through
+// compiler/kernel_cache.h).
 #pragma once
 
 #include <string>
@@ -24,8 +24,5 @@ struct LoweredFusion {
 LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
                                  const std::vector<detail::Node>& nodes,
                                  const std::vector<std::vector<TensorType>>& types);
-
-// JITs a lowered group. Throws kiln::Error.
-cpu::FusedKernel compile_lowered(const LoweredFusion& lowered);
 
 }  // namespace kiln::compiler

@@ -2,6 +2,7 @@
 #include "kiln/op_registry.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -195,17 +196,19 @@ const KernelDef& KernelRegistry::find(const std::string& op, DeviceType device,
                                       DType dtype) const {
   // Cached per thread like OpRegistry::find: a kernel found stays the one found (kernels are
   // never removed, and a second kernel claiming the same dtype is refused).
+  // Per op name, one slot per (device, dtype): a hit builds no key.
+  constexpr size_t kDtypes = 16;
+  using Slots = std::array<const KernelDef*, 2 * kDtypes>;
   const bool global_registry = this == &KernelRegistry::global();
-  thread_local std::unordered_map<std::string, const KernelDef*> hits;
-  std::string key;
-  if (global_registry) {
-    key.reserve(op.size() + 2);
-    key.append(op).push_back(static_cast<char>('0' + static_cast<int>(device)));
-    key.push_back(static_cast<char>('A' + static_cast<int>(dtype)));
-    if (auto it = hits.find(key); it != hits.end()) return *it->second;
+  thread_local std::unordered_map<std::string, Slots> hits;
+  const size_t slot = static_cast<size_t>(device) * kDtypes + static_cast<size_t>(dtype);
+  const bool cacheable = global_registry && static_cast<size_t>(dtype) < kDtypes &&
+                         static_cast<size_t>(device) < 2;
+  if (cacheable) {
+    if (auto it = hits.find(op); it != hits.end() && it->second[slot]) return *it->second[slot];
   }
   const KernelDef& kernel = find_locked(op, device, dtype);
-  if (global_registry) hits.emplace(std::move(key), &kernel);
+  if (cacheable) hits.try_emplace(op, Slots{}).first->second[slot] = &kernel;
   return kernel;
 }
 

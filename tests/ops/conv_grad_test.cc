@@ -8,34 +8,15 @@
 #include <random>
 
 #include "kiln/kiln.h"
+#include "tests/testing/values.h"
 
 namespace kiln {
 namespace {
 
 using testing::HasSubstr;
-
-Tensor values(Shape shape, std::vector<double> v, DType dtype = f32) {
-  return Tensor::from_vector(v, std::move(shape)).to(dtype);
-}
-
-void expect_values(const Tensor& t, const Shape& shape, const std::vector<double>& want,
-                   double tol = 1e-5) {
-  ASSERT_EQ(t.shape(), shape);
-  std::vector<double> got = t.to_vector<double>();
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << "at flat index " << i;
-  }
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test_values::values;
+using test_values::expect_values;
+using test_values::error_of;
 
 // The gradients of <dy, conv(x, k)> with respect to x and k, through gradients() in a graph.
 std::vector<Tensor> conv_grads(const Tensor& x, const Tensor& k, const Tensor& dy,

@@ -7,40 +7,18 @@
 #include <random>
 
 #include "kiln/kiln.h"
+#include "tests/testing/values.h"
 
 namespace kiln {
 namespace {
 
 using testing::HasSubstr;
-
-// Values start, start + 1, ... in the given shape.
-Tensor counting(Shape shape, float start = 1, DType dtype = f32) {
-  std::vector<float> v(num_elements(shape));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = start + static_cast<float>(i);
-  return Tensor::from_vector(v, shape).to(dtype);
-}
+using test_values::counting;
+using test_values::expect_values;
+using test_values::error_of;
 
 Tensor filled(Shape shape, std::vector<float> values) {
   return Tensor::from_vector(values, std::move(shape));
-}
-
-void expect_values(const Tensor& t, const Shape& shape, const std::vector<double>& want,
-                   double tol = 1e-5) {
-  ASSERT_EQ(t.shape(), shape);
-  std::vector<double> got = t.to_vector<double>();
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << "at flat index " << i;
-  }
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // ---- hand-computed cases ----------------------------------------------------------------

@@ -4,20 +4,13 @@
 #include <gtest/gtest.h>
 
 #include "kiln/kiln.h"
+#include "tests/testing/values.h"
 
 namespace kiln {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using test_values::error_of;
 
 // ---- gather -----------------------------------------------------------------------------
 

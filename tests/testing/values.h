@@ -1,0 +1,52 @@
+// Helpers of the op tests: tensors from literal values, value checks with a relative
+// tolerance (NaN matches NaN), and the message of the kiln::Error a call throws.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+namespace kiln::test_values {
+
+// Values start, start + 1, ... in the given shape.
+inline Tensor counting(Shape shape, float start = 1, DType dtype = f32) {
+  std::vector<float> v(num_elements(shape));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = start + static_cast<float>(i);
+  return Tensor::from_vector(v, shape).to(dtype);
+}
+
+inline Tensor values(Shape shape, std::vector<double> v, DType dtype = f32) {
+  return Tensor::from_vector(v, std::move(shape)).to(dtype);
+}
+
+// |got - want| <= tol * (1 + |want|) at every index; a NaN wanted must be a NaN got.
+inline void expect_values(const Tensor& t, const Shape& shape, const std::vector<double>& want,
+                          double tol = 1e-5) {
+  ASSERT_EQ(t.shape(), shape);
+  std::vector<double> got = t.to_vector<double>();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(want[i])) {
+      EXPECT_TRUE(std::isnan(got[i])) << "at flat index " << i;
+      continue;
+    }
+    EXPECT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << "at flat index " << i;
+  }
+}
+
+// The message of the kiln::Error that f throws, or "(no error)".
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace kiln::test_values
