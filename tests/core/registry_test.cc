@@ -6,24 +6,16 @@
 #include <mutex>
 
 #include "kiln/kiln.h"
+#include "tests/testing/values.h"
 
 namespace kiln {
 namespace {
 
+using test_values::thrown_error;
+
 using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::HasSubstr;
-
-template <class F>
-Error error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a kiln::Error";
-  return Error(ErrorCode::kInternal, "<no error thrown>");
-}
 
 std::vector<TensorType> same_as_input(const InferContext& ctx) { return {ctx.input(0)}; }
 
@@ -108,12 +100,12 @@ TEST(Registry, ShapeFunctionErrorsNameTheCustomOpAndNode) {
   Tensor x = g.placeholder(f32, {2}, "x");
   Tensor y = g.placeholder(f32, {3}, "y");
   auto scope = g.name_scope("block");
-  Error e = error_of([&] { axpy(x, y, 1.0); });
+  Error e = thrown_error([&] { axpy(x, y, 1.0); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(e.what(), AllOf(HasSubstr("registry_test_axpy: shapes differ"), HasSubstr("f32[2]"),
                               HasSubstr("f32[3]"), HasSubstr("(in block/registry_test_axpy)")));
 
-  Error attr = error_of([&] { call_op("registry_test_axpy", {x, x}); });
+  Error attr = thrown_error([&] { call_op("registry_test_axpy", {x, x}); });
   EXPECT_THAT(attr.what(), AllOf(HasSubstr("registry_test_axpy"), HasSubstr("'alpha'")));
 }
 
@@ -126,13 +118,13 @@ TEST(Registry, KernelDtypeConstraintsSelectTheKernel) {
   EXPECT_FALSE(kernels.contains("registry_test_axpy", DeviceType::kCuda, f32));
 
   Tensor xi = Tensor::from_list<int32_t>({1});
-  Error e = error_of([&] { axpy(xi, xi, 1.0); });
+  Error e = thrown_error([&] { axpy(xi, xi, 1.0); });
   EXPECT_EQ(e.code(), ErrorCode::kNotFound);
   EXPECT_THAT(e.what(), AllOf(HasSubstr("registry_test_axpy"), HasSubstr("cpu"),
                               HasSubstr("dtype i32"), HasSubstr("f32, f64")));
 
   Error cuda =
-      error_of([] { KernelRegistry::global().find("registry_test_axpy", DeviceType::kCuda, f32); });
+      thrown_error([] { KernelRegistry::global().find("registry_test_axpy", DeviceType::kCuda, f32); });
   EXPECT_EQ(cuda.code(), ErrorCode::kNotFound);
   EXPECT_THAT(cuda.what(), HasSubstr("no cuda kernel"));
 }
@@ -141,13 +133,13 @@ TEST(Registry, OverlappingKernelDtypesAreRejected) {
   register_axpy_once();
   KernelDef overlapping{
       "registry_test_axpy", DeviceType::kCpu, {i32, f64}, axpy_kernel<double>, "second.cc:3"};
-  Error e = error_of([&] { KernelRegistry::global().add(overlapping); });
+  Error e = thrown_error([&] { KernelRegistry::global().add(overlapping); });
   EXPECT_EQ(e.code(), ErrorCode::kAlreadyExists);
   EXPECT_THAT(e.what(), AllOf(HasSubstr("registry_test_axpy"), HasSubstr("registry_test.cc"),
                               HasSubstr("second.cc:3")));
   // A kernel claiming every dtype overlaps any other.
   KernelDef any{"registry_test_axpy", DeviceType::kCpu, {}, axpy_kernel<float>, "any.cc"};
-  EXPECT_EQ(error_of([&] { KernelRegistry::global().add(any); }).code(), ErrorCode::kAlreadyExists);
+  EXPECT_EQ(thrown_error([&] { KernelRegistry::global().add(any); }).code(), ErrorCode::kAlreadyExists);
   // Nothing was added: i32 still has no kernel.
   EXPECT_FALSE(KernelRegistry::global().contains("registry_test_axpy", DeviceType::kCpu, i32));
 }
@@ -155,17 +147,17 @@ TEST(Registry, OverlappingKernelDtypesAreRejected) {
 TEST(Registry, InvalidRegistrationsAreRejected) {
   OpDef no_shape_fn;
   no_shape_fn.name = "registry_test_no_shape_fn";
-  EXPECT_EQ(error_of([&] { OpRegistry::global().add(no_shape_fn); }).code(),
+  EXPECT_EQ(thrown_error([&] { OpRegistry::global().add(no_shape_fn); }).code(),
             ErrorCode::kInvalidArgument);
   EXPECT_FALSE(OpRegistry::global().contains("registry_test_no_shape_fn"));
 
   OpDef unnamed;
   unnamed.shape_fn = same_as_input;
-  EXPECT_EQ(error_of([&] { OpRegistry::global().add(unnamed); }).code(),
+  EXPECT_EQ(thrown_error([&] { OpRegistry::global().add(unnamed); }).code(),
             ErrorCode::kInvalidArgument);
 
   KernelDef no_fn{"registry_test_axpy", DeviceType::kCpu, {i64}, nullptr, "x.cc"};
-  Error e = error_of([&] { KernelRegistry::global().add(no_fn); });
+  Error e = thrown_error([&] { KernelRegistry::global().add(no_fn); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(e.what(), HasSubstr("registry_test_axpy"));
 }
@@ -247,7 +239,7 @@ TEST(Registry, MacroRegisteredOpRunsEagerlyAndInAGraph) {
   EXPECT_EQ(g.run({{px, x}}, py).to_vector<float>(), (std::vector<float>{-1.5f, 0, 1}));
 
   Error wrong =
-      error_of([] { call_op("registry_test_softsign", {Tensor::from_list<double>({1})}); });
+      thrown_error([] { call_op("registry_test_softsign", {Tensor::from_list<double>({1})}); });
   EXPECT_THAT(wrong.what(), AllOf(HasSubstr("registry_test_softsign"), HasSubstr("f64[1]")));
 }
 
@@ -317,14 +309,14 @@ TEST(Registry, KernelOutputOfTheWrongTypeIsAnInternalError) {
                                   [](KernelContext&) {},  // sets no output
                                   "registry_test.cc"});
   });
-  Error wrong = error_of([] {
+  Error wrong = thrown_error([] {
     call_op("registry_test_bad_kernel", {Tensor::from_list<float>({1, 2})});
   });
   EXPECT_EQ(wrong.code(), ErrorCode::kInternal);
   EXPECT_THAT(wrong.what(), AllOf(HasSubstr("registry_test_bad_kernel"), HasSubstr("f64[]"),
                                   HasSubstr("f32[2]")));
   Error missing =
-      error_of([] { call_op("registry_test_bad_kernel", {Tensor::from_list<double>({1})}); });
+      thrown_error([] { call_op("registry_test_bad_kernel", {Tensor::from_list<double>({1})}); });
   EXPECT_EQ(missing.code(), ErrorCode::kInternal);
   EXPECT_THAT(missing.what(), HasSubstr("did not set output 0"));
 }
@@ -354,7 +346,7 @@ TEST(Registry, KernelErrorsNameTheOpAndNode) {
     auto scope = g.name_scope("outer");
     y = call_op("registry_test_failing", {x})[0];
   }
-  Error e = error_of([&] { g.run({{x, Tensor::from_list<float>({1, 2})}}, y); });
+  Error e = thrown_error([&] { g.run({{x, Tensor::from_list<float>({1, 2})}}, y); });
   EXPECT_EQ(e.code(), ErrorCode::kOutOfRange);
   EXPECT_EQ(std::string(e.what()),
             "registry_test_failing: value 2 is too large (in outer/registry_test_failing)");

@@ -20,9 +20,12 @@
 #include "kiln/io/tfrecord.h"
 #include "kiln/ops.h"
 #include "src/io/proto/checkpoint.pb.h"
+#include "tests/testing/values.h"
 
 namespace kiln::io {
 namespace {
+
+using test_values::thrown_error;
 
 namespace fs = std::filesystem;
 using testing::HasSubstr;
@@ -51,16 +54,6 @@ class CheckpointTest : public testing::Test {
     for (const auto& e : fs::directory_iterator(dir_)) out.push_back(e.path().filename());
     std::sort(out.begin(), out.end());
     return out;
-  }
-  template <class F>
-  static Error error_of(F f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e;
-    }
-    ADD_FAILURE() << "no kiln::Error thrown";
-    return Error(ErrorCode::kInternal, "");
   }
   // Replaces the index of `prefix` by `index` (framed as the one record of a TFRecord file).
   static void write_index(const std::string& prefix, const proto::CheckpointIndex& index) {
@@ -110,8 +103,8 @@ TEST_F(CheckpointTest, RoundTripsEveryDtypeScalarsAndEmptyTensors) {
   EXPECT_EQ(loaded.metadata, meta);
   EXPECT_EQ(loaded.get_int("epoch"), 3);
   EXPECT_EQ(loaded.get_string("model"), "mlp");
-  EXPECT_THAT(error_of([&] { loaded.get_int("model"); }).what(), HasSubstr("'model'"));
-  EXPECT_EQ(error_of([&] { loaded.get_string("missing"); }).code(), ErrorCode::kNotFound);
+  EXPECT_THAT(thrown_error([&] { loaded.get_int("model"); }).what(), HasSubstr("'model'"));
+  EXPECT_EQ(thrown_error([&] { loaded.get_string("missing"); }).code(), ErrorCode::kNotFound);
   // The .index path names the same checkpoint.
   EXPECT_EQ(load_checkpoint(prefix + ".index").tensors.size(), tensors.size());
 }
@@ -166,15 +159,15 @@ TEST_F(CheckpointTest, SavingAgainReplacesTheCheckpointAndLeavesOneDataFile) {
 TEST_F(CheckpointTest, RejectsSymbolicUndefinedAndUnnamedTensors) {
   Graph g;
   Tensor p = g.placeholder(f32, {2}, "p");
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(thrown_error([&] {
                 save_checkpoint(path("x"), {{"w", p}});
               }).what(),
               HasSubstr("tensor 'w' is symbolic"));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(thrown_error([&] {
                 save_checkpoint(path("x"), {{"w", Tensor()}});
               }).what(),
               HasSubstr("undefined"));
-  EXPECT_EQ(error_of([&] {
+  EXPECT_EQ(thrown_error([&] {
               save_checkpoint(path("x"), {{"", Tensor::scalar<float>(1)}});
             }).code(),
             ErrorCode::kInvalidArgument);
@@ -192,7 +185,7 @@ TEST_F(CheckpointTest, AFlippedBitInTheDataIsDataLossNamingTheTensorAndOffset) {
   // "a" is at 0 (12 bytes), "dense/bias" at 64: flip one bit of its second float.
   data[64 + 5] ^= 0x10;
   write_file(data_path, data);
-  Error e = error_of([&] { load_checkpoint(prefix); });
+  Error e = thrown_error([&] { load_checkpoint(prefix); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr(data_path));
   EXPECT_THAT(e.what(), HasSubstr("tensor 'dense/bias' at offset 64"));
@@ -207,7 +200,7 @@ TEST_F(CheckpointTest, EveryFlippedBitOfTheIndexIsDetected) {
     std::string bytes = original;
     bytes[i] ^= static_cast<char>(1 << (i % 8));
     write_file(prefix + ".index", bytes);
-    Error e = error_of([&] { load_checkpoint(prefix); });
+    Error e = thrown_error([&] { load_checkpoint(prefix); });
     EXPECT_EQ(e.code(), ErrorCode::kDataLoss) << "byte " << i << ": " << e.what();
     EXPECT_THAT(e.what(), HasSubstr("c.index")) << "byte " << i;
   }
@@ -220,7 +213,7 @@ TEST_F(CheckpointTest, TruncatedFilesAreDataLoss) {
   const std::string data = read_file(data_path), index = read_file(prefix + ".index");
   for (size_t n : {size_t{0}, size_t{10}, data.size() - 1}) {
     write_file(data_path, data.substr(0, n));
-    Error e = error_of([&] { load_checkpoint(prefix); });
+    Error e = thrown_error([&] { load_checkpoint(prefix); });
     EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
     EXPECT_THAT(e.what(), HasSubstr("truncated"));
     EXPECT_THAT(e.what(), HasSubstr(data_path));
@@ -228,16 +221,16 @@ TEST_F(CheckpointTest, TruncatedFilesAreDataLoss) {
   write_file(data_path, data);
   for (size_t n = 0; n < index.size(); ++n) {
     write_file(prefix + ".index", index.substr(0, n));
-    EXPECT_EQ(error_of([&] { load_checkpoint(prefix); }).code(), ErrorCode::kDataLoss) << n;
+    EXPECT_EQ(thrown_error([&] { load_checkpoint(prefix); }).code(), ErrorCode::kDataLoss) << n;
   }
 }
 
 TEST_F(CheckpointTest, MissingFilesAreReported) {
-  EXPECT_EQ(error_of([&] { load_checkpoint(path("nothing")); }).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(thrown_error([&] { load_checkpoint(path("nothing")); }).code(), ErrorCode::kNotFound);
   const std::string prefix = save_checkpoint(path("c"), {{"a", Tensor::scalar<float>(1)}});
   const std::string data_path = read_checkpoint_index(prefix).data_path;
   fs::remove(data_path);
-  Error e = error_of([&] { load_checkpoint(prefix); });
+  Error e = thrown_error([&] { load_checkpoint(prefix); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr("cannot open the data file"));
 }
@@ -251,7 +244,7 @@ TEST_F(CheckpointTest, AbsurdOffsetsLengthsAndShapesFailBeforeAnyRead) {
     proto::CheckpointIndex bad = good;
     edit(bad);
     write_index(prefix, bad);
-    Error e = error_of([&] { load_checkpoint(prefix); });
+    Error e = thrown_error([&] { load_checkpoint(prefix); });
     EXPECT_EQ(e.code(), ErrorCode::kDataLoss) << e.what();
     EXPECT_THAT(e.what(), HasSubstr(says));
     EXPECT_THAT(e.what(), HasSubstr(path("c")));
@@ -306,7 +299,7 @@ TEST_F(CheckpointTest, BoolBytesOtherThanZeroOrOneAreDataLossEvenWithAGoodCrc) {
       save_checkpoint(path("probe"), {{"m", Tensor::from_vector<uint8_t>({2, 0})}});
   index.mutable_tensors(0)->set_crc32c(read_checkpoint_index(probe).entries[0].crc32c);
   write_index(prefix, index);
-  Error e = error_of([&] { load_checkpoint(prefix); });
+  Error e = thrown_error([&] { load_checkpoint(prefix); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr("neither 0 nor 1"));
 }
@@ -403,7 +396,7 @@ TEST_F(CheckpointTest, ManagerWithoutALimitKeepsAllAndRejectsNegativeSteps) {
   CheckpointManager m(dir_.string(), 0);
   for (int64_t step = 0; step < 4; ++step) m.save({{"w", Tensor::scalar<float>(1)}}, step);
   EXPECT_EQ(m.checkpoints().size(), 4u);
-  EXPECT_EQ(error_of([&] { m.save({}, -1); }).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(thrown_error([&] { m.save({}, -1); }).code(), ErrorCode::kInvalidArgument);
 }
 
 TEST_F(CheckpointTest, LatestCheckpointFallsBackToTheHighestStepAndRejectsACorruptPointer) {
@@ -417,7 +410,7 @@ TEST_F(CheckpointTest, LatestCheckpointFallsBackToTheHighestStepAndRejectsACorru
   write_file(path("checkpoint"), "model_checkpoint_path: \"ckpt-77\"\n");  // names a missing one
   EXPECT_EQ(latest_checkpoint(dir_.string()), path("ckpt-10"));
   write_file(path("checkpoint"), "model_checkpoint_path: \"ckpt\n\xff{{");
-  Error e = error_of([&] { latest_checkpoint(dir_.string()); });
+  Error e = thrown_error([&] { latest_checkpoint(dir_.string()); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr(path("checkpoint")));
 }

@@ -19,9 +19,12 @@
 #include "src/io/proto/saved_model.pb.h"
 #include "tests/io/export_test_op.h"
 #include "tests/subprocess.h"
+#include "tests/testing/values.h"
 
 namespace kiln::io {
 namespace {
+
+using test_values::thrown_error;
 
 namespace fs = std::filesystem;
 namespace saved = proto::saved;
@@ -68,16 +71,6 @@ class SavedModelTest : public testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
-  template <class F>
-  static Error error_of(F f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e;
-    }
-    ADD_FAILURE() << "no kiln::Error thrown";
-    return Error(ErrorCode::kInternal, "");
-  }
   static std::string read_file(const std::string& p) {
     std::ifstream in(p, std::ios::binary);
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -188,7 +181,7 @@ TEST_F(SavedModelTest, VersionsCountUpAndLoadPicksTheLatestOrTheOneAsked) {
   EXPECT_TRUE(same_bytes(load_model(path("m")).predict(x), second));
   EXPECT_TRUE(same_bytes(load_model(path("m"), 1).predict(x), first));
   EXPECT_TRUE(same_bytes(load_model(path("m/1")).predict(x), first));
-  Error e = error_of([&] { load_model(path("m"), 7); });
+  Error e = thrown_error([&] { load_model(path("m"), 7); });
   EXPECT_EQ(e.code(), ErrorCode::kNotFound);
   EXPECT_THAT(e.what(), HasSubstr("has no version 7 (it has 1, 2)"));
 }
@@ -196,25 +189,25 @@ TEST_F(SavedModelTest, VersionsCountUpAndLoadPicksTheLatestOrTheOneAsked) {
 TEST_F(SavedModelTest, RunChecksSignatureNamesAndInputs) {
   auto model = trained_model();
   LoadedModel loaded = load_model(save_model(*model, path("m"), {4}));
-  EXPECT_THAT(error_of([&] { loaded.run("nope", {}); }).what(),
+  EXPECT_THAT(thrown_error([&] { loaded.run("nope", {}); }).what(),
               HasSubstr("no signature 'nope' (it has: serving_default)"));
-  EXPECT_THAT(error_of([&] { loaded.run("serving_default", {}); }).what(),
+  EXPECT_THAT(thrown_error([&] { loaded.run("serving_default", {}); }).what(),
               HasSubstr("needs input 'x' (f32[?,4])"));
   Tensor x = random_normal({2, 4}, 1);
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(thrown_error([&] {
                 loaded.run("serving_default", {{"x", x}, {"z", x}});
               }).what(),
               HasSubstr("has no input 'z'"));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(thrown_error([&] {
                 loaded.predict(random_normal({2, 5}, 1));
               }).what(),
               HasSubstr("f32[2,5]"));
 }
 
 TEST_F(SavedModelTest, MissingModelsAreNotFound) {
-  EXPECT_EQ(error_of([&] { load_model(path("nothing")); }).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(thrown_error([&] { load_model(path("nothing")); }).code(), ErrorCode::kNotFound);
   fs::create_directories(path("empty"));
-  Error e = error_of([&] { load_model(path("empty")); });
+  Error e = thrown_error([&] { load_model(path("empty")); });
   EXPECT_EQ(e.code(), ErrorCode::kNotFound);
   EXPECT_THAT(e.what(), HasSubstr("no saved model in"));
 }
@@ -229,11 +222,11 @@ TEST_F(SavedModelTest, CorruptAndMissingFilesAreErrorsNeverCrashes) {
     std::string bytes = original;
     bytes[i] ^= static_cast<char>(1 << (i % 8));
     write_file(pb, bytes);
-    EXPECT_EQ(error_of([&] { load_model(path("m")); }).code(), ErrorCode::kDataLoss) << i;
+    EXPECT_EQ(thrown_error([&] { load_model(path("m")); }).code(), ErrorCode::kDataLoss) << i;
   }
   for (size_t n : {size_t{0}, size_t{5}, original.size() / 2, original.size() - 1}) {
     write_file(pb, original.substr(0, n));
-    EXPECT_EQ(error_of([&] { load_model(path("m")); }).code(), ErrorCode::kDataLoss) << n;
+    EXPECT_EQ(thrown_error([&] { load_model(path("m")); }).code(), ErrorCode::kDataLoss) << n;
   }
   write_file(pb, original);
   // A flipped bit in the variables' data names the variable.
@@ -241,13 +234,13 @@ TEST_F(SavedModelTest, CorruptAndMissingFilesAreErrorsNeverCrashes) {
   std::string data = read_file(vars.data_path);
   data[vars.entries[1].offset] ^= 1;
   write_file(vars.data_path, data);
-  Error e = error_of([&] { load_model(path("m")); });
+  Error e = thrown_error([&] { load_model(path("m")); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr("tensor '" + vars.entries[1].name + "'"));
   fs::remove(v + "/variables/variables.index");
-  EXPECT_THAT(error_of([&] { load_model(path("m")); }).what(), HasSubstr("variables"));
+  EXPECT_THAT(thrown_error([&] { load_model(path("m")); }).what(), HasSubstr("variables"));
   fs::remove(pb);
-  EXPECT_EQ(error_of([&] { load_model(path("m")); }).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(thrown_error([&] { load_model(path("m")); }).code(), ErrorCode::kNotFound);
 }
 
 TEST_F(SavedModelTest, InconsistentGraphsAreReportedWithTheNode) {
@@ -263,7 +256,7 @@ TEST_F(SavedModelTest, InconsistentGraphsAreReportedWithTheNode) {
     saved::SavedModel bad = good;
     edit(bad);
     write_proto(v, bad);
-    Error e = error_of([&] { load_model(path("m")); });
+    Error e = thrown_error([&] { load_model(path("m")); });
     EXPECT_EQ(e.code(), code) << e.what();
     EXPECT_THAT(e.what(), HasSubstr(says));
   };
@@ -319,7 +312,7 @@ TEST_F(SavedModelTest, AnUnregisteredCustomOpIsNotFound) {
   for (auto& n : *m.mutable_nodes())
     if (n.op() == "export_test_affine") n.set_op("export_test_affine_unregistered");
   write_proto(v, m);
-  Error e = error_of([&] { load_model(path("m")); });
+  Error e = thrown_error([&] { load_model(path("m")); });
   EXPECT_EQ(e.code(), ErrorCode::kNotFound);
   EXPECT_THAT(e.what(),  // nodes are scoped by layer
               HasSubstr("('affine/export_test_affine', op export_test_affine_unregistered)"));

@@ -18,9 +18,12 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "tests/testing/values.h"
 
 namespace kiln::io {
 namespace {
+
+using test_values::thrown_error;
 
 namespace fs = std::filesystem;
 using testing::HasSubstr;
@@ -113,18 +116,6 @@ class TFRecord : public testing::Test {
     std::ifstream in(p, std::ios::binary);
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   }
-  // The kiln::Error `f` throws; fails the test if it throws nothing.
-  template <class F>
-  static Error error_of(F f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e;
-    }
-    ADD_FAILURE() << "expected a kiln::Error";
-    return Error(ErrorCode::kInternal, "");
-  }
-
   fs::path dir_;
 };
 
@@ -302,7 +293,7 @@ TEST_F(TFRecord, MoveAssignmentClosesTheOverwrittenWriter) {
 }
 
 TEST_F(TFRecord, WriterIntoMissingDirectoryIsNotFound) {
-  Error e = error_of([&] { RecordWriter w(path("no/such/dir/x.tfrecord")); });
+  Error e = thrown_error([&] { RecordWriter w(path("no/such/dir/x.tfrecord")); });
   EXPECT_EQ(e.code(), ErrorCode::kNotFound);
   EXPECT_THAT(e.what(), HasSubstr("no/such/dir/x.tfrecord"));
 }
@@ -310,7 +301,7 @@ TEST_F(TFRecord, WriterIntoMissingDirectoryIsNotFound) {
 // ---- corruption ----
 
 TEST_F(TFRecord, MissingFileIsNotFound) {
-  Error e = error_of([&] { RecordReader r(path("missing.tfrecord")); });
+  Error e = thrown_error([&] { RecordReader r(path("missing.tfrecord")); });
   EXPECT_EQ(e.code(), ErrorCode::kNotFound);
   EXPECT_THAT(e.what(), HasSubstr("missing.tfrecord"));
 }
@@ -321,7 +312,7 @@ TEST_F(TFRecord, TruncatedLengthIsDataLossAtItsOffset) {
   RecordReader reader(p);
   std::string r;
   ASSERT_TRUE(reader.next(r));
-  Error e = error_of([&] { reader.next(r); });
+  Error e = thrown_error([&] { reader.next(r); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr(p));
   EXPECT_THAT(e.what(), HasSubstr("offset " + std::to_string(first.size())));
@@ -331,7 +322,7 @@ TEST_F(TFRecord, TruncatedLengthIsDataLossAtItsOffset) {
 TEST_F(TFRecord, TruncatedDataIsDataLoss) {
   // The header claims 100 bytes; 50 follow.
   const std::string p = write_file("short.tfrecord", header(100) + std::string(50, 'x'));
-  Error e = error_of([&] { read_records(p); });
+  Error e = thrown_error([&] { read_records(p); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr("offset 0"));
   EXPECT_THAT(e.what(), HasSubstr("claims 100 bytes"));
@@ -339,7 +330,7 @@ TEST_F(TFRecord, TruncatedDataIsDataLoss) {
   // All data present, but the data CRC cut short.
   const std::string full = frame("abcdef");
   const std::string p2 = write_file("nocrc.tfrecord", full.substr(0, full.size() - 2));
-  Error e2 = error_of([&] { read_records(p2); });
+  Error e2 = thrown_error([&] { read_records(p2); });
   EXPECT_EQ(e2.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e2.what(), HasSubstr("truncated"));
 }
@@ -349,7 +340,7 @@ TEST_F(TFRecord, FlippedBitInDataIsDataLossNamingTheRecordOffset) {
   std::string second = frame("second record");
   second[12 + 3] ^= 0x10;
   const std::string p = write_file("flip.tfrecord", first + second);
-  Error e = error_of([&] { read_records(p); });
+  Error e = thrown_error([&] { read_records(p); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr(p));
   EXPECT_THAT(e.what(), HasSubstr("record at offset " + std::to_string(first.size())));
@@ -360,7 +351,7 @@ TEST_F(TFRecord, FlippedBitInLengthIsDataLoss) {
   std::string rec = frame("payload");
   rec[0] ^= 0x04;  // length 7 -> 3: the length CRC no longer matches
   const std::string p = write_file("len.tfrecord", rec);
-  Error e = error_of([&] { read_records(p); });
+  Error e = thrown_error([&] { read_records(p); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr("offset 0"));
   EXPECT_THAT(e.what(), HasSubstr("corrupt length"));
@@ -370,7 +361,7 @@ TEST_F(TFRecord, FlippedBitInAStoredCrcIsDataLoss) {
   std::string rec = frame("payload");
   rec[rec.size() - 1] ^= 0x80;
   const std::string p = write_file("crc.tfrecord", rec);
-  EXPECT_EQ(error_of([&] { read_records(p); }).code(), ErrorCode::kDataLoss);
+  EXPECT_EQ(thrown_error([&] { read_records(p); }).code(), ErrorCode::kDataLoss);
 }
 
 int64_t max_rss_kb() {
@@ -382,12 +373,12 @@ int64_t max_rss_kb() {
 TEST_F(TFRecord, AbsurdLengthFailsFastWithoutAllocating) {
   const uint64_t absurd = uint64_t{1} << 63;  // with a valid length CRC: the CRC cannot save us
   const std::string p = write_file("absurd.tfrecord", header(absurd) + "tiny");
-  Error e = error_of([&] { read_records(p); });
+  Error e = thrown_error([&] { read_records(p); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr("claims 9223372036854775808 bytes"));
 
   const std::string gz = write_file("absurd.gz", gzip_stored(header(absurd) + "tiny"));
-  Error eg = error_of([&] { read_records(gz, {.compression = Compression::kGzip}); });
+  Error eg = thrown_error([&] { read_records(gz, {.compression = Compression::kGzip}); });
   EXPECT_EQ(eg.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(eg.what(), HasSubstr("1 GiB"));
   EXPECT_THAT(eg.what(), HasSubstr("offset 0 of the decompressed data"));
@@ -398,7 +389,7 @@ TEST_F(TFRecord, CompressedLengthIsBelievedOnlyAsFarAsTheDataGoes) {
   const std::string p =
       write_file("big.gz", gzip_stored(header((uint64_t{1} << 30) - 1) + std::string(100, 'a')));
   const int64_t before = max_rss_kb();
-  Error e = error_of([&] { read_records(p, {.compression = Compression::kGzip}); });
+  Error e = thrown_error([&] { read_records(p, {.compression = Compression::kGzip}); });
   EXPECT_LT(max_rss_kb() - before, 256 * 1024);  // far less than the 1 GiB claimed
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr("truncated"));
@@ -409,19 +400,19 @@ TEST_F(TFRecord, CorruptCompressedStreamIsDataLoss) {
   // Cut the gzip stream short.
   const std::string gz = gzip_stored(records);
   const std::string cut = write_file("cut.gz", gz.substr(0, gz.size() - 10));
-  Error e = error_of([&] { read_records(cut, {.compression = Compression::kGzip}); });
+  Error e = thrown_error([&] { read_records(cut, {.compression = Compression::kGzip}); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr(cut));
   // Damage the block header of the stored deflate block.
   std::string bad = gz;
   bad[10] = '\x07';  // BTYPE 11: reserved, invalid
   const std::string p = write_file("bad.gz", bad);
-  Error e2 = error_of([&] { read_records(p, {.compression = Compression::kGzip}); });
+  Error e2 = thrown_error([&] { read_records(p, {.compression = Compression::kGzip}); });
   EXPECT_EQ(e2.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e2.what(), HasSubstr("corrupt gzip stream"));
   // A plain file read as gzip.
   const std::string plain = write_file("plain.tfrecord", records);
-  EXPECT_EQ(error_of([&] { read_records(plain, {.compression = Compression::kGzip}); }).code(),
+  EXPECT_EQ(thrown_error([&] { read_records(plain, {.compression = Compression::kGzip}); }).code(),
             ErrorCode::kDataLoss);
 }
 

@@ -12,9 +12,12 @@
 
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
+#include "tests/testing/values.h"
 
 namespace kiln::nn {
 namespace {
+
+using test_values::thrown_error;
 
 namespace fs = std::filesystem;
 using testing::HasSubstr;
@@ -96,16 +99,6 @@ class CheckpointCallbacks : public testing::Test {
     std::sort(out.begin(), out.end());
     return out;
   }
-  template <class F>
-  static Error error_of(F f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e;
-    }
-    ADD_FAILURE() << "no kiln::Error thrown";
-    return Error(ErrorCode::kInternal, "");
-  }
   fs::path dir_;
 };
 
@@ -174,26 +167,26 @@ TEST_F(CheckpointCallbacks, SaveBestOnlySavesWhenTheMonitoredValueImproves) {
 
 TEST_F(CheckpointCallbacks, ConfigurationErrorsAreReported) {
   EXPECT_THAT(
-      error_of([&] { ModelCheckpoint(path("c"), {.save_freq = std::string("batch")}); }).what(),
+      thrown_error([&] { ModelCheckpoint(path("c"), {.save_freq = std::string("batch")}); }).what(),
       HasSubstr("save_freq must be \"epoch\" or a number of batches, got \"batch\""));
-  EXPECT_THAT(error_of([&] { ModelCheckpoint(path("c"), {.save_freq = int64_t{0}}); }).what(),
+  EXPECT_THAT(thrown_error([&] { ModelCheckpoint(path("c"), {.save_freq = int64_t{0}}); }).what(),
               HasSubstr("got 0"));
-  EXPECT_THAT(error_of([&] { ModelCheckpoint(path("c"), {.mode = "avg"}); }).what(),
+  EXPECT_THAT(thrown_error([&] { ModelCheckpoint(path("c"), {.mode = "avg"}); }).what(),
               HasSubstr("mode must be"));
-  EXPECT_THAT(error_of([&] { BackupAndRestore(path("b"), int64_t{-2}); }).what(),
+  EXPECT_THAT(thrown_error([&] { BackupAndRestore(path("b"), int64_t{-2}); }).what(),
               HasSubstr("BackupAndRestore: save_freq"));
-  EXPECT_EQ(error_of([&] { BackupAndRestore(""); }).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(thrown_error([&] { BackupAndRestore(""); }).code(), ErrorCode::kInvalidArgument);
 
   auto [x, y] = data();
   auto model = make_model();
-  Error missing = error_of([&] {
+  Error missing = thrown_error([&] {
     model->fit(x, y, options({ModelCheckpoint(path("c"), {.save_best_only = true})}, 1));
   });
   EXPECT_THAT(missing.what(), HasSubstr("monitors 'val_loss', which is not in the logs (loss)"));
   EXPECT_THAT(
-      error_of([&] { model->fit(x, y, options({ModelCheckpoint(path("c/{nope}"))}, 1)); }).what(),
+      thrown_error([&] { model->fit(x, y, options({ModelCheckpoint(path("c/{nope}"))}, 1)); }).what(),
       HasSubstr("uses {nope}"));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(thrown_error([&] {
                 model->fit(x, y, options({ModelCheckpoint(path("c/{epoch:n}"))}, 1));
               }).what(),
               HasSubstr("unsupported format 'n'"));
@@ -247,7 +240,7 @@ TEST_F(CheckpointCallbacks, ABackupOfAnotherModelIsRejected) {
   small->compile(optim::SGD(0.1), SparseCategoricalCrossentropy(true));
   small->fit(x, y, options({BackupAndRestore(path("b"), std::string("epoch"), false)}, 1));
   auto model = make_model();
-  Error e = error_of([&] { model->fit(x, y, options({BackupAndRestore(path("b"))})); });
+  Error e = thrown_error([&] { model->fit(x, y, options({BackupAndRestore(path("b"))})); });
   EXPECT_THAT(e.what(), HasSubstr("BackupAndRestore: cannot restore " + path("b/ckpt-4")));
   EXPECT_THAT(e.what(), HasSubstr("dense/bias"));
 }

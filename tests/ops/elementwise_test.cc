@@ -9,9 +9,12 @@
 
 #include "kiln/kiln.h"
 #include "src/core/type_switch.h"
+#include "tests/testing/values.h"
 
 namespace kiln {
 namespace {
+
+using test_values::thrown_error;
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -66,17 +69,6 @@ std::vector<double> values(const Tensor& t) {
     }
   }
   return ::testing::AssertionSuccess();
-}
-
-template <class F>
-Error error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a kiln::Error";
-  return Error(ErrorCode::kInternal, "<no error thrown>");
 }
 
 // ---- unary float math ---------------------------------------------------------------------
@@ -167,7 +159,7 @@ TEST(Elementwise, IntegerNegAbsSign) {
 
 TEST(Elementwise, NumericOpsRejectBool) {
   Tensor b = Tensor::from_list<bool>({true});
-  Error e = error_of([&] { neg(b); });
+  Error e = thrown_error([&] { neg(b); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(e.what(), AllOf(HasSubstr("neg"), HasSubstr("numeric"), HasSubstr("bool[1]")));
   EXPECT_THROW(sign(b), Error);
@@ -194,7 +186,7 @@ TEST(Elementwise, LogicalOpsTruthTables) {
 
 TEST(Elementwise, LogicalOpsRejectNonBool) {
   Tensor f = Tensor::from_list<float>({1, 0});
-  Error e = error_of([&] { logical_and(f, f); });
+  Error e = thrown_error([&] { logical_and(f, f); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(e.what(), AllOf(HasSubstr("logical_and"), HasSubstr("bool"), HasSubstr("f32[2]")));
 }
@@ -442,7 +434,7 @@ TEST(Elementwise, ZeroSizedDims) {
       is_tensor(where(Tensor::empty(bool_, {0, 1}), Tensor::scalar(1.0f), Tensor::empty(f32, {3})),
                 f32, {0, 3}, {}));
   // Zero only broadcasts with one.
-  Error e = error_of([] { Tensor::empty(f32, {0}) + Tensor::empty(f32, {2}); });
+  Error e = thrown_error([] { Tensor::empty(f32, {0}) + Tensor::empty(f32, {2}); });
   EXPECT_THAT(e.what(), AllOf(HasSubstr("add"), HasSubstr("[0]"), HasSubstr("[2]")));
 }
 

@@ -1,5 +1,5 @@
 // Helpers of the op tests: tensors from literal values, value checks with a relative
-// tolerance (NaN matches NaN), and the message of the kiln::Error a call throws.
+// tolerance (NaN matches NaN), and the kiln::Error (or its message) a call throws.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -47,6 +47,17 @@ inline std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+// The kiln::Error that f throws (a test failure, and an kInternal error, if it throws none).
+inline Error thrown_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "expected a kiln::Error";
+  return Error(ErrorCode::kInternal, "<no error thrown>");
 }
 
 }  // namespace kiln::test_values

@@ -1,0 +1,104 @@
+// What the Fashion-MNIST trainers share: the flags they all take, the callbacks those flags ask
+// for (backups to resume a killed run, TensorBoard logs), the shuffled and prefetched input
+// pipeline, and the final test-set report.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "examples/common/flags.h"
+#include "kiln/data/dataset.h"
+#include "kiln/data/fashion_mnist.h"
+#include "kiln/kiln.h"
+#include "kiln/nn.h"
+
+namespace examples {
+
+struct TrainerFlags {
+  int epochs;
+  int64_t batch_size;
+  double learning_rate;
+  uint64_t seed;
+  std::string data_dir;
+  int64_t train_limit;  // 0: all 60000 training examples
+  int verbose;
+  std::string checkpoint_dir;      // backups: a killed run started again resumes
+  int64_t checkpoint_every_steps;  // 0: a backup per epoch
+  std::string logdir;              // TensorBoard logs, when set
+
+  // Reads the flags (with these defaults) and rejects unknown ones.
+  TrainerFlags(Flags& flags, int64_t default_batch_size)
+      : epochs(static_cast<int>(flags.integer("epochs", 5))),
+        batch_size(flags.integer("batch_size", default_batch_size)),
+        learning_rate(flags.number("learning_rate", 1e-3)),
+        seed(static_cast<uint64_t>(flags.integer("seed", 1))),
+        data_dir(flags.str("data_dir", kiln::data::default_fashion_mnist_dir())),
+        train_limit(flags.integer("train_limit", 0)),
+        verbose(static_cast<int>(flags.integer("verbose", 1))),
+        checkpoint_dir(flags.str("checkpoint_dir", "")),
+        checkpoint_every_steps(flags.integer("checkpoint_every_steps", 0)),
+        logdir(flags.str("logdir", "")) {
+    flags.check();
+  }
+
+  std::vector<kiln::nn::CallbackRef> callbacks() const {
+    std::vector<kiln::nn::CallbackRef> list;
+    if (!checkpoint_dir.empty()) {
+      kiln::nn::SaveFreq freq = std::string("epoch");
+      if (checkpoint_every_steps > 0) freq = checkpoint_every_steps;
+      list.push_back(kiln::nn::BackupAndRestore(checkpoint_dir, freq));
+    }
+    if (!logdir.empty()) list.push_back(kiln::nn::TensorBoard(logdir));
+    return list;
+  }
+};
+
+// Fashion-MNIST with images reshaped to `image_shape` (after the batch dimension), the
+// training set cut to --train_limit examples when set.
+struct TrainerData {
+  kiln::Tensor x_train, y_train, x_test, y_test;
+};
+
+inline TrainerData load_trainer_data(const TrainerFlags& flags, kiln::Shape image_shape) {
+  kiln::data::FashionMnist data = kiln::data::load_fashion_mnist(flags.data_dir);
+  std::vector<int64_t> dims = {-1};
+  dims.insert(dims.end(), image_shape.begin(), image_shape.end());
+  TrainerData d{kiln::reshape(data.train_images, dims), data.train_labels,
+                kiln::reshape(data.test_images, dims), data.test_labels};
+  if (flags.train_limit > 0 && flags.train_limit < d.x_train.dim(0)) {
+    std::vector<int64_t> begin(dims.size(), 0), end = dims;
+    end[0] = flags.train_limit;
+    d.x_train = kiln::slice(d.x_train, begin, end);
+    d.y_train = kiln::slice(d.y_train, {0}, {flags.train_limit});
+  }
+  return d;
+}
+
+// Trains `model` (compiled by the caller) with the flags' callbacks on an input pipeline that
+// is reshuffled every epoch (reproducibly for the seed), batched, and prepared on a background
+// thread while the previous step trains; then prints the test accuracy and the training time.
+inline void train_and_report(kiln::nn::Sequential& model, const TrainerFlags& flags,
+                             const TrainerData& data, int64_t eval_batch_size) {
+  auto start = std::chrono::steady_clock::now();
+  kiln::data::Dataset train = kiln::data::Dataset::from_tensors({data.x_train, data.y_train})
+                                  .shuffle(data.x_train.dim(0), flags.seed)
+                                  .batch(flags.batch_size)
+                                  .prefetch(kiln::data::kAutotune);
+  model.fit(train, {.epochs = flags.epochs,
+                    .seed = flags.seed,
+                    .callbacks = flags.callbacks(),
+                    .verbose = flags.verbose});
+  double train_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (flags.verbose) std::cout << model.summary();
+
+  auto scores = model.evaluate(data.x_test, data.y_test, eval_batch_size);
+  std::printf("result: test_accuracy=%.4f test_loss=%.4f train_seconds=%.1f\n",
+              scores["accuracy"], scores["loss"], train_seconds);
+}
+
+}  // namespace examples
