@@ -182,6 +182,22 @@ class Emitter {
     });
   }
 
+  // Per input, its element stride along each of the `out_rank` output dimensions (inputs are
+  // right-aligned; 0 along the dimensions an input is broadcast over).
+  std::vector<std::vector<int64_t>> input_strides(int out_rank) const {
+    std::vector<std::vector<int64_t>> strides(sg_.inputs.size(),
+                                              std::vector<int64_t>(out_rank, 0));
+    for (size_t k = 0; k < sg_.inputs.size(); ++k) {
+      const Shape& s = sg_.inputs[k].shape;
+      int64_t st = 1;
+      for (int j = static_cast<int>(s.size()) - 1; j >= 0; --j) {
+        strides[k][out_rank - static_cast<int>(s.size()) + j] = s[j] == 1 ? 0 : st;
+        st *= s[j];
+      }
+    }
+    return strides;
+  }
+
   // General broadcasting: rows of the last (collapsed) output dimension; each input's row
   // offset is index arithmetic on the row number (constant strides, 0 along broadcast
   // dimensions), its inner stride is 0 or 1.
@@ -189,16 +205,7 @@ class Emitter {
     int out_rank = static_cast<int>(shape_.size());
     size_t n_in = sg_.inputs.size();
     // strides[k][d]: input k's element stride along output dimension d.
-    std::vector<std::vector<int64_t>> strides(n_in, std::vector<int64_t>(out_rank, 0));
-    for (size_t k = 0; k < n_in; ++k) {
-      const Shape& s = sg_.inputs[k].shape;
-      int64_t st = 1;
-      for (int j = static_cast<int>(s.size()) - 1; j >= 0; --j) {
-        int d = out_rank - static_cast<int>(s.size()) + j;
-        strides[k][d] = s[j] == 1 ? 0 : st;
-        st *= s[j];
-      }
-    }
+    std::vector<std::vector<int64_t>> strides = input_strides(out_rank);
     // Collapse adjacent dimensions every input walks alike (broadcast along both, or
     // contiguous across both); drop size-1 dimensions. Built innermost first.
     std::vector<int64_t> dims;
@@ -387,16 +394,8 @@ class Emitter {
     for (size_t o = 0; o < sg_.outputs.size(); ++o)
       (sg_.is_reduction(sg_.outputs[o]) ? red_outs : full_outs).push_back(static_cast<int>(o));
     const size_t n_acc = n_in + full_outs.size();
-    std::vector<std::vector<int64_t>> strides(n_acc, std::vector<int64_t>(rank, 0));
-    for (size_t k = 0; k < n_in; ++k) {
-      const Shape& s = sg_.inputs[k].shape;
-      int64_t st = 1;
-      for (int j = static_cast<int>(s.size()) - 1; j >= 0; --j) {
-        int d = rank - static_cast<int>(s.size()) + j;
-        strides[k][d] = s[j] == 1 ? 0 : st;
-        st *= s[j];
-      }
-    }
+    std::vector<std::vector<int64_t>> strides = input_strides(rank);
+    strides.resize(n_acc, std::vector<int64_t>(rank, 0));
     for (size_t f = 0; f < full_outs.size(); ++f) {
       int64_t st = 1;
       for (int d = rank - 1; d >= 0; --d) {
