@@ -12,7 +12,7 @@
 #include "compiler/passes/constant_folding.h"
 #include "compiler/passes/cse.h"
 #include "compiler/passes/dce.h"
-#include "compiler/passes/dot_epilogue.h"
+#include "compiler/passes/epilogue_fusion.h"
 #include "compiler/passes/verify.h"
 #include "kiln/error.h"
 
@@ -102,7 +102,7 @@ Pipeline default_pipeline() {
   simplify.push_back(std::make_unique<Cse>());
   simplify.push_back(std::make_unique<Dce>());
   p.add_fixed_point(std::move(simplify), 8);
-  p.add(std::make_unique<DotEpilogue>());
+  p.add(std::make_unique<EpilogueFusion>());
   p.add(std::make_unique<Dce>());  // what the epilogues absorbed (relu's 0, the bias add)
   p.add(std::make_unique<Verify>());
   return p;

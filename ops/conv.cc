@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kiln/ops.h"
+#include "ops/conv.h"
 #include "ops/kernel_util.h"
 
 namespace kiln {
@@ -280,9 +281,15 @@ void col2im(const ConvPlan& plan, const C* patch, int64_t row, int64_t rows, int
   });
 }
 
-template <class T>
-void conv_kernel(KernelContext& ctx) {
+// The plain convolution: no epilogue, no call.
+struct NoEpilogue {};
+
+// `epilogue` (see ops/conv.h) sees each block of output rows as soon as its GEMMs are done.
+template <class T, class E = NoEpilogue>
+void conv_kernel(KernelContext& ctx, const E& epilogue = {}) {
   using C = ComputeType<T>;  // float for f16/bf16
+  constexpr bool kHook = !std::is_same_v<E, NoEpilogue>;
+  static_assert(!kHook || std::is_same_v<T, C>, "epilogues see the output in its own type");
   using Mat = Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Strided = Eigen::OuterStride<>;
   const ConvPlan plan =
@@ -292,6 +299,7 @@ void conv_kernel(KernelContext& ctx) {
   if (plan.out_rows == 0 || plan.c_out == 0) return;
   if (plan.depth == 0) {
     std::fill(y, y + plan.out_rows * plan.c_out, T(C(0)));
+    if constexpr (kHook) epilogue(y, 0, plan.out_rows);
     return;
   }
   const T* x = in_ptr<T>(ctx, 0);
@@ -329,6 +337,7 @@ void conv_kernel(KernelContext& ctx) {
                                        Strided(plan.c_out));
         yg.noalias() = p * wg;
       }
+      if constexpr (kHook) epilogue(yc, r0, rows);  // while the block is in cache
       if constexpr (!std::is_same_v<T, C>) {
         T* dst = y + r0 * plan.c_out;
         for (int64_t i = 0; i < rows * plan.c_out; ++i) dst[i] = static_cast<T>(staging[i]);
@@ -595,6 +604,13 @@ KernelFn float_kernel(auto kernel) {
 }
 
 }  // namespace
+
+template <class T>
+void conv_forward(KernelContext& ctx, const ConvEpilogue<T>& epilogue) {
+  conv_kernel<T>(ctx, epilogue);
+}
+template void conv_forward<float>(KernelContext&, const ConvEpilogue<float>&);
+template void conv_forward<double>(KernelContext&, const ConvEpilogue<double>&);
 
 KILN_REGISTER_OP(convolution)
     .input("input")

@@ -386,6 +386,24 @@ inline const std::vector<OpCase>& compiler_op_cases() {
        {in({4, 3}), in({4, 2}), in({})},
        dims({0}, {0}, "logistic"),
        "transposed_scalar_bias_logistic"},
+      // fused_conv (compiler/fused_conv.cc): convolution + optional bias + activation
+      {"fused_conv", {in({2, 5, 5, 3}), in({3, 3, 3, 4})}, {{"activation", std::string("none")}}},
+      {"fused_conv",
+       {in({2, 6, 5, 4}), in({2, 3, 2, 6}), in({6})},
+       {{"strides", Axes{2, 1}},
+        {"padding_low", Axes{1, 0}},
+        {"padding_high", Axes{0, 1}},
+        {"groups", int64_t{2}},
+        {"activation", std::string("relu")}},
+       "strided_grouped_bias_relu"},
+      {"fused_conv",
+       {in({2, 9, 3}), in({3, 3, 2}), in({1, 2})},
+       {{"dilation", Axes{2}}, {"activation", std::string("tanh")}},
+       "1d_dilated_bias_tanh"},
+      {"fused_conv",
+       {in({1, 3, 4, 3, 2}), in({2, 2, 2, 2, 2}), in({})},
+       {{"activation", std::string("logistic")}},
+       "3d_scalar_bias_logistic"},
   };
   return kCases;
 }

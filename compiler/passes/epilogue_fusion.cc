@@ -1,13 +1,36 @@
-// Matches dot [-> add(bias)] [-> tanh | logistic | max(., 0)] chains whose intermediates have no
-// other use and rewrites each into one fused_dot node standing where the chain ends.
-#include "compiler/passes/dot_epilogue.h"
+// Matches dot | convolution [-> add(bias)] [-> tanh | logistic | max(., 0)] chains whose
+// intermediates have no other use and rewrites each into one fused_dot or fused_conv node
+// standing where the chain ends.
+#include "compiler/passes/epilogue_fusion.h"
 
 #include <optional>
 
+#include "compiler/fused_conv.h"
 #include "compiler/fused_dot.h"
 
 namespace kiln::compiler {
 namespace {
+
+// An op whose output an epilogue folds into, and the fused op it becomes.
+struct Producer {
+  const char* noun;  // in notes: "the dot's result"
+  const char* fused_op;
+  bool allow_full_bias;  // fused_dot adds an output-shaped bias; fused_conv only broadcasts
+  // Whether the bias fuses when the activation must stay apart. Not for convolutions: relu's
+  // loop then re-reads the pre-activation, and its gradient masks, which that loop computed
+  // beside the bias add, move to the backward loop reading 4-byte floats instead of 1-byte
+  // masks; on the CNN train step (benchmarks/train_step_bench cnn_b128) that measured 2-4%
+  // slower than leaving the bias in the activation's loop.
+  bool fuse_bias_alone;
+};
+
+const Producer* producer_of(const std::string& op) {
+  static const Producer kDot{"dot", kFusedDotOp, true, true};
+  static const Producer kConv{"convolution", kFusedConvOp, false, false};
+  if (op == "dot") return &kDot;
+  if (op == "convolution") return &kConv;
+  return nullptr;
+}
 
 struct Match {
   int dot = -1, add = -1, act_node = -1, end = -1;
@@ -16,8 +39,7 @@ struct Match {
 };
 
 std::string label(const std::vector<detail::Node>& nodes, int id) {
-  return std::string("%") + std::to_string(id) + " " + nodes[id].name + " (" + nodes[id].op +
-         ")";
+  return std::string("%") + std::to_string(id) + " " + nodes[id].name + " (" + nodes[id].op + ")";
 }
 
 bool is_zero_scalar(const detail::Node& n) {
@@ -31,7 +53,7 @@ bool is_zero_scalar(const detail::Node& n) {
 
 }  // namespace
 
-bool DotEpilogue::run(Module& module) {
+bool EpilogueFusion::run(Module& module) {
   const std::vector<detail::Node>& nodes = nodes_of(module.graph);
   const int n = static_cast<int>(nodes.size());
   std::vector<std::vector<int>> users(n);
@@ -73,10 +95,22 @@ bool DotEpilogue::run(Module& module) {
 
   std::vector<Match> matches;
   for (int d = 0; d < n; ++d) {
-    const detail::Node& dot = nodes[d];
-    if (dot.op != "dot" || dot.outputs.size() != 1) continue;
+    const detail::Node& dot = nodes[d];  // the dot or convolution
+    const Producer* producer = producer_of(dot.op);
+    if (producer == nullptr || dot.outputs.size() != 1) continue;
     const TensorType& out = dot.outputs[0];
-    if (out.dtype != f32 && out.dtype != f64) continue;
+    const std::string used_elsewhere = std::string("the ") + producer->noun +
+                                       "'s result is also used elsewhere (" +
+                                       std::to_string(uses[d]) + " uses)";
+    if (out.dtype != f32 && out.dtype != f64) {
+      for (int u : users[d]) {
+        if (nodes[u].op != "add" && !activation_of(u, d)) continue;
+        note("not fused: epilogue of " + label(nodes, d) + ": its output is " + out.str() +
+             "; the fused kernels take f32 and f64 only");
+        break;
+      }
+      continue;
+    }
     // A candidate consumer: an add with a bias, or an activation.
     Match m;
     m.dot = d;
@@ -85,15 +119,14 @@ bool DotEpilogue::run(Module& module) {
       if (un.op == "add" && un.inputs.size() == 2 && un.outputs[0] == out) {
         int k = un.inputs[0].node == d ? 1 : 0;
         if (un.inputs[k].node == d) continue;  // dot + dot
-        std::string why = fused_dot_bias_refusal(type(un.inputs[k]), out);
+        std::string why = bias_refusal(type(un.inputs[k]), out, producer->allow_full_bias);
         if (why.empty() && type(un.inputs[k]).shape == out.shape && num_elements(out.shape) != 1)
           why = std::string("the addend ") + type(un.inputs[k]).str() +
                 " is not a broadcast bias (a full-size add stays in loop fusion)";
         if (uses[d] > 1 && why.empty()) {
-          why = depends_on(un.inputs[k], d)
-                    ? std::string("the bias depends on the dot (fusing would create a cycle)")
-                    : std::string("the dot's result is also used elsewhere (") +
-                          std::to_string(uses[d]) + " uses)";
+          why = depends_on(un.inputs[k], d) ? std::string("the bias depends on the ") +
+                                                  producer->noun + " (fusing would create a cycle)"
+                                            : used_elsewhere;
         }
         if (!why.empty()) {
           note(std::string("not fused: ") + label(nodes, u) + " into " + label(nodes, d) + ": " +
@@ -104,9 +137,8 @@ bool DotEpilogue::run(Module& module) {
         m.bias = un.inputs[k];
       } else if (activation_of(u, d)) {
         if (uses[d] > 1) {
-          note(std::string("not fused: ") + label(nodes, u) + " into " + label(nodes, d) +
-               ": the dot's result is also used elsewhere (" + std::to_string(uses[d]) +
-               " uses)");
+          note(std::string("not fused: ") + label(nodes, u) + " into " + label(nodes, d) + ": " +
+               used_elsewhere);
           continue;
         }
         m.act_node = u;
@@ -114,8 +146,10 @@ bool DotEpilogue::run(Module& module) {
       }
     }
     if (m.add < 0 && m.act_node < 0) continue;
-    std::string layout =
-        fused_dot_layout_refusal(type(dot.inputs[0]).shape, type(dot.inputs[1]).shape, dot.attrs);
+    std::string layout = dot.op != "dot"
+                             ? std::string()
+                             : fused_dot_layout_refusal(type(dot.inputs[0]).shape,
+                                                        type(dot.inputs[1]).shape, dot.attrs);
     if (!layout.empty()) {
       note("not fused: epilogue of " + label(nodes, d) + ": " + layout);
       continue;
@@ -125,15 +159,26 @@ bool DotEpilogue::run(Module& module) {
         auto a = activation_of(v, m.add);
         if (!a) continue;
         if (uses[m.add] > 1) {
+          const std::string why = ": the pre-activation " + label(nodes, m.add) +
+                                  " is also used elsewhere (" + std::to_string(uses[m.add]) +
+                                  " uses)";
+          if (!producer->fuse_bias_alone) {
+            note("not fused: " + label(nodes, m.add) + " and " + label(nodes, v) + " into " +
+                 label(nodes, d) + why +
+                 ", and a convolution does not take the bias alone (it stays in the "
+                 "activation's loop)");
+            m.add = -1;
+            break;
+          }
           note(std::string("fused only the bias: ") + label(nodes, v) + " stays apart from " +
-               label(nodes, d) + ": the pre-activation " + label(nodes, m.add) +
-               " is also used elsewhere (" + std::to_string(uses[m.add]) + " uses)");
+               label(nodes, d) + why);
           break;
         }
         m.act_node = v;
         m.act = *a;
       }
     }
+    if (m.add < 0 && m.act_node < 0) continue;
     m.end = m.act_node >= 0 ? m.act_node : m.add;
     matches.push_back(m);
   }
@@ -161,7 +206,7 @@ bool DotEpilogue::run(Module& module) {
     const detail::Node& dot = nodes[m.dot];
     detail::Node fused;
     fused.name = nodes[id].name;
-    fused.op = kFusedDotOp;
+    fused.op = producer_of(dot.op)->fused_op;
     fused.inputs = {rw.map(dot.inputs[0]), rw.map(dot.inputs[1])};
     if (m.add >= 0) fused.inputs.push_back(rw.map(m.bias));
     fused.attrs = dot.attrs;

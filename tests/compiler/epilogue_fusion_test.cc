@@ -1,9 +1,10 @@
-// The dot-epilogue pass (compiler/passes/dot_epilogue.h) and the fused_dot op it creates: which
-// chains fuse, the refusals and their notes, and results against the unfused reference kernels.
+// The epilogue fusion pass (compiler/passes/epilogue_fusion.h) on dots and the fused_dot op it
+// creates: which chains fuse, the refusals and their notes, and results against the unfused
+// reference kernels (convolutions: tests/compiler/fused_conv_test.cc).
 // Tolerance: none. fused_dot runs the same Eigen products over the same row blocks as dot's
 // reference kernel and applies the reference kernels' bias-add and activation formulas, so every
 // result must be bit-identical to dot -> add -> activation run op by op.
-#include "compiler/passes/dot_epilogue.h"
+#include "compiler/passes/epilogue_fusion.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -58,14 +59,14 @@ struct Dense {
   }
 };
 
-TEST(DotEpilogueTest, DenseBiasActivationBecomesOneFusedDot) {
+TEST(EpilogueFusionTest, DenseBiasActivationBecomesOneFusedDot) {
   for (const char* act : {"relu", "tanh", "logistic"}) {
     Dense d(37, 50, 70);
     Tensor pre = matmul(d.x, d.w) + d.b;
     Tensor y = std::string(act) == "relu" ? relu(pre) : std::string(act) == "tanh" ? tanh(pre)
                                                                                    : logistic(pre);
     Module m = make_module(d.g, {y});
-    DotEpilogue pass;
+    EpilogueFusion pass;
     EXPECT_TRUE(pass.run(m));
     EXPECT_EQ(find_op(m, "dot"), nullptr) << ops_of(m);
     const detail::Node* f = find_op(m, "fused_dot");
@@ -77,13 +78,13 @@ TEST(DotEpilogueTest, DenseBiasActivationBecomesOneFusedDot) {
   }
 }
 
-TEST(DotEpilogueTest, BiasOnlyActivationOnlyAndF64) {
+TEST(EpilogueFusionTest, BiasOnlyActivationOnlyAndF64) {
   {
     Dense d(5, 3, 4, f64);
     Tensor y = matmul(d.x, d.w) + d.b;  // bias only
     Tensor z = tanh(matmul(d.x, d.w));   // activation only
     Module m = make_module(d.g, {y, z});
-    EXPECT_TRUE(DotEpilogue().run(m));
+    EXPECT_TRUE(EpilogueFusion().run(m));
     EXPECT_EQ(ops_of(m), "placeholder placeholder placeholder fused_dot fused_dot") << ops_of(m);
     expect_bitwise_equal(run_module(m, d.feeds), d.g.run(d.feeds, std::vector<Tensor>{y, z}));
   }
@@ -92,7 +93,7 @@ TEST(DotEpilogueTest, BiasOnlyActivationOnlyAndF64) {
     Tensor wt = d.g.placeholder(f32, {9, 6}, "wt");
     Tensor y = relu(dot(d.x, wt, {1}, {1}) + d.g.constant(Tensor::scalar<float>(0.25f)));
     Module m = make_module(d.g, {y});
-    EXPECT_TRUE(DotEpilogue().run(m));
+    EXPECT_TRUE(EpilogueFusion().run(m));
     ASSERT_NE(find_op(m, "fused_dot"), nullptr) << ops_of(m);
     FeedList feeds = d.feeds;
     feeds.push_back({wt, random({9, 6}, 4)});
@@ -105,7 +106,7 @@ TEST(DotEpilogueTest, BiasOnlyActivationOnlyAndF64) {
     Tensor bias = g.placeholder(f32, {1, 11}, "bias");
     Tensor y = logistic(matmul(a, b) + bias);
     Module m = make_module(g, {y});
-    EXPECT_TRUE(DotEpilogue().run(m));
+    EXPECT_TRUE(EpilogueFusion().run(m));
     ASSERT_NE(find_op(m, "fused_dot"), nullptr) << ops_of(m);
     FeedList feeds = {{a, random({3, 20, 7}, 5)}, {b, random({3, 7, 11}, 6)},
                       {bias, random({1, 11}, 7)}};
@@ -114,13 +115,13 @@ TEST(DotEpilogueTest, BiasOnlyActivationOnlyAndF64) {
 }
 
 // The pre-activation is needed elsewhere (as the backward pass needs it): only the bias fuses.
-TEST(DotEpilogueTest, PreActivationUsedElsewhereFusesOnlyTheBias) {
+TEST(EpilogueFusionTest, PreActivationUsedElsewhereFusesOnlyTheBias) {
   Dense d(4, 3, 5);
   Tensor pre = matmul(d.x, d.w) + d.b;
   Tensor y = relu(pre);
   Tensor other = pre * pre;
   Module m = make_module(d.g, {y, other});
-  DotEpilogue pass;
+  EpilogueFusion pass;
   EXPECT_TRUE(pass.run(m));
   const detail::Node* f = find_op(m, "fused_dot");
   ASSERT_NE(f, nullptr);
@@ -132,13 +133,13 @@ TEST(DotEpilogueTest, PreActivationUsedElsewhereFusesOnlyTheBias) {
 }
 
 // The dot itself is used elsewhere, or the bias depends on the dot (a cycle): nothing fuses.
-TEST(DotEpilogueTest, RefusalsAreNoted) {
+TEST(EpilogueFusionTest, RefusalsAreNoted) {
   {
     Dense d(4, 3, 5);
     Tensor z = matmul(d.x, d.w);
     Tensor y = relu(z + d.b);
     Module m = make_module(d.g, {y, z});
-    DotEpilogue pass;
+    EpilogueFusion pass;
     EXPECT_FALSE(pass.run(m));
     EXPECT_THAT(notes_of(pass), HasSubstr("the dot's result is also used elsewhere"));
   }
@@ -147,7 +148,7 @@ TEST(DotEpilogueTest, RefusalsAreNoted) {
     Tensor z = matmul(d.x, d.w);
     Tensor y = z + sum(z, {0});  // the "bias" is computed from the dot
     Module m = make_module(d.g, {y});
-    DotEpilogue pass;
+    EpilogueFusion pass;
     EXPECT_FALSE(pass.run(m));
     EXPECT_THAT(notes_of(pass), HasSubstr("would create a cycle")) << notes_of(pass);
   }
@@ -156,7 +157,7 @@ TEST(DotEpilogueTest, RefusalsAreNoted) {
     Tensor y = matmul(d.x, d.w) + d.g.placeholder(f32, {4, 5}, "full");
     Tensor c = matmul(d.x, d.w) + d.g.placeholder(f32, {4, 1}, "column");
     Module m = make_module(d.g, {y, c});
-    DotEpilogue pass;
+    EpilogueFusion pass;
     EXPECT_FALSE(pass.run(m));
     EXPECT_THAT(notes_of(pass), HasSubstr("is not a broadcast bias"));
     EXPECT_THAT(notes_of(pass), HasSubstr("neither one element, a vector along the last"));
@@ -168,13 +169,13 @@ TEST(DotEpilogueTest, RefusalsAreNoted) {
     Tensor bias = g.placeholder(f32, {5}, "bias");
     Tensor y = dot(a, b, {1}, {0}) + bias;
     Module m = make_module(g, {y});
-    DotEpilogue pass;
+    EpilogueFusion pass;
     EXPECT_FALSE(pass.run(m));
     EXPECT_THAT(notes_of(pass), HasSubstr("is in neither [batch, M, K] nor [batch, K, M] order"));
   }
 }
 
-TEST(DotEpilogueTest, FusedDotOpChecksItsInputs) {
+TEST(EpilogueFusionTest, FusedDotOpChecksItsInputs) {
   Tensor a = random({2, 3}, 1), b = random({3, 4}, 2);
   auto call = [&](std::vector<Tensor> in, const std::string& act) {
     return call_op("fused_dot", in,
@@ -201,10 +202,10 @@ TEST(DotEpilogueTest, FusedDotOpChecksItsInputs) {
 
 // The MLP training step: each Dense layer's dot fuses its bias; the hidden layer's relu stays
 // apart, since the backward pass needs its pre-activation; every bit as the interpreter.
-TEST(DotEpilogueTest, MlpTrainingStepFusesTheBiases) {
+TEST(EpilogueFusionTest, MlpTrainingStepFusesTheBiases) {
   test_models::MlpStep step = test_models::make_mlp_step(64, 128, 10, 16);
   Module m = make_module(step.graph, step.fetches);
-  DotEpilogue pass;
+  EpilogueFusion pass;
   EXPECT_TRUE(pass.run(m));
   int fused = 0;
   for (const auto& n : nodes_of(m.graph)) fused += n.op == "fused_dot";
@@ -218,11 +219,47 @@ TEST(DotEpilogueTest, MlpTrainingStepFusesTheBiases) {
   EXPECT_EQ(in_default, 2);
 }
 
+// A convolution layer's training step: the gradient of relu needs its pre-activation, so the
+// chain stays unfused (a convolution does not take the bias alone); tanh's gradient reads its
+// output, so the whole chain fuses. The backward convolutions are left alone; every bit as the
+// interpreter.
+TEST(EpilogueFusionTest, ConvTrainingStepFusesTanhLayersWhole) {
+  for (const char* act : {"relu", "tanh"}) {
+    SCOPED_TRACE(act);
+    Graph g{"conv_step"};
+    Tensor x = g.placeholder(f32, {8, 10, 10, 3}, "x");
+    Tensor w = g.placeholder(f32, {3, 3, 3, 6}, "w");
+    Tensor b = g.placeholder(f32, {6}, "b");
+    Tensor pre = conv2d(x, w, {1, 1}, "same") + b;
+    const bool is_relu = std::string(act) == "relu";
+    Tensor h = is_relu ? relu(pre) : tanh(pre);
+    Tensor loss = mean(h * h);
+    std::vector<Tensor> grads = gradients(loss, {w, b});
+    std::vector<Tensor> fetches = {loss, grads[0], grads[1]};
+    FeedList feeds = {
+        {x, random({8, 10, 10, 3}, 1)}, {w, random({3, 3, 3, 6}, 2)}, {b, random({6}, 3)}};
+    Module m = make_module(g, fetches);
+    EpilogueFusion pass;
+    EXPECT_EQ(pass.run(m), !is_relu) << notes_of(pass);
+    EXPECT_NE(find_op(m, "convolution_kernel_grad"), nullptr) << ops_of(m);
+    if (is_relu) {
+      EXPECT_EQ(find_op(m, "fused_conv"), nullptr) << ops_of(m);
+      EXPECT_THAT(notes_of(pass), HasSubstr("does not take the bias alone")) << notes_of(pass);
+      continue;
+    }
+    const detail::Node* f = find_op(m, "fused_conv");
+    ASSERT_NE(f, nullptr) << ops_of(m);
+    EXPECT_EQ(f->attrs.get_string("activation"), "tanh");
+    EXPECT_EQ(find_op(m, "convolution"), nullptr) << ops_of(m);
+    expect_bitwise_equal(run_module(m, feeds), g.run(feeds, fetches));
+  }
+}
+
 // KILN_DUMP: the pass's log after the simplification fixed point says what it fused and why it
 // declined.
-TEST(DotEpilogueTest, DumpLogsTheRefusals) {
+TEST(EpilogueFusionTest, DumpLogsTheRefusals) {
   namespace fs = std::filesystem;
-  fs::path dir = fs::temp_directory_path() / ("kiln_dot_epilogue_" + std::to_string(getpid()));
+  fs::path dir = fs::temp_directory_path() / ("kiln_epilogue_fusion_" + std::to_string(getpid()));
   fs::remove_all(dir);
   Dense d(4, 3, 5);
   Tensor pre = matmul(d.x, d.w) + d.b;
@@ -233,20 +270,20 @@ TEST(DotEpilogueTest, DumpLogsTheRefusals) {
   std::string log;
   for (const auto& e : fs::directory_iterator(dir)) {
     std::string name = e.path().filename().string();
-    if (name.find("dot_epilogue") == std::string::npos || !name.ends_with(".log")) continue;
+    if (name.find("epilogue_fusion") == std::string::npos || !name.ends_with(".log")) continue;
     std::ifstream f(e.path());
     std::stringstream ss;
     ss << f.rdbuf();
     log = ss.str();
   }
   fs::remove_all(dir);
-  EXPECT_THAT(log, HasSubstr("dot_epilogue: changed")) << log;
+  EXPECT_THAT(log, HasSubstr("epilogue_fusion: changed")) << log;
   EXPECT_THAT(log, HasSubstr("fused only the bias")) << log;
   expect_bitwise_equal(c.run(d.feeds), d.g.run(d.feeds, std::vector<Tensor>{y, pre}));
 }
 
 // Compiled: a fused_dot runs as a kernel thunk among fused loops.
-TEST(DotEpilogueTest, CompiledMlpForwardUsesFusedDot) {
+TEST(EpilogueFusionTest, CompiledMlpForwardUsesFusedDot) {
   Dense d(64, 32, 16);
   Tensor w2 = d.g.placeholder(f32, {16, 10}, "w2");
   Tensor b2 = d.g.placeholder(f32, {10}, "b2");

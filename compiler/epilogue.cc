@@ -1,0 +1,86 @@
+// The fused kernels' epilogue (compiler/epilogue.h): activation names, the bias's broadcast
+// kinds and the shape-function checks fused_dot and fused_conv share.
+#include "compiler/epilogue.h"
+
+#include <algorithm>
+
+#include "runtime/thread_pool.h"
+
+namespace kiln::compiler {
+
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::kNone:
+      return "none";
+    case Activation::kRelu:
+      return "relu";
+    case Activation::kTanh:
+      return "tanh";
+    case Activation::kLogistic:
+      return "logistic";
+  }
+  return "none";
+}
+
+std::optional<Activation> activation_from_name(std::string_view name) {
+  for (Activation a :
+       {Activation::kNone, Activation::kRelu, Activation::kTanh, Activation::kLogistic})
+    if (name == activation_name(a)) return a;
+  return std::nullopt;
+}
+
+std::optional<Activation> unary_activation(std::string_view op) {
+  if (op == "tanh") return Activation::kTanh;
+  if (op == "logistic") return Activation::kLogistic;
+  return std::nullopt;
+}
+
+std::optional<BiasKind> bias_kind(const Shape& bias, const Shape& out, bool allow_full,
+                                  std::string* why) {
+  if (bias.size() > out.size()) {
+    *why = "its rank is above the output's";
+    return std::nullopt;
+  }
+  int64_t n = num_elements(bias);
+  if (n == 1 && is_fully_defined(bias)) return BiasKind::kScalar;
+  if (allow_full && bias == out) return BiasKind::kFull;
+  bool vector = !bias.empty() && !out.empty() && bias.back() == out.back() && bias.back() >= 0;
+  for (size_t i = 0; vector && i + 1 < bias.size(); ++i) vector = bias[i] == 1;
+  if (vector) return BiasKind::kVector;
+  *why = allow_full ? "it is neither one element, a vector along the last dimension, nor the "
+                      "output's shape"
+                    : "it is neither one element nor a vector along the last (channel) dimension";
+  return std::nullopt;
+}
+
+std::string bias_refusal(const TensorType& bias, const TensorType& out, bool allow_full) {
+  if (bias.dtype != out.dtype) return "bias dtype differs from the output's";
+  std::string why;
+  if (!bias_kind(bias.shape, out.shape, allow_full, &why)) return "bias " + bias.str() + ": " + why;
+  return "";
+}
+
+void check_epilogue(const InferContext& ctx, const TensorType& out, int bias_input,
+                    bool allow_full_bias) {
+  if (out.dtype != f32 && out.dtype != f64) ctx.fail("needs f32 or f64 operands, got " + out.str());
+  if (!ctx.attrs().has("activation") ||
+      !activation_from_name(ctx.attrs().get_string("activation"))) {
+    ctx.fail("attribute 'activation' must be one of none, relu, tanh, logistic");
+  }
+  if (ctx.num_inputs() > bias_input) {
+    std::string why = bias_refusal(ctx.input(bias_input), out, allow_full_bias);
+    if (!why.empty()) ctx.fail(why + " (output " + out.str() + ")");
+  }
+}
+
+template <class T>
+void apply_epilogue_pass(const Epilogue<T>& e, T* y, int64_t size, int64_t n) {
+  const int64_t rows = n == 0 ? 0 : size / n;
+  runtime::parallel_for(rows, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, n)),
+                        [&](int64_t b, int64_t end) { e.apply(y + b * n, b, end - b, n); });
+}
+
+template void apply_epilogue_pass<float>(const Epilogue<float>&, float*, int64_t, int64_t);
+template void apply_epilogue_pass<double>(const Epilogue<double>&, double*, int64_t, int64_t);
+
+}  // namespace kiln::compiler

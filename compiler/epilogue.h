@@ -1,0 +1,129 @@
+// The epilogue the GEMM-based fused kernel ops (fused_dot, fused_conv) apply to each block of
+// output rows while it is in cache: a bias add, then relu, tanh or logistic, with the reference
+// kernels' formulas (so the same bits as the separate add and activation ops).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "kiln/graph.h"
+#include "kiln/op_registry.h"
+
+namespace kiln::compiler {
+
+enum class Activation { kNone, kRelu, kTanh, kLogistic };
+const char* activation_name(Activation a);
+std::optional<Activation> activation_from_name(std::string_view name);
+// The activation an elementwise op name stands for ("tanh", "logistic"; relu is "max" with a
+// zero constant and is matched by the pass).
+std::optional<Activation> unary_activation(std::string_view op);
+
+// How a bias broadcasts onto an output of N columns (its last dimension): one element, a vector
+// along the last dimension (shape [..., 1, N]), or the output's own shape.
+enum class BiasKind { kScalar, kVector, kFull };
+
+// The bias's kind, or nullopt with the reason in *why; kFull only when allow_full.
+std::optional<BiasKind> bias_kind(const Shape& bias, const Shape& out, bool allow_full,
+                                  std::string* why);
+
+// Why `bias` cannot be the bias of a fused op with output type `out`, or "".
+std::string bias_refusal(const TensorType& bias, const TensorType& out, bool allow_full);
+
+// Shape-function checks shared by the fused ops: the output is f32 or f64, the "activation"
+// attribute names an activation, and the optional bias (input `bias_input`) fits the output.
+void check_epilogue(const InferContext& ctx, const TensorType& out, int bias_input,
+                    bool allow_full_bias);
+
+template <class T>
+T logistic_of(T x) {  // as the reference logistic kernel
+  if (x >= 0) return T(1) / (T(1) + std::exp(-x));
+  T e = std::exp(x);
+  return e / (T(1) + e);
+}
+
+// A fused op's epilogue over an output whose rows have n = bias_len columns.
+template <class T>
+struct Epilogue {
+  const T* bias = nullptr;  // none: no bias add
+  BiasKind kind = BiasKind::kScalar;
+  int64_t bias_len = 1;
+  Activation act = Activation::kNone;
+
+  // Adds the bias to rows [row0, row0 + rows) (global row numbers) of width n starting at `c`,
+  // then applies the activation.
+  void apply(T* c, int64_t row0, int64_t rows, int64_t n) const {
+    for (int64_t i = 0; i < rows; ++i) {
+      T* row = c + i * n;
+      if (bias != nullptr) add_bias(row, row0 + i, n);
+      switch (act) {
+        case Activation::kNone:
+          break;
+        case Activation::kRelu:
+          for (int64_t j = 0; j < n; ++j) {
+            T v = row[j];
+            row[j] = std::isnan(v) ? std::numeric_limits<T>::quiet_NaN() : (v > T(0) ? v : T(0));
+          }
+          break;
+        case Activation::kTanh:
+          for (int64_t j = 0; j < n; ++j) row[j] = std::tanh(row[j]);
+          break;
+        case Activation::kLogistic:
+          for (int64_t j = 0; j < n; ++j) row[j] = logistic_of(row[j]);
+          break;
+      }
+    }
+  }
+
+ private:
+  void add_bias(T* row, int64_t r, int64_t n) const {
+    switch (kind) {
+      case BiasKind::kScalar: {
+        const T s = bias[0];
+        for (int64_t j = 0; j < n; ++j) row[j] = row[j] + s;
+        break;
+      }
+      case BiasKind::kVector:
+        if (bias_len == n) {
+          for (int64_t j = 0; j < n; ++j) row[j] = row[j] + bias[j];
+        } else {
+          for (int64_t j = 0; j < n; ++j) row[j] = row[j] + bias[j % bias_len];
+        }
+        break;
+      case BiasKind::kFull: {
+        const T* b = bias + r * n;
+        for (int64_t j = 0; j < n; ++j) row[j] = row[j] + b[j];
+        break;
+      }
+    }
+  }
+};
+
+// The epilogue of a fused kernel: its "activation" attribute and its optional bias, input
+// `bias_input` (checked against the output's shape: ctx.fail when it does not fit).
+template <class T>
+Epilogue<T> epilogue_of(const KernelContext& ctx, int bias_input, bool allow_full_bias) {
+  Epilogue<T> e;
+  e.act = *activation_from_name(ctx.attrs().get_string("activation"));
+  const Shape& out = ctx.output_type(0).shape;
+  e.bias_len = out.empty() ? 1 : out.back();
+  if (ctx.num_inputs() > bias_input) {
+    const Tensor& b = ctx.input(bias_input);
+    std::string why;
+    auto k = bias_kind(b.shape(), out, allow_full_bias, &why);
+    if (!k) ctx.fail("bias " + shape_str(b.shape()) + ": " + why);
+    e.kind = *k;
+    e.bias = static_cast<const T*>(b.raw_data());
+  }
+  return e;
+}
+
+// Applies `e` to all of `y` (rows of n columns) in parallel: the second pass of a fused kernel
+// that could not apply it block by block.
+template <class T>
+void apply_epilogue_pass(const Epilogue<T>& e, T* y, int64_t size, int64_t n);
+
+}  // namespace kiln::compiler

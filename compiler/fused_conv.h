@@ -1,0 +1,25 @@
+// The fused_conv kernel op: a convolution (ops/conv.cc's attributes) whose epilogue (bias add
+// and/or an activation) is applied to each block of output rows right after its GEMM wrote it,
+// while the block is in cache. Created by the epilogue fusion pass
+// (compiler/passes/epilogue_fusion.h).
+#pragma once
+
+#include <string>
+
+#include "compiler/epilogue.h"
+#include "kiln/graph.h"
+
+namespace kiln::compiler {
+
+// fused_conv(input, kernel[, bias]) with convolution's attributes (strides, padding_low,
+// padding_high, dilation, lhs_dilation, groups) plus "activation" ("none", "relu" = max(x, 0),
+// "tanh", "logistic"). The bias is added before the activation and must be a single element or
+// a vector along the channel (last) dimension (shape [..., 1, C_out]). f32 and f64. Results
+// equal convolution, add, activation run by the reference kernels, bit for bit. Like fused_dot
+// it has no gradient: the pass runs in the compiler, on graphs autodiff has already built.
+inline constexpr const char* kFusedConvOp = "fused_conv";
+
+// Why `bias` cannot be the bias of a fused_conv with output type `out`, or "".
+std::string fused_conv_bias_refusal(const TensorType& bias, const TensorType& out);
+
+}  // namespace kiln::compiler

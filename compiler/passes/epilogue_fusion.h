@@ -1,0 +1,19 @@
+// Output (epilogue) fusion: dot or convolution -> add(bias) -> activation chains become one
+// fused_dot or fused_conv kernel op (compiler/fused_dot.h, compiler/fused_conv.h) that applies the
+// bias and activation to each block of the GEMM's output while it is in cache. Refuses, with a
+// note, when an intermediate is used elsewhere (e.g. the pre-activation the backward pass needs:
+// then only the bias is fused), when the bias does not broadcast as the kernel can add it, and
+// for dtypes other than f32 and f64.
+#pragma once
+
+#include "compiler/passes/pass.h"
+
+namespace kiln::compiler {
+
+class EpilogueFusion : public Pass {
+ public:
+  std::string name() const override { return "epilogue_fusion"; }
+  bool run(Module& module) override;
+};
+
+}  // namespace kiln::compiler
