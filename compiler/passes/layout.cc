@@ -75,61 +75,130 @@ std::vector<int64_t> normalized(std::vector<int64_t> perm) {
   return perm;
 }
 
-}  // namespace
+// Operand `side` of a dot reads a value of this type in place with these batch and contracting
+// dimensions (lhs as [B, M, K], rhs as [B, K, N]; Eigen also reads either one transposed).
+bool operand_in_place(const TensorType& x, bool lhs, const std::vector<int64_t>& batch,
+                      const std::vector<int64_t>& contract) {
+  const std::vector<int64_t> free =
+      free_dims(static_cast<int64_t>(x.shape.size()), batch, contract);
+  const auto free_first = concat({&batch, &free, &contract});
+  const auto contract_first = concat({&batch, &contract, &free});
+  return lhs ? read_in_place(x.dtype, x.shape, free_first, contract_first)
+             : read_in_place(x.dtype, x.shape, contract_first, free_first);
+}
 
-bool LayoutFolding::run(Module& module) {
-  Rewriter rw(module);
-  bool changed = false;
-  for (int id = 0; id < rw.num_old(); ++id) {
-    const detail::Node& old = rw.old_node(id);
-    if ((old.op != "dot" && old.op != "fused_dot") || old.inputs.size() < 2) {
-      rw.keep(id);
-      continue;
-    }
+class Folder {
+ public:
+  Folder(const Module& module, Rewriter& rw, std::vector<std::string>& notes)
+      : rw_(rw), notes_(notes), uses_(rw.num_old(), 0) {
+    for (int id = 0; id < rw.num_old(); ++id)
+      for (const ValueRef& in : rw.old_node(id).inputs) ++uses_[in.node];
+    for (const ValueRef& v : module.outputs) ++uses_[v.node];
+  }
+
+  // dot(transpose(x), y) -> dot(x, y) with x's dimensions (either operand, or both).
+  bool fold_operands(int id) {
+    const detail::Node& old = rw_.old_node(id);
     detail::Node node = old;
-    for (ValueRef& in : node.inputs) in = rw.map(in);
+    for (ValueRef& in : node.inputs) in = rw_.map(in);
     bool folded = false;
     for (int i = 0; i < 2; ++i) {
-      const detail::Node& t = rw.new_node(node.inputs[i].node);
+      const detail::Node& t = rw_.new_node(node.inputs[i].node);
       if (t.op != "transpose") continue;
       const std::string side = i == 0 ? "lhs" : "rhs";
-      const std::vector<int64_t> perm = normalized(t.attrs.get_ints("perm"));
       std::string why;
-      std::optional<Folded> f = fold_operand(node.attrs, side, perm, &why);
-      const TensorType& x = rw.new_type(t.inputs[0]);
-      if (f) {
-        const std::vector<int64_t> free =
-            free_dims(static_cast<int64_t>(perm.size()), f->batch, f->contract);
-        // lhs reads as [B, M, K], rhs as [B, K, N]; Eigen also reads either transposed.
-        const auto rows_first = concat({&f->batch, &free, &f->contract});
-        const auto contract_first = concat({&f->batch, &f->contract, &free});
-        const bool in_place = i == 0 ? read_in_place(x.dtype, x.shape, rows_first, contract_first)
-                                     : read_in_place(x.dtype, x.shape, contract_first, rows_first);
-        if (!in_place) why = "the kernel would copy " + x.str() + " to read it";
-      }
+      std::optional<Folded> f =
+          fold_operand(node.attrs, side, normalized(t.attrs.get_ints("perm")), &why);
+      const TensorType& x = rw_.new_type(t.inputs[0]);
+      if (f && !operand_in_place(x, i == 0, f->batch, f->contract))
+        why = "the kernel would copy " + x.str() + " to read it";
       if (!why.empty()) {
-        note(label(old, id) + ": keeps its " + side + " transpose: " + why);
+        notes_.push_back(label(old, id) + ": keeps its " + side + " transpose: " + why);
         continue;
       }
       Attrs attrs = node.attrs;
       if (!f->batch.empty() || attrs.has(side + "_batch")) attrs.set(side + "_batch", f->batch);
       attrs.set(side + "_contract", f->contract);
       std::vector<TensorType> in_types;
-      ValueRef source = t.inputs[0];
       for (int k = 0; k < static_cast<int>(node.inputs.size()); ++k)
-        in_types.push_back(k == i ? x : rw.new_type(node.inputs[k]));
+        in_types.push_back(k == i ? x : rw_.new_type(node.inputs[k]));
       if (!keeps_types(old, in_types, attrs)) continue;  // (a bug guard: it always should)
       node.attrs = std::move(attrs);
-      node.inputs[i] = source;
+      node.inputs[i] = t.inputs[0];
       folded = true;
     }
-    if (!folded) {
-      rw.keep(id);
-      continue;
-    }
-    rw.replace(id, std::move(node));
-    changed = true;
+    if (folded) rw_.replace(id, std::move(node));
+    return folded;
   }
+
+  // transpose(dot(a, b)) that puts b's free dimensions before a's (the batch ones first, each
+  // group in order) -> dot(b, a), when nothing else reads dot(a, b): the backward pass of
+  // x . transpose(w) computes dw as transpose(dot(x, dz)).
+  bool fold_output(int id) {
+    const detail::Node& old = rw_.old_node(id);
+    const ValueRef in = old.inputs[0];
+    if (rw_.old_node(in.node).op != "dot") return false;
+    const detail::Node& d = rw_.new_node(rw_.map(in).node);  // with its operands folded
+    if (d.op != "dot") return false;
+    const TensorType& a = rw_.new_type(d.inputs[0]);
+    const TensorType& b = rw_.new_type(d.inputs[1]);
+    const std::vector<int64_t> a_batch = ints_or_empty(d.attrs, "lhs_batch");
+    const std::vector<int64_t> a_contract = ints_or_empty(d.attrs, "lhs_contract");
+    const std::vector<int64_t> b_batch = ints_or_empty(d.attrs, "rhs_batch");
+    const std::vector<int64_t> b_contract = ints_or_empty(d.attrs, "rhs_contract");
+    const int64_t nb = static_cast<int64_t>(a_batch.size());
+    const int64_t na = static_cast<int64_t>(a.shape.size() - a_batch.size() - a_contract.size());
+    const int64_t nf = static_cast<int64_t>(b.shape.size() - b_batch.size() - b_contract.size());
+    std::vector<int64_t> swap;
+    for (int64_t i = 0; i < nb; ++i) swap.push_back(i);
+    for (int64_t i = 0; i < nf; ++i) swap.push_back(nb + na + i);
+    for (int64_t i = 0; i < na; ++i) swap.push_back(nb + i);
+    if (na == 0 || nf == 0 || normalized(old.attrs.get_ints("perm")) != swap) return false;
+    if (uses_[in.node] != 1) {
+      notes_.push_back(label(old, id) + ": stays: its dot has other users");
+      return false;
+    }
+    if (!operand_in_place(b, true, b_batch, b_contract) ||
+        !operand_in_place(a, false, a_batch, a_contract)) {
+      notes_.push_back(label(old, id) + ": stays: the swapped dot would copy an operand");
+      return false;
+    }
+    detail::Node node = d;
+    node.name = old.name;
+    node.inputs = {d.inputs[1], d.inputs[0]};
+    for (const char* dims : {"_batch", "_contract"}) {
+      node.attrs.set(std::string("lhs") + dims, ints_or_empty(d.attrs, std::string("rhs") + dims));
+      node.attrs.set(std::string("rhs") + dims, ints_or_empty(d.attrs, std::string("lhs") + dims));
+    }
+    node.outputs = old.outputs;
+    if (!keeps_types(node, {b, a}, node.attrs)) return false;  // (a bug guard)
+    rw_.replace(id, std::move(node));
+    return true;
+  }
+
+ private:
+  Rewriter& rw_;
+  std::vector<std::string>& notes_;
+  std::vector<int> uses_;  // per old node: its inputs' readers and module outputs
+};
+
+}  // namespace
+
+bool LayoutFolding::run(Module& module) {
+  Rewriter rw(module);
+  std::vector<std::string> notes;
+  Folder folder(module, rw, notes);
+  bool changed = false;
+  for (int id = 0; id < rw.num_old(); ++id) {
+    const detail::Node& old = rw.old_node(id);
+    bool is_dot = (old.op == "dot" || old.op == "fused_dot") && old.inputs.size() >= 2;
+    if ((is_dot && folder.fold_operands(id)) || (old.op == "transpose" && folder.fold_output(id))) {
+      changed = true;
+    } else {
+      rw.keep(id);
+    }
+  }
+  for (std::string& line : notes) note(std::move(line));
   if (!changed) return false;
   module = rw.finish();
   return true;

@@ -318,6 +318,98 @@ TEST(LayoutTest, FoldsIntoFusedDot) {
   }
 }
 
+TEST(LayoutTest, TransposedDotResultBecomesTheSwappedDot) {
+  {
+    Graph g{"output"};
+    Tensor x = g.placeholder(f32, {4, 6}, "x");
+    Tensor w = g.placeholder(f32, {6, 5}, "w");
+    Tensor y = transpose(matmul(x, w), {1, 0});  // [5, 4] = w^T x^T
+    Module m = make_module(g, {y});
+    LayoutFolding pass;
+    EXPECT_TRUE(runs_layout_then_dce(m, pass));
+    EXPECT_EQ(ops_of(m), "placeholder placeholder dot");
+    const detail::Node& dot = only(m, "dot");
+    EXPECT_EQ(dot.inputs[0].node, 1);  // w first
+    EXPECT_EQ(dot.attrs.get_ints("lhs_contract"), (std::vector<int64_t>{0}));
+    EXPECT_EQ(dot.attrs.get_ints("rhs_contract"), (std::vector<int64_t>{1}));
+    FeedList feeds = {{x, random({4, 6}, 17)}, {w, random({6, 5}, 18)}};
+    auto xv = values(feeds[0].second), wv = values(feeds[1].second);
+    expect_product(
+        run_module(m, feeds)[0], 5, 6, 4, [&](auto i, auto q) { return wv[q * 5 + i]; },
+        [&](auto q, auto j) { return xv[j * 6 + q]; });
+  }
+  {
+    Graph g{"batched"};  // [B, M, N] -> [B, N, M]: the batch dimension stays first
+    Tensor a = g.placeholder(f32, {2, 3, 4}, "a");
+    Tensor b = g.placeholder(f32, {2, 4, 5}, "b");
+    Tensor y = transpose(matmul(a, b), {0, 2, 1});
+    Tensor other = transpose(matmul(a, b), {1, 0, 2});  // moves the batch: stays
+    Module m = make_module(g, {y, other});
+    LayoutFolding pass;
+    EXPECT_TRUE(runs_layout_then_dce(m, pass));
+    EXPECT_EQ(ops_of(m), "placeholder placeholder dot dot transpose");  // swapped; other
+    FeedList feeds = {{a, random({2, 3, 4}, 19)}, {b, random({2, 4, 5}, 20)}};
+    auto av = values(feeds[0].second), bv = values(feeds[1].second);
+    Tensor got = run_module(m, feeds)[0];
+    ASSERT_EQ(got.shape(), (Shape{2, 5, 3}));
+    for (int64_t bi = 0; bi < 2; ++bi) {
+      expect_product(
+          reshape(slice(got, {bi, 0, 0}, {bi + 1, 5, 3}), {5, 3}), 5, 4, 3,
+          [&](auto i, auto q) { return bv[bi * 20 + q * 5 + i]; },
+          [&](auto q, auto j) { return av[bi * 12 + j * 4 + q]; });
+    }
+  }
+  {
+    Graph g{"shared_dot"};  // the dot's result is also fetched: one dot, one transpose
+    Tensor x = g.placeholder(f32, {4, 6}, "x");
+    Tensor w = g.placeholder(f32, {6, 5}, "w");
+    Tensor z = matmul(x, w);
+    Module m = make_module(g, {transpose(z, {1, 0}), z});
+    LayoutFolding pass;
+    EXPECT_FALSE(pass.run(m));
+    EXPECT_THAT(notes_of(pass), HasSubstr("(transpose): stays: its dot has other users"));
+  }
+  {
+    Graph g{"ints"};  // integers: w would be read as lhs [K, N]^T: a copy
+    Tensor x = g.placeholder(i32, {4, 6}, "x");
+    Tensor w = g.placeholder(i32, {6, 5}, "w");
+    Module m = make_module(g, {transpose(matmul(x, w), {1, 0})});
+    LayoutFolding pass;
+    EXPECT_FALSE(pass.run(m));
+    EXPECT_THAT(notes_of(pass), HasSubstr("stays: the swapped dot would copy an operand"));
+  }
+}
+
+// A dense layer whose weight is stored [out, in] (y = x . w^T, as tied embeddings are written):
+// the forward transpose folds into the dot, and so does the backward one (dw = (x^T dz)^T).
+TEST(LayoutTest, TransposedWeightLosesBothTransposesInTheTrainingGraph) {
+  Graph g{"tied"};
+  Tensor x = g.placeholder(f32, {8, 6}, "x");
+  Tensor w = g.placeholder(f32, {5, 6}, "w");
+  Tensor y = matmul(x, transpose(w, {1, 0}));
+  std::vector<Tensor> grads = gradients(sum(y * y), {x, w});
+  auto count = [](const Graph& graph, const char* op) {
+    int k = 0;
+    for (const auto& n : nodes_of(graph)) k += n.op == op;
+    return k;
+  };
+  Pipeline exact = default_pipeline(Rewrites::kExact);
+  CompiledGraph kept = optimize(g, grads, exact);
+  CompiledGraph folded = optimize(g, grads);
+  EXPECT_EQ(count(kept.graph, "transpose"), 2) << kept.graph.to_text();
+  EXPECT_EQ(count(folded.graph, "transpose"), 0) << folded.graph.to_text();
+  // dw[o, i] = sum_b 2 y[b, o] x[b, i], y = x w^T, by hand.
+  FeedList feeds = {{x, random({8, 6}, 21)}, {w, random({5, 6}, 22)}};
+  auto xv = values(feeds[0].second), wv = values(feeds[1].second);
+  std::vector<double> yv(8 * 5, 0);
+  for (int b = 0; b < 8; ++b)
+    for (int o = 0; o < 5; ++o)
+      for (int i = 0; i < 6; ++i) yv[b * 5 + o] += xv[b * 6 + i] * wv[o * 6 + i];
+  expect_product(
+      folded.run(feeds)[1], 5, 8, 6, [&](auto o, auto b) { return 2 * yv[b * 5 + o]; },
+      [&](auto b, auto i) { return xv[b * 6 + i]; });
+}
+
 TEST(LayoutTest, IsNotExactAndRunsOnlyInTheFullPipeline) {
   EXPECT_FALSE(LayoutFolding().exact());
   Pipeline all = default_pipeline();

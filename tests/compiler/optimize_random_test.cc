@@ -41,7 +41,7 @@ TEST(OptimizeRandomTest, ExactPassesGiveBitIdenticalResults) {
 }
 
 // The full pipeline, layout folding included: random graphs rarely put a transpose before a dot
-// (5 of the first 3000 seeds), so 3000 are optimized both ways and those the layout pass changed
+// (10 of the first 3000 seeds), so 3000 are optimized both ways and those the layout pass changed
 // are run. A folded dot sums in another order (tests/compiler/layout_test.cc bounds it by
 // 2*K*u*sum|a b|, K <= 8 here); later ops carry the difference on, so outputs compare with 1e-5
 // relative and 1e-6 absolute (f32; 1e-12 and 1e-14 for f64); integer dots are exact in any order.
