@@ -14,6 +14,7 @@
 #include "compiler/buffer_assignment.h"
 #include "compiler/kernel_cache.h"
 #include "compiler/lowering.h"
+#include "compiler/schedule.h"
 #include "runtime/execute.h"
 #include "src/core/host_allocator.h"
 #include "src/core/tensor_impl.h"
@@ -160,37 +161,6 @@ void infer_node_types(Impl& im, const std::vector<bool>& needed,
     for (const ValueRef& in : node.inputs) in_types.push_back(im.types[in.node][in.output]);
     im.types[id] = runtime::infer_types(*node.def, node.name, in_types, node.attrs);
   }
-}
-
-// Orders units topologically (Kahn; the fusion plan keeps the unit graph acyclic).
-std::vector<int> order_units(const std::vector<Thunk>& units, const std::vector<int>& unit_of) {
-  const int u = static_cast<int>(units.size());
-  std::vector<std::vector<int>> users(u);
-  std::vector<int> pending(u, 0);
-  for (int i = 0; i < u; ++i) {
-    std::vector<int> deps;
-    for (const ValueRef& in : units[i].inputs) {
-      int d = unit_of[in.node];
-      if (d >= 0 && d != i && std::find(deps.begin(), deps.end(), d) == deps.end())
-        deps.push_back(d);
-    }
-    pending[i] = static_cast<int>(deps.size());
-    for (int d : deps) users[d].push_back(i);
-  }
-  std::vector<int> ready, order;
-  for (int i = u - 1; i >= 0; --i)
-    if (pending[i] == 0) ready.push_back(i);
-  while (!ready.empty()) {
-    int i = ready.back();
-    ready.pop_back();
-    order.push_back(i);
-    for (int j : users[i])
-      if (--pending[j] == 0) ready.push_back(j);
-  }
-  if (static_cast<int>(order.size()) != u) {
-    throw Error(ErrorCode::kInternal, "compile: the fusion plan has a cycle (a bug)");
-  }
-  return order;
 }
 
 // Gives every value a run ever holds a slot, and each thunk its input and output slots.
@@ -538,7 +508,16 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
     unit_of[id] = static_cast<int>(units.size());
     units.push_back(std::move(t));
   }
-  for (int k : order_units(units, unit_of)) im.thunks.push_back(std::move(units[k]));
+  // The thunk order (compiler/schedule.h) sets what buffer assignment can reuse.
+  std::vector<ScheduleUnit> work(units.size());
+  for (size_t k = 0; k < units.size(); ++k) {
+    const Thunk& t = units[k];
+    work[k].reads = t.inputs;
+    for (int m : t.outputs) work[k].writes.push_back({m, 0});
+    for (size_t o = 0; t.fused < 0 && o < im.types[t.node].size(); ++o)
+      work[k].writes.push_back({t.node, static_cast<int>(o)});
+  }
+  for (int k : schedule_units(work, {im.types, fetched})) im.thunks.push_back(std::move(units[k]));
 
   assign_slots(im, placeholders, constants, fetched);
   plan_memory(im);

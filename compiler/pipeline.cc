@@ -13,6 +13,7 @@
 #include "compiler/passes/cse.h"
 #include "compiler/passes/dce.h"
 #include "compiler/passes/epilogue_fusion.h"
+#include "compiler/passes/layout.h"
 #include "compiler/passes/verify.h"
 #include "kiln/error.h"
 
@@ -29,11 +30,13 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
 
 }  // namespace
 
-Pipeline::Pipeline(std::string name) : name_(std::move(name)) {
+Pipeline::Pipeline(std::string name, Rewrites rewrites)
+    : name_(std::move(name)), rewrites_(rewrites) {
   if (const char* dir = std::getenv("KILN_DUMP")) dump_dir_ = dir;
 }
 
 Pipeline& Pipeline::add(std::unique_ptr<Pass> pass) {
+  if (rewrites_ == Rewrites::kExact && !pass->exact()) return *this;
   Stage stage;
   stage.passes.push_back(std::move(pass));
   stages_.push_back(std::move(stage));
@@ -41,8 +44,24 @@ Pipeline& Pipeline::add(std::unique_ptr<Pass> pass) {
 }
 
 Pipeline& Pipeline::add_fixed_point(std::vector<std::unique_ptr<Pass>> passes, int max_iterations) {
+  if (rewrites_ == Rewrites::kExact)
+    std::erase_if(passes, [](const std::unique_ptr<Pass>& p) { return !p->exact(); });
   stages_.push_back(Stage{std::move(passes), max_iterations});
   return *this;
+}
+
+bool Pipeline::exact() const {
+  for (const Stage& stage : stages_)
+    for (const auto& pass : stage.passes)
+      if (!pass->exact()) return false;
+  return true;
+}
+
+std::string Pipeline::pass_names() const {
+  std::string names;
+  for (const Stage& stage : stages_)
+    for (const auto& pass : stage.passes) names += (names.empty() ? "" : " ") + pass->name();
+  return names;
 }
 
 bool Pipeline::run(Module& module) {
@@ -93,8 +112,8 @@ bool Pipeline::run_pass(Pass& pass, Module& module, const std::string& label) {
   return changed;
 }
 
-Pipeline default_pipeline() {
-  Pipeline p("optimize");
+Pipeline default_pipeline(Rewrites rewrites) {
+  Pipeline p("optimize", rewrites);
   p.add(std::make_unique<Verify>());
   std::vector<std::unique_ptr<Pass>> simplify;
   simplify.push_back(std::make_unique<ConstantFolding>());
@@ -102,6 +121,7 @@ Pipeline default_pipeline() {
   simplify.push_back(std::make_unique<Cse>());
   simplify.push_back(std::make_unique<Dce>());
   p.add_fixed_point(std::move(simplify), 8);
+  p.add(std::make_unique<LayoutFolding>());  // not exact: after the exact group
   p.add(std::make_unique<EpilogueFusion>());
   p.add(std::make_unique<Dce>());  // what the epilogues absorbed (relu's 0, the bias add)
   p.add(std::make_unique<Verify>());

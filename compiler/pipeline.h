@@ -13,10 +13,15 @@
 
 namespace kiln::compiler {
 
+// Which rewrites a pipeline may make: every pass, or only those whose results are bit-identical
+// to the original graph's (Pass::exact).
+enum class Rewrites { kAll, kExact };
+
 class Pipeline {
  public:
-  explicit Pipeline(std::string name = "pipeline");
+  explicit Pipeline(std::string name = "pipeline", Rewrites rewrites = Rewrites::kAll);
 
+  // Adds a pass; with Rewrites::kExact (see the constructor), a pass that is not exact is dropped.
   Pipeline& add(std::unique_ptr<Pass> pass);
   // Passes run in order, repeatedly, until none changes the module or `max_iterations` rounds.
   Pipeline& add_fixed_point(std::vector<std::unique_ptr<Pass>> passes, int max_iterations = 8);
@@ -25,6 +30,10 @@ class Pipeline {
 
   // Returns whether any pass changed the module.
   bool run(Module& module);
+  // Whether every pass in the pipeline is exact (so are the results of optimize with it).
+  bool exact() const;
+  // The passes' names, in order ("verify constant_folding ... dce verify").
+  std::string pass_names() const;
 
  private:
   struct Stage {
@@ -34,6 +43,7 @@ class Pipeline {
   bool run_pass(Pass& pass, Module& module, const std::string& label);
 
   std::string name_;
+  Rewrites rewrites_;
   std::vector<Stage> stages_;
   std::string dump_dir_;
   int step_ = 0;
@@ -59,8 +69,10 @@ struct CompiledGraph {
 };
 
 // The standard pipeline: verify, then {constant folding, algebraic simplification, CSE, DCE} to a
-// fixed point, then dot epilogue fusion (bias add and activation into fused_dot), then verify.
-Pipeline default_pipeline();
+// fixed point, then layout folding (transposes into dot operands; not exact), epilogue fusion
+// (bias add and activation into fused_dot / fused_conv), DCE, verify. kExact leaves out the
+// layout pass.
+Pipeline default_pipeline(Rewrites rewrites = Rewrites::kAll);
 
 // A module over a copy of `graph` whose outputs are `outputs` (symbolic values of `graph`).
 Module make_module(const Graph& graph, const std::vector<Tensor>& outputs);

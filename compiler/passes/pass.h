@@ -30,6 +30,10 @@ class Pass {
   virtual ~Pass() = default;
   virtual std::string name() const = 0;
   virtual bool run(Module& module) = 0;
+  // Whether every value of the rewritten graph is bit-identical to the original's when both run
+  // on the reference kernels. A pass that may round differently (reassociating a sum, changing
+  // the layout a GEMM reads) says false; Rewrites::kExact pipelines leave it out.
+  virtual bool exact() const { return true; }
 
   // Why the last run declined to act where it might have, one line each (shown in the dump).
   const std::vector<std::string>& notes() const { return notes_; }
