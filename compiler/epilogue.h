@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,8 +17,8 @@ namespace kiln::compiler {
 enum class Activation { kNone, kRelu, kTanh, kLogistic };
 const char* activation_name(Activation a);
 std::optional<Activation> activation_from_name(std::string_view name);
-// The activation an elementwise op name stands for ("tanh", "logistic"; relu is "max" with a
-// zero constant and is matched by the pass).
+// The activation an elementwise op name stands for ("tanh", "logistic"; relu is
+// select(x <= 0, 0, x), two nodes, and is matched by the pass).
 std::optional<Activation> unary_activation(std::string_view op);
 
 // How a bias broadcasts onto an output of N columns (its last dimension): one element, a vector
@@ -63,10 +62,7 @@ struct Epilogue {
         case Activation::kNone:
           break;
         case Activation::kRelu:
-          for (int64_t j = 0; j < n; ++j) {
-            T v = row[j];
-            row[j] = std::isnan(v) ? std::numeric_limits<T>::quiet_NaN() : (v > T(0) ? v : T(0));
-          }
+          for (int64_t j = 0; j < n; ++j) row[j] = row[j] <= T(0) ? T(0) : row[j];  // as relu
           break;
         case Activation::kTanh:
           for (int64_t j = 0; j < n; ++j) row[j] = std::tanh(row[j]);

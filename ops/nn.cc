@@ -20,7 +20,14 @@ Tensor finite_max(const Tensor& x, const Axes& axes) {
 
 }  // namespace
 
-Tensor relu(const Tensor& x) { return maximum(x, scalar_like(0, x)); }
+// x where x > 0, else 0, as where(x <= 0, 0, x): NaN passes through (NaN <= 0 is false), -0
+// becomes +0, and the gradient at 0 is 0, as in TensorFlow, PyTorch and JAX (max(x, 0) would
+// split it). The mask x <= 0 is also relu(x) <= 0, so a compiled training step reads it from
+// relu's output and the pre-activation need not be kept (compiler/passes/epilogue_fusion.cc).
+Tensor relu(const Tensor& x) {
+  Tensor zero = scalar_like(0, x);
+  return where(x <= zero, zero, x);
+}
 
 Tensor gelu(const Tensor& x, bool approximate) {
   Tensor xf = as_float(x);
@@ -35,10 +42,11 @@ Tensor gelu(const Tensor& x, bool approximate) {
 
 Tensor sigmoid(const Tensor& x) { return logistic(x); }
 
-// max(x, 0) + log1p(exp(-|x|)): exp never overflows and large x gives x exactly.
+// max(x, 0) + log1p(exp(-|x|)): exp never overflows and large x gives x exactly. max (not
+// relu) so that the gradient at 0 is 1/2, sigmoid(0): max splits it at the tie.
 Tensor softplus(const Tensor& x) {
   Tensor xf = as_float(x);
-  return relu(xf) + log1p(exp(-abs(xf)));
+  return maximum(xf, scalar_like(0, xf)) + log1p(exp(-abs(xf)));
 }
 
 Tensor swish(const Tensor& x) {

@@ -1,6 +1,7 @@
-// Matches dot | convolution [-> add(bias)] [-> tanh | logistic | max(., 0)] chains whose
+// Matches dot | convolution [-> add(bias)] [-> tanh | logistic | relu] chains whose
 // intermediates have no other use and rewrites each into one fused_dot or fused_conv node
-// standing where the chain ends.
+// standing where the chain ends. relu is select(x <= 0, 0, x) (ops/nn.cc); its mask x <= 0 may
+// have other users (relu's gradient), which then read relu(x) <= 0 instead, the same values.
 #include "compiler/passes/epilogue_fusion.h"
 
 #include <optional>
@@ -16,11 +17,11 @@ struct Producer {
   const char* noun;  // in notes: "the dot's result"
   const char* fused_op;
   bool allow_full_bias;  // fused_dot adds an output-shaped bias; fused_conv only broadcasts
-  // Whether the bias fuses when the activation must stay apart. Not for convolutions: relu's
-  // loop then re-reads the pre-activation, and its gradient masks, which that loop computed
-  // beside the bias add, move to the backward loop reading 4-byte floats instead of 1-byte
-  // masks; on the CNN train step (benchmarks/train_step_bench cnn_b128) that measured 2-4%
-  // slower than leaving the bias in the activation's loop.
+  // Whether the bias fuses when the activation must stay apart (its input has other users).
+  // Not for convolutions: the activation's loop then re-reads the large pre-activation, and
+  // masks computed beside the bias add move to loops reading 4-byte floats; when relu's
+  // gradient still read its pre-activation, that measured 2-4% slower on the CNN train step
+  // (benchmarks/train_step_bench cnn_b128) than leaving the bias in the activation's loop.
   bool fuse_bias_alone;
 };
 
@@ -34,6 +35,7 @@ const Producer* producer_of(const std::string& op) {
 
 struct Match {
   int dot = -1, add = -1, act_node = -1, end = -1;
+  int mask = -1;  // relu's x <= 0, rewritten to read the fused output
   ValueRef bias{-1, 0};
   Activation act = Activation::kNone;
 };
@@ -79,17 +81,32 @@ bool EpilogueFusion::run(Module& module) {
     }
     return false;
   };
-  // The activation node `id` applies to value `x`, if it is one.
-  auto activation_of = [&](int id, int x) -> std::optional<Activation> {
+  // The activation that user `id` of value `x` starts, if it is one: a unary activation op, or
+  // relu's mask x <= 0 (`id`) with its select(mask, 0, x), which take two of x's uses.
+  struct Act {
+    Activation act;
+    int node;       // the activation's result
+    int mask = -1;  // relu's mask
+    int x_uses = 1;
+  };
+  auto activation_of = [&](int id, int x) -> std::optional<Act> {
     const detail::Node& node = nodes[id];
-    if (node.outputs.size() != 1 || node.outputs[0] != nodes[x].outputs[0]) return std::nullopt;
-    if (auto a = unary_activation(node.op)) return a;
-    if (node.op == "max" && node.inputs.size() == 2) {
-      for (int k = 0; k < 2; ++k)
-        if (node.inputs[k].node == x && node.inputs[1 - k].node != x &&
-            is_zero_scalar(nodes[node.inputs[1 - k].node]))
-          return Activation::kRelu;
+    const TensorType& xt = nodes[x].outputs[0];
+    if (node.outputs.size() != 1 || node.inputs.empty() || node.inputs[0].node != x)
+      return std::nullopt;
+    if (node.op == "le" && node.inputs.size() == 2 && node.inputs[1].node != x &&
+        is_zero_scalar(nodes[node.inputs[1].node]) && node.outputs[0].shape == xt.shape) {
+      for (int s : users[id]) {
+        const detail::Node& sel = nodes[s];
+        if (sel.op == "select" && sel.inputs.size() == 3 && sel.inputs[0].node == id &&
+            sel.inputs[2].node == x && sel.inputs[1].node != x &&
+            is_zero_scalar(nodes[sel.inputs[1].node]) && sel.outputs[0] == xt)
+          return Act{Activation::kRelu, s, id, 2};
+      }
+      return std::nullopt;
     }
+    if (node.outputs[0] != xt) return std::nullopt;
+    if (auto a = unary_activation(node.op)) return Act{*a, id};
     return std::nullopt;
   };
 
@@ -135,14 +152,15 @@ bool EpilogueFusion::run(Module& module) {
         }
         m.add = u;
         m.bias = un.inputs[k];
-      } else if (activation_of(u, d)) {
-        if (uses[d] > 1) {
+      } else if (auto a = activation_of(u, d)) {
+        if (uses[d] > a->x_uses) {
           note(std::string("not fused: ") + label(nodes, u) + " into " + label(nodes, d) + ": " +
                used_elsewhere);
           continue;
         }
-        m.act_node = u;
-        m.act = *activation_of(u, d);
+        m.act_node = a->node;
+        m.mask = a->mask;
+        m.act = a->act;
       }
     }
     if (m.add < 0 && m.act_node < 0) continue;
@@ -158,7 +176,7 @@ bool EpilogueFusion::run(Module& module) {
       for (int v : users[m.add]) {
         auto a = activation_of(v, m.add);
         if (!a) continue;
-        if (uses[m.add] > 1) {
+        if (uses[m.add] > a->x_uses) {
           const std::string why = ": the pre-activation " + label(nodes, m.add) +
                                   " is also used elsewhere (" + std::to_string(uses[m.add]) +
                                   " uses)";
@@ -174,8 +192,9 @@ bool EpilogueFusion::run(Module& module) {
                label(nodes, d) + why);
           break;
         }
-        m.act_node = v;
-        m.act = *a;
+        m.act_node = a->node;
+        m.mask = a->mask;
+        m.act = a->act;
       }
     }
     if (m.add < 0 && m.act_node < 0) continue;
@@ -184,35 +203,44 @@ bool EpilogueFusion::run(Module& module) {
   }
   if (matches.empty()) return false;
 
-  std::vector<int> match_at_end(n, -1);
-  std::vector<char> absorbed(n, 0);
+  // The fused node stands where the chain ends, or at relu's mask, which comes before the
+  // select and is rewritten to read the fused output.
+  std::vector<int> match_at(n, -1);
+  std::vector<char> absorbed(n, 0), emitted(n, 0);
   for (size_t i = 0; i < matches.size(); ++i) {
     const Match& m = matches[i];
-    match_at_end[m.end] = static_cast<int>(i);
+    match_at[m.mask >= 0 ? m.mask : m.end] = static_cast<int>(i);
     absorbed[m.dot] = 1;
     if (m.add >= 0 && m.add != m.end) absorbed[m.add] = 1;
   }
   Rewriter rw(module);
   for (int id = 0; id < n; ++id) {
+    if (emitted[id]) continue;
     if (absorbed[id]) {
       rw.drop(id);
       continue;
     }
-    if (match_at_end[id] < 0) {
+    if (match_at[id] < 0) {
       rw.keep(id);
       continue;
     }
-    const Match& m = matches[match_at_end[id]];
+    const Match& m = matches[match_at[id]];
     const detail::Node& dot = nodes[m.dot];
     detail::Node fused;
-    fused.name = nodes[id].name;
+    fused.name = nodes[m.end].name;
     fused.op = producer_of(dot.op)->fused_op;
     fused.inputs = {rw.map(dot.inputs[0]), rw.map(dot.inputs[1])};
     if (m.add >= 0) fused.inputs.push_back(rw.map(m.bias));
     fused.attrs = dot.attrs;
     fused.attrs.set("activation", std::string(activation_name(m.act)));
-    fused.outputs = nodes[id].outputs;
-    rw.replace(id, std::move(fused));
+    fused.outputs = nodes[m.end].outputs;
+    const int f = rw.replace(m.end, std::move(fused));
+    if (m.mask >= 0) {
+      detail::Node mask = nodes[m.mask];
+      mask.inputs = {ValueRef{f, 0}, rw.map(mask.inputs[1])};
+      rw.replace(m.mask, std::move(mask));
+      emitted[m.end] = 1;
+    }
   }
   module = rw.finish();
   return true;

@@ -154,7 +154,7 @@ TEST(FusedConvTest, ZeroDepthAndEmptyOutputs) {
 }
 
 // The convolution's result is used elsewhere: nothing fuses. The pre-activation is used
-// elsewhere (as the backward pass of relu needs it): nothing fuses either, since the bias alone
+// elsewhere (beside relu's mask and select): nothing fuses either, since the bias alone
 // would leave the activation's loop re-reading the pre-activation (see the pass).
 TEST(FusedConvTest, IntermediatesWithOtherUsersAreRefused) {
   {
@@ -176,7 +176,7 @@ TEST(FusedConvTest, IntermediatesWithOtherUsersAreRefused) {
     Module m = make_module(l.g, {y, other});
     EpilogueFusion pass;
     EXPECT_FALSE(pass.run(m)) << ops_of(m);
-    EXPECT_THAT(notes_of(pass), HasSubstr("is also used elsewhere (3 uses), and a convolution "
+    EXPECT_THAT(notes_of(pass), HasSubstr("is also used elsewhere (4 uses), and a convolution "
                                           "does not take the bias alone"))
         << notes_of(pass);
   }

@@ -40,6 +40,21 @@ TEST(Relu, ZeroesNegativesKeepsDtype) {
   EXPECT_EQ(yi.to_vector<int32_t>(), (std::vector<int32_t>{0, 4}));
 }
 
+// NaN passes through, -0 becomes +0, and the gradient at 0 is 0 (TensorFlow's, PyTorch's and
+// JAX's convention), 1 above 0.
+TEST(Relu, NanPassesGradientAtZeroIsZero) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> y = relu(Tensor::from_list<float>({nan, -0.0f})).to_vector<float>();
+  EXPECT_TRUE(std::isnan(y[0]));
+  EXPECT_FALSE(std::signbit(y[1]));
+  Graph g("relu_grad");
+  Tensor x = g.placeholder(f32, {4}, "x");
+  Tensor dx = gradients(sum(relu(x), {0}), {x})[0];
+  std::vector<Tensor> got =
+      g.run({{x, Tensor::from_list<float>({-1, 0, -0.0f, 2})}}, std::vector<Tensor>{dx});
+  EXPECT_EQ(got[0].to_vector<float>(), (std::vector<float>{0, 0, 0, 1}));
+}
+
 TEST(Gelu, ErfForm) {
   // 0.5 x (1 + erf(x / sqrt 2)) = x * Phi(x).
   expect_near(gelu(f64s({1.0, 0.0, -1.0})), {0.8413447460685429, 0.0, -0.15865525393145707});
