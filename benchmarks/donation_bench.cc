@@ -29,9 +29,14 @@ void print_stats(const char* what, const compiler::MemoryStats& m) {
       what, static_cast<long long>(m.arena_bytes), static_cast<long long>(m.outside_bytes()),
       static_cast<long long>(m.fed_bytes), static_cast<long long>(m.output_bytes), m.num_donations,
       m.num_donated_in_place, m.num_donated_copied, m.num_donations_never);
+  if (m.num_donations > 0) {
+    std::printf("  %-9s outside when donating %lld B (%lld B of outputs go into fed buffers)\n", "",
+                static_cast<long long>(m.outside_bytes_donating()),
+                static_cast<long long>(m.donated_output_bytes));
+  }
 }
 
-void bench(int64_t batch, int rounds) {
+void bench_step(int64_t batch, int rounds) {
   test_models::MlpStep s = test_models::make_mlp_step(784, 128, 10, batch);
   std::vector<compiler::Donation> donations;
   for (int i = 0; i < kStates; ++i) donations.push_back({s.feeds[kFirstState + i].first, 1 + i});
@@ -84,7 +89,7 @@ void bench(int64_t batch, int rounds) {
 
 int main(int argc, char** argv) {
   int rounds = argc > 1 ? std::atoi(argv[1]) : 5;
-  bench(64, rounds);
-  bench(1024, rounds);
+  bench_step(64, rounds);
+  bench_step(1024, rounds);
   return 0;
 }

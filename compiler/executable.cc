@@ -370,6 +370,7 @@ void plan_donations(Impl& im, const std::vector<int>& def, const std::vector<int
   st.num_donations = static_cast<int>(im.aliases.size());
   for (const Impl::Alias& a : im.aliases) {
     st.num_donated_in_place += a.kind == Kind::kDirect || a.kind == Kind::kSame;
+    if (a.kind == Kind::kDirect) st.donated_output_bytes += im.slots[a.out_slot].bytes;
     st.num_donated_copied += a.kind == Kind::kCopy;
     st.num_donations_never += a.kind == Kind::kNever;
   }

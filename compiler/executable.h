@@ -35,7 +35,11 @@ struct MemoryStats {
   int num_donated_in_place = 0;
   int num_donated_copied = 0;
   int num_donations_never = 0;
+  // Bytes of fetched outputs a run_donating writes into fed buffers instead of output blocks
+  // (in place); outside_bytes() counts them in output_bytes too.
+  int64_t donated_output_bytes = 0;
   int64_t outside_bytes() const { return fed_bytes + output_bytes + constant_bytes; }
+  int64_t outside_bytes_donating() const { return outside_bytes() - donated_output_bytes; }
   // The benchmark key arena_peak_vs_live_min (1 for an empty arena).
   double peak_vs_live_min() const {
     return live_min_bytes > 0 ? static_cast<double>(arena_bytes) / live_min_bytes : 1.0;

@@ -57,6 +57,8 @@ TEST(Donation, ElementwiseUpdateIsWrittenInPlace) {
   EXPECT_EQ(m.num_donations, 1);
   EXPECT_EQ(m.num_donated_in_place, 1);
   EXPECT_EQ(m.num_donated_copied, 0);
+  EXPECT_EQ(m.donated_output_bytes, 256 * 4);
+  EXPECT_EQ(m.outside_bytes_donating(), m.outside_bytes() - 256 * 4);
   Tensor w = iota(256, 2.0f);
   const void* data = w.raw_data();
   for (int step = 1; step <= 3; ++step) {
