@@ -3,7 +3,9 @@
 // values; the caller assigns them back. Copies of a Variable share the same state.
 // Compiled steps (kiln::function, Model::fit) update a variable's buffer in place when nothing
 // else holds it; a Tensor copied from value() is a snapshot: it keeps the value it had (the
-// step then writes the new value into a fresh buffer instead: copy-on-write).
+// step then writes the new value into a fresh buffer instead: copy-on-write). While such a
+// step runs, the variable's tensor is lent to it: reading the variable from another thread
+// meanwhile is a race, as assigning it concurrently always was.
 #pragma once
 
 #include <memory>

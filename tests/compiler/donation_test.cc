@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "compiler/compile_cache.h"
 #include "compiler/executable.h"
 #include "kiln/kiln.h"
 #include "tests/compiler/compiler_test_util.h"
@@ -231,6 +232,20 @@ TEST(Donation, FailedRunGivesTheFeedsBack) {
   EXPECT_THROW(exe.run_donating(std::move(feeds)), Error);
   ASSERT_TRUE(feeds[0].second.defined());
   EXPECT_EQ(feeds[0].second.data<float>()[7], 7.0f);
+}
+
+TEST(Donation, CompileCacheKeysOnDonations) {
+  SgdGraph s;
+  FeedList feeds{{s.w, iota(256, 0)}, {s.grad, iota(256, 1)}};
+  CompileCache cache;
+  auto plain = cache.get(s.g, {s.new_w}, feeds);
+  auto donating = cache.get(s.g, {s.new_w}, feeds, {{s.w, 0}});
+  EXPECT_NE(plain, donating);
+  EXPECT_EQ(cache.get(s.g, {s.new_w}, feeds, {{s.w, 0}}), donating);
+  EXPECT_EQ(plain->memory_stats().num_donations, 0);
+  EXPECT_EQ(donating->memory_stats().num_donations, 1);
+  EXPECT_EQ(cache.stats().misses, 2);
+  EXPECT_EQ(cache.stats().hits, 1);
 }
 
 // The MLP train step (Adam) with every parameter and slot donated: bit-identical to the same
