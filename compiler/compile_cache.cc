@@ -11,7 +11,8 @@ CompileCache::CompileCache(size_t capacity) : capacity_(std::max<size_t>(capacit
 
 std::shared_ptr<const Executable> CompileCache::get(const Graph& graph,
                                                     const std::vector<Tensor>& outputs,
-                                                    const FeedList& feeds) {
+                                                    const FeedList& feeds,
+                                                    const std::vector<Donation>& donations) {
   std::string program = std::string("n") + std::to_string(graph.num_nodes()) + ":";
   for (const Tensor& t : outputs) {
     if (!t.defined() || !t.is_symbolic() || t.impl()->graph != graph.impl()) {
@@ -19,6 +20,13 @@ std::shared_ptr<const Executable> CompileCache::get(const Graph& graph,
                   "CompileCache: an output is not a value of graph '" + graph.name() + "'");
     }
     program += std::to_string(t.impl()->node) + "." + std::to_string(t.impl()->output) + ",";
+  }
+  for (const Donation& d : donations) {
+    if (!d.feed.defined() || !d.feed.is_symbolic()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "CompileCache: a donation's feed is not a placeholder");
+    }
+    program += "d" + std::to_string(d.feed.impl()->node) + ">" + std::to_string(d.output) + ",";
   }
   std::vector<std::string> parts;
   for (const auto& [key, value] : feeds) {
@@ -46,7 +54,7 @@ std::shared_ptr<const Executable> CompileCache::get(const Graph& graph,
     return s.first.lock() == graph.impl() && s.second == program;
   });
   if (known) ++stats_.recompiles;
-  auto exe = std::make_shared<const Executable>(compile(graph, outputs, feeds));
+  auto exe = std::make_shared<const Executable>(compile(graph, outputs, feeds, donations));
   if (!known) seen_.push_back({graph.impl(), program});
   entries_.push_front(Entry{graph, program, signature, exe});
   while (entries_.size() > capacity_) {

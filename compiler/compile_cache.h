@@ -26,9 +26,11 @@ class CompileCache {
 
   explicit CompileCache(size_t capacity = 8);
 
-  // The executable for these outputs and the feeds' signature, compiled on a miss.
+  // The executable for these outputs and the feeds' signature, compiled on a miss (with
+  // `donations`, which are part of the key).
   std::shared_ptr<const Executable> get(const Graph& graph, const std::vector<Tensor>& outputs,
-                                        const FeedList& feeds);
+                                        const FeedList& feeds,
+                                        const std::vector<Donation>& donations = {});
   std::vector<Tensor> run(const Graph& graph, const std::vector<Tensor>& outputs,
                           const FeedList& feeds) {
     return get(graph, outputs, feeds)->run(feeds);

@@ -4,6 +4,7 @@
 #include "compiler/executable.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -57,7 +58,24 @@ struct Executable::Impl {
     std::vector<int> outputs;           // (compile time, fused) the nodes its outputs stand for
     std::vector<int> in, out;           // slots read and written
     std::vector<int> release;           // slots no later thunk reads
+    std::vector<int> out_alias;         // per output: the donation it writes directly, or -1
+    std::vector<int> copies_after;      // donations copied into their feed after this thunk
     std::string description;
+  };
+  // A donation (input-output alias) and how the plan writes it.
+  struct Alias {
+    enum class Kind : uint8_t {
+      kDirect,  // the producing thunk writes the output into the fed buffer
+      kCopy,    // copied into the fed buffer after `thunk` (the old value's last reader)
+      kSame,    // the output is the fed value itself: nothing to write
+      kNever,   // the old value escapes (fetched, or viewed by a fetched value): never donated
+    };
+    int feed_slot = -1;  // -1: the placeholder is not read by the program
+    int out_slot = -1;
+    int output = 0;  // index into the results
+    std::string feed_name;
+    Kind kind = Kind::kNever;
+    int thunk = -1;  // kDirect: the thunk writing it; kCopy: the thunk after which it is copied
   };
   CompiledGraph cg;
   std::vector<detail::Node> nodes;
@@ -69,7 +87,10 @@ struct Executable::Impl {
   std::vector<int> fetched;                       // slot of each requested output
   std::vector<cpu::FusedKernel> kernels;
   std::vector<Thunk> thunks;
+  std::vector<Alias> aliases;
+  std::vector<int> alias_of_slot;  // by slot: the donation whose feed it is, or -1
   MemoryStats stats;
+  mutable std::atomic<int64_t> donated_in_place{0}, donated_copied{0}, donations_refused{0};
   std::string fusion_log;
   // One arena block kept for the next run that finds it free.
   mutable std::mutex arena_mu;
@@ -219,6 +240,112 @@ void assign_slots(Impl& im, const std::vector<int>& placeholders,
   }
 }
 
+// Checks the donations and binds each to its feed and output slots (kinds come later, from
+// liveness). Errors name the feed.
+void resolve_donations(Impl& im, const Graph& graph, const std::vector<Donation>& donations) {
+  const int num_outputs = static_cast<int>(im.fetched.size());
+  im.alias_of_slot.assign(im.slots.size(), -1);
+  std::vector<int> donated_output(num_outputs, -1);
+  std::vector<int> donated_node;
+  for (const Donation& d : donations) {
+    const Tensor& key = d.feed;
+    if (!key.defined() || !key.is_symbolic() || key.impl()->graph != graph.impl() ||
+        graph.impl()->nodes[key.impl()->node].op != "placeholder") {
+      throw Error(ErrorCode::kInvalidArgument, "compile: a donation's feed (for output " +
+                                                   std::to_string(d.output) +
+                                                   ") is not a placeholder of graph '" +
+                                                   graph.name() + "'");
+    }
+    const int node = key.impl()->node;
+    const detail::Node& original = graph.impl()->nodes[node];
+    const std::string what = "compile: donated feed '" + original.name + "'";
+    if (d.output < 0 || d.output >= num_outputs) {
+      throw Error(ErrorCode::kInvalidArgument, what + " names output " + std::to_string(d.output) +
+                                                   ", but there are " +
+                                                   std::to_string(num_outputs) + " outputs");
+    }
+    if (std::find(donated_node.begin(), donated_node.end(), node) != donated_node.end()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  what + " is donated twice (a buffer can hold one output)");
+    }
+    if (donated_output[d.output] >= 0) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  what + ": output " + std::to_string(d.output) + " is already donated to feed '" +
+                      im.aliases[donated_output[d.output]].feed_name + "'");
+    }
+    Impl::Alias a;
+    a.feed_name = original.name;
+    a.output = d.output;
+    a.out_slot = im.fetched[d.output];
+    if (node < static_cast<int>(im.feed_slot.size())) a.feed_slot = im.feed_slot[node];
+    const TensorType& out = im.slots[a.out_slot].type;
+    bool same = a.feed_slot >= 0 ? im.slots[a.feed_slot].type == out
+                                 : original.outputs[0].dtype == out.dtype &&
+                                       shape_matches(original.outputs[0].shape, out.shape);
+    if (!same) {
+      TensorType fed = a.feed_slot >= 0 ? im.slots[a.feed_slot].type : original.outputs[0];
+      throw Error(ErrorCode::kInvalidArgument,
+                  what + " is " + fed.str() + ", but output " + std::to_string(d.output) +
+                      " is " + out.str() + ": a donated buffer needs the same dtype and shape");
+    }
+    donated_output[d.output] = static_cast<int>(im.aliases.size());
+    donated_node.push_back(node);
+    if (a.feed_slot >= 0) im.alias_of_slot[a.feed_slot] = static_cast<int>(im.aliases.size());
+    im.aliases.push_back(std::move(a));
+  }
+}
+
+// Decides how each donation is written, from liveness over the (final) thunk order. Only the
+// thunks reading the feed read its old value: a kernel output viewing a donated buffer (a
+// reshape returns a view of its input) is copied out when the run makes it (settle_donated).
+void plan_donations(Impl& im, const std::vector<int>& def, const std::vector<int>& last_use,
+                    const std::vector<int>& fetch_count) {
+  using Kind = Impl::Alias::Kind;
+  for (Thunk& t : im.thunks) t.out_alias.assign(t.out.size(), -1);
+  for (int ai = 0; ai < static_cast<int>(im.aliases.size()); ++ai) {
+    Impl::Alias& a = im.aliases[ai];
+    const int f = a.feed_slot, o = a.out_slot;
+    a.kind = Kind::kNever;
+    if (f < 0) continue;
+    if (o == f) {
+      a.kind = Kind::kSame;
+      continue;
+    }
+    // The caller would get the old value overwritten, or the buffer twice.
+    if (fetch_count[f] > 0 || fetch_count[o] > 1) continue;
+    const int eff = last_use[f];
+    const int d = im.slots[o].where == Where::kOutput ? def[o] : -1;
+    if (d >= 0) {
+      Thunk& t = im.thunks[d];
+      bool direct = eff < d;  // the old value is dead before the output is computed
+      if (!direct && eff == d && t.fused >= 0 && writes_in_place_safely(im.kernels[t.fused])) {
+        const Shape& shape = im.kernels[t.fused].shape();
+        direct = im.slots[o].type.shape == shape && im.slots[f].type.shape == shape;
+      }
+      if (direct) {
+        a.kind = Kind::kDirect;
+        a.thunk = d;
+        for (size_t k = 0; k < t.out.size(); ++k)
+          if (t.out[k] == o) t.out_alias[k] = ai;
+        continue;
+      }
+    }
+    const int c = std::max(d, eff);
+    if (c < 0) continue;  // nothing runs after the feed is read (cannot happen for a read feed)
+    a.kind = Kind::kCopy;
+    a.thunk = c;
+    im.thunks[c].copies_after.push_back(ai);
+  }
+  MemoryStats& st = im.stats;
+  st.num_donations = static_cast<int>(im.aliases.size());
+  for (const Impl::Alias& a : im.aliases) {
+    st.num_donated_in_place += a.kind == Kind::kDirect || a.kind == Kind::kSame;
+    if (a.kind == Kind::kDirect) st.donated_output_bytes += im.slots[a.out_slot].bytes;
+    st.num_donated_copied += a.kind == Kind::kCopy;
+    st.num_donations_never += a.kind == Kind::kNever;
+  }
+}
+
 // Liveness over the thunk order, release points, and the arena plan.
 void plan_memory(Impl& im) {
   const int num_slots = static_cast<int>(im.slots.size());
@@ -227,10 +354,11 @@ void plan_memory(Impl& im) {
     for (int s : im.thunks[k].out) def[s] = last_use[s] = k;
     for (int s : im.thunks[k].in) last_use[s] = k;
   }
-  std::vector<bool> is_fetched(num_slots, false);
-  for (int s : im.fetched) is_fetched[s] = true;
+  std::vector<int> fetch_count(num_slots, 0);
+  for (int s : im.fetched) ++fetch_count[s];
   for (int s = 0; s < num_slots; ++s)
-    if (!is_fetched[s] && last_use[s] >= 0) im.thunks[last_use[s]].release.push_back(s);
+    if (fetch_count[s] == 0 && last_use[s] >= 0) im.thunks[last_use[s]].release.push_back(s);
+  plan_donations(im, def, last_use, fetch_count);
 
   std::vector<int> arena_index(num_slots, -1), arena_slots;
   std::vector<LiveValue> values;
@@ -275,6 +403,13 @@ void plan_memory(Impl& im) {
     out << "arena " << st.arena_bytes << " bytes (live minimum " << st.live_min_bytes
         << ", without reuse " << st.no_reuse_bytes << "); " << st.num_buffers << " buffers, "
         << st.num_reused << " reused, " << st.num_in_place << " in place\n";
+    for (const Impl::Alias& a : im.aliases) {
+      static const char* kKinds[] = {"in place", "copied", "the feed itself", "never"};
+      out << "donation: output " << a.output << " into feed '" << a.feed_name << "': "
+          << kKinds[static_cast<int>(a.kind)];
+      if (a.thunk >= 0) out << " (thunk " << a.thunk << ")";
+      out << "\n";
+    }
     for (size_t v = 0; v < values.size(); ++v) {
       const Impl::Slot& s = im.slots[arena_slots[v]];
       out << "%" << s.value.node << ":" << s.value.output << " " << s.type.str() << " " << s.bytes
@@ -377,13 +512,18 @@ void settle_kernel_output(const ArenaLease& arena, const Impl::Slot& slot, Tenso
   out = std::move(copy);
 }
 
+// The slot a feed key binds, or kNotFed.
+int feed_slot_of(const Impl& im, const Tensor& key) {
+  if (key.defined() && key.impl()->graph == im.cg.original_) {
+    int node = key.impl()->node;
+    if (node >= 0 && node < static_cast<int>(im.feed_slot.size())) return im.feed_slot[node];
+  }
+  return Impl::kNotFed;
+}
+
 void bind_feeds(const Impl& im, const FeedList& feeds, std::vector<Tensor>& slots) {
   for (const auto& [key, value] : feeds) {
-    int s = Impl::kNotFed;
-    if (key.defined() && key.impl()->graph == im.cg.original_) {
-      int node = key.impl()->node;
-      if (node >= 0 && node < static_cast<int>(im.feed_slot.size())) s = im.feed_slot[node];
-    }
+    int s = feed_slot_of(im, key);
     if (s == Impl::kNotFed) {
       im.cg.placeholder(key);  // throws unless `key` is a placeholder the outputs do not need
       continue;
@@ -412,9 +552,180 @@ void bind_feeds(const Impl& im, const FeedList& feeds, std::vector<Tensor>& slot
   }
 }
 
+// Whether the run's `handles` are the only references to `t`'s buffer: no other Tensor shares
+// its TensorImpl or storage, and the storage is not a view into memory owned elsewhere.
+bool exclusively_held(const Tensor& t, long handles, int64_t bytes) {
+  const auto& impl = t.impl();
+  if (impl.use_count() != handles) return false;
+  const auto& st = impl->storage;
+  if (!st || st.use_count() != 1 || st->device != Device::cpu()) return false;
+  if (st->owner && st->owner.use_count() != 1) return false;
+  return static_cast<int64_t>(st->nbytes) >= bytes;
+}
+
+// A tensor writing into `buffer`'s memory without sharing its TensorImpl (a kernel writing
+// through a shared handle would copy on write).
+Tensor writer_of(const Tensor& buffer, const Impl::Slot& s) {
+  const auto& storage = buffer.impl()->storage;
+  auto impl = detail::make_pooled<detail::TensorImpl>();
+  impl->dtype = s.type.dtype;
+  impl->shape = s.type.shape;
+  impl->storage = detail::make_pooled<detail::Storage>(std::shared_ptr<void>(storage),
+                                                       storage->data, s.bytes);
+  return Tensor(std::move(impl));
+}
+
+// Copies `from` into the donated `buffer` unless it is already there.
+bool copy_into(const Tensor& buffer, const Tensor& from, int64_t bytes) {
+  if (bytes == 0) return false;
+  void* dst = buffer.impl()->storage->data;
+  const void* src = from.raw_data();
+  if (dst == src) return false;
+  std::memmove(dst, src, static_cast<size_t>(bytes));
+  return true;
+}
+
+// A kernel output viewing a buffer donated to this run (a reshape of a donated feed) would
+// change when the buffer is overwritten: it is copied to where the plan put it (or to a fresh
+// tensor for a fetched output).
+void settle_donated(const Impl& im, const ArenaLease& arena, const std::vector<Tensor>& donated,
+                    const Impl::Slot& slot, Tensor& out) {
+  if (!out.defined() || out.nbytes() == 0) return;
+  auto* p = static_cast<const char*>(out.raw_data());
+  for (size_t a = 0; a < donated.size(); ++a) {
+    const Tensor& d = donated[a];
+    if (!d.defined() || d.nbytes() == 0 || im.aliases[a].kind == Impl::Alias::Kind::kSame)
+      continue;
+    auto* base = static_cast<const char*>(d.impl()->storage->data);
+    if (p < base || p >= base + d.impl()->storage->nbytes) continue;
+    Tensor copy = slot.where == Where::kArena ? arena.view(slot)
+                                              : Tensor::empty(slot.type.dtype, slot.type.shape);
+    std::memcpy(copy.raw_mutable_data(), p, slot.bytes);
+    out = std::move(copy);
+    return;
+  }
+}
+
+// One run. With `donor` (the caller's feeds, as run_donating got them), donated feeds are
+// taken from it and written in place when held by nobody else.
+std::vector<Tensor> run_impl(const Impl& im, const FeedList& feeds, FeedList* donor) {
+  using Kind = Impl::Alias::Kind;
+  ArenaLease arena(im);  // declared first: it outlives every view below
+  std::vector<Tensor> slots(im.slots.size());
+  bind_feeds(im, feeds, slots);
+  for (const auto& [s, value] : im.constants) slots[s] = value;
+
+  // Donated buffers: taken from the caller's list (handed back on an exception).
+  struct Taken {
+    size_t entry;
+    Tensor value;
+  };
+  std::vector<Taken> taken;
+  std::vector<Tensor> donated;     // per alias: the buffer it writes this run
+  std::vector<uint8_t> copied;     // per alias: written by a copy this run
+  if (donor && !im.aliases.empty()) {
+    donated.resize(im.aliases.size());
+    copied.assign(im.aliases.size(), 0);
+    for (size_t i = 0; i < donor->size(); ++i) {
+      int s = feed_slot_of(im, (*donor)[i].first);
+      if (s == Impl::kNotFed || im.alias_of_slot[s] < 0) continue;
+      taken.push_back({i, std::move((*donor)[i].second)});
+    }
+    int64_t refused = static_cast<int64_t>(im.aliases.size());
+    for (const Taken& t : taken) {
+      int s = feed_slot_of(im, (*donor)[t.entry].first);
+      int a = im.alias_of_slot[s];
+      const Impl::Alias& alias = im.aliases[a];
+      // Two handles: the slot and `taken`. A tensor fed twice, or kept by anyone, has more.
+      if (alias.kind == Kind::kNever || donated[a].defined() ||
+          !exclusively_held(t.value, 2, im.slots[s].bytes))
+        continue;
+      donated[a] = t.value;
+      --refused;
+    }
+    im.donations_refused += refused;
+  }
+  auto give_back = [&] {
+    for (Taken& t : taken) (*donor)[t.entry].second = std::move(t.value);
+  };
+
+  try {
+    std::vector<Tensor> ins, outs;
+    for (const Thunk& t : im.thunks) {
+      ins.clear();
+      for (int s : t.in) ins.push_back(slots[s]);
+      outs.clear();
+      outs.resize(t.out.size());
+      for (size_t k = 0; k < t.out.size(); ++k) {
+        const Impl::Slot& slot = im.slots[t.out[k]];
+        if (!donated.empty() && t.out_alias[k] >= 0 && donated[t.out_alias[k]].defined()) {
+          outs[k] = writer_of(donated[t.out_alias[k]], slot);
+          continue;
+        }
+        if (slot.where == Where::kArena) outs[k] = arena.view(slot);
+        if (slot.where == Where::kOutput) outs[k] = output_tensor(im.outputs, slot);
+      }
+      if (t.fused >= 0) {
+        im.kernels[t.fused].run(ins, &outs);
+      } else {
+        const detail::Node& node = im.nodes[t.node];
+        if (t.kernel) {
+          runtime::run_prepared_kernel(*t.kernel, *node.def, node.name, ins, node.attrs,
+                                       im.types[t.node], &outs);
+        } else {
+          outs = runtime::run_kernel(*node.def, node.name, ins, node.attrs);
+        }
+        for (size_t k = 0; k < t.out.size(); ++k) {
+          settle_kernel_output(arena, im.slots[t.out[k]], outs[k]);
+          if (!donated.empty() && t.out_alias[k] < 0)
+            settle_donated(im, arena, donated, im.slots[t.out[k]], outs[k]);
+        }
+      }
+      if (!donated.empty()) {
+        for (size_t k = 0; k < t.out.size(); ++k) {
+          int a = t.out_alias[k];
+          if (a >= 0 && donated[a].defined())  // a kernel that returned another buffer
+            copied[a] = copy_into(donated[a], outs[k], im.slots[t.out[k]].bytes);
+        }
+      }
+      for (size_t k = 0; k < t.out.size(); ++k) slots[t.out[k]] = std::move(outs[k]);
+      for (int a : t.copies_after) {
+        if (donated.empty() || !donated[a].defined()) continue;
+        const Impl::Alias& alias = im.aliases[a];
+        copy_into(donated[a], slots[alias.out_slot], im.slots[alias.out_slot].bytes);
+        copied[a] = 1;
+      }
+      for (int s : t.release) slots[s] = Tensor();
+    }
+  } catch (...) {
+    slots.clear();
+    give_back();
+    throw;
+  }
+  std::vector<Tensor> result;
+  result.reserve(im.fetched.size());
+  for (int s : im.fetched) result.push_back(slots[s]);
+  if (!donated.empty()) {
+    int64_t in_place = 0, copies = 0;
+    for (size_t a = 0; a < donated.size(); ++a) {
+      if (!donated[a].defined()) continue;
+      result[im.aliases[a].output] = donated[a];
+      (copied[a] ? copies : in_place) += 1;
+    }
+    im.donated_in_place += in_place;
+    im.donated_copied += copies;
+  }
+  return result;
+}
+
 }  // namespace
 
 Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const FeedList& feeds) {
+  return compile(graph, outputs, feeds, {});
+}
+
+Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const FeedList& feeds,
+                   const std::vector<Donation>& donations) {
   auto impl = std::make_shared<Executable::Impl>();
   Impl& im = *impl;
   im.cg = optimize(graph, outputs);
@@ -520,6 +831,7 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
   for (int k : schedule_units(work, {im.types, fetched})) im.thunks.push_back(std::move(units[k]));
 
   assign_slots(im, placeholders, constants, fetched);
+  resolve_donations(im, graph, donations);
   plan_memory(im);
   if (const char* dir = std::getenv("KILN_DUMP"); dir && *dir) {
     std::ofstream(std::string(dir) + "/fusion.txt") << im.fusion_log;
@@ -528,42 +840,16 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
 }
 
 std::vector<Tensor> Executable::run(const FeedList& feeds) const {
-  const Impl& im = *impl_;
-  ArenaLease arena(im);  // declared first: it outlives every view below
-  std::vector<Tensor> slots(im.slots.size());
-  bind_feeds(im, feeds, slots);
-  for (const auto& [s, value] : im.constants) slots[s] = value;
-  std::vector<Tensor> ins, outs;
-  for (const Thunk& t : im.thunks) {
-    ins.clear();
-    for (int s : t.in) ins.push_back(slots[s]);
-    outs.clear();
-    outs.resize(t.out.size());
-    for (size_t k = 0; k < t.out.size(); ++k) {
-      const Impl::Slot& slot = im.slots[t.out[k]];
-      if (slot.where == Where::kArena) outs[k] = arena.view(slot);
-      if (slot.where == Where::kOutput) outs[k] = output_tensor(im.outputs, slot);
-    }
-    if (t.fused >= 0) {
-      im.kernels[t.fused].run(ins, &outs);
-    } else {
-      const detail::Node& node = im.nodes[t.node];
-      if (t.kernel) {
-        runtime::run_prepared_kernel(*t.kernel, *node.def, node.name, ins, node.attrs,
-                                     im.types[t.node], &outs);
-      } else {
-        outs = runtime::run_kernel(*node.def, node.name, ins, node.attrs);
-      }
-      for (size_t k = 0; k < t.out.size(); ++k)
-        settle_kernel_output(arena, im.slots[t.out[k]], outs[k]);
-    }
-    for (size_t k = 0; k < t.out.size(); ++k) slots[t.out[k]] = std::move(outs[k]);
-    for (int s : t.release) slots[s] = Tensor();
-  }
-  std::vector<Tensor> result;
-  result.reserve(im.fetched.size());
-  for (int s : im.fetched) result.push_back(slots[s]);
-  return result;
+  return run_impl(*impl_, feeds, nullptr);
+}
+
+std::vector<Tensor> Executable::run_donating(FeedList&& feeds) const {
+  return run_impl(*impl_, feeds, &feeds);
+}
+
+DonationStats Executable::donation_stats() const {
+  return {impl_->donated_in_place.load(), impl_->donated_copied.load(),
+          impl_->donations_refused.load()};
 }
 
 MemoryStats Executable::memory_stats() const { return impl_->stats; }

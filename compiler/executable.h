@@ -26,11 +26,40 @@ struct MemoryStats {
   int64_t fed_bytes = 0;       // fed values (the caller's tensors)
   int64_t output_bytes = 0;    // fetched outputs (blocks recycled once the caller drops them)
   int64_t constant_bytes = 0;  // constants the executable holds
+  // Donations (input-output aliases, see Donation) and how the plan writes each one when a run
+  // may overwrite its feed: in place (the producing thunk writes straight into the fed buffer,
+  // or the output is that feed unchanged), copied (computed as usual, then copied into the fed
+  // buffer once every reader of the old value has run), or never (the old value escapes: the
+  // feed, or a view of it, is itself fetched, or the output is fetched twice).
+  int num_donations = 0;
+  int num_donated_in_place = 0;
+  int num_donated_copied = 0;
+  int num_donations_never = 0;
+  // Bytes of fetched outputs a run_donating writes into fed buffers instead of output blocks
+  // (in place); outside_bytes() counts them in output_bytes too.
+  int64_t donated_output_bytes = 0;
   int64_t outside_bytes() const { return fed_bytes + output_bytes + constant_bytes; }
+  int64_t outside_bytes_donating() const { return outside_bytes() - donated_output_bytes; }
   // The benchmark key arena_peak_vs_live_min (1 for an empty arena).
   double peak_vs_live_min() const {
     return live_min_bytes > 0 ? static_cast<double>(arena_bytes) / live_min_bytes : 1.0;
   }
+};
+
+// What runs did with their donations so far (counted over all run_donating calls).
+struct DonationStats {
+  int64_t written_in_place = 0;  // outputs written straight into a donated feed's buffer
+  int64_t copied = 0;            // outputs copied into a donated feed's buffer
+  int64_t refused = 0;           // donations not taken: the buffer was shared, or never donatable
+};
+
+// An input-output alias (buffer donation, like XLA's input_output_alias and JAX's
+// donate_argnums): output `output` (an index into compile's outputs) may be written into the
+// buffer of the tensor fed to placeholder `feed`, which must have the output's dtype and shape.
+// Only run_donating overwrites fed buffers; run() never does.
+struct Donation {
+  Tensor feed;     // a placeholder of the compiled graph
+  int output = 0;  // index into the outputs
 };
 
 class Executable {
@@ -40,6 +69,19 @@ class Executable {
   // be concurrent (from several threads): each takes its own arena, and one block is kept for
   // the next run that finds it free.
   std::vector<Tensor> run(const FeedList& feeds) const;
+
+  // Runs like run(), giving the executable the donated feeds' buffers (the entries of `feeds`
+  // for placeholders compile() was told are donated are moved from). A donated buffer is
+  // overwritten with its aliased output, which is then returned as that same Tensor, only when
+  // nothing else shares it: no other handle to the Tensor (copies share a TensorImpl), no other
+  // Tensor over its storage (views), not a view into memory owned elsewhere. Otherwise that
+  // run refuses the donation (copy-on-write): the output is a fresh tensor and the fed tensor
+  // is left unchanged, so a Tensor the caller kept is a snapshot. A value read after the
+  // update still sees the old value (the plan copies only after the last reader). On an
+  // exception the moved entries are put back into `feeds` (a donated buffer may already hold
+  // its new value then).
+  std::vector<Tensor> run_donating(FeedList&& feeds) const;
+  DonationStats donation_stats() const;
 
   MemoryStats memory_stats() const;
 
@@ -63,5 +105,11 @@ class Executable {
 // compile time). With KILN_DUMP=<dir>, also writes <dir>/fusion.txt and <dir>/buffers.txt (the
 // memory plan: each value's bytes, live range and arena offset).
 Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const FeedList& feeds);
+// The same, with input-output aliases. Throws kiln::Error naming the feed when a feed is
+// donated twice, an output is the target of two donations, an output index is out of range,
+// the key is not a placeholder of `graph`, or the output's dtype or shape differ from the
+// feed's.
+Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const FeedList& feeds,
+                   const std::vector<Donation>& donations);
 
 }  // namespace kiln::compiler

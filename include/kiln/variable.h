@@ -1,6 +1,11 @@
 // kiln::Variable: mutable state (weights, optimizer slots, moving statistics) owned outside
 // any graph. A training step graph takes variables' values as inputs and returns their new
 // values; the caller assigns them back. Copies of a Variable share the same state.
+// Compiled steps (kiln::function, Model::fit) update a variable's buffer in place when nothing
+// else holds it; a Tensor copied from value() is a snapshot: it keeps the value it had (the
+// step then writes the new value into a fresh buffer instead: copy-on-write). While such a
+// step runs, the variable's tensor is lent to it: reading the variable from another thread
+// meanwhile is a race, as assigning it concurrently always was.
 #pragma once
 
 #include <memory>
@@ -10,6 +15,10 @@
 
 namespace kiln {
 
+namespace detail {
+struct VariableAccess;
+}  // namespace detail
+
 class Variable {
  public:
   Variable() = default;
@@ -18,6 +27,8 @@ class Variable {
   bool defined() const { return state_ != nullptr; }
   const std::string& name() const;
   bool trainable() const;
+  // The current value. A reference: it follows later assignments; copy the Tensor to keep a
+  // snapshot.
   const Tensor& value() const;
   DType dtype() const { return value().dtype(); }
   const Shape& shape() const { return value().shape(); }
@@ -29,6 +40,7 @@ class Variable {
   const void* id() const { return state_.get(); }
 
  private:
+  friend struct detail::VariableAccess;
   struct State;
   const State& checked() const;
   std::shared_ptr<State> state_;

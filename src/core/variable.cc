@@ -31,6 +31,10 @@ Variable::Variable(Tensor initial_value, std::string name, bool trainable) {
   state_ = std::make_shared<State>(State{std::move(name), trainable, std::move(initial_value)});
 }
 
+Tensor& detail::VariableAccess::held(const Variable& v) {
+  return const_cast<Variable::State&>(v.checked()).value;
+}
+
 const std::string& Variable::name() const { return checked().name; }
 bool Variable::trainable() const { return checked().trainable; }
 const Tensor& Variable::value() const {

@@ -17,6 +17,13 @@ class VariableCapture {
   virtual void assign(const Variable& v, const Tensor& value) = 0;
 };
 
+// The tensor a variable holds, for a compiled step donating its buffer: the step moves it out
+// (so that the run holds the only handle), runs, and puts back the result (the same Tensor
+// when the buffer was updated in place). Not a public API: no checks.
+struct VariableAccess {
+  static Tensor& held(const Variable& v);
+};
+
 // This thread's capture, or nullptr.
 VariableCapture*& variable_capture();
 

@@ -49,6 +49,9 @@ struct Traced {
   std::vector<std::pair<Variable, Tensor>> reads;       // variable -> its placeholder
   std::vector<std::pair<Variable, Tensor>> updates;     // variable -> its new value
   std::vector<Tensor> fetches;                          // outputs, then the updates' values
+  // Variables both read and assigned: the new value is written into the fed buffer.
+  std::vector<compiler::Donation> donations;
+  std::vector<int> donated_update;                      // per read: its update's index, or -1
   std::shared_ptr<const compiler::Executable> executable;  // compiled on first compiled run
   std::mutex compile_mu;
 };
@@ -129,6 +132,14 @@ struct Function::Impl {
     t->outputs = results;
     t->fetches = results;
     for (const auto& [var, value] : t->updates) t->fetches.push_back(value);
+    t->donated_update.assign(t->reads.size(), -1);
+    for (size_t k = 0; k < t->updates.size(); ++k) {
+      for (size_t j = 0; j < t->reads.size(); ++j) {
+        if (t->reads[j].first != t->updates[k].first) continue;
+        t->donated_update[j] = static_cast<int>(k);
+        t->donations.push_back({t->reads[j].second, static_cast<int>(results.size() + k)});
+      }
+    }
     return t;
   }
 
@@ -173,29 +184,59 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   if (inline_call) return impl_->body(args);
 
   std::shared_ptr<Traced> t = impl_->lookup(args, /*call=*/true);
+  ExecutionMode mode = impl_->options.mode.value_or(default_execution_mode());
+  const bool donate = mode == ExecutionMode::kCompiled;
   FeedList feeds;
   feeds.reserve(args.size() + t->reads.size());
   for (size_t i = 0; i < args.size(); ++i) feeds.emplace_back(t->arguments[i], args[i]);
-  for (const auto& [var, placeholder] : t->reads) feeds.emplace_back(placeholder, var.value());
+  // Compiled, a variable that is read and assigned lends its tensor to the run (moved out, so
+  // that the run may hold the only handle and update its buffer in place).
+  const size_t first_read = feeds.size();
+  std::vector<bool> updated(t->updates.size(), false);
+  for (size_t j = 0; j < t->reads.size(); ++j) {
+    const auto& [var, placeholder] = t->reads[j];
+    if (donate && t->donated_update[j] >= 0) {
+      feeds.emplace_back(placeholder, std::move(detail::VariableAccess::held(var)));
+    } else {
+      feeds.emplace_back(placeholder, var.value());
+    }
+  }
+  auto give_back = [&] {  // the lent tensors, after a failure
+    for (size_t j = 0; j < t->reads.size(); ++j) {
+      Tensor& held = detail::VariableAccess::held(t->reads[j].first);
+      if (!held.defined()) held = std::move(feeds[first_read + j].second);
+    }
+  };
 
-  ExecutionMode mode = impl_->options.mode.value_or(default_execution_mode());
   std::vector<Tensor> values;
   if (mode == ExecutionMode::kCompiled) {
-    std::shared_ptr<const compiler::Executable> exe;
-    {
-      std::lock_guard lock(t->compile_mu);
-      if (!t->executable) {
-        t->executable = std::make_shared<const compiler::Executable>(
-            compiler::compile(t->graph, t->fetches, feeds));
+    try {
+      std::shared_ptr<const compiler::Executable> exe;
+      {
+        std::lock_guard lock(t->compile_mu);
+        if (!t->executable) {
+          t->executable = std::make_shared<const compiler::Executable>(
+              compiler::compile(t->graph, t->fetches, feeds, t->donations));
+        }
+        exe = t->executable;
       }
-      exe = t->executable;
+      values = exe->run_donating(std::move(feeds));
+    } catch (...) {
+      give_back();
+      throw;
     }
-    values = exe->run(feeds);
+    for (size_t j = 0; j < t->reads.size(); ++j) {
+      int k = t->donated_update[j];
+      if (k < 0) continue;
+      // The same Tensor when its buffer was updated in place, else a fresh one.
+      detail::VariableAccess::held(t->reads[j].first) = values[t->outputs.size() + k];
+      updated[k] = true;
+    }
   } else {
     values = t->graph.run(feeds, t->fetches);
   }
   for (size_t k = 0; k < t->updates.size(); ++k)
-    t->updates[k].first.assign(values[t->outputs.size() + k]);
+    if (!updated[k]) t->updates[k].first.assign(values[t->outputs.size() + k]);
   values.resize(t->outputs.size());
   return values;
 }

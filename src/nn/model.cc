@@ -20,6 +20,7 @@
 #include "kiln/ops.h"
 #include "compiler/compile_cache.h"
 #include "src/core/tensor_impl.h"
+#include "src/core/variable_capture.h"
 #include "src/nn/functional.h"
 #include "src/nn/progress.h"
 
@@ -35,6 +36,10 @@ struct Step {
   std::vector<Variable> assigned;  // variables (and slots) the step returns new values for
   std::vector<Variable> gradient_of;  // the trainable variables whose gradients come last
   std::vector<Tensor> fetches;     // loss, metric stats..., new values of `assigned`
+  // Compiled, each variable both read and assigned has its buffer updated in place: its new
+  // value (fetch `donated_fetch[i]` for vars[i], -1 when not assigned) is donated its feed.
+  std::vector<compiler::Donation> donations;
+  std::vector<int> donated_fetch;
   Tensor prediction;
   size_t num_metric_stats = 0;
   std::vector<size_t> metric_stat_counts;
@@ -251,6 +256,15 @@ struct Model::Impl {
       s.gradient_of.push_back(trainable[i]);
       s.fetches.push_back(grads[i]);
     }
+    s.donated_fetch.assign(s.vars.size(), -1);
+    for (size_t k = 0; k < s.assigned.size(); ++k) {
+      int fetch = static_cast<int>(1 + s.num_metric_stats + k);
+      for (size_t i = 0; i < s.vars.size(); ++i) {
+        if (!(s.vars[i] == s.assigned[k]) || s.donated_fetch[i] >= 0) continue;
+        s.donated_fetch[i] = fetch;
+        s.donations.push_back({s.var_inputs[i], fetch});
+      }
+    }
     return s;
   }
 
@@ -265,11 +279,35 @@ struct Model::Impl {
       feeds.push_back({s.lr, Tensor::scalar<float>(static_cast<float>(lr))});
       feeds.push_back({s.iteration, Tensor::scalar<float>(static_cast<float>(iteration))});
     }
-    for (size_t i = 0; i < s.vars.size(); ++i) feeds.push_back({s.var_inputs[i], s.vars[i].value()});
-    if (mode.value_or(default_execution_mode()) == ExecutionMode::kInterpreted) {
-      return s.graph.run(feeds, s.fetches);
+    const bool interpreted =
+        mode.value_or(default_execution_mode()) == ExecutionMode::kInterpreted;
+    const size_t first_var = feeds.size();
+    for (size_t i = 0; i < s.vars.size(); ++i) {
+      if (!interpreted && !s.donated_fetch.empty() && s.donated_fetch[i] >= 0) {
+        // Lent to the run (moved out), which may then update its buffer in place.
+        Tensor& held = kiln::detail::VariableAccess::held(s.vars[i]);
+        feeds.emplace_back(s.var_inputs[i], std::move(held));
+      } else {
+        feeds.push_back({s.var_inputs[i], s.vars[i].value()});
+      }
     }
-    return s.programs->run(s.graph, s.fetches, feeds);
+    if (interpreted) return s.graph.run(feeds, s.fetches);
+    std::vector<Tensor> outs;
+    try {
+      auto program = s.programs->get(s.graph, s.fetches, feeds, s.donations);
+      outs = program->run_donating(std::move(feeds));
+    } catch (...) {
+      for (size_t i = 0; i < s.vars.size(); ++i) {
+        Tensor& held = kiln::detail::VariableAccess::held(s.vars[i]);
+        if (!held.defined()) held = std::move(feeds[first_var + i].second);
+      }
+      throw;
+    }
+    // The same Tensor when the buffer was updated in place, else a fresh one.
+    for (size_t i = 0; i < s.vars.size(); ++i)
+      if (!s.donated_fetch.empty() && s.donated_fetch[i] >= 0)
+        kiln::detail::VariableAccess::held(s.vars[i]) = outs[s.donated_fetch[i]];
+    return outs;
   }
 
   void update_metrics(const Step& s, const std::vector<Tensor>& outs) {
