@@ -36,21 +36,24 @@ void check_structure(const std::vector<Element>& elements, const char* who, bool
     }
     for (size_t c = 0; c < e.size(); ++c) {
       const Tensor& t = e[c];
-      std::string where = std::string(who) + ": component " + std::to_string(c) + " of element " +
-                          std::to_string(i) + " of the batch";
-      if (!t.defined() || t.is_symbolic()) invalid(where + " is not a concrete tensor");
+      // Built only for a message: this runs for every component of every element.
+      auto where = [&] {
+        return std::string(who) + ": component " + std::to_string(c) + " of element " +
+               std::to_string(i) + " of the batch";
+      };
+      if (!t.defined() || t.is_symbolic()) invalid(where() + " is not a concrete tensor");
       if (t.dtype() != first[c].dtype()) {
-        invalid(where + " is " + dtype_name(t.dtype()) + ", in element 0 it is " +
+        invalid(where() + " is " + dtype_name(t.dtype()) + ", in element 0 it is " +
                 dtype_name(first[c].dtype()));
       }
       if (same_shapes && t.shape() != first[c].shape()) {
-        invalid(where + " has shape " + shape_str(t.shape()) + ", in element 0 it has " +
+        invalid(where() + " has shape " + shape_str(t.shape()) + ", in element 0 it has " +
                 shape_str(first[c].shape()) +
                 "; padded_batch batches elements of different "
                 "shapes");
       }
       if (t.rank() != first[c].rank()) {
-        invalid(where + " has rank " + std::to_string(t.rank()) + " (shape " +
+        invalid(where() + " has rank " + std::to_string(t.rank()) + " (shape " +
                 shape_str(t.shape()) + "), in element 0 it has rank " +
                 std::to_string(first[c].rank()) + " (shape " + shape_str(first[c].shape()) + ")");
       }

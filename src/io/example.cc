@@ -4,10 +4,12 @@
 #include "kiln/io/example.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
-#include <deque>
+#include <forward_list>
 #include <limits>
+#include <optional>
 #include <string_view>
 
 #include "src/io/proto/example.pb.h"
@@ -344,13 +346,19 @@ Column make_column(const FeatureSpec& entry, size_t batch) {
     c.dtype = v.dtype;
     c.fixed = false;
   }
-  const std::string kind = c.fixed ? "FixedLen" : "VarLen";
-  const std::string name(c.name);
-  if (c.name.empty()) fail(ErrorCode::kInvalidArgument, "a " + kind + " spec has an empty name");
+  // For messages only: this runs for each column of each call, so for every record when
+  // records are parsed one at a time.
+  auto who = [&] {
+    return std::string(c.fixed ? "FixedLen" : "VarLen") + " feature '" + std::string(c.name) + "'";
+  };
+  if (c.name.empty()) {
+    fail(ErrorCode::kInvalidArgument,
+         std::string("a ") + (c.fixed ? "FixedLen" : "VarLen") + " spec has an empty name");
+  }
   c.kind = kind_for(c.dtype);
   if (c.kind == Kind::kNone) {
     fail(ErrorCode::kInvalidArgument,
-         kind + " feature '" + name + "': dtype " + dtype_name(c.dtype) +
+         who() + ": dtype " + dtype_name(c.dtype) +
              " is not readable from a tf.Example (f32 reads a float_list, i64 an int64_list, "
              "u8 a bytes_list)");
   }
@@ -363,7 +371,7 @@ Column make_column(const FeatureSpec& entry, size_t batch) {
   bool overflow = false;
   for (int64_t d : shape) {
     if (d < 0) {
-      fail(ErrorCode::kInvalidArgument, "FixedLen feature '" + name + "': shape " +
+      fail(ErrorCode::kInvalidArgument, who() + ": shape " +
                                             shape_str(shape) +
                                             " must be fully defined and non-negative");
     }
@@ -373,7 +381,7 @@ Column make_column(const FeatureSpec& entry, size_t batch) {
   const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
   if (!empty &&
       (overflow || per_example > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
-    fail(ErrorCode::kInvalidArgument, "FixedLen feature '" + name + "': shape " +
+    fail(ErrorCode::kInvalidArgument, who() + ": shape " +
                                           shape_str(shape) + " has too many elements");
   }
   c.per_example = empty ? 0 : static_cast<int64_t>(per_example);
@@ -382,18 +390,18 @@ Column make_column(const FeatureSpec& entry, size_t batch) {
       (__builtin_mul_overflow(total, static_cast<uint64_t>(c.per_example), &total) ||
        __builtin_mul_overflow(total, dtype_size(c.dtype), &total) ||
        total > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
-    fail(ErrorCode::kInvalidArgument, "FixedLen feature '" + name + "': a batch of " +
+    fail(ErrorCode::kInvalidArgument, who() + ": a batch of " +
                                           std::to_string(batch) + " of shape " +
                                           shape_str(shape) + " is too large for a tensor");
   }
   if (const auto& def = std::get<FixedLen>(entry).default_value) {
     if (!def->defined() || def->is_symbolic()) {
       fail(ErrorCode::kInvalidArgument,
-           "FixedLen feature '" + name + "': default_value must be a concrete tensor");
+           who() + ": default_value must be a concrete tensor");
     }
     if (def->rank() != 0 && def->shape() != shape) {
       fail(ErrorCode::kInvalidArgument,
-           "FixedLen feature '" + name + "': default_value has shape " + shape_str(def->shape()) +
+           who() + ": default_value has shape " + shape_str(def->shape()) +
                ", but the feature's shape is " + shape_str(shape) +
                " (a scalar default fills the shape)");
     }
@@ -598,9 +606,14 @@ std::map<std::string, Tensor> parse_records(size_t batch, Record&& record,
     return -1;
   };
 
-  std::vector<FeatureView> found(columns.size());
-  std::deque<std::string> reserialized;  // features of records protobuf parsed (stable)
-  proto::Example example;
+  // Per call, not per record: no allocation for a spec of up to 8 features.
+  std::array<FeatureView, 8> found_inline;
+  std::vector<FeatureView> found_heap(columns.size() > found_inline.size() ? columns.size() : 0);
+  const std::span<FeatureView> found =
+      found_heap.empty() ? std::span<FeatureView>(found_inline.data(), columns.size())
+                         : std::span<FeatureView>(found_heap);
+  std::forward_list<std::string> reserialized;  // features of records protobuf parsed: stable
+  std::optional<proto::Example> example;        // made for the first such record
   for (size_t i = 0; i < batch; ++i) {
     const std::string_view bytes = record(i);
     std::fill(found.begin(), found.end(), FeatureView{});
@@ -615,7 +628,7 @@ std::map<std::string, Tensor> parse_records(size_t batch, Record&& record,
       // Bytes the strict reader does not vouch for: protobuf decides.
       std::fill(found.begin(), found.end(), FeatureView{});
       if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max()) ||
-          !example.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+          !example.emplace().ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
         // Where it goes wrong, and in which feature: read again with lengths cut to the end.
         Stop clamped;
         int clamps = 0;
@@ -630,13 +643,13 @@ std::map<std::string, Tensor> parse_records(size_t batch, Record&& record,
                                        : ", in feature '" + std::string(stop.feature) + "'") +
                  ")");
       }
-      for (const proto::FeatureEntry& entry : example.features().feature()) {
+      for (const proto::FeatureEntry& entry : example->features().feature()) {
         const int k = column_of(entry.key());
         if (k < 0) continue;
         // Re-serialized without unknown fields, a feature is in the form the strict reader
         // reads.
         const std::string& canonical =
-            reserialized.emplace_back(canonical_feature(entry.value()).SerializeAsString());
+            reserialized.emplace_front(canonical_feature(entry.value()).SerializeAsString());
         if (!read_feature(reinterpret_cast<const uint8_t*>(canonical.data()), canonical.size(),
                           found[k])) {
           fail(ErrorCode::kInternal, feature_where(columns[k].name, i) +
