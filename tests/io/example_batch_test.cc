@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -342,6 +344,86 @@ TEST(ParseExampleBatch, DamagedRecordsInABatchNeverCrash) {
       check(damaged);
     }
   }
+}
+
+// The strict reader and protobuf agree: random records, randomly damaged (bytes flipped,
+// inserted, removed), parse as protobuf reads them (Example::parse, which uses protobuf), or
+// fail as it does.
+TEST(ParseExampleBatch, AgreesWithProtobufOnDamagedRecords) {
+  const std::vector<std::pair<std::string, DType>> features = {
+      {"img", u8}, {"label", i64}, {"w", f32}, {"tok", i64}, {"s", u8}, {"f", f32}};
+  std::vector<FeatureSpec> var_spec;
+  for (const auto& [name, dtype] : features) var_spec.push_back(VarLen{name, dtype});
+  std::mt19937 rng(11);
+  int parsed = 0, refused = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::string bytes = random_record(rng).bytes;
+    for (int edits = static_cast<int>(rng() % 3); edits >= 0 && !bytes.empty(); --edits) {
+      const size_t at = rng() % bytes.size();
+      switch (rng() % 3) {
+        case 0:
+          bytes[at] = static_cast<char>(rng());
+          break;
+        case 1:
+          bytes.insert(at, 1, static_cast<char>(rng()));
+          break;
+        default:
+          bytes.erase(at, 1);
+      }
+    }
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::optional<Example> reference;
+    try {
+      reference = Example::parse(bytes);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
+    }
+    std::map<std::string, Tensor> out;
+    try {
+      out = parse_example(std::vector<std::string>{bytes}, var_spec);
+    } catch (const Error& e) {
+      if (!reference) {
+        EXPECT_EQ(e.code(), ErrorCode::kDataLoss) << e.what();
+        EXPECT_THAT(e.what(), HasSubstr("example 0"));
+        ++refused;
+        continue;
+      }
+      // Protobuf read it: the only error left is a feature of the wrong type.
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_THAT(e.what(), HasSubstr(", but its spec"));
+      continue;
+    }
+    ASSERT_TRUE(reference.has_value()) << "parse_example accepted bytes protobuf refuses";
+    ++parsed;
+    for (const auto& [name, dtype] : features) {
+      const Tensor& values = out.at(name);
+      const int64_t n = out.at(name + "/lengths").item<int64_t>();
+      auto it = reference->features().find(name);
+      if (it == reference->features().end()) {
+        EXPECT_EQ(n, 0) << name;
+        continue;
+      }
+      if (dtype == u8) {
+        std::string joined;
+        for (const std::string& v : std::get<BytesList>(it->second)) joined += v;
+        const auto got = values_of<uint8_t>(values);
+        EXPECT_EQ(std::string(got.begin(), got.begin() + n), joined) << name;
+      } else if (dtype == i64) {
+        const auto got = values_of<int64_t>(values);
+        EXPECT_EQ(std::vector<int64_t>(got.begin(), got.begin() + n),
+                  std::get<Int64List>(it->second))
+            << name;
+      } else {
+        const auto got = values_of<float>(values);
+        const FloatList& want = std::get<FloatList>(it->second);
+        ASSERT_EQ(static_cast<size_t>(n), want.size()) << name;
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0) << name;
+      }
+    }
+  }
+  // Both outcomes were exercised.
+  EXPECT_GT(parsed, 100);
+  EXPECT_GT(refused, 100);
 }
 
 }  // namespace
