@@ -142,7 +142,7 @@ class Dataset {
   // features in spec order, batched: a FixedLen feature one tensor [k, shape...], a VarLen
   // feature two, its padded values [k, max_len] and its lengths [k]. It is a map (see map for
   // num_parallel_calls and deterministic); an error names the record's index in its batch and
-  // the feature. Like tf.data's parse_example_dataset.
+  // (where the bytes allow) the feature. Like tf.data's parse_example_dataset.
   Dataset parse_example(std::vector<io::FeatureSpec> spec, int64_t num_parallel_calls = 1,
                         bool deterministic = true) const;
   // A background thread keeps up to buffer_size elements ready (kAutotune: 2).

@@ -78,7 +78,8 @@ std::string lengths_key(const std::string& name);
 // Throws kiln::Error naming the feature and the example index: kInvalidArgument for a required
 // feature that is missing, a feature of the wrong type (a float_list where the spec says i64)
 // or with the wrong number of values, and for a bad spec; kDataLoss for bytes that are not a
-// tf.Example.
+// tf.Example (naming the byte offset where reading fails and, when it is inside a feature
+// entry, that feature's key).
 // Records are read in place (no copy of a record, no protobuf message per record), and each
 // output is allocated once per call: parse a batch of records in one call rather than one
 // record per call (see Dataset::ragged_batch and Dataset::parse_example).
