@@ -62,17 +62,23 @@ class WireReader {
     }
     return false;
   }
+  // A tag or a length: protobuf reads at most 5 bytes for those, and refuses longer (padded)
+  // encodings, so this does too.
+  bool varint32(uint64_t& v) {
+    const uint8_t* start = p_;
+    return varint(v) && p_ - start <= 5 && v <= 0xffffffffu;
+  }
   // A field's tag; then, for wire type 2, its bytes.
   bool tag(uint32_t& field, uint32_t& wire) {
     uint64_t t;
-    if (!varint(t) || t > 0xffffffffu || (t >> 3) == 0) return false;
+    if (!varint32(t) || (t >> 3) == 0) return false;
     field = static_cast<uint32_t>(t >> 3);
     wire = static_cast<uint32_t>(t & 7);
     return true;
   }
   bool bytes(const uint8_t*& data, size_t& size) {
     uint64_t n;
-    if (!varint(n)) return false;
+    if (!varint32(n)) return false;
     if (n > static_cast<uint64_t>(end_ - p_)) {
       if (!clamps_) return false;
       ++*clamps_;

@@ -346,6 +346,41 @@ TEST(ParseExampleBatch, DamagedRecordsInABatchNeverCrash) {
   }
 }
 
+// Tags and lengths written with padding (a varint of more bytes than needed): protobuf reads up
+// to 5 bytes for those; parse_example must accept and refuse exactly what it does.
+TEST(ParseExampleBatch, PaddedVarintsAgreeWithProtobuf) {
+  const std::string feature = len_field(3, len_field(1, packed_ints({7})));
+  const std::string entry_body = len_field(1, "a") + len_field(2, feature);
+  auto padded = [](uint64_t v, int bytes) {  // v in exactly `bytes` varint bytes
+    std::string out;
+    for (int i = 0; i < bytes; ++i, v >>= 7) {
+      out.push_back(static_cast<char>((v & 0x7f) | (i + 1 < bytes ? 0x80 : 0)));
+    }
+    return out;
+  };
+  for (int bytes = 1; bytes <= 7; ++bytes) {
+    SCOPED_TRACE(std::to_string(bytes) + " bytes");
+    for (const std::string& record :
+         {example_of(padded(1 << 3 | 2, bytes) + varint(entry_body.size()) + entry_body),
+          example_of(tag(1, 2) + padded(entry_body.size(), bytes) + entry_body)}) {
+      bool protobuf_reads = true;
+      try {
+        Example::parse(record);
+      } catch (const Error&) {
+        protobuf_reads = false;
+      }
+      try {
+        auto out = parse_example(std::vector<std::string>{record}, {FixedLen{"a", i64, {}}});
+        EXPECT_TRUE(protobuf_reads);
+        EXPECT_EQ(values_of<int64_t>(out.at("a")), std::vector<int64_t>{7});
+      } catch (const Error& e) {
+        EXPECT_FALSE(protobuf_reads) << e.what();
+        EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
+      }
+    }
+  }
+}
+
 // The strict reader and protobuf agree: random records, randomly damaged (bytes flipped,
 // inserted, removed), parse as protobuf reads them (Example::parse, which uses protobuf), or
 // fail as it does.
