@@ -111,19 +111,22 @@ void fit_from_per_record_pipeline(benchmark::State& state) {
 
 void fit_from_tensors(benchmark::State& state) {
   // The same examples, parsed up front and already in memory.
-  data::Iterator it =
-      data::Dataset::tfrecord({bench::fashion_records_file(kRecords)})
-          .ragged_batch(kRecords)
-          .parse_example(kSpec)
-          .map(scale)
-          .begin_epoch();
+  data::Iterator it = data::Dataset::tfrecord({bench::fashion_records_file(kRecords)})
+                          .ragged_batch(kRecords)
+                          .parse_example(kSpec)
+                          .map(scale)
+                          .begin_epoch();
   data::Element all = *it.next();
   auto model = mlp();
   const nn::FitOptions options{.epochs = 1, .batch_size = kBatch, .shuffle = false, .verbose = 0};
   timed(state, [&] { model->fit(all[0], all[1], options); });
 }
 
-BENCHMARK(fit_from_tensors)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0)->Repetitions(3);
+BENCHMARK(fit_from_tensors)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0)
+    ->Repetitions(3);
 BENCHMARK(fit_from_vectorized_pipeline)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
@@ -175,7 +178,8 @@ int main(int argc, char** argv) {
   RatioReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
-  print_ratio("vectorized pipeline (ragged_batch -> parse_example)", "fit_from_vectorized_pipeline");
+  print_ratio("vectorized pipeline (ragged_batch -> parse_example)",
+              "fit_from_vectorized_pipeline");
   print_ratio("per-record pipeline (map(parse, 2) -> batch)", "fit_from_per_record_pipeline");
   return 0;
 }

@@ -81,7 +81,8 @@ void run(benchmark::State& state, const data::Dataset& ds) {
   state.SetItemsProcessed(examples);
   state.counters["examples/s"] =
       benchmark::Counter(static_cast<double>(examples), benchmark::Counter::kIsRate);
-  state.counters["cpu_us/example"] = 1e6 * cpu / static_cast<double>(std::max<int64_t>(1, examples));
+  state.counters["cpu_us/example"] =
+      1e6 * cpu / static_cast<double>(std::max<int64_t>(1, examples));
 }
 
 void pipeline(benchmark::State& state) {
@@ -137,11 +138,10 @@ class RatioReporter : public benchmark::ConsoleReporter {
 void print_ratio(const char* what, const std::string& name, const char* target) {
   auto one = g_best.find(name + "/1"), two = g_best.find(name + "/2");
   if (one == g_best.end() || two == g_best.end() || one->second.examples_per_second <= 0) return;
-  std::printf(
-      "%s: %.2fx (best runs: %.0f vs %.0f examples/s; CPU %.2f vs %.2f us/example)%s\n", what,
-      two->second.examples_per_second / one->second.examples_per_second,
-      two->second.examples_per_second, one->second.examples_per_second,
-      two->second.cpu_us_per_example, one->second.cpu_us_per_example, target);
+  std::printf("%s: %.2fx (best runs: %.0f vs %.0f examples/s; CPU %.2f vs %.2f us/example)%s\n",
+              what, two->second.examples_per_second / one->second.examples_per_second,
+              two->second.examples_per_second, one->second.examples_per_second,
+              two->second.cpu_us_per_example, one->second.cpu_us_per_example, target);
 }
 
 }  // namespace

@@ -138,9 +138,8 @@ class DatasetParseExample : public testing::Test {
     writer.close();
     return file;
   }
-  const std::vector<io::FeatureSpec> spec_ = {io::FixedLen{"img", u8, {2, 2}},
-                                              io::FixedLen{"label", i64, {}},
-                                              io::VarLen{"tok", i64}};
+  const std::vector<io::FeatureSpec> spec_ = {
+      io::FixedLen{"img", u8, {2, 2}}, io::FixedLen{"label", i64, {}}, io::VarLen{"tok", i64}};
   fs::path dir_;
 };
 
@@ -179,14 +178,14 @@ TEST_F(DatasetParseExample, DropRemainderAndEmptyFiles) {
   EXPECT_EQ(collect(Dataset::tfrecord({file}).ragged_batch(4, true).parse_example(spec_)).size(),
             2u);
   const std::string empty = write(0);
-  EXPECT_EQ(collect(Dataset::tfrecord({empty}).ragged_batch(4).parse_example(spec_, 2)).size(),
-            0u);
+  EXPECT_EQ(collect(Dataset::tfrecord({empty}).ragged_batch(4).parse_example(spec_, 2)).size(), 0u);
 }
 
 TEST_F(DatasetParseExample, ErrorsNameTheRecordInItsBatchAndArriveInOrder) {
   const std::string file = write(10, /*corrupt=*/6);  // batch 1, record 2 of it
   for (int64_t threads : {1, 2}) {
-    Iterator it = Dataset::tfrecord({file}).ragged_batch(4).parse_example(spec_, threads).begin_epoch();
+    Iterator it =
+        Dataset::tfrecord({file}).ragged_batch(4).parse_example(spec_, threads).begin_epoch();
     ASSERT_TRUE(it.next());  // batch 0 is good
     const std::string message = error_of([&] { it.next(); });
     EXPECT_THAT(message, HasSubstr("parse_example: example 2 ("));
@@ -197,11 +196,11 @@ TEST_F(DatasetParseExample, ErrorsNameTheRecordInItsBatchAndArriveInOrder) {
 
 TEST_F(DatasetParseExample, RefusesBadSpecsAtOnceAndUnbatchedRecordsAtNext) {
   const std::string file = write(3);
-  EXPECT_THAT(error_of([&] {
-                Dataset::tfrecord({file}).ragged_batch(2).parse_example(
-                    {io::FixedLen{"x", f64, {}}});
-              }),
-              HasSubstr("dtype f64 is not readable from a tf.Example"));
+  EXPECT_THAT(
+      error_of([&] {
+        Dataset::tfrecord({file}).ragged_batch(2).parse_example({io::FixedLen{"x", f64, {}}});
+      }),
+      HasSubstr("dtype f64 is not readable from a tf.Example"));
   EXPECT_THAT(error_of([&] { collect(Dataset::tfrecord({file}).parse_example(spec_)); }),
               HasSubstr("apply ragged_batch(n) to the records first"));
 }

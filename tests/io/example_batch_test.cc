@@ -79,13 +79,13 @@ std::vector<T> values_of(const Tensor& t) {
 // One generated record and what it holds.
 struct Record {
   std::string bytes;
-  std::string img;                 // 6 bytes
-  int64_t label = 0;               // missing when label_missing (default -1)
+  std::string img;    // 6 bytes
+  int64_t label = 0;  // missing when label_missing (default -1)
   bool label_missing = false;
-  std::vector<float> w;            // 2 values
-  std::vector<int64_t> tok;        // var-len
-  std::vector<std::string> s;      // var-len bytes: concatenated
-  std::vector<float> f;            // var-len, absent when empty and f_absent
+  std::vector<float> w;        // 2 values
+  std::vector<int64_t> tok;    // var-len
+  std::vector<std::string> s;  // var-len bytes: concatenated
+  std::vector<float> f;        // var-len, absent when empty and f_absent
   bool f_absent = false;
 };
 
@@ -111,8 +111,10 @@ Record random_record(std::mt19937& rng) {
   r.label_missing = pick(4) == 0;
   r.label = r.label_missing ? -1 : static_cast<int64_t>(rng()) - (int64_t{1} << 31) * pick(3);
   r.w = {static_cast<float>(pick(1000)) / 8, -static_cast<float>(pick(1000))};
-  for (int i = pick(5); i > 0; --i) r.tok.push_back(static_cast<int64_t>(rng()) * (pick(2) ? 1 : -99991));
-  for (int i = pick(4); i > 0; --i) r.s.push_back(std::string(static_cast<size_t>(pick(4)), 'a' + pick(26)));
+  for (int i = pick(5); i > 0; --i)
+    r.tok.push_back(static_cast<int64_t>(rng()) * (pick(2) ? 1 : -99991));
+  for (int i = pick(4); i > 0; --i)
+    r.s.push_back(std::string(static_cast<size_t>(pick(4)), 'a' + pick(26)));
   for (int i = pick(4); i > 0; --i) r.f.push_back(static_cast<float>(pick(100)) - 50.5f);
   r.f_absent = r.f.empty() && pick(2);
 
@@ -127,19 +129,22 @@ Record random_record(std::mt19937& rng) {
   }
   // By hand, features in a random order, some in non-canonical forms.
   std::vector<std::string> entries;
-  entries.push_back(entry("img", len_field(1, len_field(1, r.img.substr(0, 1)) +
-                                                  len_field(1, r.img.substr(1)))));
+  entries.push_back(
+      entry("img", len_field(1, len_field(1, r.img.substr(0, 1)) + len_field(1, r.img.substr(1)))));
   if (!r.label_missing) {
     // Unpacked: the value field with wire type 0.
-    entries.push_back(entry("label", len_field(3, tag(1, 0) + varint(static_cast<uint64_t>(r.label)))));
+    entries.push_back(
+        entry("label", len_field(3, tag(1, 0) + varint(static_cast<uint64_t>(r.label)))));
   }
   // Unpacked floats: wire type 5, one field per value.
-  entries.push_back(entry("w", len_field(2, tag(1, 5) + fixed32(r.w[0]) + tag(1, 5) + fixed32(r.w[1]))));
+  entries.push_back(
+      entry("w", len_field(2, tag(1, 5) + fixed32(r.w[0]) + tag(1, 5) + fixed32(r.w[1]))));
   // A packed list split in two runs.
   const size_t half = r.tok.size() / 2;
-  std::vector<int64_t> first(r.tok.begin(), r.tok.begin() + half), second(r.tok.begin() + half, r.tok.end());
-  entries.push_back(entry("tok", len_field(3, len_field(1, packed_ints(first)) +
-                                                  len_field(1, packed_ints(second)))));
+  std::vector<int64_t> first(r.tok.begin(), r.tok.begin() + half),
+      second(r.tok.begin() + half, r.tok.end());
+  entries.push_back(entry(
+      "tok", len_field(3, len_field(1, packed_ints(first)) + len_field(1, packed_ints(second)))));
   std::string s_list;
   for (const std::string& v : r.s) s_list += len_field(1, v);
   entries.push_back(entry("s", len_field(1, s_list)));
@@ -151,7 +156,8 @@ Record random_record(std::mt19937& rng) {
   for (const std::string& e : entries) all += e;
   // The features message split in two (protobuf merges them), and an unknown field.
   const size_t cut = entries[0].size() + entries[1].size();
-  r.bytes = example_of(all.substr(0, cut)) + tag(7, 0) + varint(12345) + example_of(all.substr(cut));
+  r.bytes =
+      example_of(all.substr(0, cut)) + tag(7, 0) + varint(12345) + example_of(all.substr(cut));
   return r;
 }
 
@@ -256,9 +262,10 @@ TEST(ParseExampleBatch, EmptyBatches) {
 
 TEST(ParseExampleBatch, EmptyRecordsInARaggedBatch) {
   // An empty record is an Example without features: only defaults and empty var-len rows.
-  auto [values, splits] = ragged({"", example_of(entry("label", len_field(3, len_field(1, packed_ints({4}))))), ""});
-  auto out = parse_example(values, splits, {FixedLen{"label", i64, {}, Tensor::scalar<int64_t>(9)},
-                                            VarLen{"v", f32}});
+  auto [values, splits] =
+      ragged({"", example_of(entry("label", len_field(3, len_field(1, packed_ints({4}))))), ""});
+  auto out = parse_example(
+      values, splits, {FixedLen{"label", i64, {}, Tensor::scalar<int64_t>(9)}, VarLen{"v", f32}});
   EXPECT_EQ(values_of<int64_t>(out.at("label")), (std::vector<int64_t>{9, 4, 9}));
   EXPECT_EQ(out.at("v").shape(), (Shape{3, 0}));
   EXPECT_EQ(values_of<int64_t>(out.at("v/lengths")), (std::vector<int64_t>{0, 0, 0}));
@@ -274,8 +281,8 @@ TEST(ParseExampleBatch, ErrorsNameTheRecordInTheBatchAndTheFeature) {
   // Truncated inside feature 'label' of record 3: data loss, naming the record and feature.
   std::vector<std::string> truncated = batch;
   truncated[3].resize(truncated[3].size() - 1);
-  auto [tv, ts] = ragged(truncated);
-  Error loss = error_of([&] { parse_example(tv, ts, s); });
+  const auto truncated_batch = ragged(truncated);
+  Error loss = error_of([&] { parse_example(truncated_batch.first, truncated_batch.second, s); });
   EXPECT_EQ(loss.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(loss.what(), HasSubstr("example 3 ("));
   EXPECT_THAT(loss.what(), HasSubstr("not a valid serialized tf.Example"));
@@ -284,8 +291,8 @@ TEST(ParseExampleBatch, ErrorsNameTheRecordInTheBatchAndTheFeature) {
   // A float_list where the spec reads int64s, in record 2.
   std::vector<std::string> wrong = batch;
   wrong[2] = Example().set_bytes("img", {"abcdef"}).set_floats("label", {1.5f}).serialize();
-  auto [wv, ws] = ragged(wrong);
-  Error type = error_of([&] { parse_example(wv, ws, s); });
+  const auto wrong_batch = ragged(wrong);
+  Error type = error_of([&] { parse_example(wrong_batch.first, wrong_batch.second, s); });
   EXPECT_EQ(type.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(type.what(), HasSubstr("feature 'label' in example 2 is a float_list"));
 
@@ -308,22 +315,28 @@ TEST(ParseExampleBatch, BadRaggedTensorsAreRefused) {
   Error end = error_of([&] { parse_example(values, Tensor::from_list<int64_t>({0, 2}), s); });
   EXPECT_EQ(end.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(end.what(), HasSubstr("end at the size of values (3)"));
-  Error down = error_of([&] { parse_example(values, Tensor::from_list<int64_t>({0, 2, 1, 3}), s); });
+  Error down = error_of([&] {
+    parse_example(values, Tensor::from_list<int64_t>({0, 2, 1, 3}), s);
+  });
   EXPECT_THAT(down.what(), HasSubstr("decrease at record 1"));
   Error dtype = error_of([&] { parse_example(values, Tensor::from_list<int32_t>({0, 3}), s); });
   EXPECT_THAT(dtype.what(), HasSubstr("row_splits must be i64 [batch + 1], not i32[2]"));
   Error none = error_of([&] { parse_example(values, Tensor::empty(i64, {0}), s); });
   EXPECT_THAT(none.what(), HasSubstr("row_splits must be i64 [batch + 1]"));
-  Error vals = error_of(
-      [&] { parse_example(Tensor::from_list<float>({1}), Tensor::from_list<int64_t>({0, 1}), s); });
+  Error vals = error_of([&] {
+    parse_example(Tensor::from_list<float>({1}), Tensor::from_list<int64_t>({0, 1}), s);
+  });
   EXPECT_THAT(vals.what(), HasSubstr("values must be u8 of rank 1, not f32[1]"));
 }
 
 TEST(ParseExampleBatch, DamagedRecordsInABatchNeverCrash) {
   // Every truncation and every bit flip of record 1 of 3: either parsed or a clear error
   // naming example 1 (records 0 and 2 are good).
-  const std::string good =
-      Example().set_bytes("img", {"abcdef"}).set_int64s("tok", {5, -300}).set_floats("w", {1, 2}).serialize();
+  const std::string good = Example()
+                               .set_bytes("img", {"abcdef"})
+                               .set_int64s("tok", {5, -300})
+                               .set_floats("w", {1, 2})
+                               .serialize();
   const std::vector<FeatureSpec> s = {FixedLen{"img", u8, {6}}, VarLen{"tok", i64},
                                       FixedLen{"w", f32, {2}, Tensor::scalar<float>(0)}};
   auto check = [&](const std::string& damaged) {
@@ -331,7 +344,8 @@ TEST(ParseExampleBatch, DamagedRecordsInABatchNeverCrash) {
     try {
       auto out = parse_example(values, splits, s);
       EXPECT_EQ(out.at("img").shape(), (Shape{3, 6}));
-      EXPECT_EQ(values_of<int64_t>(out.at("tok")).size(), 3 * static_cast<size_t>(out.at("tok").dim(1)));
+      EXPECT_EQ(values_of<int64_t>(out.at("tok")).size(),
+                3 * static_cast<size_t>(out.at("tok").dim(1)));
     } catch (const Error& e) {
       EXPECT_THAT(e.what(), HasSubstr("example 1")) << e.what();
     }
