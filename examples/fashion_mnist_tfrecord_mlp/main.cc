@@ -1,6 +1,6 @@
 // Trains the Fashion-MNIST MLP (Dense(128, relu) -> Dropout(0.2) -> Dense(10), Adam) from the
 // TFRecord files fashion_mnist_to_tfrecord writes, through a Dataset pipeline: records ->
-// parse_example -> shuffle -> batch -> prefetch.
+// shuffle -> ragged_batch -> parse_example (one call per batch) -> scale -> prefetch.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -20,15 +20,14 @@ namespace {
 const std::vector<kiln::io::FeatureSpec> kSpec = {kiln::io::FixedLen{"image", kiln::u8, {784}},
                                                   kiln::io::FixedLen{"label", kiln::i64, {}}};
 
-// One record (u8 [n]: a serialized tf.Example) -> {image: f32 [784] in [0, 1], label: i64 []}.
-kiln::data::Element parse_record(kiln::data::Element record) {
-  const std::string bytes(static_cast<const char*>(record[0].raw_data()), record[0].nbytes());
-  auto features = kiln::io::parse_example(std::vector<std::string>{bytes}, kSpec);
-  std::vector<float> pixels(784);
-  const auto* raw = static_cast<const uint8_t*>(features.at("image").raw_data());
-  for (int i = 0; i < 784; ++i) pixels[i] = raw[i] / 255.0f;
-  return {kiln::Tensor::from_vector(pixels, {784}),
-          kiln::Tensor::scalar<int64_t>(features.at("label").to_vector<int64_t>()[0])};
+// A parsed batch {image: u8 [n, 784], label: i64 [n]} -> {f32 [n, 784] in [0, 1], i64 [n]}, in
+// one pass on the pipeline's thread.
+kiln::data::Element scale(kiln::data::Element batch) {
+  kiln::Tensor images = kiln::Tensor::empty(kiln::f32, batch[0].shape());
+  auto in = batch[0].data<uint8_t>();
+  auto out = images.mutable_data<float>();
+  for (size_t i = 0; i < in.size(); ++i) out[i] = in[i] / 255.0f;
+  return {std::move(images), std::move(batch[1])};
 }
 
 // Every record of a file parsed as one batch: {images [n, 784] f32, labels [n] i64}.
@@ -53,11 +52,14 @@ int main(int argc, char** argv) {
   flags.check();
 
   try {
-    // Training data streams through a pipeline; the test split is read at once.
+    // Training data streams through a pipeline: the serialized records are shuffled and
+    // batched, and each batch is parsed in one call (tf.data's "vectorized mapping"); the test
+    // split is read at once.
     kiln::data::Dataset train = kiln::data::Dataset::tfrecord({data_dir + "/train.tfrecord"})
-                                    .map(parse_record, kiln::data::kAutotune)
                                     .shuffle(10000, seed)
-                                    .batch(batch_size)
+                                    .ragged_batch(batch_size)
+                                    .parse_example(kSpec)
+                                    .map(scale)
                                     .prefetch();
     auto [x_test, y_test] = read_all(data_dir + "/test.tfrecord");
 

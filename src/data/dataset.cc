@@ -89,6 +89,23 @@ class MapNode : public DatasetNode {
   Dataset::MapFn fn_;
 };
 
+// A node that behaves as `inner` and describes itself as its input's description + suffix:
+// for transformations built from a map, whose function the description cannot otherwise see.
+class DescribedNode : public DatasetNode {
+ public:
+  DescribedNode(NodePtr inner, NodePtr input, std::string suffix)
+      : inner_(std::move(inner)), input_(std::move(input)), suffix_(std::move(suffix)) {}
+  std::unique_ptr<IteratorImpl> make_iterator(int64_t epoch) const override {
+    return inner_->make_iterator(epoch);
+  }
+  int64_t cardinality() const override { return inner_->cardinality(); }
+  std::string describe() const override { return input_->describe() + suffix_; }
+
+ private:
+  NodePtr inner_, input_;
+  std::string suffix_;
+};
+
 class FilterNode : public DatasetNode {
  public:
   FilterNode(NodePtr input, Dataset::Predicate pred)
@@ -363,6 +380,11 @@ class ShardNode : public DatasetNode {
 };
 
 }  // namespace
+
+NodePtr make_described_node(NodePtr inner, NodePtr input, std::string suffix) {
+  return std::make_shared<DescribedNode>(std::move(inner), std::move(input), std::move(suffix));
+}
+
 }  // namespace detail
 
 // ---- Iterator ----
@@ -435,6 +457,58 @@ Dataset Dataset::batch(int64_t n, bool drop_remainder) const {
     detail::invalid("Dataset.batch: the batch size must be at least 1, not " + std::to_string(n));
   }
   return Dataset(detail::make_batch_node(node_, n, drop_remainder));
+}
+
+Dataset Dataset::ragged_batch(int64_t n, bool drop_remainder) const {
+  if (n < 1) {
+    detail::invalid("Dataset.ragged_batch: the batch size must be at least 1, not " +
+                    std::to_string(n));
+  }
+  return Dataset(detail::make_ragged_batch_node(node_, n, drop_remainder));
+}
+
+Dataset Dataset::parse_example(std::vector<io::FeatureSpec> spec, int64_t num_parallel_calls,
+                               bool deterministic) const {
+  // Check the spec now, on an empty batch, rather than at the first element.
+  io::parse_example(std::span<const std::string_view>(), spec);
+  std::string description = ".parse_example(";
+  for (const io::FeatureSpec& entry : spec) {
+    if (const auto* f = std::get_if<io::FixedLen>(&entry)) {
+      description += "fixed:" + f->name + ":" + dtype_name(f->dtype) + shape_str(f->shape) +
+                     (f->default_value ? ":default" : "") + ";";
+      if (f->default_value) {
+        description += detail::hex64(
+            detail::hash_bytes(f->default_value->raw_data(), f->default_value->nbytes()));
+      }
+    } else {
+      const auto& v = std::get<io::VarLen>(entry);
+      description += "var:" + v.name + ":" + dtype_name(v.dtype) + ";";
+    }
+  }
+  description += ")";
+  auto parse = [spec = std::move(spec)](Element e) -> Element {
+    if (e.size() != 2) {
+      detail::invalid(
+          "Dataset.parse_example: an element must be a batch of serialized records as "
+          "ragged_batch makes them ({values u8, row_splits i64}), but it has " +
+          std::to_string(e.size()) + " components (apply ragged_batch(n) to the records first)");
+    }
+    std::map<std::string, Tensor> parsed = io::parse_example(e[0], e[1], spec);
+    Element out;
+    out.reserve(spec.size() * 2);
+    for (const io::FeatureSpec& entry : spec) {
+      if (const auto* f = std::get_if<io::FixedLen>(&entry)) {
+        out.push_back(std::move(parsed.at(f->name)));
+      } else {
+        const std::string& name = std::get<io::VarLen>(entry).name;
+        out.push_back(std::move(parsed.at(name)));
+        out.push_back(std::move(parsed.at(io::lengths_key(name))));
+      }
+    }
+    return out;
+  };
+  Dataset mapped = map(std::move(parse), num_parallel_calls, deterministic);
+  return Dataset(detail::make_described_node(mapped.node(), node_, std::move(description)));
 }
 
 Dataset Dataset::padded_batch(int64_t n, std::vector<Shape> padded_shapes,

@@ -1,5 +1,6 @@
-// batch and padded_batch: groups of elements stacked along a new dimension 0, padded to a
-// common shape for padded_batch.
+// batch, padded_batch and ragged_batch: groups of elements stacked along a new dimension 0
+// (padded to a common shape for padded_batch), or joined along dimension 0 with row_splits
+// for ragged_batch.
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -35,21 +36,24 @@ void check_structure(const std::vector<Element>& elements, const char* who, bool
     }
     for (size_t c = 0; c < e.size(); ++c) {
       const Tensor& t = e[c];
-      std::string where = std::string(who) + ": component " + std::to_string(c) + " of element " +
-                          std::to_string(i) + " of the batch";
-      if (!t.defined() || t.is_symbolic()) invalid(where + " is not a concrete tensor");
+      // Built only for a message: this runs for every component of every element.
+      auto where = [&] {
+        return std::string(who) + ": component " + std::to_string(c) + " of element " +
+               std::to_string(i) + " of the batch";
+      };
+      if (!t.defined() || t.is_symbolic()) invalid(where() + " is not a concrete tensor");
       if (t.dtype() != first[c].dtype()) {
-        invalid(where + " is " + dtype_name(t.dtype()) + ", in element 0 it is " +
+        invalid(where() + " is " + dtype_name(t.dtype()) + ", in element 0 it is " +
                 dtype_name(first[c].dtype()));
       }
       if (same_shapes && t.shape() != first[c].shape()) {
-        invalid(where + " has shape " + shape_str(t.shape()) + ", in element 0 it has " +
+        invalid(where() + " has shape " + shape_str(t.shape()) + ", in element 0 it has " +
                 shape_str(first[c].shape()) +
                 "; padded_batch batches elements of different "
                 "shapes");
       }
       if (t.rank() != first[c].rank()) {
-        invalid(where + " has rank " + std::to_string(t.rank()) + " (shape " +
+        invalid(where() + " has rank " + std::to_string(t.rank()) + " (shape " +
                 shape_str(t.shape()) + "), in element 0 it has rank " +
                 std::to_string(first[c].rank()) + " (shape " + shape_str(first[c].shape()) + ")");
       }
@@ -254,10 +258,103 @@ class PaddedBatchNode : public BatchNode {
   std::vector<double> padding_values_;
 };
 
+// ---- ragged_batch ----
+
+// Component c of each element concatenated along dimension 0 (values), and where each
+// element's rows begin (row_splits, i64 [k + 1]): a RaggedTensor's encoding. The components
+// must agree in dtype and in every dimension but the first.
+void ragged_component(const std::vector<Element>& elements, size_t c, Element& out) {
+  const Tensor& first = elements[0][c];
+  auto where = [&](size_t i) {
+    return "ragged_batch: component " + std::to_string(c) + " of element " + std::to_string(i) +
+           " of the batch";
+  };
+  const int64_t k = static_cast<int64_t>(elements.size());
+  Tensor row_splits = Tensor::empty(i64, {k + 1});
+  auto* splits = static_cast<int64_t*>(row_splits.raw_mutable_data());
+  splits[0] = 0;
+  for (size_t i = 0; i < elements.size(); ++i) {
+    const Tensor& t = elements[i][c];
+    if (!t.defined() || t.is_symbolic()) invalid(where(i) + " is not a concrete tensor");
+    if (t.rank() < 1) {
+      invalid(where(i) + " is a scalar; ragged_batch joins components of rank 1 or more along "
+                         "their first dimension (use batch for scalars)");
+    }
+    if (t.dtype() != first.dtype()) {
+      invalid(where(i) + " is " + dtype_name(t.dtype()) + ", in element 0 it is " +
+              dtype_name(first.dtype()));
+    }
+    if (t.rank() != first.rank() ||
+        !std::equal(t.shape().begin() + 1, t.shape().end(), first.shape().begin() + 1)) {
+      invalid(where(i) + " has shape " + shape_str(t.shape()) + ", in element 0 it has shape " +
+              shape_str(first.shape()) + "; only the first dimension may differ");
+    }
+    splits[i + 1] = splits[i] + t.dim(0);
+  }
+  Shape shape = first.shape();
+  shape[0] = splits[k];
+  Tensor values = Tensor::empty(first.dtype(), std::move(shape));
+  if (values.nbytes() > 0) {
+    auto* dst = static_cast<uint8_t*>(values.raw_mutable_data());
+    for (const Element& e : elements) {
+      const size_t n = e[c].nbytes();
+      if (n) std::memcpy(dst, e[c].raw_data(), n);
+      dst += n;
+    }
+  }
+  out.push_back(std::move(values));
+  out.push_back(std::move(row_splits));
+}
+
+class RaggedBatchNode : public BatchNode {
+ public:
+  using BatchNode::BatchNode;
+  std::unique_ptr<IteratorImpl> make_iterator(int64_t epoch) const override {
+    struct It : IteratorImpl {
+      std::unique_ptr<IteratorImpl> input;
+      int64_t n = 1;
+      bool drop_remainder = false;
+      std::optional<Element> next() override {
+        if (!input) return std::nullopt;
+        std::vector<Element> elements = gather(*input, n);
+        if (static_cast<int64_t>(elements.size()) < n) input.reset();
+        if (elements.empty() || (drop_remainder && static_cast<int64_t>(elements.size()) < n)) {
+          return std::nullopt;
+        }
+        const size_t components = elements[0].size();
+        for (size_t i = 1; i < elements.size(); ++i) {
+          if (elements[i].size() != components) {
+            invalid("ragged_batch: element " + std::to_string(i) + " of the batch has " +
+                    std::to_string(elements[i].size()) + " components, element 0 has " +
+                    std::to_string(components));
+          }
+        }
+        Element out;
+        out.reserve(2 * components);
+        for (size_t c = 0; c < components; ++c) ragged_component(elements, c, out);
+        return out;
+      }
+    };
+    auto it = std::make_unique<It>();
+    it->input = input_->make_iterator(epoch);
+    it->n = n_;
+    it->drop_remainder = drop_remainder_;
+    return it;
+  }
+  std::string describe() const override {
+    return input_->describe() + ".ragged_batch(" + std::to_string(n_) + "," +
+           (drop_remainder_ ? "true" : "false") + ")";
+  }
+};
+
 }  // namespace
 
 NodePtr make_batch_node(NodePtr input, int64_t n, bool drop_remainder) {
   return std::make_shared<BatchNode>(std::move(input), n, drop_remainder);
+}
+
+NodePtr make_ragged_batch_node(NodePtr input, int64_t n, bool drop_remainder) {
+  return std::make_shared<RaggedBatchNode>(std::move(input), n, drop_remainder);
 }
 
 NodePtr make_padded_batch_node(NodePtr input, int64_t n, std::vector<Shape> padded_shapes,

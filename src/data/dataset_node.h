@@ -50,6 +50,8 @@ NodePtr make_prefetch_node(NodePtr input, int64_t buffer_size);
 NodePtr make_memory_cache_node(NodePtr input);
 NodePtr make_file_cache_node(NodePtr input, std::string filename);
 NodePtr make_batch_node(NodePtr input, int64_t n, bool drop_remainder);
+NodePtr make_described_node(NodePtr inner, NodePtr input, std::string suffix);
+NodePtr make_ragged_batch_node(NodePtr input, int64_t n, bool drop_remainder);
 NodePtr make_padded_batch_node(NodePtr input, int64_t n, std::vector<Shape> padded_shapes,
                                std::vector<double> padding_values, bool drop_remainder);
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/io/example.h"
 #include "kiln/io/tfrecord.h"
 #include "kiln/shape.h"
 #include "kiln/tensor.h"
@@ -128,6 +129,22 @@ class Dataset {
   // padded_shapes at all: to the largest in the batch), with padding_values[c] (default 0).
   Dataset padded_batch(int64_t n, std::vector<Shape> padded_shapes = {},
                        std::vector<double> padding_values = {}, bool drop_remainder = false) const;
+  // Groups of n elements whose components differ in their first dimension, such as TFRecord
+  // records (u8 [bytes]): each component c becomes two, a RaggedTensor's encoding: its values
+  // concatenated along dimension 0 (component 2c) and row_splits (2c + 1, i64 [k + 1]: element
+  // i's rows are values[row_splits[i] : row_splits[i + 1]]). Components must have rank >= 1,
+  // and equal dtypes and other dimensions (else kInvalidArgument at next()). The last group
+  // may be smaller, unless drop_remainder. This is how records are batched before parsing
+  // them all at once, as tf.data users batch tf.string records before tf.io.parse_example.
+  Dataset ragged_batch(int64_t n, bool drop_remainder = false) const;
+  // Parses batches of serialized tf.Examples, as ragged_batch makes them from records
+  // ({values u8, row_splits i64}), with io::parse_example: each element becomes the spec's
+  // features in spec order, batched: a FixedLen feature one tensor [k, shape...], a VarLen
+  // feature two, its padded values [k, max_len] and its lengths [k]. It is a map (see map for
+  // num_parallel_calls and deterministic); an error names the record's index in its batch and
+  // (where the bytes allow) the feature. Like tf.data's parse_example_dataset.
+  Dataset parse_example(std::vector<io::FeatureSpec> spec, int64_t num_parallel_calls = 1,
+                        bool deterministic = true) const;
   // A background thread keeps up to buffer_size elements ready (kAutotune: 2).
   Dataset prefetch(int64_t buffer_size = kAutotune) const;
   // Keeps the elements of the first complete epoch in memory; later epochs read them from

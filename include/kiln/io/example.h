@@ -78,8 +78,19 @@ std::string lengths_key(const std::string& name);
 // Throws kiln::Error naming the feature and the example index: kInvalidArgument for a required
 // feature that is missing, a feature of the wrong type (a float_list where the spec says i64)
 // or with the wrong number of values, and for a bad spec; kDataLoss for bytes that are not a
-// tf.Example.
+// tf.Example (naming the byte offset where reading fails and, when it is inside a feature
+// entry, that feature's key).
+// Records are read in place (no copy of a record, no protobuf message per record), and each
+// output is allocated once per call: parse a batch of records in one call rather than one
+// record per call (see Dataset::ragged_batch and Dataset::parse_example).
 std::map<std::string, Tensor> parse_example(std::span<const std::string> serialized,
+                                            const std::vector<FeatureSpec>& spec);
+std::map<std::string, Tensor> parse_example(std::span<const std::string_view> serialized,
+                                            const std::vector<FeatureSpec>& spec);
+// The records held as a ragged tensor, as Dataset::ragged_batch makes them: record i is
+// values[row_splits[i] : row_splits[i + 1]]; values u8 [total bytes], row_splits i64 [batch + 1]
+// (starting at 0, non-decreasing, ending at the size of values; else kInvalidArgument).
+std::map<std::string, Tensor> parse_example(const Tensor& values, const Tensor& row_splits,
                                             const std::vector<FeatureSpec>& spec);
 
 }  // namespace kiln::io
