@@ -17,6 +17,7 @@
 namespace kiln::runtime {
 namespace {
 thread_local bool t_inside_pool = false;
+thread_local bool t_serial = false;  // a SerialScope is alive on this thread
 
 // How long an idle worker, or a caller waiting for its tasks, spins before sleeping.
 constexpr auto kWorkerSpin = std::chrono::microseconds(100);
@@ -96,12 +97,15 @@ ThreadPool& ThreadPool::global() {
 
 int ThreadPool::num_threads() const { return impl_->num_threads; }
 
+SerialScope::SerialScope() : saved_(t_serial) { t_serial = true; }
+SerialScope::~SerialScope() { t_serial = saved_; }
+
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   int64_t chunks = std::min<int64_t>(impl_->num_threads, (n + grain - 1) / grain);
-  if (chunks <= 1 || t_inside_pool) {
+  if (chunks <= 1 || t_inside_pool || t_serial) {
     fn(0, n);
     return;
   }

@@ -27,6 +27,21 @@ class ThreadPool {
   std::unique_ptr<Impl> impl_;
 };
 
+// While one is alive on a thread, parallel_for called there runs inline: for threads that run
+// many small ops beside the pool's own work, such as the input pipeline's map workers and
+// prefetch thread, where splitting each op over the pool costs more in waiting than it gains
+// and takes the cores from the training step (tf.data's max_intra_op_parallelism = 1).
+class SerialScope {
+ public:
+  SerialScope();
+  ~SerialScope();
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+
+ private:
+  bool saved_;
+};
+
 inline void parallel_for(int64_t n, int64_t grain,
                          const std::function<void(int64_t, int64_t)>& fn) {
   ThreadPool::global().parallel_for(n, grain, fn);

@@ -45,10 +45,16 @@ Pool& pool() {
   return *p;
 }
 
+// Set once the thread's cache is destroyed. Trivially destructible, so it stays valid while
+// the thread's other thread_local (or, on the main thread, static) objects are destroyed and
+// may still free tensors: those go straight to the system.
+thread_local bool t_cache_gone = false;
+
 struct ThreadCache {
   std::array<std::vector<void*>, kClasses> blocks;
   ~ThreadCache() {  // the thread ends: its blocks go back to the pool (or the system)
     for (int c = 0; c < kClasses; ++c) give_back(c, blocks[c].size());
+    t_cache_gone = true;
   }
   // Moves the last `n` blocks of class c to the pool, freeing what does not fit there.
   void give_back(int c, size_t n) {
@@ -72,9 +78,11 @@ struct ThreadCache {
     }
   }
 };
-ThreadCache& thread_cache() {
+// The thread's cache, or null once it is gone.
+ThreadCache* thread_cache() {
+  if (t_cache_gone) return nullptr;
   thread_local ThreadCache cache;
-  return cache;
+  return &cache;
 }
 
 }  // namespace
@@ -82,7 +90,9 @@ ThreadCache& thread_cache() {
 void* host_allocate(size_t nbytes) {
   if (nbytes > class_size(kClasses - 1)) return system_allocate(nbytes);
   const int c = class_of(nbytes);
-  std::vector<void*>& mine = thread_cache().blocks[c];
+  ThreadCache* cache = thread_cache();
+  if (cache == nullptr) return system_allocate(class_size(c));
+  std::vector<void*>& mine = cache->blocks[c];
   if (mine.empty()) {
     Pool& p = pool();
     std::lock_guard lock(p.mu);
@@ -107,9 +117,13 @@ void host_free(void* data, size_t nbytes) {
     return;
   }
   const int c = class_of(nbytes);
-  ThreadCache& cache = thread_cache();
-  cache.blocks[c].push_back(data);
-  if (cache.blocks[c].size() > thread_limit(c)) cache.give_back(c, batch_of(c));
+  ThreadCache* cache = thread_cache();
+  if (cache == nullptr) {
+    system_free(data);  // every block came from system_allocate
+    return;
+  }
+  cache->blocks[c].push_back(data);
+  if (cache->blocks[c].size() > thread_limit(c)) cache->give_back(c, batch_of(c));
 }
 
 HostAllocatorStats host_allocator_stats() {

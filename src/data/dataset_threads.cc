@@ -12,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include "runtime/thread_pool.h"
 #include "src/data/dataset_node.h"
 
 namespace kiln::data::detail {
@@ -129,6 +130,7 @@ class ParallelMapIterator : public IteratorImpl {
   bool consumer_due() const { return consumer_waiting_ && consumer_should_wake(); }
 
   void work() {
+    runtime::SerialScope serial;  // many small ops beside the training step: no intra-op split
     std::vector<Result> results;
     std::unique_lock lock(mu_);
     for (;;) {
@@ -328,6 +330,7 @@ class PrefetchIterator : public IteratorImpl {
 
  private:
   void produce() {
+    runtime::SerialScope serial;  // as the map workers
     for (;;) {
       {
         std::unique_lock lock(mu_);

@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "kiln/ops.h"
 #include "src/core/tensor_impl.h"
 
 namespace kiln::detail {
@@ -85,6 +87,30 @@ TEST(HostAllocator, BlocksFreedOnAnotherThreadAreReusedSafely) {
   producer.join();
   EXPECT_EQ(freed, kRounds);
   EXPECT_LE(host_allocator_stats().cached_bytes, int64_t{15} * (8 << 20));  // bounded
+}
+
+// A thread_local constructed before the thread's first allocation is destroyed after the
+// thread's cache (destruction runs in reverse order of construction), and may free a tensor
+// then: the block goes to the system instead of into the destroyed cache. A static Tensor of
+// the main thread freed at exit takes the same path. Run in a child process, so heap damage
+// (which may not crash at once) aborts the child and shows as a failure here.
+TEST(HostAllocator, FreeingAfterTheThreadCacheIsGoneIsSafe) {
+  EXPECT_EXIT(
+      {
+        struct FreedLate {
+          Tensor t;
+          ~FreedLate() { t = Tensor(); }
+        };
+        std::thread([] {
+          thread_local FreedLate late;  // constructed first: destroyed last
+          late.t = kiln::zeros({100});
+          Tensor other = kiln::zeros({100});  // from (and back to) the cache
+        }).join();
+        static FreedLate at_exit;
+        at_exit.t = kiln::zeros({64});
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

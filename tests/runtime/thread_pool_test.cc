@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -53,6 +54,31 @@ TEST(ThreadPool, NestedCallsRunInline) {
     }
   });
   EXPECT_EQ(sum.load(), 800 * 799 / 2);
+}
+
+// Inside a SerialScope the whole range runs as one call on the calling thread; scopes nest,
+// and the pool splits work again once the outermost ends.
+TEST(ThreadPool, SerialScopeRunsInlineUntilItEnds) {
+  ThreadPool pool(4);
+  auto calls_and_threads = [&] {
+    std::mutex mu;
+    std::vector<std::thread::id> ids;
+    pool.parallel_for(1000, 1, [&](int64_t, int64_t) {
+      std::lock_guard lock(mu);
+      ids.push_back(std::this_thread::get_id());
+    });
+    return ids;
+  };
+  {
+    SerialScope outer;
+    {
+      SerialScope inner;
+      EXPECT_EQ(calls_and_threads(), std::vector<std::thread::id>{std::this_thread::get_id()});
+    }
+    EXPECT_EQ(calls_and_threads(), std::vector<std::thread::id>{std::this_thread::get_id()});
+    expect_each_index_once(pool, 1000, 1);
+  }
+  EXPECT_EQ(calls_and_threads().size(), 4u);
 }
 
 TEST(ThreadPool, ManyCallersBackToBackAndAfterSleeping) {
