@@ -141,6 +141,21 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   if (wake) impl_->cv.notify_all();
   t_inside_pool = true;
   run(0, std::min(n, step));
+  // While chunks are still queued, run them here (the newest first: this call's own, unless
+  // another caller queued since): a worker that is asleep, or descheduled because another
+  // thread (the input pipeline, another process) took its core, then holds nothing up.
+  while (remaining.load(std::memory_order_acquire) != 0 &&
+         impl_->queued.load(std::memory_order_acquire) > 0) {
+    std::function<void()> task;
+    {
+      std::lock_guard lock(impl_->mu);
+      if (impl_->tasks.empty()) break;
+      task = std::move(impl_->tasks.back());
+      impl_->tasks.pop_back();
+      impl_->queued.fetch_sub(1, std::memory_order_relaxed);
+    }
+    task();
+  }
   t_inside_pool = false;
   if (!spin_until([&] { return remaining.load(std::memory_order_acquire) == 0; }, kCallerSpin)) {
     std::unique_lock lock(done_mu);
