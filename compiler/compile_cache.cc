@@ -13,32 +13,39 @@ std::shared_ptr<const Executable> CompileCache::get(const Graph& graph,
                                                     const std::vector<Tensor>& outputs,
                                                     const FeedList& feeds,
                                                     const std::vector<Donation>& donations) {
-  std::string program = std::string("n") + std::to_string(graph.num_nodes()) + ":";
+  // Keys are integer sequences, not strings: Model::fit looks its step up on every batch.
+  Key program = {graph.num_nodes()};
   for (const Tensor& t : outputs) {
     if (!t.defined() || !t.is_symbolic() || t.impl()->graph != graph.impl()) {
       throw Error(ErrorCode::kInvalidArgument,
                   "CompileCache: an output is not a value of graph '" + graph.name() + "'");
     }
-    program += std::to_string(t.impl()->node) + "." + std::to_string(t.impl()->output) + ",";
+    program.insert(program.end(), {t.impl()->node, t.impl()->output});
   }
+  program.push_back(-1);  // then the donations
   for (const Donation& d : donations) {
     if (!d.feed.defined() || !d.feed.is_symbolic()) {
       throw Error(ErrorCode::kInvalidArgument,
                   "CompileCache: a donation's feed is not a placeholder");
     }
-    program += "d" + std::to_string(d.feed.impl()->node) + ">" + std::to_string(d.output) + ",";
+    program.insert(program.end(), {d.feed.impl()->node, d.output});
   }
-  std::vector<std::string> parts;
+  std::vector<std::pair<int64_t, const Tensor*>> fed;  // by placeholder node
+  fed.reserve(feeds.size());
   for (const auto& [key, value] : feeds) {
     if (!key.defined() || !key.is_symbolic() || !value.defined()) {
       throw Error(ErrorCode::kInvalidArgument, "CompileCache: a feed key is not a placeholder");
     }
-    parts.push_back(std::to_string(key.impl()->node) + "=" +
-                    TensorType{value.dtype(), value.shape()}.str());
+    fed.emplace_back(key.impl()->node, &value);
   }
-  std::sort(parts.begin(), parts.end());
-  std::string signature;
-  for (const std::string& p : parts) signature += p + ";";
+  std::sort(fed.begin(), fed.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  Key signature;  // per feed: node, dtype, rank, dims
+  for (const auto& [node, value] : fed) {
+    signature.insert(signature.end(), {node, static_cast<int64_t>(value->dtype()),
+                                       static_cast<int64_t>(value->shape().size())});
+    signature.insert(signature.end(), value->shape().begin(), value->shape().end());
+  }
 
   std::lock_guard lock(mu_);
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {

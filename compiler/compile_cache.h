@@ -41,17 +41,18 @@ class CompileCache {
   void clear();
 
  private:
+  using Key = std::vector<int64_t>;
   struct Entry {
-    Graph graph;             // keeps the identity alive (no address reuse)
-    std::string program;     // outputs and graph size
-    std::string signature;   // feed dtypes and shapes
+    Graph graph;    // keeps the identity alive (no address reuse)
+    Key program;    // graph size, outputs and donations
+    Key signature;  // feed dtypes and shapes
     std::shared_ptr<const Executable> executable;
   };
   size_t capacity_;
   mutable std::mutex mu_;
   std::list<Entry> entries_;  // most recently used first
   // Programs compiled at least once (weak: a dropped graph is forgotten).
-  std::vector<std::pair<std::weak_ptr<detail::GraphImpl>, std::string>> seen_;
+  std::vector<std::pair<std::weak_ptr<detail::GraphImpl>, Key>> seen_;
   Stats stats_;
 };
 
