@@ -1,6 +1,9 @@
-// Timing helpers shared by the plain-main benchmarks (Kiln's and the LibTorch peers'): the best
-// of several timed blocks, and the `RESULT key=value` lines that benchmarks/run.sh collects.
+// Timing helpers shared by the benchmarks (Kiln's and the LibTorch peers'): the best of several
+// timed blocks, the process's CPU time, and the `RESULT key=value` lines that
+// benchmarks/run.sh collects.
 #pragma once
+
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +14,15 @@
 #include <vector>
 
 namespace kiln::bench {
+
+// CPU seconds the process has used so far, every thread's (user and system): other work on a
+// shared machine disturbs it much less than wall time.
+inline double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+}
 
 // Calls fn once to warm up, then `reps` blocks of calls, each lasting at least `min_seconds`;
 // returns the fastest block's seconds per call. The best block is the one least disturbed by

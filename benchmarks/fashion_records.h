@@ -1,6 +1,6 @@
 // The input of the pipeline benchmarks: `records` Fashion-MNIST-like tf.Examples (a random
 // 784-byte "image" and an int64 "label" in [0, 10)) in one TFRecord file, written once per
-// process into a temporary directory removed at exit.
+// process into a temporary directory removed at exit; and the map that scales a parsed batch.
 #pragma once
 
 #include <unistd.h>
@@ -11,8 +11,10 @@
 #include <random>
 #include <string>
 
+#include "kiln/data/dataset.h"
 #include "kiln/io/example.h"
 #include "kiln/io/tfrecord.h"
+#include "kiln/kiln.h"
 
 namespace kiln::bench {
 
@@ -37,6 +39,12 @@ inline const std::string& fashion_records_file(int64_t records) {
     return file;
   }();
   return path;
+}
+
+// A parsed batch {u8 images, i64 labels} -> {f32 images in [0, 1], labels}: two eager ops on
+// the whole batch. (On a pipeline thread they run inline: runtime::SerialScope.)
+inline data::Element scale_images(data::Element e) {
+  return {e[0].to(f32) / 255.0, std::move(e[1])};
 }
 
 }  // namespace kiln::bench

@@ -1,8 +1,8 @@
 // The MLP trainer's fit time for one epoch over 10k Fashion-MNIST-like examples fed by a Dataset,
 // against the same examples pre-loaded as tensors, in the same run. Two pipelines:
-//  - vectorized: TFRecord -> ragged_batch(64) -> parse_example(spec) -> map(scale) ->
+//  - vectorized: TFRecord -> ragged_batch(64) -> parse_example(spec) -> map(scale_images) ->
 //    prefetch(2): records are batched first and each batch parsed in one call, as tf.data's
-//    guide recommends ("vectorizing mapping"); the u8 -> f32 / 255 conversion is one pass per
+//    guide recommends ("vectorizing mapping"); the u8 -> f32 / 255 conversion is two eager ops per
 //    batch;
 //  - per-record: TFRecord -> map(parse one record, 2) -> batch(64) -> prefetch(2).
 // The printed ratios say how much of the input cost each pipeline hides behind training (target:
@@ -10,13 +10,13 @@
 // ratio uses the best run of each: other work on a shared machine only slows runs down. Each
 // run also reports the process CPU time per example (all threads, getrusage).
 #include <benchmark/benchmark.h>
-#include <sys/resource.h>
 
 #include <cstdio>
 #include <map>
 #include <string>
 #include <string_view>
 
+#include "benchmarks/bench_util.h"
 #include "benchmarks/fashion_records.h"
 #include "kiln/data/dataset.h"
 #include "kiln/io/example.h"
@@ -41,22 +41,11 @@ data::Element parse(data::Element e) {
   return {reshape(parsed["image"].to(f32) / 255.0, {784}), reshape(parsed["label"], {})};
 }
 
-// A parsed batch {u8 [k, 784], i64 [k]} -> {f32 [k, 784] in [0, 1], i64 [k]}, in one pass on
-// the pipeline's thread. (Eager ops here would split each batch over the kernels' thread pool,
-// which training keeps busy, and whose waiting costs more CPU than this loop.)
-data::Element scale(data::Element e) {
-  Tensor images = Tensor::empty(f32, e[0].shape());
-  auto in = e[0].data<uint8_t>();
-  auto out = images.mutable_data<float>();
-  for (size_t i = 0; i < in.size(); ++i) out[i] = static_cast<float>(in[i]) * (1.0f / 255.0f);
-  return {std::move(images), std::move(e[1])};
-}
-
 data::Dataset vectorized_pipeline() {
   return data::Dataset::tfrecord({bench::fashion_records_file(kRecords)})
       .ragged_batch(kBatch)
       .parse_example(kSpec)
-      .map(scale)
+      .map(bench::scale_images)
       .prefetch(2);
 }
 
@@ -74,13 +63,6 @@ std::unique_ptr<nn::Sequential> mlp() {
   return m;
 }
 
-double cpu_seconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
-         1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
-}
-
 struct Best {
   double seconds = 0;  // per epoch
   double cpu_us_per_example = 0;
@@ -90,11 +72,11 @@ std::map<std::string, Best> g_best;
 template <class Fit>
 void timed(benchmark::State& state, Fit&& fit) {
   fit();  // warm-up: traces and compiles the step
-  const double cpu_start = cpu_seconds();
+  const double cpu_start = bench::process_cpu_seconds();
   for (auto _ : state) fit();
   const double examples = static_cast<double>(state.iterations() * kRecords);
   state.SetItemsProcessed(state.iterations() * kRecords);
-  state.counters["cpu_us/example"] = 1e6 * (cpu_seconds() - cpu_start) / examples;
+  state.counters["cpu_us/example"] = 1e6 * (bench::process_cpu_seconds() - cpu_start) / examples;
 }
 
 void fit_from_vectorized_pipeline(benchmark::State& state) {
@@ -114,7 +96,7 @@ void fit_from_tensors(benchmark::State& state) {
   data::Iterator it = data::Dataset::tfrecord({bench::fashion_records_file(kRecords)})
                           .ragged_batch(kRecords)
                           .parse_example(kSpec)
-                          .map(scale)
+                          .map(bench::scale_images)
                           .begin_epoch();
   data::Element all = *it.next();
   auto model = mlp();

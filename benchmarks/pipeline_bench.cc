@@ -4,11 +4,10 @@
 //  - pipeline/N: map(parse one record, N) then batch(64), what the target is about
 //    (map(parse, 2) vs map(parse, 1) >= 1.7x on 2 cores);
 //  - vectorized/N: ragged_batch(64) then parse_example(spec, N) on the whole batch and one
-//    map scaling the batch in one pass, as tf.data's guide recommends ("vectorizing mapping").
+//    map scaling the batch (two eager ops), as tf.data's guide recommends ("vectorizing mapping").
 // Besides wall time, each run reports the process CPU time per example (getrusage: every
 // thread's), which the other work on a shared machine disturbs much less than wall time.
 #include <benchmark/benchmark.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -17,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "benchmarks/bench_util.h"
 #include "benchmarks/fashion_records.h"
 #include "kiln/data/dataset.h"
 #include "kiln/io/example.h"
@@ -42,24 +42,6 @@ data::Element parse(data::Element e) {
   return {image, reshape(parsed["label"], {})};
 }
 
-// A parsed batch {u8 [k,28,28], i64 [k]} -> {f32 [k,28,28] in [0,1], i64 [k]}, in one pass on
-// the pipeline's thread. (Eager ops on a batch this size would split it over the kernels'
-// thread pool, whose waiting costs more CPU than this loop.)
-data::Element scale(data::Element e) {
-  Tensor images = Tensor::empty(f32, e[0].shape());
-  auto in = e[0].data<uint8_t>();
-  auto out = images.mutable_data<float>();
-  for (size_t i = 0; i < in.size(); ++i) out[i] = static_cast<float>(in[i]) * (1.0f / 255.0f);
-  return {std::move(images), std::move(e[1])};
-}
-
-double cpu_seconds() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
-         1e-6 * static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
-}
-
 struct Best {
   double examples_per_second = 0;
   double cpu_us_per_example = 0;  // of the run with the best examples/s
@@ -68,7 +50,7 @@ std::map<std::string, Best> g_best;  // by run name ("pipeline/1", ...)
 
 void run(benchmark::State& state, const data::Dataset& ds) {
   int64_t examples = 0;
-  const double cpu_start = cpu_seconds();
+  const double cpu_start = bench::process_cpu_seconds();
   for (auto _ : state) {
     data::Iterator it = ds.begin_epoch();
     while (std::optional<data::Element> batch = it.next()) {
@@ -76,7 +58,7 @@ void run(benchmark::State& state, const data::Dataset& ds) {
       benchmark::DoNotOptimize((*batch)[0].raw_data());
     }
   }
-  const double cpu = cpu_seconds() - cpu_start;
+  const double cpu = bench::process_cpu_seconds() - cpu_start;
   if (examples != state.iterations() * kRecords) state.SkipWithError("lost examples");
   state.SetItemsProcessed(examples);
   state.counters["examples/s"] =
@@ -95,7 +77,7 @@ void vectorized(benchmark::State& state) {
   run(state, data::Dataset::tfrecord({bench::fashion_records_file(kRecords)})
                  .ragged_batch(kBatch)
                  .parse_example(kSpec, state.range(0))
-                 .map(scale));
+                 .map(bench::scale_images));
 }
 
 // Repetitions, interleaved at random (see main), and the best of each: a machine shared with

@@ -49,4 +49,11 @@ inline void expect_bitwise_equal(const std::vector<Tensor>& a, const std::vector
   }
 }
 
+// A pass's notes (what it did or declined, and why), one per line.
+inline std::string notes_of(const Pass& p) {
+  std::string s;
+  for (const std::string& n : p.notes()) s += n + "\n";
+  return s;
+}
+
 }  // namespace kiln::compiler::testing

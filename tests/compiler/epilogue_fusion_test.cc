@@ -26,18 +26,12 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::expect_bitwise_equal;
+using testing::notes_of;
 using testing::ops_of;
 using testing::run_module;
 
 Tensor random(Shape s, uint32_t seed, DType t = f32) {
-  std::mt19937 rng(seed);
-  return test_models::random_normal_tensor(std::move(s), rng, 1).to(t);
-}
-
-std::string notes_of(const Pass& p) {
-  std::string s;
-  for (const std::string& n : p.notes()) s += n + "\n";
-  return s;
+  return test_models::random_tensor(std::move(s), seed, t);
 }
 
 const detail::Node* find_op(const Module& m, const std::string& op) {

@@ -26,6 +26,12 @@ inline Tensor random_normal_tensor(Shape shape, std::mt19937& rng, float scale) 
   return Tensor::from_vector(v, shape);
 }
 
+// A tensor of N(0, 1) values from its own seed, in dtype t.
+inline Tensor random_tensor(Shape shape, uint32_t seed, DType t = f32) {
+  std::mt19937 rng(seed);
+  return random_normal_tensor(std::move(shape), rng, 1).to(t);
+}
+
 inline MlpStep make_mlp_step(int64_t in, int64_t hidden_units, int64_t classes, int64_t batch) {
   MlpStep s;
   Graph& g = s.graph;
