@@ -15,60 +15,23 @@
 
 #include "kiln/io/example.h"
 #include "kiln/kiln.h"
+#include "tests/io/wire_format.h"
+#include "tests/testing/values.h"
 
 namespace kiln::io {
 namespace {
 
 using testing::HasSubstr;
 
-// ---- protobuf wire format by hand ----
+// ---- protobuf wire format by hand (tests/io/wire_format.h) ----
 
-std::string varint(uint64_t v) {
-  std::string out;
-  do {
-    uint8_t b = v & 0x7f;
-    v >>= 7;
-    out.push_back(static_cast<char>(v ? b | 0x80 : b));
-  } while (v);
-  return out;
-}
-std::string tag(int field, int wire) { return varint(static_cast<uint64_t>(field) << 3 | wire); }
-std::string len_field(int field, const std::string& body) {
-  return tag(field, 2) + varint(body.size()) + body;
-}
-std::string fixed32(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  std::string out;
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(u >> (8 * i)));
-  return out;
-}
-std::string packed_floats(const std::vector<float>& values) {
-  std::string packed;
-  for (float v : values) packed += fixed32(v);
-  return packed;
-}
-std::string packed_ints(const std::vector<int64_t>& values) {
-  std::string packed;
-  for (int64_t v : values) packed += varint(static_cast<uint64_t>(v));
-  return packed;
-}
+using namespace wire;
+
 std::string entry(const std::string& key, const std::string& feature) {
   return len_field(1, len_field(1, key) + len_field(2, feature));
 }
 // Example {features {entries}}.
 std::string example_of(const std::string& entries) { return len_field(1, entries); }
-
-template <class F>
-Error error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a kiln::Error";
-  return Error(ErrorCode::kInternal, "");
-}
 
 template <class T>
 std::vector<T> values_of(const Tensor& t) {
@@ -282,7 +245,7 @@ TEST(ParseExampleBatch, ErrorsNameTheRecordInTheBatchAndTheFeature) {
   std::vector<std::string> truncated = batch;
   truncated[3].resize(truncated[3].size() - 1);
   const auto truncated_batch = ragged(truncated);
-  Error loss = error_of([&] { parse_example(truncated_batch.first, truncated_batch.second, s); });
+  Error loss = test_values::thrown_error([&] { parse_example(truncated_batch.first, truncated_batch.second, s); });
   EXPECT_EQ(loss.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(loss.what(), HasSubstr("example 3 ("));
   EXPECT_THAT(loss.what(), HasSubstr("not a valid serialized tf.Example"));
@@ -292,38 +255,38 @@ TEST(ParseExampleBatch, ErrorsNameTheRecordInTheBatchAndTheFeature) {
   std::vector<std::string> wrong = batch;
   wrong[2] = Example().set_bytes("img", {"abcdef"}).set_floats("label", {1.5f}).serialize();
   const auto wrong_batch = ragged(wrong);
-  Error type = error_of([&] { parse_example(wrong_batch.first, wrong_batch.second, s); });
+  Error type = test_values::thrown_error([&] { parse_example(wrong_batch.first, wrong_batch.second, s); });
   EXPECT_EQ(type.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(type.what(), HasSubstr("feature 'label' in example 2 is a float_list"));
 
   // Five bytes where the shape needs six, in record 4.
   std::vector<std::string> short_img = batch;
   short_img[4] = Example().set_bytes("img", {"abcde"}).set_int64s("label", {4}).serialize();
-  Error count = error_of([&] { parse_example(short_img, s); });
+  Error count = test_values::thrown_error([&] { parse_example(short_img, s); });
   EXPECT_THAT(count.what(), HasSubstr("feature 'img' in example 4 has 5 bytes"));
 
   // A required feature missing from record 1.
   std::vector<std::string> missing = batch;
   missing[1] = Example().set_bytes("img", {"abcdef"}).serialize();
-  Error required = error_of([&] { parse_example(missing, s); });
+  Error required = test_values::thrown_error([&] { parse_example(missing, s); });
   EXPECT_THAT(required.what(), HasSubstr("required feature 'label' in example 1 is missing"));
 }
 
 TEST(ParseExampleBatch, BadRaggedTensorsAreRefused) {
   const std::vector<FeatureSpec> s = {VarLen{"x", f32}};
   const Tensor values = Tensor::from_list<uint8_t>({1, 2, 3});
-  Error end = error_of([&] { parse_example(values, Tensor::from_list<int64_t>({0, 2}), s); });
+  Error end = test_values::thrown_error([&] { parse_example(values, Tensor::from_list<int64_t>({0, 2}), s); });
   EXPECT_EQ(end.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(end.what(), HasSubstr("end at the size of values (3)"));
-  Error down = error_of([&] {
+  Error down = test_values::thrown_error([&] {
     parse_example(values, Tensor::from_list<int64_t>({0, 2, 1, 3}), s);
   });
   EXPECT_THAT(down.what(), HasSubstr("decrease at record 1"));
-  Error dtype = error_of([&] { parse_example(values, Tensor::from_list<int32_t>({0, 3}), s); });
+  Error dtype = test_values::thrown_error([&] { parse_example(values, Tensor::from_list<int32_t>({0, 3}), s); });
   EXPECT_THAT(dtype.what(), HasSubstr("row_splits must be i64 [batch + 1], not i32[2]"));
-  Error none = error_of([&] { parse_example(values, Tensor::empty(i64, {0}), s); });
+  Error none = test_values::thrown_error([&] { parse_example(values, Tensor::empty(i64, {0}), s); });
   EXPECT_THAT(none.what(), HasSubstr("row_splits must be i64 [batch + 1]"));
-  Error vals = error_of([&] {
+  Error vals = test_values::thrown_error([&] {
     parse_example(Tensor::from_list<float>({1}), Tensor::from_list<int64_t>({0, 1}), s);
   });
   EXPECT_THAT(vals.what(), HasSubstr("values must be u8 of rank 1, not f32[1]"));

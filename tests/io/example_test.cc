@@ -10,44 +10,24 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "tests/io/wire_format.h"
+#include "tests/testing/values.h"
 
 namespace kiln::io {
 namespace {
 
 using testing::HasSubstr;
 
-// ---- protobuf wire format by hand ----
+// ---- protobuf wire format by hand (tests/io/wire_format.h) ----
 
-std::string varint(uint64_t v) {
-  std::string out;
-  do {
-    uint8_t b = v & 0x7f;
-    v >>= 7;
-    out.push_back(static_cast<char>(v ? b | 0x80 : b));
-  } while (v);
-  return out;
-}
-// A length-delimited field (wire type 2).
-std::string len_field(int field, const std::string& body) {
-  return varint(static_cast<uint64_t>(field) << 3 | 2) + varint(body.size()) + body;
-}
-std::string float_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  std::string out;
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(u >> (8 * i)));
-  return out;
-}
+using namespace wire;
+
 // Feature oneof: bytes_list = 1, float_list = 2, int64_list = 3; each list's value = 1, packed.
 std::string int64_feature(const std::vector<int64_t>& values) {
-  std::string packed;
-  for (int64_t v : values) packed += varint(static_cast<uint64_t>(v));
-  return len_field(3, values.empty() ? "" : len_field(1, packed));
+  return len_field(3, values.empty() ? "" : len_field(1, packed_ints(values)));
 }
 std::string float_feature(const std::vector<float>& values) {
-  std::string packed;
-  for (float v : values) packed += float_bits(v);
-  return len_field(2, values.empty() ? "" : len_field(1, packed));
+  return len_field(2, values.empty() ? "" : len_field(1, packed_floats(values)));
 }
 std::string bytes_feature(const std::vector<std::string>& values) {
   std::string list;
@@ -60,17 +40,6 @@ std::string example_bytes(const std::vector<std::pair<std::string, std::string>>
   for (const auto& [key, feature] : features)
     map += len_field(1, len_field(1, key) + len_field(2, feature));
   return len_field(1, map);
-}
-
-template <class F>
-Error error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a kiln::Error";
-  return Error(ErrorCode::kInternal, "");
 }
 
 template <class T>
@@ -129,7 +98,7 @@ TEST(Example, ParsesHandBuiltBytes) {
 }
 
 TEST(Example, ParseRejectsGarbage) {
-  Error e = error_of([] { Example::parse(std::string("\x0a\xff\xff\x01", 4)); });
+  Error e = test_values::thrown_error([] { Example::parse(std::string("\x0a\xff\xff\x01", 4)); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr("not a valid serialized tf.Example"));
 }
@@ -236,7 +205,7 @@ TEST(ParseExample, EmptyBatch) {
 TEST(ParseExample, MissingRequiredFeatureNamesItAndTheExample) {
   const std::vector<std::string> batch = {example_bytes({{"label", int64_feature({1})}}),
                                           example_bytes({{"other", int64_feature({1})}})};
-  Error e = error_of([&] { parse_example(batch, {FixedLen{"label", i64, {}}}); });
+  Error e = test_values::thrown_error([&] { parse_example(batch, {FixedLen{"label", i64, {}}}); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(e.what(), HasSubstr("parse_example"));
   EXPECT_THAT(e.what(), HasSubstr("'label' in example 1"));
@@ -245,49 +214,49 @@ TEST(ParseExample, MissingRequiredFeatureNamesItAndTheExample) {
 
 TEST(ParseExample, WrongTypeNamesBothLists) {
   const std::vector<std::string> batch = {example_bytes({{"x", float_feature({1})}})};
-  Error e = error_of([&] { parse_example(batch, {FixedLen{"x", i64, {}}}); });
+  Error e = test_values::thrown_error([&] { parse_example(batch, {FixedLen{"x", i64, {}}}); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(e.what(), HasSubstr("'x' in example 0"));
   EXPECT_THAT(e.what(), HasSubstr("float_list"));
   EXPECT_THAT(e.what(), HasSubstr("int64_list"));
-  Error v = error_of([&] { parse_example(batch, {VarLen{"x", u8}}); });
+  Error v = test_values::thrown_error([&] { parse_example(batch, {VarLen{"x", u8}}); });
   EXPECT_THAT(v.what(), HasSubstr("bytes_list"));
 }
 
 TEST(ParseExample, WrongLengthNamesCountAndShape) {
   const std::vector<std::string> batch = {example_bytes({{"x", float_feature({1, 2, 3, 4})}}),
                                           example_bytes({{"x", float_feature({1, 2, 3})}})};
-  Error e = error_of([&] { parse_example(batch, {FixedLen{"x", f32, {2, 2}}}); });
+  Error e = test_values::thrown_error([&] { parse_example(batch, {FixedLen{"x", f32, {2, 2}}}); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(e.what(), HasSubstr("'x' in example 1 has 3 float values"));
   EXPECT_THAT(e.what(), HasSubstr("[2,2] needs 4"));
   const std::vector<std::string> img = {example_bytes({{"img", bytes_feature({"abc"})}})};
-  Error b = error_of([&] { parse_example(img, {FixedLen{"img", u8, {784}}}); });
+  Error b = test_values::thrown_error([&] { parse_example(img, {FixedLen{"img", u8, {784}}}); });
   EXPECT_THAT(b.what(), HasSubstr("has 3 bytes"));
 }
 
 TEST(ParseExample, CorruptExampleIsDataLoss) {
   const std::vector<std::string> batch = {example_bytes({}), example_bytes({}),
                                           std::string("\x0a\x05\x01", 3)};
-  Error e = error_of([&] { parse_example(batch, {VarLen{"x", f32}}); });
+  Error e = test_values::thrown_error([&] { parse_example(batch, {VarLen{"x", f32}}); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr("example 2"));
 }
 
 TEST(ParseExample, BadSpecsAreRejected) {
   const std::vector<std::string> batch = {example_bytes({})};
-  Error dtype = error_of([&] { parse_example(batch, {FixedLen{"x", f64, {}}}); });
+  Error dtype = test_values::thrown_error([&] { parse_example(batch, {FixedLen{"x", f64, {}}}); });
   EXPECT_EQ(dtype.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(dtype.what(), HasSubstr("'x': dtype f64"));
-  Error dup = error_of([&] {
+  Error dup = test_values::thrown_error([&] {
     parse_example(batch, {VarLen{"x", f32}, FixedLen{"x/lengths", i64, {}}});
   });
   EXPECT_THAT(dup.what(), HasSubstr("'x/lengths' twice"));
-  Error shape = error_of([&] {
+  Error shape = test_values::thrown_error([&] {
     parse_example(batch, {FixedLen{"x", f32, {3}, Tensor::from_list<float>({1, 2})}});
   });
   EXPECT_THAT(shape.what(), HasSubstr("default_value has shape [2]"));
-  Error unknown = error_of([&] { parse_example(batch, {FixedLen{"x", f32, {kUnknownDim}}}); });
+  Error unknown = test_values::thrown_error([&] { parse_example(batch, {FixedLen{"x", f32, {kUnknownDim}}}); });
   EXPECT_THAT(unknown.what(), HasSubstr("fully defined"));
 }
 
@@ -336,9 +305,9 @@ TEST(ParseExample, DamagedBytesNeverCrash) {
 // checked, and a shape whose element count overflows wrapped around.
 TEST(ParseExample, HugeShapesAreCheckedBeforeAnyMemoryIsCommitted) {
   const std::vector<std::string> batch = {example_bytes({{"x", bytes_feature({"abc"})}})};
-  Error huge = error_of([&] { parse_example(batch, {FixedLen{"x", u8, {int64_t{1} << 40}}}); });
+  Error huge = test_values::thrown_error([&] { parse_example(batch, {FixedLen{"x", u8, {int64_t{1} << 40}}}); });
   EXPECT_THAT(huge.what(), HasSubstr("has 3 bytes"));
-  Error overflow = error_of([&] {
+  Error overflow = test_values::thrown_error([&] {
     parse_example(batch, {FixedLen{"x", u8, {int64_t{1} << 40, int64_t{1} << 40}}});
   });
   EXPECT_EQ(overflow.code(), ErrorCode::kInvalidArgument);
