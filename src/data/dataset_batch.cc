@@ -11,14 +11,21 @@
 namespace kiln::data::detail {
 namespace {
 
-// Up to n elements of the input; fewer only at its end.
-std::vector<Element> gather(IteratorImpl& input, int64_t n) {
+// The elements of the next batch: n of the input's, fewer only at its end (and then none if
+// drop_remainder); none once the input is done, which is then released.
+std::vector<Element> next_group(std::unique_ptr<IteratorImpl>& input, int64_t n,
+                                bool drop_remainder) {
   std::vector<Element> elements;
+  if (!input) return elements;
   elements.reserve(static_cast<size_t>(std::min<int64_t>(n, 4096)));  // grows if n is larger
   while (static_cast<int64_t>(elements.size()) < n) {
-    std::optional<Element> e = input.next();
+    std::optional<Element> e = input->next();
     if (!e) break;
     elements.push_back(std::move(*e));
+  }
+  if (static_cast<int64_t>(elements.size()) < n) {
+    input.reset();
+    if (drop_remainder) elements.clear();
   }
   return elements;
 }
@@ -86,12 +93,8 @@ class BatchNode : public DatasetNode {
       int64_t n = 1;
       bool drop_remainder = false;
       std::optional<Element> next() override {
-        if (!input) return std::nullopt;
-        std::vector<Element> elements = gather(*input, n);
-        if (static_cast<int64_t>(elements.size()) < n) input.reset();
-        if (elements.empty() || (drop_remainder && static_cast<int64_t>(elements.size()) < n)) {
-          return std::nullopt;
-        }
+        std::vector<Element> elements = next_group(input, n, drop_remainder);
+        if (elements.empty()) return std::nullopt;
         check_structure(elements, "batch", true);
         Element out;
         for (size_t c = 0; c < elements[0].size(); ++c) {
@@ -178,12 +181,8 @@ class PaddedBatchNode : public BatchNode {
       std::vector<Shape> padded_shapes;
       std::vector<double> padding_values;
       std::optional<Element> next() override {
-        if (!input) return std::nullopt;
-        std::vector<Element> elements = gather(*input, n);
-        if (static_cast<int64_t>(elements.size()) < n) input.reset();
-        if (elements.empty() || (drop_remainder && static_cast<int64_t>(elements.size()) < n)) {
-          return std::nullopt;
-        }
+        std::vector<Element> elements = next_group(input, n, drop_remainder);
+        if (elements.empty()) return std::nullopt;
         check_structure(elements, "padded_batch", false);
         size_t components = elements[0].size();
         if (!padded_shapes.empty() && padded_shapes.size() != components) {
@@ -315,12 +314,8 @@ class RaggedBatchNode : public BatchNode {
       int64_t n = 1;
       bool drop_remainder = false;
       std::optional<Element> next() override {
-        if (!input) return std::nullopt;
-        std::vector<Element> elements = gather(*input, n);
-        if (static_cast<int64_t>(elements.size()) < n) input.reset();
-        if (elements.empty() || (drop_remainder && static_cast<int64_t>(elements.size()) < n)) {
-          return std::nullopt;
-        }
+        std::vector<Element> elements = next_group(input, n, drop_remainder);
+        if (elements.empty()) return std::nullopt;
         const size_t components = elements[0].size();
         for (size_t i = 1; i < elements.size(); ++i) {
           if (elements[i].size() != components) {
