@@ -116,6 +116,21 @@ void for_each_broadcast(const Shape& out, const std::array<Shape, N>& ins, F&& f
     else full_or_scalar = false;
   }
   if (full_or_scalar) {
+    if constexpr (N == 2) {
+      // A tensor and a scalar (x * 2.0, x / 255): offsets the compiler sees are i and 0, so
+      // the loop vectorises.
+      if (step[0] != step[1]) {
+        const bool scalar_second = step[1] == 0;
+        runtime::parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
+          if (scalar_second) {
+            for (int64_t i = begin; i < end; ++i) f(i, std::array<int64_t, 2>{i, 0});
+          } else {
+            for (int64_t i = begin; i < end; ++i) f(i, std::array<int64_t, 2>{0, i});
+          }
+        });
+        return;
+      }
+    }
     runtime::parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
       std::array<int64_t, N> off;
       for (int64_t i = begin; i < end; ++i) {
