@@ -534,9 +534,9 @@ TEST(DatasetThreads, ThreadsAreBoundedAheadOfTheConsumer) {
   Iterator it = ds.begin_epoch();
   ASSERT_TRUE(it.next().has_value());
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  // 1 consumed + 4 prefetched + the map's window (chunks of at most 16 elements, two per
+  // 1 consumed + 4 prefetched + the map's window (chunks of at most 128 elements, two per
   // thread) twice (the results handed to the consumer, and as many being made), not 10000.
-  EXPECT_LE(calls.load(), 1 + 4 + 2 * (2 * 2 * 16));
+  EXPECT_LE(calls.load(), 1 + 4 + 2 * (2 * 2 * 128));
 }
 
 TEST(DatasetThreads, MovedIteratorsKeepWorking) {
