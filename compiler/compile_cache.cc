@@ -38,8 +38,7 @@ std::shared_ptr<const Executable> CompileCache::get(const Graph& graph,
     }
     fed.emplace_back(key.impl()->node, &value);
   }
-  std::sort(fed.begin(), fed.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(fed.begin(), fed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   Key signature;  // per feed: node, dtype, rank, dims
   for (const auto& [node, value] : fed) {
     signature.insert(signature.end(), {node, static_cast<int64_t>(value->dtype()),

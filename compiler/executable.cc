@@ -251,10 +251,9 @@ void resolve_donations(Impl& im, const Graph& graph, const std::vector<Donation>
     const Tensor& key = d.feed;
     if (!key.defined() || !key.is_symbolic() || key.impl()->graph != graph.impl() ||
         graph.impl()->nodes[key.impl()->node].op != "placeholder") {
-      throw Error(ErrorCode::kInvalidArgument, "compile: a donation's feed (for output " +
-                                                   std::to_string(d.output) +
-                                                   ") is not a placeholder of graph '" +
-                                                   graph.name() + "'");
+      throw Error(ErrorCode::kInvalidArgument,
+                  "compile: a donation's feed (for output " + std::to_string(d.output) +
+                      ") is not a placeholder of graph '" + graph.name() + "'");
     }
     const int node = key.impl()->node;
     const detail::Node& original = graph.impl()->nodes[node];
@@ -285,8 +284,8 @@ void resolve_donations(Impl& im, const Graph& graph, const std::vector<Donation>
     if (!same) {
       TensorType fed = a.feed_slot >= 0 ? im.slots[a.feed_slot].type : original.outputs[0];
       throw Error(ErrorCode::kInvalidArgument,
-                  what + " is " + fed.str() + ", but output " + std::to_string(d.output) +
-                      " is " + out.str() + ": a donated buffer needs the same dtype and shape");
+                  what + " is " + fed.str() + ", but output " + std::to_string(d.output) + " is " +
+                      out.str() + ": a donated buffer needs the same dtype and shape");
     }
     donated_output[d.output] = static_cast<int>(im.aliases.size());
     donated_node.push_back(node);
@@ -405,8 +404,8 @@ void plan_memory(Impl& im) {
         << st.num_reused << " reused, " << st.num_in_place << " in place\n";
     for (const Impl::Alias& a : im.aliases) {
       static const char* kKinds[] = {"in place", "copied", "the feed itself", "never"};
-      out << "donation: output " << a.output << " into feed '" << a.feed_name << "': "
-          << kKinds[static_cast<int>(a.kind)];
+      out << "donation: output " << a.output << " into feed '" << a.feed_name
+          << "': " << kKinds[static_cast<int>(a.kind)];
       if (a.thunk >= 0) out << " (thunk " << a.thunk << ")";
       out << "\n";
     }
@@ -570,8 +569,8 @@ Tensor writer_of(const Tensor& buffer, const Impl::Slot& s) {
   auto impl = detail::make_pooled<detail::TensorImpl>();
   impl->dtype = s.type.dtype;
   impl->shape = s.type.shape;
-  impl->storage = detail::make_pooled<detail::Storage>(std::shared_ptr<void>(storage),
-                                                       storage->data, s.bytes);
+  impl->storage =
+      detail::make_pooled<detail::Storage>(std::shared_ptr<void>(storage), storage->data, s.bytes);
   return Tensor(std::move(impl));
 }
 
@@ -594,8 +593,7 @@ void settle_donated(const Impl& im, const ArenaLease& arena, const std::vector<T
   auto* p = static_cast<const char*>(out.raw_data());
   for (size_t a = 0; a < donated.size(); ++a) {
     const Tensor& d = donated[a];
-    if (!d.defined() || d.nbytes() == 0 || im.aliases[a].kind == Impl::Alias::Kind::kSame)
-      continue;
+    if (!d.defined() || d.nbytes() == 0 || im.aliases[a].kind == Impl::Alias::Kind::kSame) continue;
     auto* base = static_cast<const char*>(d.impl()->storage->data);
     if (p < base || p >= base + d.impl()->storage->nbytes) continue;
     Tensor copy = slot.where == Where::kArena ? arena.view(slot)
@@ -621,8 +619,8 @@ std::vector<Tensor> run_impl(const Impl& im, const FeedList& feeds, FeedList* do
     Tensor value;
   };
   std::vector<Taken> taken;
-  std::vector<Tensor> donated;     // per alias: the buffer it writes this run
-  std::vector<uint8_t> copied;     // per alias: written by a copy this run
+  std::vector<Tensor> donated;  // per alias: the buffer it writes this run
+  std::vector<uint8_t> copied;  // per alias: written by a copy this run
   if (donor && !im.aliases.empty()) {
     donated.resize(im.aliases.size());
     copied.assign(im.aliases.size(), 0);

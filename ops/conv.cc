@@ -3,12 +3,13 @@
 // GEMM kernels; the public conv and Keras-style conv2d; the Keras padding rule pooling shares.
 // GCC 12 reports false "may be used uninitialized" warnings inside Eigen's AVX-512 packing.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "ops/conv.h"
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <type_traits>
 
 #include "kiln/ops.h"
-#include "ops/conv.h"
 #include "ops/kernel_util.h"
 
 namespace kiln {
@@ -65,8 +66,7 @@ struct ConvParams {
 
 template <class Ctx>
 Axes spatial_attr(const Ctx& ctx, const char* name, size_t d, int64_t fallback, int64_t min) {
-  return per_dim_attr(ctx, name, d, fallback, min,
-                      "spatial dimension (" + std::to_string(d) + ")");
+  return per_dim_attr(ctx, name, d, fallback, min, "spatial dimension (" + std::to_string(d) + ")");
 }
 
 template <class Ctx>

@@ -63,8 +63,8 @@ inline constexpr int64_t kMaxAttr = int64_t{1} << 24;
 // when absent, otherwise it is required. `per` names the dimensions in the error message
 // ("spatial dimension (2)").
 template <class Ctx>
-std::vector<int64_t> per_dim_attr(const Ctx& ctx, const char* name, size_t count,
-                                  int64_t fallback, int64_t min, const std::string& per) {
+std::vector<int64_t> per_dim_attr(const Ctx& ctx, const char* name, size_t count, int64_t fallback,
+                                  int64_t min, const std::string& per) {
   if (!ctx.attrs().has(name) && fallback >= 0) return std::vector<int64_t>(count, fallback);
   const std::vector<int64_t>& v = ctx.attrs().get_ints(name);
   if (v.size() != count) {
@@ -111,9 +111,12 @@ void for_each_broadcast(const Shape& out, const std::array<Shape, N>& ins, F&& f
   bool full_or_scalar = true;
   std::array<int64_t, N> step{};
   for (size_t k = 0; k < N; ++k) {
-    if (ins[k] == out) step[k] = 1;
-    else if (num_elements(ins[k]) == 1) step[k] = 0;
-    else full_or_scalar = false;
+    if (ins[k] == out)
+      step[k] = 1;
+    else if (num_elements(ins[k]) == 1)
+      step[k] = 0;
+    else
+      full_or_scalar = false;
   }
   if (full_or_scalar) {
     if constexpr (N == 2) {

@@ -58,8 +58,7 @@ ThreadPool::ThreadPool(int num_threads) : impl_(std::make_unique<Impl>()) {
     impl_->workers.emplace_back([this] {
       t_inside_pool = true;
       for (;;) {
-        spin_until([&] { return impl_->queued.load(std::memory_order_acquire) > 0; },
-                   kWorkerSpin);
+        spin_until([&] { return impl_->queued.load(std::memory_order_acquire) > 0; }, kWorkerSpin);
         std::function<void()> task;
         {
           std::unique_lock lock(impl_->mu);

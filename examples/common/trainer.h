@@ -97,8 +97,8 @@ inline void train_and_report(kiln::nn::Sequential& model, const TrainerFlags& fl
   if (flags.verbose) std::cout << model.summary();
 
   auto scores = model.evaluate(data.x_test, data.y_test, eval_batch_size);
-  std::printf("result: test_accuracy=%.4f test_loss=%.4f train_seconds=%.1f\n",
-              scores["accuracy"], scores["loss"], train_seconds);
+  std::printf("result: test_accuracy=%.4f test_loss=%.4f train_seconds=%.1f\n", scores["accuracy"],
+              scores["loss"], train_seconds);
 }
 
 }  // namespace examples

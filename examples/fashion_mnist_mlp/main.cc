@@ -10,8 +10,8 @@ int main(int argc, char** argv) {
   const examples::TrainerFlags flags(parsed, /*default_batch_size=*/64);
   try {
     examples::TrainerData data = examples::load_trainer_data(flags, {784});
-    kiln::nn::Sequential model({kiln::nn::Dense(128, "relu"), kiln::nn::Dropout(0.2),
-                                kiln::nn::Dense(10)});
+    kiln::nn::Sequential model(
+        {kiln::nn::Dense(128, "relu"), kiln::nn::Dropout(0.2), kiln::nn::Dense(10)});
     model.set_seed(flags.seed);
     model.compile(kiln::optim::Adam(flags.learning_rate),
                   kiln::nn::SparseCategoricalCrossentropy(/*from_logits=*/true), {"accuracy"});

@@ -66,8 +66,8 @@ struct ThreadCache {
     {
       std::lock_guard lock(p.mu);
       std::vector<void*>& shared = p.blocks[c];
-      room = std::min(n, kPoolBytes / class_size(c) - std::min(kPoolBytes / class_size(c),
-                                                                 shared.size()));
+      room = std::min(
+          n, kPoolBytes / class_size(c) - std::min(kPoolBytes / class_size(c), shared.size()));
       shared.insert(shared.end(), mine.end() - static_cast<std::ptrdiff_t>(room), mine.end());
       ++p.transfers;
     }

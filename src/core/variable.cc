@@ -57,8 +57,8 @@ void Variable::assign(Tensor value) {
   if (value.dtype() != s.value.dtype() || value.shape() != s.value.shape()) {
     throw Error(ErrorCode::kInvalidArgument,
                 "Variable '" + s.name + "': cannot assign " + dtype_name(value.dtype()) +
-                    shape_str(value.shape()) + " to a variable of " +
-                    dtype_name(s.value.dtype()) + shape_str(s.value.shape()));
+                    shape_str(value.shape()) + " to a variable of " + dtype_name(s.value.dtype()) +
+                    shape_str(s.value.shape()));
   }
   if (traced) {
     detail::VariableCaptureScope concrete(nullptr);

@@ -30,8 +30,7 @@ VariableCapture*& variable_capture();
 // Installs `capture` for the guard's lifetime (restoring the previous one after).
 class VariableCaptureScope {
  public:
-  explicit VariableCaptureScope(VariableCapture* capture)
-      : previous_(variable_capture()) {
+  explicit VariableCaptureScope(VariableCapture* capture) : previous_(variable_capture()) {
     variable_capture() = capture;
   }
   ~VariableCaptureScope() { variable_capture() = previous_; }

@@ -276,8 +276,9 @@ void ragged_component(const std::vector<Element>& elements, size_t c, Element& o
     const Tensor& t = elements[i][c];
     if (!t.defined() || t.is_symbolic()) invalid(where(i) + " is not a concrete tensor");
     if (t.rank() < 1) {
-      invalid(where(i) + " is a scalar; ragged_batch joins components of rank 1 or more along "
-                         "their first dimension (use batch for scalars)");
+      invalid(where(i) +
+              " is a scalar; ragged_batch joins components of rank 1 or more along "
+              "their first dimension (use batch for scalars)");
     }
     if (t.dtype() != first.dtype()) {
       invalid(where(i) + " is " + dtype_name(t.dtype()) + ", in element 0 it is " +

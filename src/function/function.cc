@@ -30,10 +30,9 @@ std::vector<Tensor> function_outputs(std::vector<Tensor> t) { return t; }
 
 void check_function_arity(const std::string& name, size_t expected, size_t got) {
   if (expected != got) {
-    throw Error(ErrorCode::kInvalidArgument, "function '" + name + "' takes " +
-                                                 std::to_string(expected) + " tensor" +
-                                                 (expected == 1 ? "" : "s") + ", called with " +
-                                                 std::to_string(got));
+    throw Error(ErrorCode::kInvalidArgument,
+                "function '" + name + "' takes " + std::to_string(expected) + " tensor" +
+                    (expected == 1 ? "" : "s") + ", called with " + std::to_string(got));
   }
 }
 
@@ -44,14 +43,14 @@ namespace {
 // One traced signature: the graph, what feeds it and what its fetches mean.
 struct Traced {
   Graph graph;
-  std::vector<Tensor> arguments;                        // placeholders
-  std::vector<Tensor> outputs;                          // the function's results
-  std::vector<std::pair<Variable, Tensor>> reads;       // variable -> its placeholder
-  std::vector<std::pair<Variable, Tensor>> updates;     // variable -> its new value
-  std::vector<Tensor> fetches;                          // outputs, then the updates' values
+  std::vector<Tensor> arguments;                     // placeholders
+  std::vector<Tensor> outputs;                       // the function's results
+  std::vector<std::pair<Variable, Tensor>> reads;    // variable -> its placeholder
+  std::vector<std::pair<Variable, Tensor>> updates;  // variable -> its new value
+  std::vector<Tensor> fetches;                       // outputs, then the updates' values
   // Variables both read and assigned: the new value is written into the fed buffer.
   std::vector<compiler::Donation> donations;
-  std::vector<int> donated_update;                      // per read: its update's index, or -1
+  std::vector<int> donated_update;                         // per read: its update's index, or -1
   std::shared_ptr<const compiler::Executable> executable;  // compiled on first compiled run
   std::mutex compile_mu;
 };
@@ -75,9 +74,9 @@ class Capture : public detail::VariableCapture {
 
   void assign(const Variable& v, const Tensor& value) override {
     if (value.impl()->graph != t_.graph.impl()) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  "function '" + t_.graph.name() + "': variable '" + v.name() +
-                      "' is assigned a value of another graph");
+      throw Error(ErrorCode::kInvalidArgument, "function '" + t_.graph.name() + "': variable '" +
+                                                   v.name() +
+                                                   "' is assigned a value of another graph");
     }
     for (auto& [var, current] : t_.updates) {
       if (var == v) {
@@ -244,8 +243,8 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
 Function::Trace Function::trace(const std::vector<Tensor>& args) const {
   for (const Tensor& a : args) {
     if (!a.defined() || a.is_symbolic()) {
-      throw Error(ErrorCode::kInvalidArgument, "function '" + impl_->options.name +
-                                                   "': trace needs concrete arguments");
+      throw Error(ErrorCode::kInvalidArgument,
+                  "function '" + impl_->options.name + "': trace needs concrete arguments");
     }
   }
   std::shared_ptr<Traced> t = impl_->lookup(args, /*call=*/false);

@@ -195,8 +195,8 @@ bool read_example(std::string_view bytes, Found&& found, Stop& stop, int* clamps
         uint32_t field, wire;
         const uint8_t* data;
         size_t size;
-        if (!e.tag(field, wire) || wire != 2 || !e.bytes(data, size) ||
-            (field == 1 && has_key) || (field == 2 && has_value) || field > 2) {
+        if (!e.tag(field, wire) || wire != 2 || !e.bytes(data, size) || (field == 1 && has_key) ||
+            (field == 2 && has_value) || field > 2) {
           stop = {e.offset_from(base), key};
           return false;
         }
@@ -377,18 +377,17 @@ Column make_column(const FeatureSpec& entry, size_t batch) {
   bool overflow = false;
   for (int64_t d : shape) {
     if (d < 0) {
-      fail(ErrorCode::kInvalidArgument, who() + ": shape " +
-                                            shape_str(shape) +
-                                            " must be fully defined and non-negative");
+      fail(ErrorCode::kInvalidArgument,
+           who() + ": shape " + shape_str(shape) + " must be fully defined and non-negative");
     }
-    overflow = overflow || __builtin_mul_overflow(per_example, static_cast<uint64_t>(d),
-                                                  &per_example);
+    overflow =
+        overflow || __builtin_mul_overflow(per_example, static_cast<uint64_t>(d), &per_example);
   }
   const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
   if (!empty &&
       (overflow || per_example > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
-    fail(ErrorCode::kInvalidArgument, who() + ": shape " +
-                                          shape_str(shape) + " has too many elements");
+    fail(ErrorCode::kInvalidArgument,
+         who() + ": shape " + shape_str(shape) + " has too many elements");
   }
   c.per_example = empty ? 0 : static_cast<int64_t>(per_example);
   uint64_t total = c.per_example == 0 ? 0 : batch;
@@ -396,20 +395,19 @@ Column make_column(const FeatureSpec& entry, size_t batch) {
       (__builtin_mul_overflow(total, static_cast<uint64_t>(c.per_example), &total) ||
        __builtin_mul_overflow(total, dtype_size(c.dtype), &total) ||
        total > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
-    fail(ErrorCode::kInvalidArgument, who() + ": a batch of " +
-                                          std::to_string(batch) + " of shape " +
-                                          shape_str(shape) + " is too large for a tensor");
+    fail(ErrorCode::kInvalidArgument, who() + ": a batch of " + std::to_string(batch) +
+                                          " of shape " + shape_str(shape) +
+                                          " is too large for a tensor");
   }
   if (const auto& def = std::get<FixedLen>(entry).default_value) {
     if (!def->defined() || def->is_symbolic()) {
-      fail(ErrorCode::kInvalidArgument,
-           who() + ": default_value must be a concrete tensor");
+      fail(ErrorCode::kInvalidArgument, who() + ": default_value must be a concrete tensor");
     }
     if (def->rank() != 0 && def->shape() != shape) {
-      fail(ErrorCode::kInvalidArgument,
-           who() + ": default_value has shape " + shape_str(def->shape()) +
-               ", but the feature's shape is " + shape_str(shape) +
-               " (a scalar default fills the shape)");
+      fail(ErrorCode::kInvalidArgument, who() + ": default_value has shape " +
+                                            shape_str(def->shape()) +
+                                            ", but the feature's shape is " + shape_str(shape) +
+                                            " (a scalar default fills the shape)");
     }
     const Tensor converted = def->dtype() == c.dtype ? *def : def->to(c.dtype);
     const size_t width = dtype_size(c.dtype);
@@ -437,10 +435,10 @@ void fill_column(Column& c, const FeatureView& v, size_t example) {
     return;
   }
   if (v.kind != c.kind) {
-    fail(ErrorCode::kInvalidArgument,
-         feature_where(c.name, example) + " is a " + kind_name(v.kind) + ", but its spec (" +
-             dtype_name(c.dtype) + ") reads " + (c.dtype == i64 ? "an " : "a ") +
-             kind_name(c.kind));
+    fail(ErrorCode::kInvalidArgument, feature_where(c.name, example) + " is a " +
+                                          kind_name(v.kind) + ", but its spec (" +
+                                          dtype_name(c.dtype) + ") reads " +
+                                          (c.dtype == i64 ? "an " : "a ") + kind_name(c.kind));
   }
   if (!c.fixed) {
     c.ragged[example] = v;
@@ -638,7 +636,8 @@ std::map<std::string, Tensor> parse_records(size_t batch, Record&& record,
         // Where it goes wrong, and in which feature: read again with lengths cut to the end.
         Stop clamped;
         int clamps = 0;
-        if (!read_example(bytes, [](std::string_view, const FeatureView&) {}, clamped, &clamps)) {
+        if (!read_example(
+                bytes, [](std::string_view, const FeatureView&) {}, clamped, &clamps)) {
           stop = clamped;
         }
         fail(ErrorCode::kDataLoss,
@@ -658,8 +657,8 @@ std::map<std::string, Tensor> parse_records(size_t batch, Record&& record,
             reserialized.emplace_front(canonical_feature(entry.value()).SerializeAsString());
         if (!read_feature(reinterpret_cast<const uint8_t*>(canonical.data()), canonical.size(),
                           found[k])) {
-          fail(ErrorCode::kInternal, feature_where(columns[k].name, i) +
-                                         " could not be read after protobuf parsed it");
+          fail(ErrorCode::kInternal,
+               feature_where(columns[k].name, i) + " could not be read after protobuf parsed it");
         }
       }
     }
@@ -688,7 +687,8 @@ std::map<std::string, Tensor> parse_example(std::span<const std::string> seriali
 
 std::map<std::string, Tensor> parse_example(std::span<const std::string_view> serialized,
                                             const std::vector<FeatureSpec>& spec) {
-  return parse_records(serialized.size(), [&](size_t i) { return serialized[i]; }, spec);
+  return parse_records(
+      serialized.size(), [&](size_t i) { return serialized[i]; }, spec);
 }
 
 std::map<std::string, Tensor> parse_example(const Tensor& values, const Tensor& row_splits,
@@ -717,8 +717,8 @@ std::map<std::string, Tensor> parse_example(const Tensor& values, const Tensor& 
   }
   for (int64_t i = 0; i < n; ++i) {
     if (splits[i + 1] < splits[i]) {
-      bad("row_splits decrease at record " + std::to_string(i) + " (" +
-          std::to_string(splits[i]) + " then " + std::to_string(splits[i + 1]) + ")");
+      bad("row_splits decrease at record " + std::to_string(i) + " (" + std::to_string(splits[i]) +
+          " then " + std::to_string(splits[i + 1]) + ")");
     }
   }
   const char* base = total ? static_cast<const char*>(values.raw_data()) : nullptr;

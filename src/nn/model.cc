@@ -14,11 +14,11 @@
 #include <tuple>
 #include <utility>
 
+#include "compiler/compile_cache.h"
 #include "kiln/autodiff.h"
 #include "kiln/data/dataset.h"
 #include "kiln/graph.h"
 #include "kiln/ops.h"
-#include "compiler/compile_cache.h"
 #include "src/core/tensor_impl.h"
 #include "src/core/variable_capture.h"
 #include "src/nn/functional.h"
@@ -31,11 +31,11 @@ namespace {
 struct Step {
   Graph graph{"step"};
   Tensor x, y, seed, lr, iteration;
-  std::vector<Variable> vars;      // in the order they were first read
-  std::vector<Tensor> var_inputs;  // their placeholders
-  std::vector<Variable> assigned;  // variables (and slots) the step returns new values for
+  std::vector<Variable> vars;         // in the order they were first read
+  std::vector<Tensor> var_inputs;     // their placeholders
+  std::vector<Variable> assigned;     // variables (and slots) the step returns new values for
   std::vector<Variable> gradient_of;  // the trainable variables whose gradients come last
-  std::vector<Tensor> fetches;     // loss, metric stats..., new values of `assigned`
+  std::vector<Tensor> fetches;        // loss, metric stats..., new values of `assigned`
   // Compiled, each variable both read and assigned has its buffer updated in place: its new
   // value (fetch `donated_fetch[i]` for vars[i], -1 when not assigned) is donated its feed.
   std::vector<compiler::Donation> donations;
@@ -268,8 +268,8 @@ struct Model::Impl {
     return s;
   }
 
-  std::vector<Tensor> run(const Step& s, const Tensor& x, const Tensor& y, uint64_t seed,
-                          double lr, double iteration) {
+  std::vector<Tensor> run(const Step& s, const Tensor& x, const Tensor& y, uint64_t seed, double lr,
+                          double iteration) {
     FeedList feeds;
     feeds.reserve(s.vars.size() + 5);
     feeds.push_back({s.x, x});
@@ -279,8 +279,7 @@ struct Model::Impl {
       feeds.push_back({s.lr, Tensor::scalar<float>(static_cast<float>(lr))});
       feeds.push_back({s.iteration, Tensor::scalar<float>(static_cast<float>(iteration))});
     }
-    const bool interpreted =
-        mode.value_or(default_execution_mode()) == ExecutionMode::kInterpreted;
+    const bool interpreted = mode.value_or(default_execution_mode()) == ExecutionMode::kInterpreted;
     const size_t first_var = feeds.size();
     for (size_t i = 0; i < s.vars.size(); ++i) {
       if (!interpreted && !s.donated_fetch.empty() && s.donated_fetch[i] >= 0) {
@@ -361,8 +360,9 @@ Model::Model(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outpu
   for (const Tensor& t : {inputs[0], outputs[0]}) {
     if (!t.defined() || !t.is_symbolic() || !(t.graph() == fg)) {
       throw Error(ErrorCode::kInvalidArgument,
-                  "Model '" + name_ + "': inputs and outputs must be symbolic tensors made from "
-                                      "nn::Input and layer calls");
+                  "Model '" + name_ +
+                      "': inputs and outputs must be symbolic tensors made from "
+                      "nn::Input and layer calls");
     }
   }
   impl_->functional = true;
@@ -447,8 +447,9 @@ void Model::build(const Shape& input_shape, DType dtype) {
 std::string Model::summary() const {
   if (impl_->output_shapes.empty()) {
     throw Error(ErrorCode::kFailedPrecondition,
-                "Model '" + name_ + "' has not been built yet: call build(input_shape), fit or "
-                                    "predict first");
+                "Model '" + name_ +
+                    "' has not been built yet: call build(input_shape), fit or "
+                    "predict first");
   }
   const int w1 = 29, w2 = 26;
   std::string rule(65, '_'), dbl(65, '=');
@@ -575,8 +576,7 @@ Model::CompileStats Model::compile_stats() const {
 
 // ---- compile / fit / evaluate / predict ---------------------------------------------------
 
-void Model::compile(optim::OptimizerRef optimizer, LossRef loss,
-                    std::vector<std::string> metrics) {
+void Model::compile(optim::OptimizerRef optimizer, LossRef loss, std::vector<std::string> metrics) {
   if (!optimizer || !loss) {
     throw Error(ErrorCode::kInvalidArgument, "compile: an optimizer and a loss are required");
   }
@@ -643,9 +643,8 @@ class TensorSource : public BatchSource {
 
 std::pair<Tensor, Tensor> as_xy(const data::Element& e) {
   if (e.size() != 2) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "fit: dataset elements must be (x, y) pairs, got " + std::to_string(e.size()) +
-                    " tensors");
+    throw Error(ErrorCode::kInvalidArgument, "fit: dataset elements must be (x, y) pairs, got " +
+                                                 std::to_string(e.size()) + " tensors");
   }
   return {e[0], e[1]};
 }
@@ -793,8 +792,8 @@ History Model::fit_batches(BatchSource& source, const FitOptions& options,
   return history;
 }
 
-std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y,
-                                              int64_t batch_size, int verbose) {
+std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y, int64_t batch_size,
+                                              int verbose) {
   if (!impl_->loss) throw Error(ErrorCode::kFailedPrecondition, "evaluate: call compile() first");
   impl_->check_input(x, "evaluate");
   if (!y.defined() || y.is_symbolic() || y.rank() < 1 || y.dim(0) != x.dim(0)) {

@@ -8,12 +8,12 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
-#include <unistd.h>
 
 #include "compiler/executable.h"
 #include "compiler/pipeline.h"
@@ -24,8 +24,8 @@
 namespace kiln::compiler {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::expect_bitwise_equal;
+using ::testing::HasSubstr;
 using testing::notes_of;
 using testing::ops_of;
 using testing::run_module;
@@ -48,8 +48,8 @@ struct Dense {
     x = g.placeholder(t, {batch, in}, "x");
     w = g.placeholder(t, {in, out}, "w");
     b = g.placeholder(t, {out}, "b");
-    feeds = {{x, random({batch, in}, 1, t)}, {w, random({in, out}, 2, t)},
-             {b, random({out}, 3, t)}};
+    feeds = {
+        {x, random({batch, in}, 1, t)}, {w, random({in, out}, 2, t)}, {b, random({out}, 3, t)}};
   }
 };
 
@@ -57,8 +57,9 @@ TEST(EpilogueFusionTest, DenseBiasActivationBecomesOneFusedDot) {
   for (const char* act : {"relu", "tanh", "logistic"}) {
     Dense d(37, 50, 70);
     Tensor pre = matmul(d.x, d.w) + d.b;
-    Tensor y = std::string(act) == "relu" ? relu(pre) : std::string(act) == "tanh" ? tanh(pre)
-                                                                                   : logistic(pre);
+    Tensor y = std::string(act) == "relu"   ? relu(pre)
+               : std::string(act) == "tanh" ? tanh(pre)
+                                            : logistic(pre);
     Module m = make_module(d.g, {y});
     EpilogueFusion pass;
     EXPECT_TRUE(pass.run(m));
@@ -76,7 +77,7 @@ TEST(EpilogueFusionTest, BiasOnlyActivationOnlyAndF64) {
   {
     Dense d(5, 3, 4, f64);
     Tensor y = matmul(d.x, d.w) + d.b;  // bias only
-    Tensor z = tanh(matmul(d.x, d.w));   // activation only
+    Tensor z = tanh(matmul(d.x, d.w));  // activation only
     Module m = make_module(d.g, {y, z});
     EXPECT_TRUE(EpilogueFusion().run(m));
     EXPECT_EQ(ops_of(m), "placeholder placeholder placeholder fused_dot fused_dot") << ops_of(m);
@@ -102,8 +103,8 @@ TEST(EpilogueFusionTest, BiasOnlyActivationOnlyAndF64) {
     Module m = make_module(g, {y});
     EXPECT_TRUE(EpilogueFusion().run(m));
     ASSERT_NE(find_op(m, "fused_dot"), nullptr) << ops_of(m);
-    FeedList feeds = {{a, random({3, 20, 7}, 5)}, {b, random({3, 7, 11}, 6)},
-                      {bias, random({1, 11}, 7)}};
+    FeedList feeds = {
+        {a, random({3, 20, 7}, 5)}, {b, random({3, 7, 11}, 6)}, {bias, random({1, 11}, 7)}};
     expect_bitwise_equal(run_module(m, feeds), g.run(feeds, std::vector<Tensor>{y}));
   }
 }

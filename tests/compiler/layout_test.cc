@@ -417,8 +417,9 @@ TEST(LayoutTest, IsNotExactAndRunsOnlyInTheFullPipeline) {
   EXPECT_FALSE(all.exact());
   EXPECT_TRUE(exact.exact());
   // After the exact fixed-point group, before the dot epilogue fusion.
-  EXPECT_EQ(all.pass_names(),
-            "verify constant_folding algebraic_simplifier cse dce layout epilogue_fusion dce verify");
+  EXPECT_EQ(
+      all.pass_names(),
+      "verify constant_folding algebraic_simplifier cse dce layout epilogue_fusion dce verify");
   EXPECT_EQ(exact.pass_names(),
             "verify constant_folding algebraic_simplifier cse dce epilogue_fusion dce verify");
 

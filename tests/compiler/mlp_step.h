@@ -40,8 +40,8 @@ inline MlpStep make_mlp_step(int64_t in, int64_t hidden_units, int64_t classes, 
   Tensor seed = g.placeholder(i64, {}, "seed");
   Tensor lr = g.placeholder(f32, {}, "learning_rate");
   Tensor iteration = g.placeholder(f32, {}, "iteration");
-  std::vector<Shape> shapes = {{in, hidden_units}, {hidden_units}, {hidden_units, classes},
-                               {classes}};
+  std::vector<Shape> shapes = {
+      {in, hidden_units}, {hidden_units}, {hidden_units, classes}, {classes}};
   std::vector<Tensor> params, m, v;
   for (size_t i = 0; i < shapes.size(); ++i) {
     params.push_back(g.placeholder(f32, shapes[i], "param" + std::to_string(i)));

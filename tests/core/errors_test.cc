@@ -99,7 +99,8 @@ TEST(Errors, KernelMissingForDtypeListsTheDtypesThatHaveKernels) {
            ctx.set_output(0, ctx.input(0));
          }});
   }
-  Error e = thrown_error([] { call_op("errors_test_f32_only", {Tensor::from_list<int32_t>({1})}); });
+  Error e =
+      thrown_error([] { call_op("errors_test_f32_only", {Tensor::from_list<int32_t>({1})}); });
   EXPECT_EQ(e.code(), ErrorCode::kNotFound);
   EXPECT_THAT(e.what(), AllOf(HasSubstr("errors_test_f32_only"), HasSubstr("no cpu kernel"),
                               HasSubstr("i32"), HasSubstr("kernels exist for: f32")));
@@ -151,7 +152,8 @@ TEST(Errors, DuplicateStaticRegistrationIsThrownOnFirstUse) {
   EXPECT_EQ(e.code(), ErrorCode::kAlreadyExists);
   EXPECT_THAT(e.what(), AllOf(HasSubstr("errors_test_registered_twice"),
                               HasSubstr("registered twice"), HasSubstr("errors_test.cc")));
-  Error on_call = thrown_error([] { call_op("errors_test_registered_twice", {Tensor::scalar(1.0f)}); });
+  Error on_call =
+      thrown_error([] { call_op("errors_test_registered_twice", {Tensor::scalar(1.0f)}); });
   EXPECT_EQ(on_call.code(), ErrorCode::kAlreadyExists);
 }
 

@@ -37,9 +37,8 @@ TEST(HostAllocator, AlignedAndDisjointForEverySize) {
     }
   }
   std::vector<Block> sorted = live;
-  std::sort(sorted.begin(), sorted.end(), [](const Block& a, const Block& b) {
-    return a.data < b.data;
-  });
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Block& a, const Block& b) { return a.data < b.data; });
   for (size_t i = 1; i < sorted.size(); ++i)
     EXPECT_LE(sorted[i - 1].data + sorted[i - 1].size, sorted[i].data);
   for (size_t i = 0; i < live.size(); ++i) {  // nothing overwrote another block's bytes

@@ -123,8 +123,8 @@ TEST(Registry, KernelDtypeConstraintsSelectTheKernel) {
   EXPECT_THAT(e.what(), AllOf(HasSubstr("registry_test_axpy"), HasSubstr("cpu"),
                               HasSubstr("dtype i32"), HasSubstr("f32, f64")));
 
-  Error cuda =
-      thrown_error([] { KernelRegistry::global().find("registry_test_axpy", DeviceType::kCuda, f32); });
+  Error cuda = thrown_error(
+      [] { KernelRegistry::global().find("registry_test_axpy", DeviceType::kCuda, f32); });
   EXPECT_EQ(cuda.code(), ErrorCode::kNotFound);
   EXPECT_THAT(cuda.what(), HasSubstr("no cuda kernel"));
 }
@@ -139,7 +139,8 @@ TEST(Registry, OverlappingKernelDtypesAreRejected) {
                               HasSubstr("second.cc:3")));
   // A kernel claiming every dtype overlaps any other.
   KernelDef any{"registry_test_axpy", DeviceType::kCpu, {}, axpy_kernel<float>, "any.cc"};
-  EXPECT_EQ(thrown_error([&] { KernelRegistry::global().add(any); }).code(), ErrorCode::kAlreadyExists);
+  EXPECT_EQ(thrown_error([&] { KernelRegistry::global().add(any); }).code(),
+            ErrorCode::kAlreadyExists);
   // Nothing was added: i32 still has no kernel.
   EXPECT_FALSE(KernelRegistry::global().contains("registry_test_axpy", DeviceType::kCpu, i32));
 }

@@ -876,7 +876,8 @@ TEST_F(DatasetSources, FromIdx) {
 }
 
 TEST(DatasetBatch, AHugeBatchSizeTakesWhatThereIsWithoutReservingIt) {
-  Dataset ds = Dataset::from_tensors({Tensor::from_list<int32_t>({1, 2, 3})}).batch(int64_t{1} << 40);
+  Dataset ds =
+      Dataset::from_tensors({Tensor::from_list<int32_t>({1, 2, 3})}).batch(int64_t{1} << 40);
   Iterator it = ds.begin_epoch();
   std::optional<Element> batch = it.next();
   ASSERT_TRUE(batch.has_value());

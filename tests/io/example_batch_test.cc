@@ -245,7 +245,8 @@ TEST(ParseExampleBatch, ErrorsNameTheRecordInTheBatchAndTheFeature) {
   std::vector<std::string> truncated = batch;
   truncated[3].resize(truncated[3].size() - 1);
   const auto truncated_batch = ragged(truncated);
-  Error loss = test_values::thrown_error([&] { parse_example(truncated_batch.first, truncated_batch.second, s); });
+  Error loss = test_values::thrown_error(
+      [&] { parse_example(truncated_batch.first, truncated_batch.second, s); });
   EXPECT_EQ(loss.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(loss.what(), HasSubstr("example 3 ("));
   EXPECT_THAT(loss.what(), HasSubstr("not a valid serialized tf.Example"));
@@ -255,7 +256,8 @@ TEST(ParseExampleBatch, ErrorsNameTheRecordInTheBatchAndTheFeature) {
   std::vector<std::string> wrong = batch;
   wrong[2] = Example().set_bytes("img", {"abcdef"}).set_floats("label", {1.5f}).serialize();
   const auto wrong_batch = ragged(wrong);
-  Error type = test_values::thrown_error([&] { parse_example(wrong_batch.first, wrong_batch.second, s); });
+  Error type =
+      test_values::thrown_error([&] { parse_example(wrong_batch.first, wrong_batch.second, s); });
   EXPECT_EQ(type.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(type.what(), HasSubstr("feature 'label' in example 2 is a float_list"));
 
@@ -275,16 +277,21 @@ TEST(ParseExampleBatch, ErrorsNameTheRecordInTheBatchAndTheFeature) {
 TEST(ParseExampleBatch, BadRaggedTensorsAreRefused) {
   const std::vector<FeatureSpec> s = {VarLen{"x", f32}};
   const Tensor values = Tensor::from_list<uint8_t>({1, 2, 3});
-  Error end = test_values::thrown_error([&] { parse_example(values, Tensor::from_list<int64_t>({0, 2}), s); });
+  Error end = test_values::thrown_error([&] {
+    parse_example(values, Tensor::from_list<int64_t>({0, 2}), s);
+  });
   EXPECT_EQ(end.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(end.what(), HasSubstr("end at the size of values (3)"));
   Error down = test_values::thrown_error([&] {
     parse_example(values, Tensor::from_list<int64_t>({0, 2, 1, 3}), s);
   });
   EXPECT_THAT(down.what(), HasSubstr("decrease at record 1"));
-  Error dtype = test_values::thrown_error([&] { parse_example(values, Tensor::from_list<int32_t>({0, 3}), s); });
+  Error dtype = test_values::thrown_error([&] {
+    parse_example(values, Tensor::from_list<int32_t>({0, 3}), s);
+  });
   EXPECT_THAT(dtype.what(), HasSubstr("row_splits must be i64 [batch + 1], not i32[2]"));
-  Error none = test_values::thrown_error([&] { parse_example(values, Tensor::empty(i64, {0}), s); });
+  Error none =
+      test_values::thrown_error([&] { parse_example(values, Tensor::empty(i64, {0}), s); });
   EXPECT_THAT(none.what(), HasSubstr("row_splits must be i64 [batch + 1]"));
   Error vals = test_values::thrown_error([&] {
     parse_example(Tensor::from_list<float>({1}), Tensor::from_list<int64_t>({0, 1}), s);
@@ -313,14 +320,7 @@ TEST(ParseExampleBatch, DamagedRecordsInABatchNeverCrash) {
       EXPECT_THAT(e.what(), HasSubstr("example 1")) << e.what();
     }
   };
-  for (size_t n = 0; n < good.size(); ++n) check(good.substr(0, n));
-  for (size_t i = 0; i < good.size(); ++i) {
-    for (int bit = 0; bit < 8; ++bit) {
-      std::string damaged = good;
-      damaged[i] ^= static_cast<char>(1 << bit);
-      check(damaged);
-    }
-  }
+  for_each_damaged(good, check);
 }
 
 // Tags and lengths written with padding (a varint of more bytes than needed): protobuf reads up

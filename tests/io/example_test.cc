@@ -256,7 +256,9 @@ TEST(ParseExample, BadSpecsAreRejected) {
     parse_example(batch, {FixedLen{"x", f32, {3}, Tensor::from_list<float>({1, 2})}});
   });
   EXPECT_THAT(shape.what(), HasSubstr("default_value has shape [2]"));
-  Error unknown = test_values::thrown_error([&] { parse_example(batch, {FixedLen{"x", f32, {kUnknownDim}}}); });
+  Error unknown = test_values::thrown_error([&] {
+    parse_example(batch, {FixedLen{"x", f32, {kUnknownDim}}});
+  });
   EXPECT_THAT(unknown.what(), HasSubstr("fully defined"));
 }
 
@@ -291,21 +293,16 @@ TEST(ParseExample, DamagedBytesNeverCrash) {
       EXPECT_THAT(e.what(), HasSubstr("example 0"));
     }
   };
-  for (size_t n = 0; n < good.size(); ++n) check(good.substr(0, n));
-  for (size_t i = 0; i < good.size(); ++i) {
-    for (int bit = 0; bit < 8; ++bit) {
-      std::string damaged = good;
-      damaged[i] ^= static_cast<char>(1 << bit);
-      check(damaged);
-    }
-  }
+  for_each_damaged(good, check);
 }
 
 // Found by fuzz/example_fuzzer: the output was allocated from the spec before any example was
 // checked, and a shape whose element count overflows wrapped around.
 TEST(ParseExample, HugeShapesAreCheckedBeforeAnyMemoryIsCommitted) {
   const std::vector<std::string> batch = {example_bytes({{"x", bytes_feature({"abc"})}})};
-  Error huge = test_values::thrown_error([&] { parse_example(batch, {FixedLen{"x", u8, {int64_t{1} << 40}}}); });
+  Error huge = test_values::thrown_error([&] {
+    parse_example(batch, {FixedLen{"x", u8, {int64_t{1} << 40}}});
+  });
   EXPECT_THAT(huge.what(), HasSubstr("has 3 bytes"));
   Error overflow = test_values::thrown_error([&] {
     parse_example(batch, {FixedLen{"x", u8, {int64_t{1} << 40, int64_t{1} << 40}}});

@@ -44,4 +44,18 @@ inline std::string packed_ints(const std::vector<int64_t>& values) {
   return packed;
 }
 
+// Calls check(bytes) on every proper prefix of `good` and on every copy of it with one bit
+// flipped: the damaged inputs a reader must refuse cleanly (or read as something valid).
+template <class F>
+void for_each_damaged(const std::string& good, F&& check) {
+  for (size_t n = 0; n < good.size(); ++n) check(good.substr(0, n));
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string damaged = good;
+      damaged[i] ^= static_cast<char>(1 << bit);
+      check(damaged);
+    }
+  }
+}
+
 }  // namespace kiln::io::wire

@@ -183,9 +183,10 @@ TEST_F(CheckpointCallbacks, ConfigurationErrorsAreReported) {
     model->fit(x, y, options({ModelCheckpoint(path("c"), {.save_best_only = true})}, 1));
   });
   EXPECT_THAT(missing.what(), HasSubstr("monitors 'val_loss', which is not in the logs (loss)"));
-  EXPECT_THAT(
-      thrown_error([&] { model->fit(x, y, options({ModelCheckpoint(path("c/{nope}"))}, 1)); }).what(),
-      HasSubstr("uses {nope}"));
+  EXPECT_THAT(thrown_error([&] {
+                model->fit(x, y, options({ModelCheckpoint(path("c/{nope}"))}, 1));
+              }).what(),
+              HasSubstr("uses {nope}"));
   EXPECT_THAT(thrown_error([&] {
                 model->fit(x, y, options({ModelCheckpoint(path("c/{epoch:n}"))}, 1));
               }).what(),
