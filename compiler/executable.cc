@@ -240,6 +240,58 @@ void assign_slots(Impl& im, const std::vector<int>& placeholders,
   }
 }
 
+// For each donation, makes the feed's other readers run before the unit that writes its output,
+// so that unit is the feed's last reader and can write into it in place instead of the output
+// being copied in after the last reader. A reader that itself depends on that unit (reads the
+// new value too) stays after it, and so does one whose ordering would close a cycle with an
+// earlier donation's. Bad donations are left for resolve_donations to report.
+void order_donated_reads(std::vector<ScheduleUnit>& work, const CompiledGraph& cg,
+                         const std::vector<Donation>& donations,
+                         const std::vector<ValueRef>& fetched) {
+  if (donations.empty()) return;
+  const int n = static_cast<int>(work.size());
+  auto same = [](ValueRef a, ValueRef b) { return a.node == b.node && a.output == b.output; };
+  // users[u]: the units reading something u writes.
+  std::vector<std::vector<int>> users(n);
+  std::unordered_map<int64_t, int> producer;
+  auto key = [](ValueRef v) { return (static_cast<int64_t>(v.node) << 32) | uint32_t(v.output); };
+  for (int u = 0; u < n; ++u)
+    for (const ValueRef& v : work[u].writes) producer[key(v)] = u;
+  for (int u = 0; u < n; ++u)
+    for (const ValueRef& r : work[u].reads)
+      if (auto it = producer.find(key(r)); it != producer.end() && it->second != u)
+        users[it->second].push_back(u);
+  for (const Donation& d : donations) {
+    if (!d.feed.defined() || !d.feed.is_symbolic() || d.output < 0 ||
+        d.output >= static_cast<int>(fetched.size())) {
+      continue;
+    }
+    auto ph = cg.placeholders_.find(d.feed.impl()->node);
+    auto out = producer.find(key(fetched[d.output]));
+    if (ph == cg.placeholders_.end() || out == producer.end()) continue;
+    const int writer = out->second;
+    const ValueRef feed{ph->second, 0};
+    std::vector<char> after_writer(n, 0);  // units depending on the writer
+    std::vector<int> stack = {writer};
+    while (!stack.empty()) {
+      int u = stack.back();
+      stack.pop_back();
+      for (int w : users[u])
+        if (!after_writer[w]) after_writer[w] = 1, stack.push_back(w);
+    }
+    for (int u = 0; u < n; ++u) {
+      if (u == writer || after_writer[u]) continue;
+      for (const ValueRef& r : work[u].reads) {
+        if (same(r, feed)) {
+          work[writer].after.push_back(u);
+          users[u].push_back(writer);  // seen by the next donations' checks: no cycle
+          break;
+        }
+      }
+    }
+  }
+}
+
 // Checks the donations and binds each to its feed and output slots (kinds come later, from
 // liveness). Errors name the feed.
 void resolve_donations(Impl& im, const Graph& graph, const std::vector<Donation>& donations) {
@@ -826,6 +878,7 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
     for (size_t o = 0; t.fused < 0 && o < im.types[t.node].size(); ++o)
       work[k].writes.push_back({t.node, static_cast<int>(o)});
   }
+  order_donated_reads(work, cg, donations, fetched);
   for (int k : schedule_units(work, {im.types, fetched})) im.thunks.push_back(std::move(units[k]));
 
   assign_slots(im, placeholders, constants, fetched);

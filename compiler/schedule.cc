@@ -69,7 +69,16 @@ struct Problem {
           users[p].push_back(u);
         }
       }
+      for (int a : units[u].after) {
+        if (a < 0 || a >= n)
+          internal("unit " + std::to_string(u) + " runs after no unit " + std::to_string(a));
+        if (a != u && std::find(deps[u].begin(), deps[u].end(), a) == deps[u].end()) {
+          deps[u].push_back(a);
+          users[a].push_back(u);
+        }
+      }
     }
+    for (std::vector<int>& us : users) std::sort(us.begin(), us.end());
   }
 };
 

@@ -15,6 +15,9 @@ namespace kiln::compiler {
 struct ScheduleUnit {
   std::vector<ValueRef> reads;
   std::vector<ValueRef> writes;
+  // Units (indices) that must run before this one besides the producers of what it reads: a
+  // donated feed's other readers before the unit that overwrites it.
+  std::vector<int> after;
 };
 
 enum class ScheduleKind {
