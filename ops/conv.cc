@@ -7,6 +7,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 #include "kiln/ops.h"
@@ -211,18 +212,22 @@ inline bool next_index(std::vector<int64_t>& idx, const Shape& dims) {
   return true;
 }
 
-// Calls f(r, t, offset) for patch rows r in [0, rows) (output positions row, row + 1, ...)
-// and kernel taps t, where offset is the element offset of the input pixel under the tap
-// (channel 0), or -1 where the tap falls on padding or on a hole of the dilated input.
-// The last spatial dimension is the inner loop, so the multi-index steps once per kernel row.
+// Calls f(r, t, offset, taps) for patch rows r in [0, rows) (output positions row, row + 1,
+// ...) and runs of kernel taps [t, t + taps), where offset is the element offset of the input
+// pixel under tap t (channel 0), or -1 (and taps = 1) where the tap falls on padding or on a
+// hole of the dilated input. With one group, a run covers the consecutive taps of a kernel row
+// whose pixels are adjacent in the input (stride 1 along the last dimension, no dilation), so
+// their channels form one contiguous block in the input as in the patch row. The last spatial
+// dimension is the inner loop, so the multi-index steps once per kernel row.
 template <class F>
 void walk_patches(const ConvPlan& plan, int64_t row, int64_t rows, F&& f) {
   const size_t d = plan.k_sp.size();
   const int64_t batch_stride = d ? plan.in_strides[0] * plan.in_sp[0] : plan.c_in;
   if (d == 0) {
-    for (int64_t r = 0; r < rows; ++r) f(r, 0, (row + r) * batch_stride);
+    for (int64_t r = 0; r < rows; ++r) f(r, 0, (row + r) * batch_stride, 1);
     return;
   }
+  const bool runs = plan.groups == 1;
   std::vector<int64_t> pos(d), tap(d - 1);
   int64_t n = row;  // becomes the batch index
   for (size_t i = d; i-- > 0;) {
@@ -244,8 +249,16 @@ void walk_patches(const ConvPlan& plan, int64_t row, int64_t rows, F&& f) {
         const int64_t at = tab[i][tap[i]];
         off = at < 0 ? -1 : off + at * plan.in_strides[i];
       }
-      for (int64_t k = 0; k < k_last; ++k, ++t) {
-        f(r, t, off < 0 || last[k] < 0 ? -1 : off + last[k] * stride_last);
+      for (int64_t k = 0; k < k_last;) {
+        if (off < 0 || last[k] < 0) {
+          f(r, t, -1, 1);
+          ++k, ++t;
+          continue;
+        }
+        int64_t taps = 1;
+        while (runs && k + taps < k_last && last[k + taps] == last[k] + taps) ++taps;
+        f(r, t, off + last[k] * stride_last, taps);
+        k += taps, t += taps;
       }
       next_index(tap, outer_k);
     }
@@ -258,14 +271,19 @@ void walk_patches(const ConvPlan& plan, int64_t row, int64_t rows, F&& f) {
 template <class T, class C>
 void im2col(const ConvPlan& plan, const T* in, int64_t row, int64_t rows, int64_t g, C* patch) {
   const int64_t cg = plan.cg_in;
-  walk_patches(plan, row, rows, [&](int64_t r, int64_t t, int64_t off) {
+  walk_patches(plan, row, rows, [&](int64_t r, int64_t t, int64_t off, int64_t taps) {
     C* dst = patch + r * plan.depth + t * cg;
     if (off < 0) {
       std::fill(dst, dst + cg, C(0));
       return;
     }
     const T* src = in + off + g * cg;
-    for (int64_t c = 0; c < cg; ++c) dst[c] = static_cast<C>(src[c]);
+    const int64_t n = taps * cg;
+    if constexpr (std::is_same_v<T, C>) {
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(C));
+    } else {
+      for (int64_t c = 0; c < n; ++c) dst[c] = static_cast<C>(src[c]);
+    }
   });
 }
 
@@ -273,11 +291,11 @@ void im2col(const ConvPlan& plan, const T* in, int64_t row, int64_t rows, int64_
 template <class C>
 void col2im(const ConvPlan& plan, const C* patch, int64_t row, int64_t rows, int64_t g, C* in) {
   const int64_t cg = plan.cg_in;
-  walk_patches(plan, row, rows, [&](int64_t r, int64_t t, int64_t off) {
+  walk_patches(plan, row, rows, [&](int64_t r, int64_t t, int64_t off, int64_t taps) {
     if (off < 0) return;
     const C* src = patch + r * plan.depth + t * cg;
     C* dst = in + off + g * cg;
-    for (int64_t c = 0; c < cg; ++c) dst[c] += src[c];
+    for (int64_t c = 0, n = taps * cg; c < n; ++c) dst[c] += src[c];
   });
 }
 
