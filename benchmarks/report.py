@@ -11,32 +11,31 @@ import platform
 import re
 from datetime import datetime, timezone
 
+
+def ratio(target, num, den, *also):
+    """num / den, with the raw keys it reads (and `also`, shown beside it)."""
+    return (target, lambda r: r[num] / r[den], [num, den, *also])
+
+
 # key: (target, how to compute it from the raw figures, the raw keys it reads)
 RATIOS = {
-    "mlp_b64_vs_libtorch": (
-        ">= 3", lambda r: r["kiln_mlp_b64_examples_per_s"] / r["torch_mlp_b64_examples_per_s"],
-        ["kiln_mlp_b64_examples_per_s", "torch_mlp_b64_examples_per_s"]),
-    "mlp_b1024_vs_libtorch": (
-        ">= 1.3", lambda r: r["kiln_mlp_b1024_examples_per_s"] / r["torch_mlp_b1024_examples_per_s"],
-        ["kiln_mlp_b1024_examples_per_s", "torch_mlp_b1024_examples_per_s"]),
-    "cnn_b128_vs_libtorch": (
-        ">= 1.5", lambda r: r["kiln_cnn_b128_examples_per_s"] / r["torch_cnn_b128_examples_per_s"],
-        ["kiln_cnn_b128_examples_per_s", "torch_cnn_b128_examples_per_s"]),
+    "mlp_b64_vs_libtorch": ratio(
+        ">= 3", "kiln_mlp_b64_examples_per_s", "torch_mlp_b64_examples_per_s"),
+    "mlp_b1024_vs_libtorch": ratio(
+        ">= 1.3", "kiln_mlp_b1024_examples_per_s", "torch_mlp_b1024_examples_per_s"),
+    "cnn_b128_vs_libtorch": ratio(
+        ">= 1.5", "kiln_cnn_b128_examples_per_s", "torch_cnn_b128_examples_per_s"),
     # The traced train-step graph: compiler::Executable against Graph::run (compile_bench).
-    "mlp_b64_compiled_vs_interpreted": (
-        "> 1", lambda r: r["mlp_b64_interpreted_us"] / r["mlp_b64_compiled_us"],
-        ["mlp_b64_interpreted_us", "mlp_b64_compiled_us"]),
+    "mlp_b64_compiled_vs_interpreted": ratio(
+        "> 1", "mlp_b64_interpreted_us", "mlp_b64_compiled_us"),
     # The same through Model::fit: default path against KILN_INTERPRET=1.
-    "fit_mlp_b64_compiled_vs_interpreted": (
-        "> 1",
-        lambda r: r["kiln_mlp_b64_examples_per_s"] / r["interpreted_kiln_mlp_b64_examples_per_s"],
-        ["kiln_mlp_b64_examples_per_s", "interpreted_kiln_mlp_b64_examples_per_s"]),
-    "eltwise_chain_gbps_vs_triad": (
-        ">= 0.75", lambda r: r["eltwise_chain_kernel_gbps"] / r["triad_gbps"],
-        ["eltwise_chain_kernel_gbps", "triad_gbps", "eltwise_chain_executable_gbps"]),
-    "eltwise_chain_vs_libtorch": (
-        "", lambda r: r["torch_eltwise_chain_ms"] / r["kiln_eltwise_chain_kernel_ms"],
-        ["torch_eltwise_chain_ms", "kiln_eltwise_chain_kernel_ms", "kiln_eltwise_chain_eager_ms"]),
+    "fit_mlp_b64_compiled_vs_interpreted": ratio(
+        "> 1", "kiln_mlp_b64_examples_per_s", "interpreted_kiln_mlp_b64_examples_per_s"),
+    "eltwise_chain_gbps_vs_triad": ratio(
+        ">= 0.75", "eltwise_chain_kernel_gbps", "triad_gbps", "eltwise_chain_executable_gbps"),
+    "eltwise_chain_vs_libtorch": ratio(
+        "", "torch_eltwise_chain_ms", "kiln_eltwise_chain_kernel_ms",
+        "kiln_eltwise_chain_eager_ms"),
     "sgemm_1024_vs_eigen": (
         ">= 0.95",
         lambda r: r["kiln_sgemm_1024_gflops"] / max(r["eigen_contraction_sgemm_1024_gflops"],
@@ -46,9 +45,8 @@ RATIOS = {
     "compile_ms_mlp_train_step": (
         "< 300", lambda r: r["compile_ms_mlp_train_step"],
         ["compile_ms_mlp_train_step", "compile_ms_mlp_train_step_warm"]),
-    "arena_peak_vs_live_min": (
-        "", lambda r: r["arena_planned_peak_bytes"] / r["arena_live_min_bytes"],
-        ["arena_planned_peak_bytes", "arena_live_min_bytes"]),
+    "arena_peak_vs_live_min": ratio(
+        "", "arena_planned_peak_bytes", "arena_live_min_bytes"),
 }
 
 LINE = re.compile(r"^RESULT (\w+)=(\S+)(?: reason=(.*))?$")

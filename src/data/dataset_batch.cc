@@ -83,35 +83,48 @@ Tensor stack_components(const std::vector<Element>& elements, size_t component) 
   return out;
 }
 
+// What a batch node makes of each group of elements: batch stacks them, ragged_batch joins them
+// into values and row_splits.
+using Combine = Element (*)(std::vector<Element>& elements);
+
+Element stack_batch(std::vector<Element>& elements) {
+  check_structure(elements, "batch", true);
+  Element out;
+  for (size_t c = 0; c < elements[0].size(); ++c) out.push_back(stack_components(elements, c));
+  return out;
+}
+
 class BatchNode : public DatasetNode {
  public:
-  BatchNode(NodePtr input, int64_t n, bool drop_remainder)
-      : input_(std::move(input)), n_(n), drop_remainder_(drop_remainder) {}
+  BatchNode(NodePtr input, int64_t n, bool drop_remainder, Combine combine = stack_batch,
+            const char* name = "batch")
+      : input_(std::move(input)),
+        n_(n),
+        drop_remainder_(drop_remainder),
+        combine_(combine),
+        name_(name) {}
   std::unique_ptr<IteratorImpl> make_iterator(int64_t epoch) const override {
     struct It : IteratorImpl {
       std::unique_ptr<IteratorImpl> input;
       int64_t n = 1;
       bool drop_remainder = false;
+      Combine combine = nullptr;
       std::optional<Element> next() override {
         std::vector<Element> elements = next_group(input, n, drop_remainder);
         if (elements.empty()) return std::nullopt;
-        check_structure(elements, "batch", true);
-        Element out;
-        for (size_t c = 0; c < elements[0].size(); ++c) {
-          out.push_back(stack_components(elements, c));
-        }
-        return out;
+        return combine(elements);
       }
     };
     auto it = std::make_unique<It>();
     it->input = input_->make_iterator(epoch);
     it->n = n_;
     it->drop_remainder = drop_remainder_;
+    it->combine = combine_;
     return it;
   }
   int64_t cardinality() const override { return batched_cardinality(input_->cardinality()); }
   std::string describe() const override {
-    return input_->describe() + ".batch(" + std::to_string(n_) + "," +
+    return input_->describe() + "." + name_ + "(" + std::to_string(n_) + "," +
            (drop_remainder_ ? "true" : "false") + ")";
   }
 
@@ -123,6 +136,8 @@ class BatchNode : public DatasetNode {
   NodePtr input_;
   int64_t n_;
   bool drop_remainder_;
+  Combine combine_;
+  std::string name_;
 };
 
 // Fills `out` (of padded shape `target`, for one batch position at `dst`) with `value`, then
@@ -306,42 +321,21 @@ void ragged_component(const std::vector<Element>& elements, size_t c, Element& o
   out.push_back(std::move(row_splits));
 }
 
-class RaggedBatchNode : public BatchNode {
- public:
-  using BatchNode::BatchNode;
-  std::unique_ptr<IteratorImpl> make_iterator(int64_t epoch) const override {
-    struct It : IteratorImpl {
-      std::unique_ptr<IteratorImpl> input;
-      int64_t n = 1;
-      bool drop_remainder = false;
-      std::optional<Element> next() override {
-        std::vector<Element> elements = next_group(input, n, drop_remainder);
-        if (elements.empty()) return std::nullopt;
-        const size_t components = elements[0].size();
-        for (size_t i = 1; i < elements.size(); ++i) {
-          if (elements[i].size() != components) {
-            invalid("ragged_batch: element " + std::to_string(i) + " of the batch has " +
-                    std::to_string(elements[i].size()) + " components, element 0 has " +
-                    std::to_string(components));
-          }
-        }
-        Element out;
-        out.reserve(2 * components);
-        for (size_t c = 0; c < components; ++c) ragged_component(elements, c, out);
-        return out;
-      }
-    };
-    auto it = std::make_unique<It>();
-    it->input = input_->make_iterator(epoch);
-    it->n = n_;
-    it->drop_remainder = drop_remainder_;
-    return it;
+// ragged_batch: each component becomes values and row_splits.
+Element ragged_batch(std::vector<Element>& elements) {
+  const size_t components = elements[0].size();
+  for (size_t i = 1; i < elements.size(); ++i) {
+    if (elements[i].size() != components) {
+      invalid("ragged_batch: element " + std::to_string(i) + " of the batch has " +
+              std::to_string(elements[i].size()) + " components, element 0 has " +
+              std::to_string(components));
+    }
   }
-  std::string describe() const override {
-    return input_->describe() + ".ragged_batch(" + std::to_string(n_) + "," +
-           (drop_remainder_ ? "true" : "false") + ")";
-  }
-};
+  Element out;
+  out.reserve(2 * components);
+  for (size_t c = 0; c < components; ++c) ragged_component(elements, c, out);
+  return out;
+}
 
 }  // namespace
 
@@ -350,7 +344,8 @@ NodePtr make_batch_node(NodePtr input, int64_t n, bool drop_remainder) {
 }
 
 NodePtr make_ragged_batch_node(NodePtr input, int64_t n, bool drop_remainder) {
-  return std::make_shared<RaggedBatchNode>(std::move(input), n, drop_remainder);
+  return std::make_shared<BatchNode>(std::move(input), n, drop_remainder, ragged_batch,
+                                     "ragged_batch");
 }
 
 NodePtr make_padded_batch_node(NodePtr input, int64_t n, std::vector<Shape> padded_shapes,

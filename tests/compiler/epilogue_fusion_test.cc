@@ -24,15 +24,12 @@
 namespace kiln::compiler {
 namespace {
 
+using test_models::random_tensor;
 using testing::expect_bitwise_equal;
 using ::testing::HasSubstr;
 using testing::notes_of;
 using testing::ops_of;
 using testing::run_module;
-
-Tensor random(Shape s, uint32_t seed, DType t = f32) {
-  return test_models::random_tensor(std::move(s), seed, t);
-}
 
 const detail::Node* find_op(const Module& m, const std::string& op) {
   for (const auto& n : nodes_of(m.graph))
@@ -48,8 +45,9 @@ struct Dense {
     x = g.placeholder(t, {batch, in}, "x");
     w = g.placeholder(t, {in, out}, "w");
     b = g.placeholder(t, {out}, "b");
-    feeds = {
-        {x, random({batch, in}, 1, t)}, {w, random({in, out}, 2, t)}, {b, random({out}, 3, t)}};
+    feeds = {{x, random_tensor({batch, in}, 1, t)},
+             {w, random_tensor({in, out}, 2, t)},
+             {b, random_tensor({out}, 3, t)}};
   }
 };
 
@@ -91,7 +89,7 @@ TEST(EpilogueFusionTest, BiasOnlyActivationOnlyAndF64) {
     EXPECT_TRUE(EpilogueFusion().run(m));
     ASSERT_NE(find_op(m, "fused_dot"), nullptr) << ops_of(m);
     FeedList feeds = d.feeds;
-    feeds.push_back({wt, random({9, 6}, 4)});
+    feeds.push_back({wt, random_tensor({9, 6}, 4)});
     expect_bitwise_equal(run_module(m, feeds), d.g.run(feeds, std::vector<Tensor>{y}));
   }
   {
@@ -103,8 +101,9 @@ TEST(EpilogueFusionTest, BiasOnlyActivationOnlyAndF64) {
     Module m = make_module(g, {y});
     EXPECT_TRUE(EpilogueFusion().run(m));
     ASSERT_NE(find_op(m, "fused_dot"), nullptr) << ops_of(m);
-    FeedList feeds = {
-        {a, random({3, 20, 7}, 5)}, {b, random({3, 7, 11}, 6)}, {bias, random({1, 11}, 7)}};
+    FeedList feeds = {{a, random_tensor({3, 20, 7}, 5)},
+                      {b, random_tensor({3, 7, 11}, 6)},
+                      {bias, random_tensor({1, 11}, 7)}};
     expect_bitwise_equal(run_module(m, feeds), g.run(feeds, std::vector<Tensor>{y}));
   }
 }
@@ -171,7 +170,7 @@ TEST(EpilogueFusionTest, RefusalsAreNoted) {
 }
 
 TEST(EpilogueFusionTest, FusedDotOpChecksItsInputs) {
-  Tensor a = random({2, 3}, 1), b = random({3, 4}, 2);
+  Tensor a = random_tensor({2, 3}, 1), b = random_tensor({3, 4}, 2);
   auto call = [&](std::vector<Tensor> in, const std::string& act) {
     return call_op("fused_dot", in,
                    {{"lhs_contract", std::vector<int64_t>{1}},
@@ -179,7 +178,7 @@ TEST(EpilogueFusionTest, FusedDotOpChecksItsInputs) {
                     {"activation", act}});
   };
   try {
-    call({a, b, random({3}, 3)}, "relu");
+    call({a, b, random_tensor({3}, 3)}, "relu");
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("fused_dot"));
@@ -189,7 +188,7 @@ TEST(EpilogueFusionTest, FusedDotOpChecksItsInputs) {
   EXPECT_THROW(call({a, b}, "gelu"), Error);
   EXPECT_THROW(call({a.to(i32), b.to(i32)}, "none"), Error);
   // Eagerly: equal to dot + bias, then max(., 0).
-  Tensor bias = random({4}, 4);
+  Tensor bias = random_tensor({4}, 4);
   std::vector<float> got = call({a, b, bias}, "relu")[0].to_vector<float>();
   std::vector<float> want = relu(matmul(a, b) + bias).to_vector<float>();
   EXPECT_EQ(got, want);
@@ -244,8 +243,9 @@ TEST(EpilogueFusionTest, ConvTrainingStepFusesLayersWhole) {
     Tensor loss = mean(h * h);
     std::vector<Tensor> grads = gradients(loss, {w, b});
     std::vector<Tensor> fetches = {loss, grads[0], grads[1]};
-    FeedList feeds = {
-        {x, random({8, 10, 10, 3}, 1)}, {w, random({3, 3, 3, 6}, 2)}, {b, random({6}, 3)}};
+    FeedList feeds = {{x, random_tensor({8, 10, 10, 3}, 1)},
+                      {w, random_tensor({3, 3, 3, 6}, 2)},
+                      {b, random_tensor({6}, 3)}};
     Module m = make_module(g, fetches);
     EpilogueFusion pass;
     EXPECT_TRUE(pass.run(m)) << notes_of(pass);
@@ -297,8 +297,8 @@ TEST(EpilogueFusionTest, CompiledMlpForwardUsesFusedDot) {
   Tensor b2 = d.g.placeholder(f32, {10}, "b2");
   Tensor y = softmax(matmul(relu(matmul(d.x, d.w) + d.b), w2) + b2, -1);
   FeedList feeds = d.feeds;
-  feeds.push_back({w2, random({16, 10}, 8)});
-  feeds.push_back({b2, random({10}, 9)});
+  feeds.push_back({w2, random_tensor({16, 10}, 8)});
+  feeds.push_back({b2, random_tensor({10}, 9)});
   Executable e = compile(d.g, {y}, feeds);
   std::string thunks;
   for (const std::string& t : e.thunk_descriptions()) thunks += t + "\n";

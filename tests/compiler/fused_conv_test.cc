@@ -20,15 +20,12 @@
 namespace kiln::compiler {
 namespace {
 
+using test_models::random_tensor;
 using testing::expect_bitwise_equal;
 using ::testing::HasSubstr;
 using testing::notes_of;
 using testing::ops_of;
 using testing::run_module;
-
-Tensor random(Shape s, uint32_t seed, DType t = f32) {
-  return test_models::random_tensor(std::move(s), seed, t);
-}
 
 int count_op(const Module& m, const std::string& op) {
   int c = 0;
@@ -58,7 +55,9 @@ struct ConvLayer {
     x = g.placeholder(t, in, "x");
     w = g.placeholder(t, kernel, "w");
     b = g.placeholder(t, bias, "b");
-    feeds = {{x, random(in, 1, t)}, {w, random(kernel, 2, t)}, {b, random(bias, 3, t)}};
+    feeds = {{x, random_tensor(in, 1, t)},
+             {w, random_tensor(kernel, 2, t)},
+             {b, random_tensor(bias, 3, t)}};
   }
 };
 
@@ -229,11 +228,11 @@ TEST(FusedConvTest, WrongAxisBiasAndOtherDtypesAreRefused) {
 }
 
 TEST(FusedConvTest, OpChecksItsInputs) {
-  Tensor x = random({2, 5, 5, 3}, 1), w = random({3, 3, 3, 4}, 2);
+  Tensor x = random_tensor({2, 5, 5, 3}, 1), w = random_tensor({3, 3, 3, 4}, 2);
   Attrs attrs{{"strides", Axes{1, 1}}, {"activation", std::string("relu")}};
   auto call = [&](std::vector<Tensor> in, const Attrs& a) { return call_op("fused_conv", in, a); };
   try {
-    call({x, w, random({3}, 3)}, attrs);
+    call({x, w, random_tensor({3}, 3)}, attrs);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("fused_conv"));
@@ -241,7 +240,7 @@ TEST(FusedConvTest, OpChecksItsInputs) {
     EXPECT_THAT(e.what(), HasSubstr("f32[2,3,3,4]"));
   }
   try {
-    call({x, w, random({3, 4}, 3)}, attrs);  // broadcasts along the width
+    call({x, w, random_tensor({3, 4}, 3)}, attrs);  // broadcasts along the width
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("last (channel) dimension"));
@@ -251,9 +250,9 @@ TEST(FusedConvTest, OpChecksItsInputs) {
   EXPECT_THROW(call({x, w}, gelu), Error);
   EXPECT_THROW(call({x, w}, Attrs{{"strides", Axes{1, 1}}}), Error);
   EXPECT_THROW(call({x.to(f16), w.to(f16)}, attrs), Error);
-  EXPECT_THROW(call({x, random({3, 3, 2, 4}, 2)}, attrs), Error);  // conv's own checks
+  EXPECT_THROW(call({x, random_tensor({3, 3, 2, 4}, 2)}, attrs), Error);  // conv's own checks
   // Eagerly: equal to conv + bias, then max(., 0).
-  Tensor bias = random({4}, 4);
+  Tensor bias = random_tensor({4}, 4);
   std::vector<float> got = call({x, w, bias}, attrs)[0].to_vector<float>();
   std::vector<float> want = relu(conv(x, w) + bias).to_vector<float>();
   EXPECT_EQ(got, want);

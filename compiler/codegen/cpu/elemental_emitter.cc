@@ -581,16 +581,7 @@ class Emitter {
   }
 
   void emit_body(const std::vector<Value*>& in, Value* index) {
-    std::vector<Value*> vals(in);
-    for (const FusedSubgraph::Node& n : sg_.nodes) {
-      std::vector<Value*> args;
-      std::vector<DType> types;
-      for (int a : n.args) {
-        args.push_back(vals[a]);
-        types.push_back(sg_.dtype(a));
-      }
-      vals.push_back(emit_op(n.op, args, types, n.dtype));
-    }
+    std::vector<Value*> vals = compute(in);
     for (size_t o = 0; o < sg_.outputs.size(); ++o) {
       DType t = sg_.dtype(sg_.outputs[o]);
       Value* v = vals[sg_.outputs[o]];
