@@ -1,6 +1,8 @@
 // A fixed pool of worker threads with a shared task queue. Idle workers spin briefly before
 // sleeping, and so does a caller waiting for its tasks: a step's kernels call parallel_for
-// back to back, and a futex wake-up costs more than most of those kernels.
+// back to back, and a futex wake-up costs more than most of those kernels. A worker with no
+// task first looks for idle work (IdleWork: the input pipeline's prefetch), so that the time
+// it would spend spinning between a training step's kernels produces the next batches.
 #include "runtime/thread_pool.h"
 
 #include <algorithm>
@@ -17,11 +19,16 @@
 namespace kiln::runtime {
 namespace {
 thread_local bool t_inside_pool = false;
+thread_local bool t_worker = false;  // this thread is a pool's worker
 thread_local bool t_serial = false;  // a SerialScope is alive on this thread
 
 // How long an idle worker, or a caller waiting for its tasks, spins before sleeping.
 constexpr auto kWorkerSpin = std::chrono::microseconds(100);
 constexpr auto kCallerSpin = std::chrono::microseconds(2000);
+// How long a worker whose task is done waits for the next before it turns to idle work: the
+// kernels of a step follow each other within a few microseconds, and a worker busy with idle
+// work leaves the caller to run the next kernel's chunks alone.
+constexpr auto kIdleWorkDelay = std::chrono::microseconds(3);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -41,38 +48,87 @@ bool spin_until(Ready ready, std::chrono::microseconds limit) {
 }
 }  // namespace
 
+// A registered IdleWork's step; `running` is held while a worker calls it.
+struct IdleSource {
+  std::function<bool()> step;
+  std::mutex running;
+};
+
 struct ThreadPool::Impl {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::function<void()>> tasks;
   std::atomic<int64_t> queued{0};  // tasks.size(), readable without the lock
-  int sleepers = 0;                // workers waiting on cv (under mu)
+  std::atomic<int> sleepers{0};    // workers waiting on cv (changed under mu)
   std::vector<std::thread> workers;
   bool stop = false;
   int num_threads = 1;
+
+  std::mutex idle_mu;
+  std::vector<std::shared_ptr<IdleSource>> idle_sources;  // under idle_mu
+  size_t idle_next = 0;                                   // round robin, under idle_mu
+  std::atomic<int> idle_count{0};                         // idle_sources.size()
+  std::atomic<uint64_t> idle_epoch{0};                    // bumped by IdleWork::wake()
+
+  bool has_task() const { return queued.load(std::memory_order_acquire) > 0; }
+  void worker_loop();
+  bool run_idle_work();
 };
+
+// One step of the first registered source (round robin) that is not already running and
+// has something to do; false when none had.
+bool ThreadPool::Impl::run_idle_work() {
+  if (idle_count.load(std::memory_order_acquire) == 0) return false;
+  std::vector<std::pair<std::shared_ptr<IdleSource>, std::unique_lock<std::mutex>>> candidates;
+  {
+    std::lock_guard lock(idle_mu);
+    const size_t n = idle_sources.size();
+    for (size_t i = 0; i < n; ++i) {
+      const std::shared_ptr<IdleSource>& source = idle_sources[(idle_next + i) % n];
+      std::unique_lock running(source->running, std::try_to_lock);
+      if (running.owns_lock()) candidates.emplace_back(source, std::move(running));
+    }
+    if (n > 0) idle_next = (idle_next + 1) % n;
+  }
+  // Each candidate stays locked until it is tried or dropped: IdleWork's destructor, which
+  // has already taken it off the list, waits for that.
+  for (auto& [source, running] : candidates) {
+    if (has_task()) return true;  // the pool's own tasks come first
+    const bool did = source->step();
+    running.unlock();
+    if (did) return true;
+  }
+  return false;
+}
+
+void ThreadPool::Impl::worker_loop() {
+  t_inside_pool = true;
+  t_worker = true;
+  for (;;) {
+    if (!spin_until([&] { return has_task(); }, kIdleWorkDelay) && run_idle_work()) continue;
+    const uint64_t seen = idle_epoch.load();
+    auto woken = [&] { return has_task() || idle_epoch.load() != seen; };
+    spin_until(woken, kWorkerSpin);
+    std::function<void()> task;
+    {
+      std::unique_lock lock(mu);
+      sleepers.fetch_add(1);
+      cv.wait(lock, [&] { return stop || !tasks.empty() || idle_epoch.load() != seen; });
+      sleepers.fetch_sub(1);
+      if (stop && tasks.empty()) return;
+      if (tasks.empty()) continue;  // woken for idle work
+      task = std::move(tasks.front());
+      tasks.pop_front();
+      queued.fetch_sub(1, std::memory_order_relaxed);
+    }
+    task();
+  }
+}
 
 ThreadPool::ThreadPool(int num_threads) : impl_(std::make_unique<Impl>()) {
   impl_->num_threads = std::max(1, num_threads);
   for (int i = 1; i < impl_->num_threads; ++i) {  // the caller is the remaining thread
-    impl_->workers.emplace_back([this] {
-      t_inside_pool = true;
-      for (;;) {
-        spin_until([&] { return impl_->queued.load(std::memory_order_acquire) > 0; }, kWorkerSpin);
-        std::function<void()> task;
-        {
-          std::unique_lock lock(impl_->mu);
-          ++impl_->sleepers;
-          impl_->cv.wait(lock, [&] { return impl_->stop || !impl_->tasks.empty(); });
-          --impl_->sleepers;
-          if (impl_->stop && impl_->tasks.empty()) return;
-          task = std::move(impl_->tasks.front());
-          impl_->tasks.pop_front();
-          impl_->queued.fetch_sub(1, std::memory_order_relaxed);
-        }
-        task();
-      }
-    });
+    impl_->workers.emplace_back([this] { impl_->worker_loop(); });
   }
 }
 
@@ -95,6 +151,39 @@ ThreadPool& ThreadPool::global() {
 }
 
 int ThreadPool::num_threads() const { return impl_->num_threads; }
+
+bool ThreadPool::on_worker() { return t_worker; }
+
+IdleWork::IdleWork(std::function<bool()> step, ThreadPool& pool)
+    : pool_(pool), source_(std::make_shared<IdleSource>()) {
+  source_->step = std::move(step);
+  ThreadPool::Impl& impl = *pool_.impl_;
+  {
+    std::lock_guard lock(impl.idle_mu);
+    impl.idle_sources.push_back(source_);
+    impl.idle_count.store(static_cast<int>(impl.idle_sources.size()));
+  }
+  wake();
+}
+
+IdleWork::~IdleWork() {
+  ThreadPool::Impl& impl = *pool_.impl_;
+  {
+    std::lock_guard lock(impl.idle_mu);
+    std::erase(impl.idle_sources, source_);
+    impl.idle_count.store(static_cast<int>(impl.idle_sources.size()));
+  }
+  std::lock_guard running(source_->running);  // a worker still in step() finishes first
+}
+
+void IdleWork::wake() {
+  ThreadPool::Impl& impl = *pool_.impl_;
+  impl.idle_epoch.fetch_add(1);  // seq_cst with the sleepers count: no lost wake-up
+  if (impl.sleepers.load() > 0) {
+    std::lock_guard lock(impl.mu);
+    impl.cv.notify_one();
+  }
+}
 
 SerialScope::SerialScope() : saved_(t_serial) { t_serial = true; }
 SerialScope::~SerialScope() { t_serial = saved_; }
@@ -135,7 +224,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
       });
     }
     impl_->queued.fetch_add(chunks - 1, std::memory_order_release);
-    wake = impl_->sleepers > 0;  // spinning workers find the tasks by themselves
+    wake = impl_->sleepers.load() > 0;  // spinning workers find the tasks by themselves
   }
   if (wake) impl_->cv.notify_all();
   t_inside_pool = true;

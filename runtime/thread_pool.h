@@ -17,14 +17,42 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const;
+  // Whether the calling thread is a worker of a pool (of any: the callers of parallel_for are
+  // not).
+  static bool on_worker();
   // Calls fn(begin, end) over disjoint ranges covering [0, n), each at least `grain` long
   // (except the last), on the pool and the calling thread; returns when all are done.
   // Called from inside a pool task it runs inline. The first exception is rethrown.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
+  friend class IdleWork;
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+struct IdleSource;
+
+// Work for the pool's workers when they have no task: `step` does one short piece of it (tens
+// of microseconds: a worker busy with it leaves the next parallel_for's chunks to its caller)
+// and returns true, or returns false when there is nothing to do now. Workers call it between
+// tasks, one at a time, with parallel_for running inline; it must not throw. The input
+// pipeline's prefetch registers one, so that the cycles a worker would spend spinning between
+// a training step's kernels produce the next batches instead of being taken from the step by
+// another thread. After the destructor returns, step is not running and is never called again.
+class IdleWork {
+ public:
+  explicit IdleWork(std::function<bool()> step, ThreadPool& pool = ThreadPool::global());
+  ~IdleWork();
+  IdleWork(const IdleWork&) = delete;
+  IdleWork& operator=(const IdleWork&) = delete;
+
+  // There is work again (after step returned false): wakes a sleeping worker to call step.
+  void wake();
+
+ private:
+  ThreadPool& pool_;
+  std::shared_ptr<IdleSource> source_;
 };
 
 // While one is alive on a thread, parallel_for called there runs inline: for threads that run

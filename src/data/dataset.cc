@@ -82,6 +82,7 @@ class MapNode : public DatasetNode {
     return it;
   }
   int64_t cardinality() const override { return input_->cardinality(); }
+  bool waits_on_threads() const override { return input_->waits_on_threads(); }
   std::string describe() const override { return input_->describe() + ".map()"; }
 
  private:
@@ -99,6 +100,7 @@ class DescribedNode : public DatasetNode {
     return inner_->make_iterator(epoch);
   }
   int64_t cardinality() const override { return inner_->cardinality(); }
+  bool waits_on_threads() const override { return inner_->waits_on_threads(); }
   std::string describe() const override { return input_->describe() + suffix_; }
 
  private:
@@ -126,6 +128,7 @@ class FilterNode : public DatasetNode {
     it->pred = pred_;
     return it;
   }
+  bool waits_on_threads() const override { return input_->waits_on_threads(); }
   int64_t cardinality() const override {
     return input_->cardinality() == kInfiniteCardinality ? kInfiniteCardinality
                                                          : kUnknownCardinality;
@@ -196,6 +199,7 @@ class ShuffleNode : public DatasetNode {
     return it;
   }
   int64_t cardinality() const override { return input_->cardinality(); }
+  bool waits_on_threads() const override { return input_->waits_on_threads(); }
   std::string describe() const override {
     return input_->describe() + ".shuffle(" + std::to_string(buffer_size_) + "," +
            std::to_string(seed_) + "," + (reshuffle_ ? "true" : "false") + ")";
@@ -249,6 +253,7 @@ class RepeatNode : public DatasetNode {
     it->epoch = epoch;
     return it;
   }
+  bool waits_on_threads() const override { return input_->waits_on_threads(); }
   int64_t cardinality() const override {
     int64_t c = input_->cardinality();
     if (c == 0 || count_ == 0) return 0;
@@ -289,6 +294,7 @@ class TakeNode : public DatasetNode {
     if (n_ != 0) it->input = input_->make_iterator(epoch);
     return it;
   }
+  bool waits_on_threads() const override { return input_->waits_on_threads(); }
   int64_t cardinality() const override {
     int64_t c = input_->cardinality();
     if (c == kInfiniteCardinality) return n_;
@@ -326,6 +332,7 @@ class SkipNode : public DatasetNode {
     it->to_skip = n_;
     return it;
   }
+  bool waits_on_threads() const override { return input_->waits_on_threads(); }
   int64_t cardinality() const override {
     int64_t c = input_->cardinality();
     if (c < 0) return c;
@@ -363,6 +370,7 @@ class ShardNode : public DatasetNode {
     it->index = index_;
     return it;
   }
+  bool waits_on_threads() const override { return input_->waits_on_threads(); }
   int64_t cardinality() const override {
     int64_t c = input_->cardinality();
     if (c < 0) return c;

@@ -123,6 +123,7 @@ class BatchNode : public DatasetNode {
     return it;
   }
   int64_t cardinality() const override { return batched_cardinality(input_->cardinality()); }
+  bool waits_on_threads() const override { return input_->waits_on_threads(); }
   std::string describe() const override {
     return input_->describe() + "." + name_ + "(" + std::to_string(n_) + "," +
            (drop_remainder_ ? "true" : "false") + ")";

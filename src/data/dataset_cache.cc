@@ -65,6 +65,7 @@ class MemoryCacheNode : public DatasetNode {
     return it;
   }
   int64_t cardinality() const override { return input_->cardinality(); }
+  bool waits_on_threads() const override { return input_->waits_on_threads(); }
   std::string describe() const override { return input_->describe(); }
 
  private:
@@ -173,6 +174,7 @@ class FileCacheNode : public DatasetNode, public std::enable_shared_from_this<Fi
 
   std::unique_ptr<IteratorImpl> make_iterator(int64_t epoch) const override;
   int64_t cardinality() const override { return input_->cardinality(); }
+  bool waits_on_threads() const override { return input_->waits_on_threads(); }
   std::string describe() const override { return input_->describe(); }
 
   const NodePtr& input() const { return input_; }

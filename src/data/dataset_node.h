@@ -31,6 +31,9 @@ class DatasetNode {
   // and modification times, hashes of tensor data): equal descriptions mean equal elements,
   // up to map and filter functions, which it cannot see. The fingerprint of a cache file.
   virtual std::string describe() const = 0;
+  // Whether making its elements may wait for threads of the pipeline's own (a parallel map or
+  // a prefetch, here or upstream): such a pipeline is not read by the compute pool's workers.
+  virtual bool waits_on_threads() const { return false; }
 };
 
 [[noreturn]] inline void invalid(const std::string& message) {

@@ -286,6 +286,7 @@ class ParallelMapNode : public DatasetNode {
                                                  deterministic_);
   }
   int64_t cardinality() const override { return input_->cardinality(); }
+  bool waits_on_threads() const override { return true; }
   std::string describe() const override {
     return input_->describe() + (deterministic_ ? ".map()" : ".map(nondeterministic)");
   }
@@ -299,13 +300,24 @@ class ParallelMapNode : public DatasetNode {
 
 // ---- prefetch ----
 
+// Elements are produced by whichever thread is free, one at a time: the compute pool's idle
+// workers (runtime::IdleWork), which fill the buffer in the time they would spend spinning
+// between a training step's kernels, and the iterator's own thread, which steps in only when
+// the buffer has run empty (the consumer is about to wait). A thread of its own that produced
+// whenever there was room would take its core from the step's kernels, and stall the whole
+// step while it held it. Where the pool has no workers, or the input waits for threads of its
+// own (which would hold a worker from the step), the thread alone fills the buffer.
 class PrefetchIterator : public IteratorImpl {
  public:
-  PrefetchIterator(std::unique_ptr<IteratorImpl> input, int64_t buffer_size)
-      : input_(std::move(input)), capacity_(static_cast<size_t>(buffer_size)) {
+  // pooled: the compute pool's workers may produce (the pool has workers, and the input
+  // never waits for threads of its own, which would hold a worker from its tasks).
+  PrefetchIterator(std::unique_ptr<IteratorImpl> input, int64_t buffer_size, bool pooled)
+      : input_(std::move(input)), capacity_(static_cast<size_t>(buffer_size)), pooled_(pooled) {
+    if (pooled_) idle_.emplace([this] { return produce_if_room(); });
     producer_ = std::thread([this] { produce(); });
   }
   ~PrefetchIterator() override {
+    idle_.reset();  // no pool worker is producing after this
     {
       std::lock_guard lock(mu_);
       cancelled_ = true;
@@ -327,48 +339,77 @@ class PrefetchIterator : public IteratorImpl {
     }
     Element e = std::move(ready_.front());
     ready_.pop_front();
-    const bool wake = producer_waiting_;
+    const bool refill = !ended_, wake_producer = producer_waiting_ && producer_due();
     lock.unlock();
-    if (wake) producer_cv_.notify_one();
+    if (wake_producer) producer_cv_.notify_one();
+    if (refill && idle_) idle_->wake();  // a sleeping worker fills the room just made
     return e;
   }
 
  private:
+  // Under mu_: the producer thread's turn (see the class comment).
+  bool producer_due() const {
+    return cancelled_ || ended_ || (ready_.size() < capacity_ && (ready_.empty() || !pooled_));
+  }
+
   void produce() {
-    runtime::SerialScope serial;  // as the map workers
+    runtime::SerialScope serial;  // many small ops beside the training step: no intra-op split
     for (;;) {
       {
         std::unique_lock lock(mu_);
-        if (!cancelled_ && ready_.size() >= capacity_) {
+        if (!producer_due()) {
           producer_waiting_ = true;
-          producer_cv_.wait(lock, [&] { return cancelled_ || ready_.size() < capacity_; });
+          producer_cv_.wait(lock, [&] { return producer_due(); });
           producer_waiting_ = false;
         }
-        if (cancelled_) return;
+        if (cancelled_ || ended_) return;
       }
-      std::optional<Element> e;
-      std::exception_ptr error;
-      try {
-        e = input_->next();
-      } catch (...) {
-        error = std::current_exception();
-      }
-      std::unique_lock lock(mu_);
-      if (e) {
-        ready_.push_back(std::move(*e));
-      } else {
-        ended_ = true;
-        error_ = error;
-      }
-      const bool wake = consumer_waiting_, done = ended_;
-      lock.unlock();
-      if (wake) consumer_cv_.notify_one();
-      if (done) return;
+      std::lock_guard producing(producing_mu_);
+      produce_one();
     }
   }
 
-  std::unique_ptr<IteratorImpl> input_;
+  // A pool worker's idle work: one element, if there is room and no other thread is producing.
+  bool produce_if_room() {
+    std::unique_lock producing(producing_mu_, std::try_to_lock);
+    if (!producing.owns_lock()) return false;
+    {
+      std::lock_guard lock(mu_);
+      if (cancelled_ || ended_ || ready_.size() >= capacity_) return false;
+    }
+    produce_one();
+    return true;
+  }
+
+  // Under producing_mu_: reads one element (or the end, or an error) into the buffer.
+  void produce_one() {
+    {
+      std::lock_guard lock(mu_);
+      if (cancelled_ || ended_ || ready_.size() >= capacity_) return;
+    }
+    std::optional<Element> e;
+    std::exception_ptr error;
+    try {
+      e = input_->next();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::unique_lock lock(mu_);
+    if (e) {
+      ready_.push_back(std::move(*e));
+    } else {
+      ended_ = true;
+      error_ = error;
+    }
+    const bool wake = consumer_waiting_, wake_producer = ended_ && producer_waiting_;
+    lock.unlock();
+    if (wake) consumer_cv_.notify_one();
+    if (wake_producer) producer_cv_.notify_one();  // to let it return
+  }
+
+  std::unique_ptr<IteratorImpl> input_;  // read under producing_mu_
   const size_t capacity_;
+  std::mutex producing_mu_;  // held by the one thread producing an element
   std::mutex mu_;
   std::condition_variable consumer_cv_;
   std::condition_variable producer_cv_;
@@ -378,6 +419,8 @@ class PrefetchIterator : public IteratorImpl {
   bool ended_ = false;  // the input ended or failed (error_); nothing more comes after ready_
   std::exception_ptr error_;
   bool cancelled_ = false;
+  const bool pooled_;
+  std::optional<runtime::IdleWork> idle_;
   std::thread producer_;  // last: starts after everything it uses is constructed
 };
 
@@ -386,9 +429,12 @@ class PrefetchNode : public DatasetNode {
   PrefetchNode(NodePtr input, int64_t buffer_size)
       : input_(std::move(input)), buffer_size_(buffer_size) {}
   std::unique_ptr<IteratorImpl> make_iterator(int64_t epoch) const override {
-    return std::make_unique<PrefetchIterator>(input_->make_iterator(epoch), buffer_size_);
+    const bool pooled =
+        runtime::ThreadPool::global().num_threads() > 1 && !input_->waits_on_threads();
+    return std::make_unique<PrefetchIterator>(input_->make_iterator(epoch), buffer_size_, pooled);
   }
   int64_t cardinality() const override { return input_->cardinality(); }
+  bool waits_on_threads() const override { return true; }
   std::string describe() const override { return input_->describe(); }
 
  private:

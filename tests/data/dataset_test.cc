@@ -22,6 +22,8 @@
 #include "kiln/data/idx.h"
 #include "kiln/io/tfrecord.h"
 #include "kiln/kiln.h"
+#include "runtime/thread_pool.h"
+#include "tests/testing/values.h"
 
 namespace kiln::data {
 namespace {
@@ -500,6 +502,72 @@ TEST(DatasetPrefetch, YieldsTheSameElements) {
   }
   EXPECT_EQ(range(50).prefetch().cardinality(), 50);
   EXPECT_THROW(range(5).prefetch(0), Error);
+}
+
+// The compute pool's idle workers fill a prefetch buffer (runtime::IdleWork) while the
+// consumer is busy elsewhere; the prefetch thread only steps in when the buffer is empty.
+TEST(DatasetPrefetch, IdlePoolWorkersProduceTheElements) {
+  if (runtime::ThreadPool::global().num_threads() < 2) {
+    GTEST_SKIP() << "the compute pool has no workers on a machine with one core";
+  }
+  std::atomic<int> on_worker{0};
+  Dataset ds = range(40)
+                   .map([&](Element e) {
+                     if (runtime::ThreadPool::on_worker()) on_worker.fetch_add(1);
+                     return e;
+                   })
+                   .prefetch(2);
+  Iterator it = ds.begin_epoch();
+  std::vector<int64_t> got;
+  while (std::optional<Element> e = it.next()) {
+    got.push_back((*e)[0].item<int64_t>());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the consumer's "step"
+  }
+  std::vector<int64_t> expected(40);
+  std::iota(expected.begin(), expected.end(), 0);
+  EXPECT_EQ(got, expected);
+  EXPECT_GT(on_worker.load(), 0);
+}
+
+// A pool worker never waits for the pipeline's own threads: behind a parallel map, the
+// prefetch thread alone reads.
+TEST(DatasetPrefetch, InputWithThreadsIsReadByThePrefetchThreadOnly) {
+  std::atomic<int> on_worker{0};
+  Dataset ds = range(40)
+                   .map([](Element e) { return e; }, 2)
+                   .map([&](Element e) {
+                     if (runtime::ThreadPool::on_worker()) on_worker.fetch_add(1);
+                     return e;
+                   })
+                   .prefetch(2);
+  Iterator it = ds.begin_epoch();
+  int64_t n = 0;
+  while (it.next()) {
+    ++n;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(n, 40);
+  EXPECT_EQ(on_worker.load(), 0);
+}
+
+// An error raised while a pool worker produces reaches the consumer at its position.
+TEST(DatasetPrefetch, ErrorFromAPoolWorkerReachesTheConsumerInOrder) {
+  for (int round = 0; round < 20; ++round) {
+    Iterator it = range(10)
+                      .map([](Element e) {
+                        if (e[0].item<int64_t>() == 6) throw Error(ErrorCode::kInternal, "six");
+                        return e;
+                      })
+                      .prefetch(3)
+                      .begin_epoch();
+    for (int64_t i = 0; i < 6; ++i) {
+      std::optional<Element> e = it.next();
+      ASSERT_TRUE(e.has_value());
+      EXPECT_EQ((*e)[0].item<int64_t>(), i);
+      if (round % 2) std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+    EXPECT_THAT(test_values::thrown_error([&] { it.next(); }).what(), HasSubstr("six"));
+  }
 }
 
 TEST(DatasetThreads, IteratorsDestroyedMidEpochStopTheirThreads) {

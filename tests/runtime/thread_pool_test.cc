@@ -1,5 +1,6 @@
 // The thread pool: every index covered exactly once, errors rethrown to the caller, nested
-// calls inline, many callers at once, and calls both while workers spin and after they sleep.
+// calls inline, many callers at once, and calls both while workers spin and after they sleep;
+// idle work on idle workers, woken, never holding up parallel_for, and never after its end.
 #include "runtime/thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -109,6 +110,133 @@ TEST(ThreadPool, DestroysWhileWorkersSpinOrSleep) {
     std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
     pool.reset();  // joins the workers: must not hang
   }
+}
+
+// Waits up to 10 s for `done()`; false if it never came (a hang, as the test would see it).
+template <class Done>
+bool eventually(Done done) {
+  for (int i = 0; i < 10000; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return done();
+}
+
+TEST(IdleWork, RunsOnWorkersUntilNothingIsLeft) {
+  ThreadPool pool(3);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the workers fall asleep
+  std::atomic<int> left{100}, off_worker{0};
+  IdleWork work(
+      [&] {
+        if (!ThreadPool::on_worker()) off_worker.fetch_add(1);
+        int n = left.load();
+        while (n > 0 && !left.compare_exchange_weak(n, n - 1)) {
+        }
+        return n > 0;
+      },
+      pool);
+  EXPECT_TRUE(eventually([&] { return left.load() == 0; }));  // registering woke a worker
+  EXPECT_EQ(off_worker.load(), 0);
+  EXPECT_FALSE(ThreadPool::on_worker());
+}
+
+TEST(IdleWork, WakeBringsASleepingWorkerBack) {
+  ThreadPool pool(2);
+  std::atomic<bool> has_work{false};
+  std::atomic<int> done{0};
+  IdleWork work(
+      [&] {
+        if (!has_work.exchange(false)) return false;
+        done.fetch_add(1);
+        return true;
+      },
+      pool);
+  for (int round = 1; round <= 3; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // past the spin: asleep
+    has_work = true;
+    work.wake();
+    EXPECT_TRUE(eventually([&] { return done.load() == round; })) << "round " << round;
+  }
+}
+
+// A worker held by a long piece of idle work holds up no parallel_for: its callers run the
+// chunks that nobody took.
+TEST(IdleWork, BusyWorkerHoldsUpNoParallelFor) {
+  ThreadPool pool(2);
+  std::atomic<bool> in_step{false}, released{false};
+  std::atomic<int> steps{0};
+  IdleWork work(
+      [&] {
+        if (steps.fetch_add(1) > 0) return false;
+        in_step = true;
+        const bool in_time = eventually([&] { return released.load(); });
+        in_step = false;
+        return in_time;
+      },
+      pool);
+  ASSERT_TRUE(eventually([&] { return in_step.load(); }));
+  for (int i = 0; i < 50; ++i) expect_each_index_once(pool, 1000, 1);
+  released = true;
+  EXPECT_TRUE(eventually([&] { return !in_step.load(); }));
+}
+
+TEST(IdleWork, EndsAfterTheRunningStepAndIsNeverCalledAgain) {
+  ThreadPool pool(3);
+  std::atomic<int> calls{0};
+  std::atomic<bool> in_step{false};
+  {
+    IdleWork work(
+        [&] {
+          calls.fetch_add(1);
+          in_step = true;
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          in_step = false;
+          return true;  // always more: workers call it over and over
+        },
+        pool);
+    ASSERT_TRUE(eventually([&] { return calls.load() >= 3; }));
+  }
+  EXPECT_FALSE(in_step.load());
+  const int after = calls.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(calls.load(), after);
+  expect_each_index_once(pool, 1000, 1);  // the workers are back to tasks
+}
+
+TEST(IdleWork, OneThreadPoolHasNoWorkerToCallIt) {
+  ThreadPool pool(1);
+  std::atomic<int> calls{0};
+  IdleWork work(
+      [&] {
+        calls.fetch_add(1);
+        return false;
+      },
+      pool);
+  work.wake();
+  expect_each_index_once(pool, 100, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(calls.load(), 0);
+}
+
+TEST(IdleWork, ManySourcesComeAndGoWhileCallersRun) {
+  ThreadPool pool(3);
+  std::atomic<bool> stop{false};
+  std::thread caller([&] {
+    while (!stop) expect_each_index_once(pool, 500, 1);
+  });
+  for (int round = 0; round < 200; ++round) {
+    std::atomic<int> left{round % 7};
+    auto step = [&] {
+      int n = left.load();
+      while (n > 0 && !left.compare_exchange_weak(n, n - 1)) {
+      }
+      return n > 0;
+    };
+    IdleWork a(step, pool), b(step, pool);
+    if (round % 2 == 0) EXPECT_TRUE(eventually([&] { return left.load() == 0; }));
+  }
+  stop = true;
+  caller.join();
 }
 
 }  // namespace
