@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "kiln/function.h"
+#include "runtime/thread_pool.h"
 #include "src/core/tensor_impl.h"
 
 namespace kiln::runtime {
@@ -118,6 +119,9 @@ std::vector<Tensor> call_op(const std::string& op, const std::vector<Tensor>& in
   }
   if (!graph) graph = detail::default_graph();
   if (!graph) {
+    // An eager op in idle work (the input pipeline on a pool worker) lets the step's kernels
+    // go first.
+    runtime::ThreadPool::yield_to_tasks();
     runtime::EagerRunner runner = runtime::g_eager_runner.load(std::memory_order_relaxed);
     std::vector<Tensor> outputs;
     if (runner && default_execution_mode() == ExecutionMode::kCompiled &&

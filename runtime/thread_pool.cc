@@ -20,6 +20,7 @@ namespace kiln::runtime {
 namespace {
 thread_local bool t_inside_pool = false;
 thread_local bool t_worker = false;  // this thread is a pool's worker
+thread_local ThreadPool::Impl* t_idle_pool = nullptr;  // while a worker runs its idle work
 thread_local bool t_serial = false;  // a SerialScope is alive on this thread
 
 // How long an idle worker, or a caller waiting for its tasks, spins before sleeping.
@@ -71,6 +72,7 @@ struct ThreadPool::Impl {
   std::atomic<uint64_t> idle_epoch{0};                    // bumped by IdleWork::wake()
 
   bool has_task() const { return queued.load(std::memory_order_acquire) > 0; }
+  bool pop_task(std::function<void()>& task);  // the oldest queued task, if any
   void worker_loop();
   bool run_idle_work();
 };
@@ -94,11 +96,30 @@ bool ThreadPool::Impl::run_idle_work() {
   // has already taken it off the list, waits for that.
   for (auto& [source, running] : candidates) {
     if (has_task()) return true;  // the pool's own tasks come first
+    t_idle_pool = this;
     const bool did = source->step();
+    t_idle_pool = nullptr;
     running.unlock();
     if (did) return true;
   }
   return false;
+}
+
+bool ThreadPool::Impl::pop_task(std::function<void()>& task) {
+  std::lock_guard lock(mu);
+  if (tasks.empty()) return false;
+  task = std::move(tasks.front());
+  tasks.pop_front();
+  queued.fetch_sub(1, std::memory_order_relaxed);
+  return true;
+}
+
+void ThreadPool::yield_to_tasks() {
+  Impl* pool = t_idle_pool;
+  if (pool == nullptr || !pool->has_task()) return;
+  t_idle_pool = nullptr;  // the tasks run here do not yield in turn
+  for (std::function<void()> task; pool->pop_task(task);) task();
+  t_idle_pool = pool;
 }
 
 void ThreadPool::Impl::worker_loop() {

@@ -20,6 +20,12 @@ class ThreadPool {
   // Whether the calling thread is a worker of a pool (of any: the callers of parallel_for are
   // not).
   static bool on_worker();
+  // Called by idle work (IdleWork) at points where it may pause: runs the tasks that callers of
+  // parallel_for queued meanwhile, so that a long piece of idle work (the input pipeline making
+  // a batch) holds none of them up. Elsewhere it returns at once.
+  static void yield_to_tasks();
+
+  struct Impl;  // internal
   // Calls fn(begin, end) over disjoint ranges covering [0, n), each at least `grain` long
   // (except the last), on the pool and the calling thread; returns when all are done.
   // Called from inside a pool task it runs inline. The first exception is rethrown.
@@ -27,7 +33,6 @@ class ThreadPool {
 
  private:
   friend class IdleWork;
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -21,8 +21,13 @@ const std::vector<kiln::io::FeatureSpec> kSpec = {kiln::io::FixedLen{"image", ki
                                                   kiln::io::FixedLen{"label", kiln::i64, {}}};
 
 // A parsed batch {image: u8 [n, 784], label: i64 [n]} -> {f32 [n, 784] in [0, 1], i64 [n]}.
+// The conversion is a compiled function, as tf.data traces a map's function into a graph: one
+// fused loop over the batch instead of two eager ops.
 kiln::data::Element scale(kiln::data::Element batch) {
-  return {batch[0].to(kiln::f32) / 255.0, std::move(batch[1])};
+  static const kiln::Function to_unit_range([](const std::vector<kiln::Tensor>& x) {
+    return std::vector<kiln::Tensor>{x[0].to(kiln::f32) / 255.0};
+  });
+  return {to_unit_range({batch[0]})[0], std::move(batch[1])};
 }
 
 // Every record of a file parsed as one batch: {images [n, 784] f32, labels [n] i64}.

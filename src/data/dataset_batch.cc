@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "runtime/thread_pool.h"
 #include "src/core/type_switch.h"
 #include "src/data/dataset_node.h"
 
@@ -19,6 +20,7 @@ std::vector<Element> next_group(std::unique_ptr<IteratorImpl>& input, int64_t n,
   if (!input) return elements;
   elements.reserve(static_cast<size_t>(std::min<int64_t>(n, 4096)));  // grows if n is larger
   while (static_cast<int64_t>(elements.size()) < n) {
+    runtime::ThreadPool::yield_to_tasks();  // made by a pool worker: the step's kernels first
     std::optional<Element> e = input->next();
     if (!e) break;
     elements.push_back(std::move(*e));

@@ -90,7 +90,6 @@ class TFRecordNode : public DatasetNode {
       size_t slot = 0;
       int64_t taken_in_block = 0;
       int64_t open = 0;
-      std::string record;
 
       void advance_slot() {
         taken_in_block = 0;
@@ -100,10 +99,14 @@ class TFRecordNode : public DatasetNode {
         while (next_file < files.size() || open > 0) {
           std::unique_ptr<io::RecordReader>& reader = cycle[slot];
           if (reader) {
-            if (reader->next(record)) {
+            Tensor record;  // the data is read straight into it
+            auto allocate = [&](size_t n) {
+              record = Tensor::empty(u8, {static_cast<int64_t>(n)});
+              return static_cast<uint8_t*>(record.raw_mutable_data());
+            };
+            if (reader->next_into(allocate)) {
               if (++taken_in_block == block_length) advance_slot();
-              return Element{Tensor::from_bytes(u8, {static_cast<int64_t>(record.size())},
-                                                record.data(), record.size())};
+              return Element{std::move(record)};
             }
             reader.reset();
             --open;

@@ -1,5 +1,9 @@
 // CRC-32C: the SSE4.2 crc32 instruction where the compiler targets it, else slicing-by-8 over
-// tables built at first use from the reflected polynomial 0x82F63B78.
+// tables built at first use from the reflected polynomial 0x82F63B78. With the instruction,
+// data of at least 3 blocks runs as three independent streams, one block each, whose CRCs are
+// then combined: the instruction takes 3 cycles to give its result but can start one every
+// cycle, so one stream leaves two thirds of it idle (a TFRecord of a Fashion-MNIST image is
+// about three blocks).
 #include "src/io/crc32c.h"
 
 #include <array>
@@ -32,6 +36,35 @@ Tables make_tables() {
 }
 #endif
 
+#if defined(__SSE4_2__)
+constexpr size_t kBlock = 256;  // bytes per stream
+
+uint64_t load64(const uint8_t* p) {
+  uint64_t word;
+  std::memcpy(&word, p, 8);
+  return word;
+}
+
+// The crc32 instruction's register after kBlock more zero bytes, as a function of the
+// register before: linear over GF(2), so one table of 256 entries per byte of it.
+struct Shift {
+  std::array<std::array<uint32_t, 256>, 4> table{};
+  Shift() {
+    for (int byte = 0; byte < 4; ++byte) {
+      for (uint32_t v = 0; v < 256; ++v) {
+        uint64_t r = v << (8 * byte);
+        for (size_t i = 0; i < kBlock; i += 8) r = _mm_crc32_u64(r, 0);
+        table[byte][v] = static_cast<uint32_t>(r);
+      }
+    }
+  }
+  uint32_t operator()(uint32_t r) const {
+    return table[0][r & 0xff] ^ table[1][(r >> 8) & 0xff] ^ table[2][(r >> 16) & 0xff] ^
+           table[3][r >> 24];
+  }
+};
+#endif
+
 }  // namespace
 
 uint32_t extend(uint32_t crc, const void* data, size_t n) {
@@ -39,6 +72,21 @@ uint32_t extend(uint32_t crc, const void* data, size_t n) {
   uint32_t c = ~crc;
 #if defined(__SSE4_2__)
   uint64_t c64 = c;
+  if (n >= 3 * kBlock) {
+    static const Shift shift;
+    for (; n >= 3 * kBlock; n -= 3 * kBlock, p += 3 * kBlock) {
+      // Blocks a, b, c: a continues the register, b and c start from zero; then
+      // register(a b c) = shift(shift(a) ^ b) ^ c, the instruction being linear.
+      uint64_t a = c64, b = 0, d = 0;
+      for (size_t i = 0; i < kBlock; i += 8) {
+        a = _mm_crc32_u64(a, load64(p + i));
+        b = _mm_crc32_u64(b, load64(p + kBlock + i));
+        d = _mm_crc32_u64(d, load64(p + 2 * kBlock + i));
+      }
+      c64 = shift(shift(static_cast<uint32_t>(a)) ^ static_cast<uint32_t>(b)) ^
+            static_cast<uint32_t>(d);
+    }
+  }
   for (; n >= 8; n -= 8, p += 8) {
     uint64_t word;
     std::memcpy(&word, p, 8);

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string_view>
 
+#include "runtime/thread_pool.h"
 #include "src/io/proto/example.pb.h"
 
 namespace kiln::io {
@@ -619,6 +620,7 @@ std::map<std::string, Tensor> parse_records(size_t batch, Record&& record,
   std::forward_list<std::string> reserialized;  // features of records protobuf parsed: stable
   std::optional<proto::Example> example;        // made for the first such record
   for (size_t i = 0; i < batch; ++i) {
+    runtime::ThreadPool::yield_to_tasks();  // in the input pipeline: the step's kernels first
     const std::string_view bytes = record(i);
     std::fill(found.begin(), found.end(), FeatureView{});
     Stop stop;

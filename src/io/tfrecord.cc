@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <functional>
 
 #include "src/io/crc32c.h"
 #include "src/io/file_io.h"
@@ -103,6 +105,7 @@ struct RecordReader::State {
   bool done = false;
   int64_t corrupt_records = 0;
   std::string last_corruption;
+  std::string scratch;  // next_into's record, for data of unknown size
 
   State(const std::string& p, RecordReaderOptions o)
       : in(p, o.compression, "RecordReader"), options(o), path(p) {}
@@ -137,7 +140,10 @@ struct RecordReader::State {
     return true;
   }
 
-  bool next(std::string& record) {
+  // Reads the next record into `record`; or, given `allocate`, into the storage it returns
+  // (called with the length once the length is known to fit in the file; for data of unknown
+  // size, after the data has arrived in `record`, which it is copied from).
+  bool next(std::string& record, const std::function<uint8_t*(size_t)>* allocate = nullptr) {
     while (!done) {
       const uint64_t start = in.offset();
       uint8_t header[kHeaderBytes];
@@ -179,11 +185,25 @@ struct RecordReader::State {
                     "is not known ahead (compressed data or a pipe)");
         continue;
       }
-      if (!read_data(record, length, remaining.has_value())) {
-        corrupt(start, true,
-                "truncated: the length field claims " + std::to_string(length) +
-                    " bytes of data, but the data ends after " + std::to_string(record.size()));
-        continue;
+      const uint8_t* data;
+      if (allocate && remaining) {
+        uint8_t* out = (*allocate)(length);
+        const size_t got = length ? in.read(out, length) : 0;
+        if (got < length) {
+          corrupt(start, true,
+                  "truncated: the length field claims " + std::to_string(length) +
+                      " bytes of data, but the data ends after " + std::to_string(got));
+          continue;
+        }
+        data = out;
+      } else {
+        if (!read_data(record, length, remaining.has_value())) {
+          corrupt(start, true,
+                  "truncated: the length field claims " + std::to_string(length) +
+                      " bytes of data, but the data ends after " + std::to_string(record.size()));
+          continue;
+        }
+        data = reinterpret_cast<const uint8_t*>(record.data());
       }
       uint8_t footer[kFooterBytes];
       const size_t footer_got = in.read(footer, kFooterBytes);
@@ -194,7 +214,7 @@ struct RecordReader::State {
                     " bytes of data");
         continue;
       }
-      const uint32_t data_crc = crc32c::mask(crc32c::value(record));
+      const uint32_t data_crc = crc32c::mask(crc32c::value(data, length));
       if (data_crc != load_le(footer, 4)) {
         corrupt(start, false,
                 "corrupt data: the CRC of its " + std::to_string(length) +
@@ -202,6 +222,10 @@ struct RecordReader::State {
                     hex32(static_cast<uint32_t>(load_le(footer, 4))) + ", computed " +
                     hex32(data_crc) + ")");
         continue;
+      }
+      if (allocate && !remaining) {
+        uint8_t* out = (*allocate)(length);
+        if (length) std::memcpy(out, data, length);
       }
       return true;
     }
@@ -221,6 +245,19 @@ bool RecordReader::next(std::string& record) {
     return state_->next(record);
   } catch (const Error& e) {
     // A corrupt compressed stream or a read error: nothing after it can be trusted.
+    if (!state_->options.skip_corrupt || e.code() != ErrorCode::kDataLoss) throw;
+    ++state_->corrupt_records;
+    state_->last_corruption = e.what();
+    state_->done = true;
+    return false;
+  }
+}
+
+bool RecordReader::next_into(const std::function<uint8_t*(size_t)>& allocate) {
+  if (!state_) throw Error(ErrorCode::kFailedPrecondition, "RecordReader: used after a move");
+  try {
+    return state_->next(state_->scratch, &allocate);
+  } catch (const Error& e) {
     if (!state_->options.skip_corrupt || e.code() != ErrorCode::kDataLoss) throw;
     ++state_->corrupt_records;
     state_->last_corruption = e.what();

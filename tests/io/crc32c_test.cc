@@ -71,6 +71,27 @@ TEST(Crc32c, MatchesBitwiseReferenceAtEveryLengthAndAlignment) {
   }
 }
 
+// Lengths around multiples of the three 256-byte blocks that long data runs as, at every
+// alignment, from a fresh and from a running CRC.
+TEST(Crc32c, MatchesBitwiseReferenceForLongData) {
+  std::vector<uint8_t> data(4000);
+  uint32_t state = 777;
+  for (uint8_t& b : data) {
+    state = state * 1103515245u + 12345u;
+    b = static_cast<uint8_t>(state >> 16);
+  }
+  for (size_t start = 0; start < 9; ++start) {
+    for (size_t n : {767, 768, 769, 775, 776, 808, 1535, 1536, 1543, 2304, 3000, 3990}) {
+      ASSERT_EQ(crc32c::value(data.data() + start, n), reference_crc32c(data.data() + start, n))
+          << "start " << start << " length " << n;
+      const size_t split = n / 3 + start;
+      ASSERT_EQ(crc32c::extend(crc32c::value(data.data(), split), data.data() + split, n - split),
+                reference_crc32c(data.data(), n))
+          << "split " << split << " length " << n;
+    }
+  }
+}
+
 TEST(Crc32c, ExtendEqualsOneShot) {
   const std::string s = "The quick brown fox jumps over the lazy dog, twice over and again.";
   const uint32_t whole = crc32c::value(s);

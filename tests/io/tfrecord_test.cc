@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -128,6 +130,25 @@ std::string pseudo_random(size_t n, uint32_t seed) {
   return s;
 }
 
+// Every record of a file through RecordReader::next_into, each into storage of its own.
+std::vector<std::string> records_via_next_into(const std::string& path,
+                                               RecordReaderOptions options = {}) {
+  RecordReader reader(path, options);
+  std::vector<std::string> records;
+  for (;;) {
+    std::unique_ptr<uint8_t[]> storage;
+    size_t size = 0;
+    if (!reader.next_into([&](size_t n) {
+          storage = std::make_unique<uint8_t[]>(n + 1);  // never null, even for n = 0
+          size = n;
+          return storage.get();
+        })) {
+      return records;
+    }
+    records.emplace_back(reinterpret_cast<const char*>(storage.get()), size);
+  }
+}
+
 // ---- exact bytes ----
 
 TEST_F(TFRecord, WriterProducesTheExactFramingBytes) {
@@ -202,6 +223,7 @@ TEST_P(TFRecordRoundTrip, RecordsComeBackUnchanged) {
     writer.close();
   }
   EXPECT_EQ(read_records(p, {.compression = GetParam()}), records);
+  EXPECT_EQ(records_via_next_into(p, {.compression = GetParam()}), records);
   const std::string bytes = read_file(p);
   switch (GetParam()) {
     case Compression::kNone: {
@@ -426,6 +448,7 @@ TEST_F(TFRecord, SkipCorruptSkipsBadDataAndCountsIt) {
   std::vector<std::string> got;
   for (const std::string& r : reader) got.push_back(r);
   EXPECT_EQ(got, (std::vector<std::string>{"zero", "two", "four"}));
+  EXPECT_EQ(records_via_next_into(p, {.skip_corrupt = true}), got);
   EXPECT_EQ(reader.corrupt_records(), 2);
   EXPECT_THAT(reader.last_corruption(), HasSubstr("CRC"));
 }
@@ -482,9 +505,25 @@ TEST_F(TFRecord, EveryTruncationAndAFlipInEachByteIsCaught) {
         EXPECT_EQ(e.code(), ErrorCode::kDataLoss) << what << ": " << e.what();
         EXPECT_THAT(e.what(), HasSubstr(q)) << what;
       }
+      // Reading into storage of the caller's gives the same records or the same error.
+      std::optional<std::vector<std::string>> copied, direct;
+      std::string copied_error, direct_error;
+      try {
+        copied = read_records(q, strict);
+      } catch (const Error& e) {
+        copied_error = e.what();
+      }
+      try {
+        direct = records_via_next_into(q, strict);
+      } catch (const Error& e) {
+        direct_error = e.what();
+      }
+      EXPECT_EQ(direct, copied) << what;
+      EXPECT_EQ(direct_error, copied_error) << what;
       RecordReader reader(q, lenient);  // never throws with skip_corrupt
       std::vector<std::string> got(reader.begin(), reader.end());
       EXPECT_LE(got.size(), records.size()) << what;
+      EXPECT_EQ(records_via_next_into(q, lenient), got) << what;
     };
     for (size_t n = 0; n < bytes.size(); ++n)
       check(bytes.substr(0, n), "cut at " + std::to_string(n));

@@ -180,6 +180,42 @@ TEST(IdleWork, BusyWorkerHoldsUpNoParallelFor) {
   EXPECT_TRUE(eventually([&] { return !in_step.load(); }));
 }
 
+// Idle work that yields at its pause points runs the chunks queued meanwhile on its worker: the
+// caller, held in its own chunk until the other is done, needs the busy worker to run it.
+TEST(IdleWork, YieldingIdleWorkRunsQueuedChunks) {
+  ThreadPool pool(2);
+  std::atomic<bool> in_step{false}, released{false};
+  std::atomic<int> steps{0};
+  IdleWork work(
+      [&] {
+        if (steps.fetch_add(1) > 0) return false;
+        in_step = true;
+        while (!released) {
+          ThreadPool::yield_to_tasks();
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+        in_step = false;
+        return true;
+      },
+      pool);
+  ASSERT_TRUE(eventually([&] { return in_step.load(); }));
+  std::atomic<bool> second_done{false}, second_on_worker{false}, first_saw_second{false};
+  pool.parallel_for(2, 1, [&](int64_t begin, int64_t) {
+    if (begin == 0) {
+      first_saw_second = eventually([&] { return second_done.load(); });
+    } else {
+      second_on_worker = ThreadPool::on_worker();
+      second_done = true;
+    }
+  });
+  EXPECT_TRUE(first_saw_second.load());
+  EXPECT_TRUE(second_on_worker.load());
+  EXPECT_TRUE(in_step.load());  // the worker ran the chunk from inside its idle work
+  released = true;
+  EXPECT_TRUE(eventually([&] { return !in_step.load(); }));
+  ThreadPool::yield_to_tasks();  // outside idle work: nothing to do, returns
+}
+
 TEST(IdleWork, EndsAfterTheRunningStepAndIsNeverCalledAgain) {
   ThreadPool pool(3);
   std::atomic<int> calls{0};

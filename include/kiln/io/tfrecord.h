@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -71,6 +72,11 @@ class RecordReader {
   // Reads the next record into `record`; false at the end of the file.
   bool next(std::string& record);
   std::optional<std::string> next();
+  // Reads the next record into the storage that allocate(length) returns (length bytes, for
+  // example a tensor's), without a copy where the file's size is known. allocate is called
+  // once the length field has been checked against the data, and again for each record
+  // skipped as corrupt; what it returned for a record that then fails is not the record.
+  bool next_into(const std::function<uint8_t*(size_t)>& allocate);
 
   // The byte offset where the next record starts.
   uint64_t offset() const;
