@@ -48,8 +48,8 @@ std::atomic<EagerRunner> g_eager_runner{nullptr};
 void check_outputs(const KernelContext& ctx, const std::vector<Tensor>& outs,
                    const std::vector<TensorType>& out_types) {
   for (size_t i = 0; i < outs.size(); ++i) {
-    if (!outs[i].defined()) ctx.fail("kernel did not set output " + std::to_string(i),
-                                     ErrorCode::kInternal);
+    if (!outs[i].defined())
+      ctx.fail("kernel did not set output " + std::to_string(i), ErrorCode::kInternal);
     if (outs[i].dtype() != out_types[i].dtype || outs[i].shape() != out_types[i].shape) {
       ctx.fail("kernel produced " + TensorType{outs[i].dtype(), outs[i].shape()}.str() +
                    " for output " + std::to_string(i) + ", the shape function said " +
@@ -111,9 +111,8 @@ std::vector<Tensor> call_op(const std::string& op, const std::vector<Tensor>& in
     if (!inputs[i].is_symbolic()) continue;
     const auto& g = inputs[i].impl()->graph;
     if (graph && graph != g) {
-      throw Error(ErrorCode::kFailedPrecondition,
-                  op + ": inputs come from different graphs ('" + graph->name + "' and '" +
-                      g->name + "')");
+      throw Error(ErrorCode::kFailedPrecondition, op + ": inputs come from different graphs ('" +
+                                                      graph->name + "' and '" + g->name + "')");
     }
     graph = g;
   }

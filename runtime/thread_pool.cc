@@ -19,9 +19,9 @@
 namespace kiln::runtime {
 namespace {
 thread_local bool t_inside_pool = false;
-thread_local bool t_worker = false;  // this thread is a pool's worker
+thread_local bool t_worker = false;                    // this thread is a pool's worker
 thread_local ThreadPool::Impl* t_idle_pool = nullptr;  // while a worker runs its idle work
-thread_local bool t_serial = false;  // a SerialScope is alive on this thread
+thread_local bool t_serial = false;                    // a SerialScope is alive on this thread
 
 // How long an idle worker, or a caller waiting for its tasks, spins before sleeping.
 constexpr auto kWorkerSpin = std::chrono::microseconds(100);
@@ -215,6 +215,15 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   grain = std::max<int64_t>(1, grain);
   int64_t chunks = std::min<int64_t>(impl_->num_threads, (n + grain - 1) / grain);
   if (chunks <= 1 || t_inside_pool || t_serial) {
+    if (t_idle_pool != nullptr && n > grain) {
+      // Idle work's kernels (the input pipeline's, on a worker) pause between grain-sized
+      // pieces for the tasks queued meanwhile.
+      for (int64_t begin = 0; begin < n; begin += grain) {
+        fn(begin, std::min(n, begin + grain));
+        yield_to_tasks();
+      }
+      return;
+    }
     fn(0, n);
     return;
   }

@@ -194,6 +194,7 @@ class ShuffleNode : public DatasetNode {
     auto it = std::make_unique<It>();
     it->input = input_->make_iterator(epoch);
     it->capacity = static_cast<size_t>(buffer_size_);
+    it->buffer.reserve(std::min<size_t>(it->capacity, size_t{1} << 16));  // no regrowth copies
     uint64_t epoch_key = reshuffle_ ? static_cast<uint64_t>(epoch) : 0;
     it->rng.seed(splitmix64(seed_ ^ splitmix64(epoch_key ^ 0x5348554646ull)));
     return it;

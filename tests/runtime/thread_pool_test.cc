@@ -10,6 +10,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace kiln::runtime {
@@ -214,6 +215,31 @@ TEST(IdleWork, YieldingIdleWorkRunsQueuedChunks) {
   released = true;
   EXPECT_TRUE(eventually([&] { return !in_step.load(); }));
   ThreadPool::yield_to_tasks();  // outside idle work: nothing to do, returns
+}
+
+// Inside idle work parallel_for runs on the worker in grain-sized pieces (with a pause for
+// queued tasks between them), still covering every index once.
+TEST(IdleWork, ParallelForInsideRunsInGrainSizedPieces) {
+  ThreadPool pool(2);
+  std::atomic<int> steps{0};
+  std::atomic<bool> done{false};
+  std::vector<std::pair<int64_t, int64_t>> pieces;
+  std::vector<int> hits(100, 0);
+  IdleWork work(
+      [&] {
+        if (steps.fetch_add(1) > 0) return false;
+        pool.parallel_for(100, 30, [&](int64_t begin, int64_t end) {
+          pieces.emplace_back(begin, end);
+          for (int64_t i = begin; i < end; ++i) ++hits[static_cast<size_t>(i)];
+        });
+        done = true;
+        return true;
+      },
+      pool);
+  ASSERT_TRUE(eventually([&] { return done.load(); }));
+  EXPECT_EQ(pieces,
+            (std::vector<std::pair<int64_t, int64_t>>{{0, 30}, {30, 60}, {60, 90}, {90, 100}}));
+  EXPECT_EQ(hits, std::vector<int>(100, 1));
 }
 
 TEST(IdleWork, EndsAfterTheRunningStepAndIsNeverCalledAgain) {
