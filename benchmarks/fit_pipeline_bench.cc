@@ -242,5 +242,11 @@ int main(int argc, char** argv) {
   print_ratio("per-record pipeline (map(parse, 2) -> batch)", "fit_from_per_record_pipeline");
   print_ratio("TFRecord trainer's pipeline (shuffle -> ragged_batch -> parse_example)",
               "fit_from_trainer_pipeline", "fit_from_shuffled_tensors");
+  // For benchmarks/run.sh: e.g. RESULT fit_vectorized_pipeline_step_us=...
+  for (const auto& [name, best] : g_best) {
+    const std::string key = name.substr(std::string("fit_from_").size());
+    std::printf("RESULT fit_%s_step_us=%.1f\nRESULT fit_%s_epoch_ms=%.2f\n", key.c_str(),
+                best.step_us, key.c_str(), best.seconds * 1e3);
+  }
   return 0;
 }

@@ -137,5 +137,12 @@ int main(int argc, char** argv) {
     std::printf("vectorized vs per-record parsing, 1 thread: %.2fx the examples/s\n",
                 batched->second.examples_per_second / per_record->second.examples_per_second);
   }
+  // For benchmarks/run.sh: e.g. RESULT pipeline_map2_examples_per_s=...
+  for (const auto& [name, best] : g_best) {
+    std::string key = name;
+    std::replace(key.begin(), key.end(), '/', '_');
+    key.replace(key.rfind('_') + 1, 0, "map");
+    std::printf("RESULT %s_examples_per_s=%.0f\n", key.c_str(), best.examples_per_second);
+  }
   return 0;
 }

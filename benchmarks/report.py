@@ -47,6 +47,18 @@ RATIOS = {
         ["compile_ms_mlp_train_step", "compile_ms_mlp_train_step_warm"]),
     "arena_peak_vs_live_min": ratio(
         "", "arena_planned_peak_bytes", "arena_live_min_bytes"),
+    # The input pipeline (pipeline_bench): TFRecord -> map(parse one record, n) -> batch.
+    "pipeline_map2_vs_map1": ratio(
+        ">= 1.7", "pipeline_map2_examples_per_s", "pipeline_map1_examples_per_s"),
+    # Model::fit's steady-state step time from a pipeline against pre-loaded tensors
+    # (fit_pipeline_bench): the vectorized pipeline, and the TFRecord trainer's shuffled one
+    # (whose whole epoch also waits for its shuffle buffer to fill).
+    "fit_vectorized_pipeline_vs_tensors": ratio(
+        "<= 1.05", "fit_vectorized_pipeline_step_us", "fit_tensors_step_us",
+        "fit_per_record_pipeline_step_us"),
+    "fit_trainer_pipeline_vs_tensors": ratio(
+        "<= 1.05", "fit_trainer_pipeline_step_us", "fit_shuffled_tensors_step_us",
+        "fit_trainer_pipeline_epoch_ms", "fit_shuffled_tensors_epoch_ms"),
 }
 
 LINE = re.compile(r"^RESULT (\w+)=(\S+)(?: reason=(.*))?$")
@@ -86,7 +98,8 @@ def main():
             "load_average": os.getloadavg()[0], "rounds": a.rounds,
             "peer": a.peers or None,
             "note": "best of the rounds; ratios are Kiln / baseline (higher is better) except "
-                    "compile_ms_mlp_train_step",
+                    "compile_ms_mlp_train_step and the fit_*_pipeline_vs_tensors step-time "
+                    "ratios (lower is better)",
         },
         "raw": raw,
     }

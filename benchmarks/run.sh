@@ -42,7 +42,7 @@ peers_cmake=OFF; [[ $peers == on ]] && peers_cmake=ON
 echo "== building in $build (Release, KILN_BENCH_PEERS=$peers_cmake)"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_BENCHMARKS=ON \
   -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=OFF -DKILN_BENCH_PEERS="$peers_cmake" >/dev/null
-targets=(train_step_bench compile_bench sgemm_bench)
+targets=(train_step_bench compile_bench sgemm_bench pipeline_bench fit_pipeline_bench)
 if [[ $peers == on ]]; then targets+=(libtorch_bench); fi
 ninja -C "$build" -j"$jobs" "${targets[@]}"
 
@@ -77,6 +77,8 @@ for ((r = 1; r <= rounds; ++r)); do
     sed -n 's/^RESULT kiln_/RESULT interpreted_kiln_/p' >>"$lines" || true
   run "$bin/compile_bench"
   run "$bin/sgemm_bench"
+  run "$bin/pipeline_bench"
+  run "$bin/fit_pipeline_bench"
   if [[ $peers == on ]]; then torch eltwise_chain; fi
 done
 
