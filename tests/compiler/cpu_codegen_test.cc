@@ -41,7 +41,7 @@ Tensor random_tensor(DType t, const Shape& s, double lo, double hi, uint32_t see
   if (t == bool_) {
     std::bernoulli_distribution d(0.5);
     for (auto& x : v) x = d(gen);
-  } else if (t == i32 || t == i64) {
+  } else if (t == i32 || t == i64 || t == u8 || t == i8) {
     std::uniform_int_distribution<int64_t> d(static_cast<int64_t>(lo), static_cast<int64_t>(hi));
     for (auto& x : v) x = static_cast<double>(d(gen));
   } else {
@@ -412,15 +412,20 @@ TEST(CpuCodegen, SelectAndClamp) {
   }
 }
 
+// Every pair of the emitter's dtypes, and the 8-bit integers it only loads, stores and
+// converts (u8 unsigned: 200 -> 200.0, 300.7 -> 255, -3 -> 0, i64 1000 -> 232).
 TEST(CpuCodegen, ConvertAllPairs) {
-  const DType types[] = {f32, f64, i32, i64, bool_};
+  const DType types[] = {f32, f64, i32, i64, bool_, u8, i8};
   std::vector<double> v = {0.0, -0.0, 1.5, -1.5, 2.5, -7.9, 3e9, -3e9, 1e20, -1e20, kNaN, kInf,
-                           -kInf, 12345.678, 1.0};
+                           -kInf, 12345.678, 1.0, 200.0, 300.7, -3.0, 127.9, -128.5};
   for (DType from : types) {
     for (DType to : types) {
       Case c;
-      Tensor in = (from == i32 || from == i64 || from == bool_)
-                      ? random_tensor(from, {15}, -1000, 1000, 2)
+      const int64_t lo = from == u8 ? 0 : from == i8 ? -128 : -1000;
+      const int64_t hi = from == u8 ? 255 : from == i8 ? 127 : 1000;
+      Tensor in = (from == i32 || from == i64 || from == bool_ || from == u8 || from == i8)
+                      ? random_tensor(from, {19}, static_cast<double>(lo),
+                                      static_cast<double>(hi), 2)
                       : Tensor::from_vector(v).to(from);
       int x = c.input(in);
       c.output(c.op(EltOp::kConvert, {x}, to));

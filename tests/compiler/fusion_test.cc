@@ -94,6 +94,19 @@ TEST(FusionTest, UnknownDimsAndUnsupportedDtypesAreNoted) {
   EXPECT_THAT(p.log(), HasSubstr("unsupported dtypes"));
 }
 
+// 8-bit integers are loaded and converted inside a fused loop, not computed on: u8 pixels ->
+// f32 / 255 is one group; u8 + u8 stays a kernel.
+TEST(FusionTest, ConvertFromU8FusesIntoTheArithmeticAfterIt) {
+  Graph g{"pixels"};
+  Tensor u = g.placeholder(u8, {4, 784}, "u");
+  Tensor scaled = convert(u, f32) / 255.0;
+  Tensor sum = call_op("add", {u, u})[0];
+  FusionPlan p = plan(g, {scaled, sum});
+  ASSERT_EQ(p.groups.size(), 1u) << p.log();
+  EXPECT_EQ(p.groups[0].nodes.size(), 2u) << p.log();
+  EXPECT_THAT(p.log(), HasSubstr("unsupported dtypes"));
+}
+
 // ---- input (reduction) fusion ----
 
 Tensor reduce_op(const std::string& op, const Tensor& x, std::vector<int64_t> axes) {

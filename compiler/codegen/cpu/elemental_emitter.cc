@@ -268,6 +268,8 @@ class Emitter {
       case DType::i32: return b_.getInt32Ty();
       case DType::i64: return b_.getInt64Ty();
       case DType::bool_: return b_.getInt8Ty();
+      case DType::u8: return b_.getInt8Ty();
+      case DType::i8: return b_.getInt8Ty();
       default: throw Error(ErrorCode::kUnimplemented, "cpu codegen: unsupported dtype");
     }
   }
@@ -714,19 +716,21 @@ class Emitter {
   }
 
   // Float to integer truncates toward zero and saturates, NaN gives 0; anything non-zero is
-  // true; integers wrap.
+  // true; integers wrap. u8 is the one unsigned dtype.
   Value* convert(Value* x, DType from, DType to) {
     if (from == to) return x;
     Type* rt = reg_type(to);
     bool ff = from == f32 || from == f64, tf = to == f32 || to == f64;
     if (to == bool_)
       return ff ? b_.CreateFCmpUNE(x, fconst(x->getType(), 0)) : b_.CreateICmpNE(x, zero(from));
-    if (from == bool_) return tf ? b_.CreateUIToFP(x, rt) : b_.CreateZExt(x, rt);
+    const bool unsigned_from = from == bool_ || from == u8;
     if (ff && tf) return b_.CreateFPCast(x, rt);
-    if (!ff && tf) return b_.CreateSIToFP(x, rt);
-    if (ff && !tf)
-      return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {rt, x->getType()}, {x});
-    return b_.CreateSExtOrTrunc(x, rt);
+    if (!ff && tf) return unsigned_from ? b_.CreateUIToFP(x, rt) : b_.CreateSIToFP(x, rt);
+    if (ff && !tf) {
+      auto saturating = to == u8 ? llvm::Intrinsic::fptoui_sat : llvm::Intrinsic::fptosi_sat;
+      return b_.CreateIntrinsic(saturating, {rt, x->getType()}, {x});
+    }
+    return unsigned_from ? b_.CreateZExtOrTrunc(x, rt) : b_.CreateSExtOrTrunc(x, rt);
   }
 
   // ---- f32 approximations (see the file comment) ----

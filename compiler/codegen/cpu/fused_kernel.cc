@@ -63,6 +63,9 @@ bool is_compare(EltOp op) { return op >= EltOp::kEq && op <= EltOp::kGe; }
 bool supported_dtype(DType t) {
   return t == f32 || t == f64 || t == i32 || t == i64 || t == bool_;
 }
+// 8-bit integers are loaded, stored and converted, not computed on: enough to fuse the u8
+// pixels -> f32 conversion that starts most image pipelines into the arithmetic after it.
+bool storage_dtype(DType t) { return supported_dtype(t) || t == u8 || t == i8; }
 
 [[noreturn]] void fail(const FusedSubgraph& sg, const std::string& msg,
                        ErrorCode code = ErrorCode::kInvalidArgument) {
@@ -73,12 +76,12 @@ bool supported_dtype(DType t) {
 DType result_dtype(const FusedSubgraph& sg, EltOp op, const std::vector<DType>& ts, DType to) {
   const char* name = elt_op_name(op);
   for (DType t : ts) {
-    if (!supported_dtype(t))
+    if (!(op == EltOp::kConvert ? storage_dtype(t) : supported_dtype(t)))
       fail(sg, std::string(name) + ": dtype " + dtype_name(t) + " is not supported",
            ErrorCode::kUnimplemented);
   }
   if (op == EltOp::kConvert) {
-    if (!supported_dtype(to))
+    if (!storage_dtype(to))
       fail(sg, std::string("convert: dtype ") + dtype_name(to) + " is not supported",
            ErrorCode::kUnimplemented);
     return to;
@@ -237,7 +240,7 @@ void FusedSubgraph::validate() const {
   if (inputs.empty()) fail(*this, "a fused subgraph needs at least one input");
   if (outputs.empty()) fail(*this, "a fused subgraph needs at least one output");
   for (const Input& in : inputs) {
-    if (!supported_dtype(in.dtype))
+    if (!storage_dtype(in.dtype))
       fail(*this, std::string("input dtype ") + dtype_name(in.dtype) + " is not supported",
            ErrorCode::kUnimplemented);
     if (!is_fully_defined(in.shape))
