@@ -416,17 +416,17 @@ TEST(CpuCodegen, SelectAndClamp) {
 // converts (u8 unsigned: 200 -> 200.0, 300.7 -> 255, -3 -> 0, i64 1000 -> 232).
 TEST(CpuCodegen, ConvertAllPairs) {
   const DType types[] = {f32, f64, i32, i64, bool_, u8, i8};
-  std::vector<double> v = {0.0, -0.0, 1.5, -1.5, 2.5, -7.9, 3e9, -3e9, 1e20, -1e20, kNaN, kInf,
-                           -kInf, 12345.678, 1.0, 200.0, 300.7, -3.0, 127.9, -128.5};
+  std::vector<double> v = {0.0,  -0.0, 1.5,   -1.5,      2.5, -7.9,  3e9,   -3e9, 1e20,  -1e20,
+                           kNaN, kInf, -kInf, 12345.678, 1.0, 200.0, 300.7, -3.0, 127.9, -128.5};
   for (DType from : types) {
     for (DType to : types) {
       Case c;
       const int64_t lo = from == u8 ? 0 : from == i8 ? -128 : -1000;
       const int64_t hi = from == u8 ? 255 : from == i8 ? 127 : 1000;
-      Tensor in = (from == i32 || from == i64 || from == bool_ || from == u8 || from == i8)
-                      ? random_tensor(from, {19}, static_cast<double>(lo),
-                                      static_cast<double>(hi), 2)
-                      : Tensor::from_vector(v).to(from);
+      Tensor in =
+          (from == i32 || from == i64 || from == bool_ || from == u8 || from == i8)
+              ? random_tensor(from, {19}, static_cast<double>(lo), static_cast<double>(hi), 2)
+              : Tensor::from_vector(v).to(from);
       int x = c.input(in);
       c.output(c.op(EltOp::kConvert, {x}, to));
       c.check(kExact, std::string("convert ") + dtype_name(from) + "->" + dtype_name(to));
