@@ -165,31 +165,15 @@ void fit_from_shuffled_tensors(benchmark::State& state) {
   });
 }
 
-BENCHMARK(fit_from_tensors)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->MinTime(1.0)
-    ->Repetitions(3);
-BENCHMARK(fit_from_shuffled_tensors)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->MinTime(1.0)
-    ->Repetitions(3);
-BENCHMARK(fit_from_trainer_pipeline)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->MinTime(1.0)
-    ->Repetitions(3);
-BENCHMARK(fit_from_vectorized_pipeline)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->MinTime(1.0)
-    ->Repetitions(3);
-BENCHMARK(fit_from_per_record_pipeline)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->MinTime(1.0)
-    ->Repetitions(3);
+// Each fit benchmark: at least a second per repetition, 3 repetitions (best of them kept).
+void fit_settings(benchmark::internal::Benchmark* b) {
+  b->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0)->Repetitions(3);
+}
+BENCHMARK(fit_from_tensors)->Apply(fit_settings);
+BENCHMARK(fit_from_shuffled_tensors)->Apply(fit_settings);
+BENCHMARK(fit_from_trainer_pipeline)->Apply(fit_settings);
+BENCHMARK(fit_from_vectorized_pipeline)->Apply(fit_settings);
+BENCHMARK(fit_from_per_record_pipeline)->Apply(fit_settings);
 
 class RatioReporter : public benchmark::ConsoleReporter {
  public:

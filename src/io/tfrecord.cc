@@ -239,10 +239,11 @@ RecordReader::~RecordReader() = default;
 RecordReader::RecordReader(RecordReader&&) noexcept = default;
 RecordReader& RecordReader::operator=(RecordReader&&) noexcept = default;
 
-bool RecordReader::next(std::string& record) {
+bool RecordReader::next_or_skip(std::string& record,
+                                const std::function<uint8_t*(size_t)>* allocate) {
   if (!state_) throw Error(ErrorCode::kFailedPrecondition, "RecordReader: used after a move");
   try {
-    return state_->next(record);
+    return state_->next(record, allocate);
   } catch (const Error& e) {
     // A corrupt compressed stream or a read error: nothing after it can be trusted.
     if (!state_->options.skip_corrupt || e.code() != ErrorCode::kDataLoss) throw;
@@ -253,17 +254,11 @@ bool RecordReader::next(std::string& record) {
   }
 }
 
+bool RecordReader::next(std::string& record) { return next_or_skip(record, nullptr); }
+
 bool RecordReader::next_into(const std::function<uint8_t*(size_t)>& allocate) {
   if (!state_) throw Error(ErrorCode::kFailedPrecondition, "RecordReader: used after a move");
-  try {
-    return state_->next(state_->scratch, &allocate);
-  } catch (const Error& e) {
-    if (!state_->options.skip_corrupt || e.code() != ErrorCode::kDataLoss) throw;
-    ++state_->corrupt_records;
-    state_->last_corruption = e.what();
-    state_->done = true;
-    return false;
-  }
+  return next_or_skip(state_->scratch, &allocate);
 }
 
 std::optional<std::string> RecordReader::next() {

@@ -21,6 +21,16 @@ uint32_t reference_crc32c(const uint8_t* p, size_t n) {
   return ~c;
 }
 
+// n bytes of a linear congruential generator's high bits.
+std::vector<uint8_t> pseudo_random_bytes(size_t n, uint32_t state) {
+  std::vector<uint8_t> data(n);
+  for (uint8_t& b : data) {
+    state = state * 1103515245u + 12345u;
+    b = static_cast<uint8_t>(state >> 16);
+  }
+  return data;
+}
+
 TEST(Crc32c, CheckValueOf123456789) { EXPECT_EQ(crc32c::value("123456789"), 0xe3069283u); }
 
 TEST(Crc32c, Rfc3720TestVectors) {
@@ -57,12 +67,7 @@ TEST(Crc32c, MaskedCrcsOfAKnownRecord) {
 }
 
 TEST(Crc32c, MatchesBitwiseReferenceAtEveryLengthAndAlignment) {
-  std::vector<uint8_t> data(300);
-  uint32_t state = 12345;
-  for (uint8_t& b : data) {
-    state = state * 1103515245u + 12345u;
-    b = static_cast<uint8_t>(state >> 16);
-  }
+  const std::vector<uint8_t> data = pseudo_random_bytes(300, 12345);
   for (size_t start = 0; start < 9; ++start) {
     for (size_t n = 0; start + n <= data.size(); n += (n < 40 ? 1 : 37)) {
       ASSERT_EQ(crc32c::value(data.data() + start, n), reference_crc32c(data.data() + start, n))
@@ -74,12 +79,7 @@ TEST(Crc32c, MatchesBitwiseReferenceAtEveryLengthAndAlignment) {
 // Lengths around multiples of the three 256-byte blocks that long data runs as, at every
 // alignment, from a fresh and from a running CRC.
 TEST(Crc32c, MatchesBitwiseReferenceForLongData) {
-  std::vector<uint8_t> data(4000);
-  uint32_t state = 777;
-  for (uint8_t& b : data) {
-    state = state * 1103515245u + 12345u;
-    b = static_cast<uint8_t>(state >> 16);
-  }
+  const std::vector<uint8_t> data = pseudo_random_bytes(4000, 777);
   for (size_t start = 0; start < 9; ++start) {
     for (size_t n : {767, 768, 769, 775, 776, 808, 1535, 1536, 1543, 2304, 3000, 3990}) {
       ASSERT_EQ(crc32c::value(data.data() + start, n), reference_crc32c(data.data() + start, n))

@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -123,6 +125,12 @@ bool eventually(Done done) {
   return done();
 }
 
+// An idle work step that calls `body` the first time and does nothing after.
+std::function<bool()> first_call_only(std::function<bool()> body) {
+  auto called = std::make_shared<std::atomic<bool>>(false);
+  return [called, body = std::move(body)] { return !called->exchange(true) && body(); };
+}
+
 TEST(IdleWork, RunsOnWorkersUntilNothingIsLeft) {
   ThreadPool pool(3);
   std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the workers fall asleep
@@ -165,16 +173,13 @@ TEST(IdleWork, WakeBringsASleepingWorkerBack) {
 TEST(IdleWork, BusyWorkerHoldsUpNoParallelFor) {
   ThreadPool pool(2);
   std::atomic<bool> in_step{false}, released{false};
-  std::atomic<int> steps{0};
-  IdleWork work(
-      [&] {
-        if (steps.fetch_add(1) > 0) return false;
-        in_step = true;
-        const bool in_time = eventually([&] { return released.load(); });
-        in_step = false;
-        return in_time;
-      },
-      pool);
+  IdleWork work(first_call_only([&] {
+                  in_step = true;
+                  const bool in_time = eventually([&] { return released.load(); });
+                  in_step = false;
+                  return in_time;
+                }),
+                pool);
   ASSERT_TRUE(eventually([&] { return in_step.load(); }));
   for (int i = 0; i < 50; ++i) expect_each_index_once(pool, 1000, 1);
   released = true;
@@ -186,19 +191,16 @@ TEST(IdleWork, BusyWorkerHoldsUpNoParallelFor) {
 TEST(IdleWork, YieldingIdleWorkRunsQueuedChunks) {
   ThreadPool pool(2);
   std::atomic<bool> in_step{false}, released{false};
-  std::atomic<int> steps{0};
-  IdleWork work(
-      [&] {
-        if (steps.fetch_add(1) > 0) return false;
-        in_step = true;
-        while (!released) {
-          ThreadPool::yield_to_tasks();
-          std::this_thread::sleep_for(std::chrono::microseconds(100));
-        }
-        in_step = false;
-        return true;
-      },
-      pool);
+  IdleWork work(first_call_only([&] {
+                  in_step = true;
+                  while (!released) {
+                    ThreadPool::yield_to_tasks();
+                    std::this_thread::sleep_for(std::chrono::microseconds(100));
+                  }
+                  in_step = false;
+                  return true;
+                }),
+                pool);
   ASSERT_TRUE(eventually([&] { return in_step.load(); }));
   std::atomic<bool> second_done{false}, second_on_worker{false}, first_saw_second{false};
   pool.parallel_for(2, 1, [&](int64_t begin, int64_t) {
@@ -221,21 +223,18 @@ TEST(IdleWork, YieldingIdleWorkRunsQueuedChunks) {
 // queued tasks between them), still covering every index once.
 TEST(IdleWork, ParallelForInsideRunsInGrainSizedPieces) {
   ThreadPool pool(2);
-  std::atomic<int> steps{0};
   std::atomic<bool> done{false};
   std::vector<std::pair<int64_t, int64_t>> pieces;
   std::vector<int> hits(100, 0);
-  IdleWork work(
-      [&] {
-        if (steps.fetch_add(1) > 0) return false;
-        pool.parallel_for(100, 30, [&](int64_t begin, int64_t end) {
-          pieces.emplace_back(begin, end);
-          for (int64_t i = begin; i < end; ++i) ++hits[static_cast<size_t>(i)];
-        });
-        done = true;
-        return true;
-      },
-      pool);
+  IdleWork work(first_call_only([&] {
+                  pool.parallel_for(100, 30, [&](int64_t begin, int64_t end) {
+                    pieces.emplace_back(begin, end);
+                    for (int64_t i = begin; i < end; ++i) ++hits[static_cast<size_t>(i)];
+                  });
+                  done = true;
+                  return true;
+                }),
+                pool);
   ASSERT_TRUE(eventually([&] { return done.load(); }));
   EXPECT_EQ(pieces,
             (std::vector<std::pair<int64_t, int64_t>>{{0, 30}, {30, 60}, {60, 90}, {90, 100}}));

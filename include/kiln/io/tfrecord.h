@@ -113,6 +113,10 @@ class RecordReader {
   Iterator end() { return Iterator(); }
 
  private:
+  // Reads into `record`, or through `allocate` (see next_into); with skip_corrupt, an error
+  // that loses the framing ends the file, counted.
+  bool next_or_skip(std::string& record, const std::function<uint8_t*(size_t)>* allocate);
+
   struct State;
   std::unique_ptr<State> state_;
 };
