@@ -145,25 +145,17 @@ data::Element preloaded() {
   return *it.next();
 }
 
-void fit_from_tensors(benchmark::State& state) {
+void fit_from_tensors(benchmark::State& state, bool shuffle) {
   data::Element all = preloaded();
   auto model = mlp();
   timed(state, [&](nn::FitOptions o) {
     o.batch_size = kBatch;
-    o.shuffle = false;
+    o.shuffle = shuffle;
     model->fit(all[0], all[1], o);
   });
 }
-
-void fit_from_shuffled_tensors(benchmark::State& state) {
-  data::Element all = preloaded();
-  auto model = mlp();
-  timed(state, [&](nn::FitOptions o) {
-    o.batch_size = kBatch;
-    o.shuffle = true;
-    model->fit(all[0], all[1], o);
-  });
-}
+void fit_from_tensors(benchmark::State& state) { fit_from_tensors(state, false); }
+void fit_from_shuffled_tensors(benchmark::State& state) { fit_from_tensors(state, true); }
 
 // Each fit benchmark: at least a second per repetition, 3 repetitions (best of them kept).
 void fit_settings(benchmark::internal::Benchmark* b) {
