@@ -550,6 +550,48 @@ TEST(DatasetPrefetch, InputWithThreadsIsReadByThePrefetchThreadOnly) {
   EXPECT_EQ(on_worker.load(), 0);
 }
 
+// Prefetch iterators that pool workers fill, destroyed at every point of an epoch while
+// another thread keeps the pool busy with parallel_for (a training step's kernels): no hang,
+// every element in order, and nothing runs once the iterators are gone.
+TEST(DatasetPrefetch, PooledIteratorsComeAndGoWhileThePoolComputes) {
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> sums{0};
+  std::thread step([&] {
+    while (!stop) {
+      std::atomic<int64_t> sum{0};
+      runtime::parallel_for(4096, 256, [&](int64_t b, int64_t e) {
+        int64_t local = 0;
+        for (int64_t i = b; i < e; ++i) local += i;
+        sum += local;
+      });
+      if (sum.load() == 4096 * 4095 / 2) sums.fetch_add(1);
+    }
+  });
+  std::atomic<int64_t> calls{0};
+  Dataset ds = range(300)
+                   .map([&](Element e) {
+                     ++calls;
+                     if (e[0].item<int64_t>() % 4 == 0) jitter(1);  // ~0.4 ms
+                     return e;
+                   })
+                   .batch(4)
+                   .prefetch(3);
+  for (int round = 0; round < 100; ++round) {
+    Iterator it = ds.begin_epoch(round);
+    for (int64_t i = 0; i < round % 8; ++i) {
+      std::optional<Element> batch = it.next();
+      ASSERT_TRUE(batch.has_value());
+      EXPECT_EQ((*batch)[0].to_vector<int64_t>()[0], 4 * i) << "round " << round;
+    }
+  }
+  const int64_t after = calls.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(calls.load(), after);
+  stop = true;
+  step.join();
+  EXPECT_GT(sums.load(), 0);
+}
+
 // An error raised while a pool worker produces reaches the consumer at its position.
 TEST(DatasetPrefetch, ErrorFromAPoolWorkerReachesTheConsumerInOrder) {
   for (int round = 0; round < 20; ++round) {
