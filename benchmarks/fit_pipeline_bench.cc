@@ -6,7 +6,9 @@
 //  - per-record: TFRecord -> map(parse one record, 2) -> batch(64) -> prefetch(2);
 //  - the TFRecord trainer's (examples/fashion_mnist_tfrecord_mlp): the vectorized pipeline with
 //    shuffle(10000) of the serialized records first, against pre-loaded tensors that fit
-//    shuffles too.
+//    shuffles too;
+//  - the in-memory trainers' (examples/common/trainer.h): from_tensors -> shuffle -> batch ->
+//    prefetch, against the same shuffled tensors.
 // Each fit is one epoch. Two times are kept: the step time in the steady state (from the end
 // of the first step to the end of the last, per step: what the target, within 5%,
 // is about: prefetch hiding the input while the model trains), and the whole epoch, which also
@@ -145,6 +147,20 @@ data::Element preloaded() {
   return *it.next();
 }
 
+// The in-memory trainers' pipeline (examples/common/trainer.h): tensors sliced into elements,
+// shuffled, batched again and prefetched.
+void fit_from_sliced_tensors(benchmark::State& state) {
+  data::Element all = preloaded();
+  auto model = mlp();
+  timed(state, [&](const nn::FitOptions& o) {
+    model->fit(data::Dataset::from_tensors({all[0], all[1]})
+                   .shuffle(kRecords, 1)
+                   .batch(kBatch)
+                   .prefetch(data::kAutotune),
+               o);
+  });
+}
+
 void fit_from_tensors(benchmark::State& state, bool shuffle) {
   data::Element all = preloaded();
   auto model = mlp();
@@ -164,6 +180,7 @@ void fit_settings(benchmark::internal::Benchmark* b) {
 BENCHMARK(fit_from_tensors)->Apply(fit_settings);
 BENCHMARK(fit_from_shuffled_tensors)->Apply(fit_settings);
 BENCHMARK(fit_from_trainer_pipeline)->Apply(fit_settings);
+BENCHMARK(fit_from_sliced_tensors)->Apply(fit_settings);
 BENCHMARK(fit_from_vectorized_pipeline)->Apply(fit_settings);
 BENCHMARK(fit_from_per_record_pipeline)->Apply(fit_settings);
 
@@ -218,6 +235,8 @@ int main(int argc, char** argv) {
   print_ratio("per-record pipeline (map(parse, 2) -> batch)", "fit_from_per_record_pipeline");
   print_ratio("TFRecord trainer's pipeline (shuffle -> ragged_batch -> parse_example)",
               "fit_from_trainer_pipeline", "fit_from_shuffled_tensors");
+  print_ratio("in-memory trainers' pipeline (from_tensors -> shuffle -> batch)",
+              "fit_from_sliced_tensors", "fit_from_shuffled_tensors");
   // For benchmarks/run.sh: e.g. RESULT fit_vectorized_pipeline_step_us=...
   for (const auto& [name, best] : g_best) {
     const std::string key = name.substr(std::string("fit_from_").size());

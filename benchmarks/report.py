@@ -59,6 +59,10 @@ RATIOS = {
     "fit_trainer_pipeline_vs_tensors": ratio(
         "<= 1.05", "fit_trainer_pipeline_step_us", "fit_shuffled_tensors_step_us",
         "fit_trainer_pipeline_epoch_ms", "fit_shuffled_tensors_epoch_ms"),
+    # The in-memory trainers' from_tensors -> shuffle -> batch -> prefetch.
+    "fit_in_memory_pipeline_vs_tensors": ratio(
+        "<= 1.05", "fit_sliced_tensors_step_us", "fit_shuffled_tensors_step_us",
+        "fit_sliced_tensors_epoch_ms", "fit_shuffled_tensors_epoch_ms"),
 }
 
 LINE = re.compile(r"^RESULT (\w+)=(\S+)(?: reason=(.*))?$")

@@ -47,6 +47,11 @@ std::string describe_file(const std::string& path) {
          std::to_string(st.st_mtim.tv_nsec);
 }
 
+Element DatasetNode::element_at(int64_t) const {
+  throw Error(ErrorCode::kInternal,
+              "Dataset: element_at on a node without random access (" + describe() + ")");
+}
+
 namespace {
 
 class EmptyNode : public DatasetNode {
@@ -149,55 +154,90 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// The buffer algorithm of tf.data's shuffle, over items of type T read by `read` (nullopt at
+// the end): keep the buffer full, hand out a random slot, and fill the slot with the next item
+// (or, once the input has ended, with the last slot).
+template <class T>
+class ShuffleBuffer {
+ public:
+  ShuffleBuffer(size_t capacity, uint64_t seed) : capacity_(capacity), rng_(seed) {
+    buffer_.reserve(std::min<size_t>(capacity, size_t{1} << 16));  // no regrowth copies
+  }
+  template <class Read>
+  std::optional<T> next(Read&& read) {
+    while (!input_done_ && buffer_.size() < capacity_) {
+      std::optional<T> item = read();
+      if (!item) {
+        input_done_ = true;
+        break;
+      }
+      buffer_.push_back(std::move(*item));
+    }
+    if (buffer_.empty()) return std::nullopt;
+    // Multiply-shift maps a 64-bit draw onto [0, size) the same way on every platform.
+    auto slot =
+        static_cast<size_t>((static_cast<unsigned __int128>(rng_()) * buffer_.size()) >> 64);
+    T out = std::move(buffer_[slot]);
+    std::optional<T> refill;
+    if (!input_done_) {
+      refill = read();
+      if (!refill) input_done_ = true;
+    }
+    if (refill) {
+      buffer_[slot] = std::move(*refill);
+    } else {
+      buffer_[slot] = std::move(buffer_.back());
+      buffer_.pop_back();
+    }
+    return out;
+  }
+
+ private:
+  size_t capacity_;
+  std::mt19937_64 rng_;
+  std::vector<T> buffer_;
+  bool input_done_ = false;
+};
+
 class ShuffleNode : public DatasetNode {
  public:
   ShuffleNode(NodePtr input, int64_t buffer_size, uint64_t seed, bool reshuffle)
       : input_(std::move(input)), buffer_size_(buffer_size), seed_(seed), reshuffle_(reshuffle) {}
 
   std::unique_ptr<IteratorImpl> make_iterator(int64_t epoch) const override {
-    // The buffer algorithm of tf.data: keep the buffer full, hand out a random slot, and fill
-    // the slot with the next element (or, once the input has ended, with the last slot).
-    struct It : IteratorImpl {
+    uint64_t epoch_key = reshuffle_ ? static_cast<uint64_t>(epoch) : 0;
+    const uint64_t seed = splitmix64(seed_ ^ splitmix64(epoch_key ^ 0x5348554646ull));
+    const auto capacity = static_cast<size_t>(buffer_size_);
+    if (input_->random_access()) {
+      // An in-memory source: the buffer holds indices, and only the elements handed out are
+      // made (filling a buffer as large as the data made every element before the first).
+      struct Indices : IteratorImpl {
+        NodePtr input;
+        int64_t size = 0, next_index = 0;
+        ShuffleBuffer<int64_t> buffer;
+        Indices(NodePtr in, size_t capacity, uint64_t seed)
+            : input(std::move(in)), size(input->cardinality()), buffer(capacity, seed) {}
+        std::optional<Element> next() override {
+          std::optional<int64_t> i = buffer.next([&]() -> std::optional<int64_t> {
+            if (next_index == size) return std::nullopt;
+            return next_index++;
+          });
+          if (!i) return std::nullopt;
+          return input->element_at(*i);
+        }
+      };
+      return std::make_unique<Indices>(input_, capacity, seed);
+    }
+    struct Elements : IteratorImpl {
       std::unique_ptr<IteratorImpl> input;
-      size_t capacity = 0;
-      std::mt19937_64 rng;
-      std::vector<Element> buffer;
-      bool input_done = false;
+      ShuffleBuffer<Element> buffer;
+      Elements(std::unique_ptr<IteratorImpl> in, size_t capacity, uint64_t seed)
+          : input(std::move(in)), buffer(capacity, seed) {}
       std::optional<Element> next() override {
-        while (!input_done && buffer.size() < capacity) {
-          std::optional<Element> e = input->next();
-          if (!e) {
-            input_done = true;
-            break;
-          }
-          buffer.push_back(std::move(*e));
-        }
-        if (buffer.empty()) return std::nullopt;
-        // Multiply-shift maps a 64-bit draw onto [0, size) the same way on every platform.
-        auto slot =
-            static_cast<size_t>((static_cast<unsigned __int128>(rng()) * buffer.size()) >> 64);
-        Element out = std::move(buffer[slot]);
-        std::optional<Element> refill;
-        if (!input_done) {
-          refill = input->next();
-          if (!refill) input_done = true;
-        }
-        if (refill) {
-          buffer[slot] = std::move(*refill);
-        } else {
-          buffer[slot] = std::move(buffer.back());
-          buffer.pop_back();
-        }
-        return out;
+        return buffer.next([&] { return input->next(); });
       }
     };
-    auto it = std::make_unique<It>();
-    it->input = input_->make_iterator(epoch);
-    it->capacity = static_cast<size_t>(buffer_size_);
-    it->buffer.reserve(std::min<size_t>(it->capacity, size_t{1} << 16));  // no regrowth copies
-    uint64_t epoch_key = reshuffle_ ? static_cast<uint64_t>(epoch) : 0;
-    it->rng.seed(splitmix64(seed_ ^ splitmix64(epoch_key ^ 0x5348554646ull)));
-    return it;
+    return std::make_unique<Elements>(input_->make_iterator(epoch), capacity, seed);
   }
   int64_t cardinality() const override { return input_->cardinality(); }
   bool waits_on_threads() const override { return input_->waits_on_threads(); }

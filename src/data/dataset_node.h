@@ -34,6 +34,10 @@ class DatasetNode {
   // Whether making its elements may wait for threads of the pipeline's own (a parallel map or
   // a prefetch, here or upstream): such a pipeline is not read by the compute pool's workers.
   virtual bool waits_on_threads() const { return false; }
+  // Whether element_at(i) gives the i-th element of every epoch directly (an in-memory
+  // source), so that shuffle can keep indices in its buffer instead of elements.
+  virtual bool random_access() const { return false; }
+  virtual Element element_at(int64_t index) const;
 };
 
 [[noreturn]] inline void invalid(const std::string& message) {

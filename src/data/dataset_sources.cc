@@ -19,35 +19,39 @@ namespace {
 
 // ---- from_tensors ----
 
-class TensorSliceNode : public DatasetNode {
+class TensorSliceNode : public DatasetNode, public std::enable_shared_from_this<TensorSliceNode> {
  public:
   explicit TensorSliceNode(std::vector<Tensor> tensors) : tensors_(std::move(tensors)) {}
 
   std::unique_ptr<IteratorImpl> make_iterator(int64_t) const override {
     struct It : IteratorImpl {
-      std::vector<Tensor> tensors;
+      const TensorSliceNode* node;
+      std::shared_ptr<const DatasetNode> keep;  // the node outlives the iterator
       int64_t index = 0;
       std::optional<Element> next() override {
-        if (index >= tensors[0].dim(0)) return std::nullopt;
-        Element e;
-        e.reserve(tensors.size());
-        for (const Tensor& t : tensors) {
-          Shape row_shape(t.shape().begin() + 1, t.shape().end());
-          size_t row_bytes = t.nbytes() / static_cast<size_t>(t.dim(0));
-          const auto* base = static_cast<const uint8_t*>(t.raw_data());
-          e.push_back(Tensor::from_bytes(t.dtype(), std::move(row_shape),
-                                         row_bytes ? base + index * row_bytes : nullptr,
-                                         row_bytes));
-        }
-        ++index;
-        return e;
+        if (index >= node->cardinality()) return std::nullopt;
+        return node->element_at(index++);
       }
     };
     auto it = std::make_unique<It>();
-    it->tensors = tensors_;
+    it->node = this;
+    it->keep = shared_from_this();
     return it;
   }
   int64_t cardinality() const override { return tensors_[0].dim(0); }
+  bool random_access() const override { return true; }
+  Element element_at(int64_t index) const override {
+    Element e;
+    e.reserve(tensors_.size());
+    for (const Tensor& t : tensors_) {
+      Shape row_shape(t.shape().begin() + 1, t.shape().end());
+      size_t row_bytes = t.nbytes() / static_cast<size_t>(t.dim(0));
+      const auto* base = static_cast<const uint8_t*>(t.raw_data());
+      e.push_back(Tensor::from_bytes(t.dtype(), std::move(row_shape),
+                                     row_bytes ? base + index * row_bytes : nullptr, row_bytes));
+    }
+    return e;
+  }
   std::string describe() const override {
     // Hashing the data is the cost of a fingerprint that notices changed tensors; it is paid
     // once, and only by a pipeline with a cache file.

@@ -313,6 +313,33 @@ TEST(DatasetShuffle, ReshufflesAcrossEpochsAndSeeds) {
   EXPECT_EQ(scalars(fixed, 5), scalars(ds, 0));
 }
 
+// Over an in-memory source shuffle keeps indices in its buffer and makes only the elements it
+// hands out; the order is exactly that of the buffer of elements (a map in between hides the
+// random access), for every buffer size, seed, epoch and reshuffle setting.
+TEST(DatasetShuffle, IndexBufferGivesTheElementBufferOrder) {
+  const Dataset in_memory = range(100);
+  const Dataset streamed = range(100).map([](Element e) { return e; });
+  for (int64_t buffer : {1, 2, 7, 37, 99, 100, 101, 1000}) {
+    for (uint64_t seed : {0u, 5u}) {
+      for (bool reshuffle : {true, false}) {
+        for (int64_t epoch : {0, 1, 2}) {
+          ASSERT_EQ(scalars(in_memory.shuffle(buffer, seed, reshuffle), epoch),
+                    scalars(streamed.shuffle(buffer, seed, reshuffle), epoch))
+              << "buffer " << buffer << " seed " << seed << " epoch " << epoch;
+        }
+      }
+    }
+  }
+  // Rows of several components come whole.
+  Tensor x = Tensor::from_vector(std::vector<float>{0, 1, 2, 3, 4, 5}, {3, 2});
+  Tensor y = Tensor::from_vector(std::vector<int64_t>{10, 11, 12});
+  for (const Element& e : collect(Dataset::from_tensors({x, y}).shuffle(3, 1))) {
+    const int64_t row = e[1].item<int64_t>() - 10;
+    EXPECT_EQ(e[0].to_vector<float>(), (std::vector<float>{2.0f * static_cast<float>(row),
+                                                           2.0f * static_cast<float>(row) + 1}));
+  }
+}
+
 TEST(DatasetShuffle, ElementsComeOnlyFromTheBuffer) {
   // With a buffer of k, output position i holds one of the first i + k inputs; a buffer of 1
   // changes nothing.
