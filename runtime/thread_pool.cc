@@ -30,6 +30,8 @@ constexpr auto kCallerSpin = std::chrono::microseconds(2000);
 // kernels of a step follow each other within a few microseconds, and a worker busy with idle
 // work leaves the caller to run the next kernel's chunks alone.
 constexpr auto kIdleWorkDelay = std::chrono::microseconds(3);
+// A parallel_for inside idle work runs in at most this many pieces, yielding between them.
+constexpr int64_t kIdlePieces = 16;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -216,10 +218,11 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   int64_t chunks = std::min<int64_t>(impl_->num_threads, (n + grain - 1) / grain);
   if (chunks <= 1 || t_inside_pool || t_serial) {
     if (t_idle_pool != nullptr && n > grain) {
-      // Idle work's kernels (the input pipeline's, on a worker) pause between grain-sized
-      // pieces for the tasks queued meanwhile.
-      for (int64_t begin = 0; begin < n; begin += grain) {
-        fn(begin, std::min(n, begin + grain));
+      // Idle work's kernels (the input pipeline's, on a worker) pause between pieces (at
+      // least grain long, at most kIdlePieces of them) for the tasks queued meanwhile.
+      const int64_t piece = std::max(grain, (n + kIdlePieces - 1) / kIdlePieces);
+      for (int64_t begin = 0; begin < n; begin += piece) {
+        fn(begin, std::min(n, begin + piece));
         yield_to_tasks();
       }
       return;

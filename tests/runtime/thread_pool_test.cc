@@ -219,16 +219,19 @@ TEST(IdleWork, YieldingIdleWorkRunsQueuedChunks) {
   ThreadPool::yield_to_tasks();  // outside idle work: nothing to do, returns
 }
 
-// Inside idle work parallel_for runs on the worker in grain-sized pieces (with a pause for
-// queued tasks between them), still covering every index once.
-TEST(IdleWork, ParallelForInsideRunsInGrainSizedPieces) {
+// Inside idle work parallel_for runs on the worker in pieces (with a pause for queued tasks
+// between them): each at least grain long, at most 16 of them, every index covered once.
+TEST(IdleWork, ParallelForInsideRunsInPieces) {
   ThreadPool pool(2);
   std::atomic<bool> done{false};
-  std::vector<std::pair<int64_t, int64_t>> pieces;
-  std::vector<int> hits(100, 0);
+  std::vector<std::pair<int64_t, int64_t>> pieces, many;
+  std::vector<int> hits(1000, 0);
   IdleWork work(first_call_only([&] {
                   pool.parallel_for(100, 30, [&](int64_t begin, int64_t end) {
                     pieces.emplace_back(begin, end);
+                  });
+                  pool.parallel_for(1000, 10, [&](int64_t begin, int64_t end) {
+                    many.emplace_back(begin, end);
                     for (int64_t i = begin; i < end; ++i) ++hits[static_cast<size_t>(i)];
                   });
                   done = true;
@@ -238,7 +241,8 @@ TEST(IdleWork, ParallelForInsideRunsInGrainSizedPieces) {
   ASSERT_TRUE(eventually([&] { return done.load(); }));
   EXPECT_EQ(pieces,
             (std::vector<std::pair<int64_t, int64_t>>{{0, 30}, {30, 60}, {60, 90}, {90, 100}}));
-  EXPECT_EQ(hits, std::vector<int>(100, 1));
+  EXPECT_EQ(many.size(), 16u);  // 1000 / 10 grains would be 100 pieces
+  EXPECT_EQ(hits, std::vector<int>(1000, 1));
 }
 
 TEST(IdleWork, EndsAfterTheRunningStepAndIsNeverCalledAgain) {
