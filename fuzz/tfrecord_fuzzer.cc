@@ -1,7 +1,8 @@
 // Fuzzes io::RecordReader. Input: one byte choosing the compression (low 2 bits: none, gzip,
 // zlib) and skip_corrupt (bit 2), then the file's bytes. Checks that reading ends in records
-// or kiln::Error (never a crash or another exception), and that an uncompressed file read
-// without corruption is exactly the framing of the records read.
+// or kiln::Error (never a crash or another exception), that an uncompressed file read
+// without corruption is exactly the framing of the records read, and that next_into (reading
+// into the caller's storage) gives the same records or the same error as next.
 #include <string>
 #include <vector>
 
@@ -40,6 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.skip_corrupt = (data[0] & 4) != 0;
   const std::string& path = file.write(data + 1, size - 1);
   std::vector<std::string> records;
+  std::string error;
   try {
     kiln::io::RecordReader reader(path, options);
     for (std::string record; reader.next(record);) records.push_back(std::move(record));
@@ -55,6 +57,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const kiln::Error& e) {
     kiln::fuzz::note(e);
     kiln::fuzz::check(!options.skip_corrupt || e.code() != kiln::ErrorCode::kDataLoss);
+    error = e.what();
   }
+  std::vector<std::string> direct;
+  std::string direct_error;
+  try {
+    kiln::io::RecordReader reader(path, options);
+    std::string storage;
+    auto allocate = [&](size_t n) {
+      storage.assign(n, '\0');
+      return reinterpret_cast<uint8_t*>(storage.data());
+    };
+    while (reader.next_into(allocate)) direct.push_back(storage);
+  } catch (const kiln::Error& e) {
+    direct_error = e.what();
+  }
+  kiln::fuzz::check(direct == records && direct_error == error);
   return 0;
 }
