@@ -79,29 +79,26 @@ struct ThreadPool::Impl {
   bool run_idle_work();
 };
 
-// One step of the first registered source (round robin) that is not already running and
-// has something to do; false when none had.
+// One step of the registered sources, taken round robin, skipping those another worker is
+// running, until one has done something; false when none had.
 bool ThreadPool::Impl::run_idle_work() {
   if (idle_count.load(std::memory_order_acquire) == 0) return false;
-  std::vector<std::pair<std::shared_ptr<IdleSource>, std::unique_lock<std::mutex>>> candidates;
-  {
-    std::lock_guard lock(idle_mu);
-    const size_t n = idle_sources.size();
-    for (size_t i = 0; i < n; ++i) {
-      const std::shared_ptr<IdleSource>& source = idle_sources[(idle_next + i) % n];
-      std::unique_lock running(source->running, std::try_to_lock);
-      if (running.owns_lock()) candidates.emplace_back(source, std::move(running));
+  for (int tried = 0, n = idle_count.load(); tried < n; ++tried) {
+    std::shared_ptr<IdleSource> source;
+    std::unique_lock<std::mutex> running;
+    {
+      // Taken under idle_mu: IdleWork's destructor, which takes the source off the list
+      // under it, then waits for `running`.
+      std::lock_guard lock(idle_mu);
+      if (idle_sources.empty()) return false;
+      source = idle_sources[idle_next++ % idle_sources.size()];
+      running = std::unique_lock(source->running, std::try_to_lock);
+      if (!running.owns_lock()) continue;
     }
-    if (n > 0) idle_next = (idle_next + 1) % n;
-  }
-  // Each candidate stays locked until it is tried or dropped: IdleWork's destructor, which
-  // has already taken it off the list, waits for that.
-  for (auto& [source, running] : candidates) {
     if (has_task()) return true;  // the pool's own tasks come first
     t_idle_pool = this;
     const bool did = source->step();
     t_idle_pool = nullptr;
-    running.unlock();
     if (did) return true;
   }
   return false;

@@ -25,8 +25,7 @@ class TensorSliceNode : public DatasetNode, public std::enable_shared_from_this<
 
   std::unique_ptr<IteratorImpl> make_iterator(int64_t) const override {
     struct It : IteratorImpl {
-      const TensorSliceNode* node;
-      std::shared_ptr<const DatasetNode> keep;  // the node outlives the iterator
+      std::shared_ptr<const TensorSliceNode> node;
       int64_t index = 0;
       std::optional<Element> next() override {
         if (index >= node->cardinality()) return std::nullopt;
@@ -34,8 +33,7 @@ class TensorSliceNode : public DatasetNode, public std::enable_shared_from_this<
       }
     };
     auto it = std::make_unique<It>();
-    it->node = this;
-    it->keep = shared_from_this();
+    it->node = shared_from_this();
     return it;
   }
   int64_t cardinality() const override { return tensors_[0].dim(0); }

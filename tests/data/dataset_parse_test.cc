@@ -13,6 +13,7 @@
 #include "kiln/io/example.h"
 #include "kiln/io/tfrecord.h"
 #include "kiln/kiln.h"
+#include "tests/testing/temp_dir.h"
 
 namespace kiln::data {
 namespace {
@@ -113,9 +114,7 @@ TEST(DatasetRaggedBatch, Errors) {
 class DatasetParseExample : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(testing::TempDir()) /
-           ("kiln_parse_" + std::to_string(getpid()) + "_" +
-            testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = testing_util::per_test_dir("kiln_parse");
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }

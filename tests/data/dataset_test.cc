@@ -23,6 +23,7 @@
 #include "kiln/io/tfrecord.h"
 #include "kiln/kiln.h"
 #include "runtime/thread_pool.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/values.h"
 
 namespace kiln::data {
@@ -80,9 +81,7 @@ void jitter(int64_t v) {
 class DatasetFiles : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(testing::TempDir()) /
-           ("kiln_dataset_" + std::to_string(getpid()) + "_" +
-            testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = testing_util::per_test_dir("kiln_dataset");
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

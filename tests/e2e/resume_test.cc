@@ -10,6 +10,7 @@
 
 #include "kiln/io/checkpoint.h"
 #include "tests/subprocess.h"
+#include "tests/testing/temp_dir.h"
 
 namespace kiln {
 namespace {
@@ -21,9 +22,7 @@ using testing_util::ProcessResult;
 class ResumeTest : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(testing::TempDir()) /
-           ("kiln_resume_" + std::to_string(getpid()) + "_" +
-            testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = testing_util::per_test_dir("kiln_resume");
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

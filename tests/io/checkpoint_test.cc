@@ -20,6 +20,7 @@
 #include "kiln/io/tfrecord.h"
 #include "kiln/ops.h"
 #include "src/io/proto/checkpoint.pb.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/values.h"
 
 namespace kiln::io {
@@ -33,9 +34,7 @@ using testing::HasSubstr;
 class CheckpointTest : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(testing::TempDir()) /
-           ("kiln_ckpt_" + std::to_string(getpid()) + "_" +
-            testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = testing_util::per_test_dir("kiln_ckpt");
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

@@ -19,6 +19,7 @@
 #include "src/io/proto/saved_model.pb.h"
 #include "tests/io/export_test_op.h"
 #include "tests/subprocess.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/values.h"
 
 namespace kiln::io {
@@ -62,9 +63,7 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 class SavedModelTest : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(testing::TempDir()) /
-           ("kiln_saved_model_" + std::to_string(getpid()) + "_" +
-            testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = testing_util::per_test_dir("kiln_saved_model");
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

@@ -21,6 +21,7 @@
 #include "kiln/kiln.h"
 #include "src/io/proto/event.pb.h"
 #include "src/io/proto/graph.pb.h"
+#include "tests/testing/temp_dir.h"
 
 namespace kiln {
 
@@ -43,9 +44,7 @@ using testing::HasSubstr;
 class Summary : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(testing::TempDir()) /
-           ("kiln_summary_" + std::to_string(getpid()) + "_" +
-            testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = testing_util::per_test_dir("kiln_summary");
     fs::remove_all(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/values.h"
 
 namespace kiln::io {
@@ -101,9 +102,7 @@ std::string zlib_stored(const std::string& data) {
 class TFRecord : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(testing::TempDir()) /
-           ("kiln_tfrecord_" + std::to_string(getpid()) + "_" +
-            testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = testing_util::per_test_dir("kiln_tfrecord");
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

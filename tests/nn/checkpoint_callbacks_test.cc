@@ -12,6 +12,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/testing/values.h"
 
 namespace kiln::nn {
@@ -82,9 +83,7 @@ class Interrupt : public Callback {
 class CheckpointCallbacks : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(testing::TempDir()) /
-           ("kiln_ckpt_cb_" + std::to_string(getpid()) + "_" +
-            testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = testing_util::per_test_dir("kiln_ckpt_cb");
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

@@ -21,6 +21,7 @@
 #include "kiln/nn.h"
 #include "src/io/proto/event.pb.h"
 #include "src/io/proto/graph.pb.h"
+#include "tests/testing/temp_dir.h"
 
 namespace kiln::nn {
 namespace {
@@ -85,9 +86,7 @@ class Recorder : public Callback {
 class TensorBoardTest : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(testing::TempDir()) /
-           ("kiln_tensorboard_" + std::to_string(getpid()) + "_" +
-            testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = testing_util::per_test_dir("kiln_tensorboard");
     fs::remove_all(dir_);
     // 64 points in 5 features, 3 classes by the sign pattern of two features.
     std::vector<float> xs(64 * 5);

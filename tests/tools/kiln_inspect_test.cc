@@ -11,6 +11,7 @@
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 #include "tests/subprocess.h"
+#include "tests/testing/temp_dir.h"
 
 namespace kiln {
 namespace {
@@ -21,9 +22,7 @@ using testing::HasSubstr;
 class KilnInspect : public testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(testing::TempDir()) /
-           ("kiln_inspect_" + std::to_string(getpid()) + "_" +
-            testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = testing_util::per_test_dir("kiln_inspect");
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
