@@ -2,15 +2,18 @@
 // kill, loading a model without the code that built it, command-line tools).
 #pragma once
 
+#include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 extern char** environ;
@@ -24,9 +27,10 @@ struct ProcessResult {
   bool killed_by(int signal) const { return WIFSIGNALED(status) && WTERMSIG(status) == signal; }
 };
 
-// Runs `argv` with extra environment variables, capturing its output in `log_path`.
-inline ProcessResult run_process(const std::vector<std::string>& argv, const std::string& log_path,
-                                 const std::map<std::string, std::string>& env = {}) {
+// Starts `argv` with extra environment variables, its stdout and stderr going to `log_path`.
+// Returns the child's pid, or -1 if it could not be started.
+inline pid_t spawn_process(const std::vector<std::string>& argv, const std::string& log_path,
+                           const std::map<std::string, std::string>& env = {}) {
   std::vector<std::string> env_strings;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
@@ -44,19 +48,46 @@ inline ProcessResult run_process(const std::vector<std::string>& argv, const std
   posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
                                    0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  ProcessResult result;
   pid_t pid;
   const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    result.status = -1;
-    result.output = "posix_spawn failed for " + argv[0];
-    return result;
+  return rc == 0 ? pid : -1;
+}
+
+// Waits for the child `pid` started by spawn_process and reads its output from `log_path`.
+inline ProcessResult wait_process(pid_t pid, const std::string& log_path) {
+  ProcessResult result;
+  while (waitpid(pid, &result.status, 0) < 0 && errno == EINTR) {
   }
-  waitpid(pid, &result.status, 0);
   std::ifstream in(log_path, std::ios::binary);
   result.output.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   return result;
+}
+
+// Waits until the output of the running child `pid` (in `log_path`) contains `text`: true then;
+// false if the child exits first or `timeout` passes. The child is left to wait_process.
+inline bool wait_for_output(pid_t pid, const std::string& log_path, const std::string& text,
+                            std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(log_path, std::ios::binary);
+    const std::string output{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    if (output.find(text) != std::string::npos) return true;
+    siginfo_t info{};
+    if (waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid) {
+      return false;  // exited (not reaped: WNOWAIT)
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  return false;
+}
+
+// Runs `argv` with extra environment variables, capturing its output in `log_path`.
+inline ProcessResult run_process(const std::vector<std::string>& argv, const std::string& log_path,
+                                 const std::map<std::string, std::string>& env = {}) {
+  const pid_t pid = spawn_process(argv, log_path, env);
+  if (pid < 0) return {.status = -1, .output = "posix_spawn failed for " + argv[0]};
+  return wait_process(pid, log_path);
 }
 
 }  // namespace kiln::testing_util

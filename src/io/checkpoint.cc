@@ -68,13 +68,77 @@ std::string random_hex16() {
   return s;
 }
 
-// KILN_FAULT_KILL_DURING_SAVE=<n>: true for the n-th save made while the variable is set.
-bool fault_armed_for_this_save() {
-  static std::atomic<int64_t> saves{0};
-  const char* env = std::getenv("KILN_FAULT_KILL_DURING_SAVE");
-  if (!env || !*env) return false;
-  return std::strtoll(env, nullptr, 10) == saves.fetch_add(1) + 1;
-}
+// The fault hook, for kill tests. KILN_FAULT_KILL_DURING_SAVE=<n>[:<stage>] SIGKILLs the process
+// at <stage> of the n-th save it makes while the variable is set (counting from 1; a
+// CheckpointManager save is one save). The stages, in the order a save passes them:
+enum class SaveStage {
+  kDataPartial,     // half of the data file written to its temp file (the default stage)
+  kDataWritten,     // all of it written, not yet renamed
+  kDataRenamed,     // the data file in place, no index names it yet
+  kIndexPartial,    // half of the index record written to the index's temp file
+  kIndexWritten,    // all of it written, not yet renamed
+  kIndexRenamed,    // the index renamed over the old one: the commit point
+  kStaleRemoved,    // this prefix's older data files and temp files removed: save_checkpoint done
+  kPointerPartial,  // CheckpointManager only: half of the pointer file's temp file written
+  kPointerWritten,  // all of it written, not yet renamed
+  kPointerRenamed,  // the pointer names the new checkpoint; dropped ones not yet removed
+  kOldRemoved,      // checkpoints beyond max_to_keep removed: the manager's save done
+};
+constexpr const char* kStageNames[] = {"data_partial",    "data_written",    "data_renamed",
+                                       "index_partial",   "index_written",   "index_renamed",
+                                       "stale_removed",   "pointer_partial", "pointer_written",
+                                       "pointer_renamed", "old_removed"};
+
+// The hook's state for one save. The variable is read once per save (one getenv beside the
+// save's fsyncs), so a test process can set it in a forked child.
+class SaveFault {
+ public:
+  static SaveFault for_next_save() {
+    const char* env = std::getenv("KILN_FAULT_KILL_DURING_SAVE");
+    if (!env || !*env) return {};
+    static std::atomic<int64_t> saves{0};
+    const std::string spec = env;
+    const size_t colon = spec.find(':');
+    const int64_t n = std::strtoll(spec.c_str(), nullptr, 10);
+    SaveFault fault;
+    fault.stage_ =
+        parse_stage(colon == std::string::npos ? "data_partial" : spec.substr(colon + 1));
+    fault.armed_ = n == saves.fetch_add(1) + 1;
+    return fault;
+  }
+
+  // Dies here if this save is armed for `stage`.
+  void at(SaveStage stage) const {
+    if (armed_ && stage == stage_) std::raise(SIGKILL);
+  }
+  // Arms `file` to die halfway through its `size` bytes if this save is armed for `stage`.
+  void partway(SaveStage stage, internal::OutputFile& file, uint64_t size) const {
+    if (armed_ && stage == stage_) file.kill_after(size / 2);
+  }
+  // For a file's last stage before its rename: its bytes reach the OS, then the hook may fire.
+  void before_rename(SaveStage stage, internal::OutputFile& file) const {
+    if (!armed_ || stage != stage_) return;
+    file.flush();
+    std::raise(SIGKILL);
+  }
+
+ private:
+  static SaveStage parse_stage(const std::string& name) {
+    std::string all;
+    for (size_t i = 0; i < std::size(kStageNames); ++i) {
+      if (name == kStageNames[i]) return static_cast<SaveStage>(i);
+      all += (i ? ", " : "") + std::string(kStageNames[i]);
+    }
+    fail(ErrorCode::kInvalidArgument,
+         "KILN_FAULT_KILL_DURING_SAVE: unknown stage '" + name + "' (stages: " + all + ")");
+  }
+
+  bool armed_ = false;
+  SaveStage stage_ = SaveStage::kDataPartial;
+};
+
+// The fault state of the CheckpointManager save in progress on this thread, for write_pointer.
+thread_local const SaveFault* manager_save_fault = nullptr;
 
 uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
@@ -186,8 +250,10 @@ std::vector<std::pair<int64_t, std::string>> numbered_checkpoints(const std::str
 
 // ---- save -----------------------------------------------------------------------------------
 
-std::string save_checkpoint(const std::string& path, const std::map<std::string, Tensor>& tensors,
-                            const Metadata& metadata) {
+namespace {
+
+std::string save_with_fault(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                            const Metadata& metadata, const SaveFault& fault) {
   const std::string prefix = save_prefix(path);
   for (const auto& [name, t] : tensors) {
     if (name.empty()) fail(ErrorCode::kInvalidArgument, "save_checkpoint: a tensor has no name");
@@ -228,41 +294,43 @@ std::string save_checkpoint(const std::string& path, const std::map<std::string,
   }
 
   {
-    const bool kill_halfway = fault_armed_for_this_save();
-    const uint64_t half = size / 2;
     internal::OutputFile data((fs::path(dir) / data_name).string(),
                               internal::OutputFile::Mode::kAtomic, Compression::kNone,
                               "save_checkpoint");
+    fault.partway(SaveStage::kDataPartial, data, size);
     static const char zeros[kAlign] = {};
     uint64_t written = 0;
     int i = 0;
     for (const auto& [name, t] : tensors) {
       const proto::CheckpointTensor& e = index.tensors(i++);
       data.write(zeros, e.offset() - written);
-      const auto* bytes = static_cast<const char*>(t.raw_data());
-      if (kill_halfway && half < e.offset() + e.length()) {  // the fault hook, for tests
-        data.write(bytes, half > e.offset() ? half - e.offset() : 0);
-        data.flush();
-        std::raise(SIGKILL);
-      }
-      data.write(bytes, e.length());
+      data.write(t.raw_data(), e.length());
       written = e.offset() + e.length();
     }
-    if (kill_halfway) {  // no data: die before the rename all the same
-      data.flush();
-      std::raise(SIGKILL);
-    }
+    fault.before_rename(SaveStage::kDataWritten, data);
     data.close();  // fsync, rename to its fresh name, fsync the directory
   }
+  fault.at(SaveStage::kDataRenamed);
   std::string serialized;
   index.SerializeToString(&serialized);
   internal::OutputFile index_file(prefix + ".index", internal::OutputFile::Mode::kAtomic,
                                   Compression::kNone, "save_checkpoint");
+  fault.partway(SaveStage::kIndexPartial, index_file, serialized.size());
   internal::write_record(index_file, serialized);
+  fault.before_rename(SaveStage::kIndexWritten, index_file);
   index_file.close();  // the commit point
+  fault.at(SaveStage::kIndexRenamed);
   sync_directory(dir);
   remove_stale_files(prefix, data_name);
+  fault.at(SaveStage::kStaleRemoved);
   return prefix;
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                            const Metadata& metadata) {
+  return save_with_fault(path, tensors, metadata, SaveFault::for_next_save());
 }
 
 // ---- load -----------------------------------------------------------------------------------
@@ -440,8 +508,9 @@ std::string CheckpointManager::save(const std::map<std::string, Tensor>& tensors
     fail(ErrorCode::kInvalidArgument,
          "CheckpointManager::save: step must be >= 0, got " + std::to_string(step));
   }
-  const std::string prefix = save_checkpoint(
-      (fs::path(dir_) / ("ckpt-" + std::to_string(step))).string(), tensors, metadata);
+  const SaveFault fault = SaveFault::for_next_save();
+  const std::string prefix = save_with_fault(
+      (fs::path(dir_) / ("ckpt-" + std::to_string(step))).string(), tensors, metadata, fault);
   checkpoints_.erase(std::remove(checkpoints_.begin(), checkpoints_.end(), prefix),
                      checkpoints_.end());
   checkpoints_.push_back(prefix);
@@ -451,8 +520,16 @@ std::string CheckpointManager::save(const std::map<std::string, Tensor>& tensors
     dropped.assign(checkpoints_.begin(), checkpoints_.begin() + static_cast<ptrdiff_t>(n));
     checkpoints_.erase(checkpoints_.begin(), checkpoints_.begin() + static_cast<ptrdiff_t>(n));
   }
-  write_pointer();  // before deleting: the pointer never names a removed checkpoint
+  {
+    struct Scope {
+      explicit Scope(const SaveFault& f) { manager_save_fault = &f; }
+      ~Scope() { manager_save_fault = nullptr; }
+    } scope(fault);
+    write_pointer();  // before deleting: the pointer never names a removed checkpoint
+  }
+  fault.at(SaveStage::kPointerRenamed);
   for (const std::string& p : dropped) remove_checkpoint(p);
+  fault.at(SaveStage::kOldRemoved);
   return prefix;
 }
 
@@ -486,7 +563,11 @@ void CheckpointManager::write_pointer() const {
   internal::OutputFile file((fs::path(dir_) / kPointerFile).string(),
                             internal::OutputFile::Mode::kAtomic, Compression::kNone,
                             "CheckpointManager");
+  const SaveFault none;
+  const SaveFault& fault = manager_save_fault ? *manager_save_fault : none;
+  fault.partway(SaveStage::kPointerPartial, file, text.size());
   file.write(text.data(), text.size());
+  fault.before_rename(SaveStage::kPointerWritten, file);
   file.close();
 }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -189,6 +190,27 @@ void OutputFile::fail(ErrorCode code, const std::string& what) const {
 void OutputFile::write(const void* data, size_t n) {
   if (closed()) fail(ErrorCode::kFailedPrecondition, "write after close");
   const auto* p = static_cast<const uint8_t*>(data);
+  if (kill_armed_) [[unlikely]] {
+    if (n >= kill_in_) write_and_die(p, kill_in_);
+    kill_in_ -= n;
+  }
+  append(p, n);
+}
+
+void OutputFile::kill_after(uint64_t bytes) {
+  if (bytes == 0) write_and_die(nullptr, 0);
+  kill_armed_ = true;
+  kill_in_ = bytes;
+}
+
+void OutputFile::write_and_die(const uint8_t* p, size_t n) {
+  append(p, n);
+  flush();
+  std::raise(SIGKILL);
+  std::abort();  // not reached: SIGKILL cannot be caught
+}
+
+void OutputFile::append(const uint8_t* p, size_t n) {
   if (buffer_.size() + n <= kIoChunk) {
     buffer_.insert(buffer_.end(), p, p + n);
     return;

@@ -82,9 +82,16 @@ class OutputFile {
   bool closed() const { return fd_ < 0; }
   const std::string& path() const { return path_; }
 
+  // The fault hook of checkpoint saves, for kill tests: once `bytes` more bytes have been
+  // written, hand them to the OS and SIGKILL the process, leaving the file partly written
+  // (at once when `bytes` is 0).
+  void kill_after(uint64_t bytes);
+
   [[noreturn]] void fail(ErrorCode code, const std::string& what) const;
 
  private:
+  void append(const uint8_t* data, size_t n);
+  [[noreturn]] void write_and_die(const uint8_t* data, size_t n);
   void deflate_buffer(const uint8_t* data, size_t n, int flush);
   void write_fd(const uint8_t* data, size_t n);
   void drain();
@@ -100,6 +107,8 @@ class OutputFile {
   std::vector<uint8_t> deflated_;
   z_stream zs_{};
   bool deflating_ = false;
+  bool kill_armed_ = false;
+  uint64_t kill_in_ = 0;  // bytes until the fault hook fires
 };
 
 // Appends one TFRecord-framed record to `file` (defined in tfrecord.cc).

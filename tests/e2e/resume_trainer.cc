@@ -1,5 +1,5 @@
-// A small trainer for the kill-and-resume test: an MLP with dropout on synthetic data, 3 epochs
-// x 20 batches, BackupAndRestore every --save_every steps; writes its final state (weights,
+// A small trainer for the kill-and-resume test: an MLP with dropout on synthetic data, --epochs
+// (3) x 20 batches, BackupAndRestore every --save_every steps; writes its final state (weights,
 // optimizer slots and iterations) as the checkpoint --out. --kill_at_step=K makes a run that did
 // not resume from a backup SIGKILL itself after step K, so the same command, run again, resumes
 // and finishes.
@@ -50,11 +50,13 @@ int main(int argc, char** argv) {
   const std::string out = flags.str("out", "");
   const int64_t kill_at = flags.integer("kill_at_step", 0);
   const int64_t save_every = flags.integer("save_every", 7);
+  const int epochs = static_cast<int>(flags.integer("epochs", 3));
   const uint64_t seed = static_cast<uint64_t>(flags.integer("seed", 5));
   flags.check();
   if (backup_dir.empty() || out.empty()) {
     std::fprintf(stderr,
-                 "usage: resume_trainer --backup_dir=DIR --out=PREFIX [--kill_at_step=K]\n");
+                 "usage: resume_trainer --backup_dir=DIR --out=PREFIX [--kill_at_step=K] "
+                 "[--save_every=N] [--epochs=E] [--seed=S]\n");
     return 2;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -68,7 +70,7 @@ int main(int argc, char** argv) {
     model.compile(kiln::optim::Adam(0.01), kiln::nn::SparseCategoricalCrossentropy(true));
     auto backup = std::make_shared<kiln::nn::BackupAndRestore>(backup_dir, save_every);
     model.fit(x, y,
-              {.epochs = 3,
+              {.epochs = epochs,
                .batch_size = batch,
                .seed = seed,
                .callbacks = {backup, StepLog(kill_at, backup.get())},

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -305,23 +307,28 @@ TEST_F(CheckpointTest, BoolBytesOtherThanZeroOrOneAreDataLossEvenWithAGoodCrc) {
 
 // ---- atomicity ----
 
-// Runs save_checkpoint in a child process with the fault hook armed for its first save; the
-// child must die of SIGKILL.
-void save_killed_halfway(const std::string& prefix, const std::map<std::string, Tensor>& t) {
+// Runs `save` in a child process with KILN_FAULT_KILL_DURING_SAVE=`fault`; the child must die
+// of SIGKILL.
+void run_killed(const std::string& fault, const std::function<void()>& save) {
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    setenv("KILN_FAULT_KILL_DURING_SAVE", "1", 1);
+    setenv("KILN_FAULT_KILL_DURING_SAVE", fault.c_str(), 1);
     try {
-      save_checkpoint(prefix, t);
+      save();
     } catch (...) {
     }
     _exit(0);  // not reached when the hook works
   }
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFSIGNALED(status));
+  ASSERT_TRUE(WIFSIGNALED(status)) << "KILN_FAULT_KILL_DURING_SAVE=" << fault << ": not killed";
   EXPECT_EQ(WTERMSIG(status), SIGKILL);
+}
+
+// Runs save_checkpoint in a child process with the fault hook armed for its first save.
+void save_killed_halfway(const std::string& prefix, const std::map<std::string, Tensor>& t) {
+  run_killed("1", [&] { save_checkpoint(prefix, t); });
 }
 
 TEST_F(CheckpointTest, ASaveKilledHalfwayLeavesThePreviousCheckpointIntact) {
@@ -353,6 +360,134 @@ TEST_F(CheckpointTest, AManagerSaveKilledHalfwayKeepsTheLatestPointer) {
   // remove_all also clears what the interrupted save left.
   CheckpointManager(dir_.string(), 2).remove_all();
   EXPECT_TRUE(files().empty());
+}
+
+// A CheckpointManager save (keeping 1) of step 2 over step 1, killed at one stage of the save:
+// the checkpoint latest_checkpoint finds afterwards, whether each index exists, the file the
+// killed save leaves behind and the file it would have become (regexes; empty for none).
+struct KilledSave {
+  std::string stage;
+  int64_t latest;
+  bool new_index;
+  bool old_index;
+  std::string leftover;
+  std::string complete;
+};
+
+class CheckpointKillTest : public CheckpointTest, public testing::WithParamInterface<KilledSave> {
+ protected:
+  void SetUp() override {  // per_test_dir would name a subdirectory: the test's name has a '/'
+    dir_ = fs::path(testing::TempDir()) /
+           ("kiln_ckpt_kill_" + std::to_string(getpid()) + "_" + GetParam().stage);
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+
+  // The size of the one file whose name matches `regex`; nullopt if none does.
+  std::optional<uintmax_t> size_of_match(const std::string& regex) const {
+    if (regex.empty()) return std::nullopt;
+    std::optional<uintmax_t> size;
+    for (const std::string& f : files()) {
+      if (!std::regex_match(f, std::regex(regex))) continue;
+      EXPECT_FALSE(size) << "two files match " << regex;
+      size = fs::file_size(path(f));
+    }
+    return size;
+  }
+};
+
+std::map<std::string, Tensor> weights(float value) {
+  return {{"w", Tensor::from_vector<float>(std::vector<float>(300, value))},
+          {"b", Tensor::from_vector<float>({value, -value})}};
+}
+
+TEST_P(CheckpointKillTest, LeavesALoadableLatestCheckpointAndCommitsNoPartialFile) {
+  const KilledSave& k = GetParam();
+  CheckpointManager(dir_.string(), 1).save(weights(1), 1, {{"step", int64_t{1}}});
+  run_killed("1:" + k.stage, [&] {
+    CheckpointManager(dir_.string(), 1).save(weights(2), 2, {{"step", int64_t{2}}});
+  });
+  if (HasFatalFailure()) return;
+
+  // The latest checkpoint loads, every CRC checked, with the values of its step.
+  const std::string latest = path("ckpt-" + std::to_string(k.latest));
+  EXPECT_EQ(latest_checkpoint(dir_.string()), latest);
+  Checkpoint loaded = load_checkpoint(dir_.string());
+  EXPECT_EQ(loaded.prefix, latest);
+  EXPECT_EQ(loaded.get_int("step"), k.latest);
+  EXPECT_TRUE(same_bytes(loaded.tensors.at("w"), weights(k.latest).at("w")));
+  // No half-written file passes for a checkpoint: every index there is complete, and so is the
+  // data it names.
+  EXPECT_EQ(fs::exists(path("ckpt-2.index")), k.new_index);
+  EXPECT_EQ(fs::exists(path("ckpt-1.index")), k.old_index);
+  for (const std::string& f : files()) {
+    if (f.size() < 6 || f.compare(f.size() - 6, 6, ".index") != 0) continue;
+    const std::string prefix = path(f.substr(0, f.size() - 6));
+    EXPECT_NO_THROW(load_checkpoint(prefix)) << f << " is not a complete checkpoint";
+  }
+  const std::optional<uintmax_t> left = size_of_match(k.leftover);
+  EXPECT_EQ(left.has_value(), !k.leftover.empty()) << "files matching " << k.leftover;
+
+  // The save made again succeeds; remove_all clears what the killed one left.
+  CheckpointManager again(dir_.string(), 1);
+  again.save(weights(2), 2, {{"step", int64_t{2}}});
+  EXPECT_EQ(load_checkpoint(dir_.string()).get_int("step"), 2);
+  if (left) {  // the killed save had written part of that file, or all of it
+    const std::optional<uintmax_t> full = size_of_match(k.complete);
+    ASSERT_TRUE(full) << k.complete;
+    if (k.stage.find("_partial") != std::string::npos) {
+      EXPECT_GT(*left, 0u) << k.leftover;
+      EXPECT_LT(*left, *full) << k.leftover << " vs " << k.complete;
+    } else {
+      EXPECT_EQ(*left, *full) << k.leftover << " vs " << k.complete;
+    }
+  }
+  EXPECT_FALSE(fs::exists(path("ckpt-1.index")));
+  again.remove_all();
+  EXPECT_TRUE(files().empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryStage, CheckpointKillTest,
+    testing::Values(
+        KilledSave{"data_partial", 1, false, true, R"(ckpt-2\.data-[0-9a-f]{16}\.tmp-.+)",
+                   R"(ckpt-2\.data-[0-9a-f]{16})"},
+        KilledSave{"data_written", 1, false, true, R"(ckpt-2\.data-[0-9a-f]{16}\.tmp-.+)",
+                   R"(ckpt-2\.data-[0-9a-f]{16})"},
+        KilledSave{"data_renamed", 1, false, true, R"(ckpt-2\.data-[0-9a-f]{16})",
+                   R"(ckpt-2\.data-[0-9a-f]{16})"},
+        KilledSave{"index_partial", 1, false, true, R"(ckpt-2\.index\.tmp-.+)", "ckpt-2.index"},
+        KilledSave{"index_written", 1, false, true, R"(ckpt-2\.index\.tmp-.+)", "ckpt-2.index"},
+        KilledSave{"index_renamed", 1, true, true, "", ""},  // committed; the pointer names 1
+        KilledSave{"stale_removed", 1, true, true, "", ""},
+        KilledSave{"pointer_partial", 1, true, true, R"(checkpoint\.tmp-.+)", "checkpoint"},
+        KilledSave{"pointer_written", 1, true, true, R"(checkpoint\.tmp-.+)", "checkpoint"},
+        KilledSave{"pointer_renamed", 2, true, true, "", ""},
+        KilledSave{"old_removed", 2, true, false, "", ""}),
+    [](const testing::TestParamInfo<KilledSave>& info) { return info.param.stage; });
+
+TEST_F(CheckpointTest, AnUnknownFaultStageIsAnErrorNamingTheStages) {
+  // An unknown stage would never fire, and a kill test would pass without its kill.
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setenv("KILN_FAULT_KILL_DURING_SAVE", "1:index_writen", 1);
+    try {
+      save_checkpoint(path("c"), weights(1));
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      _exit(e.code() == ErrorCode::kInvalidArgument &&
+                    what.find("unknown stage 'index_writen'") != std::string::npos &&
+                    what.find("index_written") != std::string::npos
+                ? 3
+                : 4);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 3);
 }
 
 // ---- CheckpointManager and the pointer file ----
