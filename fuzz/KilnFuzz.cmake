@@ -1,30 +1,59 @@
 # KILN_FUZZ: builds fuzz/ (its own project, compiled by clang with libFuzzer and sanitizers)
 # against this build's libkiln.so, and runs each fuzz target for KILN_FUZZ_SECONDS under ctest.
-# On by default when clang++ can link a libFuzzer program (Debian: clang, libclang-rt-14-dev).
-if(NOT DEFINED KILN_FUZZ)
+# Unset, it is on where clang++ can link a libFuzzer program (Debian: clang, libclang-rt-14-dev;
+# scripts/install_deps.sh installs them) and off, with a note, where it cannot; but in CI
+# (the environment variable CI set to true) the fuzz targets must build, so a failed probe is a
+# configure error there, as it is with an explicit -DKILN_FUZZ=ON. -DKILN_FUZZ=OFF skips them.
+
+# Sets KILN_FUZZ_PROBE_ERROR to why clang++ cannot link a libFuzzer program with the sanitizers
+# fuzz/ uses, or to "" when it can. A success is remembered; a failure is probed again.
+function(kiln_fuzz_probe)
   find_program(KILN_FUZZ_CXX NAMES clang++ clang++-16 clang++-14)
+  if(NOT KILN_FUZZ_CXX)
+    set(KILN_FUZZ_PROBE_ERROR "no clang++ found" PARENT_SCOPE)
+    return()
+  endif()
+  if(KILN_FUZZ_PROBED STREQUAL KILN_FUZZ_CXX)
+    set(KILN_FUZZ_PROBE_ERROR "" PARENT_SCOPE)
+    return()
+  endif()
   set(probe_dir ${PROJECT_BINARY_DIR}/fuzz_probe)
-  set(probe_rc 1)
-  if(KILN_FUZZ_CXX)
-    file(WRITE ${probe_dir}/probe.cc "#include <cstddef>\n#include <cstdint>\nextern \"C\" int "
-                                     "LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }\n")
-    execute_process(COMMAND ${KILN_FUZZ_CXX} -fsanitize=fuzzer,address probe.cc -o probe
-                    WORKING_DIRECTORY ${probe_dir} RESULT_VARIABLE probe_rc OUTPUT_QUIET ERROR_QUIET)
-  endif()
-  if(probe_rc EQUAL 0)
-    set(fuzz_default ON)
+  file(WRITE ${probe_dir}/probe.cc "#include <cstddef>\n#include <cstdint>\nextern \"C\" int "
+                                   "LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }\n")
+  execute_process(COMMAND ${KILN_FUZZ_CXX} -fsanitize=fuzzer,address,undefined probe.cc -o probe
+                  WORKING_DIRECTORY ${probe_dir} RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                  ERROR_VARIABLE out)
+  if(rc EQUAL 0)
+    set(KILN_FUZZ_PROBED ${KILN_FUZZ_CXX} CACHE INTERNAL "The clang++ that linked the fuzz probe")
+    set(KILN_FUZZ_PROBE_ERROR "" PARENT_SCOPE)
   else()
-    set(fuzz_default OFF)
-    message(STATUS "Kiln: fuzz targets off (no clang++ able to link -fsanitize=fuzzer)")
+    string(STRIP "${out}" out)
+    set(KILN_FUZZ_PROBE_ERROR
+        "${KILN_FUZZ_CXX} cannot link -fsanitize=fuzzer,address,undefined (${rc}):\n${out}"
+        PARENT_SCOPE)
   endif()
-  option(KILN_FUZZ "Build the libFuzzer targets in fuzz/ with clang and run them in ctest"
-         ${fuzz_default})
+endfunction()
+
+if(NOT DEFINED KILN_FUZZ OR KILN_FUZZ)
+  kiln_fuzz_probe()
+  set(in_ci "$ENV{CI}")
+  if(KILN_FUZZ_PROBE_ERROR STREQUAL "")
+    set(KILN_FUZZ ON)
+  elseif(DEFINED KILN_FUZZ OR in_ci)
+    message(FATAL_ERROR
+      "Kiln: the fuzz targets cannot be built: ${KILN_FUZZ_PROBE_ERROR}\n"
+      "Install clang and libclang-rt-14-dev (scripts/install_deps.sh), or configure with "
+      "-DKILN_FUZZ=OFF to build without them.")
+  else()
+    message(STATUS "Kiln: fuzz targets off (no clang++ able to link -fsanitize=fuzzer; "
+                   "install clang and libclang-rt-14-dev to build them)")
+    set(KILN_FUZZ OFF)
+  endif()
 endif()
 set(KILN_FUZZ_SECONDS 10 CACHE STRING "How long ctest runs each fuzz target")
 if(NOT KILN_FUZZ)
   return()
 endif()
-find_program(KILN_FUZZ_CXX NAMES clang++ clang++-16 clang++-14 REQUIRED)
 
 include(ExternalProject)
 ExternalProject_Add(kiln_fuzz

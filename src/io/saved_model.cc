@@ -283,7 +283,54 @@ ParsedModel read_saved_model(const std::string& dir, int64_t version, const char
       src.corrupt("node " + std::to_string(v.node()) + " is bound to two variables");
     }
   }
+  // Running a signature feeds its inputs and nothing else: its outputs may need no other
+  // placeholder than those and the variables', and an input cannot be a variable (a constant).
+  for (const saved::SignatureDef& s : out.model.signatures()) {
+    std::set<int> fed;
+    for (const saved::TensorBinding& b : s.inputs()) {
+      if (bound.count(b.value().node())) {
+        src.corrupt("signature '" + s.name() + "': input '" + b.name() +
+                    "' is bound to a variable");
+      }
+      fed.insert(b.value().node());
+    }
+    std::vector<bool> seen(nodes.size(), false);
+    std::vector<int> stack;
+    for (const saved::TensorBinding& b : s.outputs()) stack.push_back(b.value().node());
+    while (!stack.empty()) {
+      const int id = stack.back();
+      stack.pop_back();
+      if (seen[id] || fed.count(id)) continue;
+      seen[id] = true;
+      if (nodes[id].op() == "placeholder" && !bound.count(id)) {
+        src.corrupt("signature '" + s.name() + "' needs placeholder node " + std::to_string(id) +
+                    " ('" + nodes[id].name() + "'), which is neither its input nor a variable");
+      }
+      for (const saved::NodeInput& in : nodes[id].inputs()) stack.push_back(in.node());
+    }
+  }
   return out;
+}
+
+// Each signature tensor's declared type is the type the file gives its node's output (which
+// load_model checks against the rebuilt graph), so the info describes what running gives.
+void check_signature_types(const saved::SavedModel& m, const Source& src) {
+  for (const saved::SignatureDef& s : m.signatures()) {
+    for (const auto* list : {&s.inputs(), &s.outputs()}) {
+      for (const saved::TensorBinding& b : *list) {
+        const std::string where = "signature '" + s.name() + "', tensor '" + b.name() + "'";
+        const saved::NodeDef& node = m.nodes(b.value().node());
+        const TensorType declared = type_from(b.type(), src, where);
+        const TensorType actual =
+            type_from(node.outputs(b.value().output()), src, "node '" + node.name() + "'");
+        if (declared != actual) {
+          src.corrupt(where + " is declared " + declared.str() + ", but output " +
+                      std::to_string(b.value().output()) + " of its node '" + node.name() +
+                      "' is " + actual.str());
+        }
+      }
+    }
+  }
 }
 
 std::string variables_prefix(const std::string& version_dir) {
@@ -466,7 +513,10 @@ struct LoadedModel::Impl {
 };
 
 SavedModelInfo describe_saved_model(const std::string& dir, int64_t version) {
-  return info_from(read_saved_model(dir, version, "describe_saved_model"));
+  ParsedModel parsed = read_saved_model(dir, version, "describe_saved_model");
+  SavedModelInfo info = info_from(parsed);
+  check_signature_types(parsed.model, Source{(fs::path(info.path) / kGraphFile).string()});
+  return info;
 }
 
 LoadedModel load_model(const std::string& dir, int64_t version) {
@@ -537,6 +587,7 @@ LoadedModel load_model(const std::string& dir, int64_t version) {
       src.corrupt(where + ": the op now gives " + list(got) + ", the file says " + list(saved));
     }
   }
+  check_signature_types(m, src);  // after the nodes' own types: those errors say more
   for (const saved::SignatureDef& s : m.signatures()) {
     LoadedModel::Impl::Signature& sig = impl->signatures[s.name()];
     for (const saved::TensorBinding& b : s.inputs())
