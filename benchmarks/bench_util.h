@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kiln::bench {
@@ -44,6 +45,32 @@ double best_seconds_per_call(F&& fn, int reps = 3, double min_seconds = 0.3) {
     best = std::min(best, elapsed / static_cast<double>(calls));
   }
   return best;
+}
+
+// Calls a and b once each to warm up, then alternately `calls` times each, timing every call;
+// returns the median seconds per call of a and of b. For calls long enough to time one by one
+// (tens of milliseconds): alternating exposes both to the same drift of the machine.
+template <class A, class B>
+std::pair<double, double> interleaved_median_seconds(A&& a, B&& b, int calls = 15) {
+  using Clock = std::chrono::steady_clock;
+  auto time_once = [](auto& fn) {
+    const auto start = Clock::now();
+    fn();
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  a();
+  b();
+  std::vector<double> ta, tb;
+  for (int i = 0; i < calls; ++i) {
+    ta.push_back(time_once(a));
+    tb.push_back(time_once(b));
+  }
+  auto median = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  return {median(ta), median(tb)};
 }
 
 // Seconds for one call of fn (no warm-up): for costs paid once, such as a compile.

@@ -1,15 +1,24 @@
 #!/usr/bin/env python3
-"""Turns the `RESULT key=value` lines of benchmarks/run.sh's rounds into results.json and a table.
+"""Turns the runs benchmarks/run.sh recorded (benchmarks/measure.py's JSON lines) into
+results.json and a table.
 
-Each raw figure keeps its best over the rounds (the least time for keys ending in _ms or _us, the
-most otherwise); each ratio is computed from the best raw figures, which it lists under "raw".
+Noise control: a run during which other processes used more than --max-other-cores of CPU (their
+CPU seconds over the run's wall seconds) is discarded, and the report says which. Each ratio is
+computed per round, from the two figures measured in that round, and reported as the median and
+range over the rounds where both sides were kept. Within a round, a figure measured by several
+runs (the LibTorch peer under each OpenMP wait policy) keeps its better one, and the report says
+which run gave it.
 """
 import argparse
 import json
 import os
 import platform
-import re
+import statistics
 from datetime import datetime, timezone
+
+
+def lower_is_better(key):
+    return key.endswith("_ms") or key.endswith("_us")
 
 
 def ratio(target, num, den, *also):
@@ -17,25 +26,37 @@ def ratio(target, num, den, *also):
     return (target, lambda r: r[num] / r[den], [num, den, *also])
 
 
-# key: (target, how to compute it from the raw figures, the raw keys it reads)
+# key: (target, how to compute it from one round's raw figures, the raw keys it reads).
+# The trainer targets are issue #12's (whole fit epochs against LibTorch at its best).
 RATIOS = {
+    # Model::fit over tensors (no shuffling on either side) against the same model, loss and
+    # optimizer in LibTorch, examples per second.
     "mlp_b64_vs_libtorch": ratio(
-        ">= 3", "kiln_mlp_b64_examples_per_s", "torch_mlp_b64_examples_per_s"),
+        ">= 2.5", "kiln_mlp_b64_examples_per_s", "torch_mlp_b64_examples_per_s"),
     "mlp_b1024_vs_libtorch": ratio(
-        ">= 1.3", "kiln_mlp_b1024_examples_per_s", "torch_mlp_b1024_examples_per_s"),
+        ">= 1.5", "kiln_mlp_b1024_examples_per_s", "torch_mlp_b1024_examples_per_s"),
     "cnn_b128_vs_libtorch": ratio(
-        ">= 1.5", "kiln_cnn_b128_examples_per_s", "torch_cnn_b128_examples_per_s"),
+        ">= 2", "kiln_cnn_b128_examples_per_s", "torch_cnn_b128_examples_per_s"),
     # The traced train-step graph: compiler::Executable against Graph::run (compile_bench).
     "mlp_b64_compiled_vs_interpreted": ratio(
         "> 1", "mlp_b64_interpreted_us", "mlp_b64_compiled_us"),
     # The same through Model::fit: default path against KILN_INTERPRET=1.
     "fit_mlp_b64_compiled_vs_interpreted": ratio(
         "> 1", "kiln_mlp_b64_examples_per_s", "interpreted_kiln_mlp_b64_examples_per_s"),
+    # The reference 12-op chain, relu(x*a + b) then tanh-GELU over 16M floats (8 bytes per
+    # element), memory-bound: its bandwidth over a STREAM triad's (64M floats per array).
     "eltwise_chain_gbps_vs_triad": ratio(
         ">= 0.75", "eltwise_chain_kernel_gbps", "triad_gbps", "eltwise_chain_executable_gbps"),
     "eltwise_chain_vs_libtorch": ratio(
         "", "torch_eltwise_chain_ms", "kiln_eltwise_chain_kernel_ms",
-        "kiln_eltwise_chain_eager_ms"),
+        "kiln_eltwise_chain_eager_ms", "torch_eltwise_chain_builtin_gelu_ms"),
+    # The transcendental-heavy chain, compute-bound: the floating-point work of its fused
+    # kernel (counted from the kernel's vectorised IR) per second over the pool's FMA peak.
+    "eltwise_compute_chain_vs_fma_peak": ratio(
+        "", "eltwise_compute_chain_gflops", "fma_peak_gflops",
+        "eltwise_compute_chain_flops_per_element", "eltwise_compute_chain_kernel_ms"),
+    "eltwise_compute_chain_vs_libtorch": ratio(
+        "", "torch_eltwise_compute_chain_ms", "kiln_eltwise_compute_chain_kernel_ms"),
     "sgemm_1024_vs_eigen": (
         ">= 0.95",
         lambda r: r["kiln_sgemm_1024_gflops"] / max(r["eigen_contraction_sgemm_1024_gflops"],
@@ -65,73 +86,142 @@ RATIOS = {
         "fit_sliced_tensors_epoch_ms", "fit_shuffled_tensors_epoch_ms"),
 }
 
-LINE = re.compile(r"^RESULT (\w+)=(\S+)(?: reason=(.*))?$")
 
-
-def best_figures(path):
-    raw, reasons = {}, {}
+def read_runs(path):
     with open(path) as f:
-        for line in f:
-            m = LINE.match(line.strip())
-            if not m:
-                continue
-            key, value, reason = m.groups()
-            if value == "null":
-                reasons[key] = reason or "not measured"
-                continue
-            v = float(value)
-            lower_is_better = key.endswith("_ms") or key.endswith("_us")
-            if key not in raw or (v < raw[key] if lower_is_better else v > raw[key]):
-                raw[key] = v
-    return raw, reasons
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def noise_of(run):
+    return run["other_cpu_s"] / max(run["wall_s"], 1e-9)
+
+
+def rounds_of(runs, max_other_cores):
+    """{round: {key: (value, label)}} from the kept runs, and the discarded runs."""
+    rounds, discarded = {}, []
+    for run in runs:
+        if run["exit_status"] != 0 or noise_of(run) > max_other_cores:
+            discarded.append(run)
+            continue
+        figures = rounds.setdefault(run["round"], {})
+        for key, value in run["results"].items():
+            old = figures.get(key)
+            better = old is None or (value < old[0] if lower_is_better(key) else value > old[0])
+            if better:
+                figures[key] = (value, run["label"])
+    return rounds, discarded
+
+
+def summary(values):
+    values = sorted(values)
+    return {"median": round(statistics.median(values), 4), "min": round(values[0], 4),
+            "max": round(values[-1], 4), "kept_rounds": len(values)}
+
+
+def cpu_description():
+    model, flags = "unknown", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                name = name.strip()
+                if name == "model name" and model == "unknown":
+                    model = value.strip()
+                elif name == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    isa = [f for f in ("avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_int8", "avx2",
+                       "fma") if f in flags]
+    # Kiln's JIT targets the host CPU, and the library is built with -march=native (KILN_NATIVE):
+    # the widest vector ISA present is the one its kernels run.
+    path = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "sse"
+    return model, isa, path
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("lines")
+    p.add_argument("runs", help="the JSON lines benchmarks/measure.py appended")
     p.add_argument("output")
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--max-other-cores", type=float, default=0.1,
+                   help="discard runs during which other processes used more CPU than this")
     p.add_argument("--peers", default="")
     a = p.parse_args()
-    raw, reasons = best_figures(a.lines)
+    runs = read_runs(a.runs)
+    rounds, discarded = rounds_of(runs, a.max_other_cores)
+    model, isa, path = cpu_description()
 
     results = {
         "meta": {
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "host": platform.node(), "cpus": os.cpu_count(),
-            "load_average": os.getloadavg()[0], "rounds": a.rounds,
+            "host": platform.node(), "cpus": os.cpu_count(), "cpu_model": model,
+            "cpu_isa": isa, "isa_path": path, "rounds": a.rounds,
+            "max_other_cores": a.max_other_cores,
+            "discarded_runs": [
+                {"round": r["round"], "label": r["label"], "exit_status": r["exit_status"],
+                 "other_cores": round(noise_of(r), 3)} for r in discarded],
             "peer": a.peers or None,
-            "note": "best of the rounds; ratios are Kiln / baseline (higher is better) except "
+            "note": "ratios are Kiln / baseline (higher is better) except "
                     "compile_ms_mlp_train_step and the fit_*_pipeline_vs_tensors step-time "
-                    "ratios (lower is better)",
+                    "ratios (lower is better); each is the median over the rounds where both "
+                    "its figures were kept, with the range and the number of kept rounds",
         },
-        "raw": raw,
+        "raw": {},
     }
-    for key, (target, compute, sources) in RATIOS.items():
-        entry = {"value": None, "target": target or None,
-                 "raw": {k: raw[k] for k in sources if k in raw}}
-        missing = [k for k in sources if k not in raw]
-        try:
-            entry["value"] = round(compute(raw), 3)
-        except KeyError as e:
-            name = e.args[0]
-            entry["reason"] = reasons.get(key) or reasons.get(name) or (
-                f"{name} was not measured" +
-                (" (LibTorch peers not built: run.sh --peers)" if name.startswith("torch_") else ""))
-        results[key] = entry
-        if entry["value"] is not None and missing:
-            entry["raw_missing"] = missing
+    all_keys = sorted({k for figures in rounds.values() for k in figures})
+    for key in all_keys:
+        values = [figures[key][0] for figures in rounds.values() if key in figures]
+        entry = summary(values)
+        labels = sorted({figures[key][1] for figures in rounds.values() if key in figures})
+        if len(labels) > 1 or key.startswith("torch_"):
+            entry["from_runs"] = labels
+        results["raw"][key] = entry
 
-    with open(a.output, "w") as f:
+    reasons = {}
+    for run in runs:
+        reasons.update(run.get("reasons", {}))
+    for key, (target, compute, sources) in RATIOS.items():
+        values, missing = [], set()
+        for r in sorted(rounds):
+            figures = {k: v for k, (v, _) in rounds[r].items()}
+            try:
+                values.append(compute(figures))
+            except KeyError as e:
+                missing.add(e.args[0])
+        entry = {"target": target or None}
+        if values:
+            entry.update(summary(values))
+            entry["value"] = entry["median"]
+        else:
+            name = sorted(missing)[0] if missing else sources[0]
+            entry["value"] = None
+            entry["reason"] = reasons.get(key) or reasons.get(name) or (
+                f"{name} was not measured in any kept round" +
+                (" (LibTorch peers not built: run.sh --peers)" if name.startswith("torch_")
+                 else ""))
+        entry["raw"] = {k: results["raw"][k]["median"] for k in sources if k in results["raw"]}
+        results[key] = entry
+
+    with open(a.output + ".tmp", "w") as f:
         json.dump(results, f, indent=2)
         f.write("\n")
+    os.replace(a.output + ".tmp", a.output)
 
-    print(f"\n{'figure':36} {'value':>9} {'target':>8}  from (best of {a.rounds} rounds)")
+    print(f"\n{model}, {path}; runs discarded for noise or failure: {len(discarded)}")
+    for r in results["meta"]["discarded_runs"]:
+        print(f"  round {r['round']} {r['label']}: other processes {r['other_cores']} cores, "
+              f"exit {r['exit_status']}")
+    print(f"\n{'figure':36} {'median':>9} {'range':>17} {'kept':>5} {'target':>8}  from (medians)")
     for key in RATIOS:
         e = results[key]
-        value = "null" if e["value"] is None else f"{e['value']:.3g}"
-        detail = e.get("reason") or ", ".join(f"{k}={v:.4g}" for k, v in e["raw"].items())
-        print(f"{key:36} {value:>9} {e['target'] or '':>8}  {detail}")
+        if e["value"] is None:
+            print(f"{key:36} {'null':>9} {'':>17} {0:>5} {e['target'] or '':>8}  {e['reason']}")
+            continue
+        span = f"{e['min']:.3g}-{e['max']:.3g}"
+        detail = ", ".join(f"{k}={v:.4g}" for k, v in e["raw"].items())
+        print(f"{key:36} {e['value']:>9.3g} {span:>17} {e['kept_rounds']:>5} "
+              f"{e['target'] or '':>8}  {detail}")
     print(f"\nwrote {a.output}")
 
 

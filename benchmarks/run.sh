@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
-# The one benchmark runner: builds the benchmarks (Release), runs Kiln's programs and the
-# LibTorch peers alternately for several rounds, keeps each figure's best, prints a table and
-# writes benchmarks/results.json (see benchmarks/report.py and README.md, "Benchmarks").
+# The one benchmark runner: builds the benchmarks (Release), then runs Kiln's programs and the
+# LibTorch peers alternately for several rounds, each program under benchmarks/measure.py, which
+# records the CPU time other processes used while it ran. benchmarks/report.py discards noisy
+# runs, computes each ratio per round from that round's two figures, and writes the median,
+# range and kept-round count of each to benchmarks/results.json with the CPU model, ISA path and
+# the peer's configuration (see README.md, "Benchmarks").
 #
-# Usage: benchmarks/run.sh [--peers | --no-peers] [--rounds N] [--build-dir DIR] [--jobs J]
+# Usage: benchmarks/run.sh [--peers | --no-peers] [--rounds N] [--max-other-cores C]
+#                          [--build-dir DIR] [--jobs J]
 #   --peers     build and run the LibTorch peers, installing libtorch-dev and
 #               libopenblas0-openmp with apt-get first if needed (default: on when
 #               libtorch-dev is installed)
-#   --rounds N  alternations of Kiln and peer runs; each figure is the best of them (default 3)
+#   --rounds N  alternations of Kiln and peer runs (default 5)
+#   --max-other-cores C
+#               discard a run during which other processes used more than C cores on average
+#               (default 0.1)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build-bench"
-rounds=3
+rounds=5
+max_other=0.1
 jobs="$(nproc)"
 peers=auto
 while [[ $# -gt 0 ]]; do
@@ -20,9 +28,10 @@ while [[ $# -gt 0 ]]; do
     --peers) peers=on ;;
     --no-peers) peers=off ;;
     --rounds) rounds="$2"; shift ;;
+    --max-other-cores) max_other="$2"; shift ;;
     --build-dir) build="$2"; shift ;;
     --jobs) jobs="$2"; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -40,54 +49,75 @@ fi
 peers_cmake=OFF; [[ $peers == on ]] && peers_cmake=ON
 
 echo "== building in $build (Release, KILN_BENCH_PEERS=$peers_cmake)"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_BENCHMARKS=ON \
-  -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=OFF -DKILN_BENCH_PEERS="$peers_cmake" >/dev/null
+# A fresh build directory gets the benchmarks only; an existing one (--build-dir build, the
+# `make build` tree) keeps its other settings and gains the benchmarks and peers.
+fresh=(); [[ -e $build/CMakeCache.txt ]] || fresh=(-G Ninja -DCMAKE_BUILD_TYPE=Release
+  -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=OFF)
+cmake -S "$root" -B "$build" "${fresh[@]}" -DKILN_BUILD_BENCHMARKS=ON \
+  -DKILN_BENCH_PEERS="$peers_cmake" >/dev/null
 targets=(train_step_bench compile_bench sgemm_bench pipeline_bench fit_pipeline_bench)
 if [[ $peers == on ]]; then targets+=(libtorch_bench); fi
 ninja -C "$build" -j"$jobs" "${targets[@]}"
 
 bin="$build/benchmarks"
-lines="$(mktemp)"
-trap 'rm -f "$lines"' EXIT
-# Runs one program, echoing its output and keeping its RESULT lines.
-run() { "$@" | tee /dev/stderr | grep '^RESULT ' >>"$lines" || true; }
-# The peer at its best: LibTorch's 2 intra-op threads on one OpenMP pool that OpenBLAS (the
-# OpenMP build) shares; with any other BLAS, a single-threaded one. OpenMP threads sleep rather
-# than spin when idle (OMP_WAIT_POLICY=passive): on a busy 2-core host, spinning made LibTorch's
-# MLP step up to 30x slower. Kiln's pool sleeps on a condition variable already.
-openmp_blas=/usr/lib/x86_64-linux-gnu/openblas-openmp
-export OMP_WAIT_POLICY=passive  # also for sgemm_bench's Eigen product on OpenMP
-torch() {
-  if [[ -e $openmp_blas/libblas.so.3 ]]; then
-    LD_LIBRARY_PATH="$openmp_blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" OMP_NUM_THREADS=2 \
-      run "$bin/peers/libtorch_bench" "$@"
-  else
-    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=2 run "$bin/peers/libtorch_bench" "$@"
+runs="$root/benchmarks/runs.jsonl"  # every run of this invocation, with its noise (measure.py)
+rm -f "$runs"
+# Runs one program in round $r under benchmarks/measure.py: its output is echoed, its RESULT
+# lines and the CPU time other processes used meanwhile go to $runs.
+# `run LABEL [--rename OLD:NEW] COMMAND...`; --rename renames the prefix of its RESULT keys.
+run() {
+  local label="$1" extra=()
+  shift
+  if [[ $1 == --rename ]]; then
+    extra=(--rename "$2")
+    shift 2
   fi
+  python3 "$root/benchmarks/measure.py" --out "$runs" --round "$r" --label "$label" \
+    "${extra[@]}" -- "$@" ||
+    echo "run.sh: $label failed in round $r (kept in $runs, discarded by report.py)" >&2
+}
+# The peer at its best: LibTorch's 2 intra-op threads on one OpenMP pool that OpenBLAS (the
+# OpenMP build) shares; with any other BLAS, a single-threaded one. Each case runs under the
+# default OpenMP wait policy and under OMP_WAIT_POLICY=passive, and report.py keeps the better
+# figure of the round (it says which). Kiln's programs run with the environment as it is.
+openmp_blas=/usr/lib/x86_64-linux-gnu/openblas-openmp
+torch() {
+  local policy
+  for policy in default passive; do
+    local env=(OMP_NUM_THREADS=2)
+    [[ $policy == passive ]] && env+=(OMP_WAIT_POLICY=passive)
+    if [[ -e $openmp_blas/libblas.so.3 ]]; then
+      env+=("LD_LIBRARY_PATH=$openmp_blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+    else
+      env+=(OPENBLAS_NUM_THREADS=1)
+    fi
+    run "libtorch_bench $* omp=$policy" env -u OMP_WAIT_POLICY "${env[@]}" \
+      "$bin/peers/libtorch_bench" "$@"
+  done
 }
 
 for ((r = 1; r <= rounds; ++r)); do
   echo "== round $r of $rounds" >&2
   for c in mlp_b64 mlp_b1024 cnn_b128; do
-    run "$bin/train_step_bench" "$c"
+    run "train_step_bench $c" "$bin/train_step_bench" "$c"
     if [[ $peers == on ]]; then torch "$c"; fi
   done
   # Model::fit under the reference interpreter, for the public API's compiled/interpreted ratio.
-  KILN_INTERPRET=1 "$bin/train_step_bench" mlp_b64 |
-    sed -n 's/^RESULT kiln_/RESULT interpreted_kiln_/p' >>"$lines" || true
-  run "$bin/compile_bench"
-  run "$bin/sgemm_bench"
-  run "$bin/pipeline_bench"
-  run "$bin/fit_pipeline_bench"
-  if [[ $peers == on ]]; then torch eltwise_chain; fi
+  run "train_step_bench mlp_b64 KILN_INTERPRET=1" --rename kiln_:interpreted_kiln_ \
+    env KILN_INTERPRET=1 "$bin/train_step_bench" mlp_b64
+  run compile_bench "$bin/compile_bench"
+  run sgemm_bench "$bin/sgemm_bench"
+  run pipeline_bench "$bin/pipeline_bench"
+  run fit_pipeline_bench "$bin/fit_pipeline_bench"
+  if [[ $peers == on ]]; then torch eltwise_chain eltwise_compute_chain; fi
 done
 
 peer_desc=""
 if [[ $peers == on ]]; then
-  peer_desc="LibTorch $(dpkg-query -W -f='${Version}' libtorch-dev), 2 threads, "
+  peer_desc="LibTorch $(dpkg-query -W -f='${Version}' libtorch-dev), 2 intra-op threads, "
   [[ -e $openmp_blas/libblas.so.3 ]] && peer_desc+="OpenBLAS OpenMP build sharing its pool" ||
     peer_desc+="OPENBLAS_NUM_THREADS=1"
-  peer_desc+=", OMP_WAIT_POLICY=passive"
+  peer_desc+=", the better of OMP_WAIT_POLICY default and passive in each round"
 fi
-python3 "$root/benchmarks/report.py" "$lines" "$root/benchmarks/results.json" \
-  --rounds "$rounds" --peers "$peer_desc"
+python3 "$root/benchmarks/report.py" "$runs" "$root/benchmarks/results.json" \
+  --rounds "$rounds" --max-other-cores "$max_other" --peers "$peer_desc"

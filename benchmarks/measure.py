@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Runs one benchmark program and records its figures with the noise it ran under.
+
+The program's output passes through to stdout; its `RESULT key=value` lines, the round, the run's
+label and the CPU time that *other* processes used while it ran (all CPUs' busy time from
+/proc/stat, less the program's own user and system time from wait4) are appended to --out as one
+JSON line. benchmarks/report.py discards runs whose other processes used more than a threshold.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+RESULT = re.compile(r"^RESULT (\w+)=(\S+)(?: reason=(.*))?$")
+
+
+def busy_cpu_seconds():
+    """Seconds of CPU time all processes have used, from /proc/stat's aggregate `cpu` line."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--out", required=True, help="JSON-lines file to append the run to")
+    p.add_argument("--round", type=int, required=True)
+    p.add_argument("--label", required=True, help="names the run (program, case, settings)")
+    p.add_argument("--rename", default="", help="OLD:NEW prefix rename of the RESULT keys")
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    a = p.parse_args()
+    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+
+    busy_before, start = busy_cpu_seconds(), time.monotonic()
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    results, reasons = {}, {}
+    for line in child.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        m = RESULT.match(line.strip())
+        if not m:
+            continue
+        key, value, reason = m.groups()
+        if a.rename:
+            old, new = a.rename.split(":")
+            if key.startswith(old):
+                key = new + key[len(old):]
+        if value == "null":
+            reasons[key] = reason or "not measured"
+        else:
+            results[key] = float(value)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.monotonic() - start
+    other = max(0.0, busy_cpu_seconds() - busy_before - usage.ru_utime - usage.ru_stime)
+    record = {
+        "round": a.round, "label": a.label, "exit_status": os.waitstatus_to_exitcode(status),
+        "wall_s": round(wall, 3), "own_cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+        "other_cpu_s": round(other, 3), "results": results, "reasons": reasons,
+    }
+    with open(a.out, "a") as f:
+        f.write(json.dumps(record) + "\n")
+    print(f"== {a.label}: {wall:.1f} s wall, other processes used {other:.2f} CPU s "
+          f"({other / max(wall, 1e-9):.3f} cores)", file=sys.stderr)
+    return record["exit_status"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
