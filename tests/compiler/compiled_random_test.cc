@@ -1,21 +1,28 @@
 // Differential test of the compiled path: 1,000 seeded random graphs (tests/compiler/
 // random_graph.h) compiled with compiler::compile and run must match the reference interpreter
-// within a per-dtype tolerance; a failing graph is shrunk to a small reproducer first.
+// within a per-dtype tolerance; a failing graph is shrunk to a small reproducer first. More
+// graphs with the kernel-op recipes (convolution, pooling, gather, scatter) are checked as they
+// are and through their gradients; a negative control shows a wrong emitter rule is caught.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <thread>
 
 #include "compiler/executable.h"
 #include "tests/compiler/random_graph.h"
+#include "tests/subprocess.h"
 
 namespace kiln::compiler {
 namespace {
 
 using testing::BuiltGraph;
 using testing::GraphSpec;
+using ::testing::HasSubstr;
 using testing::Tolerance;
 
 // Ten shards of 100 graphs: ctest runs each shard as its own test (ctest -j splits them).
@@ -38,18 +45,31 @@ Tolerance tolerance(DType t, bool has_f32) {
   return {0, 0};
 }
 
+// What is compared: a random graph's outputs, or the gradients of its outputs with respect to its
+// floating-point feeds (testing::differentiate; second order for one seed in three).
+enum class Mode { kOutputs, kGradients };
+
+bool build_for(const GraphSpec& spec, Mode mode, BuiltGraph* b) {
+  *b = testing::build(spec);
+  return mode == Mode::kOutputs || testing::differentiate(b, spec.seed, spec.seed % 3 ? 1 : 2);
+}
+
 struct Outcome {
   bool invalid = false;  // the generator built a graph the interpreter rejects (a test bug)
+  bool skipped = false;  // kGradients: nothing to differentiate
   std::string failure;   // "" when the compiled results match
   int fused = 0;         // fused kernels in the executable
 };
 
-Outcome check(const GraphSpec& spec) {
+Outcome check(const GraphSpec& spec, Mode mode = Mode::kOutputs) {
   Outcome out;
   BuiltGraph b;
   std::vector<Tensor> want;
   try {
-    b = testing::build(spec);
+    if (!build_for(spec, mode, &b)) {
+      out.skipped = true;
+      return out;
+    }
     want = b.graph.run(b.feeds, b.outputs);
   } catch (const Error& e) {
     out.invalid = true;
@@ -69,7 +89,7 @@ Outcome check(const GraphSpec& spec) {
                        " differs on a second run: " + testing::mismatch(again[i], got[i], {}) +
                        "\n";
   } catch (const Error& e) {
-    out.failure = std::string("the compiled path throws: ") + e.what();
+    out.failure = std::string("the compiled path throws: ") + e.what() + "\n";
     return out;
   }
   if (got.size() != want.size()) {
@@ -88,22 +108,25 @@ Outcome check(const GraphSpec& spec) {
 }
 
 // The failure of `spec`, shrunk: the minimal spec, its graph and feeds, and what differs.
-std::string reproducer(const GraphSpec& spec, const Outcome& first) {
+std::string reproducer(const GraphSpec& spec, const Outcome& first, Mode mode = Mode::kOutputs) {
   if (first.invalid) return first.failure + "\n" + spec.str();
   int attempts = 0;
   GraphSpec small = testing::shrink(
       spec,
-      [](const GraphSpec& c) {
-        Outcome o = check(c);
+      [mode](const GraphSpec& c) {
+        Outcome o = check(c, mode);
         return !o.invalid && !o.failure.empty();
       },
       &attempts);
-  Outcome o = check(small);
-  BuiltGraph b = testing::build(small);
-  std::string text = "compiled result differs from the interpreter (seed " +
-                     std::to_string(spec.seed) + "):\n" + first.failure + "shrunk in " +
-                     std::to_string(attempts) + " attempts to:\n" + small.str() + "graph:\n" +
-                     b.graph.to_text() + "\nfeeds: " + b.feed_shapes() + "\nwhere " + o.failure;
+  Outcome o = check(small, mode);
+  BuiltGraph b;
+  build_for(small, mode, &b);
+  std::string text = std::string("compiled ") +
+                     (mode == Mode::kGradients ? "gradients differ" : "result differs") +
+                     " from the interpreter (seed " + std::to_string(spec.seed) + "):\n" +
+                     first.failure + "shrunk in " + std::to_string(attempts) + " attempts to:\n" +
+                     small.str() + "graph:\n" + b.graph.to_text() + "\nfeeds: " + b.feed_shapes() +
+                     "\nwhere " + o.failure;
   try {
     Executable exe = compile(b.graph, b.outputs, b.feeds);
     text += "thunks:\n";
@@ -113,28 +136,60 @@ std::string reproducer(const GraphSpec& spec, const Outcome& first) {
   return text;
 }
 
-class CompiledRandomGraphs : public ::testing::TestWithParam<int> {};
-
-TEST_P(CompiledRandomGraphs, MatchTheInterpreter) {
+// Checks `graphs` random graphs of shard `shard` (seeds shard * graphs + i) in `mode`.
+void check_shard(int shard, int graphs, const testing::GeneratorOptions& opt, Mode mode) {
   auto t0 = std::chrono::steady_clock::now();
-  int fused = 0, nodes = 0, failures = 0;
-  const int graphs = graphs_per_shard();
+  int fused = 0, nodes = 0, failures = 0, skipped = 0;
   for (int i = 0; i < graphs; ++i) {
-    auto seed = static_cast<uint32_t>(GetParam() * graphs + i);
-    GraphSpec spec = testing::generate(seed);
+    auto seed = static_cast<uint32_t>(shard * graphs + i);
+    GraphSpec spec = testing::generate(seed, opt);
     nodes += static_cast<int>(spec.nodes.size());
-    Outcome o = check(spec);
+    Outcome o = check(spec, mode);
     fused += o.fused;
+    skipped += o.skipped;
     if (o.failure.empty()) continue;
-    ADD_FAILURE() << reproducer(spec, o);
+    ADD_FAILURE() << reproducer(spec, o, mode);
     if (++failures == 3) break;  // shrinking is slow; three reproducers are plenty
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("[ random graphs ] shard %d: %d graphs, %d recipes, %d fused kernels, %.1f s\n",
-              GetParam(), graphs, nodes, fused, s);
+  std::printf("[ random graphs ] shard %d: %d graphs, %d recipes, %d fused kernels, %.1f s", shard,
+              graphs, nodes, fused, s);
+  if (mode == Mode::kGradients) std::printf(", %d with nothing to differentiate", skipped);
+  std::printf("\n");
+}
+
+class CompiledRandomGraphs : public ::testing::TestWithParam<int> {};
+
+TEST_P(CompiledRandomGraphs, MatchTheInterpreter) {
+  check_shard(GetParam(), graphs_per_shard(), {}, Mode::kOutputs);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shard, CompiledRandomGraphs, ::testing::Range(0, kShards));
+
+// Graphs with convolutions, pooling, gathers and scatters as well (2 x 100 graphs), and the
+// gradients of such graphs (3 x 100; a third of them second order), compiled and interpreted.
+constexpr int kKernelOpShards = 2, kGradientShards = 3;
+testing::GeneratorOptions with_kernel_ops() {
+  testing::GeneratorOptions opt;
+  opt.kernel_ops = true;
+  return opt;
+}
+
+class CompiledRandomKernelOpGraphs : public ::testing::TestWithParam<int> {};
+
+TEST_P(CompiledRandomKernelOpGraphs, MatchTheInterpreter) {
+  check_shard(GetParam(), graphs_per_shard(), with_kernel_ops(), Mode::kOutputs);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shard, CompiledRandomKernelOpGraphs, ::testing::Range(0, kKernelOpShards));
+
+class CompiledRandomGradients : public ::testing::TestWithParam<int> {};
+
+TEST_P(CompiledRandomGradients, MatchTheInterpreter) {
+  check_shard(GetParam(), graphs_per_shard(), with_kernel_ops(), Mode::kGradients);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shard, CompiledRandomGradients, ::testing::Range(0, kGradientShards));
 
 // Runs of one executable from two threads at once give the interpreter's results.
 TEST(CompiledRandomGraphsConcurrently, MatchTheInterpreter) {
@@ -175,6 +230,38 @@ TEST(CompiledLargeRandomGraphs, MatchTheInterpreter) {
     ADD_FAILURE() << reproducer(spec, o);
     ++failures;
   }
+}
+
+// The negative control: with a deliberately wrong emitter rule (sub(x, y) emitted as y - x,
+// behind the test-only switch in compiler/codegen/cpu/elemental_emitter.cc), the random tests
+// above must fail, and their shrinker must isolate a sub. The switch is set in a child process
+// (the first shard of the plain and the gradient tests, 20 graphs each), never in this one: the
+// process-wide kernel cache would keep the wrong kernels for the tests that follow.
+TEST(RandomGraphNegativeControl, AWrongSubRuleFailsTheRandomTests) {
+  const std::string log = ::testing::TempDir() + "/kiln_miscompile_" + std::to_string(getpid());
+  const std::string filter =
+      "--gtest_filter=Shard/CompiledRandomGraphs.MatchTheInterpreter/0:"
+      "Shard/CompiledRandomGradients.MatchTheInterpreter/0";
+  const std::map<std::string, std::string> env = {{"KILN_RANDOM_GRAPHS_PER_SHARD", "20"}};
+  std::map<std::string, std::string> wrong = env;
+  wrong["KILN_TEST_ONLY_MISCOMPILE"] = "sub-swaps-operands";
+
+  testing_util::ProcessResult r = testing_util::run_process({"/proc/self/exe", filter}, log, wrong);
+  EXPECT_FALSE(r.exited_ok()) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("compiled result differs from the interpreter"));
+  EXPECT_THAT(r.output, HasSubstr("compiled gradients differ from the interpreter"));
+  EXPECT_THAT(r.output, HasSubstr("2 FAILED TESTS"));
+  // Each reproducer is shrunk to a graph that still subtracts.
+  for (size_t at = r.output.find("shrunk in "); at != std::string::npos;
+       at = r.output.find("shrunk in ", at + 1)) {
+    const size_t end = r.output.find("thunks:", at);
+    EXPECT_NE(r.output.substr(at, end - at).find(" sub("), std::string::npos)
+        << r.output.substr(at, end - at);
+  }
+  // The same run without the switch passes: the failures are the wrong rule's.
+  r = testing_util::run_process({"/proc/self/exe", filter}, log, env);
+  EXPECT_TRUE(r.exited_ok()) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("2 tests"));
 }
 
 TEST(RandomGraphGenerator, IsDeterministic) {

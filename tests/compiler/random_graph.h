@@ -3,6 +3,9 @@
 // GraphSpec (inputs, recipes, outputs) that build() replays: each recipe reads its parameters
 // from its own seed *relative to its inputs' actual shapes*, so any edit the shrinker makes
 // (a node replaced by one of its inputs, a smaller input dimension) still builds a valid graph.
+// The kernel-op recipes (convolution, pooling, gather, scatter) are off by default (so the older
+// tests keep their graphs, seed for seed) and on with GeneratorOptions::kernel_ops; differentiate()
+// turns a built graph into the graph of its gradients.
 #pragma once
 
 #include <algorithm>
@@ -41,6 +44,11 @@ enum class Recipe : uint8_t {
   kConstantSubgraph,  // x + a * -b over constants: constant folding's target
   kDense,             // matmul + bias + relu/tanh/logistic: the dot epilogue fusion's pattern
   kNetwork,           // softmax, log_softmax, logsumexp, variance, gelu: reductions with producers
+  // The kernel-op recipes (GeneratorOptions::kernel_ops):
+  kConv,     // N-d convolution (0-2 spatial dimensions): strides, padding, dilations, groups
+  kPool,     // reduce_window max/sum over every dimension, or Keras max/avg pooling of NHWC
+  kGather,   // gather along a random axis, constant or computed (clamped) indices
+  kScatter,  // scatter_add along a random axis (duplicate indices accumulate)
   kCount,
 };
 
@@ -49,7 +57,7 @@ inline const char* recipe_name(Recipe r) {
       "identity",  "unary",   "binary",    "compare", "select", "clamp",
       "convert",   "reshape", "transpose", "slice",   "pad",    "concat",
       "broadcast", "reverse", "reduce",    "dot",     "random", "constant_subgraph",
-      "dense",     "network"};
+      "dense",     "network", "conv",      "pool",    "gather", "scatter"};
   return r < Recipe::kCount ? kNames[static_cast<int>(r)] : "?";
 }
 
@@ -250,6 +258,135 @@ class Builder {
   }
 
   static Tensor as_numeric(const Tensor& x) { return x.dtype() == bool_ ? convert(x, f32) : x; }
+
+  // Constant indices into a dimension of size `dim` (i32 or i64, rank 0-2, duplicates likely);
+  // none (shape [0]) when the dimension is empty.
+  Tensor indices(int64_t dim) {
+    Shape shape(pick(3));
+    for (int64_t& d : shape) d = pick(4);
+    if (dim == 0) shape = {0};
+    std::vector<int64_t> v(num_elements(shape));
+    for (int64_t& i : v) i = pick(static_cast<int>(dim));
+    return g_.constant(convert(Tensor::from_vector(v, shape), coin() ? i32 : i64));
+  }
+
+  // x.shape[:axis] + indices + x.shape[axis+1:], as gather and scatter_add take it.
+  static Shape taken_shape(const Shape& x, int axis, const Shape& indices) {
+    Shape out(x.begin(), x.begin() + axis);
+    out.insert(out.end(), indices.begin(), indices.end());
+    out.insert(out.end(), x.begin() + axis + 1, x.end());
+    return out;
+  }
+
+  // A convolution of x seen as [batch, spatial..., channels] (rank < 2 reshaped to [1, n, 1],
+  // rank 2 to [1, n, c]: the op accepts no spatial dimension, but its gradient ops do not):
+  // per spatial dimension a kernel of 1-3 taps, stride 1-2, padding 0-1 per side, now and then a
+  // kernel or input dilation of 2; groups divide the channels. Then sometimes a bias and a relu
+  // (the compiler's fused_conv pattern).
+  Tensor make_conv(const Tensor& x) {
+    Tensor v = is_floating(x.dtype()) ? x : convert(x, f32);
+    if (v.rank() < 2) v = reshape(v, {1, num_elements(x.shape()), 1});
+    if (v.rank() == 2) v = reshape(v, {1, v.shape()[0], v.shape()[1]});
+    const Shape& s = v.shape();
+    const size_t d = s.size() - 2;
+    const int64_t c_in = s.back();
+    std::vector<int64_t> divisors;
+    for (int64_t g = 1; g <= c_in; ++g)
+      if (c_in % g == 0) divisors.push_back(g);
+    ConvOptions o;
+    o.groups = divisors.empty() ? 1 : divisors[pick(static_cast<int>(divisors.size()))];
+    const int64_t c_out = o.groups * (1 + pick(2));
+    Shape kernel, out = {s[0]};
+    for (size_t i = 0; i < d; ++i) {
+      const int64_t n = s[i + 1];
+      int64_t taps = 1 + pick(3), dilation = pick(4) == 0 ? 2 : 1, lhs = pick(6) == 0 ? 2 : 1;
+      const int64_t low = pick(2), high = pick(2), stride = 1 + pick(2);
+      const int64_t padded = (n == 0 ? 0 : (n - 1) * lhs + 1) + low + high;
+      if (padded < (taps - 1) * dilation + 1) taps = dilation = 1;  // padded is 0 or >= 1 here
+      kernel.push_back(taps);
+      out.push_back(padded == 0 ? 0 : (padded - (taps - 1) * dilation - 1) / stride + 1);
+      o.strides.push_back(stride);
+      o.padding_low.push_back(low);
+      o.padding_high.push_back(high);
+      o.dilation.push_back(dilation);
+      o.lhs_dilation.push_back(lhs);
+    }
+    kernel.push_back(c_in / o.groups);
+    kernel.push_back(c_out);
+    out.push_back(c_out);
+    if (num_elements(out) > max_elements_) return x;
+    const DType t = v.dtype();
+    Tensor w = coin() ? parameter(t, kernel) : constant(t, kernel);
+    Tensor y = conv(v, w, o);
+    if (coin()) y = y + (coin() ? parameter(t, {c_out}) : constant(t, {c_out}));
+    return coin() ? relu(y) : y;
+  }
+
+  // A window reduction of x: Keras max or average pooling when x is a rank-4 float (NHWC),
+  // otherwise reduce_window max or sum over every dimension, each with a window of 1-3,
+  // stride 1-2 and padding smaller than the window (no window lies wholly on padding).
+  Tensor make_pool(const Tensor& x) {
+    Tensor v = x.dtype() == bool_ ? convert(x, f32) : x;
+    if (v.rank() == 0) v = reshape(v, {1});
+    const Shape& s = v.shape();
+    if (s.size() == 4 && is_floating(v.dtype()) && coin()) {
+      Axes pool = {1 + pick(3), 1 + pick(3)}, strides = {1 + pick(2), 1 + pick(2)};
+      bool same = coin() || s[1] < pool[0] || s[2] < pool[1];
+      const char* padding = same ? "same" : "valid";
+      return coin() ? max_pool2d(v, pool, strides, padding) : avg_pool2d(v, pool, strides, padding);
+    }
+    WindowOptions w;
+    for (int64_t n : s) {
+      int64_t window = 1 + pick(3), low = pick(2), high = pick(2);
+      if (n == 0) window = 1;
+      if (n > 0 && n + low + high < window) window = n;
+      w.window.push_back(window);
+      w.strides.push_back(1 + pick(2));
+      w.padding_low.push_back(std::min(low, window - 1));
+      w.padding_high.push_back(std::min(high, window - 1));
+    }
+    return coin() ? reduce_window_max(v, w) : reduce_window_sum(v, w);
+  }
+
+  // gather(x, indices, axis): constant indices, or an integer partner clamped into range.
+  Tensor make_gather(const Tensor& x, const std::vector<Tensor>& args) {
+    Tensor v = x.rank() == 0 ? reshape(x, {1}) : x;
+    const int r = static_cast<int>(v.rank());
+    const int axis = pick(r);
+    const int64_t dim = v.shape()[axis];
+    Tensor idx;
+    if (args.size() > 1 && is_integer(args[1].dtype()) && args[1].rank() <= 2 && dim > 0 &&
+        coin()) {
+      idx = clamp(convert(args[1], coin() ? i32 : i64), 0, static_cast<double>(dim - 1));
+    } else {
+      idx = indices(dim);
+    }
+    Shape out = taken_shape(v.shape(), axis, idx.shape());
+    if (num_elements(out) > max_elements_ || out.size() > kMaxRank) return x;
+    return gather(v, idx, coin() ? axis : axis - r);
+  }
+
+  // scatter_add(x, indices, updates, axis): updates are the partner when it has the right
+  // shape, otherwise a constant or a fed parameter.
+  Tensor make_scatter(const Tensor& x, const std::vector<Tensor>& args) {
+    Tensor v = as_numeric(x);
+    if (v.rank() == 0) v = reshape(v, {1});
+    const int r = static_cast<int>(v.rank());
+    const int axis = pick(r);
+    Tensor idx = indices(v.shape()[axis]);
+    Shape us = taken_shape(v.shape(), axis, idx.shape());
+    if (num_elements(us) > max_elements_) return x;
+    const DType t = v.dtype();
+    Tensor updates;
+    if (args.size() > 1 && args[1].shape() == us) {
+      updates = args[1].dtype() == t ? args[1] : convert(args[1], t);
+    } else {
+      updates = pick(4) == 0 ? parameter(t, us) : constant(t, us);
+    }
+    // Bounded integer operands: sums of duplicates must not overflow.
+    if (!is_floating(t)) updates = clamp(updates, -64, 64);
+    return scatter_add(v, idx, updates, coin() ? axis : axis - r);
+  }
 
   Tensor make(Recipe r, const std::vector<Tensor>& args) {
     const Tensor& x = args[0];
@@ -620,6 +757,14 @@ class Builder {
           }
         }
       }
+      case Recipe::kConv:
+        return make_conv(x);
+      case Recipe::kPool:
+        return make_pool(x);
+      case Recipe::kGather:
+        return make_gather(x, args);
+      case Recipe::kScatter:
+        return make_scatter(x, args);
       case Recipe::kConstantSubgraph: {
         if (t == bool_) return logical_and(x, logical_not(constant(bool_, s)));
         Tensor a = constant(t, s), b = constant(t, s);
@@ -647,6 +792,34 @@ inline BuiltGraph build(const GraphSpec& spec) {
   return out;
 }
 
+// Replaces b's outputs by the gradients of L = sum_i sum(y_i * c_i) over its floating-point
+// outputs y_i (c_i: random f64 cotangents from `seed`) with respect to every floating-point feed;
+// with order 2, by the gradients of sum_j sum(g_j * d_j) over those gradients g_j
+// (Hessian-vector products: they reach the gradient ops' own gradient rules, e.g.
+// reduce_window_max_select). Returns false, leaving b as it was, when there is nothing to
+// differentiate (no floating-point output or feed).
+inline bool differentiate(BuiltGraph* b, uint32_t seed, int order = 1) {
+  std::vector<Tensor> xs, ys;
+  for (const auto& feed : b->feeds)
+    if (is_floating(feed.first.dtype())) xs.push_back(feed.first);
+  for (const Tensor& y : b->outputs)
+    if (is_floating(y.dtype())) ys.push_back(y);
+  if (xs.empty() || ys.empty()) return false;
+  std::mt19937 rng(seed);
+  for (int i = 0; i < order; ++i) {
+    Tensor loss;
+    for (const Tensor& y : ys) {
+      Tensor c = b->graph.constant(random_graph_detail::random_value(
+          f64, y.shape(), static_cast<uint32_t>(rng()), -2, 2, /*special=*/false));
+      Tensor term = sum(convert(y, f64) * c);
+      loss = loss.defined() ? loss + term : term;
+    }
+    ys = gradients(loss, xs);
+  }
+  b->outputs = ys;
+  return true;
+}
+
 struct GeneratorOptions {
   int min_nodes = 3;
   int max_nodes = 15;
@@ -655,6 +828,7 @@ struct GeneratorOptions {
   int min_rank = 0;                    // input ranks are min_rank..3
   int max_dim = 4;                     // input dimensions are 1..max_dim (now and then 0 or more)
   int64_t max_elements = 512;          // see GraphSpec::max_elements
+  bool kernel_ops = false;             // also convolution, pooling, gather and scatter recipes
 };
 
 // A random spec: 1..max_inputs placeholders (mostly f32, some i32 and bool; rank 0..3, now and
@@ -682,16 +856,22 @@ inline GraphSpec generate(uint32_t seed, const GeneratorOptions& opt = {}) {
     spec.inputs.push_back(in);
     b.add_input(in, i);
   }
-  // Weights of the recipes (kIdentity never).
-  static const int kWeights[] = {0, 6, 8, 2, 2, 1, 2, 2, 2, 2, 1, 1, 2, 1, 3, 2, 1, 1, 2, 2};
-  static_assert(std::size(kWeights) == static_cast<size_t>(Recipe::kCount));
+  // Weights of the recipes (kIdentity never). Without kernel_ops the kernel-op recipes weigh
+  // nothing, so the choices (and the graphs) are those of the generator before they existed.
+  static const int kBaseWeights[] = {0, 6, 8, 2, 2, 1, 2, 2, 2, 2, 1, 1,
+                                     2, 1, 3, 2, 1, 1, 2, 2, 0, 0, 0, 0};
+  static const int kKernelWeights[] = {0, 6, 8, 2, 2, 1, 2, 2, 2, 2, 1, 1,
+                                       2, 1, 3, 2, 1, 1, 2, 2, 4, 4, 3, 3};
+  static_assert(std::size(kBaseWeights) == static_cast<size_t>(Recipe::kCount));
+  static_assert(std::size(kKernelWeights) == static_cast<size_t>(Recipe::kCount));
+  const int* weights = opt.kernel_ops ? kKernelWeights : kBaseWeights;
   int total = 0;
-  for (int w : kWeights) total += w;
+  for (int r = 0; r < static_cast<int>(Recipe::kCount); ++r) total += weights[r];
   int steps = opt.min_nodes + pick(opt.max_nodes - opt.min_nodes + 1);
   while (static_cast<int>(spec.nodes.size()) < steps) {
     NodeSpec n;
     int w = pick(total), r = 0;
-    while (w >= kWeights[r]) w -= kWeights[r++];
+    while (w >= weights[r]) w -= weights[r++];
     n.recipe = static_cast<Recipe>(r);
     int values = spec.num_values();
     // Mostly one of the last few values, so chains form (and fuse).

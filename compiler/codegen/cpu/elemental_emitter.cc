@@ -67,6 +67,20 @@ T unwrap(llvm::Expected<T> e, const std::string& what) {
   return std::move(*e);
 }
 
+// TEST ONLY: the negative control of the random differential tests (RandomGraphNegativeControl
+// in tests/compiler/compiled_random_test.cc) runs them in a child process whose environment has
+// KILN_TEST_ONLY_MISCOMPILE=sub-swaps-operands; this emitter then emits sub(x, y) as y - x, and
+// the tests must report it. Nothing in Kiln sets the variable, and the name and value are long so
+// that nothing sets it by accident. It is read once per process, when the first sub is emitted;
+// the kernels themselves are the same code with it unset.
+bool miscompile_sub_for_tests() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_TEST_ONLY_MISCOMPILE");
+    return v != nullptr && std::string(v) == "sub-swaps-operands";
+  }();
+  return on;
+}
+
 // Emits the IR of one kernel.
 class Emitter {
  public:
@@ -623,7 +637,10 @@ class Emitter {
       case EltOp::kRound: return unary_intrinsic(llvm::Intrinsic::roundeven, x);
       case EltOp::kConvert: return convert(x, t, out);
       case EltOp::kAdd: return fp ? b_.CreateFAdd(x, a[1]) : b_.CreateAdd(x, a[1]);
-      case EltOp::kSub: return fp ? b_.CreateFSub(x, a[1]) : b_.CreateSub(x, a[1]);
+      case EltOp::kSub: {
+        if (miscompile_sub_for_tests()) return fp ? b_.CreateFSub(a[1], x) : b_.CreateSub(a[1], x);
+        return fp ? b_.CreateFSub(x, a[1]) : b_.CreateSub(x, a[1]);
+      }
       case EltOp::kMul: return fp ? b_.CreateFMul(x, a[1]) : b_.CreateMul(x, a[1]);
       case EltOp::kDiv: return fp ? b_.CreateFDiv(x, a[1]) : int_div(x, a[1], t);
       case EltOp::kPow:
