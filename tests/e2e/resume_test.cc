@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -98,6 +100,17 @@ class ResumeTest : public testing::Test {
   int runs_ = 0;
 };
 
+// The names of the temp files of interrupted saves in `dir`.
+std::set<std::string> temp_files(const std::string& dir) {
+  std::set<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.find(".tmp-") != std::string::npos) names.insert(name);
+  }
+  return names;
+}
+
 // Where a run resumes: the step of its backup and the position in fit the backup records.
 struct Position {
   int64_t step, epoch, batch;
@@ -174,11 +187,8 @@ TEST_P(ResumeKilledSaveTest, ResumesFromTheBackupItLeftAndEndsBitIdentical) {
   // Until the pointer names step 21, the backup is step 14's, even once step 21's is committed.
   const bool pointer_moved = stage == "pointer_renamed" || stage == "old_removed";
   const Position want = pointer_moved ? Position{21, 1, 1} : Position{14, 0, 14};
-  bool temp_file = false;
-  for (const auto& e : fs::directory_iterator(path("backup")))
-    temp_file |= e.path().filename().string().find(".tmp-") != std::string::npos;
-  EXPECT_EQ(temp_file, stage.find("_partial") != std::string::npos ||
-                           stage.find("_written") != std::string::npos);
+  EXPECT_EQ(!temp_files(path("backup")).empty(), stage.find("_partial") != std::string::npos ||
+                                                     stage.find("_written") != std::string::npos);
   std::optional<io::Checkpoint> backup = loadable_backups(path("backup"));
   ASSERT_TRUE(backup);
   EXPECT_EQ(backup->prefix, path("backup/ckpt-" + std::to_string(want.step)));
@@ -228,14 +238,15 @@ TEST_F(ResumeTest, ABackupOnAnEpochsLastBatchResumesAtTheNextEpoch) {
 
 // SIGKILLed from outside at random moments of training, several times in a row, each run
 // resuming from the backup the killed one left: the last run ends bit-identical to an
-// uninterrupted one. Backups every 2 steps over 400 steps, so most kills land inside a save and
+// uninterrupted one. Backups every 2 steps over 240 steps, so most kills land inside a save and
 // each resume replays up to a step.
 TEST_F(ResumeTest, KilledFromOutsideAtRandomMomentsEndsBitIdentical) {
-  constexpr int kKills = 6, kSaveEvery = 2, kEpochs = 20, kSteps = 20 * kEpochs;
+  constexpr int kKills = 6, kSaveEvery = 2, kEpochs = 12, kSteps = 20 * kEpochs;
   constexpr uint64_t kSeed = 0x6b696c6c;
 
   // The uninterrupted run, timed from its first step: each kill comes a random fraction of
-  // 1/kKills of that after a run's first step, so that a run is killed before it finishes.
+  // 1/kKills of that after a run's first step, so that a run is killed before it finishes (half
+  // that once a run finished first: the machine got faster).
   const std::vector<std::string> ref_command = command("ref_backup", "ref", 0, kSaveEvery, kEpochs);
   const std::string ref_log = next_log("ref_backup");
   const pid_t ref_pid = testing_util::spawn_process(ref_command, ref_log);
@@ -255,13 +266,15 @@ TEST_F(ResumeTest, KilledFromOutsideAtRandomMomentsEndsBitIdentical) {
   history << "seed " << kSeed << ", reference training "
           << std::chrono::duration_cast<std::chrono::microseconds>(training).count() << " us;";
   std::optional<Position> from;  // the backup the next run resumes from
+  double max_delay_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(training).count() / double{kKills};
   int kills = 0;
-  for (int run = 0; kills < kKills && run < 2 * kKills; ++run) {
-    const auto delay = std::chrono::microseconds(static_cast<int64_t>(
-        fraction(rng) * std::chrono::duration_cast<std::chrono::microseconds>(training).count() /
-        kKills));
+  for (int run = 0; kills < kKills && run < 3 * kKills; ++run) {
+    const auto delay =
+        std::chrono::microseconds(static_cast<int64_t>(fraction(rng) * max_delay_us));
     history << " run " << run << " killed " << delay.count() << " us after its first step";
     SCOPED_TRACE(history.str());
+    const std::set<std::string> temps_before = temp_files(path("backup"));
     const std::string log = next_log("backup");
     const pid_t pid = testing_util::spawn_process(cmd, log);
     ASSERT_GT(pid, 0);
@@ -275,6 +288,7 @@ TEST_F(ResumeTest, KilledFromOutsideAtRandomMomentsEndsBitIdentical) {
       expect_bit_identical(io::load_checkpoint(path("final")), ref);
       io::remove_checkpoint(path("final"));
       from.reset();  // the backups went with the successful end
+      max_delay_us /= 2;
       continue;
     }
     ASSERT_TRUE(stepping && r.killed_by(SIGKILL))
@@ -295,9 +309,9 @@ TEST_F(ResumeTest, KilledFromOutsideAtRandomMomentsEndsBitIdentical) {
     const Position at = Position::of(*backup);
     if (from) EXPECT_GE(at.step, from->step);
     EXPECT_EQ(backup->tensors.at("optimizer/iterations").item<int64_t>(), at.step);
-    bool mid_save = false;  // a temp file left: the kill came inside a save
-    for (const auto& e : fs::directory_iterator(path("backup")))
-      mid_save |= e.path().filename().string().find(".tmp-") != std::string::npos;
+    const std::set<std::string> temps = temp_files(path("backup"));
+    const bool mid_save = !std::includes(temps_before.begin(), temps_before.end(), temps.begin(),
+                                         temps.end());  // a new temp file: killed inside a save
     history << " (backup at step " << at.step << (mid_save ? ", a save interrupted)" : ")");
     from = at;
   }

@@ -372,6 +372,7 @@ struct KilledSave {
   bool old_index;
   std::string leftover;
   std::string complete;
+  friend void PrintTo(const KilledSave& k, std::ostream* os) { *os << "killed at " << k.stage; }
 };
 
 class CheckpointKillTest : public CheckpointTest, public testing::WithParamInterface<KilledSave> {
