@@ -65,6 +65,9 @@ double weighted_output(const OpCase& c, const std::vector<Tensor>& args, int k,
   return total;
 }
 
+// Failing elements reported one by one (the rest are counted): larger shapes have hundreds.
+constexpr int64_t kShown = 4;
+
 // The gradients `grads` of g, run in `mode`; compiled, also checked against the interpreter
 // (the gradients are f64: the JIT calls libm and adds no contractions, so the two agree to
 // rounding).
@@ -88,11 +91,16 @@ std::vector<Tensor> run_gradients(const Graph& g, const FeedList& feeds,
                     << want.size() << " interpreted";
       continue;
     }
+    int64_t differ = 0;
     for (size_t j = 0; j < got.size(); ++j) {
-      EXPECT_LE(std::abs(got[j] - want[j]), 1e-12 * (1 + std::abs(want[j])))
-          << "gradient " << w << ", element " << j << ": compiled " << got[j] << ", interpreted "
-          << want[j];
+      if (std::abs(got[j] - want[j]) <= 1e-12 * (1 + std::abs(want[j]))) continue;
+      if (++differ <= kShown) {
+        ADD_FAILURE() << "gradient " << w << ", element " << j << ": compiled " << got[j]
+                      << ", interpreted " << want[j];
+      }
     }
+    EXPECT_EQ(differ, 0) << "elements of gradient " << w
+                         << " where the modes differ (the first are shown above)";
   }
   return compiled;
 }
@@ -147,17 +155,22 @@ void check_case(const GradCheck& p) {
       size_t i = wrt_index[w];
       std::vector<double> analytic = rule[w].to_vector<double>();
       ASSERT_EQ(static_cast<int64_t>(analytic.size()), args[i].size());
+      int64_t wrong = 0;
       for (int64_t j = 0; j < args[i].size(); ++j) {
         std::vector<Tensor> plus = args, minus = args;
         plus[i].mutable_data<double>()[j] += c.step;
         minus[i].mutable_data<double>()[j] -= c.step;
         double numeric =
             (weighted_output(c, plus, k, dzv) - weighted_output(c, minus, k, dzv)) / (2 * c.step);
-        EXPECT_LE(std::abs(analytic[j] - numeric), c.tol * (1 + std::abs(numeric)))
-            << c.op << ": output " << k << ", input " << i << ", element " << j
-            << " (x = " << args[i].data<double>()[j] << "): the rule gives " << analytic[j]
-            << ", central differences give " << numeric;
+        if (std::abs(analytic[j] - numeric) <= c.tol * (1 + std::abs(numeric))) continue;
+        if (++wrong <= kShown) {
+          ADD_FAILURE() << c.op << ": output " << k << ", input " << i << ", element " << j
+                        << " (x = " << args[i].data<double>()[j] << "): the rule gives "
+                        << analytic[j] << ", central differences give " << numeric;
+        }
       }
+      EXPECT_EQ(wrong, 0) << c.op << ": elements of input " << i << " where the rule and central "
+                          << "differences differ (the first are shown above)";
     }
   }
 }
