@@ -1,5 +1,6 @@
-// End to end: the MLP trainer's model learns Fashion-MNIST well above chance in one short
-// epoch on a subset (kept small so the suite stays fast; the full run is `make demo`).
+// End to end: the MLP trainer's model learns Fashion-MNIST in one short epoch on a subset, to an
+// accuracy plain SGD does not reach (kept small so the suite stays fast; the full trainers with
+// their targets run as the `slow` ctest accuracy_fashion_mnist_* tests).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -28,9 +29,11 @@ TEST(FashionMnistE2E, MlpLearnsWellAboveChanceInOneEpochOnASubset) {
   model.compile(optim::Adam(1e-3), nn::SparseCategoricalCrossentropy(true), {"accuracy"});
   model.fit(x, y, {.epochs = 1, .batch_size = 64, .seed = 1, .verbose = 0});
   auto scores = model.evaluate(x_test, y_test, 500);
-  // Chance is 0.10; one epoch on 12k examples reaches about 0.80.
-  EXPECT_GT(scores["accuracy"], 0.75);
-  EXPECT_LT(scores["loss"], 0.7);
+  // Chance is 0.10. One epoch on 12k examples reaches 0.8195 (loss 0.535) with Adam; plain SGD
+  // reaches 0.78 (loss 0.61) at its best learning rate of 1e-1, 0.68 at 1e-2 and 0.32 at 1e-3, so
+  // an optimizer that does not do Adam's work fails here.
+  EXPECT_GT(scores["accuracy"], 0.80);
+  EXPECT_LT(scores["loss"], 0.58);
 }
 
 }  // namespace
