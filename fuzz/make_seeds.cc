@@ -60,9 +60,10 @@ void checkpoint_seeds(const fs::path& corpus, const fs::path& tmp) {
 }
 
 void saved_model_seed(const fs::path& corpus, const fs::path& tmp, const std::string& name,
-                      kiln::nn::Model& model, const kiln::Shape& input_shape) {
-  model.build(input_shape);
-  const fs::path version = kiln::io::save_model(model, (tmp / name).string(), input_shape);
+                      kiln::nn::Model& model, const kiln::Shape& input_shape,
+                      kiln::DType dtype = kiln::f32) {
+  model.build(input_shape, dtype);
+  const fs::path version = kiln::io::save_model(model, (tmp / name).string(), input_shape, dtype);
   const std::string prefix = (version / "variables" / "variables").string();
   write_seed(corpus, "saved_model", name,
              part(record_of(version / "saved_model.pb")) + part(record_of(prefix + ".index")) +
@@ -88,6 +89,13 @@ int main(int argc, char** argv) {
     Sequential cnn({Conv2D(2, {3, 3}, "relu"), MaxPool2D({2, 2}), Flatten(), Dense(2)});
     cnn.set_seed(1);
     saved_model_seed(corpus, tmp, "cnn", cnn, {6, 6, 1});
+    // Index inputs (gather: ids out of range), normalizations, attention's batched dots.
+    Sequential embedding({Embedding(5, 3), LayerNormalization(), Flatten(), Dense(2)});
+    embedding.set_seed(1);
+    saved_model_seed(corpus, tmp, "embedding", embedding, {4}, kiln::i64);
+    Sequential attention({MultiHeadAttention(2, 2), BatchNormalization(), Flatten(), Dense(2)});
+    attention.set_seed(1);
+    saved_model_seed(corpus, tmp, "attention", attention, {3, 4});
   } catch (const kiln::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     fs::remove_all(tmp);

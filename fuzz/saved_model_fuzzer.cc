@@ -19,6 +19,8 @@
 //     memory), kNotFound (no CPU kernel for the file's dtype). Never kFailedPrecondition: a
 //     signature that needs a placeholder it does not feed is refused at load.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <initializer_list>
 #include <map>
 #include <optional>
@@ -45,7 +47,8 @@ bool one_of(ErrorCode code, std::initializer_list<ErrorCode> allowed) {
   return std::find(allowed.begin(), allowed.end(), code) != allowed.end();
 }
 
-// The elements of `shape` with each unknown dimension taken as `unknown`, at most kMax + 1.
+// The elements of `shape` with each unknown dimension taken as `unknown`, at most
+// kMaxElements + 1.
 uint64_t elements(const Shape& shape, uint64_t unknown) {
   uint64_t n = 1;
   for (int64_t d : shape) {
@@ -122,6 +125,8 @@ void check_runs(const io::LoadedModel& model) {
           e.code(), {ErrorCode::kInvalidArgument, ErrorCode::kOutOfRange, ErrorCode::kNotFound}));
       continue;
     }
+    static const bool verbose = std::getenv("KILN_FUZZ_VERBOSE") != nullptr;
+    if (verbose) std::fprintf(stderr, "ran signature '%s'\n", name.c_str());
     fuzz::check(outputs.size() == sig.outputs.size());
     for (const auto& [output, type] : sig.outputs) {
       auto it = outputs.find(output);
