@@ -529,6 +529,7 @@ std::string CheckpointManager::save(const std::map<std::string, Tensor>& tensors
   }
   fault.at(SaveStage::kPointerRenamed);
   for (const std::string& p : dropped) remove_checkpoint(p);
+  remove_interrupted_saves();  // a run killed again and again must not pile up temp files
   fault.at(SaveStage::kOldRemoved);
   return prefix;
 }
@@ -543,7 +544,12 @@ void CheckpointManager::remove_all() {
   fs::remove(fs::path(dir_) / kPointerFile, ec);
   for (const std::string& p : checkpoints_) remove_checkpoint(p);
   checkpoints_.clear();
-  // Leftovers of interrupted saves: ckpt-<n>.*.tmp-*, checkpoint.tmp-*.
+  remove_interrupted_saves();
+}
+
+// Leftovers of interrupted saves: ckpt-<n>.*.tmp-*, checkpoint.tmp-*.
+void CheckpointManager::remove_interrupted_saves() const {
+  std::error_code ec;
   for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if ((name.rfind("ckpt-", 0) == 0 || name.rfind(kPointerFile, 0) == 0) &&

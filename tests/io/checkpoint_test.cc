@@ -444,6 +444,9 @@ TEST_P(CheckpointKillTest, LeavesALoadableLatestCheckpointAndCommitsNoPartialFil
     }
   }
   EXPECT_FALSE(fs::exists(path("ckpt-1.index")));
+  // The save made again also removed the killed one's temp files: a job killed again and again
+  // does not pile them up.
+  EXPECT_FALSE(size_of_match(R"(.*\.tmp-.*)")) << "a temp file is left after the next save";
   again.remove_all();
   EXPECT_TRUE(files().empty());
 }

@@ -34,7 +34,9 @@ using Metadata = std::map<std::string, MetadataValue>;
 //
 // Fault injection for tests: with the environment variable KILN_FAULT_KILL_DURING_SAVE=<n>, the
 // n-th save this process makes while the variable is set (counting from 1) raises SIGKILL
-// halfway through writing its data file (part of the temp file written, nothing renamed).
+// halfway through writing its data file (part of the temp file written, nothing renamed);
+// KILN_FAULT_KILL_DURING_SAVE=<n>:<stage> kills it at another stage of the save (the stages,
+// from data_partial to old_removed, are listed in src/io/checkpoint.cc).
 std::string save_checkpoint(const std::string& path, const std::map<std::string, Tensor>& tensors,
                             const Metadata& metadata = {});
 
@@ -102,6 +104,7 @@ class CheckpointManager {
 
  private:
   void write_pointer() const;
+  void remove_interrupted_saves() const;
   std::string dir_;
   int max_to_keep_;
   std::vector<std::string> checkpoints_;
