@@ -295,6 +295,20 @@ TEST_F(SavedModelTest, InconsistentGraphsAreReportedWithTheNode) {
       ErrorCode::kDataLoss, "is not a placeholder");
   expect_error([&](auto& m) { m.set_format_version(2); }, ErrorCode::kDataLoss,
                "unsupported format version 2");
+  // A signature that says other than its graph, or that could not run on its inputs alone.
+  expect_error(
+      [&](auto& m) {
+        m.mutable_signatures(0)->mutable_outputs(0)->mutable_type()->set_shape(1, 7);
+      },
+      ErrorCode::kDataLoss, "is declared f32[?,7], but output 0 of its node");
+  expect_error([&](auto& m) { m.mutable_variables()->RemoveLast(); }, ErrorCode::kDataLoss,
+               "which is neither its input nor a variable");
+  expect_error(
+      [&](auto& m) {
+        m.mutable_signatures(0)->mutable_inputs(0)->mutable_value()->set_node(
+            m.variables(0).node());
+      },
+      ErrorCode::kDataLoss, "is bound to a variable");
   // A custom op's own check of its attributes fails with the op's error, naming the node.
   expect_error(
       [&](auto& m) {
