@@ -40,6 +40,42 @@ TEST(OptimizeRandomTest, ExactPassesGiveBitIdenticalResults) {
   EXPECT_LT(after, before);
 }
 
+// The same on graphs with convolutions, pooling, gathers and scatters, and on their gradients
+// (second order for one seed in three): epilogue fusion turns their dots and convolutions into
+// fused_dot and fused_conv, whose results must be the same bits.
+TEST(OptimizeRandomTest, ExactPassesGiveBitIdenticalResultsOnKernelOpGraphsAndTheirGradients) {
+  int fused = 0;
+  for (uint32_t seed = 0; seed < 1000; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    testing::GeneratorOptions opt;
+    opt.kernel_ops = true;
+    testing::BuiltGraph rg = testing::build(testing::generate(seed, opt));
+    for (bool gradients : {false, true}) {
+      if (gradients && !testing::differentiate(&rg, seed, seed % 3 ? 1 : 2)) continue;
+      std::vector<Tensor> want = rg.graph.run(rg.feeds, rg.outputs);
+      Pipeline exact = default_pipeline(Rewrites::kExact);
+      CompiledGraph c;
+      try {
+        c = optimize(rg.graph, rg.outputs, exact);
+      } catch (const Error& e) {
+        ADD_FAILURE() << "optimize throws: " << e.what() << "\n" << rg.graph.to_text();
+        break;
+      }
+      fused += static_cast<int>(c.graph.to_text().find(" fused_") != std::string::npos);
+      std::vector<Tensor> got = c.run(rg.feeds);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_TRUE(bitwise_equal(got[i], want[i]))
+            << (gradients ? "gradient " : "output ") << i << "\n"
+            << rg.graph.to_text() << "\noptimized:\n"
+            << c.graph.to_text();
+      }
+    }
+  }
+  std::printf("[ random graphs ] %d optimized graphs with fused_dot or fused_conv\n", fused);
+  EXPECT_GT(fused, 0);
+}
+
 // The full pipeline, layout folding included: random graphs rarely put a transpose before a dot
 // (10 of the first 3000 seeds), so 3000 are optimized both ways and those the layout pass changed
 // are run. A folded dot sums in another order (tests/compiler/layout_test.cc bounds it by
