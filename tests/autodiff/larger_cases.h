@@ -1,6 +1,6 @@
 // The gradient table's cases (differentiable_cases() in tests/testing/op_cases.h) at a larger
-// shape, for gradcheck_test: big enough that compiled loops run full vector bodies and tails,
-// windows slide past several positions and indices repeat over more rows.
+// shape, for gradcheck_test: big enough that compiled loops run vector bodies and not only
+// their tails, windows slide over more positions and indices repeat over more rows.
 #pragma once
 
 #include <map>
@@ -132,8 +132,9 @@ inline const std::map<std::string, OpCase>& written_larger_cases() {
   return kCases;
 }
 
-// Ops the size map above would break: every case of theirs must be written out (pad's
-// attributes do not depend on its input's size, so its cases map, all but the one of size 1).
+// Ops the size map above would break: every case of theirs must be written out. (pad's cases
+// map, as its attributes do not depend on its input's size; its case of sizes 1 and 0, which
+// the map leaves as it is, is written out.)
 inline bool needs_written_larger_case(const std::string& op) {
   static const std::set<std::string> kOps = {"convolution",
                                              "convolution_input_grad",
