@@ -111,6 +111,7 @@ bool EpilogueFusion::run(Module& module) {
   };
 
   std::vector<Match> matches;
+  std::vector<char> claimed(n, 0);  // the nodes an earlier match takes into its epilogue
   for (int d = 0; d < n; ++d) {
     const detail::Node& dot = nodes[d];  // the dot or convolution
     const Producer* producer = producer_of(dot.op);
@@ -199,6 +200,18 @@ bool EpilogueFusion::run(Module& module) {
     }
     if (m.add < 0 && m.act_node < 0) continue;
     m.end = m.act_node >= 0 ? m.act_node : m.add;
+    // add(dot_a, dot_b) of one-element outputs: each dot may take the add as its epilogue, but
+    // only the first one does; the other stays the first one's bias.
+    int taken = -1;
+    for (int id : {m.add, m.end})
+      if (id >= 0 && claimed[id]) taken = id;
+    if (taken >= 0) {
+      note(std::string("not fused: ") + label(nodes, taken) + " into " + label(nodes, d) +
+           ": it is already the epilogue of another " + producer->noun);
+      continue;
+    }
+    for (int id : {m.add, m.act_node, m.mask, m.end})
+      if (id >= 0) claimed[id] = 1;
     matches.push_back(m);
   }
   if (matches.empty()) return false;

@@ -71,6 +71,31 @@ TEST(EpilogueFusionTest, DenseBiasActivationBecomesOneFusedDot) {
   }
 }
 
+// add(dot_a, dot_b) with one-element outputs: each dot could take the add as its bias-add (a
+// one-element addend passes as a bias), but only one may; the other stays its bias.
+TEST(EpilogueFusionTest, TwoDotsAddedTogetherFuseOnlyOneEpilogue) {
+  Graph g("two_dots");
+  Tensor a = g.placeholder(f32, {1, 6}, "a"), b = g.placeholder(f32, {6, 1}, "b");
+  Tensor c = g.placeholder(f32, {1, 4}, "c"), d = g.placeholder(f32, {4, 1}, "d");
+  Tensor y = logistic(matmul(a, b) + matmul(c, d));
+  const FeedList feeds = {{a, random_tensor({1, 6}, 1)},
+                          {b, random_tensor({6, 1}, 2)},
+                          {c, random_tensor({1, 4}, 3)},
+                          {d, random_tensor({4, 1}, 4)}};
+  Module m = make_module(g, {y});
+  EpilogueFusion pass;
+  EXPECT_TRUE(pass.run(m));
+  int fused = 0, dots = 0;
+  for (const auto& n : nodes_of(m.graph)) {
+    fused += n.op == "fused_dot";
+    dots += n.op == "dot";
+  }
+  EXPECT_EQ(fused, 1) << ops_of(m);
+  EXPECT_EQ(dots, 1) << ops_of(m);
+  EXPECT_THAT(notes_of(pass), HasSubstr("is already the epilogue of another dot"));
+  expect_bitwise_equal(run_module(m, feeds), g.run(feeds, std::vector<Tensor>{y}));
+}
+
 TEST(EpilogueFusionTest, BiasOnlyActivationOnlyAndF64) {
   {
     Dense d(5, 3, 4, f64);
