@@ -119,18 +119,22 @@ def summary(values):
 
 
 def cpu_description():
-    model, flags = "unknown", set()
+    fields, flags = {}, set()
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 name, _, value = line.partition(":")
                 name = name.strip()
-                if name == "model name" and model == "unknown":
-                    model = value.strip()
-                elif name == "flags" and not flags:
+                if name == "flags" and not flags:
                     flags = set(value.split())
+                elif name in ("model name", "vendor_id", "cpu family", "model", "stepping"):
+                    fields.setdefault(name, value.strip())
     except OSError:
         pass
+    # A virtual machine may show a bare "AMD EPYC": family, model and stepping name the core.
+    model = (f"{fields.get('model name', 'unknown')} ({fields.get('vendor_id', '?')} family "
+             f"{fields.get('cpu family', '?')} model {fields.get('model', '?')} stepping "
+             f"{fields.get('stepping', '?')})")
     isa = [f for f in ("avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_int8", "avx2",
                        "fma") if f in flags]
     # Kiln's JIT targets the host CPU, and the library is built with -march=native (KILN_NATIVE):
