@@ -197,7 +197,7 @@ double ir_flops_per_element(const std::string& ir) {
 }
 
 // Compiles the compute chain with KILN_DUMP set to a scratch directory and counts the flops per
-// element in the optimised IR it writes.
+// element in the optimised IR it writes (in a subdirectory of its own).
 double compute_chain_flops_per_element() {
   char dir_template[] = "/tmp/kiln_bench_ir_XXXXXX";
   const char* dir = mkdtemp(dir_template);
@@ -208,7 +208,7 @@ double compute_chain_flops_per_element() {
   (void)compiler::cpu::compile_elementwise(compute_chain_subgraph());
   old ? setenv("KILN_DUMP", saved.c_str(), 1) : unsetenv("KILN_DUMP");
   double flops = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
     if (name.size() < 7 || name.compare(name.size() - 7, 7, ".opt.ll") != 0) continue;
     std::ifstream in(entry.path());

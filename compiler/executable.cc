@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "compiler/buffer_assignment.h"
+#include "compiler/dump.h"
 #include "compiler/kernel_cache.h"
 #include "compiler/lowering.h"
 #include "compiler/schedule.h"
@@ -449,8 +450,8 @@ void plan_memory(Impl& im) {
     if (s.where == Where::kConstant) st.constant_bytes += s.bytes;
   }
 
-  if (const char* dir = std::getenv("KILN_DUMP"); dir && *dir) {
-    std::ofstream out(std::string(dir) + "/buffers.txt");
+  if (const std::string& dir = current_dump_dir(); !dir.empty()) {
+    std::ofstream out(dir + "/buffers.txt");
     out << "arena " << st.arena_bytes << " bytes (live minimum " << st.live_min_bytes
         << ", without reuse " << st.no_reuse_bytes << "); " << st.num_buffers << " buffers, "
         << st.num_reused << " reused, " << st.num_in_place << " in place\n";
@@ -776,6 +777,7 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
 
 Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const FeedList& feeds,
                    const std::vector<Donation>& donations) {
+  DumpScope dump(new_dump_dir(graph.name(), dump_signature(feeds)));
   auto impl = std::make_shared<Executable::Impl>();
   Impl& im = *impl;
   im.cg = optimize(graph, outputs);
@@ -884,8 +886,8 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
   assign_slots(im, placeholders, constants, fetched);
   resolve_donations(im, graph, donations);
   plan_memory(im);
-  if (const char* dir = std::getenv("KILN_DUMP"); dir && *dir) {
-    std::ofstream(std::string(dir) + "/fusion.txt") << im.fusion_log;
+  if (const std::string& dir = current_dump_dir(); !dir.empty()) {
+    std::ofstream(dir + "/fusion.txt") << im.fusion_log;
   }
   return Executable(std::move(impl));
 }

@@ -102,8 +102,9 @@ class Executable {
 
 // Compiles the part of `graph` computing `outputs` for the dtypes and shapes of `feeds` (values
 // keyed by `graph`'s placeholders; placeholders whose shape is fully known need not be fed at
-// compile time). With KILN_DUMP=<dir>, also writes <dir>/fusion.txt and <dir>/buffers.txt (the
-// memory plan: each value's bytes, live range and arena offset).
+// compile time). With KILN_DUMP=<dir>, the compile writes into a new subdirectory of <dir> named
+// by the graph and the feeds (compiler/dump.h): the pass dumps, its kernels' IR and assembly,
+// fusion.txt and buffers.txt (the memory plan: each value's bytes, live range and arena offset).
 Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const FeedList& feeds);
 // The same, with input-output aliases. Throws kiln::Error naming the feed when a feed is
 // donated twice, an output is the target of two donations, an output index is out of range,

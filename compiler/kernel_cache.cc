@@ -8,6 +8,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "compiler/dump.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln::compiler {
@@ -101,8 +102,10 @@ std::vector<cpu::FusedKernel> cached_kernels(const std::vector<cpu::FusedSubgrap
   std::vector<cpu::FusedKernel> kernels(n);
   errors->assign(n, "");
   std::vector<std::string> keys(n);
-  std::vector<size_t> missing;  // first occurrence of each key not cached
+  std::vector<size_t> missing;      // first occurrence of each key not cached
   std::vector<int> same_as(n, -1);  // a later duplicate of a missing key
+  // A compile that dumps JITs all its kernels afresh, so that its dump holds each one's IR.
+  const std::string dump_dir = current_dump_dir();
   Cache& c = cache();
   {
     std::lock_guard lock(c.mu);
@@ -115,7 +118,7 @@ std::vector<cpu::FusedKernel> cached_kernels(const std::vector<cpu::FusedSubgrap
         (*errors)[i] = e.what();
         continue;
       }
-      if (auto it = c.index.find(keys[i]); it != c.index.end()) {
+      if (auto it = c.index.find(keys[i]); dump_dir.empty() && it != c.index.end()) {
         ++c.stats.hits;
         c.lru.splice(c.lru.begin(), c.lru, it->second);
         kernels[i] = from_entry(sgs[i], c.lru.front());
@@ -143,6 +146,7 @@ std::vector<cpu::FusedKernel> cached_kernels(const std::vector<cpu::FusedSubgrap
     for (size_t k = 0; k < order.size(); ++k) part_of[k % parts].push_back(order[k]);
     std::vector<cpu::FusedKernel> compiled(batch.size());
     runtime::parallel_for(parts, 1, [&](int64_t begin, int64_t end) {
+      DumpScope dump(dump_dir);  // on a pool thread: the compile's directory
       for (int64_t p = begin; p < end; ++p) {
         std::vector<cpu::FusedSubgraph> sub;
         for (size_t k : part_of[p]) sub.push_back(batch[k]);

@@ -16,8 +16,10 @@ namespace kiln::compiler {
 cpu::FusedKernel cached_kernel(const cpu::FusedSubgraph& sg);
 
 // Kernels for several subgraphs; the misses are compiled together in one LLVM module (one
-// optimisation pipeline and one JIT session, much cheaper than one each). A subgraph that
-// cannot be compiled gets an empty kernel (fn() == nullptr) and its error in (*errors)[i].
+// optimisation pipeline and one JIT session, much cheaper than one each). Inside a compile that
+// dumps (KILN_DUMP, compiler/dump.h), every kernel is compiled afresh into the compile's dump. A
+// subgraph that cannot be compiled gets an empty kernel (fn() == nullptr) and its error in
+// (*errors)[i].
 std::vector<cpu::FusedKernel> cached_kernels(const std::vector<cpu::FusedSubgraph>& sgs,
                                              std::vector<std::string>* errors);
 

@@ -2,12 +2,12 @@
 #include "compiler/pipeline.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
 #include <utility>
 
+#include "compiler/dump.h"
 #include "compiler/passes/algebraic_simplifier.h"
 #include "compiler/passes/constant_folding.h"
 #include "compiler/passes/cse.h"
@@ -31,9 +31,7 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
 }  // namespace
 
 Pipeline::Pipeline(std::string name, Rewrites rewrites)
-    : name_(std::move(name)), rewrites_(rewrites) {
-  if (const char* dir = std::getenv("KILN_DUMP")) dump_dir_ = dir;
-}
+    : name_(std::move(name)), rewrites_(rewrites) {}
 
 Pipeline& Pipeline::add(std::unique_ptr<Pass> pass) {
   if (rewrites_ == Rewrites::kExact && !pass->exact()) return *this;
@@ -71,6 +69,7 @@ bool Pipeline::run(Module& module) {
     std::shared_ptr<detail::GraphImpl> saved = std::exchange(detail::default_graph(), nullptr);
     ~NoDefaultGraph() { detail::default_graph() = saved; }
   } no_default_graph;
+  run_dump_dir_ = dump_dir_ ? *dump_dir_ : dump_dir_for(module.graph.name());
   bool changed = false;
   for (Stage& stage : stages_) {
     for (int round = 0; round < stage.max_iterations; ++round) {
@@ -92,16 +91,17 @@ bool Pipeline::run_pass(Pass& pass, Module& module, const std::string& label) {
   pass.clear_notes();
   bool changed = pass.run(module);
   ++step_;
-  if (dump_dir_.empty()) return changed;
+  if (run_dump_dir_.empty()) return changed;
   std::error_code error;
-  std::filesystem::create_directories(dump_dir_, error);
+  std::filesystem::create_directories(run_dump_dir_, error);
   if (error) {
     throw Error(ErrorCode::kFailedPrecondition,
-                "KILN_DUMP: cannot create '" + dump_dir_ + "': " + error.message());
+                "KILN_DUMP: cannot create '" + run_dump_dir_ + "': " + error.message());
   }
   char prefix[16];
   std::snprintf(prefix, sizeof prefix, "%03d_", step_);
-  std::filesystem::path base = std::filesystem::path(dump_dir_) / (prefix + name_ + "." + label);
+  std::filesystem::path base =
+      std::filesystem::path(run_dump_dir_) / (prefix + name_ + "." + label);
   write_file(base.string() + ".txt", module.graph.to_text());
   write_file(base.string() + ".dot", module.graph.to_dot());
   std::string log = pass.name() + ": " + (changed ? "changed" : "no change") + ", " +

@@ -1,9 +1,11 @@
 // The pass pipeline and the optimizer entry point: runs passes in order, repeats a
 // simplification group to a fixed point, and with KILN_DUMP=<dir> writes the graph after every
-// pass (text and DOT) with a log of what each pass did and why it declined.
+// pass (text and DOT) with a log of what each pass did and why it declined, in the compile's
+// dump directory (compiler/dump.h).
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -25,7 +27,8 @@ class Pipeline {
   Pipeline& add(std::unique_ptr<Pass> pass);
   // Passes run in order, repeatedly, until none changes the module or `max_iterations` rounds.
   Pipeline& add_fixed_point(std::vector<std::unique_ptr<Pass>> passes, int max_iterations = 8);
-  // Overrides KILN_DUMP ("" turns dumping off).
+  // Where run() dumps: by default the compile's dump directory, or outside a compile a new
+  // subdirectory of $KILN_DUMP per run (compiler/dump.h). Overrides that ("" turns dumping off).
   void set_dump_dir(std::string dir) { dump_dir_ = std::move(dir); }
 
   // Returns whether any pass changed the module.
@@ -45,7 +48,8 @@ class Pipeline {
   std::string name_;
   Rewrites rewrites_;
   std::vector<Stage> stages_;
-  std::string dump_dir_;
+  std::optional<std::string> dump_dir_;  // set_dump_dir's
+  std::string run_dump_dir_;             // the current run's
   int step_ = 0;
 };
 

@@ -627,8 +627,9 @@ TEST(CpuCodegen, Errors) {
   }, ErrorCode::kInvalidArgument, "value 7 out of range");
 }
 
-// KILN_DUMP writes the IR before and after optimisation and the assembly; the optimised flat
-// loop is vectorized, exp included (no calls in it).
+// KILN_DUMP writes the IR before and after optimisation and the assembly (of a kernel compiled
+// on its own, in a subdirectory of its own); the optimised flat loop is vectorized, exp included
+// (no calls in it).
 TEST(CpuCodegen, DumpAndVectorization) {
   namespace fs = std::filesystem;
   fs::path dir = fs::temp_directory_path() / ("kiln_cpu_codegen_dump_" + std::to_string(getpid()));
@@ -644,7 +645,7 @@ TEST(CpuCodegen, DumpAndVectorization) {
   FusedKernel k = compile_elementwise(sg);
   unsetenv("KILN_DUMP");
   std::string ll, opt, s;
-  for (const auto& e : fs::directory_iterator(dir)) {
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
     std::ifstream f(e.path());
     std::stringstream ss;
     ss << f.rdbuf();
@@ -940,7 +941,7 @@ TEST(CpuCodegenReduce, RowReductionsAreVectorized) {
   }
   unsetenv("KILN_DUMP");
   int vectorized = 0;
-  for (const auto& e : fs::directory_iterator(dir)) {
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
     std::string name = e.path().filename().string();
     if (!name.ends_with(".opt.ll")) continue;
     std::ifstream f(e.path());

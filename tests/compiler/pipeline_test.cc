@@ -2,11 +2,13 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "compiler/passes/cse.h"
 #include "compiler/passes/dce.h"
@@ -69,16 +71,22 @@ TEST(PipelineTest, RepeatsTheGroupUntilNothingChanges) {
   EXPECT_EQ(ops_of(m), "placeholder exp add mul");
 }
 
+// Outside a compile, each optimize() dumps into a new subdirectory of KILN_DUMP named by the graph.
 TEST(PipelineTest, DumpsEveryPassNumberedInOrderWithReasons) {
-  auto dir = std::filesystem::temp_directory_path() / "kiln_pipeline_dump_test";
-  std::filesystem::remove_all(dir);
-  ::setenv("KILN_DUMP", dir.c_str(), 1);
-  Graph g;
+  auto root = std::filesystem::temp_directory_path() /
+              ("kiln_pipeline_dump_test_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  ::setenv("KILN_DUMP", root.c_str(), 1);
+  Graph g("dumped");
   Tensor x = g.placeholder(f32, {2}, "x");
   Tensor seed = g.constant(Tensor::scalar<int64_t>(1), "seed");
   Tensor y = x * 1.0 + random_uniform({2}, seed);
   CompiledGraph c = optimize(g, {y});
   ::unsetenv("KILN_DUMP");
+  std::vector<std::filesystem::path> dumps(std::filesystem::directory_iterator(root), {});
+  ASSERT_EQ(dumps.size(), 1u);
+  const std::filesystem::path dir = dumps[0];
+  EXPECT_THAT(dir.filename().string(), ::testing::StartsWith("dumped_"));
   EXPECT_TRUE(std::filesystem::exists(dir / "001_optimize.verify.txt"));
   EXPECT_TRUE(std::filesystem::exists(dir / "001_optimize.verify.dot"));
   EXPECT_THAT(read(dir / "002_optimize.constant_folding.round0.log"),
@@ -86,7 +94,7 @@ TEST(PipelineTest, DumpsEveryPassNumberedInOrderWithReasons) {
   EXPECT_THAT(read(dir / "003_optimize.algebraic_simplifier.round0.log"), HasSubstr("changed"));
   EXPECT_THAT(read(dir / "003_optimize.algebraic_simplifier.round0.txt"), HasSubstr("add"));
   EXPECT_THAT(read(dir / "003_optimize.algebraic_simplifier.round0.dot"), HasSubstr("digraph"));
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(root);
 }
 
 TEST(PipelineTest, ReportsADumpDirectoryItCannotCreate) {

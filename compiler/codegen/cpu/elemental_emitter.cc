@@ -49,6 +49,7 @@
 #include <llvm/Transforms/Utils/Cloning.h>
 
 #include "compiler/codegen/cpu/fused_kernel.h"
+#include "compiler/dump.h"
 #include "kiln/error.h"
 
 namespace kiln::compiler::cpu {
@@ -967,14 +968,14 @@ std::vector<FusedKernel> compile_elementwise(const std::vector<FusedSubgraph>& s
   if (llvm::verifyModule(*module, &err_os))
     throw Error(ErrorCode::kInternal, "cpu codegen (" + name + "): invalid IR: " + err_os.str());
 
-  const char* dump_dir = std::getenv("KILN_DUMP");
+  const std::string dump_dir = dump_dir_for(name);  // the compile's, or one of its own
   std::string dump_base;
-  if (dump_dir && *dump_dir) {
+  if (!dump_dir.empty()) {
     static std::atomic<int> counter{0};
     std::string file = name;
     for (char& c : file)
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') c = '_';
-    dump_base = std::string(dump_dir) + "/" + file + "_" + std::to_string(counter++);
+    dump_base = dump_dir + "/" + file + "_" + std::to_string(counter++);
     write_file(dump_base + ".ll", module_text(*module));
   }
   optimize(*module, *tm);

@@ -166,7 +166,8 @@ class FusedKernel {
 // Emits the subgraph as LLVM IR (one loop, elemental style; with reductions, a row reduction
 // vectorised along the reduced axes or a column reduction vectorised across the kept inner
 // axis), optimises it at O3 for the host CPU and JITs it. With KILN_DUMP=<dir>, writes
-// <dir>/<name>_<n>.ll (before optimisation), .opt.ll (after) and .s (the host assembly).
+// <name>_<n>.ll (before optimisation), .opt.ll (after) and .s (the host assembly) into the
+// compile's dump directory, or outside a compile a new one of its own (compiler/dump.h).
 // Throws kiln::Error.
 FusedKernel compile_elementwise(const FusedSubgraph& sg);
 // Several subgraphs in one LLVM module: one optimisation pipeline and one JIT session for all
