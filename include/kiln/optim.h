@@ -15,12 +15,15 @@
 
 namespace kiln::optim {
 
-// Learning rate as a function of the number of updates applied so far.
+// Learning rate as a function of the number of updates applied so far. Its values must be
+// finite and >= 0: an optimizer throws kInvalidArgument when its schedule gives another.
+// The schedules below check their constants when made (kInvalidArgument): learning rates
+// finite and >= 0, decay_steps > 0, warmup_steps >= 0.
 using Schedule = std::function<double(int64_t step)>;
 Schedule constant_lr(double lr);
-// lr * rate^(step / decay_steps), with integer division when staircase.
+// lr * rate^(step / decay_steps), with integer division when staircase; rate finite and >= 0.
 Schedule exponential_decay(double lr, int64_t decay_steps, double rate, bool staircase = false);
-// Cosine from lr to lr * alpha over decay_steps, then lr * alpha.
+// Cosine from lr to lr * alpha over decay_steps, then lr * alpha; alpha in [0, 1].
 Schedule cosine_decay(double lr, int64_t decay_steps, double alpha = 0);
 // Linear ramp from 0 to after(0) over warmup_steps, then after(step - warmup_steps).
 Schedule linear_warmup(Schedule after, int64_t warmup_steps);
@@ -41,11 +44,12 @@ class Optimizer {
 
   // The learning rate for the next update: the override if set, else schedule(iterations).
   double learning_rate() const;
-  void set_learning_rate(double lr);  // overrides the schedule (LearningRateScheduler)
+  // Overrides the schedule (LearningRateScheduler); lr finite and >= 0.
+  void set_learning_rate(double lr);
   int64_t iterations() const { return iterations_; }
   void set_iterations(int64_t n) { iterations_ = n; }
 
-  // Clip gradients so their global L2 norm is at most max_norm (0: off).
+  // Clip gradients so their global L2 norm is at most max_norm (0: off; finite and >= 0).
   Optimizer& clip_global_norm(double max_norm);
   double global_clipnorm() const { return global_clipnorm_; }
   // Scales grads by min(1, max_norm / global_norm(grads)); identity when clipping is off.
@@ -66,6 +70,11 @@ class Optimizer {
 };
 
 using OptimizerRef = Ref<Optimizer>;
+
+// The optimizers check their hyper-parameters when constructed, as PyTorch's do, and throw
+// kInvalidArgument naming the optimizer, the parameter and the value: lr, eps and weight_decay
+// finite and >= 0; momentum, beta1, beta2 and rho (decay factors of running averages) in
+// [0, 1); a Schedule not empty.
 
 class SGD : public Optimizer {
  public:
@@ -93,6 +102,8 @@ class Adam : public Optimizer {
                                                const Tensor& step) const override;
 
  protected:
+  // Checks the hyper-parameters under `optimizer`, the subclass's name.
+  Adam(const std::string& optimizer, Schedule lr, double beta1, double beta2, double eps);
   double beta1_, beta2_, eps_;
 };
 

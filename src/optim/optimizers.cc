@@ -7,6 +7,7 @@
 #include "kiln/graph.h"
 #include "kiln/ops.h"
 #include "kiln/optim.h"
+#include "src/optim/hyper_params.h"
 
 namespace kiln::optim {
 namespace {
@@ -15,11 +16,15 @@ namespace {
   throw Error(ErrorCode::kInvalidArgument, message);
 }
 
-void check_hyper(const std::string& opt, const char* name, double value, double low, double high) {
-  if (!(value >= low && value <= high)) {
-    fail(opt + ": " + name + " must be in [" + std::to_string(low) + ", " + std::to_string(high) +
-         "], got " + std::to_string(value));
-  }
+// A constant learning rate, checked under the optimizer's name.
+Schedule checked_lr(const std::string& opt, double lr) {
+  check_non_negative(opt, "lr", lr);
+  return constant_lr(lr);
+}
+
+Schedule checked_schedule(const std::string& opt, Schedule schedule) {
+  if (!schedule) fail(opt + ": the learning-rate schedule is empty");
+  return schedule;
 }
 
 void check_slots(const Optimizer& opt, const Tensor& var, const Tensor& grad,
@@ -45,18 +50,23 @@ Tensor like(const Tensor& scalar, const Tensor& var) { return convert(scalar, va
 double Optimizer::learning_rate() const {
   if (override_lr_ >= 0) return override_lr_;
   if (!schedule_) fail(name() + ": no learning-rate schedule");
-  return schedule_(iterations_);
+  const double lr = schedule_(iterations_);
+  // A schedule is a user's function: a NaN or negative rate would silently ruin every weight.
+  if (!(std::isfinite(lr) && lr >= 0)) {
+    fail(name() + ": the learning-rate schedule gave " + number_str(lr) + " at step " +
+         std::to_string(iterations_) + "; learning rates must be finite and >= 0");
+  }
+  return lr;
 }
 
 void Optimizer::set_learning_rate(double lr) {
-  if (!(lr >= 0)) fail(name() + ": learning rate must be >= 0, got " + std::to_string(lr));
+  check_non_negative(name() + ": set_learning_rate", "lr", lr);
   override_lr_ = lr;
 }
 
 Optimizer& Optimizer::clip_global_norm(double max_norm) {
-  if (!(max_norm >= 0)) {
-    fail(name() + ": clip_global_norm needs max_norm >= 0, got " + std::to_string(max_norm));
-  }
+  // An infinite max_norm would scale the gradients by inf / inf.
+  check_non_negative(name() + ": clip_global_norm", "max_norm", max_norm);
   global_clipnorm_ = max_norm;
   return *this;
 }
@@ -132,11 +142,12 @@ void Optimizer::apply_gradients(std::vector<Variable>& vars, const std::vector<T
 
 // ---- SGD ------------------------------------------------------------------------------------
 
-SGD::SGD(double lr, double momentum, bool nesterov) : SGD(constant_lr(lr), momentum, nesterov) {}
+SGD::SGD(double lr, double momentum, bool nesterov)
+    : SGD(checked_lr("SGD", lr), momentum, nesterov) {}
 
 SGD::SGD(Schedule lr, double momentum, bool nesterov)
-    : Optimizer(std::move(lr)), momentum_(momentum), nesterov_(nesterov) {
-  check_hyper("SGD", "momentum", momentum, 0, 1);
+    : Optimizer(checked_schedule("SGD", std::move(lr))), momentum_(momentum), nesterov_(nesterov) {
+  check_decay("SGD", "momentum", momentum);
 }
 
 std::vector<std::string> SGD::slot_names() const {
@@ -159,13 +170,19 @@ std::pair<Tensor, std::vector<Tensor>> SGD::apply(const Tensor& var, const Tenso
 // ---- Adam and AdamW -------------------------------------------------------------------------
 
 Adam::Adam(double lr, double beta1, double beta2, double eps)
-    : Adam(constant_lr(lr), beta1, beta2, eps) {}
+    : Adam("Adam", checked_lr("Adam", lr), beta1, beta2, eps) {}
 
 Adam::Adam(Schedule lr, double beta1, double beta2, double eps)
-    : Optimizer(std::move(lr)), beta1_(beta1), beta2_(beta2), eps_(eps) {
-  check_hyper("Adam", "beta1", beta1, 0, 1);
-  check_hyper("Adam", "beta2", beta2, 0, 1);
-  check_hyper("Adam", "eps", eps, 0, INFINITY);
+    : Adam("Adam", std::move(lr), beta1, beta2, eps) {}
+
+Adam::Adam(const std::string& optimizer, Schedule lr, double beta1, double beta2, double eps)
+    : Optimizer(checked_schedule(optimizer, std::move(lr))),
+      beta1_(beta1),
+      beta2_(beta2),
+      eps_(eps) {
+  check_decay(optimizer, "beta1", beta1);
+  check_decay(optimizer, "beta2", beta2);
+  check_non_negative(optimizer, "eps", eps);
 }
 
 std::pair<Tensor, std::vector<Tensor>> Adam::apply(const Tensor& var, const Tensor& grad,
@@ -184,8 +201,8 @@ std::pair<Tensor, std::vector<Tensor>> Adam::apply(const Tensor& var, const Tens
 }
 
 AdamW::AdamW(double lr, double weight_decay, double beta1, double beta2, double eps)
-    : Adam(lr, beta1, beta2, eps), weight_decay_(weight_decay) {
-  check_hyper("AdamW", "weight_decay", weight_decay, 0, INFINITY);
+    : Adam("AdamW", checked_lr("AdamW", lr), beta1, beta2, eps), weight_decay_(weight_decay) {
+  check_non_negative("AdamW", "weight_decay", weight_decay);
 }
 
 std::pair<Tensor, std::vector<Tensor>> AdamW::apply(const Tensor& var, const Tensor& grad,
@@ -199,10 +216,14 @@ std::pair<Tensor, std::vector<Tensor>> AdamW::apply(const Tensor& var, const Ten
 // ---- RMSprop --------------------------------------------------------------------------------
 
 RMSprop::RMSprop(double lr, double rho, double momentum, double eps, bool centered)
-    : Optimizer(constant_lr(lr)), rho_(rho), momentum_(momentum), eps_(eps), centered_(centered) {
-  check_hyper("RMSprop", "rho", rho, 0, 1);
-  check_hyper("RMSprop", "momentum", momentum, 0, 1);
-  check_hyper("RMSprop", "eps", eps, 0, INFINITY);
+    : Optimizer(checked_lr("RMSprop", lr)),
+      rho_(rho),
+      momentum_(momentum),
+      eps_(eps),
+      centered_(centered) {
+  check_decay("RMSprop", "rho", rho);
+  check_decay("RMSprop", "momentum", momentum);
+  check_non_negative("RMSprop", "eps", eps);
 }
 
 std::vector<std::string> RMSprop::slot_names() const {

@@ -201,11 +201,121 @@ TEST(Optimizer, ApplyChecksSlotCount) {
   }
 }
 
-TEST(Optimizer, BadHyperParametersThrow) {
-  EXPECT_THROW(SGD(0.1, -0.5), Error);
-  EXPECT_THROW(Adam(0.1, 1.5), Error);
-  EXPECT_THROW(RMSprop(0.1, 2.0), Error);
-  EXPECT_THROW(AdamW(0.1, -1), Error);
+// `make` throws kInvalidArgument with a message that contains `message`.
+template <typename F>
+void expect_invalid(F make, const std::string& message) {
+  try {
+    make();
+    ADD_FAILURE() << "no error; expected one saying: " << message;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr(message));
+  }
+}
+
+const double kNan = std::nan("");
+const double kInf = INFINITY;
+
+// As PyTorch's optimizers: lr >= 0 and finite, checked when the optimizer is made.
+TEST(Optimizer, LearningRateMustBeFiniteAndNonNegative) {
+  for (auto [lr, text] : std::vector<std::pair<double, std::string>>{
+           {kNan, "nan"}, {kInf, "inf"}, {-kInf, "-inf"}, {-0.1, "-0.1"}}) {
+    SCOPED_TRACE(text);
+    const std::string range = " must be finite and >= 0, got " + text;
+    expect_invalid([lr = lr] { SGD sgd(lr); }, "SGD: lr" + range);
+    expect_invalid([lr = lr] { SGD sgd(lr, 0.9, true); }, "SGD: lr" + range);
+    expect_invalid([lr = lr] { Adam adam(lr); }, "Adam: lr" + range);
+    expect_invalid([lr = lr] { AdamW adamw(lr); }, "AdamW: lr" + range);
+    expect_invalid([lr = lr] { RMSprop rms(lr); }, "RMSprop: lr" + range);
+    expect_invalid([lr = lr] { SGD(0.1).set_learning_rate(lr); },
+                   "SGD: set_learning_rate: lr" + range);
+  }
+  // Zero is a valid (frozen) learning rate.
+  EXPECT_DOUBLE_EQ(SGD(0).learning_rate(), 0);
+  EXPECT_DOUBLE_EQ(Adam(0).learning_rate(), 0);
+  EXPECT_DOUBLE_EQ(AdamW(0).learning_rate(), 0);
+  EXPECT_DOUBLE_EQ(RMSprop(0).learning_rate(), 0);
+}
+
+TEST(Optimizer, ScheduleMustBeSetAndGiveValidLearningRates) {
+  expect_invalid([] { SGD sgd{Schedule()}; }, "SGD: the learning-rate schedule is empty");
+  expect_invalid([] { Adam adam{Schedule()}; }, "Adam: the learning-rate schedule is empty");
+  // A schedule's value is checked when it is used: a NaN would silently ruin every weight.
+  SGD sgd(Schedule([](int64_t step) { return step < 1 ? 0.1 : kNan; }));
+  std::vector<Variable> vars = {Variable(vec({1}), "w")};
+  sgd.apply_gradients(vars, {vec({1})});
+  expect_invalid([&] { sgd.apply_gradients(vars, {vec({1})}); },
+                 "SGD: the learning-rate schedule gave nan at step 1");
+  expect_values(vars[0].value(), {0.9});
+}
+
+TEST(SGD, MomentumMustBeInZeroToOne) {
+  for (auto [momentum, text] : std::vector<std::pair<double, std::string>>{
+           {1, "1"}, {1.5, "1.5"}, {-0.5, "-0.5"}, {kNan, "nan"}, {kInf, "inf"}}) {
+    expect_invalid([m = momentum] { SGD sgd(0.1, m); },
+                   "SGD: momentum must be in [0, 1), got " + text);
+  }
+  EXPECT_NO_THROW(SGD(0.1, 0));
+  EXPECT_NO_THROW(SGD(0.1, 0.999));
+}
+
+TEST(Adam, BetasMustBeInZeroToOneAndEpsFiniteNonNegative) {
+  for (auto [beta, text] : std::vector<std::pair<double, std::string>>{
+           {1, "1"}, {1.5, "1.5"}, {-0.1, "-0.1"}, {kNan, "nan"}}) {
+    SCOPED_TRACE(text);
+    expect_invalid([b = beta] { Adam adam(0.1, b); }, "Adam: beta1 must be in [0, 1), got " + text);
+    expect_invalid([b = beta] { Adam adam(0.1, 0.9, b); },
+                   "Adam: beta2 must be in [0, 1), got " + text);
+    expect_invalid([b = beta] { Adam adam(constant_lr(0.1), b); },
+                   "Adam: beta1 must be in [0, 1), got " + text);
+  }
+  for (auto [eps, text] : std::vector<std::pair<double, std::string>>{
+           {-1e-8, "-1e-08"}, {kNan, "nan"}, {kInf, "inf"}}) {
+    expect_invalid([e = eps] { Adam adam(0.1, 0.9, 0.999, e); },
+                   "Adam: eps must be finite and >= 0, got " + text);
+  }
+  EXPECT_NO_THROW(Adam(0.1, 0, 0, 0));
+}
+
+TEST(AdamW, HyperParametersAreCheckedUnderItsOwnName) {
+  for (auto [decay, text] :
+       std::vector<std::pair<double, std::string>>{{-1, "-1"}, {kNan, "nan"}, {kInf, "inf"}}) {
+    expect_invalid([d = decay] { AdamW adamw(0.1, d); },
+                   "AdamW: weight_decay must be finite and >= 0, got " + text);
+  }
+  expect_invalid([] { AdamW adamw(0.1, 0.004, 1); }, "AdamW: beta1 must be in [0, 1), got 1");
+  expect_invalid([] { AdamW adamw(0.1, 0.004, 0.9, 1); }, "AdamW: beta2 must be in [0, 1), got 1");
+  expect_invalid([] { AdamW adamw(0.1, 0.004, 0.9, 0.999, -1); },
+                 "AdamW: eps must be finite and >= 0, got -1");
+  EXPECT_NO_THROW(AdamW(0.1, 0));
+}
+
+TEST(RMSprop, RhoAndMomentumMustBeInZeroToOneAndEpsFiniteNonNegative) {
+  for (auto [value, text] : std::vector<std::pair<double, std::string>>{
+           {1, "1"}, {2, "2"}, {-0.1, "-0.1"}, {kNan, "nan"}}) {
+    SCOPED_TRACE(text);
+    expect_invalid([v = value] { RMSprop rms(0.1, v); },
+                   "RMSprop: rho must be in [0, 1), got " + text);
+    expect_invalid([v = value] { RMSprop rms(0.1, 0.9, v); },
+                   "RMSprop: momentum must be in [0, 1), got " + text);
+  }
+  expect_invalid([] { RMSprop rms(0.1, 0.9, 0, kInf); },
+                 "RMSprop: eps must be finite and >= 0, got inf");
+  expect_invalid([] { RMSprop rms(0.1, 0.9, 0, -1e-7); },
+                 "RMSprop: eps must be finite and >= 0, got -1e-07");
+  EXPECT_NO_THROW(RMSprop(0.1, 0, 0.5, 0));
+}
+
+// An infinite max_norm would scale every gradient by inf / inf = NaN.
+TEST(Optimizer, ClipNormMustBeFiniteAndNonNegative) {
+  SGD sgd(0.1);
+  expect_invalid([&] { sgd.clip_global_norm(kInf); },
+                 "SGD: clip_global_norm: max_norm must be finite and >= 0, got inf");
+  expect_invalid([&] { sgd.clip_global_norm(kNan); },
+                 "SGD: clip_global_norm: max_norm must be finite and >= 0, got nan");
+  expect_invalid([&] { sgd.clip_global_norm(-1); },
+                 "SGD: clip_global_norm: max_norm must be finite and >= 0, got -1");
+  EXPECT_EQ(sgd.global_clipnorm(), 0);
 }
 
 TEST(Optimizer, ApplyRecordsIntoAGraphAndMatchesEager) {

@@ -1,4 +1,6 @@
-// Learning-rate schedules at several steps, against closed-form values.
+// Learning-rate schedules at several steps, against closed-form values, and the constants they
+// reject.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +9,8 @@
 
 namespace kiln::optim {
 namespace {
+
+using ::testing::HasSubstr;
 
 TEST(Schedules, ConstantIgnoresStep) {
   Schedule s = constant_lr(0.3);
@@ -60,6 +64,42 @@ TEST(Schedules, InvalidArgumentsThrow) {
   EXPECT_THROW(cosine_decay(0.1, -3), Error);
   EXPECT_THROW(linear_warmup(Schedule(), 3), Error);
   EXPECT_THROW(linear_warmup(constant_lr(0.1), -1), Error);
+}
+
+// `make` throws kInvalidArgument with a message that contains `message`.
+template <typename F>
+void expect_invalid(F make, const std::string& message) {
+  try {
+    make();
+    ADD_FAILURE() << "no error; expected one saying: " << message;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr(message));
+  }
+}
+
+// Learning rates finite and >= 0 (as the optimizers require), rates and fractions that keep
+// the schedule finite: a NaN here would reach every weight.
+TEST(Schedules, RejectNonFiniteOrNegativeConstants) {
+  const double nan = std::nan("");
+  expect_invalid([&] { constant_lr(nan); }, "constant_lr: lr must be finite and >= 0, got nan");
+  expect_invalid([] { constant_lr(-0.5); }, "constant_lr: lr must be finite and >= 0, got -0.5");
+  expect_invalid([] { exponential_decay(INFINITY, 10, 0.5); },
+                 "exponential_decay: lr must be finite and >= 0, got inf");
+  expect_invalid([] { exponential_decay(0.1, 10, -0.5); },
+                 "exponential_decay: rate must be finite and >= 0, got -0.5");
+  expect_invalid([&] { exponential_decay(0.1, 10, nan); },
+                 "exponential_decay: rate must be finite and >= 0, got nan");
+  expect_invalid([] { cosine_decay(-1, 10); }, "cosine_decay: lr must be finite and >= 0, got -1");
+  expect_invalid([] { cosine_decay(0.1, 10, 1.5); },
+                 "cosine_decay: alpha must be in [0, 1], got 1.5");
+  expect_invalid([&] { cosine_decay(0.1, 10, nan); },
+                 "cosine_decay: alpha must be in [0, 1], got nan");
+  expect_invalid([] { linear_warmup(constant_lr(0.1), -1); },
+                 "linear_warmup: warmup_steps must be >= 0, got -1");
+  EXPECT_DOUBLE_EQ(constant_lr(0)(5), 0);
+  EXPECT_DOUBLE_EQ(cosine_decay(0.1, 10, 1)(5), 0.1);
+  EXPECT_DOUBLE_EQ(exponential_decay(0.1, 10, 0)(0), 0.1);
 }
 
 }  // namespace
