@@ -30,17 +30,18 @@ struct TrainerFlags {
   int64_t checkpoint_every_steps;  // 0: a backup per epoch
   std::string logdir;              // TensorBoard logs, when set
 
-  // Reads the flags (with these defaults) and rejects unknown ones.
+  // Reads the flags (with these defaults) and rejects unknown ones and bad values (exit 2),
+  // before any data is loaded.
   TrainerFlags(Flags& flags, int64_t default_batch_size)
-      : epochs(static_cast<int>(flags.integer("epochs", 5))),
-        batch_size(flags.integer("batch_size", default_batch_size)),
-        learning_rate(flags.number("learning_rate", 1e-3)),
-        seed(static_cast<uint64_t>(flags.integer("seed", 1))),
+      : epochs(static_cast<int>(flags.integer("epochs", 5, 1, kMaxInt))),
+        batch_size(flags.integer("batch_size", default_batch_size, 1, kMaxInt)),
+        learning_rate(flags.positive("learning_rate", 1e-3)),
+        seed(static_cast<uint64_t>(flags.integer("seed", 1, 0, kMaxInt64))),
         data_dir(flags.str("data_dir", kiln::data::default_fashion_mnist_dir())),
-        train_limit(flags.integer("train_limit", 0)),
-        verbose(static_cast<int>(flags.integer("verbose", 1))),
+        train_limit(flags.integer("train_limit", 0, 0, kMaxInt64)),
+        verbose(static_cast<int>(flags.integer("verbose", 1, 0, 2))),
         checkpoint_dir(flags.str("checkpoint_dir", "")),
-        checkpoint_every_steps(flags.integer("checkpoint_every_steps", 0)),
+        checkpoint_every_steps(flags.integer("checkpoint_every_steps", 0, 0, kMaxInt64)),
         logdir(flags.str("logdir", "")) {
     flags.check();
   }

@@ -41,14 +41,14 @@ std::pair<kiln::Tensor, kiln::Tensor> read_all(const std::string& path) {
 int main(int argc, char** argv) {
   examples::Flags flags(argc, argv);
   const std::string data_dir = flags.str("data_dir", "fashion_mnist_tfrecord");
-  const int epochs = static_cast<int>(flags.integer("epochs", 5));
-  const int64_t batch_size = flags.integer("batch_size", 64);
-  const double learning_rate = flags.number("learning_rate", 1e-3);
-  const uint64_t seed = static_cast<uint64_t>(flags.integer("seed", 1));
-  const int verbose = static_cast<int>(flags.integer("verbose", 1));
+  const int epochs = static_cast<int>(flags.integer("epochs", 5, 1, examples::kMaxInt));
+  const int64_t batch_size = flags.integer("batch_size", 64, 1, examples::kMaxInt);
+  const double learning_rate = flags.positive("learning_rate", 1e-3);
+  const uint64_t seed = static_cast<uint64_t>(flags.integer("seed", 1, 0, examples::kMaxInt64));
+  const int verbose = static_cast<int>(flags.integer("verbose", 1, 0, 2));
   const std::string logdir = flags.str("logdir", "");  // TensorBoard logs, when set
   // Exit with status 3 when the test accuracy is lower (for tests).
-  const double min_accuracy = flags.number("min_accuracy", 0);
+  const double min_accuracy = flags.number("min_accuracy", 0, 0, 1);
   flags.check();
 
   try {

@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   examples::Flags flags(argc, argv);
   const std::string data_dir = flags.str("data_dir", kiln::data::default_fashion_mnist_dir());
   const std::string out_dir = flags.str("out_dir", "fashion_mnist_tfrecord");
-  const int64_t limit = flags.integer("limit", 0);  // examples per split; 0: all
+  const int64_t limit = flags.integer("limit", 0, 0, examples::kMaxInt64);  // per split; 0: all
   flags.check();
 
   try {

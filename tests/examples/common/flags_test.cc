@@ -1,0 +1,134 @@
+// The example programs' flags, read by running the programs: a malformed or out-of-range value
+// is a flag error (exit status 2, a message naming the flag, the value and what it accepts)
+// reported before any data is loaded, and a valid value is read whole.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tests/subprocess.h"
+#include "tests/testing/temp_dir.h"
+
+namespace kiln {
+namespace {
+
+using ::testing::HasSubstr;
+
+class ExampleFlags : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing_util::per_test_dir("example_flags");
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  testing_util::ProcessResult run(const std::string& program, std::vector<std::string> flags) {
+    flags.insert(flags.begin(), program);
+    return testing_util::run_process(flags, (dir_ / "log").string());
+  }
+  // `program` with `flags` exits 2 and says "error: <message>".
+  void expect_flag_error(const std::string& program, const std::vector<std::string>& flags,
+                         const std::string& message) {
+    testing_util::ProcessResult r = run(program, flags);
+    SCOPED_TRACE(program + " " + flags.back());
+    ASSERT_TRUE(WIFEXITED(r.status))
+        << "killed by signal " << WTERMSIG(r.status) << ": " << r.output;
+    EXPECT_EQ(WEXITSTATUS(r.status), 2) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("error: " + message));
+  }
+  std::filesystem::path dir_;
+};
+
+const std::string kInts = "an integer in [1, 2147483647]";
+const std::string kLearningRate = "a finite number > 0";
+
+// The five reported wrong first (an abort, a prefix read as the whole value, a float truncated
+// to an integer, an int64 narrowed to an int), then their neighbours.
+const std::vector<std::pair<std::string, std::string>> kBadTrainerFlags = {
+    {"--epochs=abc", "--epochs=abc is not " + kInts},
+    {"--learning_rate=fast", "--learning_rate=fast is not " + kLearningRate},
+    {"--epochs=2x", "--epochs=2x is not " + kInts},
+    {"--batch_size=1e3", "--batch_size=1e3 is not " + kInts},
+    {"--epochs=4294967297", "--epochs=4294967297 is not " + kInts},
+    {"--epochs=2147483648", "--epochs=2147483648 is not " + kInts},
+    {"--epochs=99999999999999999999", "--epochs=99999999999999999999 is not " + kInts},
+    {"--epochs=0", "--epochs=0 is not " + kInts},
+    {"--epochs=", "--epochs= is not " + kInts},
+    {"--epochs= 3", "--epochs= 3 is not " + kInts},
+    {"--batch_size=-32", "--batch_size=-32 is not " + kInts},
+    {"--batch_size=4294967296", "--batch_size=4294967296 is not " + kInts},
+    {"--learning_rate=nan", "--learning_rate=nan is not " + kLearningRate},
+    {"--learning_rate=inf", "--learning_rate=inf is not " + kLearningRate},
+    {"--learning_rate=1e999", "--learning_rate=1e999 is not " + kLearningRate},
+    {"--learning_rate=0", "--learning_rate=0 is not " + kLearningRate},
+    {"--learning_rate=-0.1", "--learning_rate=-0.1 is not " + kLearningRate},
+    {"--learning_rate=0.1x", "--learning_rate=0.1x is not " + kLearningRate},
+    {"--seed=-1", "--seed=-1 is not an integer in [0, 9223372036854775807]"},
+    {"--verbose=3", "--verbose=3 is not an integer in [0, 2]"},
+    {"--train_limit=1.5", "--train_limit=1.5 is not an integer in [0, 9223372036854775807]"},
+    {"--checkpoint_every_steps=-1",
+     "--checkpoint_every_steps=-1 is not an integer in [0, 9223372036854775807]"},
+};
+
+TEST_F(ExampleFlags, BadTrainerValuesAreFlagErrors) {
+  for (const auto& [flag, message] : kBadTrainerFlags) {
+    expect_flag_error(KILN_TRAINER_FLAGS_MAIN, {flag}, message);
+  }
+  expect_flag_error(KILN_TRAINER_FLAGS_MAIN, {"--epoch=3"}, "unknown flag --epoch (known");
+}
+
+TEST_F(ExampleFlags, ValidTrainerValuesAreReadWhole) {
+  testing_util::ProcessResult r = run(KILN_TRAINER_FLAGS_MAIN, {});
+  ASSERT_TRUE(r.exited_ok()) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("epochs=5 batch_size=64 learning_rate=0.001 seed=1 "
+                                  "train_limit=0 verbose=1 checkpoint_every_steps=0\n"));
+  r = run(KILN_TRAINER_FLAGS_MAIN,
+          {"--epochs=12", "--batch_size=1000", "--learning_rate=2.5e-2", "--seed=9007199254740993",
+           "--train_limit=600", "--verbose=2", "--checkpoint_every_steps=50"});
+  ASSERT_TRUE(r.exited_ok()) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("epochs=12 batch_size=1000 learning_rate=0.025 "
+                                  "seed=9007199254740993 train_limit=600 verbose=2 "
+                                  "checkpoint_every_steps=50\n"));
+  // The ends of the ranges.
+  r = run(KILN_TRAINER_FLAGS_MAIN, {"--epochs=2147483647", "--batch_size=1", "--verbose=0"});
+  ASSERT_TRUE(r.exited_ok()) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("epochs=2147483647 batch_size=1 "));
+}
+
+// The example programs themselves, with the values reported wrong: a bad value stops them with
+// status 2 before they read their data (here: a directory that does not exist), while valid
+// flags take them on to the data.
+#ifdef KILN_FASHION_MNIST_MLP
+TEST_F(ExampleFlags, TrainersReportFlagErrorsBeforeLoadingData) {
+  const std::string missing = "--data_dir=" + (dir_ / "no_data").string();
+  for (const char* trainer :
+       {KILN_FASHION_MNIST_MLP, KILN_FASHION_MNIST_CNN, KILN_FASHION_MNIST_TFRECORD_MLP}) {
+    for (const auto& [flag, message] : std::vector<std::pair<std::string, std::string>>(
+             kBadTrainerFlags.begin(), kBadTrainerFlags.begin() + 5)) {
+      expect_flag_error(trainer, {missing, flag}, message);
+    }
+    testing_util::ProcessResult r =
+        run(trainer, {missing, "--epochs=1", "--batch_size=8", "--learning_rate=0.01"});
+    EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 1) << trainer << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr("no_data")) << trainer;
+  }
+  expect_flag_error(KILN_FASHION_MNIST_TFRECORD_MLP, {missing, "--min_accuracy=nan"},
+                    "--min_accuracy=nan is not a finite number in [0, 1]");
+}
+
+TEST_F(ExampleFlags, ConverterReportsFlagErrorsBeforeLoadingData) {
+  const std::string missing = "--data_dir=" + (dir_ / "no_data").string();
+  const std::string out = "--out_dir=" + (dir_ / "out").string();
+  expect_flag_error(KILN_FASHION_MNIST_TO_TFRECORD, {missing, out, "--limit=10k"},
+                    "--limit=10k is not an integer in [0, 9223372036854775807]");
+  testing_util::ProcessResult r = run(KILN_FASHION_MNIST_TO_TFRECORD, {missing, out, "--limit=10"});
+  EXPECT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("no_data"));
+}
+#endif
+
+}  // namespace
+}  // namespace kiln
