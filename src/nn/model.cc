@@ -3,10 +3,12 @@
 #include "kiln/nn/model.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <set>
@@ -63,7 +65,6 @@ Tensor take_rows(const Tensor& t, const std::vector<int64_t>& order, int64_t beg
   return out;
 }
 
-Shape without_batch(const Shape& s) { return Shape(s.begin() + 1, s.end()); }
 Shape with_unknown_batch(const Shape& s) {
   Shape out = s;
   out[0] = kUnknownDim;
@@ -101,12 +102,19 @@ uint64_t mix_seed(uint64_t seed, uint64_t step) {
 }  // namespace
 
 struct Model::Impl {
+  // Guards everything below that fit, evaluate and predict share (the traced steps, shapes,
+  // compile state) and the weights while fit's step lends, updates and assigns them: a read
+  // takes its snapshot of the weights between two steps. See the contract in model.h.
+  mutable std::mutex mu;
+  bool fitting = false;  // a second fit, compile and add are refused meanwhile
+
   // Sequential models.
   std::vector<LayerPtr> layers;
   // Functional models.
   bool functional = false;
   std::vector<Tensor> inputs, outputs;
   std::vector<detail::FunctionalCall> calls;
+  std::string input_name;  // of the nn::Input, its row in summary()
 
   uint64_t seed = 0;
   std::optional<TensorType> input_spec;  // [?, features...]
@@ -114,8 +122,10 @@ struct Model::Impl {
 
   std::shared_ptr<optim::Optimizer> optimizer;
   std::shared_ptr<Loss> loss;
-  std::vector<std::unique_ptr<Metric>> metrics;
-  std::optional<Step> train_step, eval_step, predict_step;
+  std::vector<std::string> metric_names;         // evaluate makes its own metrics from them
+  std::vector<std::unique_ptr<Metric>> metrics;  // fit's
+  // Held by the calls running them too: compile() or add() may drop a step an evaluate runs.
+  std::shared_ptr<const Step> train_step, eval_step, predict_step;
 
   // Where fit is, and where it was asked to resume.
   int epoch = 0;
@@ -126,7 +136,7 @@ struct Model::Impl {
   Model::CompileStats compile_stats;  // of steps already dropped (re-traced)
 
   // Forgets a traced step (its programs), keeping its compile counts.
-  void drop(std::optional<Step>& step) {
+  void drop(std::shared_ptr<const Step>& step) {
     if (!step) return;
     compiler::CompileCache::Stats st = step->programs->stats();
     compile_stats.compiles += st.misses;
@@ -166,10 +176,10 @@ struct Model::Impl {
     return values.at(key(outputs[0]));
   }
 
-  void check_input(const Tensor& x, const char* what) {
+  void check_input(const Tensor& x, const std::string& what) const {
     if (!x.defined() || x.is_symbolic() || x.rank() < 1) {
       throw Error(ErrorCode::kInvalidArgument,
-                  std::string(what) + ": x must be a concrete tensor with a batch dimension");
+                  what + ": x must be a concrete tensor with a batch dimension");
     }
     if (!input_spec) return;
     bool ok = x.rank() == static_cast<int64_t>(input_spec->shape.size());
@@ -177,9 +187,25 @@ struct Model::Impl {
       ok = input_spec->shape[i] == kUnknownDim || input_spec->shape[i] == x.shape()[i];
     if (!ok) {
       throw Error(ErrorCode::kInvalidArgument,
-                  std::string(what) + ": x has shape " + shape_str(x.shape()) +
-                      " but the model expects " + shape_str(input_spec->shape) +
-                      " (? is the batch dimension)");
+                  what + ": x has shape " + shape_str(x.shape()) + " but the model expects " +
+                      shape_str(input_spec->shape) + " (? is the batch dimension)");
+    }
+  }
+
+  // The examples of fit or evaluate (`what` names the call and the argument): as many rows
+  // of y as of x, and at least one.
+  void check_examples(const Tensor& x, const Tensor& y, const std::string& what) const {
+    check_input(x, what);
+    const std::string shapes = "(x is " + shape_str(x.shape()) + ", y is " +
+                               (y.defined() ? shape_str(y.shape()) : std::string("undefined")) +
+                               ")";
+    if (!y.defined() || y.is_symbolic() || y.rank() < 1 || y.dim(0) != x.dim(0)) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  what + ": y must be a concrete tensor with as many rows as x " + shapes);
+    }
+    if (x.dim(0) == 0) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  what + ": x and y are empty " + shapes + ": there are no examples");
     }
   }
 
@@ -268,8 +294,13 @@ struct Model::Impl {
     return s;
   }
 
-  std::vector<Tensor> run(const Step& s, const Tensor& x, const Tensor& y, uint64_t seed, double lr,
-                          double iteration) {
+  bool interpreted() const {
+    return mode.value_or(default_execution_mode()) == ExecutionMode::kInterpreted;
+  }
+
+  // The feeds of one run of `s` but its variables.
+  static FeedList batch_feeds(const Step& s, const Tensor& x, const Tensor& y, uint64_t seed,
+                              double lr, double iteration) {
     FeedList feeds;
     feeds.reserve(s.vars.size() + 5);
     feeds.push_back({s.x, x});
@@ -279,7 +310,13 @@ struct Model::Impl {
       feeds.push_back({s.lr, Tensor::scalar<float>(static_cast<float>(lr))});
       feeds.push_back({s.iteration, Tensor::scalar<float>(static_cast<float>(iteration))});
     }
-    const bool interpreted = mode.value_or(default_execution_mode()) == ExecutionMode::kInterpreted;
+    return feeds;
+  }
+
+  // One training step on the variables themselves; the caller holds `mu` from here until it
+  // has assigned the step's new values.
+  std::vector<Tensor> run_training(const Step& s, FeedList feeds) {
+    const bool interpreted = this->interpreted();
     const size_t first_var = feeds.size();
     for (size_t i = 0; i < s.vars.size(); ++i) {
       if (!interpreted && !s.donated_fetch.empty() && s.donated_fetch[i] >= 0) {
@@ -309,7 +346,8 @@ struct Model::Impl {
     return outs;
   }
 
-  void update_metrics(const Step& s, const std::vector<Tensor>& outs) {
+  static void update_metrics(const Step& s, const std::vector<Tensor>& outs,
+                             const std::vector<std::unique_ptr<Metric>>& metrics) {
     size_t at = 1;
     for (size_t m = 0; m < metrics.size(); ++m) {
       std::vector<Tensor> stats(outs.begin() + at, outs.begin() + at + s.metric_stat_counts[m]);
@@ -318,9 +356,9 @@ struct Model::Impl {
     }
   }
 
-  void validate_labels(const Tensor& y, const Step& s) {
-    auto* sparse = dynamic_cast<SparseCategoricalCrossentropy*>(loss.get());
-    if (!sparse) return;
+  static void validate_labels(const Tensor& y, const Step& s, const Loss& loss,
+                              const std::string& what) {
+    if (!dynamic_cast<const SparseCategoricalCrossentropy*>(&loss)) return;
     int64_t classes = s.prediction.shape().back();
     if (classes == kUnknownDim) return;
     std::vector<double> labels = y.to_vector<double>();
@@ -328,12 +366,82 @@ struct Model::Impl {
       double l = labels[i];
       if (!(l >= 0 && l < classes) || l != std::floor(l)) {
         std::ostringstream os;
-        os << "fit: label " << l << " at index " << i << " is out of range for " << classes
+        os << what << ": label " << l << " at index " << i << " is out of range for " << classes
            << " classes (labels must be integers in [0, " << classes << "))";
         throw Error(ErrorCode::kInvalidArgument, os.str());
       }
     }
   }
+
+  // What evaluate and predict run on: a step and the weights it reads, taken together under
+  // `mu` between two of fit's steps. Released under `mu` as well: fit's next step, which may
+  // then update those buffers in place, is ordered after every read of them.
+  struct Snapshot {
+    Impl& impl;
+    std::shared_ptr<const Step> step;
+    std::vector<Tensor> weights;
+    bool interpreted;
+    Snapshot(Impl& impl, std::shared_ptr<const Step> step, std::vector<Tensor> weights,
+             bool interpreted)
+        : impl(impl),
+          step(std::move(step)),
+          weights(std::move(weights)),
+          interpreted(interpreted) {}
+    Snapshot(const Snapshot&) = delete;
+    ~Snapshot() {
+      std::lock_guard lock(impl.mu);
+      weights.clear();
+    }
+    std::vector<Tensor> run(const Tensor& x, const Tensor& y) const {
+      FeedList feeds = batch_feeds(*step, x, y, 0, 0, 0);
+      for (size_t i = 0; i < weights.size(); ++i)
+        feeds.push_back({step->var_inputs[i], weights[i]});
+      if (interpreted) return step->graph.run(feeds, step->fetches);
+      return step->programs->get(step->graph, step->fetches, feeds)->run(feeds);
+    }
+  };
+
+  // The current values of a step's variables (with `mu` held).
+  static std::vector<Tensor> values_of(const Step& s) {
+    std::vector<Tensor> out;
+    out.reserve(s.vars.size());
+    for (const Variable& v : s.vars) out.push_back(v.value());
+    return out;
+  }
+
+  // Refuses what may not run while fit does (with `mu` held).
+  void check_not_training(const std::string& what, const std::string& model) const {
+    if (!fitting) return;
+    throw Error(ErrorCode::kFailedPrecondition,
+                what + ": model '" + model +
+                    "' is training (fit is running); wait for fit to return first");
+  }
+
+  struct Training;
+};
+
+// Marks the model as training for fit's duration: a second fit, compile() and add() are refused
+// meanwhile (evaluate and predict are not: see model.h).
+struct Model::Impl::Training {
+  Training(Impl& impl, const std::string& model) : impl_(impl) {
+    std::lock_guard lock(impl_.mu);
+    if (impl_.fitting) {
+      throw Error(ErrorCode::kFailedPrecondition,
+                  "fit: model '" + model +
+                      "' is already training (fit is running on this or another thread); "
+                      "one fit at a time");
+    }
+    if (!impl_.optimizer) {
+      throw Error(ErrorCode::kFailedPrecondition, "fit: call compile() before fit()");
+    }
+    impl_.fitting = true;
+  }
+  ~Training() {
+    std::lock_guard lock(impl_.mu);
+    impl_.fitting = false;
+  }
+  Training(const Training&) = delete;
+  Impl& impl_;  // NOLINT: a plain holder
 };
 
 // ---- construction -----------------------------------------------------------------------
@@ -383,8 +491,12 @@ Model::Model(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outpu
   }
   std::reverse(kept.begin(), kept.end());
   impl_->calls = std::move(kept);
-  for (const auto& c : impl_->calls) impl_->layers.push_back(c.layer);
+  for (const auto& c : impl_->calls) {
+    impl_->layers.push_back(c.layer);
+    impl_->output_shapes[c.layer.get()] = c.output.shape();  // summary() needs no build
+  }
   impl_->input_spec = TensorType{inputs[0].dtype(), inputs[0].shape()};
+  impl_->input_name = fg.node(inputs[0].impl()->node).name;
 }
 
 Model::~Model() = default;
@@ -395,6 +507,8 @@ Sequential::Sequential(std::vector<LayerRef> layers, std::string name) : Model(s
 
 void Sequential::add(LayerRef layer) {
   if (!layer) throw Error(ErrorCode::kInvalidArgument, "Sequential::add: null layer");
+  std::lock_guard lock(impl_->mu);
+  impl_->check_not_training("Sequential::add", name_);
   std::set<std::string> names;
   for (const auto& l : impl_->layers) names.insert(l->name());
   std::string base = layer->name(), name = base;
@@ -433,46 +547,67 @@ optim::Optimizer& Model::optimizer() {
   return *impl_->optimizer;
 }
 
-bool Model::built() const { return impl_->input_spec.has_value() && impl_->predict_step; }
+bool Model::built() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->input_spec.has_value() && impl_->predict_step;
+}
 
-void Model::set_seed(uint64_t seed) { impl_->seed = seed; }
+void Model::set_seed(uint64_t seed) {
+  std::lock_guard lock(impl_->mu);
+  impl_->seed = seed;
+}
 
 void Model::build(const Shape& input_shape, DType dtype) {
   Shape full = {kUnknownDim};
   full.insert(full.end(), input_shape.begin(), input_shape.end());
+  std::lock_guard lock(impl_->mu);
   impl_->drop(impl_->predict_step);
-  impl_->predict_step = impl_->trace({dtype, full}, std::nullopt, /*training=*/false);
+  impl_->predict_step =
+      std::make_shared<const Step>(impl_->trace({dtype, full}, std::nullopt, /*training=*/false));
 }
 
 std::string Model::summary() const {
+  std::lock_guard lock(impl_->mu);
   if (impl_->output_shapes.empty()) {
     throw Error(ErrorCode::kFailedPrecondition,
                 "Model '" + name_ +
                     "' has not been built yet: call build(input_shape), fit or "
                     "predict first");
   }
-  const int w1 = 29, w2 = 26;
-  std::string rule(65, '_'), dbl(65, '=');
-  std::ostringstream os;
-  auto pad = [](std::string s, int w) {
-    if (static_cast<int>(s.size()) < w) s += std::string(w - s.size(), ' ');
-    return s;
-  };
-  os << "Model: \"" << name_ << "\"\n" << rule << "\n";
-  os << pad(" Layer (type)", w1) << pad("Output Shape", w2) << "Param #\n" << dbl << "\n";
+  // Rows first: the columns are as wide as their widest cell (as Keras sizes them).
+  std::vector<std::array<std::string, 3>> rows;
+  if (impl_->functional) {
+    rows.push_back(
+        {" " + impl_->input_name + " (InputLayer)", shape_spec(impl_->input_spec->shape), "0"});
+  }
   int64_t total = 0, trainable = 0;
   std::set<const void*> seen;
   for (const auto& l : impl_->layers) {
     auto it = impl_->output_shapes.find(l.get());
-    std::string shape = it == impl_->output_shapes.end() ? "?" : shape_spec(it->second);
-    os << pad(" " + l->name() + " (" + l->type_name() + ")", w1) << pad(shape, w2)
-       << with_commas(l->count_params()) << "\n";
+    rows.push_back({" " + l->name() + " (" + l->type_name() + ")",
+                    it == impl_->output_shapes.end() ? "?" : shape_spec(it->second),
+                    with_commas(l->count_params())});
     for (const Variable& v : l->weights()) {
       if (!seen.insert(v.id()).second) continue;
       total += v.value().size();
       if (v.trainable()) trainable += v.value().size();
     }
   }
+  const std::array<std::string, 3> header = {" Layer (type)", "Output Shape", "Param #"};
+  std::array<size_t, 3> width = {29, 26, 10};  // Keras' defaults; a column grows to fit
+  for (const auto& row : rows)
+    for (size_t c = 0; c < 3; ++c) width[c] = std::max(width[c], row[c].size() + (c < 2 ? 2 : 0));
+  const size_t line = width[0] + width[1] + width[2];
+  const std::string rule(line, '_'), dbl(line, '=');
+  auto print = [&](std::ostream& os, const std::array<std::string, 3>& row) {
+    os << row[0] << std::string(width[0] - row[0].size(), ' ') << row[1]
+       << std::string(width[1] - row[1].size(), ' ') << row[2] << "\n";
+  };
+  std::ostringstream os;
+  os << "Model: \"" << name_ << "\"\n" << rule << "\n";
+  print(os, header);
+  os << dbl << "\n";
+  for (const auto& row : rows) print(os, row);
   os << dbl << "\n";
   os << "Total params: " << with_commas(total) << "\n";
   os << "Trainable params: " << with_commas(trainable) << "\n";
@@ -483,6 +618,7 @@ std::string Model::summary() const {
 // ---- state ----------------------------------------------------------------------------------
 
 std::map<std::string, Tensor> Model::state() const {
+  std::lock_guard lock(impl_->mu);  // between two of fit's steps
   std::map<std::string, Tensor> out;
   auto put = [&](const std::string& name, const Tensor& value) {
     std::string key = name;
@@ -501,6 +637,7 @@ std::map<std::string, Tensor> Model::state() const {
 }
 
 void Model::load_state(const std::map<std::string, Tensor>& saved) {
+  std::lock_guard lock(impl_->mu);  // between two of fit's steps
   std::map<std::string, Variable> targets;
   auto put = [&](const std::string& name, const Variable& v) {
     std::string key = name;
@@ -534,6 +671,7 @@ void Model::load_state(const std::map<std::string, Tensor>& saved) {
 }
 
 std::vector<std::pair<Variable, Tensor>> Model::last_gradients() const {
+  std::lock_guard lock(impl_->mu);
   return impl_->last_gradients;
 }
 
@@ -550,20 +688,29 @@ void Model::resume_at(int epoch, int64_t batch) {
 Model::InferenceGraph Model::inference_graph(const Shape& input_shape, DType dtype) {
   Shape full = {kUnknownDim};
   full.insert(full.end(), input_shape.begin(), input_shape.end());
+  std::lock_guard lock(impl_->mu);
   Step s = impl_->trace({dtype, full}, std::nullopt, /*training=*/false);
   InferenceGraph g{s.graph, s.x, s.prediction, {}};
   for (size_t i = 0; i < s.vars.size(); ++i) g.variables.emplace_back(s.vars[i], s.var_inputs[i]);
   return g;
 }
 
-std::optional<TensorType> Model::input_type() const { return impl_->input_spec; }
+std::optional<TensorType> Model::input_type() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->input_spec;
+}
 
-void Model::set_execution_mode(ExecutionMode mode) { impl_->mode = mode; }
+void Model::set_execution_mode(ExecutionMode mode) {
+  std::lock_guard lock(impl_->mu);
+  impl_->mode = mode;
+}
 ExecutionMode Model::execution_mode() const {
+  std::lock_guard lock(impl_->mu);
   return impl_->mode.value_or(default_execution_mode());
 }
 
 Model::CompileStats Model::compile_stats() const {
+  std::lock_guard lock(impl_->mu);
   CompileStats total = impl_->compile_stats;
   for (const auto* step : {&impl_->train_step, &impl_->eval_step, &impl_->predict_step}) {
     if (!*step) continue;
@@ -580,20 +727,27 @@ void Model::compile(optim::OptimizerRef optimizer, LossRef loss, std::vector<std
   if (!optimizer || !loss) {
     throw Error(ErrorCode::kInvalidArgument, "compile: an optimizer and a loss are required");
   }
+  std::vector<std::unique_ptr<Metric>> made;
+  for (const std::string& m : metrics) made.push_back(make_metric(m, loss.get().get()));
+  std::lock_guard lock(impl_->mu);
+  impl_->check_not_training("compile", name_);
   impl_->optimizer = optimizer.get();
   impl_->loss = loss.get();
-  impl_->metrics.clear();
-  for (const std::string& m : metrics) impl_->metrics.push_back(make_metric(m, loss.get().get()));
+  impl_->metric_names = std::move(metrics);
+  impl_->metrics = std::move(made);
   impl_->drop(impl_->train_step);
   impl_->drop(impl_->eval_step);
 }
 
-Tensor Model::call(const Tensor& x, CallContext& ctx) { return impl_->forward(x, ctx); }
+Tensor Model::call(const Tensor& x, CallContext& ctx) {
+  std::lock_guard lock(impl_->mu);
+  return impl_->forward(x, ctx);
+}
 
 Tensor Model::operator()(const Tensor& x) {
   if (x.defined() && x.is_symbolic()) {
     CallContext ctx(false);
-    return impl_->forward(x, ctx);
+    return call(x, ctx);
   }
   return predict(x, std::max<int64_t>(1, x.defined() && x.rank() > 0 ? x.dim(0) : 1));
 }
@@ -671,41 +825,43 @@ class DatasetSource : public BatchSource {
 }  // namespace
 
 History Model::fit(const Tensor& x, const Tensor& y, const FitOptions& options) {
-  if (!impl_->optimizer) {
-    throw Error(ErrorCode::kFailedPrecondition, "fit: call compile() before fit()");
+  Impl::Training training(*impl_, name_);
+  std::shared_ptr<const Step> step;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->check_examples(x, y, "fit");
+    if (options.batch_size <= 0) {
+      throw Error(ErrorCode::kInvalidArgument, "fit: batch_size must be > 0");
+    }
+    if (!impl_->train_step) {
+      impl_->seed = impl_->seed ? impl_->seed : options.seed;
+      impl_->train_step = std::make_shared<const Step>(impl_->trace(
+          {x.dtype(), x.shape()}, TensorType{y.dtype(), y.shape()}, /*training=*/true));
+    }
+    step = impl_->train_step;
   }
-  impl_->check_input(x, "fit");
-  if (!y.defined() || y.is_symbolic() || y.rank() < 1 || y.dim(0) != x.dim(0)) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "fit: y must be a concrete tensor with as many rows as x (x is " +
-                    shape_str(x.shape()) + ", y is " +
-                    (y.defined() ? shape_str(y.shape()) : std::string("undefined")) + ")");
-  }
-  if (options.batch_size <= 0) {
-    throw Error(ErrorCode::kInvalidArgument, "fit: batch_size must be > 0");
-  }
-  if (!impl_->train_step) {
-    impl_->seed = impl_->seed ? impl_->seed : options.seed;
-    impl_->train_step = impl_->trace({x.dtype(), x.shape()}, TensorType{y.dtype(), y.shape()},
-                                     /*training=*/true);
-  }
-  impl_->validate_labels(y, *impl_->train_step);
+  Impl::validate_labels(y, *step, *impl_->loss, "fit");
   TensorSource source(x, y, options.batch_size, options.shuffle, options.seed);
   return fit_batches(source, options, /*validate_each_batch=*/false);
 }
 
 History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
-  if (!impl_->optimizer) {
-    throw Error(ErrorCode::kFailedPrecondition, "fit: call compile() before fit()");
+  Impl::Training training(*impl_, name_);
+  bool traced;
+  {
+    std::lock_guard lock(impl_->mu);
+    traced = impl_->train_step != nullptr;
   }
-  if (!impl_->train_step) {
+  if (!traced) {
+    // Read outside the lock: a dataset's first element may take a while (files, maps).
     std::optional<data::Element> first = dataset.begin_epoch(0).next();
     if (!first) throw Error(ErrorCode::kInvalidArgument, "fit: the dataset is empty");
     auto [x, y] = as_xy(*first);
+    std::lock_guard lock(impl_->mu);
     impl_->check_input(x, "fit");
     impl_->seed = impl_->seed ? impl_->seed : options.seed;
-    impl_->train_step = impl_->trace({x.dtype(), x.shape()}, TensorType{y.dtype(), y.shape()},
-                                     /*training=*/true);
+    impl_->train_step = std::make_shared<const Step>(
+        impl_->trace({x.dtype(), x.shape()}, TensorType{y.dtype(), y.shape()}, /*training=*/true));
   }
   DatasetSource source(dataset);
   return fit_batches(source, options, /*validate_each_batch=*/true);
@@ -714,8 +870,17 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
 History Model::fit_batches(BatchSource& source, const FitOptions& options,
                            bool validate_each_batch) {
   if (options.epochs < 0) throw Error(ErrorCode::kInvalidArgument, "fit: epochs must be >= 0");
-  if (options.validation_data) impl_->check_input(options.validation_data->first, "fit");
-  const Step& step = *impl_->train_step;
+  std::shared_ptr<const Step> step_ref;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (options.validation_data) {
+      const auto& [vx, vy] = *options.validation_data;
+      impl_->check_examples(vx, vy, "fit: validation_data");
+    }
+    step_ref = impl_->train_step;
+  }
+  const Step& step = *step_ref;
+  const Loss& loss = *impl_->loss;
   std::vector<Callback*> callbacks;
   for (const auto& c : options.callbacks) {
     c->set_model(this);
@@ -749,27 +914,34 @@ History Model::fit_batches(BatchSource& source, const FitOptions& options,
       if (!batch) break;
       auto& [xb, yb] = *batch;
       if (validate_each_batch) {
-        impl_->check_input(xb, "fit");
-        impl_->validate_labels(yb, step);
+        impl_->check_input(xb, "fit");  // input_spec is set: the step is traced
+        Impl::validate_labels(yb, step, loss, "fit");
       }
       Logs batch_logs;
       for (Callback* c : callbacks) c->on_train_batch_begin(b, batch_logs);
       optim::Optimizer& opt = *impl_->optimizer;
       int64_t it = opt.iterations();
-      std::vector<Tensor> outs = impl_->run(step, xb, yb, mix_seed(options.seed, it),
-                                            opt.learning_rate(), static_cast<double>(it + 1));
-      size_t at = 1 + step.num_metric_stats;
-      for (const Variable& v : step.assigned) {
-        Variable target = v;
-        target.assign(outs[at++]);
+      FeedList feeds = Impl::batch_feeds(step, xb, yb, mix_seed(options.seed, it),
+                                         opt.learning_rate(), static_cast<double>(it + 1));
+      std::vector<Tensor> outs;
+      {
+        // The one lock of a step: evaluate and predict take their weights before or after it.
+        std::lock_guard lock(impl_->mu);
+        outs = impl_->run_training(step, std::move(feeds));
+        size_t at = 1 + step.num_metric_stats;
+        for (const Variable& v : step.assigned) {
+          Variable target = v;
+          target.assign(outs[at++]);
+        }
+        impl_->last_gradients.clear();
+        for (const Variable& v : step.gradient_of)
+          impl_->last_gradients.emplace_back(v, outs[at++]);
+        opt.set_iterations(it + 1);
       }
-      impl_->last_gradients.clear();
-      for (const Variable& v : step.gradient_of) impl_->last_gradients.emplace_back(v, outs[at++]);
-      opt.set_iterations(it + 1);
       double batch_loss = outs[0].item<double>();
       loss_sum += batch_loss * xb.dim(0);
       seen += xb.dim(0);
-      impl_->update_metrics(step, outs);
+      Impl::update_metrics(step, outs, impl_->metrics);
       batch_logs["loss"] = loss_sum / seen;
       for (auto& m : impl_->metrics) batch_logs[m->name()] = m->result();
       batch_logs["batch_loss"] = batch_loss;
@@ -794,31 +966,43 @@ History Model::fit_batches(BatchSource& source, const FitOptions& options,
 
 std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y, int64_t batch_size,
                                               int verbose) {
-  if (!impl_->loss) throw Error(ErrorCode::kFailedPrecondition, "evaluate: call compile() first");
-  impl_->check_input(x, "evaluate");
-  if (!y.defined() || y.is_symbolic() || y.rank() < 1 || y.dim(0) != x.dim(0)) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "evaluate: y must be a concrete tensor with as many rows as x");
+  std::shared_ptr<const Step> step;
+  std::vector<Tensor> weights;
+  std::shared_ptr<Loss> loss;
+  std::vector<std::unique_ptr<Metric>> metrics;  // this call's own: fit's keep counting
+  bool interpreted;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (!impl_->loss) {
+      throw Error(ErrorCode::kFailedPrecondition, "evaluate: call compile() first");
+    }
+    impl_->check_examples(x, y, "evaluate");
+    if (batch_size <= 0) {
+      throw Error(ErrorCode::kInvalidArgument, "evaluate: batch_size must be > 0");
+    }
+    if (!impl_->eval_step) {
+      impl_->eval_step = std::make_shared<const Step>(impl_->trace(
+          {x.dtype(), x.shape()}, TensorType{y.dtype(), y.shape()}, /*training=*/false));
+    }
+    step = impl_->eval_step;
+    loss = impl_->loss;
+    for (const std::string& m : impl_->metric_names) metrics.push_back(make_metric(m, loss.get()));
+    weights = Impl::values_of(*step);
+    interpreted = impl_->interpreted();
   }
-  if (batch_size <= 0) throw Error(ErrorCode::kInvalidArgument, "evaluate: batch_size must be > 0");
-  if (!impl_->eval_step) {
-    impl_->eval_step = impl_->trace({x.dtype(), x.shape()}, TensorType{y.dtype(), y.shape()},
-                                    /*training=*/false);
-  }
-  const Step& step = *impl_->eval_step;
-  impl_->validate_labels(y, step);
-  for (auto& m : impl_->metrics) m->reset();
+  Impl::Snapshot snapshot{*impl_, step, std::move(weights), interpreted};
+  Impl::validate_labels(y, *step, *loss, "evaluate");
   double loss_sum = 0;
   const int64_t n = x.dim(0);
   for (int64_t begin = 0; begin < n; begin += batch_size) {
     int64_t end = std::min(n, begin + batch_size);
     std::vector<Tensor> outs =
-        impl_->run(step, take_rows(x, {}, begin, end), take_rows(y, {}, begin, end), 0, 0, 0);
+        snapshot.run(take_rows(x, {}, begin, end), take_rows(y, {}, begin, end));
     loss_sum += outs[0].item<double>() * (end - begin);
-    impl_->update_metrics(step, outs);
+    Impl::update_metrics(*step, outs, metrics);
   }
-  std::map<std::string, double> result = {{"loss", n ? loss_sum / n : 0}};
-  for (auto& m : impl_->metrics) result[m->name()] = m->result();
+  std::map<std::string, double> result = {{"loss", loss_sum / n}};
+  for (auto& m : metrics) result[m->name()] = m->result();
   if (verbose) {
     std::ostringstream os;
     for (const auto& [k, v] : result) os << " - " << k << ": " << v;
@@ -828,23 +1012,35 @@ std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y, 
 }
 
 Tensor Model::predict(const Tensor& x, int64_t batch_size) {
-  impl_->check_input(x, "predict");
-  if (batch_size <= 0) throw Error(ErrorCode::kInvalidArgument, "predict: batch_size must be > 0");
-  if (!impl_->predict_step) {
-    impl_->predict_step = impl_->trace({x.dtype(), x.shape()}, std::nullopt, false);
+  std::shared_ptr<const Step> step;
+  std::vector<Tensor> weights;
+  bool interpreted;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->check_input(x, "predict");
+    if (batch_size <= 0) {
+      throw Error(ErrorCode::kInvalidArgument, "predict: batch_size must be > 0");
+    }
+    if (!impl_->predict_step) {
+      impl_->predict_step = std::make_shared<const Step>(
+          impl_->trace({x.dtype(), x.shape()}, std::nullopt, /*training=*/false));
+    }
+    step = impl_->predict_step;
+    weights = Impl::values_of(*step);
+    interpreted = impl_->interpreted();
   }
-  const Step& step = *impl_->predict_step;
+  Impl::Snapshot snapshot{*impl_, step, std::move(weights), interpreted};
   const int64_t n = x.dim(0);
   std::vector<Tensor> parts;
   for (int64_t begin = 0; begin < n; begin += batch_size) {
     int64_t end = std::min(n, begin + batch_size);
-    parts.push_back(impl_->run(step, take_rows(x, {}, begin, end), Tensor(), 0, 0, 0)[0]);
+    parts.push_back(snapshot.run(take_rows(x, {}, begin, end), Tensor())[0]);
   }
   if (parts.size() == 1) return parts[0];
   if (parts.empty()) {
-    Shape s = step.prediction.shape();
+    Shape s = step->prediction.shape();
     s[0] = 0;
-    return Tensor::empty(step.prediction.dtype(), s);
+    return Tensor::empty(step->prediction.dtype(), s);
   }
   Shape s = parts[0].shape();
   s[0] = n;

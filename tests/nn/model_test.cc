@@ -2,6 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "kiln/data/dataset.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
@@ -148,6 +150,99 @@ TEST(Model, SummaryListsLayersShapesAndParameterCounts) {
   EXPECT_THAT(s, HasSubstr("Non-trainable params: 0"));
 }
 
+TEST(Model, FunctionalSummaryWorksBeforeFit) {
+  Tensor in = Input({4});
+  Tensor out = Dense(2)(Dense(3, "tanh")(in));
+  Model model(in, out, "functional");
+  std::string s = model.summary();  // the Input gives every shape: no build needed
+  EXPECT_THAT(s, HasSubstr("Model: \"functional\""));
+  EXPECT_THAT(s, HasSubstr(" (InputLayer) "));
+  EXPECT_THAT(s, HasSubstr("(None, 4)"));
+  EXPECT_THAT(s, HasSubstr("(None, 3)"));
+  EXPECT_THAT(s, HasSubstr("(None, 2)"));
+  EXPECT_THAT(s, HasSubstr("Total params: 23"));  // 4*3+3 + 3*2+2
+}
+
+// An identity layer whose type name is longer than the summary's default column.
+class AnIdentityLayerWithAVeryLongTypeName : public Layer {
+ public:
+  AnIdentityLayerWithAVeryLongTypeName() : Layer("identity") {}
+  std::string type_name() const override { return "AnIdentityLayerWithAVeryLongTypeName"; }
+  std::shared_ptr<Layer> clone() const override {
+    return std::make_shared<AnIdentityLayerWithAVeryLongTypeName>(*this);
+  }
+  Tensor call(const std::vector<Tensor>& inputs, CallContext&) override { return inputs[0]; }
+};
+
+TEST(Model, SummaryColumnsStayAlignedForLongNames) {
+  Sequential model({Dense(3), AnIdentityLayerWithAVeryLongTypeName(), Dense(2)});
+  model.layers()[0]->set_name("a_dense_layer_with_a_rather_long_name");
+  model.build({4});
+  std::istringstream lines(model.summary());
+  std::string line;
+  size_t shape_col = std::string::npos, param_col = std::string::npos, rule = 0;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    if (line.find("Layer (type)") != std::string::npos) {
+      shape_col = line.find("Output Shape");
+      param_col = line.find("Param #");
+      continue;
+    }
+    if (line.find_first_not_of('_') == std::string::npos) rule = line.size();
+    if (line.find("(None") == std::string::npos) continue;
+    ++rows;
+    SCOPED_TRACE(line);
+    ASSERT_NE(shape_col, std::string::npos);
+    EXPECT_EQ(line.find("(None"), shape_col);
+    EXPECT_EQ(line[shape_col - 1], ' ');  // the name column ends before the shape column
+    EXPECT_EQ(line.find_first_of("0123456789", line.find(')', shape_col) + 1), param_col);
+    EXPECT_LE(line.size(), rule);
+  }
+  EXPECT_EQ(rows, 3);
+  std::string s = model.summary();
+  EXPECT_THAT(s, HasSubstr(" a_dense_layer_with_a_rather_long_name (Dense) "));
+  EXPECT_THAT(s, HasSubstr(" identity (AnIdentityLayerWithAVeryLongTypeName) "));
+}
+
+TEST(Model, EmptyTensorsAreAnErrorForFitAndEvaluate) {
+  Sequential model({Dense(2)});
+  model.compile(optim::SGD(), SparseCategoricalCrossentropy(true), {"accuracy"});
+  Tensor x = zeros({0, 20}), y = zeros({0}, i32);
+  try {
+    model.fit(x, y, {.verbose = 0});
+    FAIL() << "fit on empty tensors did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("fit: "));
+    EXPECT_THAT(e.what(), HasSubstr("empty"));
+    EXPECT_THAT(e.what(), HasSubstr("[0,20]"));
+    EXPECT_THAT(e.what(), HasSubstr("[0]"));
+  }
+  try {
+    model.evaluate(x, y);
+    FAIL() << "evaluate on empty tensors did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("evaluate: "));
+    EXPECT_THAT(e.what(), HasSubstr("empty"));
+    EXPECT_THAT(e.what(), HasSubstr("[0,20]"));
+  }
+}
+
+TEST(Model, EvaluateErrorsSayEvaluate) {
+  auto [x, y] = blobs(16, 1);
+  std::vector<int32_t> bad = y.to_vector<int32_t>();
+  bad[3] = 5;
+  Sequential model({Dense(2)});
+  model.compile(optim::SGD(), SparseCategoricalCrossentropy(true));
+  try {
+    model.evaluate(x, Tensor::from_vector(bad));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::StartsWith("evaluate: label 5 at index 3"));
+  }
+}
+
 TEST(Model, LabelsOutOfRangeAreAnError) {
   auto [x, y] = blobs(16, 1);
   std::vector<int32_t> bad = y.to_vector<int32_t>();
@@ -201,8 +296,8 @@ TEST(Callbacks, EarlyStoppingStopsWhenTheMonitoredValueStalls) {
   auto [x, y] = blobs(32, 1);
   Sequential model({Dense(2)});
   model.compile(optim::SGD(0.0), SparseCategoricalCrossentropy(true));  // lr 0: loss is flat
-  History h = model.fit(x, y, {.epochs = 10, .callbacks = {EarlyStopping("loss", 1e-6, 2)},
-                               .verbose = 0});
+  History h =
+      model.fit(x, y, {.epochs = 10, .callbacks = {EarlyStopping("loss", 1e-6, 2)}, .verbose = 0});
   EXPECT_EQ(h.epochs_run, 3);  // epoch 1 sets the best, epochs 2 and 3 do not improve
 }
 
@@ -210,11 +305,11 @@ TEST(Callbacks, LearningRateSchedulerSetsTheRatePerEpoch) {
   auto [x, y] = blobs(32, 1);
   Sequential model({Dense(2)});
   model.compile(optim::SGD(0.1), SparseCategoricalCrossentropy(true));
-  model.fit(x, y, {.epochs = 3,
-                   .callbacks = {LearningRateScheduler([](int epoch, double) {
-                     return 0.5 / (epoch + 1);
-                   })},
-                   .verbose = 0});
+  model.fit(
+      x, y,
+      {.epochs = 3,
+       .callbacks = {LearningRateScheduler([](int epoch, double) { return 0.5 / (epoch + 1); })},
+       .verbose = 0});
   EXPECT_DOUBLE_EQ(model.optimizer().learning_rate(), 0.5 / 3);
 }
 

@@ -45,6 +45,17 @@ struct History {
 // A symbolic input of a functional model: shape without the batch dimension.
 Tensor Input(const Shape& shape, DType dtype = f32, const std::string& name = "input");
 
+// Threads. A serving thread may call predict, evaluate (or operator() on a concrete batch),
+// state() and summary() while fit trains on another, as with Keras and PyTorch. Each such call
+// reads the weights as they are between two of fit's steps (one consistent set for the whole
+// call, never a mix of two steps), and fit is not disturbed: its weights, losses, metrics and
+// random numbers are bit-identical to those of a run alone. A read waits at most for the step
+// in progress; fit takes one uncontended lock per step, and copies a weight instead of updating
+// it in place only while a read still holds its previous value. load_state from another thread
+// lands between two steps. A second fit while one runs, compile() and Sequential::add() during
+// fit throw kiln::Error. The rest (build, set_seed, set_execution_mode, resume_at, and reading
+// the Variables of weights() or layers()) is for fit's own thread and its callbacks; from other
+// threads read the weights through state() or predict.
 class Model {
  public:
   // Functional: outputs computed from inputs by calling layers on symbolic tensors.
@@ -60,9 +71,10 @@ class Model {
   // Trains on a Dataset of batched (x, y) elements; its epoch number reshuffles it.
   // options.batch_size and shuffle do not apply (the dataset batches and shuffles).
   History fit(const data::Dataset& dataset, const FitOptions& options = {});
-  // Loss and metrics over (x, y): {"loss": ..., "accuracy": ...}.
-  std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y,
-                                         int64_t batch_size = 32, int verbose = 0);
+  // Loss and metrics over (x, y): {"loss": ..., "accuracy": ...}. fit and evaluate refuse
+  // empty x and y (kInvalidArgument), as fit does an empty Dataset.
+  std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y, int64_t batch_size = 32,
+                                         int verbose = 0);
   Tensor predict(const Tensor& x, int64_t batch_size = 32);
   // How fit, evaluate and predict run their step graphs: compiled (one program per input
   // signature, cached; the default unless KILN_INTERPRET=1, see kiln/function.h) or with the
@@ -80,13 +92,15 @@ class Model {
   Tensor call(const Tensor& x, CallContext& ctx);
 
   // Builds the weights for inputs of this shape (without the batch dimension), as the first
-  // fit/predict would. Sequential models need it (or a first call) before summary().
+  // fit/predict would. Sequential models need it (or a first call) before summary(); a
+  // functional model knows its shapes from its Input.
   void build(const Shape& input_shape, DType dtype = f32);
   bool built() const;
   // Seeds weight initialisation of layers not yet built (default 0): same seed, same weights.
   void set_seed(uint64_t seed);
 
-  // The Keras-style table: layer (type), output shape, parameter count; totals.
+  // The Keras-style table: layer (type), output shape, parameter count; totals. Columns widen
+  // to fit long names.
   std::string summary() const;
   const std::string& name() const { return name_; }
   std::vector<Variable> weights() const;
@@ -127,8 +141,7 @@ class Model {
 
  protected:
   explicit Model(std::string name);
-  History fit_batches(BatchSource& source, const FitOptions& options,
-                      bool validate_each_batch);
+  History fit_batches(BatchSource& source, const FitOptions& options, bool validate_each_batch);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::string name_;
