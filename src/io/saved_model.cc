@@ -1,5 +1,6 @@
 // Model export and load: the inference graph as a SavedModel protobuf plus a checkpoint of the
-// variables, in <dir>/<version>/; loading rebuilds the graph op by op with call_op.
+// variables, in <dir>/<version>/; loading rebuilds the graph op by op with call_op, and runs it
+// compiled.
 #include "kiln/io/saved_model.h"
 
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include <set>
 #include <type_traits>
 
+#include "compiler/compile_cache.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/tfrecord.h"
 #include "kiln/nn/model.h"
@@ -33,6 +35,7 @@ constexpr const char* kGraphFile = "saved_model.pb";
 constexpr const char* kVariables = "variables/variables";
 constexpr const char* kServing = "serving_default";
 constexpr int kMaxVersionTries = 100;
+constexpr size_t kCompiledPrograms = 8;  // per loaded model: signatures x input shapes
 
 [[noreturn]] void fail(ErrorCode code, const std::string& message) { throw Error(code, message); }
 
@@ -211,6 +214,25 @@ VersionDir find_version(const std::string& dir, int64_t version, const char* who
   return {(fs::path(dir) / std::to_string(version)).string(), version};
 }
 
+// The nodes signature `s`'s outputs need, up to its inputs (which are fed), in search order.
+// The node references must have been checked.
+std::vector<int> nodes_needed(const saved::SavedModel& m, const saved::SignatureDef& s) {
+  std::set<int> fed;
+  for (const saved::TensorBinding& b : s.inputs()) fed.insert(b.value().node());
+  std::vector<bool> seen(m.nodes_size(), false);
+  std::vector<int> stack, needed;
+  for (const saved::TensorBinding& b : s.outputs()) stack.push_back(b.value().node());
+  while (!stack.empty()) {
+    const int id = stack.back();
+    stack.pop_back();
+    if (seen[id] || fed.count(id)) continue;
+    seen[id] = true;
+    needed.push_back(id);
+    for (const saved::NodeInput& in : m.nodes(id).inputs()) stack.push_back(in.node());
+  }
+  return needed;
+}
+
 struct ParsedModel {
   VersionDir where;
   saved::SavedModel model;
@@ -283,30 +305,20 @@ ParsedModel read_saved_model(const std::string& dir, int64_t version, const char
       src.corrupt("node " + std::to_string(v.node()) + " is bound to two variables");
     }
   }
-  // Running a signature feeds its inputs and nothing else: its outputs may need no other
-  // placeholder than those and the variables', and an input cannot be a variable (a constant).
+  // Running a signature feeds its inputs and its variables only: its outputs may need no other
+  // placeholder, and an input cannot be a variable.
   for (const saved::SignatureDef& s : out.model.signatures()) {
-    std::set<int> fed;
     for (const saved::TensorBinding& b : s.inputs()) {
       if (bound.count(b.value().node())) {
         src.corrupt("signature '" + s.name() + "': input '" + b.name() +
                     "' is bound to a variable");
       }
-      fed.insert(b.value().node());
     }
-    std::vector<bool> seen(nodes.size(), false);
-    std::vector<int> stack;
-    for (const saved::TensorBinding& b : s.outputs()) stack.push_back(b.value().node());
-    while (!stack.empty()) {
-      const int id = stack.back();
-      stack.pop_back();
-      if (seen[id] || fed.count(id)) continue;
-      seen[id] = true;
+    for (int id : nodes_needed(out.model, s)) {
       if (nodes[id].op() == "placeholder" && !bound.count(id)) {
         src.corrupt("signature '" + s.name() + "' needs placeholder node " + std::to_string(id) +
                     " ('" + nodes[id].name() + "'), which is neither its input nor a variable");
       }
-      for (const saved::NodeInput& in : nodes[id].inputs()) stack.push_back(in.node());
     }
   }
   return out;
@@ -374,6 +386,15 @@ void sync_directory(const std::string& dir) {
   if (fd < 0) return;
   fsync(fd);
   ::close(fd);
+}
+
+// Whether a value of `value`'s dtype and shape may be fed to a placeholder of type `expected`.
+bool fits(const TensorType& expected, const Tensor& value) {
+  if (value.dtype() != expected.dtype || value.shape().size() != expected.shape.size())
+    return false;
+  for (size_t d = 0; d < expected.shape.size(); ++d)
+    if (expected.shape[d] != kUnknownDim && expected.shape[d] != value.shape()[d]) return false;
+  return true;
 }
 
 // Opens a name scope for each "/"-separated part of `name` but the last, which it returns:
@@ -508,8 +529,10 @@ struct LoadedModel::Impl {
   Graph graph;
   struct Signature {
     std::map<std::string, Tensor> inputs, outputs;
+    FeedList variables;  // the variables' placeholders its outputs need, with their values
   };
   std::map<std::string, Signature> signatures;
+  mutable compiler::CompileCache programs{kCompiledPrograms};
 };
 
 SavedModelInfo describe_saved_model(const std::string& dir, int64_t version) {
@@ -526,7 +549,7 @@ LoadedModel load_model(const std::string& dir, int64_t version) {
   auto impl = std::make_shared<LoadedModel::Impl>();
   impl->info = info_from(parsed);
   Checkpoint vars = load_checkpoint(variables_prefix(parsed.where.path));
-  std::map<int, const Tensor*> variable_values;
+  std::map<int, const Tensor*> variable_values;  // by node
   for (const saved::VariableBinding& b : m.variables()) {
     auto it = vars.tensors.find(b.key());
     if (it == vars.tensors.end()) {
@@ -561,7 +584,7 @@ LoadedModel load_model(const std::string& dir, int64_t version) {
                         TensorType{value.dtype(), value.shape()}.str() + ", the graph expects " +
                         saved[0].str());
           }
-          values[i] = {g.constant(value, base)};
+          values[i] = {g.placeholder(value.dtype(), value.shape(), base)};
         } else if (node.op() == "placeholder") {
           values[i] = {g.placeholder(saved[0].dtype, saved[0].shape, base)};
         } else {
@@ -594,12 +617,25 @@ LoadedModel load_model(const std::string& dir, int64_t version) {
       sig.inputs[b.name()] = values[b.value().node()][b.value().output()];
     for (const saved::TensorBinding& b : s.outputs())
       sig.outputs[b.name()] = values[b.value().node()][b.value().output()];
+    for (int id : nodes_needed(m, s)) {
+      if (auto v = variable_values.find(id); v != variable_values.end())
+        sig.variables.push_back({values[id][0], *v->second});
+    }
   }
   return LoadedModel(std::move(impl));
 }
 
 const SavedModelInfo& LoadedModel::info() const { return impl_->info; }
 const Graph& LoadedModel::graph() const { return impl_->graph; }
+
+ExecutionMode LoadedModel::execution_mode() const {
+  return mode_.value_or(default_execution_mode());
+}
+
+LoadedModel::CompileStats LoadedModel::compile_stats() const {
+  const compiler::CompileCache::Stats s = impl_->programs.stats();
+  return {s.misses, s.hits};
+}
 
 std::map<std::string, Tensor> LoadedModel::run(const std::string& signature,
                                                const std::map<std::string, Tensor>& inputs) const {
@@ -613,13 +649,23 @@ std::map<std::string, Tensor> LoadedModel::run(const std::string& signature,
   const Impl::Signature& sig = it->second;
   FeedList feeds;
   for (const auto& [name, placeholder] : sig.inputs) {
+    const TensorType expected{placeholder.dtype(), placeholder.shape()};
     auto in = inputs.find(name);
     if (in == inputs.end()) {
-      fail(ErrorCode::kInvalidArgument,
-           "LoadedModel::run: signature '" + signature + "' needs input '" + name + "' (" +
-               TensorType{placeholder.dtype(), placeholder.shape()}.str() + ")");
+      fail(ErrorCode::kInvalidArgument, "LoadedModel::run: signature '" + signature +
+                                            "' needs input '" + name + "' (" + expected.str() +
+                                            ")");
     }
-    feeds.push_back({placeholder, in->second});
+    const Tensor& value = in->second;
+    if (!value.defined() || value.is_symbolic() || !fits(expected, value)) {
+      const std::string got = !value.defined() ? "an undefined tensor"
+                              : value.is_symbolic()
+                                  ? "a symbolic tensor"
+                                  : TensorType{value.dtype(), value.shape()}.str();
+      fail(ErrorCode::kInvalidArgument, "LoadedModel::run: signature '" + signature + "', input '" +
+                                            name + "' is " + expected.str() + ", got " + got);
+    }
+    feeds.push_back({placeholder, value});
   }
   for (const auto& [name, value] : inputs) {
     if (!sig.inputs.count(name)) {
@@ -633,7 +679,10 @@ std::map<std::string, Tensor> LoadedModel::run(const std::string& signature,
     names.push_back(name);
     fetches.push_back(value);
   }
-  std::vector<Tensor> results = impl_->graph.run(feeds, fetches);
+  feeds.insert(feeds.end(), sig.variables.begin(), sig.variables.end());
+  std::vector<Tensor> results = execution_mode() == ExecutionMode::kInterpreted
+                                    ? impl_->graph.run(feeds, fetches)
+                                    : impl_->programs.get(impl_->graph, fetches, feeds)->run(feeds);
   std::map<std::string, Tensor> out;
   for (size_t i = 0; i < names.size(); ++i) out[names[i]] = results[i];
   return out;

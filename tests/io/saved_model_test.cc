@@ -7,11 +7,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <thread>
 
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/tfrecord.h"
@@ -52,6 +54,38 @@ std::unique_ptr<nn::Sequential> trained_model() {
   Tensor x = random_normal({64, 4}, 1);
   Tensor y = convert(random_uniform({64}, 2, 0, 3), i32);
   model->fit(x, y, {.epochs = 2, .batch_size = 16, .seed = 3, .verbose = 0});
+  return model;
+}
+
+// A dense layer whose kernel is the tanh of its weight: a computation on a weight alone, which a
+// loaded model must compute as the model did, not fold into a constant with the interpreter.
+class TanhKernel : public nn::Layer {
+ public:
+  explicit TanhKernel(int64_t units) : Layer("tanh_kernel"), units_(units) {}
+  std::string type_name() const override { return "TanhKernel"; }
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<TanhKernel>(*this); }
+  void build(const std::vector<Shape>& shapes) override {
+    w_ = add_weight("w", {shapes[0].back(), units_}, nn::random_uniform_init(-1, 1));
+  }
+  Tensor call(const std::vector<Tensor>& in, nn::CallContext& ctx) override {
+    return matmul(in[0], tanh(ctx.read(w_)));
+  }
+
+ private:
+  int64_t units_;
+  Variable w_;
+};
+
+// A model whose compiled predictions differ from the interpreter's in their last bits (compiled,
+// tanh and softmax's exp are polynomial approximations).
+std::unique_ptr<nn::Sequential> trained_tanh_model() {
+  auto model = std::make_unique<nn::Sequential>(
+      std::vector<nn::LayerRef>{nn::Dense(32, "tanh"), TanhKernel(16), nn::Dense(3, "softmax")});
+  model->set_seed(5);
+  model->compile(optim::Adam(0.01), nn::SparseCategoricalCrossentropy());
+  Tensor x = random_normal({64, 4}, 6);
+  Tensor y = convert(random_uniform({64}, 7, 0, 3), i32);
+  model->fit(x, y, {.epochs = 1, .batch_size = 32, .seed = 8, .verbose = 0});
   return model;
 }
 
@@ -110,6 +144,74 @@ TEST_F(SavedModelTest, ALoadedModelPredictsBitIdenticallyInAnotherProcess) {
   LoadedModel loaded = load_model(path("export"));
   EXPECT_TRUE(same_bytes(loaded.predict(x), expected));
   EXPECT_TRUE(same_bytes(loaded.run("serving_default", {{"x", x}}).at("output_0"), expected));
+}
+
+// Loaded models run compiled, like the model they were saved from: the same program, so the
+// same bits as its compiled predict (not the interpreter's), compiled once per input shapes.
+// KILN_INTERPRET's switch, or the handle's own, selects the interpreter.
+TEST_F(SavedModelTest, ALoadedModelRunsCompiledBitIdenticallyToTheModelsCompiledPredict) {
+  if (default_execution_mode() != ExecutionMode::kCompiled) GTEST_SKIP() << "KILN_INTERPRET";
+  auto model = trained_tanh_model();
+  Tensor x = random_normal({32, 4}, 9), five = random_normal({5, 4}, 12);
+  model->set_execution_mode(ExecutionMode::kCompiled);
+  Tensor compiled = model->predict(x, 32), compiled_five = model->predict(five, 5);
+  model->set_execution_mode(ExecutionMode::kInterpreted);
+  Tensor interpreted = model->predict(x, 32);
+  ASSERT_FALSE(same_bytes(compiled, interpreted)) << "the test needs a model whose modes differ";
+  LoadedModel loaded = load_model(save_model(*model, path("m"), {4}));
+  model.reset();
+
+  EXPECT_EQ(loaded.execution_mode(), ExecutionMode::kCompiled);
+  EXPECT_TRUE(same_bytes(loaded.predict(x), compiled));
+  EXPECT_TRUE(same_bytes(loaded.run("serving_default", {{"x", x}}).at("output_0"), compiled));
+  EXPECT_EQ(loaded.compile_stats().compiles, 1);
+  EXPECT_EQ(loaded.compile_stats().cache_hits, 1);
+  EXPECT_TRUE(same_bytes(loaded.predict(five), compiled_five));  // a new batch size: a new program
+  EXPECT_EQ(loaded.compile_stats().compiles, 2);
+
+  const ExecutionMode before = default_execution_mode();
+  set_default_execution_mode(ExecutionMode::kInterpreted);  // what KILN_INTERPRET=1 sets
+  EXPECT_EQ(loaded.execution_mode(), ExecutionMode::kInterpreted);
+  Tensor by_default = loaded.predict(x);
+  set_default_execution_mode(before);
+  EXPECT_TRUE(same_bytes(by_default, interpreted));
+  LoadedModel copy = loaded;
+  copy.set_execution_mode(ExecutionMode::kInterpreted);
+  EXPECT_TRUE(same_bytes(copy.predict(x), interpreted));
+  EXPECT_EQ(loaded.execution_mode(), ExecutionMode::kCompiled);
+  EXPECT_EQ(loaded.compile_stats().compiles, 2);  // the interpreted runs compiled nothing
+}
+
+// Two threads running a loaded model's signature at once (its first compile included) each get
+// their own, correct predictions.
+TEST_F(SavedModelTest, ALoadedModelRunsConcurrently) {
+  auto model = trained_tanh_model();
+  const std::vector<Tensor> inputs = {random_normal({8, 4}, 10), random_normal({8, 4}, 11)};
+  std::vector<Tensor> expected;
+  for (const Tensor& x : inputs) expected.push_back(model->predict(x, 8));
+  LoadedModel loaded = load_model(save_model(*model, path("m"), {4}));
+  std::atomic<int> ready{0}, wrong{0}, errors{0};
+  auto serve = [&](int t) {
+    ++ready;
+    while (ready.load() < 2) {
+    }
+    for (int i = 0; i < 20; ++i) {
+      try {
+        if (!same_bytes(loaded.predict(inputs[t]), expected[t])) ++wrong;
+      } catch (const Error&) {
+        ++errors;
+      }
+    }
+  };
+  std::thread a(serve, 0), b(serve, 1);
+  a.join();
+  b.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(errors.load(), 0);
+  if (loaded.execution_mode() == ExecutionMode::kCompiled) {
+    EXPECT_EQ(loaded.compile_stats().compiles, 1);  // one signature and shape: compiled once
+    EXPECT_EQ(loaded.compile_stats().cache_hits, 39);
+  }
 }
 
 TEST_F(SavedModelTest, TheFileHoldsTheNeededNodesAllAttrKindsSignaturesAndVariables) {
@@ -200,7 +302,9 @@ TEST_F(SavedModelTest, RunChecksSignatureNamesAndInputs) {
   EXPECT_THAT(thrown_error([&] {
                 loaded.predict(random_normal({2, 5}, 1));
               }).what(),
-              HasSubstr("f32[2,5]"));
+              HasSubstr("signature 'serving_default', input 'x' is f32[?,4], got f32[2,5]"));
+  EXPECT_THAT(thrown_error([&] { loaded.predict(convert(x, f64)); }).what(),
+              HasSubstr("input 'x' is f32[?,4], got f64[2,4]"));
 }
 
 TEST_F(SavedModelTest, MissingModelsAreNotFound) {

@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kiln/function.h"
 #include "kiln/graph.h"
 #include "kiln/tensor.h"
 
@@ -55,14 +57,29 @@ struct SavedModelInfo {
 
 // A model loaded by load_model: its graph rebuilt by calling each node's op (kiln::call_op),
 // so any registered op works, custom ones of the loading program included; variables are
-// constants of that graph.
+// placeholders of that graph, fed their loaded values at every run (as the model fed them).
+// Runs are compiled, like the model's own: the same program, so the same bits as the saved
+// model's compiled predict. Copies share the graph and its compiled programs.
 class LoadedModel {
  public:
   // Runs the "serving_default" signature: its one input -> its one output.
   Tensor predict(const Tensor& x) const;
-  // Runs a signature: every input by name -> every output by name.
+  // Runs a signature: every input by name -> every output by name. Compiled on the first run
+  // with these input dtypes and shapes, then from a cache of the last 8; several threads may
+  // run at once. Throws kiln::Error for a missing or extra input, or one whose dtype or shape
+  // is not the signature's.
   std::map<std::string, Tensor> run(const std::string& signature,
                                     const std::map<std::string, Tensor>& inputs) const;
+
+  // Compiled or interpreted: default_execution_mode() (so KILN_INTERPRET=1 interprets) unless
+  // set for this handle (copies made after keep it).
+  void set_execution_mode(ExecutionMode mode) { mode_ = mode; }
+  ExecutionMode execution_mode() const;
+  struct CompileStats {
+    int64_t compiles = 0;    // runs that compiled (a new signature or input shapes)
+    int64_t cache_hits = 0;  // compiled runs that reused a compiled program
+  };
+  CompileStats compile_stats() const;
 
   const SavedModelInfo& info() const;
   const std::map<std::string, SignatureInfo>& signatures() const { return info().signatures; }
@@ -73,6 +90,7 @@ class LoadedModel {
 
  private:
   std::shared_ptr<const Impl> impl_;
+  std::optional<ExecutionMode> mode_;
 };
 
 // Loads <dir>/<version> (version 0: the highest numeric version in `dir`; `dir` may also be a
