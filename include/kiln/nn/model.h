@@ -53,9 +53,9 @@ Tensor Input(const Shape& shape, DType dtype = f32, const std::string& name = "i
 // in progress; fit takes one uncontended lock per step, and copies a weight instead of updating
 // it in place only while a read still holds its previous value. load_state from another thread
 // lands between two steps. A second fit while one runs, compile() and Sequential::add() during
-// fit throw kiln::Error. The rest (build, set_seed, set_execution_mode, resume_at, and reading
-// the Variables of weights() or layers()) is for fit's own thread and its callbacks; from other
-// threads read the weights through state() or predict.
+// fit throw kiln::Error. The rest (build, set_seed, set_execution_mode, resume_at, optimizer(),
+// and the Variables of weights() or layers()) is for fit's own thread and its callbacks; from
+// other threads read the weights through state() or predict.
 class Model {
  public:
   // Functional: outputs computed from inputs by calling layers on symbolic tensors.
