@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "kiln/optim.h"
+#include "tests/testing/values.h"
 
 namespace kiln::optim {
 namespace {
@@ -67,15 +69,8 @@ TEST(Schedules, InvalidArgumentsThrow) {
 }
 
 // `make` throws kInvalidArgument with a message that contains `message`.
-template <typename F>
-void expect_invalid(F make, const std::string& message) {
-  try {
-    make();
-    ADD_FAILURE() << "no error; expected one saying: " << message;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-    EXPECT_THAT(e.what(), HasSubstr(message));
-  }
+void expect_invalid(const std::function<void()>& make, const std::string& message) {
+  test_values::expect_error(make, ErrorCode::kInvalidArgument, message);
 }
 
 // Learning rates finite and >= 0 (as the optimizers require), rates and fractions that keep

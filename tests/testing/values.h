@@ -60,4 +60,16 @@ inline Error thrown_error(const std::function<void()>& f) {
   return Error(ErrorCode::kInternal, "<no error thrown>");
 }
 
+// f throws a kiln::Error with `code` whose message contains `says`.
+inline void expect_error(const std::function<void()>& f, ErrorCode code, const std::string& says) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one saying: " << says;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos)
+        << "the error '" << e.what() << "' does not say '" << says << "'";
+  }
+}
+
 }  // namespace kiln::test_values
