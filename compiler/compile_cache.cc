@@ -33,8 +33,14 @@ std::shared_ptr<const Executable> CompileCache::get(const Graph& graph,
   std::vector<std::pair<int64_t, const Tensor*>> fed;  // by placeholder node
   fed.reserve(feeds.size());
   for (const auto& [key, value] : feeds) {
-    if (!key.defined() || !key.is_symbolic() || !value.defined()) {
+    if (!key.defined() || !key.is_symbolic()) {
       throw Error(ErrorCode::kInvalidArgument, "CompileCache: a feed key is not a placeholder");
+    }
+    if (!value.defined()) {
+      throw Error(ErrorCode::kInvalidArgument, "CompileCache: the value fed to placeholder '" +
+                                                   graph.node(key.impl()->node).name +
+                                                   "' of graph '" + graph.name() +
+                                                   "' is an undefined tensor");
     }
     fed.emplace_back(key.impl()->node, &value);
   }
