@@ -74,7 +74,7 @@ using OptimizerRef = Ref<Optimizer>;
 // The optimizers check their hyper-parameters when constructed, as PyTorch's do, and throw
 // kInvalidArgument naming the optimizer, the parameter and the value: lr, eps and weight_decay
 // finite and >= 0; momentum, beta1, beta2 and rho (decay factors of running averages) in
-// [0, 1); a Schedule not empty.
+// [0, 1); a Schedule not empty; SGD with nesterov needs a momentum > 0.
 
 class SGD : public Optimizer {
  public:

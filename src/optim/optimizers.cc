@@ -148,6 +148,9 @@ SGD::SGD(double lr, double momentum, bool nesterov)
 SGD::SGD(Schedule lr, double momentum, bool nesterov)
     : Optimizer(checked_schedule("SGD", std::move(lr))), momentum_(momentum), nesterov_(nesterov) {
   check_decay("SGD", "momentum", momentum);
+  if (nesterov && momentum == 0) {  // as PyTorch: it would silently be plain SGD
+    throw Error(ErrorCode::kInvalidArgument, "SGD: nesterov=true needs a momentum > 0, got 0");
+  }
 }
 
 std::vector<std::string> SGD::slot_names() const {

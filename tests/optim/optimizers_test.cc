@@ -252,6 +252,10 @@ TEST(SGD, MomentumMustBeInZeroToOne) {
   }
   EXPECT_NO_THROW(SGD(0.1, 0));
   EXPECT_NO_THROW(SGD(0.1, 0.999));
+  // Nesterov without momentum would silently be plain SGD.
+  expect_invalid([] { SGD sgd(0.1, 0, /*nesterov=*/true); },
+                 "SGD: nesterov=true needs a momentum > 0");
+  EXPECT_NO_THROW(SGD(0.1, 0.9, /*nesterov=*/true));
 }
 
 TEST(Adam, BetasMustBeInZeroToOneAndEpsFiniteNonNegative) {
