@@ -485,7 +485,27 @@ Model::Model(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outpu
     kept.push_back(*it);
     for (const Tensor& in : it->inputs) needed.insert({in.impl()->node, in.impl()->output});
   }
-  if (!needed.count({inputs[0].impl()->node, inputs[0].impl()->output})) {
+  // Every value the calls read must come from a call or be the input: a plain op between layers
+  // (kiln::mean(layer(x))) is not replayed when the model traces its steps.
+  const std::pair<int, int> input_value = {inputs[0].impl()->node, inputs[0].impl()->output};
+  std::set<std::pair<int, int>> made = {input_value};
+  for (const auto& c : kept) made.insert({c.output.impl()->node, c.output.impl()->output});
+  for (const auto& value : needed) {
+    if (made.count(value)) continue;
+    const NodeInfo node = fg.node(value.first);
+    if (node.op == "placeholder") {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "Model '" + name_ + "': the output depends on nn::Input '" + node.name +
+                      "', which is not the model's input (functional models take one input)");
+    }
+    throw Error(ErrorCode::kInvalidArgument,
+                "Model '" + name_ + "': '" + node.name + "' (op " + node.op + ", giving " +
+                    node.outputs[value.second].str() +
+                    ") is applied to layer outputs outside a layer; a functional model is made "
+                    "of nn::Input and layer calls only, so do this op inside the call() of a "
+                    "Layer (a subclass of nn::Layer) and call that layer instead");
+  }
+  if (!needed.count(input_value)) {
     throw Error(ErrorCode::kInvalidArgument,
                 "Model '" + name_ + "': the output does not depend on the input");
   }

@@ -7,6 +7,7 @@
 #include "kiln/data/dataset.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
+#include "tests/testing/values.h"
 
 namespace kiln::nn {
 namespace {
@@ -135,6 +136,29 @@ TEST(Model, FunctionalModelMatchesTheSameLayersInSequence) {
   CallContext ctx;
   Tensor expected = d2(d1(x, ctx), ctx);  // the same (shared) weights
   EXPECT_TRUE(allclose(functional.predict(x), expected, 1e-5, 1e-6));
+}
+
+// A plain op between layer calls is not replayed when the model traces its steps: the error says
+// which op it is and what to do (it used to say "the output does not depend on the input").
+TEST(Model, APlainOpBetweenFunctionalLayersIsAnErrorSayingWhatToDo) {
+  Tensor in = Input({5}, i32);
+  Tensor out = Dense(2)(kiln::mean(Embedding(20, 4)(in), {1}));
+  Error e = test_values::thrown_error([&] { Model model(in, out, "bag"); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_THAT(e.what(), HasSubstr("Model 'bag': '"));
+  EXPECT_THAT(e.what(), HasSubstr("is applied to layer outputs outside a layer"));
+  EXPECT_THAT(e.what(), HasSubstr("do this op inside the call() of a Layer"));
+  // The output itself a plain op of a layer output: the same error.
+  Tensor in2 = Input({4});
+  e = test_values::thrown_error([&] { Model model(in2, kiln::relu(Dense(3)(in2)) * 2.0f); });
+  EXPECT_THAT(e.what(), HasSubstr("is applied to layer outputs outside a layer"));
+  // A second nn::Input is named.
+  Tensor other = Input({4}, f32, "other");
+  e = test_values::thrown_error(
+      [&] { Model model(in2, Dense(2)(Dense(4)(in2) + Dense(4)(other))); });
+  EXPECT_THAT(e.what(), HasSubstr("is applied to layer outputs outside a layer"));
+  e = test_values::thrown_error([&] { Model model(in2, Dense(2)(other)); });
+  EXPECT_THAT(e.what(), HasSubstr("depends on nn::Input 'other', which is not the model's input"));
 }
 
 TEST(Model, SummaryListsLayersShapesAndParameterCounts) {
