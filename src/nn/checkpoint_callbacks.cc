@@ -2,8 +2,13 @@
 // the position in fit recorded so that a backup resumes exactly.
 #include "kiln/nn/checkpoint_callbacks.h"
 
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "kiln/nn/model.h"
@@ -29,6 +34,29 @@ int64_t batches_from(const SaveFreq& freq, const char* who) {
                                                  s + "\"");
   }
   return 0;
+}
+
+// Creates `dir` and proves it writable by creating and removing a file in it, so that a
+// directory that cannot be written stops fit before its first step, not after an epoch.
+void check_writable(const std::string& dir, const char* who) {
+  static std::atomic<int> probes{0};
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::string why = ec ? ec.message() : "";
+  if (!ec) {
+    const std::filesystem::path probe =
+        std::filesystem::path(dir) /
+        (".kiln-write-probe-" + std::to_string(getpid()) + "-" + std::to_string(probes++));
+    if (std::FILE* f = std::fopen(probe.c_str(), "wb")) {
+      std::fclose(f);
+      std::filesystem::remove(probe, ec);
+      return;
+    }
+    why = std::strerror(errno);
+  }
+  throw Error(ErrorCode::kFailedPrecondition,
+              std::string(who) + ": cannot write to " + dir + ": " + why +
+                  " (pass a directory that can be created and written)");
 }
 
 std::string list_keys(const Logs& logs) {
@@ -123,7 +151,15 @@ ModelCheckpoint::ModelCheckpoint(std::string path, ModelCheckpointOptions option
 }
 
 void ModelCheckpoint::on_train_begin(Logs&) {
-  if (!manager_ && path_.find('{') == std::string::npos) {
+  const size_t brace = path_.find('{');
+  if (brace == std::string::npos) {
+    check_writable(path_, "ModelCheckpoint");
+  } else {
+    // The directories before the first field are known now; the rest are made at each save.
+    const std::string dir = std::filesystem::path(path_.substr(0, brace)).parent_path().string();
+    check_writable(dir.empty() ? "." : dir, "ModelCheckpoint");
+  }
+  if (!manager_ && brace == std::string::npos) {
     manager_ = std::make_unique<io::CheckpointManager>(path_, options_.max_to_keep);
   }
 }
@@ -184,29 +220,42 @@ BackupAndRestore::BackupAndRestore(std::string backup_dir, SaveFreq save_freq, b
 }
 
 void BackupAndRestore::on_train_begin(Logs&) {
+  check_writable(dir_, "BackupAndRestore");
   manager_ = std::make_unique<io::CheckpointManager>(dir_, /*max_to_keep=*/1);
   restored_at_.reset();
   saved_at_step_ = -1;
-  std::optional<std::string> latest = io::latest_checkpoint(dir_);
-  if (!latest) return;
-  io::Checkpoint backup = io::load_checkpoint(*latest);
-  const int64_t epoch = backup.get_int("epoch"), batch = backup.get_int("batch");
-  if (epoch < 0 || epoch > std::numeric_limits<int>::max() || batch < 0) {
-    throw Error(ErrorCode::kDataLoss, "BackupAndRestore: backup " + backup.prefix +
-                                          " records an invalid position (epoch " +
-                                          std::to_string(epoch) + ", batch " +
-                                          std::to_string(batch) + ")");
+  const std::string start_over =
+      "delete " + dir_ + " (or pass a fresh backup directory) to start over";
+  io::Checkpoint backup;
+  int64_t epoch = 0, batch = 0;
+  try {
+    std::optional<std::string> latest = io::latest_checkpoint(dir_);
+    if (!latest) return;
+    backup = io::load_checkpoint(*latest);
+    epoch = backup.get_int("epoch");
+    batch = backup.get_int("batch");
+    if (epoch < 0 || epoch > std::numeric_limits<int>::max() || batch < 0) {
+      throw Error(ErrorCode::kDataLoss, backup.prefix + " records an invalid position (epoch " +
+                                            std::to_string(epoch) + ", batch " +
+                                            std::to_string(batch) + ")");
+    }
+  } catch (const Error& e) {
+    throw Error(e.code(), "BackupAndRestore: cannot load the backup in " + dir_ + ": " + e.what() +
+                              "; " + start_over);
   }
   try {
     model()->load_state(backup.tensors);
   } catch (const Error& e) {
     throw Error(e.code(), "BackupAndRestore: cannot restore " + backup.prefix +
-                              " (a backup of another model? delete " + dir_ +
-                              " to start over): " + e.what());
+                              " (a backup of another model? " + start_over + "): " + e.what());
   }
   model()->resume_at(static_cast<int>(epoch), batch);
   restored_at_ = std::make_pair(static_cast<int>(epoch), batch);
   saved_at_step_ = model()->optimizer().iterations();
+  // 1-based, as fit's progress counts epochs and batches: the next batch to run.
+  std::printf("Resuming from epoch %lld, batch %lld of %s\n", static_cast<long long>(epoch + 1),
+              static_cast<long long>(batch + 1), dir_.c_str());
+  std::fflush(stdout);
 }
 
 void BackupAndRestore::on_train_batch_end(int64_t batch, Logs&) {

@@ -1,6 +1,6 @@
 // ModelCheckpoint (directory and pattern forms, step and epoch frequency, save_best_only) and
-// BackupAndRestore (an interrupted fit resumed in-process ends bit-identical; the backup is
-// deleted after success); configuration errors.
+// BackupAndRestore (an interrupted fit resumed in-process ends bit-identical and says so; the
+// backup is deleted after success); configuration, unwritable-directory and corrupt-backup errors.
 #include "kiln/nn/checkpoint_callbacks.h"
 
 #include <gmock/gmock.h>
@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
@@ -78,6 +79,13 @@ class Interrupt : public Callback {
 
  private:
   int64_t step_;
+};
+
+// Counts the training batches that ran.
+class CountBatches : public Callback {
+ public:
+  void on_train_batch_end(int64_t, Logs&) override { ++count; }
+  int64_t count = 0;
 };
 
 class CheckpointCallbacks : public testing::Test {
@@ -243,6 +251,60 @@ TEST_F(CheckpointCallbacks, ABackupOfAnotherModelIsRejected) {
   Error e = thrown_error([&] { model->fit(x, y, options({BackupAndRestore(path("b"))})); });
   EXPECT_THAT(e.what(), HasSubstr("BackupAndRestore: cannot restore " + path("b/ckpt-4")));
   EXPECT_THAT(e.what(), HasSubstr("dense/bias"));
+}
+
+TEST_F(CheckpointCallbacks, AResumedFitSaysWhereItResumesFrom) {
+  auto [x, y] = data();
+  auto first = make_model();
+  testing::internal::CaptureStdout();
+  EXPECT_THROW(first->fit(x, y, options({BackupAndRestore(path("b"), int64_t{5}), Interrupt(6)})),
+               std::runtime_error);
+  EXPECT_THAT(testing::internal::GetCapturedStdout(), testing::Not(HasSubstr("Resuming")));
+
+  auto second = make_model();
+  testing::internal::CaptureStdout();
+  second->fit(x, y, options({BackupAndRestore(path("b"), int64_t{5})}));
+  EXPECT_THAT(testing::internal::GetCapturedStdout(),
+              HasSubstr("Resuming from epoch 2, batch 2 of " + path("b") + "\n"));
+}
+
+TEST_F(CheckpointCallbacks, AnUnwritableDirectoryIsReportedBeforeTheFirstStep) {
+  std::ofstream(path("file")) << "not a directory";
+  auto [x, y] = data();
+  struct Case {
+    std::string who;
+    CallbackRef callback;
+  };
+  const std::vector<Case> cases = {
+      {"ModelCheckpoint", ModelCheckpoint(path("file/ckpts"))},
+      {"ModelCheckpoint", ModelCheckpoint(path("file/p/e{epoch}"))},
+      {"BackupAndRestore", BackupAndRestore(path("file/backup"))},
+  };
+  for (const Case& c : cases) {
+    auto model = make_model();
+    auto count = std::make_shared<CountBatches>();
+    Error e = thrown_error([&] { model->fit(x, y, options({count, c.callback}, 1)); });
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr(c.who + ": cannot write to " + path("file/")));
+    EXPECT_EQ(count->count, 0) << c.who << " failed after " << count->count << " batches";
+  }
+}
+
+TEST_F(CheckpointCallbacks, ACorruptBackupSaysHowToStartOver) {
+  auto [x, y] = data();
+  auto first = make_model();
+  EXPECT_THROW(first->fit(x, y, options({BackupAndRestore(path("b"), int64_t{5}), Interrupt(6)})),
+               std::runtime_error);
+  const std::string prefix = io::load_checkpoint(path("b")).prefix;
+  fs::resize_file(prefix + ".index", fs::file_size(prefix + ".index") / 2);
+
+  auto second = make_model();
+  Error e = thrown_error([&] { second->fit(x, y, options({BackupAndRestore(path("b"))})); });
+  EXPECT_EQ(e.code(), ErrorCode::kDataLoss) << e.what();
+  EXPECT_THAT(e.what(), HasSubstr("BackupAndRestore: cannot load the backup in " + path("b")));
+  EXPECT_THAT(e.what(), HasSubstr("delete " + path("b") +
+                                  " (or pass a fresh backup directory) "
+                                  "to start over"));
 }
 
 }  // namespace

@@ -35,7 +35,9 @@ struct ModelCheckpointOptions {
 // `path` containing '{' is a pattern giving each save's checkpoint prefix: {epoch} (1-based, as
 // Keras), {batch}, {step} and any log value, with an optional printf spec: "ckpt/e{epoch:02d}-
 // {val_loss:.3f}". Otherwise `path` is a directory of ckpt-<step> checkpoints kept by an
-// io::CheckpointManager (max_to_keep, a "checkpoint" pointer file).
+// io::CheckpointManager (max_to_keep, a "checkpoint" pointer file). on_train_begin creates the
+// directory (for a pattern, the directories before its first field) and checks that it can be
+// written, so that fit fails with kFailedPrecondition before its first step, not at a save.
 class ModelCheckpoint : public Callback {
  public:
   explicit ModelCheckpoint(std::string path, ModelCheckpointOptions options = {});
@@ -64,7 +66,10 @@ class ModelCheckpoint : public Callback {
 // save, with a "checkpoint" pointer file) every epoch or every N batches. When fit starts and a
 // backup exists, on_train_begin restores it (load_state) and makes fit resume at the position
 // it recorded: the epoch and batch of the next batch to run. Shuffling and dropout depend only
-// on the seed, epoch and iteration, so the resumed run ends with bit-identical weights. A
+// on the seed, epoch and iteration, so the resumed run ends with bit-identical weights. A restore
+// prints "Resuming from epoch E, batch B of <backup_dir>" (1-based, as fit's progress counts). A
+// backup that cannot be read fails fit with an error saying to delete backup_dir to start over, and
+// a backup_dir that cannot be written fails it (kFailedPrecondition) before its first step. A
 // successful fit (on_train_end) deletes the backup, unless delete_backup is false; a fit that
 // throws or is killed leaves it for the next run. Put it first in the callback list, so the
 // others see the restored state.
