@@ -2,6 +2,7 @@
 // step graph; operator() averages them over the batch.
 #include "kiln/nn/losses.h"
 
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -69,6 +70,19 @@ Tensor clipped_probabilities(const Tensor& p) {
   return clamp(p / sum(p, {-1}, true), kEps, 1 - kEps);
 }
 
+// from_logits=true on an output the model already squashed applies the activation twice: the
+// loss still falls, but slowly and towards the wrong optimum (Keras warns about it too).
+std::vector<std::string> logits_advice(const std::string& loss, bool from_logits,
+                                       const std::string& output_activation,
+                                       const std::string& squashing) {
+  if (!from_logits || output_activation != squashing) return {};
+  return {loss + " was built with from_logits=true but the model's last layer ends in " +
+          squashing + ", so " + squashing +
+          " is applied twice and training goes badly: remove the last layer's " + squashing +
+          " activation (keep the loss's from_logits=true), or build the loss with "
+          "from_logits=false"};
+}
+
 }  // namespace
 
 Tensor Loss::operator()(const Tensor& y_true, const Tensor& y_pred) const {
@@ -84,6 +98,12 @@ Tensor SparseCategoricalCrossentropy::per_example(const Tensor& y_true,
   if (labels.rank() == y_pred.rank() && labels.dim(-1) == 1) labels = squeeze(labels, {-1});
   Shape batch(y_pred.shape().begin(), y_pred.shape().end() - 1);
   if (!compatible(labels.shape(), batch)) {
+    if (labels.rank() == y_pred.rank() && labels.dim(-1) == classes) {
+      fail(loss, "labels look one-hot " + shapes(y_true, y_pred) +
+                     ": sparse_categorical_crossentropy takes class indices (shape [batch]); "
+                     "for one-hot labels use categorical_crossentropy, or pass the indices "
+                     "(argmax of the one-hot rows)");
+    }
     fail(loss,
          "labels must have the shape of y_pred without its class axis " + shapes(y_true, y_pred));
   }
@@ -104,6 +124,11 @@ Tensor SparseCategoricalCrossentropy::per_example(const Tensor& y_true,
   return -log(sum(mask * clipped_probabilities(scores), {-1}));
 }
 
+std::vector<std::string> SparseCategoricalCrossentropy::advice(
+    const Tensor&, const std::string& output_activation) const {
+  return logits_advice(name(), from_logits_, output_activation, "softmax");
+}
+
 Tensor CategoricalCrossentropy::per_example(const Tensor& y_true, const Tensor& y_pred) const {
   const std::string loss = name();
   check_defined(loss, y_true, y_pred);
@@ -121,6 +146,29 @@ Tensor CategoricalCrossentropy::per_example(const Tensor& y_true, const Tensor& 
   }
   if (from_logits_) return -sum(labels * log_softmax(scores, -1), {-1});
   return -sum(labels * log(clipped_probabilities(scores)), {-1});
+}
+
+std::vector<std::string> CategoricalCrossentropy::advice(
+    const Tensor&, const std::string& output_activation) const {
+  return logits_advice(name(), from_logits_, output_activation, "softmax");
+}
+
+std::vector<std::string> BinaryCrossentropy::advice(const Tensor& y_true,
+                                                    const std::string& output_activation) const {
+  std::vector<std::string> out = logits_advice(name(), from_logits_, output_activation, "sigmoid");
+  if (!y_true.defined() || y_true.is_symbolic()) return out;
+  std::vector<double> labels = y_true.to_vector<double>();
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] >= 0 && labels[i] <= 1) continue;
+    std::ostringstream os;
+    os << name() << " got label " << labels[i] << " (at index " << i
+       << " of the batch), outside [0, 1]: binary cross-entropy needs labels in [0, 1] "
+          "(probabilities of the positive class); for class indices use "
+          "sparse_categorical_crossentropy, else rescale the labels into [0, 1]";
+    out.push_back(os.str());
+    break;
+  }
+  return out;
 }
 
 Tensor BinaryCrossentropy::per_example(const Tensor& y_true, const Tensor& y_pred) const {

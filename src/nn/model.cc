@@ -20,7 +20,9 @@
 #include "kiln/autodiff.h"
 #include "kiln/data/dataset.h"
 #include "kiln/graph.h"
+#include "kiln/nn/layers.h"
 #include "kiln/ops.h"
+#include "kiln/warning.h"
 #include "src/core/tensor_impl.h"
 #include "src/core/variable_capture.h"
 #include "src/nn/functional.h"
@@ -28,6 +30,9 @@
 
 namespace kiln::nn {
 namespace {
+
+// Set while fit evaluates its validation_data: fit has given its warnings already.
+thread_local bool validating_in_fit = false;
 
 // A step graph: placeholders for the batch, the step's scalars and every variable it reads.
 struct Step {
@@ -371,6 +376,33 @@ struct Model::Impl {
         throw Error(ErrorCode::kInvalidArgument, os.str());
       }
     }
+  }
+
+  // The activation the model's output comes out of: its last layer's ("" when unknown).
+  std::string output_activation() const {
+    const Layer* last = functional || layers.empty() ? nullptr : layers.back().get();
+    for (const auto& call : calls) {
+      const auto& a = call.output.impl();
+      const auto& b = outputs[0].impl();
+      if (a && b && a->node == b->node && a->output == b->output) last = call.layer.get();
+    }
+    if (const auto* dense = dynamic_cast<const Dense*>(last)) return dense->activation_name();
+    if (const auto* act = dynamic_cast<const Activation*>(last)) return act->activation_name();
+    return "";
+  }
+
+  // Warns about a setup that runs but trains badly (Loss::advice), once per fit or evaluate
+  // call: `y` is that call's first batch of labels.
+  void warn_about_setup(const Tensor& y, const std::string& model, const std::string& what) {
+    std::string activation;
+    std::shared_ptr<Loss> l;
+    {
+      std::lock_guard lock(mu);
+      activation = output_activation();
+      l = loss;
+    }
+    for (const std::string& advice : l->advice(y, activation))
+      kiln::warn(what + ": model '" + model + "': " + advice);
   }
 
   // What evaluate and predict run on: a step and the weights it reads, taken together under
@@ -915,6 +947,7 @@ History Model::fit_batches(BatchSource& source, const FitOptions& options,
   int first_epoch = options.initial_epoch;
   int64_t first_batch = 0;
   if (impl_->resume) std::tie(first_epoch, first_batch) = *impl_->resume;
+  bool warned = false;  // about the setup, at this call's first batch
 
   for (int epoch = first_epoch; epoch < options.epochs && !stop_training; ++epoch) {
     impl_->epoch = epoch;
@@ -937,6 +970,7 @@ History Model::fit_batches(BatchSource& source, const FitOptions& options,
         impl_->check_input(xb, "fit");  // input_spec is set: the step is traced
         Impl::validate_labels(yb, step, loss, "fit");
       }
+      if (!std::exchange(warned, true)) impl_->warn_about_setup(yb, name_, "fit");
       Logs batch_logs;
       for (Callback* c : callbacks) c->on_train_batch_begin(b, batch_logs);
       optim::Optimizer& opt = *impl_->optimizer;
@@ -971,6 +1005,10 @@ History Model::fit_batches(BatchSource& source, const FitOptions& options,
     epoch_logs["loss"] = seen ? loss_sum / seen : 0;
     for (auto& m : impl_->metrics) epoch_logs[m->name()] = m->result();
     if (options.validation_data) {
+      validating_in_fit = true;
+      struct Reset {
+        ~Reset() { validating_in_fit = false; }
+      } reset;
       auto val = evaluate(options.validation_data->first, options.validation_data->second,
                           options.batch_size, 0);
       for (const auto& [k, v] : val) epoch_logs["val_" + k] = v;
@@ -1014,6 +1052,8 @@ std::map<std::string, double> Model::evaluate(const Tensor& x, const Tensor& y, 
   Impl::validate_labels(y, *step, *loss, "evaluate");
   double loss_sum = 0;
   const int64_t n = x.dim(0);
+  if (!validating_in_fit)
+    impl_->warn_about_setup(take_rows(y, {}, 0, std::min(n, batch_size)), name_, "evaluate");
   for (int64_t begin = 0; begin < n; begin += batch_size) {
     int64_t end = std::min(n, begin + batch_size);
     std::vector<Tensor> outs =

@@ -20,6 +20,7 @@ class Dense : public Layer {
   explicit Dense(int64_t units, std::string activation = "", bool use_bias = true,
                  Initializer kernel_init = glorot_uniform(), Initializer bias_init = zeros_init());
   std::string type_name() const override { return "Dense"; }
+  const std::string& activation_name() const { return activation_; }
   std::shared_ptr<Layer> clone() const override { return std::make_shared<Dense>(*this); }
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
@@ -48,6 +49,7 @@ class Activation : public Layer {
  public:
   explicit Activation(std::string name);
   std::string type_name() const override { return "Activation"; }
+  const std::string& activation_name() const { return activation_; }
   std::shared_ptr<Layer> clone() const override { return std::make_shared<Activation>(*this); }
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 

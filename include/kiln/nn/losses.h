@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "kiln/ref.h"
 #include "kiln/tensor.h"
@@ -16,6 +17,13 @@ class Loss {
   virtual Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const = 0;
   // The mean over the batch (an f32 scalar).
   Tensor operator()(const Tensor& y_true, const Tensor& y_pred) const;
+  // What looks wrong about a setup that runs but trains badly, for fit and evaluate to warn
+  // about once per call: `y_true` is a concrete batch of labels, `output_activation` the
+  // activation the model's last layer ends in ("" when none or unknown). Empty when all is well.
+  virtual std::vector<std::string> advice(const Tensor& y_true,
+                                          const std::string& output_activation) const {
+    return {};
+  }
 };
 
 using LossRef = Ref<Loss>;
@@ -26,6 +34,8 @@ class SparseCategoricalCrossentropy : public Loss {
   explicit SparseCategoricalCrossentropy(bool from_logits = false) : from_logits_(from_logits) {}
   std::string name() const override { return "sparse_categorical_crossentropy"; }
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override;
+  std::vector<std::string> advice(const Tensor& y_true,
+                                  const std::string& output_activation) const override;
   bool from_logits() const { return from_logits_; }
 
  private:
@@ -39,6 +49,9 @@ class CategoricalCrossentropy : public Loss {
       : from_logits_(from_logits), label_smoothing_(label_smoothing) {}
   std::string name() const override { return "categorical_crossentropy"; }
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override;
+  std::vector<std::string> advice(const Tensor& y_true,
+                                  const std::string& output_activation) const override;
+  bool from_logits() const { return from_logits_; }
 
  private:
   bool from_logits_;
@@ -51,6 +64,10 @@ class BinaryCrossentropy : public Loss {
   explicit BinaryCrossentropy(bool from_logits = false) : from_logits_(from_logits) {}
   std::string name() const override { return "binary_crossentropy"; }
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override;
+  // Also warns about labels outside [0, 1].
+  std::vector<std::string> advice(const Tensor& y_true,
+                                  const std::string& output_activation) const override;
+  bool from_logits() const { return from_logits_; }
 
  private:
   bool from_logits_;
