@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/data/dataset.h"
 #include "kiln/kiln.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/losses.h"
@@ -99,6 +100,16 @@ TEST(ModelWarnings, BinaryLabelsOutsideZeroOneAreWarned) {
                     HasSubstr("outside [0, 1]"), HasSubstr("sparse_categorical_crossentropy")));
   model.evaluate(features(), labels, /*batch_size=*/8);
   EXPECT_EQ(w.messages.size(), 2u);
+}
+
+TEST(ModelWarnings, FitOnADatasetWarnsOnceAtItsFirstBatch) {
+  Sequential model({Dense(1, "sigmoid")}, "binary");
+  model.compile(optim::SGD(0.1), BinaryCrossentropy());
+  CaptureWarnings w;
+  Tensor labels = Tensor::from_list<float>({-1, 0, 1, 1, 0, 1, 0, 1});
+  model.fit(data::Dataset::from_tensors({features(), labels}).batch(4), quiet(/*epochs=*/2));
+  ASSERT_EQ(w.messages.size(), 1u);
+  EXPECT_THAT(w.messages[0], AllOf(HasSubstr("fit: model 'binary'"), HasSubstr("label -1")));
 }
 
 TEST(ModelWarnings, CorrectSetupsAreNotWarned) {
