@@ -14,3 +14,4 @@
 #include "kiln/tensor.h"
 #include "kiln/variable.h"
 #include "kiln/version.h"
+#include "kiln/warning.h"
