@@ -9,7 +9,10 @@
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <string>
 #include <utility>
+
+#include "kiln/error.h"
 
 namespace kiln::detail {
 
@@ -35,7 +38,11 @@ struct PooledAllocator {
   PooledAllocator(const PooledAllocator<U>&) {}  // NOLINT: converting, as allocators are
   T* allocate(size_t n) {
     void* p = host_allocate(n * sizeof(T));
-    if (!p) throw std::bad_alloc();
+    if (!p) {
+      throw Error(ErrorCode::kResourceExhausted, "out of memory: cannot allocate " +
+                                                     std::to_string(n * sizeof(T)) +
+                                                     " bytes for a tensor's bookkeeping");
+    }
     return static_cast<T*>(p);
   }
   void deallocate(T* p, size_t n) { host_free(p, n * sizeof(T)); }

@@ -2,19 +2,18 @@
 // the position in fit recorded so that a backup resumes exactly.
 #include "kiln/nn/checkpoint_callbacks.h"
 
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "kiln/nn/model.h"
+#include "src/nn/writable_dir.h"
 
 namespace kiln::nn {
 namespace {
+
+using detail::check_writable;
 
 int64_t batches_from(const SaveFreq& freq, const char* who) {
   if (const auto* n = std::get_if<int64_t>(&freq)) {
@@ -34,29 +33,6 @@ int64_t batches_from(const SaveFreq& freq, const char* who) {
                                                  s + "\"");
   }
   return 0;
-}
-
-// Creates `dir` and proves it writable by creating and removing a file in it, so that a
-// directory that cannot be written stops fit before its first step, not after an epoch.
-void check_writable(const std::string& dir, const char* who) {
-  static std::atomic<int> probes{0};
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  std::string why = ec ? ec.message() : "";
-  if (!ec) {
-    const std::filesystem::path probe =
-        std::filesystem::path(dir) /
-        (".kiln-write-probe-" + std::to_string(getpid()) + "-" + std::to_string(probes++));
-    if (std::FILE* f = std::fopen(probe.c_str(), "wb")) {
-      std::fclose(f);
-      std::filesystem::remove(probe, ec);
-      return;
-    }
-    why = std::strerror(errno);
-  }
-  throw Error(ErrorCode::kFailedPrecondition,
-              std::string(who) + ": cannot write to " + dir + ": " + why +
-                  " (pass a directory that can be created and written)");
 }
 
 std::string list_keys(const Logs& logs) {

@@ -11,6 +11,7 @@
 #include "kiln/io/summary.h"
 #include "kiln/nn/model.h"
 #include "kiln/ops.h"
+#include "src/nn/writable_dir.h"
 
 namespace kiln::nn {
 namespace {
@@ -95,6 +96,7 @@ const std::string& TensorBoard::log_dir() const { return state_->log_dir; }
 
 void TensorBoard::on_train_begin(Logs&) {
   state_->close();  // a previous fit that ended by an exception left its files open
+  detail::check_writable(state_->log_dir, "TensorBoard");
   io::EventWriter& train = state_->train_writer();
   if (!state_->options.write_graph || !model()) return;
   std::optional<TensorType> input = model()->input_type();

@@ -124,6 +124,25 @@ TEST(Errors, MissingAttributeNamesOpAndAttribute) {
   EXPECT_THAT(e.what(), AllOf(HasSubstr("convert"), HasSubstr("'dtype'")));
 }
 
+// ---- memory --------------------------------------------------------------------------------
+
+// 2^53 bytes, more than a 47-bit (or 56-bit) user address space holds: the allocator refuses
+// it whatever the kernel's overcommit policy, and the error says what could not be allocated.
+TEST(Errors, AllocationBeyondMemoryIsResourceExhaustedNamingSizeShapeAndDType) {
+  Error e = thrown_error([] { zeros({int64_t{1} << 25, int64_t{1} << 25}, f64); });
+  EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted) << e.what();
+  EXPECT_STREQ(error_code_name(e.code()), "resource exhausted");
+  EXPECT_THAT(e.what(), AllOf(HasSubstr("cannot allocate 9007199254740992 bytes"),
+                              HasSubstr("[33554432,33554432]"), HasSubstr("f64")));
+}
+
+TEST(Errors, TensorWhoseByteCountOverflowsIsInvalidArgument) {
+  Error e = thrown_error([] { Tensor::empty(f32, {int64_t{1} << 40, int64_t{1} << 40}); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  EXPECT_THAT(e.what(), AllOf(HasSubstr("[1099511627776,1099511627776]"), HasSubstr("f32"),
+                              HasSubstr("too large")));
+}
+
 // ---- the op registry ---------------------------------------------------------------------
 
 TEST(Errors, UnknownOpSuggestsCloseNames) {

@@ -392,21 +392,28 @@ TEST_F(TensorBoardTest, BadOptionsAreErrors) {
   EXPECT_THROW(TensorBoard(""), Error);
 }
 
-TEST_F(TensorBoardTest, UnwritableLogDirIsAnErrorNamingThePath) {
+// A log dir under a regular file cannot be created, even by root: fit reports it before its
+// first batch, not at the first write an epoch later.
+TEST_F(TensorBoardTest, UnwritableLogDirFailsFitBeforeTheFirstBatchNamingThePath) {
   fs::create_directories(dir_);
   std::ofstream(dir_ / "file") << "x";  // a file where a directory should be
-  auto owned = make_model();
-  Sequential& model = *owned;
+  const std::string log_dir = (dir_ / "file" / "logs").string();
+  struct CountBatches : Callback {
+    void on_train_batch_begin(int64_t, Logs&) override { ++count; }
+    int64_t count = 0;
+  };
+  auto count = std::make_shared<CountBatches>();
+  auto model = make_model();
   try {
-    model.fit(x_, y_,
-              {.epochs = 1,
-               .batch_size = 32,
-               .callbacks = {TensorBoard((dir_ / "file").string())},
-               .verbose = 0});
+    model->fit(
+        x_, y_,
+        {.epochs = 1, .batch_size = 32, .callbacks = {count, TensorBoard(log_dir)}, .verbose = 0});
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr((dir_ / "file").string()));
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr("TensorBoard: cannot write to " + log_dir));
   }
+  EXPECT_EQ(count->count, 0);
 }
 
 }  // namespace

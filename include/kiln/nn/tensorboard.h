@@ -40,8 +40,9 @@ struct TensorBoardOptions {
 //    (Model::last_gradients). A variable holding NaN or infinite values is left out of that
 //    epoch's histograms.
 //  - with write_graph: the inference graph (Model::inference_graph), nodes scoped by layer.
-// Files are flushed at the end of every epoch and closed at the end of training. Errors (an
-// unwritable log_dir) throw kiln::Error naming the path; bad options throw kInvalidArgument.
+// Files are flushed at the end of every epoch and closed at the end of training. A log_dir that
+// cannot be created and written fails fit before its first batch (kFailedPrecondition naming
+// the path); bad options throw kInvalidArgument.
 class TensorBoard : public Callback {
  public:
   explicit TensorBoard(std::string log_dir, TensorBoardOptions options = {});
