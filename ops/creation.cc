@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iomanip>
 #include <limits>
+#include <sstream>
+#include <utility>
 
 #include "kiln/graph.h"
 #include "kiln/ops.h"
@@ -16,6 +19,13 @@ using ops::ints_str;
 
 [[noreturn]] void fail(const std::string& op, const std::string& message) {
   throw Error(ErrorCode::kInvalidArgument, op + ": " + message);
+}
+
+// A double with the digits that tell it apart (1.5, not to_string's 1.500000).
+std::string number_str(double v) {
+  std::ostringstream s;
+  s << std::setprecision(17) << v;
+  return s.str();
 }
 
 // Refuses shapes whose element count would overflow int64 arithmetic.
@@ -138,6 +148,16 @@ Tensor arange(double start, double stop, double step, DType dtype) {
     fail("arange", "arguments must be finite " + args);
   }
   if (step == 0) fail("arange", "step must not be zero " + args);
+  // NumPy's integer arange takes its length from the float step but its values from the step
+  // cast to the dtype ([0, 1, 2, 3] for (0, 5, 1.5)); rather than that, refuse the fraction.
+  if (!is_floating(dtype)) {
+    for (auto [name, v] : {std::pair{"start", start}, std::pair{"step", step}}) {
+      if (v != std::trunc(v)) {
+        fail("arange", std::string(name) + " " + number_str(v) + " is not a whole number; " +
+                           dtype_name(dtype) + " arange needs whole start and step " + args);
+      }
+    }
+  }
   const double count = std::ceil((stop - start) / step);
   if (count > static_cast<double>(int64_t{1} << 48)) fail("arange", "too many elements " + args);
   const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;

@@ -2,8 +2,10 @@
 // equal dtypes), select, clamp and convert, with their gradient rules; and the public
 // functions that promote dtypes and mix in scalars before calling them.
 #include <cmath>
+#include <iomanip>
 #include <limits>
 #include <numbers>
+#include <sstream>
 
 #include "kiln/autodiff.h"
 #include "kiln/ops.h"
@@ -63,11 +65,11 @@ KernelFn binary_kernel(F f) {
       const T* b = in_ptr<T>(ctx, 1);
       Tensor& out = ctx.allocate_output(0);
       Out* y = out_ptr<Out>(out);
-      for_each_broadcast<2>(out.shape(), {ctx.input(0).shape(), ctx.input(1).shape()},
-                            [&](int64_t i, const std::array<int64_t, 2>& o) {
-                              y[i] = static_cast<Out>(f(static_cast<C>(a[o[0]]),
-                                                        static_cast<C>(b[o[1]])));
-                            });
+      for_each_broadcast<2>(
+          out.shape(), {ctx.input(0).shape(), ctx.input(1).shape()},
+          [&](int64_t i, const std::array<int64_t, 2>& o) {
+            y[i] = static_cast<Out>(f(static_cast<C>(a[o[0]]), static_cast<C>(b[o[1]])));
+          });
     });
   };
 }
@@ -129,9 +131,6 @@ T power(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
     return std::pow(a, b);
   } else {
-    if constexpr (std::is_signed_v<T>) {
-      if (b < 0) return a == 1 ? T(1) : a == -1 ? (b % 2 ? T(-1) : T(1)) : T(0);
-    }
     T result = 1;
     using U = std::make_unsigned_t<T>;
     U ua = static_cast<U>(a), ur = 1;  // wrap around like C unsigned arithmetic
@@ -164,30 +163,30 @@ T min_of(T a, T b) {
 
 // ---- registrations ----------------------------------------------------------------------
 
-#define KILN_UNARY_OP(name, set, expr)                                                       \
-  KILN_REGISTER_OP(name).input("x").kind(OpKind::kCodegen).shape_fn(unary_shape(set));    \
-  KILN_REGISTER_KERNEL(name).dtypes(dtypes_of(set)).fn(unary_kernel<set>([](auto x) {       \
-    using C = decltype(x);                                                                   \
-    (void)sizeof(C);                                                                         \
-    return expr;                                                                             \
+#define KILN_UNARY_OP(name, set, expr)                                                 \
+  KILN_REGISTER_OP(name).input("x").kind(OpKind::kCodegen).shape_fn(unary_shape(set)); \
+  KILN_REGISTER_KERNEL(name).dtypes(dtypes_of(set)).fn(unary_kernel<set>([](auto x) {  \
+    using C = decltype(x);                                                             \
+    (void)sizeof(C);                                                                   \
+    return expr;                                                                       \
   }))
 
-#define KILN_BINARY_OP(name, set, expr)                                                           \
+#define KILN_BINARY_OP(name, set, expr)                                                          \
   KILN_REGISTER_OP(name).input("x").input("y").kind(OpKind::kCodegen).shape_fn(nary_shape(set)); \
   KILN_REGISTER_KERNEL(name).dtypes(dtypes_of(set)).fn(binary_kernel<set>([](auto x, auto y) {   \
-    using C = decltype(x);                                                                        \
-    (void)sizeof(C);                                                                              \
-    return expr;                                                                                  \
+    using C = decltype(x);                                                                       \
+    (void)sizeof(C);                                                                             \
+    return expr;                                                                                 \
   }))
 
-#define KILN_COMPARE_OP(name, expr)                                                          \
-  KILN_REGISTER_OP(name)                                                                     \
-      .input("x")                                                                            \
-      .input("y")                                                                            \
-      .kind(OpKind::kCodegen)                                                                \
-      .non_differentiable()                                                                  \
-      .shape_fn(nary_shape(TypeSet::kAll, /*bool_out=*/true));                               \
-  KILN_REGISTER_KERNEL(name).fn(                                                             \
+#define KILN_COMPARE_OP(name, expr)                            \
+  KILN_REGISTER_OP(name)                                       \
+      .input("x")                                              \
+      .input("y")                                              \
+      .kind(OpKind::kCodegen)                                  \
+      .non_differentiable()                                    \
+      .shape_fn(nary_shape(TypeSet::kAll, /*bool_out=*/true)); \
+  KILN_REGISTER_KERNEL(name).fn(                               \
       binary_kernel<TypeSet::kAll, /*kBoolOut=*/true>([](auto x, auto y) { return expr; }))
 
 constexpr TypeSet kF = TypeSet::kFloat;
@@ -229,9 +228,32 @@ KILN_REGISTER_KERNEL(is_finite)
 
 KILN_BINARY_OP(add, kN, static_cast<C>(x + y));
 KILN_BINARY_OP(sub, kN, static_cast<C>(x - y));
-KILN_BINARY_OP(mul, kN, static_cast<C>(x * y));
+KILN_BINARY_OP(mul, kN, static_cast<C>(x* y));
 KILN_BINARY_OP(div, kN, safe_div(x, y));
-KILN_BINARY_OP(pow, kN, power(x, y));
+// Integer pow refuses a negative exponent at run time, as NumPy does ("integers to negative
+// integer powers are not allowed"), rather than returning 0 or +-1. Integer pow is never fused
+// (the CPU codegen emits pow for floats only), so compiled code runs this kernel and refuses too.
+KILN_REGISTER_OP(pow).input("x").input("y").kind(OpKind::kCodegen).shape_fn(nary_shape(kN));
+KILN_REGISTER_KERNEL(pow).dtypes(dtypes_of(kN)).fn([](KernelContext& ctx) {
+  visit_in<kN>(ctx, ctx.input(1).dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+      const Tensor& a = ctx.input(0);
+      const Tensor& b = ctx.input(1);
+      const T* e = in_ptr<T>(ctx, 1);
+      const T* x = in_ptr<T>(ctx, 0);
+      for (int64_t i = 0; i < b.size(); ++i) {
+        if (e[i] >= 0) continue;
+        // The base it meets, when the shapes match (a broadcast exponent meets many).
+        std::string base = a.shape() == b.shape() ? " base " + std::to_string(int64_t{x[i]}) : "";
+        ctx.fail(std::string("integers to negative integer powers are not allowed: ") +
+                 dtype_name(b.dtype()) + base + " raised to negative exponent " +
+                 std::to_string(int64_t{e[i]}) + "; convert to a float dtype first");
+      }
+    }
+  });
+  binary_kernel<kN>([](auto x, auto y) { return power(x, y); })(ctx);
+});
 KILN_BINARY_OP(max, kN, max_of(x, y));
 KILN_BINARY_OP(min, kN, min_of(x, y));
 KILN_BINARY_OP(rem, kN, safe_rem(x, y));
@@ -285,11 +307,9 @@ KILN_REGISTER_KERNEL(select).fn([](KernelContext& ctx) {
     const T* b = in_ptr<T>(ctx, 2);
     Tensor& out = ctx.allocate_output(0);
     T* y = out_ptr<T>(out);
-    for_each_broadcast<3>(out.shape(),
-                          {ctx.input(0).shape(), ctx.input(1).shape(), ctx.input(2).shape()},
-                          [&](int64_t i, const std::array<int64_t, 3>& o) {
-                            y[i] = p[o[0]] ? a[o[1]] : b[o[2]];
-                          });
+    for_each_broadcast<3>(
+        out.shape(), {ctx.input(0).shape(), ctx.input(1).shape(), ctx.input(2).shape()},
+        [&](int64_t i, const std::array<int64_t, 3>& o) { y[i] = p[o[0]] ? a[o[1]] : b[o[2]]; });
   });
 });
 
@@ -309,13 +329,12 @@ KILN_REGISTER_KERNEL(clamp).dtypes(dtypes_of(kN)).fn([](KernelContext& ctx) {
     const T* hi = in_ptr<T>(ctx, 2);
     Tensor& out = ctx.allocate_output(0);
     T* y = out_ptr<T>(out);
-    for_each_broadcast<3>(out.shape(),
-                          {ctx.input(0).shape(), ctx.input(1).shape(), ctx.input(2).shape()},
-                          [&](int64_t i, const std::array<int64_t, 3>& o) {
-                            y[i] = static_cast<T>(min_of(max_of(static_cast<C>(x[o[0]]),
-                                                                static_cast<C>(lo[o[1]])),
-                                                         static_cast<C>(hi[o[2]])));
-                          });
+    for_each_broadcast<3>(
+        out.shape(), {ctx.input(0).shape(), ctx.input(1).shape(), ctx.input(2).shape()},
+        [&](int64_t i, const std::array<int64_t, 3>& o) {
+          y[i] = static_cast<T>(min_of(max_of(static_cast<C>(x[o[0]]), static_cast<C>(lo[o[1]])),
+                                       static_cast<C>(hi[o[2]])));
+        });
   });
 });
 
@@ -385,13 +404,13 @@ Tensor share(const Tensor& wins, const Tensor& tie, const Tensor& dz) {
 
 // Each rule is a named function: KILN_REGISTER_GRADIENT's macro arguments split at the commas
 // of a lambda body.
-#define KILN_UNARY_GRAD(name, expr)                        \
-  Grads name##_gradient(const GradContext& ctx) {          \
+#define KILN_UNARY_GRAD(name, expr)                       \
+  Grads name##_gradient(const GradContext& ctx) {         \
     const Tensor &x = ctx.inputs[0], &z = ctx.outputs[0]; \
-    const Tensor& dz = ctx.output_grads[0];                \
-    (void)x, (void)z, (void)dz;                            \
-    return {expr};                                         \
-  }                                                        \
+    const Tensor& dz = ctx.output_grads[0];               \
+    (void)x, (void)z, (void)dz;                           \
+    return {expr};                                        \
+  }                                                       \
   KILN_REGISTER_GRADIENT(name, name##_gradient)
 
 #define KILN_BINARY_GRAD(name, dx, dy)                                        \
@@ -498,6 +517,34 @@ Tensor scalar_like(double value, const Tensor& like) {
   return convert(Tensor::scalar(value), like.dtype());
 }
 
+namespace {
+// A plain number mixed with a tensor takes the tensor's dtype. For an integer dtype it must be
+// a whole number in range: JAX raises for these too, where a conversion would saturate or
+// truncate silently (u8 250 + 300 gave 249).
+Tensor scalar_operand(const char* op, double value, const Tensor& like) {
+  DType t = like.dtype();
+  if (is_floating(t) || t == bool_) return scalar_like(value, like);
+  bool fits = false;
+  visit_dtype(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_integral_v<T>) {
+      // [min, max + 1) as doubles: both bounds are 0 or powers of two, so exact.
+      fits = value == std::trunc(value) &&
+             value >= static_cast<double>(std::numeric_limits<T>::min()) &&
+             value < 2.0 * static_cast<double>(std::numeric_limits<T>::max() / 2 + 1);
+    }
+  });
+  if (!fits) {
+    std::ostringstream v;
+    v << std::setprecision(17) << value;
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(op) + ": the number " + v.str() + " does not fit " + dtype_name(t) +
+                    ", the dtype of the tensor it is combined with; convert the tensor first");
+  }
+  return scalar_like(value, like);
+}
+}  // namespace
+
 Tensor neg(const Tensor& x) { return call1("neg", {x}); }
 Tensor abs(const Tensor& x) { return call1("abs", {x}); }
 Tensor exp(const Tensor& x) { return call1("exp", {as_float(x)}); }
@@ -552,7 +599,7 @@ Tensor clamp(const Tensor& x, const Tensor& low, const Tensor& high) {
   return call1("clamp", {convert(x, t), convert(low, t), convert(high, t)});
 }
 Tensor clamp(const Tensor& x, double low, double high) {
-  return clamp(x, scalar_like(low, x), scalar_like(high, x));
+  return clamp(x, scalar_operand("clamp", low, x), scalar_operand("clamp", high, x));
 }
 
 Tensor operator-(const Tensor& x) { return neg(x); }
@@ -560,14 +607,14 @@ Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator+(const Tensor& a, double b) { return add(a, scalar_like(b, a)); }
-Tensor operator-(const Tensor& a, double b) { return sub(a, scalar_like(b, a)); }
-Tensor operator*(const Tensor& a, double b) { return mul(a, scalar_like(b, a)); }
-Tensor operator/(const Tensor& a, double b) { return div(a, scalar_like(b, a)); }
-Tensor operator+(double a, const Tensor& b) { return add(scalar_like(a, b), b); }
-Tensor operator-(double a, const Tensor& b) { return sub(scalar_like(a, b), b); }
-Tensor operator*(double a, const Tensor& b) { return mul(scalar_like(a, b), b); }
-Tensor operator/(double a, const Tensor& b) { return div(scalar_like(a, b), b); }
+Tensor operator+(const Tensor& a, double b) { return add(a, scalar_operand("add", b, a)); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, scalar_operand("sub", b, a)); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, scalar_operand("mul", b, a)); }
+Tensor operator/(const Tensor& a, double b) { return div(a, scalar_operand("div", b, a)); }
+Tensor operator+(double a, const Tensor& b) { return add(scalar_operand("add", a, b), b); }
+Tensor operator-(double a, const Tensor& b) { return sub(scalar_operand("sub", a, b), b); }
+Tensor operator*(double a, const Tensor& b) { return mul(scalar_operand("mul", a, b), b); }
+Tensor operator/(double a, const Tensor& b) { return div(scalar_operand("div", a, b), b); }
 Tensor operator==(const Tensor& a, const Tensor& b) { return equal(a, b); }
 Tensor operator!=(const Tensor& a, const Tensor& b) { return not_equal(a, b); }
 Tensor operator<(const Tensor& a, const Tensor& b) { return less(a, b); }

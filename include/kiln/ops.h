@@ -19,7 +19,9 @@ Tensor ones(Shape shape, DType dtype = f32);
 Tensor full(Shape shape, double value, DType dtype = f32);
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
-// [start, stop) with step, like numpy.arange.
+// [start, stop) with step, like numpy.arange: ceil((stop - start) / step) values. For an
+// integer dtype, start and step must be whole numbers (kInvalidArgument otherwise; NumPy
+// instead steps by the step cast to the dtype); stop may be fractional.
 Tensor arange(double start, double stop, double step = 1, DType dtype = f32);
 Tensor arange(int64_t stop, DType dtype = i64);
 // Values along `dimension` count 0, 1, 2, ... (XLA's iota).
@@ -38,12 +40,11 @@ Tensor random_normal(Shape shape, const Tensor& seed, double mean = 0, double st
 Tensor random_bernoulli(Shape shape, const Tensor& seed, double p, DType dtype = bool_);
 // Variants whose shape is that of `like` at run time (its dimensions may be unknown while
 // recording, e.g. a dropout mask over a batch of any size).
-Tensor random_uniform_like(const Tensor& like, const Tensor& seed, double low = 0,
-                           double high = 1, DType dtype = f32);
+Tensor random_uniform_like(const Tensor& like, const Tensor& seed, double low = 0, double high = 1,
+                           DType dtype = f32);
 Tensor random_normal_like(const Tensor& like, const Tensor& seed, double mean = 0,
                           double stddev = 1, DType dtype = f32);
-Tensor random_bernoulli_like(const Tensor& like, const Tensor& seed, double p,
-                             DType dtype = bool_);
+Tensor random_bernoulli_like(const Tensor& like, const Tensor& seed, double p, DType dtype = bool_);
 
 // ---- elementwise unary ------------------------------------------------------------------
 Tensor neg(const Tensor& x);
@@ -72,6 +73,8 @@ Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, const Tensor& b);
+// Integers: wraps on overflow; a negative exponent is kInvalidArgument when the op runs, as in
+// NumPy (convert to a float dtype for 2^-1 = 0.5).
 Tensor pow(const Tensor& a, const Tensor& b);
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
@@ -88,7 +91,7 @@ Tensor greater_equal(const Tensor& a, const Tensor& b);
 // cond ? a : b elementwise; cond must be bool; all three broadcast together.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor clamp(const Tensor& x, const Tensor& low, const Tensor& high);
-Tensor clamp(const Tensor& x, double low, double high);
+Tensor clamp(const Tensor& x, double low, double high);  // numbers as for operator+ below
 
 // A scalar of the same dtype as `like` (for mixing tensors and numbers).
 Tensor scalar_like(double value, const Tensor& like);
@@ -98,6 +101,9 @@ Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);
 Tensor operator/(const Tensor& a, const Tensor& b);
+// A plain number takes the tensor's dtype. With an integer tensor it must be a whole number
+// that dtype holds: u8 + 300 or i32 + 1.5 is kInvalidArgument naming the op, number and dtype
+// (JAX also raises for the first; convert the tensor first).
 Tensor operator+(const Tensor& a, double b);
 Tensor operator-(const Tensor& a, double b);
 Tensor operator*(const Tensor& a, double b);
@@ -155,8 +161,8 @@ Tensor argmin(const Tensor& x, int64_t axis, bool keepdims = false);
 // ---- linear algebra ---------------------------------------------------------------------
 // General batched matrix product (XLA's dot_general): output dimensions are the batch
 // dimensions, then a's free dimensions, then b's free dimensions.
-Tensor dot(const Tensor& a, const Tensor& b, Axes a_contract, Axes b_contract,
-           Axes a_batch = {}, Axes b_batch = {});
+Tensor dot(const Tensor& a, const Tensor& b, Axes a_contract, Axes b_contract, Axes a_batch = {},
+           Axes b_batch = {});
 // numpy.matmul: 1-d operands are promoted; leading batch dimensions broadcast.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
@@ -194,8 +200,7 @@ Tensor avg_pool2d(const Tensor& x, Axes pool = {2, 2}, Axes strides = {},
 // produce an error at run time.
 Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis = 0);
 // The adjoint of gather: adds `updates` into a copy of `x` at `indices` along `axis`.
-Tensor scatter_add(const Tensor& x, const Tensor& indices, const Tensor& updates,
-                   int64_t axis = 0);
+Tensor scatter_add(const Tensor& x, const Tensor& indices, const Tensor& updates, int64_t axis = 0);
 Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype = f32);
 
 // ---- neural-network functions (compositions of the primitives above) ---------------------

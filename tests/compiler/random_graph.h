@@ -531,7 +531,8 @@ class Builder {
       }
       case Recipe::kClamp: {
         Tensor v = as_numeric(x);
-        if (coin()) return clamp(v, -1.0 - pick(2), 0.5 + pick(2));
+        // A plain number must fit v's dtype: whole bounds for integers (what 0.5 truncated to).
+        if (coin()) return clamp(v, -1.0 - pick(2), (is_floating(v.dtype()) ? 0.5 : 0.0) + pick(2));
         Tensor lo = constant(v.dtype(), partner_shape(v.shape()), -2, 0);
         Tensor hi = constant(v.dtype(), partner_shape(v.shape()), 0, 2);
         return clamp(v, lo, hi);

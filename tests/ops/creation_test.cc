@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kiln/kiln.h"
+#include "tests/testing/values.h"
 
 namespace kiln {
 namespace {
@@ -141,6 +142,22 @@ TEST(Arange, BadArgumentsThrow) {
   EXPECT_THAT(error_of([] { arange(0, std::nan("")); }),
               AllOf(HasSubstr("arange"), HasSubstr("finite")));
   EXPECT_THAT(error_of([] { arange(0, 1e300, 1e-300); }), HasSubstr("too many"));
+}
+
+// NumPy's integer arange computes its values from a step cast to the dtype after the first
+// element ([0, 1, 2, 3] for (0, 5, 1.5)); Kiln refuses a fractional start or step instead.
+TEST(Arange, IntegerDtypesRefuseFractionalStartOrStep) {
+  for (DType dtype : {i32, i64, u8, i8}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    test_values::expect_error(
+        [&] { arange(0, 5, 1.5, dtype); }, ErrorCode::kInvalidArgument,
+        std::string("arange: step 1.5 is not a whole number; ") + dtype_name(dtype));
+    test_values::expect_error([&] { arange(0.5, 5, 1, dtype); }, ErrorCode::kInvalidArgument,
+                              "arange: start 0.5 is not a whole number");
+  }
+  // A fractional stop only sets the length, as in NumPy; float dtypes take any step.
+  EXPECT_EQ(arange(0, 4.5, 2, i32).to_vector<int32_t>(), (std::vector<int32_t>{0, 2, 4}));
+  EXPECT_EQ(arange(0, 5, 1.5, f32).to_vector<float>(), (std::vector<float>{0, 1.5f, 3, 4.5f}));
 }
 
 // ---- iota -------------------------------------------------------------------------------

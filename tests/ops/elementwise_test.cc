@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "compiler/executable.h"
 #include "kiln/kiln.h"
 #include "src/core/type_switch.h"
 #include "tests/testing/values.h"
@@ -306,15 +307,41 @@ TEST(Elementwise, IntegerPower) {
   Tensor a = Tensor::from_list<int32_t>({2, 3, -2, 5, 7});
   Tensor b = Tensor::from_list<int32_t>({10, 0, 3, 1, 2});
   EXPECT_TRUE(is_tensor(pow(a, b), i32, {5}, {1024, 1, -8, 5, 49}));
-  // Negative exponents: only 1 and -1 have integer results; everything else gives 0.
-  Tensor c = Tensor::from_list<int32_t>({1, -1, -1, 2, 0});
-  Tensor e = Tensor::from_list<int32_t>({-3, -2, -3, -1, 2});
-  EXPECT_TRUE(is_tensor(pow(c, e), i32, {5}, {1, 1, -1, 0, 0}));
   // Overflow wraps like unsigned arithmetic.
   EXPECT_TRUE(is_tensor(pow(Tensor::from_list<uint8_t>({2}), Tensor::from_list<uint8_t>({8})), u8,
                         {1}, {0}));
   EXPECT_TRUE(is_tensor(pow(Tensor::from_list<int8_t>({2}), Tensor::from_list<int8_t>({7})), i8,
                         {1}, {-128}));
+}
+
+// NumPy's rule: an integer raised to a negative integer power is an error, not 0 or 1. The
+// kernel refuses it in every mode (integer pow is never fused, so compiled code runs it too).
+TEST(Elementwise, IntegerPowerRefusesNegativeExponents) {
+  Tensor base = Tensor::from_list<int32_t>({1, -1, 2, 3});
+  Tensor exps = Tensor::from_list<int32_t>({2, 3, -1, 0});
+  auto says = [](const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_THAT(std::string(e.what()),
+                AllOf(HasSubstr("pow"), HasSubstr("i32"), HasSubstr("negative exponent -1"),
+                      HasSubstr("base 2")));
+  };
+  says(thrown_error([&] { pow(base, exps); }));
+
+  Graph g("g");
+  Tensor pb = g.placeholder(i32, {4}, "base");
+  Tensor pe = g.placeholder(i32, {4}, "exps");
+  Tensor y = pow(pb, pe) + pb;  // + pb: an elementwise consumer the compiler could fuse with
+  FeedList feeds = {{pb, base}, {pe, exps}};
+  says(thrown_error([&] { g.run(feeds, {y}); }));
+  compiler::Executable exe = compiler::compile(g, {y}, feeds);
+  says(thrown_error([&] { exe.run(feeds); }));
+  // Non-negative exponents still run in all three modes, with the same values.
+  FeedList ok = {{pb, base}, {pe, abs(exps)}};
+  EXPECT_TRUE(is_tensor(g.run(ok, y), i32, {4}, {2, -2, 4, 4}));
+  EXPECT_TRUE(is_tensor(exe.run(ok)[0], i32, {4}, {2, -2, 4, 4}));
+  // Unsigned exponents cannot be negative; float powers keep IEEE pow.
+  EXPECT_TRUE(is_tensor(pow(Tensor::from_list<float>({2}), Tensor::from_list<float>({-1})), f32,
+                        {1}, {0.5}));
 }
 
 TEST(Elementwise, FloatPower) {
@@ -497,12 +524,47 @@ TEST(Elementwise, OperatorsWithNumbersKeepTheTensorsDtype) {
   EXPECT_TRUE(is_tensor(3.0 * f, f32, {2}, {6, 12}));
   EXPECT_TRUE(is_tensor(1.0 / f, f32, {2}, {0.5, 0.25}));
   EXPECT_TRUE(is_tensor(-f, f32, {2}, {-2, -4}));
-  // The number takes the tensor's dtype: with an integer tensor, 1.5 becomes 1.
+  // The number takes the tensor's dtype.
   Tensor i = Tensor::from_list<int32_t>({1, 2});
-  EXPECT_TRUE(is_tensor(i + 1.5, i32, {2}, {2, 3}));
+  EXPECT_TRUE(is_tensor(i + 2.0, i32, {2}, {3, 4}));
   EXPECT_TRUE(is_tensor(i * 3.0, i32, {2}, {3, 6}));
   EXPECT_TRUE(is_tensor(make<bfloat16>({1}) * 2.0, bf16, {1}, {2}));
   EXPECT_TRUE(is_tensor(scalar_like(2.0, make<half>({1})), f16, {}, {2}));
+}
+
+// A number the tensor's integer dtype cannot hold exactly is refused, not saturated or
+// truncated (u8[250] + 300 used to give 249: 300 became 255). JAX raises for it too.
+TEST(Elementwise, NumbersAnIntegerDtypeCannotHoldAreRefused) {
+  Tensor u = Tensor::from_list<uint8_t>({250});
+  Graph g("g");
+  Tensor p = g.placeholder(u8, {1}, "u");
+  for (const Tensor& t : {u, p}) {
+    SCOPED_TRACE(t.is_symbolic() ? "recorded" : "eager");
+    test_values::expect_error([&] { t + 300.0; }, ErrorCode::kInvalidArgument,
+                              "add: the number 300 does not fit u8");
+    test_values::expect_error([&] { 300.0 - t; }, ErrorCode::kInvalidArgument,
+                              "sub: the number 300 does not fit u8");
+    test_values::expect_error([&] { t * -1.0; }, ErrorCode::kInvalidArgument,
+                              "mul: the number -1 does not fit u8");
+    test_values::expect_error([&] { t / 2.5; }, ErrorCode::kInvalidArgument,
+                              "div: the number 2.5 does not fit u8");
+    test_values::expect_error([&] { clamp(t, 0, 256); }, ErrorCode::kInvalidArgument,
+                              "clamp: the number 256 does not fit u8");
+  }
+  Tensor i = Tensor::from_list<int32_t>({1});
+  test_values::expect_error([&] { i + 1.5; }, ErrorCode::kInvalidArgument,
+                            "the number 1.5 does not fit i32");
+  test_values::expect_error([&] { i + 3e9; }, ErrorCode::kInvalidArgument,
+                            "the number 3000000000 does not fit i32");
+  test_values::expect_error([&] { i + std::nan(""); }, ErrorCode::kInvalidArgument,
+                            "does not fit i32");
+  // The extremes of the dtype are fine, and so is anything on a float tensor.
+  EXPECT_TRUE(is_tensor(u + 5.0, u8, {1}, {255}));
+  EXPECT_TRUE(is_tensor((u - 250.0) + 0.0, u8, {1}, {0}));
+  EXPECT_TRUE(is_tensor(i * -2147483648.0, i32, {1}, {-2147483648.0}));
+  EXPECT_TRUE(is_tensor(Tensor::from_list<int64_t>({0}) + 9007199254740992.0, i64, {1},
+                        {9007199254740992.0}));
+  EXPECT_TRUE(is_tensor(Tensor::from_list<float>({1}) + 1.5, f32, {1}, {2.5}));
 }
 
 // ---- the same ops in a graph --------------------------------------------------------------
