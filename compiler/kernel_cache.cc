@@ -102,7 +102,7 @@ std::vector<cpu::FusedKernel> cached_kernels(const std::vector<cpu::FusedSubgrap
   std::vector<cpu::FusedKernel> kernels(n);
   errors->assign(n, "");
   std::vector<std::string> keys(n);
-  std::vector<size_t> missing;      // first occurrence of each key not cached
+  std::vector<size_t> missing;  // first occurrence of each key not cached
   std::vector<int> same_as(n, -1);  // a later duplicate of a missing key
   // A compile that dumps JITs all its kernels afresh, so that its dump holds each one's IR.
   const std::string dump_dir = current_dump_dir();

@@ -65,11 +65,11 @@ KernelFn binary_kernel(F f) {
       const T* b = in_ptr<T>(ctx, 1);
       Tensor& out = ctx.allocate_output(0);
       Out* y = out_ptr<Out>(out);
-      for_each_broadcast<2>(
-          out.shape(), {ctx.input(0).shape(), ctx.input(1).shape()},
-          [&](int64_t i, const std::array<int64_t, 2>& o) {
-            y[i] = static_cast<Out>(f(static_cast<C>(a[o[0]]), static_cast<C>(b[o[1]])));
-          });
+      for_each_broadcast<2>(out.shape(), {ctx.input(0).shape(), ctx.input(1).shape()},
+                            [&](int64_t i, const std::array<int64_t, 2>& o) {
+                              y[i] = static_cast<Out>(f(static_cast<C>(a[o[0]]),
+                                                        static_cast<C>(b[o[1]])));
+                            });
     });
   };
 }
@@ -163,30 +163,30 @@ T min_of(T a, T b) {
 
 // ---- registrations ----------------------------------------------------------------------
 
-#define KILN_UNARY_OP(name, set, expr)                                                 \
-  KILN_REGISTER_OP(name).input("x").kind(OpKind::kCodegen).shape_fn(unary_shape(set)); \
-  KILN_REGISTER_KERNEL(name).dtypes(dtypes_of(set)).fn(unary_kernel<set>([](auto x) {  \
-    using C = decltype(x);                                                             \
-    (void)sizeof(C);                                                                   \
-    return expr;                                                                       \
+#define KILN_UNARY_OP(name, set, expr)                                                       \
+  KILN_REGISTER_OP(name).input("x").kind(OpKind::kCodegen).shape_fn(unary_shape(set));    \
+  KILN_REGISTER_KERNEL(name).dtypes(dtypes_of(set)).fn(unary_kernel<set>([](auto x) {       \
+    using C = decltype(x);                                                                   \
+    (void)sizeof(C);                                                                         \
+    return expr;                                                                             \
   }))
 
-#define KILN_BINARY_OP(name, set, expr)                                                          \
+#define KILN_BINARY_OP(name, set, expr)                                                           \
   KILN_REGISTER_OP(name).input("x").input("y").kind(OpKind::kCodegen).shape_fn(nary_shape(set)); \
   KILN_REGISTER_KERNEL(name).dtypes(dtypes_of(set)).fn(binary_kernel<set>([](auto x, auto y) {   \
-    using C = decltype(x);                                                                       \
-    (void)sizeof(C);                                                                             \
-    return expr;                                                                                 \
+    using C = decltype(x);                                                                        \
+    (void)sizeof(C);                                                                              \
+    return expr;                                                                                  \
   }))
 
-#define KILN_COMPARE_OP(name, expr)                            \
-  KILN_REGISTER_OP(name)                                       \
-      .input("x")                                              \
-      .input("y")                                              \
-      .kind(OpKind::kCodegen)                                  \
-      .non_differentiable()                                    \
-      .shape_fn(nary_shape(TypeSet::kAll, /*bool_out=*/true)); \
-  KILN_REGISTER_KERNEL(name).fn(                               \
+#define KILN_COMPARE_OP(name, expr)                                                          \
+  KILN_REGISTER_OP(name)                                                                     \
+      .input("x")                                                                            \
+      .input("y")                                                                            \
+      .kind(OpKind::kCodegen)                                                                \
+      .non_differentiable()                                                                  \
+      .shape_fn(nary_shape(TypeSet::kAll, /*bool_out=*/true));                               \
+  KILN_REGISTER_KERNEL(name).fn(                                                             \
       binary_kernel<TypeSet::kAll, /*kBoolOut=*/true>([](auto x, auto y) { return expr; }))
 
 constexpr TypeSet kF = TypeSet::kFloat;
@@ -228,7 +228,7 @@ KILN_REGISTER_KERNEL(is_finite)
 
 KILN_BINARY_OP(add, kN, static_cast<C>(x + y));
 KILN_BINARY_OP(sub, kN, static_cast<C>(x - y));
-KILN_BINARY_OP(mul, kN, static_cast<C>(x* y));
+KILN_BINARY_OP(mul, kN, static_cast<C>(x * y));
 KILN_BINARY_OP(div, kN, safe_div(x, y));
 // Integer pow refuses a negative exponent at run time, as NumPy does ("integers to negative
 // integer powers are not allowed"), rather than returning 0 or +-1. Integer pow is never fused
@@ -307,9 +307,11 @@ KILN_REGISTER_KERNEL(select).fn([](KernelContext& ctx) {
     const T* b = in_ptr<T>(ctx, 2);
     Tensor& out = ctx.allocate_output(0);
     T* y = out_ptr<T>(out);
-    for_each_broadcast<3>(
-        out.shape(), {ctx.input(0).shape(), ctx.input(1).shape(), ctx.input(2).shape()},
-        [&](int64_t i, const std::array<int64_t, 3>& o) { y[i] = p[o[0]] ? a[o[1]] : b[o[2]]; });
+    for_each_broadcast<3>(out.shape(),
+                          {ctx.input(0).shape(), ctx.input(1).shape(), ctx.input(2).shape()},
+                          [&](int64_t i, const std::array<int64_t, 3>& o) {
+                            y[i] = p[o[0]] ? a[o[1]] : b[o[2]];
+                          });
   });
 });
 
@@ -329,12 +331,13 @@ KILN_REGISTER_KERNEL(clamp).dtypes(dtypes_of(kN)).fn([](KernelContext& ctx) {
     const T* hi = in_ptr<T>(ctx, 2);
     Tensor& out = ctx.allocate_output(0);
     T* y = out_ptr<T>(out);
-    for_each_broadcast<3>(
-        out.shape(), {ctx.input(0).shape(), ctx.input(1).shape(), ctx.input(2).shape()},
-        [&](int64_t i, const std::array<int64_t, 3>& o) {
-          y[i] = static_cast<T>(min_of(max_of(static_cast<C>(x[o[0]]), static_cast<C>(lo[o[1]])),
-                                       static_cast<C>(hi[o[2]])));
-        });
+    for_each_broadcast<3>(out.shape(),
+                          {ctx.input(0).shape(), ctx.input(1).shape(), ctx.input(2).shape()},
+                          [&](int64_t i, const std::array<int64_t, 3>& o) {
+                            y[i] = static_cast<T>(min_of(max_of(static_cast<C>(x[o[0]]),
+                                                                static_cast<C>(lo[o[1]])),
+                                                         static_cast<C>(hi[o[2]])));
+                          });
   });
 });
 
@@ -404,13 +407,13 @@ Tensor share(const Tensor& wins, const Tensor& tie, const Tensor& dz) {
 
 // Each rule is a named function: KILN_REGISTER_GRADIENT's macro arguments split at the commas
 // of a lambda body.
-#define KILN_UNARY_GRAD(name, expr)                       \
-  Grads name##_gradient(const GradContext& ctx) {         \
+#define KILN_UNARY_GRAD(name, expr)                        \
+  Grads name##_gradient(const GradContext& ctx) {          \
     const Tensor &x = ctx.inputs[0], &z = ctx.outputs[0]; \
-    const Tensor& dz = ctx.output_grads[0];               \
-    (void)x, (void)z, (void)dz;                           \
-    return {expr};                                        \
-  }                                                       \
+    const Tensor& dz = ctx.output_grads[0];                \
+    (void)x, (void)z, (void)dz;                            \
+    return {expr};                                         \
+  }                                                        \
   KILN_REGISTER_GRADIENT(name, name##_gradient)
 
 #define KILN_BINARY_GRAD(name, dx, dy)                                        \

@@ -7,13 +7,13 @@
 namespace kiln {
 
 enum class ErrorCode {
-  kInvalidArgument,     // bad shapes, dtypes, attributes, axes
-  kNotFound,            // unknown op, missing kernel, missing file
-  kAlreadyExists,       // an op or kernel registered twice
-  kFailedPrecondition,  // a feed is missing, a value from another graph
+  kInvalidArgument,    // bad shapes, dtypes, attributes, axes
+  kNotFound,           // unknown op, missing kernel, missing file
+  kAlreadyExists,      // an op or kernel registered twice
+  kFailedPrecondition, // a feed is missing, a value from another graph
   kOutOfRange,
   kUnimplemented,
-  kDataLoss,  // corrupt or truncated file
+  kDataLoss,           // corrupt or truncated file
   kInternal,
   kResourceExhausted,  // out of memory: an allocation the system refused
 };
@@ -22,7 +22,8 @@ const char* error_code_name(ErrorCode code);
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  Error(ErrorCode code, const std::string& message)
+      : std::runtime_error(message), code_(code) {}
   ErrorCode code() const { return code_; }
 
  private:

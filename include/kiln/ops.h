@@ -40,11 +40,12 @@ Tensor random_normal(Shape shape, const Tensor& seed, double mean = 0, double st
 Tensor random_bernoulli(Shape shape, const Tensor& seed, double p, DType dtype = bool_);
 // Variants whose shape is that of `like` at run time (its dimensions may be unknown while
 // recording, e.g. a dropout mask over a batch of any size).
-Tensor random_uniform_like(const Tensor& like, const Tensor& seed, double low = 0, double high = 1,
-                           DType dtype = f32);
+Tensor random_uniform_like(const Tensor& like, const Tensor& seed, double low = 0,
+                           double high = 1, DType dtype = f32);
 Tensor random_normal_like(const Tensor& like, const Tensor& seed, double mean = 0,
                           double stddev = 1, DType dtype = f32);
-Tensor random_bernoulli_like(const Tensor& like, const Tensor& seed, double p, DType dtype = bool_);
+Tensor random_bernoulli_like(const Tensor& like, const Tensor& seed, double p,
+                             DType dtype = bool_);
 
 // ---- elementwise unary ------------------------------------------------------------------
 Tensor neg(const Tensor& x);
@@ -161,8 +162,8 @@ Tensor argmin(const Tensor& x, int64_t axis, bool keepdims = false);
 // ---- linear algebra ---------------------------------------------------------------------
 // General batched matrix product (XLA's dot_general): output dimensions are the batch
 // dimensions, then a's free dimensions, then b's free dimensions.
-Tensor dot(const Tensor& a, const Tensor& b, Axes a_contract, Axes b_contract, Axes a_batch = {},
-           Axes b_batch = {});
+Tensor dot(const Tensor& a, const Tensor& b, Axes a_contract, Axes b_contract,
+           Axes a_batch = {}, Axes b_batch = {});
 // numpy.matmul: 1-d operands are promoted; leading batch dimensions broadcast.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
@@ -200,7 +201,8 @@ Tensor avg_pool2d(const Tensor& x, Axes pool = {2, 2}, Axes strides = {},
 // produce an error at run time.
 Tensor gather(const Tensor& x, const Tensor& indices, int64_t axis = 0);
 // The adjoint of gather: adds `updates` into a copy of `x` at `indices` along `axis`.
-Tensor scatter_add(const Tensor& x, const Tensor& indices, const Tensor& updates, int64_t axis = 0);
+Tensor scatter_add(const Tensor& x, const Tensor& indices, const Tensor& updates,
+                   int64_t axis = 0);
 Tensor one_hot(const Tensor& indices, int64_t depth, DType dtype = f32);
 
 // ---- neural-network functions (compositions of the primitives above) ---------------------

@@ -39,9 +39,9 @@ const detail::TensorImpl& checked(const std::shared_ptr<detail::TensorImpl>& imp
 Tensor Tensor::empty(DType dtype, Shape shape) {
   for (int64_t d : shape) {
     if (d < 0) {
-      throw Error(ErrorCode::kInvalidArgument, "cannot create a tensor of shape " +
-                                                   shape_str(shape) +
-                                                   ": dimensions must be non-negative");
+      throw Error(ErrorCode::kInvalidArgument,
+                  "cannot create a tensor of shape " + shape_str(shape) +
+                      ": dimensions must be non-negative");
     }
   }
   // The message is built only on failure: small tensors are made on every eager op.
@@ -92,7 +92,9 @@ DType Tensor::dtype() const { return checked(impl_).dtype; }
 const Shape& Tensor::shape() const { return checked(impl_).shape; }
 int64_t Tensor::size() const { return num_elements(shape()); }
 size_t Tensor::nbytes() const { return is_symbolic() ? 0 : impl_->storage->nbytes; }
-Device Tensor::device() const { return is_symbolic() ? Device::cpu() : impl_->storage->device; }
+Device Tensor::device() const {
+  return is_symbolic() ? Device::cpu() : impl_->storage->device;
+}
 
 int64_t Tensor::dim(int64_t axis) const {
   int64_t r = rank();
@@ -126,19 +128,19 @@ void* Tensor::raw_mutable_data() {
 
 void Tensor::check_access(DType requested) const {
   if (dtype() != requested) {
-    throw Error(ErrorCode::kInvalidArgument, std::string("data<") + dtype_name(requested) +
-                                                 ">: the tensor's dtype is " + dtype_name(dtype()) +
-                                                 "; convert it with to(" + dtype_name(requested) +
-                                                 ") first");
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string("data<") + dtype_name(requested) + ">: the tensor's dtype is " +
+                    dtype_name(dtype()) + "; convert it with to(" + dtype_name(requested) +
+                    ") first");
   }
   raw_data();
 }
 
 void Tensor::item_into(DType requested, void* out) const {
   if (size() != 1) {
-    throw Error(ErrorCode::kInvalidArgument, "item: the tensor has " + std::to_string(size()) +
-                                                 " elements (shape " + shape_str(shape()) +
-                                                 "); item() needs exactly one");
+    throw Error(ErrorCode::kInvalidArgument,
+                "item: the tensor has " + std::to_string(size()) + " elements (shape " +
+                    shape_str(shape()) + "); item() needs exactly one");
   }
   const void* src = raw_data();
   if (requested == dtype()) {  // exact, also for 64-bit integers beyond 2^53

@@ -137,8 +137,8 @@ TEST(ExecutableTest, UnsupportedDtypesAndBroadcastProducersAreRefusedWithReasons
   Tensor z = g.placeholder(f32, {2, 3}, "z");
   Tensor r1 = call_op("logical_and", {b, b})[0];  // not an emitter op: no note needed
   Tensor u = g.placeholder(u8, {3}, "u");
-  Tensor r2 = call_op("add", {u, u})[0];  // u8: a dtype the emitter does not support
-  Tensor small = exp(y);                  // [3] broadcast into [2,3]
+  Tensor r2 = call_op("add", {u, u})[0];          // u8: a dtype the emitter does not support
+  Tensor small = exp(y);                          // [3] broadcast into [2,3]
   Tensor big = small * z;
   FeedList feeds = {{x, Tensor::from_list<int32_t>({1, 2, 3})},
                     {b, Tensor::from_vector(std::vector<bool>{true, false, true}, {3})},
@@ -245,7 +245,7 @@ TEST(ExecutableTest, FeedsAreCheckedWithClearErrors) {
 
 TEST(ExecutableTest, MlpTrainingStepMatchesTheInterpreter) {
   test_models::MlpStep step = test_models::make_mlp_step(/*in=*/16, /*hidden_units=*/32,
-                                                         /*classes=*/10, /*batch=*/8);
+                                                          /*classes=*/10, /*batch=*/8);
   const Graph& g = step.graph;
   const std::vector<Tensor>& fetches = step.fetches;
   const FeedList& feeds = step.feeds;
@@ -256,7 +256,7 @@ TEST(ExecutableTest, MlpTrainingStepMatchesTheInterpreter) {
 
 TEST(ExecutableTest, MlpStepMemoryPlanIsConsistent) {
   test_models::MlpStep step = test_models::make_mlp_step(/*in=*/16, /*hidden_units=*/32,
-                                                         /*classes=*/10, /*batch=*/8);
+                                                          /*classes=*/10, /*batch=*/8);
   Executable e = compile(step.graph, step.fetches, step.feeds);
   MemoryStats m = e.memory_stats();
   EXPECT_GT(m.num_buffers, 10);
@@ -277,9 +277,9 @@ TEST(ExecutableTest, OutputsNeverAliasTheArenaOfALaterRun) {
   Graph g{"alias"};
   Tensor x = g.placeholder(f32, {4, 3}, "x");
   Tensor w = g.placeholder(f32, {3, 5}, "w");
-  Tensor h = matmul(x, w);                 // an arena value
-  Tensor flat = reshape(h, {20});          // the kernel views h: fetched, so copied out
-  Tensor inner = reshape(exp(h), {5, 4});  // views an arena value read after exp's buffer
+  Tensor h = matmul(x, w);                    // an arena value
+  Tensor flat = reshape(h, {20});             // the kernel views h: fetched, so copied out
+  Tensor inner = reshape(exp(h), {5, 4});     // views an arena value read after exp's buffer
   Tensor out = matmul(transpose(inner), inner) * 2.0f;
   std::mt19937 rng(7);
   FeedList feeds1 = {{x, random_tensor({4, 3}, rng)}, {w, random_tensor({3, 5}, rng)}};
@@ -298,14 +298,14 @@ TEST(ExecutableTest, FusedElementwiseWritesOverADyingInput) {
   Graph g{"in_place"};
   Tensor x = g.placeholder(f32, {6, 4}, "x");
   Tensor w = g.placeholder(f32, {4, 4}, "w");
-  Tensor h = matmul(x, w);           // dies in the fused thunk below
-  Tensor a = tanh(h) * 3.0f + 1.0f;  // same shape: may take h's buffer
+  Tensor h = matmul(x, w);            // dies in the fused thunk below
+  Tensor a = tanh(h) * 3.0f + 1.0f;   // same shape: may take h's buffer
   Tensor out = matmul(a, w);
   std::mt19937 rng(8);
   FeedList feeds = {{x, random_tensor({6, 4}, rng)}, {w, random_tensor({4, 4}, rng)}};
   Executable e = compile(g, {out}, feeds);
   EXPECT_EQ(e.memory_stats().num_in_place, 1);
-  EXPECT_EQ(e.memory_stats().num_buffers, 2);    // h and a; out is fetched
+  EXPECT_EQ(e.memory_stats().num_buffers, 2);                // h and a; out is fetched
   EXPECT_EQ(e.memory_stats().arena_bytes, 128);  // one buffer: 96 bytes, aligned to 64
   expect_close(e.run(feeds), g.run(feeds, std::vector<Tensor>{out}));
 }
@@ -332,13 +332,13 @@ TEST(ExecutableTest, KernelOpOutputsAreWrittenIntoTheCachedArena) {
   EXPECT_EQ(e.run(feeds)[0].to_vector<float>(), std::vector<float>(3, 3.0f));  // 2 * e^0 + 1
   const void* first = last_twice_output;
   EXPECT_EQ(e.run(feeds)[0].to_vector<float>(), std::vector<float>(3, 3.0f));
-  EXPECT_EQ(last_twice_output, first);         // the planned buffer of the same arena block
+  EXPECT_EQ(last_twice_output, first);  // the planned buffer of the same arena block
   EXPECT_EQ(e.memory_stats().num_buffers, 2);  // exp's and the kernel's outputs
 }
 
 TEST(ExecutableTest, ConcurrentRunsGetTheirOwnArena) {
   test_models::MlpStep step = test_models::make_mlp_step(/*in=*/16, /*hidden_units=*/32,
-                                                         /*classes=*/10, /*batch=*/8);
+                                                          /*classes=*/10, /*batch=*/8);
   Executable e = compile(step.graph, step.fetches, step.feeds);
   std::vector<Tensor> want = e.run(step.feeds);
   std::vector<std::vector<std::vector<Tensor>>> got(4);
@@ -395,24 +395,12 @@ TEST(ExecutableTest, RandomGraphsMatchTheInterpreter) {
         int j = cands[pick(static_cast<int>(cands.size()))];
         const Tensor& y = pool[j];
         switch (pick(6)) {
-          case 0:
-            r = x + y;
-            break;
-          case 1:
-            r = x - y;
-            break;
-          case 2:
-            r = x * y;
-            break;
-          case 3:
-            r = maximum(x, y);
-            break;
-          case 4:
-            r = minimum(x, y);
-            break;
-          default:
-            r = where(x > y, x, y * 0.5f);
-            break;
+          case 0: r = x + y; break;
+          case 1: r = x - y; break;
+          case 2: r = x * y; break;
+          case 3: r = maximum(x, y); break;
+          case 4: r = minimum(x, y); break;
+          default: r = where(x > y, x, y * 0.5f); break;
         }
         size_t n = std::max(xs.size(), shapes[j].size());
         rs = Shape(n);
@@ -423,27 +411,13 @@ TEST(ExecutableTest, RandomGraphsMatchTheInterpreter) {
         }
       } else if (kind <= 8) {  // unary
         switch (pick(7)) {
-          case 0:
-            r = tanh(x);
-            break;
-          case 1:
-            r = exp(tanh(x));
-            break;
-          case 2:
-            r = neg(abs(x));
-            break;
-          case 3:
-            r = sqrt(abs(x) + 1.0f);
-            break;
-          case 4:
-            r = sin(x);
-            break;
-          case 5:
-            r = convert(convert(x * 4.0f, i32), f32);
-            break;
-          default:
-            r = sigmoid(x) * 2.0f;
-            break;
+          case 0: r = tanh(x); break;
+          case 1: r = exp(tanh(x)); break;
+          case 2: r = neg(abs(x)); break;
+          case 3: r = sqrt(abs(x) + 1.0f); break;
+          case 4: r = sin(x); break;
+          case 5: r = convert(convert(x * 4.0f, i32), f32); break;
+          default: r = sigmoid(x) * 2.0f; break;
         }
       } else if (kind == 9 && xs.size() == 2) {
         r = transpose(x);

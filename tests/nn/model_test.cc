@@ -320,8 +320,8 @@ TEST(Callbacks, EarlyStoppingStopsWhenTheMonitoredValueStalls) {
   auto [x, y] = blobs(32, 1);
   Sequential model({Dense(2)});
   model.compile(optim::SGD(0.0), SparseCategoricalCrossentropy(true));  // lr 0: loss is flat
-  History h =
-      model.fit(x, y, {.epochs = 10, .callbacks = {EarlyStopping("loss", 1e-6, 2)}, .verbose = 0});
+  History h = model.fit(x, y, {.epochs = 10, .callbacks = {EarlyStopping("loss", 1e-6, 2)},
+                               .verbose = 0});
   EXPECT_EQ(h.epochs_run, 3);  // epoch 1 sets the best, epochs 2 and 3 do not improve
 }
 
@@ -329,11 +329,11 @@ TEST(Callbacks, LearningRateSchedulerSetsTheRatePerEpoch) {
   auto [x, y] = blobs(32, 1);
   Sequential model({Dense(2)});
   model.compile(optim::SGD(0.1), SparseCategoricalCrossentropy(true));
-  model.fit(
-      x, y,
-      {.epochs = 3,
-       .callbacks = {LearningRateScheduler([](int epoch, double) { return 0.5 / (epoch + 1); })},
-       .verbose = 0});
+  model.fit(x, y, {.epochs = 3,
+                   .callbacks = {LearningRateScheduler([](int epoch, double) {
+                     return 0.5 / (epoch + 1);
+                   })},
+                   .verbose = 0});
   EXPECT_DOUBLE_EQ(model.optimizer().learning_rate(), 0.5 / 3);
 }
 

@@ -141,7 +141,8 @@ class Model {
 
  protected:
   explicit Model(std::string name);
-  History fit_batches(BatchSource& source, const FitOptions& options, bool validate_each_batch);
+  History fit_batches(BatchSource& source, const FitOptions& options,
+                      bool validate_each_batch);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::string name_;
