@@ -6,6 +6,7 @@
 #include "kiln/nn/checkpoint_callbacks.h"
 #include "kiln/nn/initializers.h"
 #include "kiln/nn/layer.h"
+#include "kiln/nn/layer_registry.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/losses.h"
 #include "kiln/nn/metrics.h"

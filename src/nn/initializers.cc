@@ -70,11 +70,12 @@ Tensor truncated_normal(const Shape& shape, DType dtype, uint64_t seed, double m
 
 // Layers build their weights while a step is being traced (a default graph is set): the
 // initializer's ops must still compute now, so the default graph is lifted while it runs.
-Initializer eager(Initializer init) {
-  return [init = std::move(init)](const Shape& shape, DType dtype, uint64_t seed) {
-    Graph::DefaultGuard no_graph{Graph(std::shared_ptr<detail::GraphImpl>())};
-    return init(shape, dtype, seed);
-  };
+Initializer eager(std::string name, Attrs config, Initializer::Fn init) {
+  return Initializer(std::move(name), std::move(config),
+                     [init = std::move(init)](const Shape& shape, DType dtype, uint64_t seed) {
+                       Graph::DefaultGuard no_graph{Graph(std::shared_ptr<detail::GraphImpl>())};
+                       return init(shape, dtype, seed);
+                     });
 }
 
 enum class FanMode { kIn, kAvg };
@@ -86,16 +87,16 @@ double scaled_variance(const Shape& shape, double scale, FanMode mode) {
   return scale / std::max(1.0, fan);
 }
 
-Initializer variance_scaling_uniform(double scale, FanMode mode) {
-  return eager([=](const Shape& shape, DType dtype, uint64_t seed) {
+Initializer variance_scaling_uniform(std::string name, double scale, FanMode mode) {
+  return eager(std::move(name), {}, [=](const Shape& shape, DType dtype, uint64_t seed) {
     require_floating("variance_scaling", dtype);
     double limit = std::sqrt(3 * scaled_variance(shape, scale, mode));
     return random_uniform(shape, seed, -limit, limit, dtype);
   });
 }
 
-Initializer variance_scaling_normal(double scale, FanMode mode) {
-  return eager([=](const Shape& shape, DType dtype, uint64_t seed) {
+Initializer variance_scaling_normal(std::string name, double scale, FanMode mode) {
+  return eager(std::move(name), {}, [=](const Shape& shape, DType dtype, uint64_t seed) {
     require_floating("variance_scaling", dtype);
     double stddev = std::sqrt(scaled_variance(shape, scale, mode)) / kTruncatedStddev;
     return truncated_normal(shape, dtype, seed, 0, stddev);
@@ -117,16 +118,16 @@ std::pair<double, double> compute_fans(const Shape& shape) {
 }
 
 Initializer zeros_init() {
-  return eager([](const Shape& shape, DType dtype, uint64_t) { return zeros(shape, dtype); });
+  return eager("zeros", {}, [](const Shape& shape, DType dtype, uint64_t) { return zeros(shape, dtype); });
 }
 
 Initializer ones_init() {
-  return eager([](const Shape& shape, DType dtype, uint64_t) { return ones(shape, dtype); });
+  return eager("ones", {}, [](const Shape& shape, DType dtype, uint64_t) { return ones(shape, dtype); });
 }
 
 Initializer constant_init(double value) {
   return eager(
-      [value](const Shape& shape, DType dtype, uint64_t) { return full(shape, value, dtype); });
+      "constant", {{"value", value}}, [value](const Shape& shape, DType dtype, uint64_t) { return full(shape, value, dtype); });
 }
 
 Initializer random_uniform_init(double low, double high) {
@@ -134,7 +135,8 @@ Initializer random_uniform_init(double low, double high) {
     fail("random_uniform_init: low must not exceed high, got [" + std::to_string(low) + ", " +
          std::to_string(high) + "]");
   }
-  return eager([=](const Shape& shape, DType dtype, uint64_t seed) {
+  return eager("random_uniform", {{"minval", low}, {"maxval", high}},
+               [=](const Shape& shape, DType dtype, uint64_t seed) {
     require_floating("random_uniform_init", dtype);
     return random_uniform(shape, seed, low, high, dtype);
   });
@@ -143,7 +145,8 @@ Initializer random_uniform_init(double low, double high) {
 Initializer random_normal_init(double mean, double stddev) {
   if (!(stddev >= 0))
     fail("random_normal_init: stddev must be >= 0, got " + std::to_string(stddev));
-  return eager([=](const Shape& shape, DType dtype, uint64_t seed) {
+  return eager("random_normal", {{"mean", mean}, {"stddev", stddev}},
+               [=](const Shape& shape, DType dtype, uint64_t seed) {
     require_floating("random_normal_init", dtype);
     return random_normal(shape, seed, mean, stddev, dtype);
   });
@@ -153,15 +156,45 @@ Initializer truncated_normal_init(double mean, double stddev) {
   if (!(stddev >= 0)) {
     fail("truncated_normal_init: stddev must be >= 0, got " + std::to_string(stddev));
   }
-  return eager([=](const Shape& shape, DType dtype, uint64_t seed) {
+  return eager("truncated_normal", {{"mean", mean}, {"stddev", stddev}},
+               [=](const Shape& shape, DType dtype, uint64_t seed) {
     require_floating("truncated_normal_init", dtype);
     return truncated_normal(shape, dtype, seed, mean, stddev);
   });
 }
 
-Initializer glorot_uniform() { return variance_scaling_uniform(1, FanMode::kAvg); }
-Initializer glorot_normal() { return variance_scaling_normal(1, FanMode::kAvg); }
-Initializer he_uniform() { return variance_scaling_uniform(2, FanMode::kIn); }
-Initializer he_normal() { return variance_scaling_normal(2, FanMode::kIn); }
+Initializer glorot_uniform() {
+  return variance_scaling_uniform("glorot_uniform", 1, FanMode::kAvg);
+}
+Initializer glorot_normal() { return variance_scaling_normal("glorot_normal", 1, FanMode::kAvg); }
+Initializer he_uniform() { return variance_scaling_uniform("he_uniform", 2, FanMode::kIn); }
+Initializer he_normal() { return variance_scaling_normal("he_normal", 2, FanMode::kIn); }
+
+Tensor Initializer::operator()(const Shape& shape, DType dtype, uint64_t seed) const {
+  if (!fn_) fail("an empty Initializer was called (give the layer an initializer)");
+  return fn_(shape, dtype, seed);
+}
+
+Initializer initializer_from_config(const std::string& name, const Attrs& config) {
+  if (name == "zeros" || name == "custom") return zeros_init();
+  if (name == "ones") return ones_init();
+  if (name == "constant") return constant_init(config.get_float("value"));
+  if (name == "random_uniform") {
+    return random_uniform_init(config.get_float("minval"), config.get_float("maxval"));
+  }
+  if (name == "random_normal") {
+    return random_normal_init(config.get_float("mean"), config.get_float("stddev"));
+  }
+  if (name == "truncated_normal") {
+    return truncated_normal_init(config.get_float("mean"), config.get_float("stddev"));
+  }
+  if (name == "glorot_uniform") return glorot_uniform();
+  if (name == "glorot_normal") return glorot_normal();
+  if (name == "he_uniform") return he_uniform();
+  if (name == "he_normal") return he_normal();
+  fail("unknown initializer '" + name +
+       "' (known: zeros, ones, constant, random_uniform, random_normal, truncated_normal, "
+       "glorot_uniform, glorot_normal, he_uniform, he_normal, custom)");
+}
 
 }  // namespace kiln::nn

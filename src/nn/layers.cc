@@ -5,6 +5,7 @@
 #include <map>
 
 #include "kiln/autodiff.h"
+#include "kiln/nn/layer_registry.h"
 #include "kiln/ops.h"
 
 namespace kiln::nn {
@@ -302,5 +303,90 @@ Tensor Add::call(const std::vector<Tensor>& inputs, CallContext&) {
   for (size_t i = 1; i < inputs.size(); ++i) sum_value = sum_value + inputs[i];
   return sum_value;
 }
+
+// ---- configs and registration (for saved models) --------------------------------------------
+
+Attrs Dense::config() const {
+  Attrs c{{"units", units_}, {"activation", activation_}, {"use_bias", use_bias_}};
+  put_initializer(c, "kernel_initializer", kernel_init_);
+  put_initializer(c, "bias_initializer", bias_init_);
+  return c;
+}
+
+Attrs Dropout::config() const { return {{"rate", rate_}}; }
+Attrs Activation::config() const { return {{"activation", activation_}}; }
+
+Attrs Conv2D::config() const {
+  Attrs c{{"filters", filters_},    {"kernel_size", kernel_size_}, {"activation", activation_},
+          {"strides", strides_},    {"padding", padding_},         {"use_bias", use_bias_}};
+  put_initializer(c, "kernel_initializer", kernel_init_);
+  put_initializer(c, "bias_initializer", bias_init_);
+  return c;
+}
+
+Attrs MaxPool2D::config() const {
+  return {{"pool_size", pool_}, {"strides", strides_}, {"padding", padding_}};
+}
+Attrs AveragePool2D::config() const {
+  return {{"pool_size", pool_}, {"strides", strides_}, {"padding", padding_}};
+}
+
+Attrs Embedding::config() const {
+  Attrs c{{"input_dim", input_dim_}, {"output_dim", output_dim_}};
+  put_initializer(c, "embeddings_initializer", init_);
+  return c;
+}
+
+Attrs LayerNormalization::config() const { return {{"epsilon", epsilon_}}; }
+Attrs BatchNormalization::config() const {
+  return {{"momentum", momentum_}, {"epsilon", epsilon_}};
+}
+Attrs MultiHeadAttention::config() const {
+  return {{"num_heads", num_heads_}, {"key_dim", key_dim_}, {"dropout", dropout_}};
+}
+
+KILN_REGISTER_LAYER("Dense", [](const Attrs& c) {
+  return std::make_shared<Dense>(c.get_int("units"), c.get_string("activation"),
+                                 c.get_bool("use_bias"),
+                                 get_initializer(c, "kernel_initializer", glorot_uniform()),
+                                 get_initializer(c, "bias_initializer", zeros_init()));
+});
+KILN_REGISTER_LAYER("Dropout",
+                    [](const Attrs& c) { return std::make_shared<Dropout>(c.get_float("rate")); });
+KILN_REGISTER_LAYER("Activation", [](const Attrs& c) {
+  return std::make_shared<Activation>(c.get_string("activation"));
+});
+KILN_REGISTER_LAYER("Flatten", [](const Attrs&) { return std::make_shared<Flatten>(); });
+KILN_REGISTER_LAYER("Conv2D", [](const Attrs& c) {
+  return std::make_shared<Conv2D>(c.get_int("filters"), c.get_ints("kernel_size"),
+                                  c.get_string("activation"), c.get_ints("strides"),
+                                  c.get_string("padding"), c.get_bool("use_bias"),
+                                  get_initializer(c, "kernel_initializer", glorot_uniform()),
+                                  get_initializer(c, "bias_initializer", zeros_init()));
+});
+KILN_REGISTER_LAYER("MaxPooling2D", [](const Attrs& c) {
+  return std::make_shared<MaxPool2D>(c.get_ints("pool_size"), c.get_ints("strides"),
+                                     c.get_string("padding"));
+});
+KILN_REGISTER_LAYER("AveragePooling2D", [](const Attrs& c) {
+  return std::make_shared<AveragePool2D>(c.get_ints("pool_size"), c.get_ints("strides"),
+                                         c.get_string("padding"));
+});
+KILN_REGISTER_LAYER("Embedding", [](const Attrs& c) {
+  return std::make_shared<Embedding>(
+      c.get_int("input_dim"), c.get_int("output_dim"),
+      get_initializer(c, "embeddings_initializer", random_uniform_init(-0.05, 0.05)));
+});
+KILN_REGISTER_LAYER("LayerNormalization", [](const Attrs& c) {
+  return std::make_shared<LayerNormalization>(c.get_float("epsilon"));
+});
+KILN_REGISTER_LAYER("BatchNormalization", [](const Attrs& c) {
+  return std::make_shared<BatchNormalization>(c.get_float("momentum"), c.get_float("epsilon"));
+});
+KILN_REGISTER_LAYER("MultiHeadAttention", [](const Attrs& c) {
+  return std::make_shared<MultiHeadAttention>(c.get_int("num_heads"), c.get_int("key_dim"),
+                                              c.get_float("dropout"));
+});
+KILN_REGISTER_LAYER("Add", [](const Attrs&) { return std::make_shared<Add>(); });
 
 }  // namespace kiln::nn

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/attrs.h"
 #include "kiln/nn/initializers.h"
 #include "kiln/ref.h"
 #include "kiln/tensor.h"
@@ -60,6 +61,10 @@ class Layer {
   // A copy sharing this layer's Variables (functional models keep layers called on
   // temporaries alive this way). Implement as: return std::make_shared<MyLayer>(*this);
   virtual std::shared_ptr<Layer> clone() const = 0;
+  // Keras' get_config: the constructor arguments that rebuild this layer, without its name and
+  // weights. A saved model stores it; the factory registered under type_name() (see
+  // kiln/nn/layer_registry.h) rebuilds the layer from it. Layers without arguments keep {}.
+  virtual Attrs config() const { return {}; }
   virtual void build(const std::vector<Shape>& input_shapes) {}
   virtual Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) = 0;
 

@@ -22,6 +22,7 @@ class Dense : public Layer {
   std::string type_name() const override { return "Dense"; }
   const std::string& activation_name() const { return activation_; }
   std::shared_ptr<Layer> clone() const override { return std::make_shared<Dense>(*this); }
+  Attrs config() const override;
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
@@ -39,6 +40,7 @@ class Dropout : public Layer {
   explicit Dropout(double rate);
   std::string type_name() const override { return "Dropout"; }
   std::shared_ptr<Layer> clone() const override { return std::make_shared<Dropout>(*this); }
+  Attrs config() const override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
  private:
@@ -51,6 +53,7 @@ class Activation : public Layer {
   std::string type_name() const override { return "Activation"; }
   const std::string& activation_name() const { return activation_; }
   std::shared_ptr<Layer> clone() const override { return std::make_shared<Activation>(*this); }
+  Attrs config() const override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
  private:
@@ -74,6 +77,7 @@ class Conv2D : public Layer {
          Initializer bias_init = zeros_init());
   std::string type_name() const override { return "Conv2D"; }
   std::shared_ptr<Layer> clone() const override { return std::make_shared<Conv2D>(*this); }
+  Attrs config() const override;
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
@@ -92,6 +96,7 @@ class MaxPool2D : public Layer {
                      std::string padding = "valid");
   std::string type_name() const override { return "MaxPooling2D"; }
   std::shared_ptr<Layer> clone() const override { return std::make_shared<MaxPool2D>(*this); }
+  Attrs config() const override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
  private:
@@ -105,6 +110,7 @@ class AveragePool2D : public Layer {
                          std::vector<int64_t> strides = {}, std::string padding = "valid");
   std::string type_name() const override { return "AveragePooling2D"; }
   std::shared_ptr<Layer> clone() const override { return std::make_shared<AveragePool2D>(*this); }
+  Attrs config() const override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
  private:
@@ -119,6 +125,7 @@ class Embedding : public Layer {
             Initializer init = random_uniform_init(-0.05, 0.05));
   std::string type_name() const override { return "Embedding"; }
   std::shared_ptr<Layer> clone() const override { return std::make_shared<Embedding>(*this); }
+  Attrs config() const override;
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
@@ -134,6 +141,7 @@ class LayerNormalization : public Layer {
   explicit LayerNormalization(double epsilon = 1e-3);
   std::string type_name() const override { return "LayerNormalization"; }
   std::shared_ptr<Layer> clone() const override { return std::make_shared<LayerNormalization>(*this); }
+  Attrs config() const override;
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
@@ -149,6 +157,7 @@ class BatchNormalization : public Layer {
   explicit BatchNormalization(double momentum = 0.99, double epsilon = 1e-3);
   std::string type_name() const override { return "BatchNormalization"; }
   std::shared_ptr<Layer> clone() const override { return std::make_shared<BatchNormalization>(*this); }
+  Attrs config() const override;
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
@@ -164,6 +173,7 @@ class MultiHeadAttention : public Layer {
   MultiHeadAttention(int64_t num_heads, int64_t key_dim, double dropout = 0);
   std::string type_name() const override { return "MultiHeadAttention"; }
   std::shared_ptr<Layer> clone() const override { return std::make_shared<MultiHeadAttention>(*this); }
+  Attrs config() const override;
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
