@@ -117,6 +117,16 @@ Variable Layer::add_weight(const std::string& name, const Shape& shape, const In
   return v;
 }
 
+void Layer::build_child(Layer& child, const std::vector<Shape>& input_shapes) {
+  if (!child.built_) {
+    // The child draws from the stream of this layer's next weight.
+    child.set_seed(seed_ * 1000003u + static_cast<uint64_t>(weight_count_++) * 7919u + 17u);
+    child.build(input_shapes);
+    child.built_ = true;
+  }
+  weights_.insert(weights_.end(), child.weights_.begin(), child.weights_.end());
+}
+
 namespace detail {
 
 Graph& functional_graph() {
@@ -127,6 +137,11 @@ Graph& functional_graph() {
 std::vector<FunctionalCall>& functional_calls() {
   thread_local std::vector<FunctionalCall> calls;
   return calls;
+}
+
+std::map<int, std::string>& input_names() {
+  thread_local std::map<int, std::string> names;
+  return names;
 }
 
 }  // namespace detail

@@ -158,7 +158,7 @@ TEST(Model, APlainOpBetweenFunctionalLayersIsAnErrorSayingWhatToDo) {
       [&] { Model model(in2, Dense(2)(Dense(4)(in2) + Dense(4)(other))); });
   EXPECT_THAT(e.what(), HasSubstr("is applied to layer outputs outside a layer"));
   e = test_values::thrown_error([&] { Model model(in2, Dense(2)(other)); });
-  EXPECT_THAT(e.what(), HasSubstr("depends on nn::Input 'other', which is not the model's input"));
+  EXPECT_THAT(e.what(), HasSubstr("depends on nn::Input 'other', which is not one of the model's inputs"));
 }
 
 TEST(Model, SummaryListsLayersShapesAndParameterCounts) {

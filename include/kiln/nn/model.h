@@ -37,6 +37,18 @@ struct FitOptions {
   int initial_epoch = 0;
 };
 
+// Tensors by name, {{"a", xa}, {"b", xb}}: a model's inputs or targets (a class rather than a
+// std::map so that a braced list of tensors {xa, xb} is never taken for one).
+class NamedTensors {
+ public:
+  NamedTensors(std::initializer_list<std::pair<const std::string, Tensor>> init) : map_(init) {}
+  NamedTensors(std::map<std::string, Tensor> map) : map_(std::move(map)) {}  // NOLINT: implicit
+  const std::map<std::string, Tensor>& map() const { return map_; }
+
+ private:
+  std::map<std::string, Tensor> map_;
+};
+
 struct History {
   std::map<std::string, std::vector<double>> history;  // "loss", "accuracy", "val_loss", ...
   int epochs_run = 0;
@@ -56,6 +68,14 @@ Tensor Input(const Shape& shape, DType dtype = f32, const std::string& name = "i
 // fit throw kiln::Error. The rest (build, set_seed, set_execution_mode, resume_at, optimizer(),
 // and the Variables of weights() or layers()) is for fit's own thread and its callbacks; from
 // other threads read the weights through state() or predict.
+//
+// Several inputs and outputs (functional models, as Keras'): Model({in_a, in_b}, {out_1, out_2}).
+// Inputs are named by their nn::Input, outputs by the layer that makes them (input_names(),
+// output_names()). fit, evaluate and predict take one tensor per input (and per output) as
+// lists in that order or as maps by name; a Dataset's elements hold the inputs, then the
+// targets. compile takes one loss per output (or one for all) and optional loss_weights; fit
+// minimises the weighted sum and logs it as "loss", each output's as "<output>_loss", and each
+// metric per output as "<output>_<metric>".
 class Model {
  public:
   // Functional: outputs computed from inputs by calling layers on symbolic tensors.
@@ -67,15 +87,40 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   void compile(optim::OptimizerRef optimizer, LossRef loss, std::vector<std::string> metrics = {});
+  // Per output: losses (one applies to every output), metrics (each for every output) and
+  // the weights of the outputs' losses in the total (default 1 each; finite and >= 0).
+  void compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
+               std::vector<std::string> metrics, std::vector<double> loss_weights = {});
+  // What compile was given (for saving): null optimizer and no losses before compile.
+  struct CompileConfig {
+    std::shared_ptr<optim::Optimizer> optimizer;
+    std::vector<std::shared_ptr<Loss>> losses;
+    std::vector<std::string> metrics;
+    std::vector<double> loss_weights;
+  };
+  CompileConfig compile_config() const;
+
   History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
-  // Trains on a Dataset of batched (x, y) elements; its epoch number reshuffles it.
-  // options.batch_size and shuffle do not apply (the dataset batches and shuffles).
+  History fit(const std::vector<Tensor>& x, const std::vector<Tensor>& y,
+              const FitOptions& options = {});
+  History fit(const NamedTensors& x, const NamedTensors& y, const FitOptions& options = {});
+  // Trains on a Dataset of batched (inputs..., targets...) elements; its epoch number
+  // reshuffles it. options.batch_size and shuffle do not apply (the dataset batches and
+  // shuffles).
   History fit(const data::Dataset& dataset, const FitOptions& options = {});
   // Loss and metrics over (x, y): {"loss": ..., "accuracy": ...}. fit and evaluate refuse
   // empty x and y (kInvalidArgument), as fit does an empty Dataset.
   std::map<std::string, double> evaluate(const Tensor& x, const Tensor& y, int64_t batch_size = 32,
                                          int verbose = 0);
+  std::map<std::string, double> evaluate(const std::vector<Tensor>& x,
+                                         const std::vector<Tensor>& y, int64_t batch_size = 32,
+                                         int verbose = 0);
+  std::map<std::string, double> evaluate(const NamedTensors& x, const NamedTensors& y,
+                                         int64_t batch_size = 32, int verbose = 0);
+  // One output: its predictions. Several: one tensor per output (by name for named inputs).
   Tensor predict(const Tensor& x, int64_t batch_size = 32);
+  std::vector<Tensor> predict(const std::vector<Tensor>& x, int64_t batch_size = 32);
+  std::map<std::string, Tensor> predict(const NamedTensors& x, int64_t batch_size = 32);
   // How fit, evaluate and predict run their step graphs: compiled (one program per input
   // signature, cached; the default unless KILN_INTERPRET=1, see kiln/function.h) or with the
   // reference interpreter. Like Keras' jit_compile.
@@ -90,6 +135,7 @@ class Model {
   // Inference on a concrete batch, or recording on a symbolic one.
   Tensor operator()(const Tensor& x);
   Tensor call(const Tensor& x, CallContext& ctx);
+  std::vector<Tensor> call(const std::vector<Tensor>& xs, CallContext& ctx);
 
   // Builds the weights for inputs of this shape (without the batch dimension), as the first
   // fit/predict would. Sequential models need it (or a first call) before summary(); a
@@ -131,13 +177,21 @@ class Model {
   // each variable is fed through. For export (kiln::io::save_model).
   struct InferenceGraph {
     Graph graph;
-    Tensor input, output;
+    Tensor input, output;  // the first ones
     std::vector<std::pair<Variable, Tensor>> variables;
+    std::vector<Tensor> inputs, outputs;  // all of them, with their signature names:
+    std::vector<std::string> input_names, output_names;  // "x" / "output_0" for one
   };
   InferenceGraph inference_graph(const Shape& input_shape, DType dtype = f32);
+  // For the input types the model is built for (every input and output).
+  InferenceGraph inference_graph();
   // The input type the model was built for ([?, features...]); nullopt before build, the first
   // fit or predict (a functional model knows it from its Input).
   std::optional<TensorType> input_type() const;
+  std::vector<TensorType> input_types() const;  // every input's; empty before build
+  // Sequential: {"x"} and its last layer's name.
+  std::vector<std::string> input_names() const;
+  std::vector<std::string> output_names() const;
 
  protected:
   explicit Model(std::string name);

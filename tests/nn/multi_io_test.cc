@@ -1,0 +1,196 @@
+// Functional models with several inputs and outputs: fit with per-output losses and weights,
+// inputs and targets as lists, by name or from a Dataset; predict and evaluate; summary; errors.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/data/dataset.h"
+#include "kiln/kiln.h"
+#include "kiln/nn.h"
+
+namespace kiln::nn {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Two inputs (a: 4 features, b: 3), two outputs: "score" (regression on both) and "klass"
+// (3-way classification from a alone through a shared trunk).
+struct TwoByTwo {
+  std::unique_ptr<Model> model;
+  TwoByTwo() {
+    Tensor a = Input({4}, f32, "a");
+    Tensor b = Input({3}, f32, "b");
+    Tensor ha = Dense(8, "tanh", true, glorot_uniform())(a);
+    Tensor hb = Dense(8, "tanh")(b);
+    Tensor score = Dense(1)(Add()({ha, hb}));
+    Tensor klass = Dense(3)(ha);
+    model = std::make_unique<Model>(std::vector<Tensor>{a, b}, std::vector<Tensor>{score, klass},
+                                    "two_by_two");
+    model->set_seed(5);
+  }
+};
+
+struct Data {
+  Tensor a, b, score, klass;
+};
+
+Data make_data(int64_t n) {
+  Data d;
+  d.a = random_normal({n, 4}, 11);
+  d.b = random_normal({n, 3}, 12);
+  d.score = sum(d.a, {1}, true) * 0.5 - sum(d.b, {1}, true) * 0.25;
+  d.klass = convert(argmax(matmul(d.a, random_normal({4, 3}, 13)), 1), i32);
+  return d;
+}
+
+std::vector<std::vector<float>> snapshot(const Model& m) {
+  std::vector<std::vector<float>> out;
+  for (const Variable& v : m.weights()) out.push_back(v.value().to_vector<float>());
+  return out;
+}
+
+void compile_it(Model& m, std::vector<double> weights = {}) {
+  m.compile(optim::Adam(0.02), {MeanSquaredError(), SparseCategoricalCrossentropy(true)},
+            {"accuracy"}, std::move(weights));
+}
+
+TEST(MultiIO, NamesComeFromInputsAndOutputLayers) {
+  TwoByTwo t;
+  EXPECT_EQ(t.model->input_names(), (std::vector<std::string>{"a", "b"}));
+  std::vector<std::string> outs = t.model->output_names();
+  ASSERT_EQ(outs.size(), 2u);
+  EXPECT_NE(outs[0], outs[1]);
+  std::string summary = t.model->summary();
+  EXPECT_THAT(summary, HasSubstr("a (InputLayer)"));
+  EXPECT_THAT(summary, HasSubstr("b (InputLayer)"));
+}
+
+TEST(MultiIO, FitLearnsBothOutputsAndLogsEachLoss) {
+  TwoByTwo t;
+  Data d = make_data(256);
+  compile_it(*t.model);
+  History h = t.model->fit({d.a, d.b}, {d.score, d.klass},
+                           {.epochs = 8, .batch_size = 32, .seed = 3, .verbose = 0});
+  std::vector<std::string> outs = t.model->output_names();
+  for (const std::string& key :
+       {std::string("loss"), outs[0] + "_loss", outs[1] + "_loss", outs[1] + "_accuracy"}) {
+    ASSERT_EQ(h.history[key].size(), 8u) << key;
+    if (key.find("accuracy") == std::string::npos)
+      EXPECT_LT(h.history[key].back(), 0.5 * h.history[key].front()) << key;
+  }
+  // The total is the sum of the outputs' losses (weights 1).
+  auto r = t.model->evaluate({d.a, d.b}, {d.score, d.klass}, 64);
+  EXPECT_NEAR(r["loss"], r[outs[0] + "_loss"] + r[outs[1] + "_loss"], 1e-4 * r["loss"]);
+  EXPECT_GT(r[outs[1] + "_accuracy"], 0.8);
+  std::vector<Tensor> p = t.model->predict({d.a, d.b}, 100);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].shape(), (Shape{256, 1}));
+  EXPECT_EQ(p[1].shape(), (Shape{256, 3}));
+}
+
+TEST(MultiIO, LossWeightsScaleEachOutputsShareOfTheTotal) {
+  TwoByTwo t;
+  Data d = make_data(64);
+  compile_it(*t.model, {2.0, 0.5});
+  auto r = t.model->evaluate({d.a, d.b}, {d.score, d.klass});
+  std::vector<std::string> outs = t.model->output_names();
+  EXPECT_NEAR(r["loss"], 2.0 * r[outs[0] + "_loss"] + 0.5 * r[outs[1] + "_loss"],
+              1e-5 * r["loss"]);
+}
+
+TEST(MultiIO, AZeroLossWeightLeavesThatOutputsOwnHeadUntrained) {
+  TwoByTwo t;
+  Data d = make_data(64);
+  t.model->compile(optim::SGD(0.1), {MeanSquaredError(), SparseCategoricalCrossentropy(true)},
+                   {}, {1.0, 0.0});
+  // The last layer makes the "klass" output: only the zero-weighted loss reaches it.
+  LayerPtr head = t.model->layers().back();
+  ASSERT_EQ(head->name(), t.model->output_names()[1]);
+  std::vector<float> before = head->weights()[0].value().to_vector<float>();
+  std::vector<float> trunk = t.model->layers()[0]->weights()[0].value().to_vector<float>();
+  t.model->fit({d.a, d.b}, {d.score, d.klass}, {.epochs = 1, .batch_size = 16, .verbose = 0});
+  EXPECT_EQ(head->weights()[0].value().to_vector<float>(), before);
+  EXPECT_NE(t.model->layers()[0]->weights()[0].value().to_vector<float>(), trunk);
+}
+
+TEST(MultiIO, NamedInputsAndTargetsTrainExactlyLikeLists) {
+  Data d = make_data(96);
+  TwoByTwo lists, named;
+  compile_it(*lists.model);
+  compile_it(*named.model);
+  FitOptions o{.epochs = 2, .batch_size = 16, .seed = 9, .verbose = 0};
+  lists.model->fit({d.a, d.b}, {d.score, d.klass}, o);
+  std::vector<std::string> outs = named.model->output_names();
+  named.model->fit(std::map<std::string, Tensor>{{"b", d.b}, {"a", d.a}},
+                   std::map<std::string, Tensor>{{outs[1], d.klass}, {outs[0], d.score}}, o);
+  EXPECT_EQ(snapshot(*lists.model), snapshot(*named.model));
+  auto p = named.model->predict(std::map<std::string, Tensor>{{"a", d.a}, {"b", d.b}});
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[outs[1]].to_vector<float>(), lists.model->predict({d.a, d.b})[1].to_vector<float>());
+}
+
+TEST(MultiIO, ADatasetOfInputsThenTargetsTrainsLikeTensors) {
+  Data d = make_data(96);
+  TwoByTwo tensors, dataset;
+  compile_it(*tensors.model);
+  compile_it(*dataset.model);
+  tensors.model->fit({d.a, d.b}, {d.score, d.klass},
+                     {.epochs = 2, .batch_size = 16, .shuffle = false, .seed = 4, .verbose = 0});
+  data::Dataset ds = data::Dataset::from_tensors({d.a, d.b, d.score, d.klass}).batch(16);
+  dataset.model->fit(ds, {.epochs = 2, .seed = 4, .verbose = 0});
+  EXPECT_EQ(snapshot(*tensors.model), snapshot(*dataset.model));
+  data::Dataset wrong = data::Dataset::from_tensors({d.a, d.b, d.score}).batch(16);
+  TwoByTwo other;
+  compile_it(*other.model);
+  try {
+    other.model->fit(wrong, {.verbose = 0});
+    FAIL() << "expected kiln::Error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("2 input(s) then its 2 target(s), got 3"));
+  }
+}
+
+TEST(MultiIO, MistakesAreClearErrors) {
+  TwoByTwo t;
+  Data d = make_data(32);
+  auto message = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_THAT(message([&] { t.model->compile(optim::SGD(), {MeanSquaredError()}, {}, {1, 2, 3}); }),
+              HasSubstr("3 loss_weights for 2 output(s)"));
+  EXPECT_THAT(message([&] {
+                t.model->compile(optim::SGD(), {MeanSquaredError(), MeanSquaredError(),
+                                                MeanSquaredError()},
+                                 {});
+              }),
+              HasSubstr("has 2 output(s) but 3 losses"));
+  EXPECT_THAT(message([&] { t.model->compile(optim::SGD(), {MeanSquaredError()}, {}, {1, -1}); }),
+              HasSubstr("finite and >= 0"));
+  compile_it(*t.model);
+  EXPECT_THAT(message([&] { t.model->fit({d.a}, {d.score, d.klass}, {.verbose = 0}); }),
+              HasSubstr("takes 2 input(s), got 1"));
+  EXPECT_THAT(message([&] { t.model->fit({d.b, d.a}, {d.score, d.klass}, {.verbose = 0}); }),
+              HasSubstr("x['a'] has shape [32,3]"));
+  EXPECT_THAT(message([&] {
+                t.model->fit(std::map<std::string, Tensor>{{"a", d.a}},
+                             std::map<std::string, Tensor>{{t.model->output_names()[0], d.score},
+                                                           {t.model->output_names()[1], d.klass}},
+                             {.verbose = 0});
+              }),
+              HasSubstr("fit: x has no entry 'b'"));
+  EXPECT_THAT(message([&] { t.model->predict(d.a); }), HasSubstr("has 2 outputs"));
+  EXPECT_THAT(message([&] { t.model->build({4}); }), HasSubstr("knows their shapes"));
+  Tensor lone = Input({2}, f32, "lone");
+  Tensor in = Input({2}, f32, "used");
+  EXPECT_THAT(message([&] { Model({in, lone}, {Dense(1)(in)}); }),
+              HasSubstr("no output depends on input 'lone'"));
+}
+
+}  // namespace
+}  // namespace kiln::nn
