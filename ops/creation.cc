@@ -11,6 +11,7 @@
 #include "kiln/graph.h"
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
+#include "src/core/float16_rounding.h"
 
 namespace kiln {
 namespace {
@@ -80,7 +81,12 @@ KILN_REGISTER_KERNEL(iota).dtypes(dtypes_of(TypeSet::kNumeric)).fn([](KernelCont
     const int64_t rows = out.size() / inner;
     runtime::parallel_for(rows, std::max<int64_t>(1, (1 << 15) / inner), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
-        T v = static_cast<T>(static_cast<ComputeType<T>>(r % n));
+        T v{};
+        if constexpr (kIsFloat<T>) {
+          v = float_cast<T>(r % n);  // rounded once, also for bf16 past 2^24
+        } else {
+          v = static_cast<T>(r % n);
+        }
         std::fill(y + r * inner, y + (r + 1) * inner, v);
       }
     });
@@ -97,7 +103,7 @@ T from_double(double v) {
   if constexpr (std::is_same_v<T, bool>) {
     return v != 0;
   } else if constexpr (kIsFloat<T>) {
-    return static_cast<T>(static_cast<ComputeType<T>>(v));
+    return float_cast<T>(v);  // rounded once, also for half and bfloat16
   } else {
     if (std::isnan(v)) return 0;
     if (v <= static_cast<double>(std::numeric_limits<T>::min()))

@@ -10,6 +10,7 @@
 #include "kiln/autodiff.h"
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
+#include "src/core/float16_rounding.h"
 
 namespace kiln {
 namespace ops {
@@ -351,7 +352,7 @@ To convert_value(From v) {
   if constexpr (std::is_same_v<To, bool>) {
     return c != C(0);
   } else if constexpr (kIsFloat<To>) {
-    return static_cast<To>(static_cast<ComputeType<To>>(c));
+    return float_cast<To>(v);  // once, from v itself (not through float for half/bfloat16)
   } else if constexpr (std::is_floating_point_v<C>) {
     if (std::isnan(c)) return 0;
     if (c <= static_cast<C>(std::numeric_limits<To>::min())) return std::numeric_limits<To>::min();

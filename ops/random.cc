@@ -8,6 +8,7 @@
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
 #include "ops/philox.h"
+#include "src/core/float16_rounding.h"
 
 namespace kiln {
 namespace ops {
@@ -56,7 +57,7 @@ T step_down(T v) {
 // low + (high - low) * u in T, kept below `high` when rounding to T would reach it.
 template <class T>
 T uniform_value(double u, double low, double high) {
-  T v = static_cast<T>(static_cast<ComputeType<T>>(low + (high - low) * u));
+  T v = float_cast<T>(low + (high - low) * u);
   while (static_cast<double>(static_cast<ComputeType<T>>(v)) >= high) v = step_down(v);
   return v;
 }
@@ -154,7 +155,7 @@ KILN_REGISTER_KERNEL(random_normal).fn([](KernelContext& ctx) {
   double mean = ctx.attrs().get_float("mean", 0), stddev = ctx.attrs().get_float("stddev", 1);
   fill_random<TypeSet::kFloat>(ctx, [&](auto tag, const PhiloxCounter& r) {
     using T = typename decltype(tag)::type;
-    return static_cast<T>(static_cast<ComputeType<T>>(mean + stddev * normal_value(r)));
+    return float_cast<T>(mean + stddev * normal_value(r));
   });
 });
 

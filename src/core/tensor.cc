@@ -6,6 +6,7 @@
 
 #include "kiln/graph.h"
 #include "kiln/ops.h"
+#include "src/core/float16_rounding.h"
 #include "src/core/host_allocator.h"
 #include "src/core/tensor_impl.h"
 #include "src/core/type_switch.h"
@@ -158,13 +159,28 @@ void Tensor::item_into(DType requested, void* out) const {
     });
     return;
   }
+  if (is_floating(requested) && !is_floating(dtype())) {  // exactly from the integer
+    int64_t v = visit_dtype(dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      return static_cast<int64_t>(*static_cast<const T*>(src));
+    });
+    visit_dtype(requested, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (kIsFloat<T>) *static_cast<T*>(out) = float_cast<T>(v);
+    });
+    return;
+  }
   double v = visit_dtype(dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     return static_cast<double>(static_cast<ComputeType<T>>(*static_cast<const T*>(src)));
   });
   visit_dtype(requested, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    *static_cast<T*>(out) = static_cast<T>(static_cast<ComputeType<T>>(v));
+    if constexpr (kIsFloat<T>) {
+      *static_cast<T*>(out) = float_cast<T>(v);  // once, not through float for half/bfloat16
+    } else {
+      *static_cast<T*>(out) = static_cast<T>(v);
+    }
   });
 }
 
