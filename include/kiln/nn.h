@@ -9,6 +9,7 @@
 #include "kiln/nn/layer_registry.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/losses.h"
+#include "kiln/nn/merging_layers.h"
 #include "kiln/nn/metrics.h"
 #include "kiln/nn/model.h"
 #include "kiln/nn/tensorboard.h"
