@@ -5,10 +5,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "kiln/attrs.h"
 #include "kiln/ref.h"
 #include "kiln/tensor.h"
 #include "kiln/variable.h"
@@ -19,7 +22,34 @@ namespace kiln::optim {
 // finite and >= 0: an optimizer throws kInvalidArgument when its schedule gives another.
 // The schedules below check their constants when made (kInvalidArgument): learning rates
 // finite and >= 0, decay_steps > 0, warmup_steps >= 0.
-using Schedule = std::function<double(int64_t step)>;
+//
+// The built-in schedules carry their name and arguments (a saved model records them); any
+// other callable converts to a custom schedule, which a saved model cannot record.
+class Schedule {
+ public:
+  using Fn = std::function<double(int64_t step)>;
+  Schedule() = default;
+  Schedule(std::string name, Attrs config, Fn fn)
+      : name_(std::move(name)), config_(std::move(config)), fn_(std::move(fn)) {}
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, Schedule> &&
+                                                    std::is_invocable_r_v<double, F&, int64_t>>>
+  Schedule(F fn) : name_("custom"), fn_(std::move(fn)) {}  // NOLINT: implicit on purpose
+
+  double operator()(int64_t step) const { return fn_(step); }
+  explicit operator bool() const { return static_cast<bool>(fn_); }
+  const std::string& name() const { return name_; }  // "constant", ..., "custom"
+  // The arguments; linear_warmup's schedule after warm-up is "after" (its name) and
+  // "after.<argument>".
+  const Attrs& config() const { return config_; }
+
+ private:
+  std::string name_;
+  Attrs config_;
+  Fn fn_;
+};
+// The schedule a name and arguments describe (as Schedule::name()/config() give them);
+// "custom" or an unknown name is kInvalidArgument.
+Schedule schedule_from_config(const std::string& name, const Attrs& config);
 Schedule constant_lr(double lr);
 // lr * rate^(step / decay_steps), with integer division when staircase; rate finite and >= 0.
 Schedule exponential_decay(double lr, int64_t decay_steps, double rate, bool staircase = false);
@@ -41,6 +71,14 @@ class Optimizer {
                                                        const std::vector<Tensor>& slots,
                                                        const Tensor& lr,
                                                        const Tensor& step) const = 0;
+  // Keras' get_config: the hyper-parameters that rebuild this optimizer with
+  // optimizer_from_config, including the learning-rate schedule ("learning_rate" and
+  // "learning_rate.<argument>"), the clipping norm and an overridden learning rate. A
+  // subclass adds its own arguments by overriding hyper_parameters(). Throws
+  // kFailedPrecondition for a custom schedule (a function cannot be saved).
+  Attrs config() const;
+  virtual Attrs hyper_parameters() const { return {}; }
+  const Schedule& schedule() const { return schedule_; }
 
   // The learning rate for the next update: the override if set, else schedule(iterations).
   double learning_rate() const;
@@ -71,6 +109,13 @@ class Optimizer {
 
 using OptimizerRef = Ref<Optimizer>;
 
+// Optimizer classes by name(), for loading saved models: the built-in ones are registered; a
+// custom optimizer registers a factory from its config (kAlreadyExists when taken, unless
+// `replace`). optimizer_from_config throws kNotFound for an unknown class, naming it.
+using OptimizerFactory = std::function<std::shared_ptr<Optimizer>(const Attrs& config)>;
+void register_optimizer(const std::string& name, OptimizerFactory factory, bool replace = false);
+std::shared_ptr<Optimizer> optimizer_from_config(const std::string& name, const Attrs& config);
+
 // The optimizers check their hyper-parameters when constructed, as PyTorch's do, and throw
 // kInvalidArgument naming the optimizer, the parameter and the value: lr, eps and weight_decay
 // finite and >= 0; momentum, beta1, beta2 and rho (decay factors of running averages) in
@@ -81,6 +126,7 @@ class SGD : public Optimizer {
   explicit SGD(double lr = 0.01, double momentum = 0, bool nesterov = false);
   SGD(Schedule lr, double momentum = 0, bool nesterov = false);
   std::string name() const override { return "SGD"; }
+  Attrs hyper_parameters() const override;
   std::vector<std::string> slot_names() const override;
   std::pair<Tensor, std::vector<Tensor>> apply(const Tensor& var, const Tensor& grad,
                                                const std::vector<Tensor>& slots, const Tensor& lr,
@@ -96,6 +142,7 @@ class Adam : public Optimizer {
   explicit Adam(double lr = 1e-3, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-7);
   Adam(Schedule lr, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-7);
   std::string name() const override { return "Adam"; }
+  Attrs hyper_parameters() const override;
   std::vector<std::string> slot_names() const override { return {"m", "v"}; }
   std::pair<Tensor, std::vector<Tensor>> apply(const Tensor& var, const Tensor& grad,
                                                const std::vector<Tensor>& slots, const Tensor& lr,
@@ -113,6 +160,7 @@ class AdamW : public Adam {
   explicit AdamW(double lr = 1e-3, double weight_decay = 0.004, double beta1 = 0.9,
                  double beta2 = 0.999, double eps = 1e-7);
   std::string name() const override { return "AdamW"; }
+  Attrs hyper_parameters() const override;
   std::pair<Tensor, std::vector<Tensor>> apply(const Tensor& var, const Tensor& grad,
                                                const std::vector<Tensor>& slots, const Tensor& lr,
                                                const Tensor& step) const override;
@@ -126,6 +174,7 @@ class RMSprop : public Optimizer {
   explicit RMSprop(double lr = 1e-3, double rho = 0.9, double momentum = 0, double eps = 1e-7,
                    bool centered = false);
   std::string name() const override { return "RMSprop"; }
+  Attrs hyper_parameters() const override;
   std::vector<std::string> slot_names() const override;
   std::pair<Tensor, std::vector<Tensor>> apply(const Tensor& var, const Tensor& grad,
                                                const std::vector<Tensor>& slots, const Tensor& lr,

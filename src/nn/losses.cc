@@ -2,6 +2,8 @@
 // step graph; operator() averages them over the batch.
 #include "kiln/nn/losses.h"
 
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -194,6 +196,77 @@ Tensor Huber::per_example(const Tensor& y_true, const Tensor& y_pred) const {
   Tensor quadratic = square(error) * 0.5;
   Tensor linear = abs_error * delta_ - 0.5 * delta_ * delta_;
   return per_row(where(abs_error <= scalar_like(delta_, abs_error), quadratic, linear));
+}
+
+// ---- the registry of loss classes ----------------------------------------------------------
+
+namespace {
+
+struct LossRegistry {
+  std::mutex mu;
+  std::map<std::string, LossFactory> factories;
+};
+
+LossRegistry& loss_registry() {
+  static LossRegistry* r = new LossRegistry;  // never destroyed: registrations run at load time
+  return *r;
+}
+
+const bool kBuiltInLosses = [] {
+  register_loss("sparse_categorical_crossentropy", [](const Attrs& c) {
+    return std::make_shared<SparseCategoricalCrossentropy>(c.get_bool("from_logits"));
+  });
+  register_loss("categorical_crossentropy", [](const Attrs& c) {
+    return std::make_shared<CategoricalCrossentropy>(c.get_bool("from_logits"),
+                                                     c.get_float("label_smoothing"));
+  });
+  register_loss("binary_crossentropy", [](const Attrs& c) {
+    return std::make_shared<BinaryCrossentropy>(c.get_bool("from_logits"));
+  });
+  register_loss("mean_squared_error",
+                [](const Attrs&) { return std::make_shared<MeanSquaredError>(); });
+  register_loss("huber",
+                [](const Attrs& c) { return std::make_shared<Huber>(c.get_float("delta")); });
+  return true;
+}();
+
+}  // namespace
+
+void register_loss(const std::string& name, LossFactory factory, bool replace) {
+  if (name.empty() || !factory) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "register_loss: needs a class name and a factory, got '" + name + "'");
+  }
+  LossRegistry& r = loss_registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!replace && r.factories.count(name)) {
+    throw Error(ErrorCode::kAlreadyExists, "register_loss: loss '" + name +
+                                               "' is registered already (pass replace=true to "
+                                               "override it)");
+  }
+  r.factories[name] = std::move(factory);
+}
+
+std::shared_ptr<Loss> loss_from_config(const std::string& name, const Attrs& config) {
+  LossFactory factory;
+  {
+    LossRegistry& r = loss_registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.factories.find(name);
+    if (it != r.factories.end()) factory = it->second;
+  }
+  if (!factory) {
+    throw Error(ErrorCode::kNotFound, "loss '" + name +
+                                          "' is not registered in this program: register it "
+                                          "with kiln::nn::register_loss before loading");
+  }
+  try {
+    std::shared_ptr<Loss> loss = factory(config);
+    if (!loss) throw Error(ErrorCode::kInternal, "its factory returned no loss");
+    return loss;
+  } catch (const Error& e) {
+    throw Error(e.code(), "loss '" + name + "': " + e.what());
+  }
 }
 
 }  // namespace kiln::nn

@@ -966,6 +966,38 @@ Model::InferenceGraph Model::inference_graph() {
   return g;
 }
 
+Model::Architecture Model::architecture() const {
+  std::lock_guard lock(impl_->mu);
+  Architecture a;
+  a.functional = impl_->functional;
+  a.layers = impl_->layers;
+  a.input_names = input_names();
+  a.input_types = impl_->input_specs;
+  a.seed = impl_->seed;
+  if (!impl_->functional) return a;
+  std::map<std::pair<int, int>, std::pair<int, int>> where;  // graph value -> (call, index)
+  auto value_of = [](const Tensor& t) { return std::make_pair(t.impl()->node, t.impl()->output); };
+  for (size_t i = 0; i < impl_->inputs.size(); ++i)
+    where[value_of(impl_->inputs[i])] = {-1, static_cast<int>(i)};
+  for (size_t c = 0; c < impl_->calls.size(); ++c) {
+    Architecture::Call call;
+    call.layer = c;  // layers holds one entry per call
+    for (const Tensor& in : impl_->calls[c].inputs) call.inputs.push_back(where.at(value_of(in)));
+    a.calls.push_back(std::move(call));
+    where[value_of(impl_->calls[c].output)] = {static_cast<int>(c), 0};
+  }
+  for (const Tensor& out : impl_->outputs) a.outputs.push_back(where.at(value_of(out)));
+  return a;
+}
+
+std::vector<Tensor> Model::read_variables(const std::vector<Variable>& variables) const {
+  std::lock_guard lock(impl_->mu);  // between two of fit's steps
+  std::vector<Tensor> out;
+  out.reserve(variables.size());
+  for (const Variable& v : variables) out.push_back(v.value());
+  return out;
+}
+
 std::optional<TensorType> Model::input_type() const {
   std::lock_guard lock(impl_->mu);
   if (impl_->input_specs.empty()) return std::nullopt;

@@ -1,11 +1,18 @@
 // The layer zoo (tests/nn/layer_zoo.h): every case's model is made of registered layer classes
-// whose configs rebuild them.
+// whose configs rebuild them; it trains (the loss falls), saves, loads in another process and
+// trains further to exactly the weights an uninterrupted run reaches.
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
 
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 #include "kiln/nn/layer_registry.h"
 #include "tests/nn/layer_zoo.h"
+#include "tests/subprocess.h"
+#include "tests/testing/temp_dir.h"
 
 namespace kiln::nn::testing {
 
@@ -41,6 +48,89 @@ TEST(LayerZoo, EveryLayerIsRegisteredAndItsConfigRebuildsIt) {
       EXPECT_TRUE(rebuilt->config() == layer->config()) << layer->config().str();
     }
   }
+}
+
+// ---- train, save, load in another process, continue ------------------------------------------
+
+constexpr int kFirstEpochs = 3, kAllEpochs = 5;
+
+FitOptions zoo_fit(int epochs, int initial_epoch) {
+  return {.epochs = epochs, .batch_size = 16, .seed = 21, .verbose = 0,
+          .initial_epoch = initial_epoch};
+}
+
+void compile_case(Model& model, const ZooCase& c) {
+  if (c.loss == "sparse_categorical_crossentropy") {
+    model.compile(optim::Adam(c.learning_rate), SparseCategoricalCrossentropy(true), {"accuracy"});
+  } else {
+    model.compile(optim::Adam(c.learning_rate), MeanSquaredError());
+  }
+}
+
+std::vector<std::vector<uint8_t>> weight_bytes(const Model& m) {
+  std::vector<std::vector<uint8_t>> out;
+  for (const Variable& v : m.weights()) {
+    const Tensor t = v.value();
+    const auto* p = static_cast<const uint8_t*>(t.raw_data());
+    out.emplace_back(p, p + t.nbytes());
+  }
+  return out;
+}
+
+// The child: for each case named in KILN_ZOO_CHILD_DIR/cases, load <case>.kiln, train to
+// kAllEpochs and save <case>.continued.kiln. Run by the test below, not on its own.
+TEST(LayerZooChild, DISABLED_LoadAndContinue) {
+  const char* dir = std::getenv("KILN_ZOO_CHILD_DIR");
+  ASSERT_NE(dir, nullptr) << "run by LayerZoo.TrainsSavesLoadsInAnotherProcessAndContinues";
+  for (const ZooCase& c : zoo()) {
+    const std::string path = std::string(dir) + "/" + c.name + ".kiln";
+    if (!std::filesystem::exists(path)) continue;
+    SCOPED_TRACE(c.name);
+    std::unique_ptr<Model> model = load_model(path);
+    auto [x, y] = c.data();
+    model->fit(x, y, zoo_fit(kAllEpochs, kFirstEpochs));
+    model->save(std::string(dir) + "/" + c.name + ".continued.kiln");
+  }
+}
+
+TEST(LayerZoo, TrainsSavesLoadsInAnotherProcessAndContinues) {
+  const std::filesystem::path dir = testing_util::per_test_dir("layer_zoo");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::map<std::string, std::unique_ptr<Model>> uninterrupted;
+  for (const ZooCase& c : zoo()) {
+    SCOPED_TRACE(c.name);
+    std::unique_ptr<Model> model = c.make();
+    auto [x, y] = c.data();
+    model->set_seed(3);
+    compile_case(*model, c);
+    History h = model->fit(x, y, zoo_fit(kFirstEpochs, 0));
+    EXPECT_LT(h.history["loss"].back(), h.history["loss"].front()) << "the loss did not fall";
+    model->save((dir / (c.name + ".kiln")).string());
+    // The same model loaded in this process predicts the same bits.
+    std::unique_ptr<Model> again = load_model((dir / (c.name + ".kiln")).string());
+    EXPECT_EQ(again->predict(x).to_vector<float>(), model->predict(x).to_vector<float>());
+    EXPECT_EQ(again->summary(), model->summary());
+    uninterrupted[c.name] = std::move(model);
+  }
+  const std::string log = (dir / "child.log").string();
+  testing_util::ProcessResult child = testing_util::run_process(
+      {"/proc/self/exe", "--gtest_also_run_disabled_tests",
+       "--gtest_filter=LayerZooChild.DISABLED_LoadAndContinue"},
+      log, {{"KILN_ZOO_CHILD_DIR", dir.string()}});
+  ASSERT_TRUE(child.exited_ok()) << child.output;
+  for (const ZooCase& c : zoo()) {
+    SCOPED_TRACE(c.name);
+    Model& model = *uninterrupted.at(c.name);
+    auto [x, y] = c.data();
+    model.fit(x, y, zoo_fit(kAllEpochs, kFirstEpochs));
+    std::unique_ptr<Model> continued = load_model((dir / (c.name + ".continued.kiln")).string());
+    EXPECT_EQ(weight_bytes(*continued), weight_bytes(model))
+        << "training continued in another process reached other weights";
+    EXPECT_EQ(continued->compile_config().optimizer->iterations(),
+              model.compile_config().optimizer->iterations());
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(LayerRegistry, UnknownClassNamesItAndHowToRegister) {

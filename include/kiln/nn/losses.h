@@ -1,9 +1,12 @@
 // Losses (Keras semantics): per-example values, averaged over the batch by operator().
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "kiln/attrs.h"
 #include "kiln/ref.h"
 #include "kiln/tensor.h"
 
@@ -13,6 +16,8 @@ class Loss {
  public:
   virtual ~Loss() = default;
   virtual std::string name() const = 0;
+  // Keras' get_config: the arguments that rebuild this loss with loss_from_config(name(), ...).
+  virtual Attrs config() const { return {}; }
   // One loss value per example: shape [batch].
   virtual Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const = 0;
   // The mean over the batch (an f32 scalar).
@@ -28,6 +33,13 @@ class Loss {
 
 using LossRef = Ref<Loss>;
 
+// Loss classes by name(), for loading saved models: the built-in ones are registered; a custom
+// loss registers a factory from its config (kAlreadyExists when taken, unless `replace`).
+// loss_from_config throws kNotFound for an unknown name, naming it.
+using LossFactory = std::function<std::shared_ptr<Loss>(const Attrs& config)>;
+void register_loss(const std::string& name, LossFactory factory, bool replace = false);
+std::shared_ptr<Loss> loss_from_config(const std::string& name, const Attrs& config);
+
 // Integer labels [batch] against scores [batch, classes]. Stable log-softmax from logits.
 class SparseCategoricalCrossentropy : public Loss {
  public:
@@ -37,6 +49,7 @@ class SparseCategoricalCrossentropy : public Loss {
   std::vector<std::string> advice(const Tensor& y_true,
                                   const std::string& output_activation) const override;
   bool from_logits() const { return from_logits_; }
+  Attrs config() const override { return {{"from_logits", from_logits_}}; }
 
  private:
   bool from_logits_;
@@ -52,6 +65,9 @@ class CategoricalCrossentropy : public Loss {
   std::vector<std::string> advice(const Tensor& y_true,
                                   const std::string& output_activation) const override;
   bool from_logits() const { return from_logits_; }
+  Attrs config() const override {
+    return {{"from_logits", from_logits_}, {"label_smoothing", label_smoothing_}};
+  }
 
  private:
   bool from_logits_;
@@ -68,6 +84,7 @@ class BinaryCrossentropy : public Loss {
   std::vector<std::string> advice(const Tensor& y_true,
                                   const std::string& output_activation) const override;
   bool from_logits() const { return from_logits_; }
+  Attrs config() const override { return {{"from_logits", from_logits_}}; }
 
  private:
   bool from_logits_;
@@ -83,6 +100,7 @@ class Huber : public Loss {
  public:
   explicit Huber(double delta = 1.0) : delta_(delta) {}
   std::string name() const override { return "huber"; }
+  Attrs config() const override { return {{"delta", delta_}}; }
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override;
 
  private:

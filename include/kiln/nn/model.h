@@ -185,6 +185,29 @@ class Model {
   InferenceGraph inference_graph(const Shape& input_shape, DType dtype = f32);
   // For the input types the model is built for (every input and output).
   InferenceGraph inference_graph();
+  // ---- whole-model save and load (kiln/nn/saving.h) ----------------------------------------
+  // Saves architecture, weights, optimizer state and compile configuration to one file;
+  // nn::load_model(path) gives the model back. See kiln/nn/saving.h.
+  void save(const std::string& path) const;
+  // What the model is made of, for saving. Functional: each call's layer and inputs, values
+  // named as (call index, 0) for a call's output and (-1, i) for input i.
+  struct Architecture {
+    bool functional = false;
+    std::vector<LayerPtr> layers;  // Sequential: in order; functional: one per call
+    std::vector<std::string> input_names;
+    std::vector<TensorType> input_types;  // empty before a Sequential model is built
+    struct Call {
+      size_t layer = 0;  // into layers
+      std::vector<std::pair<int, int>> inputs;
+    };
+    std::vector<Call> calls;
+    std::vector<std::pair<int, int>> outputs;
+    uint64_t seed = 0;
+  };
+  Architecture architecture() const;
+  // The values of these variables, read together between two of fit's steps.
+  std::vector<Tensor> read_variables(const std::vector<Variable>& variables) const;
+
   // The input type the model was built for ([?, features...]); nullopt before build, the first
   // fit or predict (a functional model knows it from its Input).
   std::optional<TensorType> input_type() const;

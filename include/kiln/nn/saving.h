@@ -1,0 +1,40 @@
+// Whole-model save and load, as Keras' model.save() and keras.models.load_model(): one file
+// holds the architecture (each layer's class and config, and how layers are called), the
+// weights, the optimizer's state (slots, iteration count, learning-rate schedule) and the
+// compile configuration (optimizer, losses, metrics, loss weights). load_model gives back a
+// Model that can fit further (continuing exactly where the saved one stopped: the same
+// weights, optimizer state and, with the same FitOptions and initial_epoch, the same batches
+// and dropout seeds), evaluate, predict and summary.
+//
+// Two formats, side by side:
+//   Model::save / nn::load_model   the whole model, to train further or serve (this file)
+//   io::save_model / io::load_model  an exported inference graph (kiln/io/saved_model.h): runs
+//                                    without the model's code, layer classes or Kiln's nn
+//
+// Custom layers, losses and optimizers round-trip through their registration
+// (KILN_REGISTER_LAYER, nn::register_loss, optim::register_optimizer): save refuses a model
+// with a class the registry cannot rebuild (kFailedPrecondition naming it), and load refuses a
+// file naming a class this program has not registered (kNotFound naming it). A Lambda layer
+// saves its function by name (nn::register_lambda_function).
+//
+// The file is written to a temporary file and renamed into place: a reader sees the previous
+// file or the complete new one, never a half-written one. Every record is CRC-checked; a
+// corrupt or truncated file is kDataLoss naming the file and what is wrong.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kiln/nn/model.h"
+
+namespace kiln::nn {
+
+void save_model(const Model& model, const std::string& path);
+
+struct LoadOptions {
+  bool compile = true;  // false: the model comes back uncompiled (no optimizer state)
+};
+// A Sequential model comes back as a Sequential.
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options = {});
+
+}  // namespace kiln::nn
