@@ -10,6 +10,7 @@
 #include "kiln/autodiff.h"
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
+#include "ops/max_min.h"
 #include "src/core/float16_rounding.h"
 
 namespace kiln {
@@ -142,22 +143,6 @@ T power(T a, T b) {
     result = static_cast<T>(ur);
     return result;
   }
-}
-
-// max/min propagate NaN, as XLA does.
-template <class T>
-T max_of(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
-  }
-  return a > b ? a : b;
-}
-template <class T>
-T min_of(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
-  }
-  return a < b ? a : b;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
+#include "ops/max_min.h"
 
 namespace kiln {
 namespace ops {
@@ -58,7 +59,8 @@ struct ProdOp {
   static T finish(Acc a) { return narrow<T>(a); }
 };
 
-// max and min propagate NaN: once the accumulator is NaN it stays NaN.
+// max and min as the elementwise ops (ops/max_min.h): NaN propagates (once the accumulator is
+// NaN it stays NaN), and a row holding -0 and +0 has maximum +0 and minimum -0.
 template <class T, bool kMax>
 struct ExtremeOp {
   using Acc = ComputeType<T>;
@@ -70,12 +72,7 @@ struct ExtremeOp {
     }
   }
   static Acc from(T x) { return static_cast<Acc>(x); }
-  static Acc op(Acc a, Acc b) {
-    if constexpr (kIsFloat<T>) {
-      if (b != b) return b;
-    }
-    return (kMax ? b > a : b < a) ? b : a;
-  }
+  static Acc op(Acc a, Acc b) { return kMax ? max_of(a, b) : min_of(a, b); }
   static T finish(Acc a) { return static_cast<T>(a); }
 };
 template <class T>

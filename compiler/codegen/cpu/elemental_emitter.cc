@@ -457,13 +457,17 @@ class Emitter {
       row_dims.insert(row_dims.end(), kept_inner.begin(), kept_inner.end() - 1);
     }
 
-    // Row-kernel accumulators live in allocas (promoted to registers by mem2reg).
-    std::vector<llvm::AllocaInst*> acc(red_outs.size()), nan(red_outs.size());
+    // Row-kernel accumulators live in allocas (promoted to registers by mem2reg). Float max
+    // and min fold with maxnum/minnum `nnan nsz`, beside an or-reduced NaN flag and a flag for
+    // whether the preferred zero (+0 for max, -0 for min) was seen.
+    std::vector<llvm::AllocaInst*> acc(red_outs.size()), nan(red_outs.size()),
+        zero(red_outs.size());
     if (!column) {
       llvm::IRBuilder<> eb(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
       for (size_t q = 0; q < red_outs.size(); ++q) {
         acc[q] = eb.CreateAlloca(reg_type(sg_.dtype(red_outs_value(red_outs[q]))));
         nan[q] = eb.CreateAlloca(b_.getInt1Ty());
+        zero[q] = eb.CreateAlloca(b_.getInt1Ty());
       }
     }
 
@@ -527,6 +531,7 @@ class Emitter {
         for (size_t q = 0; q < red_outs.size(); ++q) {
           b_.CreateStore(identity(red_kind(red_outs[q]), red_type(red_outs[q])), acc[q]);
           b_.CreateStore(b_.getFalse(), nan[q]);
+          b_.CreateStore(b_.getFalse(), zero[q]);
         }
       }
 
@@ -568,6 +573,9 @@ class Emitter {
                   if (minmax && (t == f32 || t == f64)) {
                     Value* f = b_.CreateLoad(b_.getInt1Ty(), nan[q]);
                     b_.CreateStore(b_.CreateOr(f, is_nan(v)), nan[q]);
+                    Value* z = b_.CreateLoad(b_.getInt1Ty(), zero[q]);
+                    bool mx = red_kind(oi) == ReduceKind::kMax;
+                    b_.CreateStore(b_.CreateOr(z, is_preferred_zero(v, mx)), zero[q]);
                   }
                 }
               });
@@ -580,9 +588,19 @@ class Emitter {
           int oi = red_outs[q];
           DType t = red_type(oi);
           Value* a = b_.CreateLoad(reg_type(t), acc[q]);
-          if (t == f32 || t == f64) {
+          bool minmax = red_kind(oi) == ReduceKind::kMax || red_kind(oi) == ReduceKind::kMin;
+          if (minmax && (t == f32 || t == f64)) {
+            // maxnum/minnum `nsz` leave a zero extreme's sign open: +0 for max if any +0 was
+            // folded, else -0; -0 for min if any -0 was, else +0.
+            bool mx = red_kind(oi) == ReduceKind::kMax;
+            Type* ty = a->getType();
+            Value* seen = b_.CreateLoad(b_.getInt1Ty(), zero[q]);
+            Value* preferred = fconst(ty, mx ? 0.0 : -0.0);
+            Value* other = fconst(ty, mx ? -0.0 : 0.0);
+            a = b_.CreateSelect(b_.CreateFCmpOEQ(a, fconst(ty, 0)),
+                                b_.CreateSelect(seen, preferred, other), a);
             Value* f = b_.CreateLoad(b_.getInt1Ty(), nan[q]);
-            a = b_.CreateSelect(f, llvm::ConstantFP::getNaN(a->getType()), a);
+            a = b_.CreateSelect(f, llvm::ConstantFP::getNaN(ty), a);
           }
           b_.CreateStore(a, out_red_ptr(oi, r));
         }
@@ -697,12 +715,27 @@ class Emitter {
     return b_.CreateCall(fn, {x});
   }
 
-  // XLA's semantics: NaN if either operand is NaN; otherwise a > b ? a : b (max).
+  // XLA's semantics, as ops/max_min.h: NaN if either operand is NaN; -0 below +0; otherwise
+  // a > b ? a : b (max). Equal operands differ only as a -0/+0 pair, whose sign bits max ands
+  // (+0) and min ors (-0).
   Value* max_min(Value* x, Value* y, bool fp, bool is_max) {
     if (!fp) return b_.CreateSelect(is_max ? b_.CreateICmpSGT(x, y) : b_.CreateICmpSLT(x, y), x, y);
     Value* pick = b_.CreateSelect(is_max ? b_.CreateFCmpOGT(x, y) : b_.CreateFCmpOLT(x, y), x, y);
-    return b_.CreateSelect(b_.CreateFCmpUNO(x, y),
-                           llvm::ConstantFP::getNaN(x->getType()), pick);
+    Type* ty = x->getType();
+    Type* it = b_.getIntNTy(ty->getPrimitiveSizeInBits());
+    Value* xi = b_.CreateBitCast(x, it);
+    Value* yi = b_.CreateBitCast(y, it);
+    Value* tie = b_.CreateBitCast(is_max ? b_.CreateAnd(xi, yi) : b_.CreateOr(xi, yi), ty);
+    pick = b_.CreateSelect(b_.CreateFCmpOEQ(x, y), tie, pick);
+    return b_.CreateSelect(b_.CreateFCmpUNO(x, y), llvm::ConstantFP::getNaN(ty), pick);
+  }
+
+  // Whether x is the zero a max (+0) or min (-0) reduction must return when its extreme is 0.
+  Value* is_preferred_zero(Value* x, bool is_max) {
+    Type* it = b_.getIntNTy(x->getType()->getPrimitiveSizeInBits());
+    Value* bits = is_max ? llvm::ConstantInt::get(it, 0)
+                         : llvm::ConstantInt::get(it, llvm::APInt::getSignMask(it->getIntegerBitWidth()));
+    return b_.CreateICmpEQ(b_.CreateBitCast(x, it), bits);
   }
 
   Value* sign(Value* x, DType t) {

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "kiln/error.h"
+#include "ops/max_min.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln::compiler::cpu {
@@ -397,16 +398,8 @@ void combine(ReduceKind kind, const T* partials, int64_t chunks, int64_t n, T* o
         switch (kind) {  // integers wrap, as in the kernel
           case ReduceKind::kSum: a = static_cast<T>(static_cast<W>(a) + static_cast<W>(v)); break;
           case ReduceKind::kProd: a = static_cast<T>(static_cast<W>(a) * static_cast<W>(v)); break;
-          case ReduceKind::kMax:
-          case ReduceKind::kMin:
-            if constexpr (std::is_floating_point_v<T>) {
-              if (a != a || v != v) {
-                a = std::numeric_limits<T>::quiet_NaN();
-                break;
-              }
-            }
-            a = (kind == ReduceKind::kMax ? v > a : v < a) ? v : a;
-            break;
+          case ReduceKind::kMax: a = ops::max_of(a, v); break;
+          case ReduceKind::kMin: a = ops::min_of(a, v); break;
         }
       }
       out[i] = a;
