@@ -337,5 +337,24 @@ TEST(Callbacks, LearningRateSchedulerSetsTheRatePerEpoch) {
   EXPECT_DOUBLE_EQ(model.optimizer().learning_rate(), 0.5 / 3);
 }
 
+TEST(FitOptions, SettersTakeFieldsInAnyOrderAndMatchDesignatedInitializers) {
+  auto [x, y] = blobs(64, 5);
+  FitOptions designated{.epochs = 2, .batch_size = 16, .seed = 3, .verbose = 0};
+  FitOptions chained = FitOptions().set_verbose(0).set_seed(3).set_batch_size(16).set_epochs(2);
+  EXPECT_EQ(chained.epochs, 2);
+  EXPECT_EQ(chained.batch_size, 16);
+  EXPECT_EQ(chained.seed, 3u);
+  EXPECT_EQ(chained.verbose, 0);
+  Sequential a({Dense(4, "relu"), Dense(2)}), b({Dense(4, "relu"), Dense(2)});
+  for (Sequential* m : {&a, &b})
+    m->compile(optim::Adam(0.01), SparseCategoricalCrossentropy(true));
+  a.fit(x, y, designated);
+  b.fit(x, y, chained);
+  EXPECT_EQ(snapshot(a), snapshot(b));
+  FitOptions validated = FitOptions().set_validation_data(x, y).set_verbose(0);
+  EXPECT_TRUE(validated.validation_data.has_value());
+  EXPECT_EQ(b.fit(x, y, validated).history.count("val_loss"), 1u);
+}
+
 }  // namespace
 }  // namespace kiln::nn

@@ -26,6 +26,9 @@ namespace kiln::nn {
 
 class BatchSource;
 
+// Set the fields with designated initializers in declaration order
+// ({.epochs = 5, .batch_size = 64, .verbose = 0}), or in any order with the setters:
+// FitOptions().set_verbose(0).set_epochs(5).
 struct FitOptions {
   int epochs = 1;
   int64_t batch_size = 32;
@@ -35,6 +38,18 @@ struct FitOptions {
   std::vector<CallbackRef> callbacks;
   int verbose = 1;  // 0 silent, 1 progress bar (one line per epoch when not a terminal), 2 line
   int initial_epoch = 0;
+
+  FitOptions& set_epochs(int v) { return epochs = v, *this; }
+  FitOptions& set_batch_size(int64_t v) { return batch_size = v, *this; }
+  FitOptions& set_shuffle(bool v) { return shuffle = v, *this; }
+  FitOptions& set_seed(uint64_t v) { return seed = v, *this; }
+  FitOptions& set_validation_data(Tensor x, Tensor y) {
+    return validation_data = std::make_pair(std::move(x), std::move(y)), *this;
+  }
+  FitOptions& set_callbacks(std::vector<CallbackRef> v) { return callbacks = std::move(v), *this; }
+  FitOptions& add_callback(CallbackRef v) { return callbacks.push_back(std::move(v)), *this; }
+  FitOptions& set_verbose(int v) { return verbose = v, *this; }
+  FitOptions& set_initial_epoch(int v) { return initial_epoch = v, *this; }
 };
 
 // Tensors by name, {{"a", xa}, {"b", xb}}: a model's inputs or targets (a class rather than a

@@ -33,6 +33,7 @@ void save_model(const Model& model, const std::string& path);
 
 struct LoadOptions {
   bool compile = true;  // false: the model comes back uncompiled (no optimizer state)
+  LoadOptions& set_compile(bool v) { return compile = v, *this; }
 };
 // A Sequential model comes back as a Sequential.
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options = {});
