@@ -7,7 +7,6 @@
 #include <numbers>
 #include <sstream>
 
-#include "kiln/autodiff.h"
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
 #include "ops/max_min.h"

@@ -3,7 +3,7 @@
 
 #include <atomic>
 
-#include "kiln/function.h"
+#include "kiln/execution_mode.h"
 #include "runtime/thread_pool.h"
 #include "src/core/tensor_impl.h"
 

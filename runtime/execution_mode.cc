@@ -1,10 +1,10 @@
-// The process-wide default execution mode (declared in kiln/function.h): KILN_INTERPRET from
-// the environment, or what set_default_execution_mode chose.
+// The process-wide default execution mode (declared in kiln/execution_mode.h):
+// KILN_INTERPRET from the environment, or what set_default_execution_mode chose.
 #include <atomic>
 #include <cstdlib>
 #include <string_view>
 
-#include "kiln/function.h"
+#include "kiln/execution_mode.h"
 
 namespace kiln {
 

@@ -7,6 +7,7 @@ packages=(
   llvm-16-dev libzstd-dev libeigen3-dev libprotobuf-dev protobuf-compiler libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin zlib1g-dev
   ninja-build ccache dataset-fashion-mnist cmake g++ mold
+  python3  # tests/tools/check_layers.py and the benchmark scripts
   clang libclang-rt-14-dev  # the fuzz targets (fuzz/, KILN_FUZZ)
 )
 

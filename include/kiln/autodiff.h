@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/ops.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -32,13 +33,6 @@ std::pair<Tensor, std::vector<Tensor>> value_and_grad(const DifferentiableFn& f,
 std::vector<Tensor> grad(const DifferentiableFn& f, const std::vector<Tensor>& args,
                          const Tensor& dy = {});
 
-// The identity, through which no gradient flows.
-Tensor stop_gradient(const Tensor& x);
-
-// For gradient rules of broadcasting ops: sums `grad` (the gradient of a broadcast result)
-// back to the input's `shape`: over the leading dimensions `shape` lacks and over the
-// dimensions where `shape` has 1 and grad does not. A dimension of `shape` that is kUnknownDim
-// at record time is taken as not broadcast.
-Tensor unbroadcast(const Tensor& grad, const Shape& shape);
+// stop_gradient and unbroadcast are in kiln/ops.h (gradient rules of ops use them).
 
 }  // namespace kiln

@@ -215,6 +215,16 @@ Tensor softmax(const Tensor& x, int64_t axis = -1);
 Tensor log_softmax(const Tensor& x, int64_t axis = -1);
 Tensor logsumexp(const Tensor& x, Axes axes = {}, bool keepdims = false);
 
+// ---- for gradients ------------------------------------------------------------------------
+// The identity, through which no gradient flows.
+Tensor stop_gradient(const Tensor& x);
+
+// For gradient rules of broadcasting ops: sums `grad` (the gradient of a broadcast result)
+// back to the input's `shape`: over the leading dimensions `shape` lacks and over the
+// dimensions where `shape` has 1 and grad does not. A dimension of `shape` that is kUnknownDim
+// at record time is taken as not broadcast.
+Tensor unbroadcast(const Tensor& grad, const Shape& shape);
+
 // ---- comparison helpers for tests -------------------------------------------------------
 // True when shapes match and |a - b| <= atol + rtol * |b| everywhere (NaNs equal NaNs).
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);

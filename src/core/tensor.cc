@@ -5,7 +5,6 @@
 #include <new>
 
 #include "kiln/graph.h"
-#include "kiln/ops.h"
 #include "src/core/float16_rounding.h"
 #include "src/core/host_allocator.h"
 #include "src/core/tensor_impl.h"
@@ -184,7 +183,6 @@ void Tensor::item_into(DType requested, void* out) const {
   });
 }
 
-Tensor Tensor::to(DType dtype) const { return convert(*this, dtype); }
 
 Graph Tensor::graph() const {
   if (!is_symbolic()) {

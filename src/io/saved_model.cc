@@ -17,7 +17,6 @@
 #include "compiler/compile_cache.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/tfrecord.h"
-#include "kiln/nn/model.h"
 #include "kiln/op_registry.h"
 #include "kiln/version.h"
 #include "src/core/tensor_impl.h"
@@ -295,18 +294,19 @@ std::string enter_scopes(const Graph& g, const std::string& name,
 
 // ---- save -----------------------------------------------------------------------------------
 
-std::string save_model(nn::Model& model, const std::string& dir, const Shape& input_shape,
-                       DType dtype) {
+std::string save_graph(const ExportedGraph& ig, const std::string& dir) {
   if (dir.empty()) fail(ErrorCode::kInvalidArgument, "save_model: the directory is empty");
-  nn::Model::InferenceGraph ig = model.inference_graph(input_shape, dtype);
+  if (ig.inputs.empty() || ig.outputs.empty()) {
+    fail(ErrorCode::kInvalidArgument, "save_model: the signature needs inputs and outputs");
+  }
   const Graph& g = ig.graph;
-  const int input_node = ig.input.impl()->node;
-  const int output_node = ig.output.impl()->node;
-  const int output_index = ig.output.impl()->output;
+  std::set<int> input_nodes;
+  for (const auto& [name, t] : ig.inputs) input_nodes.insert(t.impl()->node);
 
-  // The nodes the output needs, in recording (topological) order.
+  // The nodes the outputs need, in recording (topological) order.
   std::vector<bool> needed(g.num_nodes(), false);
-  std::vector<int> stack = {output_node};
+  std::vector<int> stack;
+  for (const auto& [name, t] : ig.outputs) stack.push_back(t.impl()->node);
   while (!stack.empty()) {
     const int id = stack.back();
     stack.pop_back();
@@ -328,15 +328,15 @@ std::string save_model(nn::Model& model, const std::string& dir, const Shape& in
   saved::SavedModel m;
   m.set_format_version(kFormatVersion);
   m.set_kiln_version(kiln::version());
-  m.set_model_name(model.name());
+  m.set_model_name(ig.model_name);
   std::vector<int> new_id(g.num_nodes(), -1);
   for (int id = 0; id < g.num_nodes(); ++id) {
     if (!needed[id]) continue;
     const NodeInfo node = g.node(id);
-    if (node.op == "placeholder" && id != input_node && !variable_keys.count(id)) {
-      fail(ErrorCode::kUnimplemented, "save_model: the inference graph of '" + model.name() +
+    if (node.op == "placeholder" && !input_nodes.count(id) && !variable_keys.count(id)) {
+      fail(ErrorCode::kUnimplemented, "save_model: the inference graph of '" + ig.model_name +
                                           "' needs placeholder '" + node.name +
-                                          "', which is neither the input nor a variable");
+                                          "', which is neither an input nor a variable");
     }
     new_id[id] = m.nodes_size();
     saved::NodeDef* out = m.add_nodes();
@@ -359,15 +359,23 @@ std::string save_model(nn::Model& model, const std::string& dir, const Shape& in
   }
   saved::SignatureDef* sig = m.add_signatures();
   sig->set_name(kServing);
-  saved::TensorBinding* in = sig->add_inputs();
-  in->set_name("x");
-  in->mutable_value()->set_node(new_id[input_node]);
-  set_type(in->mutable_type(), {ig.input.dtype(), ig.input.shape()});
-  saved::TensorBinding* out = sig->add_outputs();
-  out->set_name("output_0");
-  out->mutable_value()->set_node(new_id[output_node]);
-  out->mutable_value()->set_output(output_index);
-  set_type(out->mutable_type(), {ig.output.dtype(), ig.output.shape()});
+  for (const auto& [name, t] : ig.inputs) {
+    if (new_id[t.impl()->node] < 0) {
+      fail(ErrorCode::kInvalidArgument,
+           "save_model: no output of '" + ig.model_name + "' depends on input '" + name + "'");
+    }
+    saved::TensorBinding* in = sig->add_inputs();
+    in->set_name(name);
+    in->mutable_value()->set_node(new_id[t.impl()->node]);
+    set_type(in->mutable_type(), {t.dtype(), t.shape()});
+  }
+  for (const auto& [name, t] : ig.outputs) {
+    saved::TensorBinding* out = sig->add_outputs();
+    out->set_name(name);
+    out->mutable_value()->set_node(new_id[t.impl()->node]);
+    out->mutable_value()->set_output(t.impl()->output);
+    set_type(out->mutable_type(), {t.dtype(), t.shape()});
+  }
 
   // Write everything into a temporary directory, then rename it to the next free version.
   internal::make_directories(dir, "save_model");

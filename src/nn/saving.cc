@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "kiln/io/saved_model.h"
 #include "kiln/io/tfrecord.h"
 #include "kiln/nn/layer_registry.h"
 #include "kiln/optim.h"
@@ -308,3 +309,27 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
 }
 
 }  // namespace kiln::nn
+
+namespace kiln::io {
+namespace {
+
+ExportedGraph exported(const nn::Model& model, nn::Model::InferenceGraph ig) {
+  ExportedGraph g{model.name(), ig.graph, {}, {}, std::move(ig.variables)};
+  for (size_t i = 0; i < ig.inputs.size(); ++i) g.inputs.emplace_back(ig.input_names[i], ig.inputs[i]);
+  for (size_t o = 0; o < ig.outputs.size(); ++o)
+    g.outputs.emplace_back(ig.output_names[o], ig.outputs[o]);
+  return g;
+}
+
+}  // namespace
+
+std::string save_model(nn::Model& model, const std::string& dir, const Shape& input_shape,
+                       DType dtype) {
+  return save_graph(exported(model, model.inference_graph(input_shape, dtype)), dir);
+}
+
+std::string save_model(nn::Model& model, const std::string& dir) {
+  return save_graph(exported(model, model.inference_graph()), dir);
+}
+
+}  // namespace kiln::io

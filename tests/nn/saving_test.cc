@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kiln/io/saved_model.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 #include "tests/testing/temp_dir.h"
@@ -247,6 +248,23 @@ TEST_F(Saving, OptimizersSchedulesAndLossesRoundTripThroughTheirConfigs) {
   EXPECT_THAT(error_of([] { optim::optimizer_from_config("Nadam", {}); }),
               HasSubstr("'Nadam' is not registered"));
   EXPECT_THAT(error_of([] { loss_from_config("focal", {}); }), HasSubstr("'focal' is not registered"));
+}
+
+TEST_F(Saving, AMultiInputModelExportsForServingWithItsNames) {
+  Tensor a = Input({2}, f32, "a"), b = Input({3}, f32, "b");
+  Tensor out = Dense(1)(Concatenate()({Dense(2)(a), b}));
+  Model model({a, b}, {out, Dense(2)(b)}, "served");
+  const std::string version = io::save_model(model, path("export"));
+  io::LoadedModel loaded = io::load_model(version);
+  Tensor xa = random_normal({5, 2}, 1), xb = random_normal({5, 3}, 2);
+  std::vector<std::string> outs = model.output_names();
+  auto results = loaded.run("serving_default", {{"a", xa}, {"b", xb}});
+  ASSERT_EQ(results.size(), 2u);
+  std::vector<Tensor> expected = model.predict({xa, xb});
+  EXPECT_EQ(results.at(outs[0]).to_vector<float>(), expected[0].to_vector<float>());
+  EXPECT_EQ(results.at(outs[1]).to_vector<float>(), expected[1].to_vector<float>());
+  EXPECT_THAT(error_of([&] { io::save_model(model, path("export"), {2}); }),
+              HasSubstr("several inputs or outputs"));
 }
 
 }  // namespace

@@ -12,27 +12,32 @@
 #include "kiln/function.h"
 #include "kiln/graph.h"
 #include "kiln/tensor.h"
-
-namespace kiln::nn {
-class Model;
-}
+#include "kiln/variable.h"
 
 namespace kiln::io {
 
-// Writes `model`'s inference graph (training=false) for inputs of `input_shape` (without the
-// batch dimension, which stays unknown) to <dir>/<version>/, version = 1 + the highest
-// numeric version already there (TF Serving's layout). Returns that directory. It holds
+// What an exported model holds: a graph, the inputs and outputs of its signature
+// "serving_default" by name, and the variables with the placeholder each feeds. A model gives
+// one with nn::Model::inference_graph; io::save_model(nn::Model&, ...) (kiln/nn/saving.h)
+// exports a model in one call.
+struct ExportedGraph {
+  std::string model_name;
+  Graph graph;
+  std::vector<std::pair<std::string, Tensor>> inputs, outputs;
+  std::vector<std::pair<Variable, Tensor>> variables;
+};
+
+// Writes `graph` to <dir>/<version>/, version = 1 + the highest numeric version already there
+// (TF Serving's layout). Returns that directory. It holds
 //   saved_model.pb        a SavedModel protobuf, as the one record of a TFRecord file (so it is
-//                         CRC-checked): the nodes the output needs, in order, each with its op,
+//                         CRC-checked): the nodes the outputs need, in order, each with its op,
 //                         inputs, attributes (every AttrValue kind, tensors included) and
-//                         output types; the signature "serving_default" (input "x" -> the input
-//                         placeholder, output "output_0" -> the prediction); and which
-//                         placeholder each variable feeds
+//                         output types; the signature "serving_default" (its inputs and outputs
+//                         by name); and which placeholder each variable feeds
 //   variables/variables   a checkpoint (see checkpoint.h) of the variables' values
 // It is written in a temporary directory inside <dir> and renamed into place, so a reader sees
 // a complete version or none.
-std::string save_model(nn::Model& model, const std::string& dir, const Shape& input_shape,
-                       DType dtype = f32);
+std::string save_graph(const ExportedGraph& graph, const std::string& dir);
 
 struct SignatureInfo {
   std::map<std::string, TensorType> inputs, outputs;

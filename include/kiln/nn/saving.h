@@ -39,3 +39,15 @@ struct LoadOptions {
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options = {});
 
 }  // namespace kiln::nn
+
+namespace kiln::io {
+
+// Exports `model`'s inference graph (training=false) with io::save_graph (kiln/io/saved_model.h):
+// for inputs of `input_shape` (without the batch dimension, which stays unknown), signature
+// input "x" and output "output_0"; the second form uses the input types the model is built for
+// and names every input and output (one: "x" and "output_0"; several: the model's names).
+std::string save_model(nn::Model& model, const std::string& dir, const Shape& input_shape,
+                       DType dtype = f32);
+std::string save_model(nn::Model& model, const std::string& dir);
+
+}  // namespace kiln::io

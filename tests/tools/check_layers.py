@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Checks Kiln's include graph against its layer order (docs/architecture.md, "Layers and
+folders"): a file may include only files of its own layer or a lower one. Run with the
+repository root as the argument; exits 1 listing every inversion.
+
+    core < runtime < ops < compiler < distribute < api (autodiff, function < optim < io, data < nn)
+
+and the programs on top (tools, examples, tests, benchmarks, fuzz) may include anything.
+--self-test checks that an inverted include is reported."""
+import os
+import re
+import sys
+
+# Layer of a repository path, by the first rule whose prefix matches. Public headers belong to
+# the layer that implements them.
+RULES = [
+    ("include/kiln/nn.h", "api.nn"), ("include/kiln/nn/", "api.nn"),
+    ("include/kiln/kiln.h", "api.nn"),
+    ("include/kiln/data/", "api.data"), ("include/kiln/io/", "api.io"),
+    ("include/kiln/optim.h", "api.optim"),
+    ("include/kiln/function.h", "api.function"), ("include/kiln/autodiff.h", "api.function"),
+    ("include/kiln/ops.h", "ops"),
+    ("include/kiln/", "core"),
+    ("src/core/", "core"), ("runtime/", "runtime"), ("ops/", "ops"), ("compiler/", "compiler"),
+    ("distribute/", "distribute"),
+    ("src/autodiff/", "api.function"), ("src/function/", "api.function"),
+    ("src/optim/", "api.optim"), ("src/io/", "api.io"), ("src/data/", "api.data"),
+    ("src/nn/", "api.nn"), ("src/version.cc", "core"),
+]
+ORDER = ["core", "runtime", "ops", "compiler", "distribute", "api.function", "api.optim",
+         "api.io", "api.data", "api.nn"]
+# io and data are side by side: neither includes the other... except that the data pipeline
+# reads TFRecord files, so data may include io.
+RANK = {name: i for i, name in enumerate(ORDER)}
+SOURCE_DIRS = ["include", "src", "runtime", "ops", "compiler", "distribute"]
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def layer_of(path):
+    for prefix, layer in RULES:
+        if path == prefix or path.startswith(prefix):
+            return layer
+    return None
+
+
+def resolve(include):
+    """An include line's repository path: "kiln/x.h" is include/kiln/x.h."""
+    if include.startswith("kiln/"):
+        return "include/" + include
+    return include
+
+
+def inversions(files):
+    """files: {path: text}. Returns ["a includes b (layer x above y)", ...]."""
+    out = []
+    for path, text in sorted(files.items()):
+        mine = layer_of(path)
+        if mine is None:
+            continue
+        for inc in INCLUDE.findall(text):
+            target = resolve(inc)
+            theirs = layer_of(target)
+            if theirs is None or theirs == mine:
+                continue
+            if RANK[theirs] > RANK[mine]:
+                out.append(f"{path} includes {inc}: layer {mine} must not include {theirs}")
+    return out
+
+
+def read_tree(root):
+    files = {}
+    for top in SOURCE_DIRS:
+        for dirpath, _, names in os.walk(os.path.join(root, top)):
+            for name in names:
+                if name.endswith((".h", ".cc")):
+                    full = os.path.join(dirpath, name)
+                    with open(full, encoding="utf-8", errors="replace") as f:
+                        files[os.path.relpath(full, root)] = f.read()
+    files.pop("src/version.cc", None)
+    return files
+
+
+def main():
+    if sys.argv[1:2] == ["--self-test"]:
+        bad = inversions({"ops/x.cc": '#include "kiln/nn/model.h"\n',
+                          "runtime/y.cc": '#include "compiler/z.h"\n',
+                          "src/io/w.cc": '#include "src/nn/functional.h"\n',
+                          "ops/fine.cc": '#include "src/core/tensor_impl.h"\n'})
+        assert len(bad) == 3, bad
+        print("check_layers self-test: an inverted include is reported")
+        return 0
+    root = sys.argv[1] if len(sys.argv) > 1 else "."
+    bad = inversions(read_tree(root))
+    for line in bad:
+        print(line)
+    if bad:
+        print(f"{len(bad)} include(s) against the layer order (see docs/architecture.md)")
+        return 1
+    print("the include graph follows the layer order")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
