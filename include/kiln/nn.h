@@ -12,6 +12,7 @@
 #include "kiln/nn/merging_layers.h"
 #include "kiln/nn/metrics.h"
 #include "kiln/nn/model.h"
+#include "kiln/nn/reshaping_layers.h"
 #include "kiln/nn/saving.h"
 #include "kiln/nn/pooling_layers.h"
 #include "kiln/nn/tensorboard.h"

@@ -63,6 +63,7 @@ inline Tensor expect_compiled_matches_interpreted(Model& model, const Tensor& x)
   const Tensor interpreted = model.predict(x);
   model.set_execution_mode(ExecutionMode::kCompiled);
   const Tensor compiled = model.predict(x);
+  EXPECT_GE(model.compile_stats().compiles, 1) << "the compiled prediction compiled nothing";
   EXPECT_EQ(compiled.shape(), interpreted.shape());
   EXPECT_TRUE(allclose(compiled, interpreted, 0, 1e-6))
       << "compiled " << compiled.str() << "\ninterpreted " << interpreted.str();
