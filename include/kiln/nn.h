@@ -5,6 +5,7 @@
 #include "kiln/nn/callbacks.h"
 #include "kiln/nn/checkpoint_callbacks.h"
 #include "kiln/nn/initializers.h"
+#include "kiln/nn/lambda_layer.h"
 #include "kiln/nn/layer.h"
 #include "kiln/nn/layer_registry.h"
 #include "kiln/nn/layers.h"
