@@ -9,6 +9,8 @@
 namespace kiln::nn {
 namespace {
 
+constexpr size_t kAnyNumber = static_cast<size_t>(-1);  // of inputs, for Merge's maximum
+
 std::string shapes_str(const std::vector<Tensor>& inputs) {
   std::string out;
   for (const Tensor& x : inputs) out += (out.empty() ? "" : ", ") + shape_str(x.shape());
@@ -92,8 +94,6 @@ Tensor Merge::call(const std::vector<Tensor>& inputs, CallContext&) {
   }
   return merge(inputs);
 }
-
-constexpr size_t kAnyNumber = static_cast<size_t>(-1);
 
 Multiply::Multiply() : Merge("multiply", 2, kAnyNumber) {}
 Tensor Multiply::merge(const std::vector<Tensor>& inputs) const {
