@@ -525,11 +525,12 @@ Tensor reduce(const std::string& fn, const std::string& op, const Tensor& x, con
 DType mean_compute_type(DType t) { return t == f64 ? f64 : f32; }
 DType mean_result_type(DType t) { return is_floating(t) ? t : f32; }
 
-// The number of elements each output of a reduction over `axes` folds.
-Tensor reduced_count(const Tensor& x, const Axes& axes) {
+// The number of elements each output of a reduction over `axes` folds (shaped like the
+// reduction's output when a reduced dimension is unknown).
+Tensor reduced_count(const Tensor& x, const Axes& axes, bool keepdims) {
   double count = 1;
   for (int64_t a : axes) {
-    if (x.shape()[a] == kUnknownDim) return sum(ones_like(x), axes);
+    if (x.shape()[a] == kUnknownDim) return sum(ones_like(x), axes, keepdims);
     count *= static_cast<double>(x.shape()[a]);
   }
   return scalar_like(count, x);
@@ -561,7 +562,7 @@ Tensor all(const Tensor& x, Axes axes, bool keepdims) {
 Tensor mean(const Tensor& x, Axes axes, bool keepdims) {
   Axes norm = reduction_axes("mean", x, axes);
   Tensor xc = convert(x, mean_compute_type(x.dtype()));
-  Tensor m = div(sum(xc, norm, keepdims), reduced_count(xc, norm));
+  Tensor m = div(sum(xc, norm, keepdims), reduced_count(xc, norm, keepdims));
   return convert(m, mean_result_type(x.dtype()));
 }
 
@@ -570,7 +571,7 @@ Tensor variance(const Tensor& x, Axes axes, bool keepdims) {
   Axes norm = reduction_axes("variance", x, axes);
   Tensor xc = convert(x, mean_compute_type(x.dtype()));
   Tensor d = sub(xc, mean(xc, norm, /*keepdims=*/true));
-  Tensor v = div(sum(mul(d, d), norm, keepdims), reduced_count(xc, norm));
+  Tensor v = div(sum(mul(d, d), norm, keepdims), reduced_count(xc, norm, keepdims));
   return convert(v, mean_result_type(x.dtype()));
 }
 

@@ -81,6 +81,10 @@ class Layer {
  protected:
   Variable add_weight(const std::string& name, const Shape& shape, const Initializer& init,
                       bool trainable = true, DType dtype = f32);
+  // For a layer that calls another (a wrapper such as TimeDistributed), from its build():
+  // builds `child` for `input_shapes` unless it is built, seeding its initializers from this
+  // layer's seed, and makes the child's weights part of this layer's weights().
+  void build_child(Layer& child, const std::vector<Shape>& input_shapes);
 
  private:
   void build_once(const std::vector<Tensor>& xs);
