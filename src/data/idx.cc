@@ -1,27 +1,24 @@
-// IDX reader and writer: a big-endian header and data, raw or inside a gzip stream (zlib),
-// with every size the header claims checked against the data before memory is committed to it.
+// IDX reader and writer: a big-endian header and data, raw or inside a gzip stream (read and
+// written through io's InputStream and OutputFile), with every size the header claims checked
+// against the data before memory is committed to it.
 #include "kiln/data/idx.h"
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <limits>
-#include <memory>
-#include <optional>
 #include <vector>
 
 #include "kiln/shape.h"
+#include "src/io/file_io.h"
 
 namespace kiln::data {
 namespace {
+
+using io::internal::InputStream;
+using io::internal::OutputFile;
 
 constexpr int kMaxRank = 8;
 // A gzip file's real size is unknown until it is inflated. Data claimed beyond this many bytes
@@ -29,7 +26,8 @@ constexpr int kMaxRank = 8;
 // allocate an absurd size up front.
 constexpr uint64_t kMaxUpfrontBytes = uint64_t{256} << 20;
 constexpr uint64_t kFirstGrowthBytes = uint64_t{16} << 20;
-constexpr size_t kIoChunk = size_t{1} << 16;
+// write_idx byte-swaps wider elements through a buffer of this size.
+constexpr size_t kWriteChunk = size_t{1} << 16;
 
 struct IdxType {
   uint8_t code;
@@ -86,170 +84,36 @@ void host_to_big_endian(uint8_t* data, size_t count, int width) {
   big_endian_to_host(data, count, width);
 }
 
-// The bytes of an IDX file in order: straight from the file, or inflated from its gzip stream
-// (detected by the magic bytes 0x1f 0x8b). read() returns fewer bytes than asked only at the
-// end of the data; a corrupt or truncated gzip stream throws.
-class Reader {
- public:
-  explicit Reader(const std::string& path) : path_(path), in_(kIoChunk) {
-    file_.reset(std::fopen(path.c_str(), "rb"));
-    if (!file_) {
-      fail(ErrorCode::kNotFound, std::string("cannot open the file: ") + std::strerror(errno));
-    }
-    struct stat st;
-    if (fstat(fileno(file_.get()), &st) == 0) {
-      if (S_ISDIR(st.st_mode)) fail(ErrorCode::kNotFound, "is a directory, not an IDX file");
-      if (S_ISREG(st.st_mode)) file_size_ = static_cast<uint64_t>(st.st_size);
-    }
-    zs_.next_in = in_.data();
-    refill();
-    gzip_ = zs_.avail_in >= 2 && in_[0] == 0x1f && in_[1] == 0x8b;
-    if (gzip_) {
-      if (inflateInit2(&zs_, 16 + MAX_WBITS) != Z_OK) {
-        fail(ErrorCode::kInternal, "zlib could not start inflating");
-      }
-      inflating_ = true;
-    }
-  }
-  ~Reader() {
-    if (inflating_) inflateEnd(&zs_);
-  }
-  Reader(const Reader&) = delete;
-  Reader& operator=(const Reader&) = delete;
+// What holds the data, for messages about where it ends.
+const char* data_name(const InputStream& in) {
+  return in.compressed() ? "the decompressed stream" : "the file";
+}
 
-  size_t read(uint8_t* dst, size_t n) {
-    size_t got = gzip_ ? inflate_into(dst, n) : copy_into(dst, n);
-    offset_ += got;
-    return got;
-  }
-
-  // Bytes of data read so far: the offset in the file, or in the decompressed stream.
-  uint64_t offset() const { return offset_; }
-  bool gzip() const { return gzip_; }
-  // The size of the data when known before reading it: a regular, uncompressed file.
-  std::optional<uint64_t> data_size() const { return gzip_ ? std::nullopt : file_size_; }
-  // Where the data ended, for messages after a short read().
-  std::string end_description() const {
-    return std::string(gzip_ ? "the decompressed stream" : "the file") + " ends after " +
-           std::to_string(offset_) + " bytes";
-  }
-
-  [[noreturn]] void fail(ErrorCode code, const std::string& what) const {
-    throw Error(code, "read_idx: " + path_ + ": " + what);
-  }
-
- private:
-  // Moves unread input to the front of the buffer and fills the rest from the file.
-  void refill() {
-    if (zs_.avail_in > 0 && zs_.next_in != in_.data()) {
-      std::memmove(in_.data(), zs_.next_in, zs_.avail_in);
-    }
-    zs_.next_in = in_.data();
-    size_t n = std::fread(in_.data() + zs_.avail_in, 1, in_.size() - zs_.avail_in, file_.get());
-    if (n == 0 && std::ferror(file_.get())) {
-      fail(ErrorCode::kDataLoss, std::string("read error: ") + std::strerror(errno));
-    }
-    zs_.avail_in += static_cast<uInt>(n);
-    file_read_ += n;
-  }
-
-  uint64_t compressed_offset() const { return file_read_ - zs_.avail_in; }
-
-  size_t copy_into(uint8_t* dst, size_t n) {
-    size_t got = std::min<size_t>(n, zs_.avail_in);
-    std::memcpy(dst, zs_.next_in, got);
-    zs_.next_in += got;
-    zs_.avail_in -= static_cast<uInt>(got);
-    if (got < n) {
-      got += std::fread(dst + got, 1, n - got, file_.get());
-      if (std::ferror(file_.get())) {
-        fail(ErrorCode::kDataLoss, std::string("read error: ") + std::strerror(errno));
-      }
-    }
-    return got;
-  }
-
-  size_t inflate_into(uint8_t* dst, size_t n) {
-    size_t got = 0;
-    while (got < n && !stream_done_) {
-      if (zs_.avail_in == 0) refill();
-      if (zs_.avail_in == 0) {
-        fail(ErrorCode::kDataLoss,
-             "the gzip stream is truncated: the file ends after " + std::to_string(file_read_) +
-                 " compressed bytes, in the middle of the stream (after " +
-                 std::to_string(offset_ + got) + " bytes of decompressed data)");
-      }
-      zs_.next_out = dst + got;
-      zs_.avail_out = static_cast<uInt>(std::min<size_t>(n - got, size_t{1} << 30));
-      const uInt room = zs_.avail_out;
-      int rc = inflate(&zs_, Z_NO_FLUSH);
-      got += room - zs_.avail_out;
-      if (rc == Z_STREAM_END) {
-        start_next_member();
-      } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
-        fail(ErrorCode::kDataLoss, "corrupt gzip stream at compressed offset " +
-                                       std::to_string(compressed_offset()) + ": " +
-                                       (zs_.msg ? zs_.msg : zError(rc)));
-      }
-    }
-    return got;
-  }
-
-  // A gzip file may hold several members back to back; anything else after one is garbage.
-  void start_next_member() {
-    if (zs_.avail_in < 2) refill();
-    if (zs_.avail_in == 0) {
-      stream_done_ = true;
-      return;
-    }
-    if (zs_.avail_in < 2 || zs_.next_in[0] != 0x1f || zs_.next_in[1] != 0x8b) {
-      fail(ErrorCode::kDataLoss,
-           "trailing garbage after the end of the gzip stream, at compressed offset " +
-               std::to_string(compressed_offset()));
-    }
-    inflateReset(&zs_);
-  }
-
-  std::string path_;
-  struct FileCloser {
-    void operator()(std::FILE* f) const { std::fclose(f); }
-  };
-  std::unique_ptr<std::FILE, FileCloser> file_;
-  std::optional<uint64_t> file_size_;
-  std::vector<uint8_t> in_;  // file bytes not yet consumed: next_in / avail_in of zs_
-  z_stream zs_{};
-  bool gzip_ = false;
-  bool inflating_ = false;
-  bool stream_done_ = false;
-  uint64_t file_read_ = 0;  // bytes read from the file
-  uint64_t offset_ = 0;     // bytes of data handed out by read()
-};
-
-void read_header_bytes(Reader& in, uint8_t* dst, size_t n, const std::string& what) {
+void read_header_bytes(InputStream& in, uint8_t* dst, size_t n, const std::string& what) {
   const uint64_t at = in.offset();
   if (in.read(dst, n) < n) {
     in.fail(ErrorCode::kDataLoss, "truncated header: expected " + what + " (" + std::to_string(n) +
                                       " bytes) at offset " + std::to_string(at) + ", but " +
-                                      in.end_description());
+                                      data_name(in) + " ends after " + std::to_string(in.offset()) +
+                                      " bytes");
   }
 }
 
-[[noreturn]] void fail_truncated_data(const Reader& in, uint64_t nbytes, uint64_t start,
+[[noreturn]] void fail_truncated_data(const InputStream& in, uint64_t nbytes, uint64_t start,
                                       uint64_t got, const std::string& claim) {
   in.fail(ErrorCode::kDataLoss,
           "truncated data: expected " + std::to_string(nbytes) + " bytes of data at offset " +
-              std::to_string(start) + " for " + claim + ", but " +
-              (in.gzip() ? "the decompressed stream" : "the file") + " ends after " +
+              std::to_string(start) + " for " + claim + ", but " + data_name(in) + " ends after " +
               std::to_string(got) + " of them (at offset " + std::to_string(start + got) + ")");
 }
 
 // Reads `nbytes` of data into a new tensor of `dtype` and `shape` (as file bytes, not yet
 // converted). Throws if the data ends first.
-Tensor read_data_bytes(Reader& in, DType dtype, const Shape& shape, uint64_t nbytes,
+Tensor read_data_bytes(InputStream& in, DType dtype, const Shape& shape, uint64_t nbytes,
                        const std::string& claim) {
   const uint64_t start = in.offset();
   auto truncated = [&]() { fail_truncated_data(in, nbytes, start, in.offset() - start, claim); };
-  if (in.data_size() || nbytes <= kMaxUpfrontBytes) {
+  if (in.remaining() || nbytes <= kMaxUpfrontBytes) {
     Tensor out = Tensor::empty(dtype, shape);
     if (in.read(static_cast<uint8_t*>(out.raw_mutable_data()), nbytes) < nbytes) truncated();
     return out;
@@ -284,127 +148,14 @@ void convert_file_data(const IdxType& type, Tensor& t) {
   big_endian_to_host(bytes, count, type.width);
 }
 
-// --- writing ---
-
 [[noreturn]] void write_fail(const std::string& path, ErrorCode code, const std::string& what) {
   throw Error(code, "write_idx: " + path + ": " + what);
 }
 
-std::string errno_text() { return std::strerror(errno); }
-
-// A file written under a temporary name in the target's directory, synced and renamed over
-// the target by commit(); removed if destroyed before that.
-class AtomicFile {
- public:
-  explicit AtomicFile(const std::string& path) : path_(path), temp_(path + ".tmp-XXXXXX") {
-    fd_ = mkstemp(temp_.data());
-    if (fd_ < 0) {
-      write_fail(path_, errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kFailedPrecondition,
-                 "cannot create a temporary file next to it: " + errno_text());
-    }
-    fchmod(fd_, 0644);  // mkstemp makes 0600; a data file is normally world-readable
-  }
-  ~AtomicFile() {
-    if (fd_ >= 0) close(fd_);
-    if (!committed_) unlink(temp_.c_str());
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
-  void write(const uint8_t* data, size_t n) {
-    while (n > 0) {
-      ssize_t w = ::write(fd_, data, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) write_fail(path_, ErrorCode::kFailedPrecondition, "write failed: " + errno_text());
-      data += w;
-      n -= static_cast<size_t>(w);
-    }
-  }
-
-  void commit() {
-    if (fsync(fd_) != 0)
-      write_fail(path_, ErrorCode::kFailedPrecondition, "fsync failed: " + errno_text());
-    int fd = fd_;
-    fd_ = -1;
-    if (close(fd) != 0)
-      write_fail(path_, ErrorCode::kFailedPrecondition, "close failed: " + errno_text());
-    if (std::rename(temp_.c_str(), path_.c_str()) != 0) {
-      write_fail(path_, ErrorCode::kFailedPrecondition,
-                 "cannot rename " + temp_ + " over it: " + errno_text());
-    }
-    committed_ = true;
-    // Make the rename itself durable; a failure here loses nothing already written.
-    size_t slash = path_.rfind('/');
-    std::string dir = slash == std::string::npos ? "." : path_.substr(0, slash + 1);
-    int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-      fsync(dfd);
-      close(dfd);
-    }
-  }
-
- private:
-  std::string path_;
-  std::string temp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
-// Bytes to an AtomicFile, deflated into a gzip stream when asked.
-class Sink {
- public:
-  Sink(AtomicFile& file, bool gzip, const std::string& path)
-      : file_(file), gzip_(gzip), path_(path), out_(kIoChunk) {
-    if (gzip_ && deflateInit2(&zs_, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8,
-                              Z_DEFAULT_STRATEGY) != Z_OK) {
-      write_fail(path_, ErrorCode::kInternal, "zlib could not start deflating");
-    }
-  }
-  ~Sink() {
-    if (gzip_) deflateEnd(&zs_);
-  }
-  Sink(const Sink&) = delete;
-  Sink& operator=(const Sink&) = delete;
-
-  void write(const uint8_t* data, size_t n) {
-    if (!gzip_) return file_.write(data, n);
-    while (n > 0) {
-      const size_t take = std::min<size_t>(n, size_t{1} << 30);
-      zs_.next_in = const_cast<uint8_t*>(data);
-      zs_.avail_in = static_cast<uInt>(take);
-      deflate_all(Z_NO_FLUSH);
-      data += take;
-      n -= take;
-    }
-  }
-  void finish() {
-    if (gzip_) deflate_all(Z_FINISH);
-  }
-
- private:
-  // Runs deflate until it has taken all input (and, with Z_FINISH, ended the stream).
-  void deflate_all(int flush) {
-    int rc;
-    do {
-      zs_.next_out = out_.data();
-      zs_.avail_out = static_cast<uInt>(out_.size());
-      rc = deflate(&zs_, flush);
-      if (rc == Z_STREAM_ERROR) write_fail(path_, ErrorCode::kInternal, "zlib deflate failed");
-      file_.write(out_.data(), out_.size() - zs_.avail_out);
-    } while (flush == Z_FINISH ? rc != Z_STREAM_END : zs_.avail_out == 0);
-  }
-
-  AtomicFile& file_;
-  bool gzip_;
-  std::string path_;
-  std::vector<uint8_t> out_;
-  z_stream zs_{};
-};
-
 }  // namespace
 
 Tensor read_idx(const std::string& path) {
-  Reader in(path);
+  InputStream in(path, io::internal::detect_gzip(path), "read_idx");
   uint8_t magic[4];
   read_header_bytes(in, magic, 4, "the magic number");
   if (magic[0] != 0 || magic[1] != 0) {
@@ -458,8 +209,8 @@ Tensor read_idx(const std::string& path) {
   const std::string claim = "dimensions " + shape_str(shape) + " of " + type->name;
 
   // An uncompressed file's size is known: check the claim against it before allocating.
-  if (auto size = in.data_size()) {
-    const uint64_t available = *size - data_start;
+  if (auto left = in.remaining()) {
+    const uint64_t available = *left;
     if (available < nbytes) fail_truncated_data(in, nbytes, data_start, available, claim);
     if (available > nbytes) {
       in.fail(ErrorCode::kDataLoss,
@@ -473,8 +224,8 @@ Tensor read_idx(const std::string& path) {
   if (in.read(&extra, 1) != 0) {
     in.fail(ErrorCode::kDataLoss, std::string("trailing bytes after the data, at offset ") +
                                       std::to_string(data_start + nbytes) +
-                                      (in.gzip() ? " of the decompressed stream" : "") + ": " +
-                                      claim + " account for " + std::to_string(nbytes) +
+                                      (in.compressed() ? " of the decompressed stream" : "") +
+                                      ": " + claim + " account for " + std::to_string(nbytes) +
                                       " bytes of data");
   }
   convert_file_data(*type, out);
@@ -508,25 +259,24 @@ void write_idx(const std::string& path, const Tensor& t, bool gzip) {
     for (int shift = 24; shift >= 0; shift -= 8) header.push_back(static_cast<uint8_t>(d >> shift));
   }
 
-  AtomicFile file(path);
-  Sink sink(file, gzip, path);
-  sink.write(header.data(), header.size());
+  OutputFile file(path, OutputFile::Mode::kAtomic,
+                  gzip ? io::Compression::kGzip : io::Compression::kNone, "write_idx");
+  file.write(header.data(), header.size());
   const auto* data = static_cast<const uint8_t*>(t.raw_data());
   const size_t width = static_cast<size_t>(type->width);
   if (width == 1) {
-    sink.write(data, t.nbytes());
+    file.write(data, t.nbytes());
   } else {
-    std::vector<uint8_t> chunk(kIoChunk);
-    const size_t per_chunk = kIoChunk / width;
+    std::vector<uint8_t> chunk(kWriteChunk);
+    const size_t per_chunk = kWriteChunk / width;
     for (size_t i = 0, n = static_cast<size_t>(t.size()); i < n; i += per_chunk) {
       const size_t count = std::min(per_chunk, n - i);
       std::memcpy(chunk.data(), data + i * width, count * width);
       host_to_big_endian(chunk.data(), count, type->width);
-      sink.write(chunk.data(), count * width);
+      file.write(chunk.data(), count * width);
     }
   }
-  sink.finish();
-  file.commit();
+  file.close();
 }
 
 }  // namespace kiln::data

@@ -27,6 +27,8 @@ int window_bits(Compression compression) {
   return compression == Compression::kGzip ? 16 + MAX_WBITS : MAX_WBITS;
 }
 
+bool is_gzip_magic(const uint8_t* p) { return p[0] == 0x1f && p[1] == 0x8b; }
+
 }  // namespace
 
 const char* compression_name(Compression compression) {
@@ -39,6 +41,15 @@ const char* compression_name(Compression compression) {
       return "zlib";
   }
   return "?";
+}
+
+Compression detect_gzip(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return Compression::kNone;
+  uint8_t magic[2];
+  const bool gzip = std::fread(magic, 1, 2, f) == 2 && is_gzip_magic(magic);
+  std::fclose(f);
+  return gzip ? Compression::kGzip : Compression::kNone;
 }
 
 // ---- InputStream ----
@@ -121,6 +132,7 @@ size_t InputStream::inflate_into(uint8_t* dst, size_t n) {
                " bytes of decompressed data)");
     }
     if (at_stream_end_) {  // more input after a stream's end: another stream follows
+      if (compression_ == Compression::kGzip) expect_gzip_member();
       inflateReset(&zs_);
       at_stream_end_ = false;
     }
@@ -143,6 +155,19 @@ size_t InputStream::inflate_into(uint8_t* dst, size_t n) {
     }
   }
   return got;
+}
+
+// After a gzip member, more input must start another member (gzip allows them back to back):
+// anything else is named as garbage rather than as a corrupt stream.
+void InputStream::expect_gzip_member() {
+  const bool after_a_member = file_read_ > zs_.avail_in;  // not the file's first bytes
+  if (!after_a_member) return;
+  if (zs_.avail_in < 2) refill();
+  if (zs_.avail_in < 2 || !is_gzip_magic(zs_.next_in)) {
+    fail(ErrorCode::kDataLoss,
+         "trailing garbage after the end of the gzip stream, at compressed offset " +
+             std::to_string(file_read_ - zs_.avail_in));
+  }
 }
 
 // ---- OutputFile ----

@@ -19,10 +19,15 @@ namespace kiln::io::internal {
 
 const char* compression_name(Compression compression);
 
+// kGzip when the file at `path` starts with gzip's magic bytes (0x1f 0x8b), kNone otherwise,
+// also when it cannot be read: opening it as an InputStream then says why.
+Compression detect_gzip(const std::string& path);
+
 // The bytes of a file in order: as stored, or inflated from a gzip or zlib stream (several
 // streams back to back are read as one). read() returns fewer bytes than asked only at the end
 // of the data. Errors throw kiln::Error "<who>: <path>: ...": kNotFound when the file cannot be
-// opened, kDataLoss for a read error or a corrupt or truncated compressed stream.
+// opened, kDataLoss for a read error, a corrupt or truncated compressed stream, or bytes after
+// a gzip stream's end that do not start another gzip member.
 class InputStream {
  public:
   InputStream(const std::string& path, Compression compression, std::string who);
@@ -46,6 +51,7 @@ class InputStream {
   void refill();
   size_t copy_into(uint8_t* dst, size_t n);
   size_t inflate_into(uint8_t* dst, size_t n);
+  void expect_gzip_member();
 
   std::string path_;
   std::string who_;

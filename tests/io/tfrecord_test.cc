@@ -433,8 +433,16 @@ TEST_F(TFRecord, CorruptCompressedStreamIsDataLoss) {
   EXPECT_THAT(e2.what(), HasSubstr("corrupt gzip stream"));
   // A plain file read as gzip.
   const std::string plain = write_file("plain.tfrecord", records);
-  EXPECT_EQ(thrown_error([&] { read_records(plain, {.compression = Compression::kGzip}); }).code(),
-            ErrorCode::kDataLoss);
+  Error e3 = thrown_error([&] { read_records(plain, {.compression = Compression::kGzip}); });
+  EXPECT_EQ(e3.code(), ErrorCode::kDataLoss);
+  EXPECT_THAT(e3.what(), HasSubstr("is the file really gzip-compressed?"));
+  // Bytes after the last gzip member that do not start another one.
+  const std::string trail = write_file("trail.gz", gz + "junk");
+  Error e4 = thrown_error([&] { read_records(trail, {.compression = Compression::kGzip}); });
+  EXPECT_EQ(e4.code(), ErrorCode::kDataLoss);
+  EXPECT_THAT(e4.what(), HasSubstr("trailing garbage after the end of the gzip stream, at "
+                                   "compressed offset " +
+                                   std::to_string(gz.size())));
 }
 
 TEST_F(TFRecord, SkipCorruptSkipsBadDataAndCountsIt) {
