@@ -18,6 +18,7 @@
 #include "compiler/lowering.h"
 #include "compiler/schedule.h"
 #include "runtime/execute.h"
+#include "runtime/feeds.h"
 #include "src/core/host_allocator.h"
 #include "src/core/tensor_impl.h"
 
@@ -103,13 +104,6 @@ struct Executable::Impl {
 
 namespace {
 
-bool shape_matches(const Shape& want, const Shape& got) {
-  if (want.size() != got.size()) return false;
-  for (size_t i = 0; i < want.size(); ++i)
-    if (want[i] != kUnknownDim && want[i] != got[i]) return false;
-  return true;
-}
-
 bool fully_known(const Shape& s) {
   for (int64_t d : s)
     if (d < 0) return false;
@@ -124,17 +118,7 @@ std::unordered_map<int, Tensor> map_feeds(const CompiledGraph& cg,
   for (const auto& [key, value] : feeds) {
     int id = cg.placeholder(key).impl()->node;
     const detail::Node& node = nodes[id];
-    if (!value.defined() || value.is_symbolic()) {
-      throw Error(ErrorCode::kInvalidArgument, std::string(what) +
-                                                   ": the value fed to placeholder '" + node.name +
-                                                   "' must be concrete");
-    }
-    const TensorType& want = node.outputs[0];
-    if (value.dtype() != want.dtype || !shape_matches(want.shape, value.shape())) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  std::string(what) + ": feed for placeholder '" + node.name + "' is " +
-                      TensorType{value.dtype(), value.shape()}.str() + ", expected " + want.str());
-    }
+    runtime::check_feed(what, node.name, node.outputs[0], value);
     fed[id] = value;
   }
   return fed;
@@ -333,7 +317,7 @@ void resolve_donations(Impl& im, const Graph& graph, const std::vector<Donation>
     const TensorType& out = im.slots[a.out_slot].type;
     bool same = a.feed_slot >= 0 ? im.slots[a.feed_slot].type == out
                                  : original.outputs[0].dtype == out.dtype &&
-                                       shape_matches(original.outputs[0].shape, out.shape);
+                                       runtime::shape_matches(original.outputs[0].shape, out.shape);
     if (!same) {
       TensorType fed = a.feed_slot >= 0 ? im.slots[a.feed_slot].type : original.outputs[0];
       throw Error(ErrorCode::kInvalidArgument,

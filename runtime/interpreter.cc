@@ -4,19 +4,10 @@
 
 #include "kiln/graph.h"
 #include "runtime/execute.h"
+#include "runtime/feeds.h"
 #include "src/core/tensor_impl.h"
 
 namespace kiln {
-namespace {
-
-bool shape_matches(const Shape& want, const Shape& got) {
-  if (want.size() != got.size()) return false;
-  for (size_t i = 0; i < want.size(); ++i)
-    if (want[i] != kUnknownDim && want[i] != got[i]) return false;
-  return true;
-}
-
-}  // namespace
 
 std::vector<Tensor> Graph::run(const FeedList& feeds, const std::vector<Tensor>& fetches) const {
   // Snapshot the nodes so recording on another thread cannot move them under us.
@@ -41,17 +32,7 @@ std::vector<Tensor> Graph::run(const FeedList& feeds, const std::vector<Tensor>&
       throw Error(ErrorCode::kInvalidArgument,
                   "run: feed key '" + node.name + "' is a " + node.op + ", not a placeholder");
     }
-    if (!value.defined() || value.is_symbolic()) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  "run: the value fed to placeholder '" + node.name + "' must be concrete");
-    }
-    const TensorType& want = node.outputs[0];
-    if (value.dtype() != want.dtype || !shape_matches(want.shape, value.shape())) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  "run: feed for placeholder '" + node.name + "' is " +
-                      TensorType{value.dtype(), value.shape()}.str() + ", expected " +
-                      want.str());
-    }
+    runtime::check_feed("run", node.name, node.outputs[0], value);
     fed[key.impl()->node] = value;
   }
 
@@ -63,15 +44,15 @@ std::vector<Tensor> Graph::run(const FeedList& feeds, const std::vector<Tensor>&
     const Tensor& f = fetches[i];
     if (!f.defined() || !f.is_symbolic() || f.impl()->graph != impl_) {
       throw Error(ErrorCode::kFailedPrecondition,
-                  "run: fetch " + std::to_string(i) + " is not a value of graph '" + gname +
-                      "'" +
+                  "run: fetch " + std::to_string(i) + " is not a value of graph '" + gname + "'" +
                       (f.defined() && f.is_symbolic()
                            ? " (it belongs to graph '" + f.impl()->graph->name + "')"
-                           : f.defined() ? " (it is a concrete tensor)" : " (it is undefined)"));
+                       : f.defined() ? " (it is a concrete tensor)"
+                                     : " (it is undefined)"));
     }
     if (f.impl()->node >= static_cast<int>(nodes.size())) {
-      throw Error(ErrorCode::kFailedPrecondition, "run: fetch " + std::to_string(i) +
-                                                      " was recorded after run() began");
+      throw Error(ErrorCode::kFailedPrecondition,
+                  "run: fetch " + std::to_string(i) + " was recorded after run() began");
     }
     ++uses[f.impl()->node];
     stack.push_back(f.impl()->node);
@@ -97,9 +78,9 @@ std::vector<Tensor> Graph::run(const FeedList& feeds, const std::vector<Tensor>&
       continue;
     }
     if (node.op == "placeholder") {
-      throw Error(ErrorCode::kFailedPrecondition,
-                  "run: missing feed for placeholder '" + node.name + "' (" +
-                      node.outputs[0].str() + ") in graph '" + gname + "'");
+      throw Error(ErrorCode::kFailedPrecondition, "run: missing feed for placeholder '" +
+                                                      node.name + "' (" + node.outputs[0].str() +
+                                                      ") in graph '" + gname + "'");
     }
     std::vector<Tensor> inputs;
     inputs.reserve(node.inputs.size());
