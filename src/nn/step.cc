@@ -11,7 +11,14 @@ Step Model::Impl::trace(const std::vector<TensorType>& x_types,
   Graph& g = s.graph;
   auto guard = g.as_default();
   for (size_t i = 0; i < x_types.size(); ++i) {
-    s.xs.push_back(g.placeholder(x_types[i].dtype, with_unknown_batch(x_types[i].shape),
+    // Dimensions the model's Input leaves unknown (a sequence length) stay unknown, so one
+    // trace serves every size of them, as the batch dimension always does.
+    Shape shape = with_unknown_batch(x_types[i].shape);
+    if (i < input_specs.size() && input_specs[i].shape.size() == shape.size()) {
+      for (size_t d = 1; d < shape.size(); ++d)
+        if (input_specs[i].shape[d] == kUnknownDim) shape[d] = kUnknownDim;
+    }
+    s.xs.push_back(g.placeholder(x_types[i].dtype, shape,
                                  x_types.size() > 1 ? input_names[i] : "x"));
   }
   s.seed = g.placeholder(i64, {}, "seed");

@@ -192,5 +192,21 @@ TEST(MultiIO, MistakesAreClearErrors) {
               HasSubstr("no output depends on input 'lone'"));
 }
 
+TEST(MultiIO, AnUnknownSequenceLengthInTheInputServesEveryLength) {
+  Tensor tokens = Input({kUnknownDim}, i32, "tokens");
+  Tensor out = Dense(2)(GlobalAveragePooling1D()(Embedding(10, 4)(tokens)));
+  Model model(tokens, out);
+  model.compile(optim::Adam(0.01), SparseCategoricalCrossentropy(true));
+  Tensor short_x = convert(random_uniform({8, 3}, 1, 0, 10), i32);
+  Tensor long_x = convert(random_uniform({8, 7}, 2, 0, 10), i32);
+  Tensor y = convert(random_uniform({8}, 3, 0, 2), i32);
+  EXPECT_EQ(model.predict(short_x).shape(), (Shape{8, 2}));
+  EXPECT_EQ(model.predict(long_x).shape(), (Shape{8, 2}));
+  model.fit(short_x, y, {.epochs = 1, .verbose = 0});
+  model.fit(long_x, y, {.epochs = 1, .verbose = 0});
+  // One trace; a program per concrete shape (the compiler works on static shapes).
+  EXPECT_EQ(model.compile_stats().compiles, 4);
+}
+
 }  // namespace
 }  // namespace kiln::nn
