@@ -1,6 +1,6 @@
 // Convolution: the N-d primitive (NHWC input, HWIO kernel; strides, padding, kernel and input
 // dilation, feature groups) and its input and kernel gradient ops, with im2col/col2im + Eigen
-// GEMM kernels; the public conv and Keras-style conv2d; the Keras padding rule pooling shares.
+// GEMM kernels; the public conv and Keras-style conv2d.
 // GCC 12 reports false "may be used uninitialized" warnings inside Eigen's AVX-512 packing.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "ops/conv.h"
@@ -12,51 +12,10 @@
 
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
+#include "ops/window_util.h"
 
 namespace kiln {
 namespace ops {
-
-// Keras/TF padding of a window sweep over `in` (one entry per swept dimension): "valid" pads
-// nothing; "same" pads so that out = ceil(in / stride), the odd element going to the high side.
-// `what` names the operands for error messages. Pooling (ops/pool.cc) uses it too.
-void keras_padding(const std::string& op, const std::string& padding, const Shape& in,
-                   const Axes& window, const Axes& strides, const std::string& what, Axes& low,
-                   Axes& high) {
-  low.assign(in.size(), 0);
-  high.assign(in.size(), 0);
-  if (padding == "valid") return;
-  if (padding != "same") {
-    throw Error(ErrorCode::kInvalidArgument,
-                op + ": padding must be \"same\" or \"valid\", got \"" + padding + "\"");
-  }
-  for (size_t i = 0; i < in.size(); ++i) {
-    int64_t s = strides[i], w = window[i], n = in[i];
-    if (s < 1 || s > kMaxAttr) {
-      throw Error(ErrorCode::kInvalidArgument, op + ": strides must be in [1, " +
-                                                   std::to_string(kMaxAttr) + "], got " +
-                                                   ints_str(strides) + " (" + what + ")");
-    }
-    if (w == kUnknownDim || w > kMaxAttr) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  op + ": \"same\" padding needs a known window size up to " +
-                      std::to_string(kMaxAttr) + " (" + what + ")");
-    }
-    int64_t total;
-    if (n == kUnknownDim) {
-      if (s != 1) {
-        throw Error(ErrorCode::kInvalidArgument,
-                    op + ": \"same\" padding with stride " + std::to_string(s) +
-                        " needs a known size for every spatial dimension (" + what + ")");
-      }
-      total = std::max<int64_t>(w - 1, 0);
-    } else {
-      int64_t out = n / s + (n % s != 0);
-      total = n == 0 ? 0 : std::max<int64_t>((out - 1) * s + w - n, 0);
-    }
-    low[i] = total / 2;
-    high[i] = total - low[i];
-  }
-}
 
 namespace {
 
@@ -155,8 +114,7 @@ std::vector<TensorType> conv_shape(const InferContext& ctx) {
 
 // Everything the kernel needs, with sizes flattened. For spatial dimension i, tables[i] maps
 // (output position o, kernel tap k) at [o * kernel[i] + k] to the input index, or -1 where the
-// tap falls on padding or on a hole of the dilated input. The tables hold every div/mod of the
-// window arithmetic, so the im2col loop has none.
+// tap falls on padding or on a hole of the dilated input (window_table).
 struct ConvPlan {
   int64_t batch, c_in, c_out, groups, cg_in, cg_out;
   Shape in_sp, k_sp, out_sp;
@@ -187,29 +145,11 @@ ConvPlan make_plan(const KernelContext& ctx, const Shape& in, const Shape& k, co
   for (size_t i = 0; i < d; ++i) {
     plan.out_rows *= plan.out_sp[i];
     plan.taps *= plan.k_sp[i];
-    const int64_t n = plan.in_sp[i], lhs = p.lhs_dilation[i];
-    const int64_t n_dilated = n == 0 ? 0 : (n - 1) * lhs + 1;
-    std::vector<int64_t>& t = plan.tables.emplace_back(plan.out_sp[i] * plan.k_sp[i]);
-    for (int64_t o = 0; o < plan.out_sp[i]; ++o) {
-      for (int64_t kk = 0; kk < plan.k_sp[i]; ++kk) {
-        int64_t pos = o * p.strides[i] - p.padding_low[i] + kk * p.dilation[i];
-        bool hit = pos >= 0 && pos < n_dilated && pos % lhs == 0;
-        t[o * plan.k_sp[i] + kk] = hit ? pos / lhs : -1;
-      }
-    }
+    plan.tables.push_back(window_table(plan.in_sp[i], plan.out_sp[i], plan.k_sp[i], p.strides[i],
+                                       p.padding_low[i], p.dilation[i], p.lhs_dilation[i]));
   }
   plan.depth = plan.taps * plan.cg_in;
   return plan;
-}
-
-// Steps a multi-index (row-major, last dimension fastest) to the next position; returns
-// true when it wraps around to all zeros.
-inline bool next_index(std::vector<int64_t>& idx, const Shape& dims) {
-  for (size_t i = idx.size(); i-- > 0;) {
-    if (++idx[i] < dims[i]) return false;
-    idx[i] = 0;
-  }
-  return true;
 }
 
 // Calls f(r, t, offset, taps) for patch rows r in [0, rows) (output positions row, row + 1,
@@ -322,15 +262,8 @@ void conv_kernel(KernelContext& ctx, const E& epilogue = {}) {
   }
   const T* x = in_ptr<T>(ctx, 0);
   // The kernel as a [depth, c_out] row-major matrix, in the compute type.
-  std::vector<C> w_converted;
-  const C* w;
-  if constexpr (std::is_same_v<T, C>) {
-    w = in_ptr<T>(ctx, 1);
-  } else {
-    const T* k = in_ptr<T>(ctx, 1);
-    w_converted.assign(k, k + plan.depth * plan.c_out);
-    w = w_converted.data();
-  }
+  std::vector<C> w_storage;
+  const C* w = as_compute(in_ptr<T>(ctx, 1), plan.depth * plan.c_out, w_storage);
   // Rows are processed in blocks whose patch fits in cache (but not so few rows that the
   // GEMM degenerates into matrix-vector products).
   const int64_t block = std::max<int64_t>(64, (int64_t{256} << 10) / (plan.depth * sizeof(C)));
@@ -357,8 +290,7 @@ void conv_kernel(KernelContext& ctx, const E& epilogue = {}) {
       }
       if constexpr (kHook) epilogue(yc, r0, rows);  // while the block is in cache
       if constexpr (!std::is_same_v<T, C>) {
-        T* dst = y + r0 * plan.c_out;
-        for (int64_t i = 0; i < rows * plan.c_out; ++i) dst[i] = static_cast<T>(staging[i]);
+        store_rounded(yc, rows * plan.c_out, y + r0 * plan.c_out);
       }
     }
   });
@@ -381,28 +313,11 @@ int64_t block_rows(const ConvPlan& plan) {
   return std::max<int64_t>(64, (int64_t{256} << 10) / (std::max<int64_t>(plan.depth, 1) * 4));
 }
 
-// `n` values of type T in the compute type C, borrowed when T is C.
-template <class T, class C = ComputeType<T>>
-const C* as_compute(const T* src, int64_t n, std::vector<C>& storage) {
-  if constexpr (std::is_same_v<T, C>) {
-    return src;
-  } else {
-    storage.assign(src, src + n);
-    return storage.data();
-  }
-}
-
 // Checks that the forward convolution of `in` with `k` (attributes of ctx) gives `dy`'s shape.
 void check_forward(const InferContext& ctx, const TensorType& in, const TensorType& k,
                    const TensorType& dy) {
-  std::vector<TensorType> types{in, k};
-  InferContext forward(ctx.op(), ctx.node_name(), types, ctx.attrs());
-  const Shape out = conv_shape(forward)[0].shape;
-  bool match = out.size() == dy.shape.size();
-  for (size_t i = 0; match && i < out.size(); ++i) {
-    match = out[i] == dy.shape[i] || out[i] == kUnknownDim || dy.shape[i] == kUnknownDim;
-  }
-  if (!match) {
+  const Shape out = infer_with(ctx, conv_shape, {in, k})[0].shape;
+  if (!shapes_agree(out, dy.shape)) {
     ctx.fail("output_grad is " + dy.str() + ", but the convolution of input " + in.str() +
              " with kernel " + k.str() + " gives " + TensorType{in.dtype, out}.str());
   }
@@ -466,17 +381,9 @@ void conv_input_grad_kernel(KernelContext& ctx) {
   using Strided = Eigen::OuterStride<>;
   const Shape& in_shape = ctx.output_type(0).shape;
   const ConvPlan plan = make_plan(ctx, in_shape, ctx.input(1).shape(), ctx.input(0).shape());
-  Tensor& out = ctx.allocate_output(0);
-  const int64_t n_in = num_elements(in_shape);
-  std::vector<C> staging;  // dx in the compute type, for f16/bf16
-  C* dx;
-  if constexpr (std::is_same_v<T, C>) {
-    dx = out_ptr<T>(out);
-    std::fill(dx, dx + n_in, C(0));
-  } else {
-    staging.assign(n_in, C(0));
-    dx = staging.data();
-  }
+  ComputeOutput<T> result(ctx.allocate_output(0));
+  C* dx = result.data();
+  std::fill(dx, dx + num_elements(in_shape), C(0));
   if (plan.out_rows > 0 && plan.depth > 0 && plan.cg_out > 0) {
     std::vector<C> w_storage, dy_storage;
     const C* w = as_compute(in_ptr<T>(ctx, 1), plan.depth * plan.c_out, w_storage);
@@ -500,10 +407,7 @@ void conv_input_grad_kernel(KernelContext& ctx) {
       }
     });
   }
-  if constexpr (!std::is_same_v<T, C>) {
-    T* y = out_ptr<T>(out);
-    for (int64_t i = 0; i < n_in; ++i) y[i] = static_cast<T>(staging[i]);
-  }
+  result.store();
 }
 
 // dw = sum over output positions of patch^T x dy. The rows are cut into a number of chunks
@@ -562,12 +466,8 @@ void conv_kernel_grad_kernel(KernelContext& ctx) {
 
 // The convolution attributes of a node (without the gradient ops' size attributes).
 Attrs conv_attrs(const Attrs& attrs) {
-  Attrs out;
-  for (const char* name :
-       {"strides", "padding_low", "padding_high", "dilation", "lhs_dilation", "groups"}) {
-    if (attrs.has(name)) out.set(name, attrs.values().at(name));
-  }
-  return out;
+  return copy_attrs(
+      attrs, {"strides", "padding_low", "padding_high", "dilation", "lhs_dilation", "groups"});
 }
 
 // The sizes of t's spatial dimensions [from, from + d), which a gradient op records as an
@@ -614,13 +514,6 @@ std::vector<Tensor> conv_kernel_grad_gradient(const GradContext& g) {
   return {call_op("convolution_input_grad", {dy, ddw}, ai)[0], conv_op(x, ddw, a)};
 }
 
-// A kernel for the floating-point dtypes: calls kernel(TypeTag<T>, ctx).
-KernelFn float_kernel(auto kernel) {
-  return [kernel](KernelContext& ctx) {
-    visit_in<TypeSet::kFloat>(ctx, ctx.input(0).dtype(), [&](auto tag) { kernel(tag, ctx); });
-  };
-}
-
 }  // namespace
 
 template <class T>
@@ -638,7 +531,7 @@ KILN_REGISTER_OP(convolution)
     .gradient(conv_gradient);
 KILN_REGISTER_KERNEL(convolution)
     .dtypes(dtypes_of(TypeSet::kFloat))
-    .fn(float_kernel([](auto tag, KernelContext& ctx) {
+    .fn(typed_kernel<TypeSet::kFloat>([](auto tag, KernelContext& ctx) {
       conv_kernel<typename decltype(tag)::type>(ctx);
     }));
 
@@ -650,7 +543,7 @@ KILN_REGISTER_OP(convolution_input_grad)
     .gradient(conv_input_grad_gradient);
 KILN_REGISTER_KERNEL(convolution_input_grad)
     .dtypes(dtypes_of(TypeSet::kFloat))
-    .fn(float_kernel([](auto tag, KernelContext& ctx) {
+    .fn(typed_kernel<TypeSet::kFloat>([](auto tag, KernelContext& ctx) {
       conv_input_grad_kernel<typename decltype(tag)::type>(ctx);
     }));
 
@@ -662,7 +555,7 @@ KILN_REGISTER_OP(convolution_kernel_grad)
     .gradient(conv_kernel_grad_gradient);
 KILN_REGISTER_KERNEL(convolution_kernel_grad)
     .dtypes(dtypes_of(TypeSet::kFloat))
-    .fn(float_kernel([](auto tag, KernelContext& ctx) {
+    .fn(typed_kernel<TypeSet::kFloat>([](auto tag, KernelContext& ctx) {
       conv_kernel_grad_kernel<typename decltype(tag)::type>(ctx);
     }));
 

@@ -94,6 +94,27 @@ void require_dtype_in(const InferContext& ctx, int input, TypeSet set) {
   }
 }
 
+bool shapes_agree(const Shape& a, const Shape& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i] && a[i] != kUnknownDim && b[i] != kUnknownDim) return false;
+  }
+  return true;
+}
+
+std::vector<TensorType> infer_with(const InferContext& ctx, const ShapeFn& shape_fn,
+                                   const std::vector<TensorType>& types) {
+  return shape_fn(InferContext(ctx.op(), ctx.node_name(), types, ctx.attrs()));
+}
+
+Attrs copy_attrs(const Attrs& attrs, std::initializer_list<const char*> names) {
+  Attrs out;
+  for (const char* name : names) {
+    if (attrs.has(name)) out.set(name, attrs.values().at(name));
+  }
+  return out;
+}
+
 std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
   std::vector<int64_t> strides(out.size(), 0);
   std::vector<int64_t> own = row_major_strides(in);

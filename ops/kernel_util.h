@@ -1,8 +1,9 @@
 // Helpers for writing reference CPU kernels and shape functions: dtype sets, broadcasting
-// iteration, axis normalisation, and the parallel loop.
+// iteration, axis normalisation, the parallel loop, and f16/bf16 staging.
 #pragma once
 
 #include <array>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -56,33 +57,16 @@ std::string types_str(const InferContext& ctx);  // "x: f32[2,3], y: f64[3]"
 // "[4,-1]": attribute lists with their raw values (shape_str prints -1 as "?").
 std::string ints_str(const std::vector<int64_t>& v);
 
-// Window and convolution attributes are bounded so that no size computation can overflow.
-inline constexpr int64_t kMaxAttr = int64_t{1} << 24;
+// Whether two shapes have the same rank and agree in every dimension both know.
+bool shapes_agree(const Shape& a, const Shape& b);
 
-// A per-dimension attribute of `count` values in [min, kMaxAttr]; `fallback` (>= 0) fills it
-// when absent, otherwise it is required. `per` names the dimensions in the error message
-// ("spatial dimension (2)").
-template <class Ctx>
-std::vector<int64_t> per_dim_attr(const Ctx& ctx, const char* name, size_t count, int64_t fallback,
-                                  int64_t min, const std::string& per) {
-  if (!ctx.attrs().has(name) && fallback >= 0) return std::vector<int64_t>(count, fallback);
-  const std::vector<int64_t>& v = ctx.attrs().get_ints(name);
-  if (v.size() != count) {
-    ctx.fail(std::string(name) + " " + ints_str(v) + " must have one value per " + per);
-  }
-  for (int64_t x : v) {
-    if (x < min || x > kMaxAttr) {
-      ctx.fail(std::string(name) + " " + ints_str(v) + " must hold values in [" +
-               std::to_string(min) + ", " + std::to_string(kMaxAttr) + "]");
-    }
-  }
-  return v;
-}
+// Runs `shape_fn` as if the node had the inputs `types`, with its op, name and attributes: a
+// gradient op checks its operands against what the forward op infers from them.
+std::vector<TensorType> infer_with(const InferContext& ctx, const ShapeFn& shape_fn,
+                                   const std::vector<TensorType>& types);
 
-// Keras/TF "same"/"valid" padding of a window sweep (defined in ops/conv.cc; used by pooling).
-void keras_padding(const std::string& op, const std::string& padding, const Shape& in,
-                   const std::vector<int64_t>& window, const std::vector<int64_t>& strides,
-                   const std::string& what, std::vector<int64_t>& low, std::vector<int64_t>& high);
+// Those of `names` that `attrs` sets: a gradient rule passes on its forward op's attributes.
+Attrs copy_attrs(const Attrs& attrs, std::initializer_list<const char*> names);
 
 // ---- broadcasting iteration -------------------------------------------------------------
 // Strides of `in` (row-major) laid against the output's dimensions, 0 where broadcast.
@@ -175,5 +159,60 @@ template <class T>
 T* out_ptr(Tensor& t) {
   return static_cast<T*>(t.raw_mutable_data());
 }
+
+// A kernel for the dtypes of S, chosen by input 0's: calls kernel(TypeTag<T>, ctx).
+template <TypeSet S>
+KernelFn typed_kernel(auto kernel) {
+  return [kernel](KernelContext& ctx) {
+    visit_in<S>(ctx, ctx.input(0).dtype(), [&](auto tag) { kernel(tag, ctx); });
+  };
+}
+
+// ---- f16/bf16 staging -------------------------------------------------------------------
+// Kernels compute in ComputeType<T> (float for f16 and bf16) and round once when storing.
+
+// `n` values of T in its compute type: borrowed when T is its own compute type, otherwise
+// converted into `storage`.
+template <class T, class C = ComputeType<T>>
+const C* as_compute(const T* src, int64_t n, std::vector<C>& storage) {
+  if constexpr (std::is_same_v<T, C>) {
+    return src;
+  } else {
+    storage.assign(src, src + n);
+    return storage.data();
+  }
+}
+
+// Rounds `n` compute-type values into T.
+template <class T, class C>
+void store_rounded(const C* src, int64_t n, T* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
+}
+
+// An output written in its compute type: the tensor's own memory when T is its compute type,
+// otherwise a staging buffer that store() rounds into the tensor.
+template <class T>
+class ComputeOutput {
+ public:
+  using C = ComputeType<T>;
+  explicit ComputeOutput(Tensor& out) : out_(out) {
+    if constexpr (kStaged) staging_.resize(out.size());
+  }
+  C* data() {
+    if constexpr (kStaged) {
+      return staging_.data();
+    } else {
+      return out_ptr<T>(out_);
+    }
+  }
+  void store() {
+    if constexpr (kStaged) store_rounded(staging_.data(), out_.size(), out_ptr<T>(out_));
+  }
+
+ private:
+  static constexpr bool kStaged = !std::is_same_v<T, C>;
+  Tensor& out_;
+  std::vector<C> staging_;
+};
 
 }  // namespace kiln::ops

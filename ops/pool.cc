@@ -6,6 +6,7 @@
 
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
+#include "ops/window_util.h"
 
 namespace kiln {
 namespace ops {
@@ -178,7 +179,7 @@ void separable_kernel(KernelContext& ctx, TapsOf taps_of) {
     ctx.set_output(0, x);
     return;
   }
-  Tensor& out = ctx.allocate_output(0);
+  ComputeOutput<T> result(ctx.allocate_output(0));
   if (num_elements(out_shape) == 0) return;
   // The shape so far: dimensions before the current pass are already reduced.
   Shape cur = in;
@@ -194,13 +195,9 @@ void separable_kernel(KernelContext& ctx, TapsOf taps_of) {
     cur[i] = out_shape[i];
     check_sweep(ctx, p, i, std::max(len, cur[i]));
     const Taps taps = taps_of(p, i, len, cur[i]);
-    const bool last = n + 1 == active.size();
-    C* dst = nullptr;
-    if constexpr (std::is_same_v<T, C>) {
-      if (last) dst = out_ptr<T>(out);
-    }
     std::vector<C>& buf = (n % 2 == 0) ? a : b;
-    if (!last || !std::is_same_v<T, C>) {
+    C* dst = result.data();
+    if (n + 1 < active.size()) {
       buf.resize(outer * cur[i] * inner);
       dst = buf.data();
     }
@@ -211,10 +208,7 @@ void separable_kernel(KernelContext& ctx, TapsOf taps_of) {
     }
     src = dst;
   }
-  if constexpr (!std::is_same_v<T, C>) {
-    T* y = out_ptr<T>(out);
-    for (int64_t i = 0, n = out.size(); i < n; ++i) y[i] = static_cast<T>(src[i]);
-  }
+  result.store();
 }
 
 Taps forward_taps(const WindowParams& p, size_t i, int64_t len, int64_t out_len) {
@@ -223,11 +217,9 @@ Taps forward_taps(const WindowParams& p, size_t i, int64_t len, int64_t out_len)
 
 template <class Op>
 KernelFn reduce_window_fn() {
-  return [](KernelContext& ctx) {
-    visit_in<TypeSet::kNumeric>(ctx, ctx.input(0).dtype(), [&](auto tag) {
-      separable_kernel<Op, typename decltype(tag)::type>(ctx, forward_taps);
-    });
-  };
+  return typed_kernel<TypeSet::kNumeric>([](auto tag, KernelContext& ctx) {
+    separable_kernel<Op, typename decltype(tag)::type>(ctx, forward_taps);
+  });
 }
 
 // ---- gradients --------------------------------------------------------------------------
@@ -268,28 +260,13 @@ ArgmaxPlan argmax_plan(const KernelContext& ctx, const Shape& in, const Shape& o
     plan.taps *= p.window[i];
     plan.out_dims.push_back(out[i]);
     plan.window.push_back(p.window[i]);
-    std::vector<int64_t>& t = plan.tables.emplace_back(out[i] * p.window[i]);
-    for (int64_t o = 0; o < out[i]; ++o) {
-      for (int64_t k = 0; k < p.window[i]; ++k) {
-        const int64_t at = o * p.strides[i] - p.padding_low[i] + k;
-        t[o * p.window[i] + k] = at >= 0 && at < in[i] ? at : -1;
-      }
-    }
+    plan.tables.push_back(window_table(in[i], out[i], p.window[i], p.strides[i], p.padding_low[i]));
   }
   plan.in_strides.assign(last - first, 1);
   for (size_t j = last - first; j-- > 1;) {
     plan.in_strides[j - 1] = plan.in_strides[j] * in[first + j];
   }
   return plan;
-}
-
-// Steps a row-major multi-index; returns true when it wraps around to zeros.
-inline bool next_index(std::vector<int64_t>& idx, const Shape& dims) {
-  for (size_t i = idx.size(); i-- > 0;) {
-    if (++idx[i] < dims[i]) return false;
-    idx[i] = 0;
-  }
-  return true;
 }
 
 // Calls f(o, i) for every output element o (flat) with i the flat operand index of its
@@ -348,11 +325,7 @@ void for_each_window_argmax(const ArgmaxPlan& plan, const T* x, Start&& start, F
 void require_operand(const InferContext& ctx, int i, const Shape& want) {
   const TensorType& x = ctx.input(0);
   const TensorType& t = ctx.input(i);
-  bool match = t.dtype == x.dtype && t.shape.size() == want.size();
-  for (size_t d = 0; match && d < want.size(); ++d) {
-    match = t.shape[d] == want[d] || t.shape[d] == kUnknownDim || want[d] == kUnknownDim;
-  }
-  if (!match) {
+  if (t.dtype != x.dtype || !shapes_agree(t.shape, want)) {
     ctx.fail("expects the " + std::string(i == 1 ? "second operand" : "operand") + " to be " +
              TensorType{x.dtype, want}.str() + " (" + types_str(ctx) + ")");
   }
@@ -360,9 +333,7 @@ void require_operand(const InferContext& ctx, int i, const Shape& want) {
 
 // The output type of the forward reduce_window over input 0.
 TensorType forward_type(const InferContext& ctx, const TensorType& x) {
-  std::vector<TensorType> types{x};
-  InferContext forward(ctx.op(), ctx.node_name(), types, ctx.attrs());
-  return reduce_window_shape(forward)[0];
+  return infer_with(ctx, reduce_window_shape, {x})[0];
 }
 
 // reduce_window_max_grad(x, dy) -> x's type; dy has the forward output's type.
@@ -383,18 +354,10 @@ template <class T>
 void max_grad_kernel(KernelContext& ctx) {
   using C = ComputeType<T>;
   const Tensor &x = ctx.input(0), &dy = ctx.input(1);
-  Tensor& out = ctx.allocate_output(0);
-  const int64_t n = x.size();
-  std::vector<C> staging;  // dx in the compute type, for f16/bf16
-  C* dx;
-  if constexpr (std::is_same_v<T, C>) {
-    dx = out_ptr<T>(out);
-  } else {
-    staging.resize(n);
-    dx = staging.data();
-  }
+  ComputeOutput<T> result(ctx.allocate_output(0));
+  C* dx = result.data();
   if (dy.size() == 0) {
-    std::fill(dx, dx + n, C(0));
+    std::fill(dx, dx + x.size(), C(0));
   } else {
     const ArgmaxPlan plan = argmax_plan(ctx, x.shape(), dy.shape());
     const int64_t slice = plan.mid_in * plan.inner;  // of one outer index, zeroed in its task
@@ -406,10 +369,7 @@ void max_grad_kernel(KernelContext& ctx) {
           if (i >= 0) dx[i] += static_cast<C>(g[o]);
         });
   }
-  if constexpr (!std::is_same_v<T, C>) {
-    T* y = out_ptr<T>(out);
-    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(staging[i]);
-  }
+  result.store();
 }
 
 template <class T>
@@ -448,11 +408,7 @@ std::vector<TensorType> sum_grad_shape(const InferContext& ctx) {
   }
   const TensorType x{dy.dtype, operand};
   const Shape want = forward_type(ctx, x).shape;
-  bool match = want.size() == rank;
-  for (size_t d = 0; match && d < rank; ++d) {
-    match = dy.shape[d] == want[d] || dy.shape[d] == kUnknownDim || want[d] == kUnknownDim;
-  }
-  if (!match) {
+  if (!shapes_agree(dy.shape, want)) {
     ctx.fail("output_grad is " + dy.str() + ", but the windows over an operand " + x.str() +
              " give " + TensorType{dy.dtype, want}.str());
   }
@@ -465,11 +421,7 @@ Taps adjoint_taps(const WindowParams& p, size_t i, int64_t out_len, int64_t len)
 
 // The window attributes of a node (without operand_shape).
 Attrs window_attrs_of(const Attrs& attrs) {
-  Attrs out;
-  for (const char* name : {"window", "strides", "padding_low", "padding_high"}) {
-    if (attrs.has(name)) out.set(name, attrs.values().at(name));
-  }
-  return out;
+  return copy_attrs(attrs, {"window", "strides", "padding_low", "padding_high"});
 }
 
 Tensor call1(const std::string& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
@@ -522,11 +474,9 @@ KILN_REGISTER_OP(reduce_window_max_grad)
     .gradient(max_grad_gradient);
 KILN_REGISTER_KERNEL(reduce_window_max_grad)
     .dtypes(dtypes_of(TypeSet::kFloat))
-    .fn([](KernelContext& ctx) {
-      visit_in<TypeSet::kFloat>(ctx, ctx.input(0).dtype(), [&](auto tag) {
-        max_grad_kernel<typename decltype(tag)::type>(ctx);
-      });
-    });
+    .fn(typed_kernel<TypeSet::kFloat>([](auto tag, KernelContext& ctx) {
+      max_grad_kernel<typename decltype(tag)::type>(ctx);
+    }));
 
 KILN_REGISTER_OP(reduce_window_max_select)
     .input("x")
@@ -536,11 +486,9 @@ KILN_REGISTER_OP(reduce_window_max_select)
     .gradient(max_select_gradient);
 KILN_REGISTER_KERNEL(reduce_window_max_select)
     .dtypes(dtypes_of(TypeSet::kFloat))
-    .fn([](KernelContext& ctx) {
-      visit_in<TypeSet::kFloat>(ctx, ctx.input(0).dtype(), [&](auto tag) {
-        max_select_kernel<typename decltype(tag)::type>(ctx);
-      });
-    });
+    .fn(typed_kernel<TypeSet::kFloat>([](auto tag, KernelContext& ctx) {
+      max_select_kernel<typename decltype(tag)::type>(ctx);
+    }));
 
 KILN_REGISTER_OP(reduce_window_sum_grad)
     .input("output_grad")
@@ -549,11 +497,9 @@ KILN_REGISTER_OP(reduce_window_sum_grad)
     .gradient(sum_grad_gradient);
 KILN_REGISTER_KERNEL(reduce_window_sum_grad)
     .dtypes(dtypes_of(TypeSet::kNumeric))
-    .fn([](KernelContext& ctx) {
-      visit_in<TypeSet::kNumeric>(ctx, ctx.input(0).dtype(), [&](auto tag) {
-        separable_kernel<SumOp, typename decltype(tag)::type>(ctx, adjoint_taps);
-      });
-    });
+    .fn(typed_kernel<TypeSet::kNumeric>([](auto tag, KernelContext& ctx) {
+      separable_kernel<SumOp, typename decltype(tag)::type>(ctx, adjoint_taps);
+    }));
 
 }  // namespace ops
 
