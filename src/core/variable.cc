@@ -31,6 +31,10 @@ Variable::Variable(Tensor initial_value, std::string name, bool trainable) {
   state_ = std::make_shared<State>(State{std::move(name), trainable, std::move(initial_value)});
 }
 
+void detail::VariableAccess::rename(const Variable& v, std::string name) {
+  const_cast<Variable::State&>(v.checked()).name = std::move(name);
+}
+
 Tensor& detail::VariableAccess::held(const Variable& v) {
   return const_cast<Variable::State&>(v.checked()).value;
 }

@@ -22,6 +22,9 @@ class VariableCapture {
 // when the buffer was updated in place). Not a public API: no checks.
 struct VariableAccess {
   static Tensor& held(const Variable& v);
+  // Renames a variable (a functional model making its layers' names unique renames their
+  // weights to match, before anything reads them by name).
+  static void rename(const Variable& v, std::string name);
 };
 
 // This thread's capture, or nullptr.

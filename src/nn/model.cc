@@ -109,6 +109,13 @@ Model::Model(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outpu
     } else {
       std::string base = c.layer->name(), unique = base;
       for (int i = 1; taken.count(unique); ++i) unique = base + "_" + std::to_string(i);
+      if (unique != base) {
+        // Its weights were named when it was built ("dense/kernel"): they follow the layer.
+        for (const Variable& v : c.layer->weights()) {
+          if (v.name().compare(0, base.size() + 1, base + "/") == 0)
+            kiln::detail::VariableAccess::rename(v, unique + v.name().substr(base.size()));
+        }
+      }
       c.layer->set_name(unique);
       taken[unique] = c.layer.get();
     }

@@ -208,5 +208,18 @@ TEST(MultiIO, AnUnknownSequenceLengthInTheInputServesEveryLength) {
   EXPECT_EQ(model.compile_stats().compiles, 4);
 }
 
+TEST(MultiIO, LayersMadeUniqueInAModelTakeTheirWeightsNamesAlong) {
+  Tensor in = Input({3});
+  Tensor out = Dense(2)(Dense(4)(in));  // both default to "dense"
+  Model model(in, out);
+  std::vector<std::string> names;
+  for (const Variable& v : model.weights()) names.push_back(v.name());
+  EXPECT_EQ(names, (std::vector<std::string>{"dense/kernel", "dense/bias", "dense_1/kernel",
+                                             "dense_1/bias"}));
+  std::map<std::string, Tensor> state = model.state();
+  EXPECT_EQ(state.count("dense_1/kernel"), 1u);
+  EXPECT_EQ(state.count("dense/kernel#1"), 0u);
+}
+
 }  // namespace
 }  // namespace kiln::nn
