@@ -9,15 +9,10 @@
 #include "kiln/nn/layer_registry.h"
 #include "kiln/nn/layers.h"
 #include "kiln/ops.h"
+#include "src/nn/layer_util.h"
 
 namespace kiln::nn {
 namespace {
-
-std::string ints_str(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
 
 // `values` (kernel_size, strides, ...) of a layer class: `count` numbers, each >= 1.
 void check_sizes(const std::string& cls, const std::string& what,
@@ -27,7 +22,7 @@ void check_sizes(const std::string& cls, const std::string& what,
   if (!ok) {
     throw Error(ErrorCode::kInvalidArgument, cls + ": " + what + " must be " +
                                                  std::to_string(count) +
-                                                 " positive integers, got " + ints_str(values));
+                                                 " positive integers, got " + detail::ints_str(values));
   }
 }
 
@@ -60,15 +55,6 @@ const Shape& channels_last_input(const std::vector<Shape>& shapes, size_t rank, 
   return shapes[0];
 }
 
-const Tensor& single(const std::vector<Tensor>& inputs, const Layer& layer) {
-  if (inputs.size() != 1) {
-    throw Error(ErrorCode::kInvalidArgument, layer.type_name() + " '" + layer.name() +
-                                                 "' takes one input, got " +
-                                                 std::to_string(inputs.size()));
-  }
-  return inputs[0];
-}
-
 // The convolution options of a Keras padding over x's spatial dimensions (1 .. rank - 2):
 // "valid" pads nothing, "same" gives ceil(n / stride) outputs with the odd padding element on
 // the high side, "causal" pads the whole window on the low side.
@@ -87,7 +73,7 @@ ConvOptions keras_conv(const Layer& layer, const Tensor& x, const std::string& p
       if (n == kUnknownDim && s > 1) {
         throw Error(ErrorCode::kInvalidArgument,
                     layer.type_name() + " '" + layer.name() + "': \"same\" padding with strides " +
-                        ints_str(strides) + " needs known spatial sizes, got input " +
+                        detail::ints_str(strides) + " needs known spatial sizes, got input " +
                         shape_str(x.shape()));
       }
       const int64_t out = n == kUnknownDim ? 0 : (n + s - 1) / s;
@@ -148,7 +134,7 @@ void Conv1D::build(const std::vector<Shape>& shapes) {
 }
 
 Tensor Conv1D::call(const std::vector<Tensor>& inputs, CallContext& ctx) {
-  const Tensor& x = single(inputs, *this);
+  const Tensor& x = detail::single_input(inputs, *this);
   ConvOptions o = keras_conv(*this, x, padding_, {kernel_size_}, {strides_}, {dilation_rate_});
   return bias_and_activation(conv(x, ctx.read(kernel_), o), use_bias_, bias_, activation_, ctx);
 }
@@ -182,7 +168,7 @@ void Conv2DTranspose::build(const std::vector<Shape>& shapes) {
 }
 
 Tensor Conv2DTranspose::call(const std::vector<Tensor>& inputs, CallContext& ctx) {
-  const Tensor& x = single(inputs, *this);
+  const Tensor& x = detail::single_input(inputs, *this);
   // Input pixel i scatters onto output i * s - crop + t for kernel taps t. A convolution over
   // x with s - 1 zeros between pixels and the kernel flipped (taps and channel axes) gathers
   // the same sums: its padding keeps the window's first tap at output -crop, and the high
@@ -230,7 +216,7 @@ void DepthwiseConv2D::build(const std::vector<Shape>& shapes) {
 }
 
 Tensor DepthwiseConv2D::call(const std::vector<Tensor>& inputs, CallContext& ctx) {
-  const Tensor& x = single(inputs, *this);
+  const Tensor& x = detail::single_input(inputs, *this);
   ConvOptions o = keras_conv(*this, x, padding_, kernel_size_, strides_, {1, 1});
   Tensor y = depthwise_conv(x, ctx.read(depthwise_kernel_), o);
   return bias_and_activation(y, use_bias_, bias_, activation_, ctx);
@@ -273,7 +259,7 @@ void SeparableConv2D::build(const std::vector<Shape>& shapes) {
 }
 
 Tensor SeparableConv2D::call(const std::vector<Tensor>& inputs, CallContext& ctx) {
-  const Tensor& x = single(inputs, *this);
+  const Tensor& x = detail::single_input(inputs, *this);
   ConvOptions o = keras_conv(*this, x, padding_, kernel_size_, strides_, {1, 1});
   Tensor y = conv(depthwise_conv(x, ctx.read(depthwise_kernel_), o), ctx.read(pointwise_kernel_));
   return bias_and_activation(y, use_bias_, bias_, activation_, ctx);

@@ -4,25 +4,9 @@
 
 #include "kiln/nn/layer_registry.h"
 #include "kiln/ops.h"
+#include "src/nn/layer_util.h"
 
 namespace kiln::nn {
-namespace {
-
-const Tensor& single_of_rank(const std::vector<Tensor>& inputs, int64_t rank,
-                             const std::string& where, const std::string& layout) {
-  if (inputs.size() != 1) {
-    throw Error(ErrorCode::kInvalidArgument,
-                where + " takes one input, got " + std::to_string(inputs.size()));
-  }
-  if (inputs[0].rank() != rank) {
-    throw Error(ErrorCode::kInvalidArgument,
-                where + " expects input " + layout + ", got " + shape_str(inputs[0].shape()));
-  }
-  return inputs[0];
-}
-
-}  // namespace
-
 // ---- MaxPool1D, AveragePool1D ---------------------------------------------------------------
 
 Pool1D::Pool1D(const std::string& type, std::string name, bool max, int64_t pool_size,
@@ -45,7 +29,7 @@ Pool1D::Pool1D(const std::string& type, std::string name, bool max, int64_t pool
 
 Tensor Pool1D::call(const std::vector<Tensor>& inputs, CallContext&) {
   const std::string where = type_name() + " '" + name() + "'";
-  Tensor x = expand_dims(single_of_rank(inputs, 3, where, "[batch, steps, channels]"), 2);
+  Tensor x = expand_dims(detail::single_input_of_rank(inputs, 3, where, "[batch, steps, channels]"), 2);
   try {
     Tensor y = max_ ? max_pool2d(x, {pool_, 1}, {strides_, 1}, padding_)
                     : avg_pool2d(x, {pool_, 1}, {strides_, 1}, padding_);
@@ -74,7 +58,7 @@ GlobalPooling::GlobalPooling(std::string name, bool max, int spatial_dims, bool 
 Tensor GlobalPooling::call(const std::vector<Tensor>& inputs, CallContext&) {
   const std::string where = type_name() + " '" + name() + "'";
   const Tensor& x =
-      single_of_rank(inputs, spatial_dims_ + 2, where,
+      detail::single_input_of_rank(inputs, spatial_dims_ + 2, where,
                      spatial_dims_ == 1 ? "[batch, steps, channels]" : "[batch, h, w, channels]");
   Axes axes = spatial_dims_ == 1 ? Axes{1} : Axes{1, 2};
   return max_ ? max(x, axes, keepdims_) : mean(x, axes, keepdims_);

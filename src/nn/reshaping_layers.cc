@@ -8,28 +8,10 @@
 
 #include "kiln/nn/layer_registry.h"
 #include "kiln/ops.h"
+#include "src/nn/layer_util.h"
 
 namespace kiln::nn {
 namespace {
-
-const Tensor& single_of_rank(const std::vector<Tensor>& inputs, int64_t rank,
-                             const std::string& where, const std::string& layout) {
-  if (inputs.size() != 1) {
-    throw Error(ErrorCode::kInvalidArgument,
-                where + " takes one input, got " + std::to_string(inputs.size()));
-  }
-  if (rank >= 0 && inputs[0].rank() != rank) {
-    throw Error(ErrorCode::kInvalidArgument,
-                where + " expects input " + layout + ", got " + shape_str(inputs[0].shape()));
-  }
-  return inputs[0];
-}
-
-std::string ints_str(const std::vector<int64_t>& v) {
-  std::string out;
-  for (int64_t d : v) out += (out.empty() ? "" : ",") + std::to_string(d);
-  return "[" + out + "]";
-}
 
 // Height and width of an NHWC input, which must be known.
 std::pair<int64_t, int64_t> known_hw(const Tensor& x, const std::string& where) {
@@ -82,7 +64,7 @@ Margins2D margins_from_config(const Attrs& c, const std::string& key) {
     throw Error(ErrorCode::kInvalidArgument, "'" + key +
                                                  "' must hold 4 values (top, bottom, "
                                                  "left, right), got " +
-                                                 ints_str(v));
+                                                 detail::ints_str(v));
   }
   return {{v[0], v[1]}, {v[2], v[3]}};
 }
@@ -97,14 +79,14 @@ Reshape::Reshape(Shape target_shape) : Layer("reshape"), target_(std::move(targe
       std::all_of(target_.begin(), target_.end(), [](int64_t d) { return d > 0 || d == -1; });
   if (inferred > 1 || !sizes_ok) {
     throw Error(ErrorCode::kInvalidArgument,
-                "Reshape: target_shape " + ints_str(target_) +
+                "Reshape: target_shape " + detail::ints_str(target_) +
                     " must hold positive sizes and at most one -1 (without the batch dimension)");
   }
 }
 
 Tensor Reshape::call(const std::vector<Tensor>& inputs, CallContext&) {
   const std::string where = "Reshape '" + name() + "'";
-  const Tensor& x = single_of_rank(inputs, -1, where, "");
+  const Tensor& x = detail::single_input_of_rank(inputs, -1, where, "");
   if (x.rank() < 1) {
     throw Error(ErrorCode::kInvalidArgument, where + " needs a batch dimension, got a scalar");
   }
@@ -115,7 +97,7 @@ Tensor Reshape::call(const std::vector<Tensor>& inputs, CallContext&) {
   out.insert(out.end(), target_.begin(), target_.end());
   auto inferred = std::find(out.begin() + 1, out.end(), -1);
   const std::string what = where + ": cannot reshape input " + shape_str(x.shape()) +
-                           " to target_shape " + ints_str(target_);
+                           " to target_shape " + detail::ints_str(target_);
   if (inferred != out.end()) {
     if (n == kUnknownDim) {
       throw Error(ErrorCode::kInvalidArgument,
@@ -146,16 +128,16 @@ Permute::Permute(std::vector<int64_t> dims) : Layer("permute"), dims_(std::move(
     if (sorted[i] != static_cast<int64_t>(i) + 1) {
       throw Error(ErrorCode::kInvalidArgument,
                   "Permute: dims must be a permutation of 1.." + std::to_string(dims_.size()) +
-                      " (1-based, without the batch dimension), got " + ints_str(dims_));
+                      " (1-based, without the batch dimension), got " + detail::ints_str(dims_));
     }
   }
 }
 
 Tensor Permute::call(const std::vector<Tensor>& inputs, CallContext&) {
   const auto rank = static_cast<int64_t>(dims_.size()) + 1;
-  const std::string where = "Permute '" + name() + "' with dims " + ints_str(dims_);
+  const std::string where = "Permute '" + name() + "' with dims " + detail::ints_str(dims_);
   const Tensor& x =
-      single_of_rank(inputs, rank, where, "of rank " + std::to_string(rank) + " (with the batch)");
+      detail::single_input_of_rank(inputs, rank, where, "of rank " + std::to_string(rank) + " (with the batch)");
   Axes perm = {0};
   perm.insert(perm.end(), dims_.begin(), dims_.end());
   return transpose(x, perm);
@@ -174,7 +156,7 @@ RepeatVector::RepeatVector(int64_t n) : Layer("repeat_vector"), n_(n) {
 
 Tensor RepeatVector::call(const std::vector<Tensor>& inputs, CallContext&) {
   const std::string where = "RepeatVector '" + name() + "'";
-  const Tensor& x = single_of_rank(inputs, 2, where, "[batch, features]");
+  const Tensor& x = detail::single_input_of_rank(inputs, 2, where, "[batch, features]");
   return take(expand_dims(x, 1), 1, std::vector<int64_t>(n_, 0));
 }
 
@@ -187,13 +169,13 @@ UpSampling2D::UpSampling2D(std::vector<int64_t> size)
   if (size_.size() != 2 || size_[0] <= 0 || size_[1] <= 0) {
     throw Error(
         ErrorCode::kInvalidArgument,
-        "UpSampling2D: size must be two positive values {rows, cols}, got " + ints_str(size_));
+        "UpSampling2D: size must be two positive values {rows, cols}, got " + detail::ints_str(size_));
   }
 }
 
 Tensor UpSampling2D::call(const std::vector<Tensor>& inputs, CallContext&) {
   const std::string where = "UpSampling2D '" + name() + "'";
-  const Tensor& x = single_of_rank(inputs, 4, where, "[batch, h, w, channels]");
+  const Tensor& x = detail::single_input_of_rank(inputs, 4, where, "[batch, h, w, channels]");
   auto [h, w] = known_hw(x, where);
   // Output row i shows input row i / size.
   auto sources = [](int64_t n, int64_t size) {
@@ -216,7 +198,7 @@ ZeroPadding2D::ZeroPadding2D(Margins2D padding)
 
 Tensor ZeroPadding2D::call(const std::vector<Tensor>& inputs, CallContext&) {
   const Tensor& x =
-      single_of_rank(inputs, 4, "ZeroPadding2D '" + name() + "'", "[batch, h, w, channels]");
+      detail::single_input_of_rank(inputs, 4, "ZeroPadding2D '" + name() + "'", "[batch, h, w, channels]");
   return pad(x, {0, padding_.rows.first, padding_.cols.first, 0},
              {0, padding_.rows.second, padding_.cols.second, 0});
 }
@@ -231,7 +213,7 @@ Cropping2D::Cropping2D(Margins2D cropping)
 
 Tensor Cropping2D::call(const std::vector<Tensor>& inputs, CallContext&) {
   const std::string where = "Cropping2D '" + name() + "'";
-  const Tensor& x = single_of_rank(inputs, 4, where, "[batch, h, w, channels]");
+  const Tensor& x = detail::single_input_of_rank(inputs, 4, where, "[batch, h, w, channels]");
   auto [h, w] = known_hw(x, where);
   const int64_t rows = h - cropping_.rows.first - cropping_.rows.second;
   const int64_t cols = w - cropping_.cols.first - cropping_.cols.second;

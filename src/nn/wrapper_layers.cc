@@ -6,18 +6,10 @@
 #include "kiln/graph.h"
 #include "kiln/nn/layer_registry.h"
 #include "kiln/ops.h"
+#include "src/nn/layer_util.h"
 
 namespace kiln::nn {
 namespace {
-
-const Tensor& single(const std::vector<Tensor>& inputs, const Layer& layer) {
-  if (inputs.size() != 1) {
-    throw Error(ErrorCode::kInvalidArgument, layer.type_name() + " '" + layer.name() +
-                                                 "' takes one input, got " +
-                                                 std::to_string(inputs.size()));
-  }
-  return inputs[0];
-}
 
 // TimeDistributed's input: [batch, time, ...] with the dimensions after time known (batch and
 // time merge into the one dimension reshape may infer).
@@ -67,7 +59,7 @@ SpatialDropout::SpatialDropout(std::string name, int64_t spatial_rank, double ra
 }
 
 Tensor SpatialDropout::call(const std::vector<Tensor>& inputs, CallContext& ctx) {
-  const Tensor& x = single(inputs, *this);
+  const Tensor& x = detail::single_input(inputs, *this);
   if (x.rank() != spatial_rank_ + 2) {
     throw Error(ErrorCode::kInvalidArgument,
                 type_name() + " '" + name() + "' expects input " +
@@ -101,7 +93,7 @@ void TimeDistributed::build(const std::vector<Shape>& shapes) {
 }
 
 Tensor TimeDistributed::call(const std::vector<Tensor>& inputs, CallContext& ctx) {
-  const Tensor& x = single(inputs, *this);
+  const Tensor& x = detail::single_input(inputs, *this);
   check_steps({x.shape()}, *this);
   Shape merged = {-1};
   merged.insert(merged.end(), x.shape().begin() + 2, x.shape().end());
