@@ -8,10 +8,8 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <regex>
-#include <sstream>
 
 #include "compiler/executable.h"
 #include "kiln/ops.h"
@@ -23,25 +21,19 @@ namespace {
 namespace fs = std::filesystem;
 using testing::HasSubstr;
 using testing::Not;
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing_util::read_file;
 
 // Sets KILN_DUMP to a fresh directory of the test's own for the fixture's lifetime.
-class DumpTest : public testing::Test {
+class DumpTest : public testing_util::TempDirTest {
  protected:
+  DumpTest() : TempDirTest(Dir::kAbsent) {}  // the first dump creates it
   void SetUp() override {
-    dir_ = testing_util::per_test_dir("kiln_dump");
-    fs::remove_all(dir_);
+    TempDirTest::SetUp();
     setenv("KILN_DUMP", dir_.c_str(), 1);
   }
   void TearDown() override {
     unsetenv("KILN_DUMP");
-    fs::remove_all(dir_);
+    TempDirTest::TearDown();
   }
   // The subdirectories of the dump, by name.
   std::map<std::string, fs::path> subdirectories() const {
@@ -50,7 +42,6 @@ class DumpTest : public testing::Test {
       if (e.is_directory()) out[e.path().filename().string()] = e.path();
     return out;
   }
-  fs::path dir_;
 };
 
 // The kernels whose IR (before optimisation) a dump holds: "define void @kernel(" or, several
@@ -61,7 +52,7 @@ int kernels_in(const fs::path& dir) {
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (!name.ends_with(".ll") || name.ends_with(".opt.ll")) continue;
-    const std::string ir = read(e.path());
+    const std::string ir = read_file(e.path());
     EXPECT_TRUE(fs::exists(dir / (name.substr(0, name.size() - 3) + ".opt.ll"))) << name;
     EXPECT_TRUE(fs::exists(dir / (name.substr(0, name.size() - 3) + ".s"))) << name;
     n += static_cast<int>(
@@ -100,14 +91,14 @@ TEST_F(DumpTest, EachCompileHasItsOwnSubdirectoryNamedByGraphAndSignature) {
 
   // Each holds its own compile's pass dumps, fusion and memory plans, and its kernels' IR.
   const fs::path& train_dump = dumps[names[2]];
-  EXPECT_THAT(read(train_dump / "001_optimize.verify.txt"), HasSubstr("tanh"));
+  EXPECT_THAT(read_file(train_dump / "001_optimize.verify.txt"), HasSubstr("tanh"));
   EXPECT_TRUE(fs::exists(train_dump / "fusion.txt"));
-  EXPECT_THAT(read(train_dump / "buffers.txt"), HasSubstr("arena"));
+  EXPECT_THAT(read_file(train_dump / "buffers.txt"), HasSubstr("arena"));
   EXPECT_EQ(kernels_in(train_dump), trained.num_fused_thunks());
   EXPECT_GE(trained.num_fused_thunks(), 1);
   for (int i : {0, 1}) {
     const fs::path& d = dumps[names[i]];
-    const std::string graph = read(d / "001_optimize.verify.txt");
+    const std::string graph = read_file(d / "001_optimize.verify.txt");
     EXPECT_THAT(graph, HasSubstr("exp"));
     EXPECT_THAT(graph, Not(HasSubstr("tanh")));
     EXPECT_TRUE(fs::exists(d / "fusion.txt"));
@@ -126,7 +117,7 @@ TEST_F(DumpTest, OptimizeAndKernelsCompiledOnTheirOwnGetTheirOwnDirectories) {
   std::vector<std::string> texts;
   for (const auto& [name, path] : dumps) {
     EXPECT_TRUE(std::regex_match(name, std::regex(R"(alone_[0-9]+)"))) << name;
-    texts.push_back(read(path / "001_optimize.verify.txt"));
+    texts.push_back(read_file(path / "001_optimize.verify.txt"));
   }
   EXPECT_NE(texts[0], texts[1]);  // neither overwrote the other
 }

@@ -3,9 +3,7 @@
 // TFRecord records parsed in one call per batch, sequentially and on two threads.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -14,11 +12,12 @@
 #include "kiln/io/tfrecord.h"
 #include "kiln/kiln.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/values.h"
 
 namespace kiln::data {
 namespace {
 
-namespace fs = std::filesystem;
+using test_values::error_of;
 using testing::HasSubstr;
 
 std::vector<Element> collect(const Dataset& ds) {
@@ -32,16 +31,6 @@ template <class T>
 std::vector<T> values_of(const Tensor& t) {
   auto d = t.data<T>();
   return {d.begin(), d.end()};
-}
-
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 // Element i: {u8 [i % 4] holding i, i64 [i % 3, 2] holding -i} for i in [0, n).
@@ -111,17 +100,11 @@ TEST(DatasetRaggedBatch, Errors) {
               HasSubstr("component 0 of element 1 of the batch is f32, in element 0 it is u8"));
 }
 
-class DatasetParseExample : public testing::Test {
+class DatasetParseExample : public testing_util::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = testing_util::per_test_dir("kiln_parse");
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // n records: "img" 4 bytes (i, i+1, i+2, i+3), "label" i, "tok" i % 3 values (i, ...).
   std::string write(int64_t n, int64_t corrupt = -1) {
-    const std::string file = (dir_ / "r.tfrecord").string();
+    const std::string file = path("r.tfrecord");
     io::RecordWriter writer(file);
     for (int64_t i = 0; i < n; ++i) {
       std::string img;
@@ -139,7 +122,6 @@ class DatasetParseExample : public testing::Test {
   }
   const std::vector<io::FeatureSpec> spec_ = {
       io::FixedLen{"img", u8, {2, 2}}, io::FixedLen{"label", i64, {}}, io::VarLen{"tok", i64}};
-  fs::path dir_;
 };
 
 TEST_F(DatasetParseExample, ParsesEachBatchInOneCall) {

@@ -11,7 +11,6 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <numeric>
 #include <set>
@@ -78,20 +77,8 @@ void jitter(int64_t v) {
   std::this_thread::sleep_for(std::chrono::microseconds((v * 7919) % 1500));
 }
 
-class DatasetFiles : public testing::Test {
+class DatasetFiles : public testing_util::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = testing_util::per_test_dir("kiln_dataset");
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string write_file(const std::string& name, const std::string& bytes) const {
-    std::ofstream(path(name), std::ios::binary) << bytes;
-    return path(name);
-  }
   std::string write_records(const std::string& name, const std::vector<std::string>& records,
                             io::Compression compression = io::Compression::kNone) const {
     io::RecordWriter writer(path(name), compression);
@@ -99,20 +86,6 @@ class DatasetFiles : public testing::Test {
     writer.close();
     return path(name);
   }
-  static std::string read_file(const std::string& p) {
-    std::ifstream in(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  }
-  std::vector<std::string> files_in_dir() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(dir_)) {
-      names.push_back(entry.path().filename().string());
-    }
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
-  fs::path dir_;
 };
 
 // ---- from_tensors ----
@@ -765,13 +738,13 @@ TEST_F(DatasetCacheFile, AnIncompleteEpochLeavesNoFile) {
     it.next();
     it.next();
   }
-  EXPECT_TRUE(files_in_dir().empty());
+  EXPECT_TRUE(files().empty());
   // An upstream error also leaves nothing.
   Dataset failing = range(5).map(fail_at(3)).cache(file);
   EXPECT_THROW(collect(failing), Error);
-  EXPECT_TRUE(files_in_dir().empty());
+  EXPECT_TRUE(files().empty());
   EXPECT_THAT(scalars(ds), ElementsAre(0, 2, 4, 6, 8));
-  EXPECT_THAT(files_in_dir(), ElementsAre("cache.tfrecord"));
+  EXPECT_THAT(files(), ElementsAre("cache.tfrecord"));
 }
 
 TEST_F(DatasetCacheFile, StaleFileIsRebuilt) {
@@ -812,7 +785,7 @@ TEST_F(DatasetCacheFile, CorruptFileIsRebuilt) {
   write_file("cache.tfrecord", "not a cache file");
   EXPECT_THAT(scalars(ds, 1), ElementsAre(0, 2, 4, 6, 8));
   EXPECT_EQ(calls->load(), 20);
-  EXPECT_THAT(files_in_dir(), ElementsAre("cache.tfrecord"));
+  EXPECT_THAT(files(), ElementsAre("cache.tfrecord"));
 }
 
 TEST_F(DatasetCacheFile, CacheFileHoldsTFRecords) {

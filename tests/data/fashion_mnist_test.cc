@@ -13,6 +13,8 @@
 
 #include "kiln/data/idx.h"
 #include "kiln/kiln.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/values.h"
 
 namespace kiln::data {
 namespace {
@@ -30,16 +32,8 @@ Tensor fake_images(int64_t n, uint8_t first_value) {
   return Tensor::from_vector(pixels, {n, 28, 28});
 }
 
-class FashionMnistFake : public testing::Test {
+class FashionMnistFake : public testing_util::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string templ = (std::filesystem::temp_directory_path() / "kiln_fmnist_XXXXXX").string();
-    ASSERT_NE(mkdtemp(templ.data()), nullptr);
-    dir_ = templ;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
   // Train: 3 images of value 51, 52, 53 with labels 9, 0, 5; test: 2 images (102, 103), 1, 9.
   void write_fake(bool gzip = true) const {
     const std::string gz = gzip ? ".gz" : "";
@@ -49,16 +43,8 @@ class FashionMnistFake : public testing::Test {
     write_idx(path("t10k-labels-idx1-ubyte" + gz), Tensor::from_list<uint8_t>({1, 9}), gzip);
   }
   Error load_error() const {
-    try {
-      load_fashion_mnist(dir_);
-    } catch (const Error& e) {
-      return e;
-    }
-    ADD_FAILURE() << "load_fashion_mnist accepted " << dir_;
-    return Error(ErrorCode::kInternal, "no error");
+    return test_values::thrown_error([&] { load_fashion_mnist(dir_); });
   }
-
-  std::string dir_;
 };
 
 TEST_F(FashionMnistFake, NormalizesImagesToUnitRangeAndLabelsToI32) {
@@ -79,7 +65,7 @@ TEST_F(FashionMnistFake, NormalizesImagesToUnitRangeAndLabelsToI32) {
 
 TEST_F(FashionMnistFake, WithoutNormalizeImagesStayU8) {
   write_fake();
-  FashionMnist data = load_fashion_mnist(dir_ + "/", /*normalize=*/false);
+  FashionMnist data = load_fashion_mnist(dir_.string() + "/", /*normalize=*/false);
   EXPECT_EQ(data.train_images.dtype(), u8);
   EXPECT_EQ(data.train_images.data<uint8_t>()[1], 51);
   EXPECT_EQ(data.test_images.data<uint8_t>()[0], 255);

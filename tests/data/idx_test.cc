@@ -11,14 +11,14 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <numbers>
 #include <string>
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/testing/values.h"
 
 namespace kiln::data {
 namespace {
@@ -66,25 +66,14 @@ Bytes concat(Bytes a, const Bytes& b) {
   return a;
 }
 
-class IdxTest : public testing::Test {
+class IdxTest : public testing_util::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string templ = (std::filesystem::temp_directory_path() / "kiln_idx_XXXXXX").string();
-    ASSERT_NE(mkdtemp(templ.data()), nullptr);
-    dir_ = templ;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
   std::string write_bytes(const std::string& name, const Bytes& bytes) const {
-    std::ofstream f(path(name), std::ios::binary);
-    f.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
-    return path(name);
+    return write_file(name, std::string(bytes.begin(), bytes.end()));
   }
-  Bytes file_bytes(const std::string& p) const {
-    std::ifstream f(p, std::ios::binary);
-    return Bytes(std::istreambuf_iterator<char>(f), {});
+  static Bytes file_bytes(const std::string& p) {
+    const std::string bytes = read_file(p);
+    return Bytes(bytes.begin(), bytes.end());
   }
   // Reads `bytes` from a raw file and from a hand-built gzip file; both must agree.
   Tensor read_both(const Bytes& bytes) const {
@@ -100,17 +89,9 @@ class IdxTest : public testing::Test {
   }
   // The kiln::Error read_idx throws for a file holding `bytes`.
   Error read_error(const std::string& name, const Bytes& bytes) const {
-    std::string p = write_bytes(name, bytes);
-    try {
-      read_idx(p);
-    } catch (const Error& e) {
-      return e;
-    }
-    ADD_FAILURE() << "read_idx accepted " << p;
-    return Error(ErrorCode::kInternal, "no error");
+    const std::string p = write_bytes(name, bytes);
+    return test_values::thrown_error([&] { read_idx(p); });
   }
-
-  std::string dir_;
 };
 
 TEST(IdxHelpers, Crc32MatchesTheStandardCheckValue) {
@@ -247,11 +228,7 @@ TEST_F(IdxTest, WriteReplacesAtomicallyAndLeavesNoTemporaryFiles) {
   write_idx(path("a.idx"), Tensor::from_list<uint8_t>({1, 2, 3}), true);
   write_idx(path("a.idx"), Tensor::from_list<uint8_t>({9}), true);
   EXPECT_EQ(read_idx(path("a.idx")).to_vector<int>(), std::vector<int>{9});
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
-    names.push_back(entry.path().filename().string());
-  }
-  EXPECT_EQ(names, std::vector<std::string>{"a.idx"});
+  EXPECT_EQ(files(), std::vector<std::string>{"a.idx"});
 }
 
 TEST_F(IdxTest, WriteRejectsWhatIdxCannotHold) {
@@ -288,15 +265,14 @@ TEST_F(IdxTest, WriteIntoMissingDirectoryIsNotFound) {
 }
 
 TEST_F(IdxTest, MissingFileIsNotFoundAndNamesThePath) {
-  try {
-    read_idx(path("missing.idx"));
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
-    EXPECT_THAT(e.what(), HasSubstr(path("missing.idx")));
-    EXPECT_THAT(e.what(), HasSubstr("No such file"));
-  }
-  EXPECT_THROW(read_idx(dir_), Error);  // a directory is not a file
+  Error missing = test_values::thrown_error([&] { read_idx(path("missing.idx")); });
+  EXPECT_EQ(missing.code(), ErrorCode::kNotFound);
+  EXPECT_THAT(missing.what(), HasSubstr(path("missing.idx")));
+  EXPECT_THAT(missing.what(), HasSubstr("No such file"));
+
+  Error dir = test_values::thrown_error([&] { read_idx(dir_); });
+  EXPECT_EQ(dir.code(), ErrorCode::kNotFound);
+  EXPECT_THAT(dir.what(), HasSubstr("is a directory, not a file"));
 }
 
 TEST_F(IdxTest, TruncatedHeaderIsDataLoss) {

@@ -10,9 +10,7 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <optional>
 #include <regex>
 #include <string>
@@ -33,29 +31,8 @@ using test_values::thrown_error;
 namespace fs = std::filesystem;
 using testing::HasSubstr;
 
-class CheckpointTest : public testing::Test {
+class CheckpointTest : public testing_util::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = testing_util::per_test_dir("kiln_ckpt");
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  static std::string read_file(const std::string& p) {
-    std::ifstream in(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  }
-  static void write_file(const std::string& p, const std::string& bytes) {
-    std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
-  }
-  std::vector<std::string> files() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir_)) out.push_back(e.path().filename());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
   // Replaces the index of `prefix` by `index` (framed as the one record of a TFRecord file).
   static void write_index(const std::string& prefix, const proto::CheckpointIndex& index) {
     RecordWriter w(prefix + ".index");
@@ -67,8 +44,6 @@ class CheckpointTest : public testing::Test {
     EXPECT_TRUE(index.ParseFromString(read_records(prefix + ".index").at(0)));
     return index;
   }
-
-  fs::path dir_;
 };
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
@@ -377,13 +352,6 @@ struct KilledSave {
 
 class CheckpointKillTest : public CheckpointTest, public testing::WithParamInterface<KilledSave> {
  protected:
-  void SetUp() override {  // per_test_dir would name a subdirectory: the test's name has a '/'
-    dir_ = fs::path(testing::TempDir()) /
-           ("kiln_ckpt_kill_" + std::to_string(getpid()) + "_" + GetParam().stage);
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-
   // The size of the one file whose name matches `regex`; nullopt if none does.
   std::optional<uintmax_t> size_of_match(const std::string& regex) const {
     if (regex.empty()) return std::nullopt;

@@ -10,9 +10,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <thread>
 
 #include "kiln/io/checkpoint.h"
@@ -94,23 +92,8 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
          std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
-class SavedModelTest : public testing::Test {
+class SavedModelTest : public testing_util::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = testing_util::per_test_dir("kiln_saved_model");
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  static std::string read_file(const std::string& p) {
-    std::ifstream in(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  }
-  static void write_file(const std::string& p, const std::string& bytes) {
-    std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
-  }
   static saved::SavedModel read_proto(const std::string& version_dir) {
     saved::SavedModel m;
     EXPECT_TRUE(m.ParseFromString(read_records(version_dir + "/saved_model.pb").at(0)));
@@ -121,8 +104,6 @@ class SavedModelTest : public testing::Test {
     w.write(m.SerializeAsString());
     w.close();
   }
-
-  fs::path dir_;
 };
 
 TEST_F(SavedModelTest, ALoadedModelPredictsBitIdenticallyInAnotherProcess) {

@@ -41,13 +41,9 @@ namespace {
 namespace fs = std::filesystem;
 using testing::HasSubstr;
 
-class Summary : public testing::Test {
+class Summary : public testing_util::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = testing_util::per_test_dir("kiln_summary");
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  Summary() : TempDirTest(Dir::kAbsent) {}  // the event writers create it
 
   static std::vector<proto::Event> events_of(const std::string& path) {
     std::vector<proto::Event> events;
@@ -58,8 +54,6 @@ class Summary : public testing::Test {
     }
     return events;
   }
-
-  fs::path dir_;
 };
 
 double now() {

@@ -11,8 +11,6 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -99,26 +97,7 @@ std::string zlib_stored(const std::string& data) {
   return std::string("\x78\x01", 2) + stored_blocks(data) + trailer;
 }
 
-class TFRecord : public testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = testing_util::per_test_dir("kiln_tfrecord");
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::string write_file(const std::string& name, const std::string& bytes) const {
-    std::ofstream(path(name), std::ios::binary) << bytes;
-    return path(name);
-  }
-  static std::string read_file(const std::string& p) {
-    std::ifstream in(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  }
-  fs::path dir_;
-};
+class TFRecord : public testing_util::TempDirTest {};
 
 std::string pseudo_random(size_t n, uint32_t seed) {
   std::string s(n, '\0');
@@ -267,13 +246,11 @@ TEST_F(TFRecord, FileAppearsOnlyOnClose) {
   writer.write(pseudo_random(200000, 1));
   EXPECT_FALSE(fs::exists(p));
   int temps = 0;
-  for (const auto& entry : fs::directory_iterator(dir_)) {
-    temps += entry.path().filename().string().starts_with("atomic.tfrecord.tmp-");
-  }
+  for (const std::string& f : files()) temps += f.starts_with("atomic.tfrecord.tmp-");
   EXPECT_EQ(temps, 1);  // the temporary file is in the same directory
   writer.close();
   EXPECT_TRUE(fs::exists(p));
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+  EXPECT_EQ(files().size(), 1u);
 }
 
 TEST_F(TFRecord, OverwriteKeepsTheOldFileUntilClose) {
@@ -298,7 +275,7 @@ TEST_F(TFRecord, DestructorClosesButAnExceptionDiscards) {
   } catch (const std::runtime_error&) {
   }
   EXPECT_FALSE(fs::exists(dropped));
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+  EXPECT_EQ(files().size(), 1u);
 }
 
 TEST_F(TFRecord, MoveAssignmentClosesTheOverwrittenWriter) {

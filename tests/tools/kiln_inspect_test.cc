@@ -19,19 +19,11 @@ namespace {
 namespace fs = std::filesystem;
 using testing::HasSubstr;
 
-class KilnInspect : public testing::Test {
+class KilnInspect : public testing_util::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = testing_util::per_test_dir("kiln_inspect");
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
   testing_util::ProcessResult inspect(const std::string& target) {
     return testing_util::run_process({KILN_INSPECT, target}, path("log"));
   }
-  fs::path dir_;
 };
 
 TEST_F(KilnInspect, DescribesASavedModel) {
