@@ -1,3 +1,5 @@
+// The Verify pass: a recorded graph passes unchanged; a node whose recorded type, input or
+// attributes are wrong, or an output outside the graph, is rejected with a message naming it.
 #include "compiler/passes/verify.h"
 
 #include <gmock/gmock.h>
@@ -5,6 +7,7 @@
 
 #include "compiler/pipeline.h"
 #include "kiln/kiln.h"
+#include "tests/testing/values.h"
 
 namespace kiln::compiler {
 namespace {
@@ -12,12 +15,7 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string verify_error(Module& m) {
-  try {
-    Verify().run(m);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test_values::error_of([&] { Verify().run(m); });
 }
 
 TEST(VerifyTest, AcceptsARecordedGraphAndChangesNothing) {
