@@ -16,6 +16,8 @@ enum class ErrorCode {
   kDataLoss,           // corrupt or truncated file
   kInternal,
   kResourceExhausted,  // out of memory: an allocation the system refused
+  kDeadlineExceeded,   // a collective's peers did not arrive before its deadline
+  kUnavailable,        // a peer is known to be gone (died, left, or the group was aborted)
 };
 
 const char* error_code_name(ErrorCode code);

@@ -23,6 +23,10 @@ const char* error_code_name(ErrorCode code) {
       return "internal";
     case ErrorCode::kResourceExhausted:
       return "resource exhausted";
+    case ErrorCode::kDeadlineExceeded:
+      return "deadline exceeded";
+    case ErrorCode::kUnavailable:
+      return "unavailable";
   }
   return "unknown";
 }

@@ -1,0 +1,298 @@
+// The Collective base class (steps, deadlines, local argument checks) and the pieces every
+// backend shares: agreement checks across replicas, error words and the reduction loops.
+#include "kiln/distribute/collective.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <type_traits>
+
+#include "distribute/collective_util.h"
+#include "ops/max_min.h"
+
+namespace kiln::distribute {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMean:
+      return "mean";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
+  }
+  return "unknown";
+}
+
+const char* collective_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+      return "all_reduce";
+    case CollectiveKind::kAllGather:
+      return "all_gather";
+    case CollectiveKind::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
+    case CollectiveKind::kBarrier:
+      return "barrier";
+  }
+  return "unknown";
+}
+
+Collective::Collective(const CollectiveOptions& options)
+    : timeout_(internal::initial_timeout(options)) {}
+
+Collective::~Collective() = default;
+
+void Collective::set_timeout(Seconds timeout) {
+  if (!(timeout.count() > 0) || !std::isfinite(timeout.count())) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "Collective::set_timeout: the timeout must be a positive number of seconds, got " +
+                    std::to_string(timeout.count()));
+  }
+  timeout_ = timeout;
+}
+
+Tensor Collective::all_reduce(const Tensor& x, ReduceOp op) {
+  return start({.kind = CollectiveKind::kAllReduce, .op = op}, x);
+}
+
+Tensor Collective::all_gather(const Tensor& x) {
+  return start({.kind = CollectiveKind::kAllGather}, x);
+}
+
+Tensor Collective::reduce_scatter(const Tensor& x, ReduceOp op) {
+  return start({.kind = CollectiveKind::kReduceScatter, .op = op}, x);
+}
+
+Tensor Collective::broadcast(const Tensor& x, int root) {
+  return start({.kind = CollectiveKind::kBroadcast, .root = root}, x);
+}
+
+void Collective::barrier() { start({.kind = CollectiveKind::kBarrier}, Tensor()); }
+
+Tensor Collective::start(Call call, const Tensor& x) {
+  // Only what the other replicas cannot see is checked here; everything else is checked on the
+  // calls of all replicas together, so they all fail alike.
+  if (call.kind != CollectiveKind::kBarrier) {
+    if (!x.defined() || x.is_symbolic()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string(collective_name(call.kind)) + " (rank " + std::to_string(rank()) +
+                      "): the input must be a concrete tensor, got " +
+                      (x.defined() ? "a symbolic one" : "an undefined one"));
+    }
+    call.dtype = x.dtype();
+    call.shape = x.shape();
+  }
+  call.step = ++steps_;
+  return run(call, x, internal::deadline_after(timeout_));
+}
+
+namespace internal {
+
+std::string describe(const Call& call) {
+  std::string s = collective_name(call.kind);
+  if (call.kind == CollectiveKind::kBarrier) return s;
+  if (call.kind == CollectiveKind::kAllReduce || call.kind == CollectiveKind::kReduceScatter) {
+    s += std::string("(") + reduce_op_name(call.op) + ")";
+  } else if (call.kind == CollectiveKind::kBroadcast) {
+    s += "(root " + std::to_string(call.root) + ")";
+  }
+  return s + " " + dtype_name(call.dtype) + shape_str(call.shape);
+}
+
+std::string where(const Call& call, int rank, int size, const std::string& backend) {
+  return std::string(collective_name(call.kind)) + " step " + std::to_string(call.step) +
+         " (rank " + std::to_string(rank) + " of " + std::to_string(size) + ", " + backend + ")";
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) s += i + 1 == ranks.size() ? " and " : ", ";
+    s += std::to_string(ranks[i]);
+  }
+  return s;
+}
+
+namespace {
+
+bool supported(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::i8 || dtype == DType::u8 ||
+         dtype == DType::i32 || dtype == DType::i64;
+}
+
+std::string every_call(const std::vector<Call>& calls) {
+  std::string s;
+  for (size_t r = 0; r < calls.size(); ++r) {
+    s += (r ? "; rank " : "rank ") + std::to_string(r) + ": " + describe(calls[r]);
+  }
+  return s;
+}
+
+}  // namespace
+
+void check_agreement(const std::vector<Call>& calls, int rank, const std::string& backend) {
+  const Call& first = calls[0];
+  const int size = static_cast<int>(calls.size());
+  auto fail = [&](const std::string& what) {
+    throw Error(ErrorCode::kInvalidArgument, where(calls[rank], rank, size, backend) + ": " + what);
+  };
+  bool same = true;
+  for (const Call& c : calls) {
+    same = same && c.kind == first.kind && c.step == first.step;
+    if (first.kind == CollectiveKind::kBarrier) continue;
+    same = same && c.dtype == first.dtype;
+    if (first.kind == CollectiveKind::kAllReduce || first.kind == CollectiveKind::kReduceScatter) {
+      same = same && c.op == first.op;
+    }
+    if (first.kind == CollectiveKind::kBroadcast) same = same && c.root == first.root;
+    if (first.kind == CollectiveKind::kAllGather) {
+      same = same && !c.shape.empty() && c.shape.size() == first.shape.size() &&
+             std::equal(c.shape.begin() + 1, c.shape.end(), first.shape.begin() + 1);
+    } else {
+      same = same && c.shape == first.shape;
+    }
+  }
+  if (!same) {
+    std::string rule = first.kind == CollectiveKind::kAllGather
+                           ? "the same collective and dtype, and shapes equal but for dimension 0"
+                           : "the same collective, arguments, dtype and shape";
+    fail("the replicas' calls disagree (they must make " + rule + "): " + every_call(calls));
+  }
+  if (first.kind == CollectiveKind::kBarrier) return;
+  if (!supported(first.dtype)) {
+    fail(std::string("dtype ") + dtype_name(first.dtype) +
+         " is not supported (f32, f64, i8, u8, i32 and i64 are; convert first)");
+  }
+  if (first.kind == CollectiveKind::kBroadcast && (first.root < 0 || first.root >= size)) {
+    fail("root " + std::to_string(first.root) + " is not a rank of this group of " +
+         std::to_string(size));
+  }
+  if (first.kind == CollectiveKind::kReduceScatter &&
+      (first.shape.empty() || first.shape[0] % size != 0)) {
+    fail("dimension 0 of the input " + shape_str(first.shape) +
+         " must be a multiple of the group size " + std::to_string(size));
+  }
+}
+
+std::string seconds_str(Seconds seconds) {
+  std::ostringstream out;
+  out << seconds.count();
+  return out.str();
+}
+
+Error missing_error(const Call& call, int rank, int size, const std::string& backend,
+                    const std::vector<int>& missing, Seconds timeout, bool gone) {
+  const std::string who =
+      "rank" + std::string(missing.size() > 1 ? "s " : " ") + rank_list(missing);
+  if (gone) {
+    return Error(ErrorCode::kUnavailable,
+                 where(call, rank, size, backend) + ": " + who + " left the group before arriving");
+  }
+  return Error(ErrorCode::kDeadlineExceeded,
+               where(call, rank, size, backend) + ": " + who + " did not arrive within " +
+                   seconds_str(timeout) +
+                   " s (died or stalled?); the deadline is CollectiveOptions::timeout, or "
+                   "KILN_COLLECTIVE_TIMEOUT seconds");
+}
+
+namespace {
+
+template <class T>
+T combine(ReduceOp op, T a, T b) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMean:
+      if constexpr (std::is_integral_v<T>) {  // wrap, as two's complement hardware does
+        using U = std::make_unsigned_t<T>;
+        return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+      } else {
+        return a + b;
+      }
+    case ReduceOp::kMax:
+      return ops::max_of(a, b);
+    case ReduceOp::kMin:
+      return ops::min_of(a, b);
+  }
+  return a;
+}
+
+template <class T>
+void reduce_typed(ReduceOp op, const std::vector<const void*>& inputs, void* out_void,
+                  int64_t begin, int64_t end) {
+  T* out = static_cast<T*>(out_void);
+  const T* in0 = static_cast<const T*>(inputs[0]);
+  std::memcpy(out + begin, in0 + begin, (end - begin) * sizeof(T));
+  for (size_t k = 1; k < inputs.size(); ++k) {
+    const T* in = static_cast<const T*>(inputs[k]);
+    for (int64_t i = begin; i < end; ++i) out[i] = combine(op, out[i], in[i]);
+  }
+}
+
+template <class F>
+void dispatch(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32:
+      return f(float{});
+    case DType::f64:
+      return f(double{});
+    case DType::i8:
+      return f(int8_t{});
+    case DType::u8:
+      return f(uint8_t{});
+    case DType::i32:
+      return f(int32_t{});
+    case DType::i64:
+      return f(int64_t{});
+    default:
+      throw Error(ErrorCode::kInternal,
+                  std::string("collective reduction on unsupported dtype ") + dtype_name(dtype));
+  }
+}
+
+}  // namespace
+
+void reduce_range(DType dtype, ReduceOp op, const std::vector<const void*>& inputs, void* out,
+                  int64_t begin, int64_t end) {
+  if (begin >= end) return;
+  dispatch(dtype, [&](auto zero) { reduce_typed<decltype(zero)>(op, inputs, out, begin, end); });
+}
+
+void finish_mean(DType dtype, void* data, int64_t begin, int64_t end, int replicas) {
+  dispatch(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    T* p = static_cast<T*>(data);
+    using Divisor = std::conditional_t<std::is_floating_point_v<T>, T, int64_t>;
+    const Divisor n = static_cast<Divisor>(replicas);
+    for (int64_t i = begin; i < end; ++i) p[i] = static_cast<T>(p[i] / n);
+  });
+}
+
+Seconds initial_timeout(const CollectiveOptions& options) {
+  if (options.timeout) {
+    if (!(options.timeout->count() > 0) || !std::isfinite(options.timeout->count())) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "CollectiveOptions::timeout must be a positive number of seconds, got " +
+                      std::to_string(options.timeout->count()));
+    }
+    return *options.timeout;
+  }
+  const char* env = std::getenv("KILN_COLLECTIVE_TIMEOUT");
+  if (env == nullptr || *env == '\0') return Seconds(300);
+  char* end = nullptr;
+  const double seconds = std::strtod(env, &end);
+  if (end == env || *end != '\0' || !(seconds > 0) || !std::isfinite(seconds)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string("KILN_COLLECTIVE_TIMEOUT must be a positive number of seconds, got '") +
+                    env + "'");
+  }
+  return Seconds(seconds);
+}
+
+}  // namespace internal
+}  // namespace kiln::distribute

@@ -1,0 +1,51 @@
+// What every collective backend shares: the check that the replicas' calls agree, the words of
+// its errors, and the reduction loops (in rank order, so results are reproducible).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "kiln/distribute/collective.h"
+#include "kiln/error.h"
+
+namespace kiln::distribute::internal {
+
+using Call = Collective::Call;
+using Clock = std::chrono::steady_clock;
+
+// "all_reduce(sum) f32[2,3]", "broadcast(root 1) i64[4]", "barrier".
+std::string describe(const Call& call);
+// "all_reduce step 3 (rank 0 of 4, in_process)": the start of every error a collective throws.
+std::string where(const Call& call, int rank, int size, const std::string& backend);
+// "2", "1 and 3", "0, 2 and 3".
+std::string rank_list(const std::vector<int>& ranks);
+
+// Throws kInvalidArgument (the same words on every replica) unless the replicas' calls agree and
+// are valid together: same collective, dtype and op; a supported dtype; shapes as the collective
+// requires; a root within range. `calls[r]` is replica r's call.
+void check_agreement(const std::vector<Call>& calls, int rank, const std::string& backend);
+
+// The error for replicas that did not arrive (kDeadlineExceeded), or, when `gone` is true, that
+// are known to be gone (kUnavailable).
+Error missing_error(const Call& call, int rank, int size, const std::string& backend,
+                    const std::vector<int>& missing, Seconds timeout, bool gone);
+
+// out[i] = op over inputs[0][i], inputs[1][i], ... (in that order), for i in [begin, end).
+// kMean sums; finish_mean divides by the number of replicas afterwards.
+void reduce_range(DType dtype, ReduceOp op, const std::vector<const void*>& inputs, void* out,
+                  int64_t begin, int64_t end);
+void finish_mean(DType dtype, void* data, int64_t begin, int64_t end, int replicas);
+
+// "0.5", "300": a timeout as errors print it.
+std::string seconds_str(Seconds seconds);
+
+// The deadline of a collective starting now.
+inline Clock::time_point deadline_after(Seconds timeout) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
+}
+
+// The timeout a communicator starts with: options, else KILN_COLLECTIVE_TIMEOUT, else 5 min.
+Seconds initial_timeout(const CollectiveOptions& options);
+
+}  // namespace kiln::distribute::internal

@@ -1,0 +1,133 @@
+// The MPI collectives under mpirun: tests/distribute/mpi_worker.cc checks every collective on 2
+// and 4 ranks; a rank that kills itself mid-job makes the survivors fail with the deadline error.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kiln/distribute/collective.h"
+
+extern char** environ;
+
+namespace kiln::distribute {
+namespace {
+
+struct JobResult {
+  bool finished = false;  // false: killed at the test's timeout
+  int status = 0;
+  double seconds = 0;
+  std::string output;
+};
+
+// Runs mpirun in a process group of its own, killing the whole group (mpirun and every rank)
+// when it ends or at `timeout`, so nothing outlives the test.
+JobResult run_job(int ranks, const std::map<std::string, std::string>& env,
+                  const std::vector<std::string>& mpirun_flags, std::chrono::seconds timeout) {
+  const std::string log = ::testing::TempDir() + "mpi_job_" + std::to_string(getpid()) + ".log";
+  std::vector<std::string> argv = {KILN_MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np",
+                                   std::to_string(ranks)};
+  argv.insert(argv.end(), mpirun_flags.begin(), mpirun_flags.end());
+  for (const auto& [k, v] : env) argv.insert(argv.end(), {"-x", k + "=" + v});
+  argv.push_back(KILN_MPI_WORKER);
+  std::vector<char*> args;
+  for (std::string& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  pid_t pid = -1;
+  const auto start = std::chrono::steady_clock::now();
+  const int rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  JobResult result;
+  if (rc != 0) {
+    result.output = "could not start " + argv[0];
+    return result;
+  }
+  while (std::chrono::steady_clock::now() - start < timeout) {
+    if (waitpid(pid, &result.status, WNOHANG) == pid) {
+      result.finished = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  kill(-pid, SIGKILL);  // whatever is left of the job
+  if (!result.finished) waitpid(pid, &result.status, 0);
+  std::ifstream in(log, std::ios::binary);
+  result.output.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  std::remove(log.c_str());
+  return result;
+}
+
+bool skip_reason(std::string* reason) {
+  if (std::string(KILN_MPIRUN).empty()) {
+    *reason = "mpirun was not found when the tests were configured (install openmpi-bin)";
+    return true;
+  }
+  if (!mpi_available()) {
+    *reason = "Kiln was built without MPI (libopenmpi-dev missing at configure time)";
+    return true;
+  }
+  return false;
+}
+
+TEST(MpiCollective, EveryCollectiveAndDTypeUnderMpirunWith2And4Ranks) {
+  std::string reason;
+  if (skip_reason(&reason)) GTEST_SKIP() << reason;
+  for (int ranks : {2, 4}) {
+    const JobResult job =
+        run_job(ranks, {{"KILN_COLLECTIVE_TIMEOUT", "60"}}, {}, std::chrono::seconds(120));
+    ASSERT_TRUE(job.finished) << "mpirun -np " << ranks << " did not finish:\n" << job.output;
+    EXPECT_TRUE(WIFEXITED(job.status) && WEXITSTATUS(job.status) == 0) << job.output;
+    for (int r = 0; r < ranks; ++r) {
+      EXPECT_NE(job.output.find("rank " + std::to_string(r) + " of " + std::to_string(ranks) +
+                                ": ok, local rank " + std::to_string(r)),
+                std::string::npos)
+          << "-np " << ranks << ", rank " << r << ":\n"
+          << job.output;
+    }
+    EXPECT_EQ(job.output.find("FAIL"), std::string::npos) << job.output;
+  }
+}
+
+TEST(MpiCollective, AKilledRankMakesTheSurvivorsFailWithTheDeadlineErrorNamingIt) {
+  std::string reason;
+  if (skip_reason(&reason)) GTEST_SKIP() << reason;
+  // --enable-recovery: mpirun lets the survivors run on after a rank dies (by default it kills
+  // them within a second or two), so the test sees what Kiln tells them.
+  const JobResult job = run_job(3,
+                                {{"KILN_COLLECTIVE_TIMEOUT", "1"},
+                                 {"KILN_TEST_KILL_RANK", "1"},
+                                 {"KILN_TEST_KILL_STEP", "3"}},
+                                {"--enable-recovery"}, std::chrono::seconds(60));
+  ASSERT_TRUE(job.finished) << "the job hung:\n" << job.output;
+  for (int r : {0, 2}) {
+    const std::string line = "error deadline exceeded: all_reduce step 3 (rank " +
+                             std::to_string(r) + " of 3, mpi): rank 1 did not arrive within 1 s";
+    EXPECT_NE(job.output.find(line), std::string::npos) << "rank " << r << ":\n" << job.output;
+  }
+  EXPECT_EQ(job.output.find("finished without noticing"), std::string::npos) << job.output;
+  EXPECT_LT(job.seconds, 30) << job.output;
+}
+
+}  // namespace
+}  // namespace kiln::distribute
