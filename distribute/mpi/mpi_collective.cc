@@ -222,6 +222,7 @@ MpiCollective::~MpiCollective() {
 bool MpiCollective::poll(std::vector<MPI_Request>& requests, Clock::time_point deadline,
                          const std::function<std::string()>& where) {
   std::vector<int> indices(requests.size());
+  const Clock::time_point started = Clock::now();
   for (int attempt = 0;; ++attempt) {
     int completed = 0;
     const int rc = MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &completed,
@@ -234,11 +235,15 @@ bool MpiCollective::poll(std::vector<MPI_Request>& requests, Clock::time_point d
     }
     if (completed == MPI_UNDEFINED) return true;  // no active request is left
     if (Clock::now() >= deadline) return false;
-    // Spin first (latency), then give the core away: ranks are often oversubscribed.
-    if (attempt > 2000) {
-      std::this_thread::sleep_for(std::chrono::microseconds(attempt > 20000 ? 200 : 20));
-    } else if (attempt > 200) {
+    // OpenMPI's non-blocking collectives advance only inside MPI_Test*, so sleeping between
+    // polls stalls a transfer: spin, then yield (ranks are often oversubscribed), and sleep
+    // only once the wait is long enough that a peer is probably stalled.
+    if (attempt < 200) continue;
+    const auto waited = Clock::now() - started;
+    if (waited < std::chrono::seconds(1)) {
       std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
 }
@@ -297,15 +302,13 @@ Tensor MpiCollective::run(const Call& call, const Tensor& x, Clock::time_point d
                     " elements exceed what one MPI call can move (2^31 - 1); split the tensor");
   }
   const MPI_Datatype type = mpi_type(call.dtype);
-  const size_t bytes = dtype_size(call.dtype);
   Tensor result;
   MPI_Request request = MPI_REQUEST_NULL;
   int rc = MPI_SUCCESS;
   switch (call.kind) {
     case CollectiveKind::kAllReduce:
       result = Tensor::empty(call.dtype, call.shape);
-      std::memcpy(result.raw_mutable_data(), x.raw_data(), n * bytes);
-      rc = MPI_Iallreduce(MPI_IN_PLACE, result.raw_mutable_data(), static_cast<int>(n), type,
+      rc = MPI_Iallreduce(x.raw_data(), result.raw_mutable_data(), static_cast<int>(n), type,
                           mpi_op(call.op, call.dtype), data_, &request);
       break;
     case CollectiveKind::kReduceScatter: {
