@@ -75,7 +75,7 @@ class Collective {
     DType dtype = DType::f32;
     int root = 0;
     int64_t step = 0;
-    Shape shape;
+    Shape shape = {};
   };
 
  protected:
