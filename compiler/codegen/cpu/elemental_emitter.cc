@@ -82,6 +82,13 @@ bool miscompile_sub_for_tests() {
   return on;
 }
 
+// Columns a column kernel folds together, into stack arrays of their accumulators (8 KiB of
+// f64 each: inside L1 beside the input rows; 256, the reference kernels' block, read rows in
+// runs too short to stream and measured 3x slower than accumulating in the output row).
+constexpr int64_t kColumnBlock = 1024;
+// Reduced positions a column kernel folds per pass over a block (see `nest`).
+constexpr int64_t kColumnJam = 4;
+
 // Emits the IR of one kernel.
 class Emitter {
  public:
@@ -89,15 +96,17 @@ class Emitter {
   Emitter(const FusedSubgraph& sg, const Shape& shape, llvm::Module& m, std::string prefix = "")
       : sg_(sg), shape_(shape), m_(m), ctx_(m.getContext()), b_(ctx_), prefix_(std::move(prefix)) {}
 
-  // Emits `kernel`; with reductions also `kernel_part(inputs, outputs, begin, end, lo, hi)`,
-  // which folds only positions [lo, hi) of the outermost reduced (collapsed) dimension
-  // (`kernel` calls it with the whole range).
+  // Emits `kernel`; with reductions also
+  // `kernel_part(inputs, outputs, begin, end, lo, hi, partial)`, which folds only positions
+  // [lo, hi) of the outermost reduced (collapsed) dimension and, when `partial` is nonzero,
+  // stores reductions unrounded in their accumulator dtype (`kernel` calls it with the whole
+  // range and 0).
   void emit_kernel(bool flat) {
     Type* ptr = b_.getPtrTy();
     Type* i64 = b_.getInt64Ty();
     bool part = sg_.has_reductions();
     std::vector<Type*> params = {ptr, ptr, i64, i64};
-    if (part) params.insert(params.end(), {i64, i64});
+    if (part) params.insert(params.end(), {i64, i64, i64});
     auto* fty = llvm::FunctionType::get(b_.getVoidTy(), params, false);
     fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage,
                                  prefix_ + (part ? "kernel_part" : "kernel"), m_);
@@ -111,6 +120,7 @@ class Emitter {
     if (part) {
       red_lo_ = fn_->getArg(4);
       red_hi_ = fn_->getArg(5);
+      partial_ = fn_->getArg(6);
     }
 
     auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn_);
@@ -140,7 +150,7 @@ class Emitter {
       w->addFnAttr(llvm::Attribute::NoUnwind);
       b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", w));
       b_.CreateCall(fn_, {w->getArg(0), w->getArg(1), w->getArg(2), w->getArg(3),
-                          b_.getInt64(0), b_.getInt64(split_size_)});
+                          b_.getInt64(0), b_.getInt64(split_size_), b_.getInt64(0)});
       b_.CreateRetVoid();
     }
   }
@@ -457,19 +467,32 @@ class Emitter {
       row_dims.insert(row_dims.end(), kept_inner.begin(), kept_inner.end() - 1);
     }
 
-    // Row-kernel accumulators live in allocas (promoted to registers by mem2reg). Float max
-    // and min fold with maxnum/minnum `nnan nsz`, beside an or-reduced NaN flag and a flag for
-    // whether the preferred zero (+0 for max, -0 for min) was seen.
+    // Accumulators have each reduction's accumulator dtype (f64 for f32 sums and products).
+    // Row kernels keep theirs in allocas (promoted to registers by mem2reg); float max and min
+    // fold with maxnum/minnum `nnan nsz`, beside an or-reduced NaN flag and a flag for whether
+    // the preferred zero (+0 for max, -0 for min) was seen. Column kernels fold kColumnBlock
+    // columns at a time into stack arrays, then store them.
+    auto red_kind = [&](int o) { return *sg_.nodes[sg_.outputs[o] - n_in].reduce; };
+    auto red_type = [&](int o) { return sg_.dtype(sg_.outputs[o]); };
+    auto acc_type = [&](int o) { return accumulator_dtype(red_kind(o), red_type(o)); };
     std::vector<llvm::AllocaInst*> acc(red_outs.size()), nan(red_outs.size()),
         zero(red_outs.size());
-    if (!column) {
+    {
       llvm::IRBuilder<> eb(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
       for (size_t q = 0; q < red_outs.size(); ++q) {
-        acc[q] = eb.CreateAlloca(reg_type(sg_.dtype(red_outs_value(red_outs[q]))));
-        nan[q] = eb.CreateAlloca(b_.getInt1Ty());
-        zero[q] = eb.CreateAlloca(b_.getInt1Ty());
+        Type* at = reg_type(acc_type(red_outs[q]));
+        if (column) {
+          acc[q] = eb.CreateAlloca(llvm::ArrayType::get(at, kColumnBlock));
+          acc[q]->setAlignment(llvm::Align(64));
+        } else {
+          acc[q] = eb.CreateAlloca(at);
+          nan[q] = eb.CreateAlloca(b_.getInt1Ty());
+          zero[q] = eb.CreateAlloca(b_.getInt1Ty());
+        }
       }
     }
+    bool wide = false;  // some reduction accumulates wider than its dtype
+    for (int o : red_outs) wide = wide || acc_type(o) != red_type(o);
 
     Value* c_cols = b_.getInt64(cols);
     Value* r_lo = column ? b_.CreateSDiv(begin, c_cols) : begin;
@@ -486,8 +509,6 @@ class Emitter {
             offs[k] = b_.CreateAdd(offs[k], b_.CreateMul(idx, b_.getInt64(row_dims[d].st[k])));
       }
       Value* base = b_.CreateMul(r, c_cols);
-      Value* j_lo = column ? smax(b_.CreateSub(begin, base), b_.getInt64(0)) : nullptr;
-      Value* j_hi = column ? smin(b_.CreateSub(end, base), c_cols) : nullptr;
       auto eval_at = [&](const std::vector<Value*>& o) {
         std::vector<Value*> in(n_in);
         for (size_t k = 0; k < n_in; ++k) in[k] = load(static_cast<int>(k), o[k]);
@@ -496,11 +517,11 @@ class Emitter {
           store(full_outs[f], vals[sg_.outputs[full_outs[f]]], o[n_in + f]);
         return vals;
       };
+      // The value reduction output o folds, in its accumulator dtype.
       auto red_value = [&](const std::vector<Value*>& vals, int o) {
-        return vals[sg_.nodes[sg_.outputs[o] - n_in].args[0]];
+        Value* v = vals[sg_.nodes[sg_.outputs[o] - n_in].args[0]];
+        return acc_type(o) == red_type(o) ? v : b_.CreateFPExt(v, reg_type(acc_type(o)));
       };
-      auto red_kind = [&](int o) { return *sg_.nodes[sg_.outputs[o] - n_in].reduce; };
-      auto red_type = [&](int o) { return sg_.dtype(sg_.outputs[o]); };
       auto add_offsets = [&](const std::vector<Value*>& o, const Dim& d, Value* i) {
         std::vector<Value*> out(o);
         for (size_t k = 0; k < n_acc; ++k)
@@ -509,36 +530,80 @@ class Emitter {
                                   : b_.CreateAdd(o[k], b_.CreateMul(i, b_.getInt64(d.st[k])));
         return out;
       };
-      auto out_red_ptr = [&](int o, Value* index) {
-        return b_.CreateInBoundsGEP(mem_type(red_type(o)), out_ptrs_[o], index);
-      };
       auto tag = [&](llvm::Instruction* inst) {
         if (access_group_) inst->setMetadata(llvm::LLVMContext::MD_access_group, access_group_);
+        return inst;
+      };
+      // Stores accumulator `a` as element `index` of reduction output o: rounded to the output's
+      // dtype, or with `raw` as it is (kernel_part's `partial`: into run()'s scratch).
+      auto store_result = [&](int o, Value* a, Value* index, bool raw) {
+        DType t = raw ? acc_type(o) : red_type(o);
+        if (t != acc_type(o)) a = b_.CreateFPTrunc(a, reg_type(t));
+        tag(b_.CreateStore(a, b_.CreateInBoundsGEP(mem_type(t), out_ptrs_[o], index)));
+      };
+      // Emits stores(raw) for raw = false, and with wide accumulators also for raw = true,
+      // chosen by kernel_part's `partial` argument.
+      auto store_all = [&](const std::function<void(bool)>& stores) {
+        if (!wide) return stores(false);
+        auto* raw = llvm::BasicBlock::Create(ctx_, "store_raw", fn_);
+        auto* rounded = llvm::BasicBlock::Create(ctx_, "store_rounded", fn_);
+        auto* done = llvm::BasicBlock::Create(ctx_, "stored", fn_);
+        b_.CreateCondBr(b_.CreateICmpNE(partial_, b_.getInt64(0)), raw, rounded);
+        for (auto [bb, is_raw] : {std::pair{raw, true}, std::pair{rounded, false}}) {
+          b_.SetInsertPoint(bb);
+          stores(is_raw);
+          b_.CreateBr(done);
+        }
+        b_.SetInsertPoint(done);
+      };
+      // Column kernels: accumulator q of column col_lo + j.
+      Value* col_lo = nullptr;
+      Value* col_n = nullptr;
+      auto slot = [&](size_t q, Value* j) {
+        return b_.CreateInBoundsGEP(acc[q]->getAllocatedType(), acc[q], {b_.getInt64(0), j});
       };
 
-      if (column) {
-        // Initialise this row's slice of every reduced output.
-        auto* init_end = llvm::BasicBlock::Create(ctx_, "init_end", fn_);
-        auto* init_body = llvm::BasicBlock::Create(ctx_, "init_body", fn_);
-        b_.CreateCondBr(b_.CreateICmpSLT(j_lo, j_hi), init_body, init_end);
-        b_.SetInsertPoint(init_body);
-        emit_loop(j_lo, j_hi, init_end, "init", /*innermost=*/true, [&](Value* j) {
-          for (int o : red_outs)
-            tag(b_.CreateStore(identity(red_kind(o), red_type(o)),
-                               out_red_ptr(o, b_.CreateAdd(base, j))));
+      // Column kernels: folds the block's columns at each of `rows` (offsets of reduced
+      // positions, in order) into its accumulators, loading and storing each accumulator once.
+      auto fold_columns = [&](const std::vector<std::vector<Value*>>& rows) {
+        emit_guarded_loop(b_.getInt64(0), col_n, "cols", true, [&](Value* j) {
+          std::vector<Value*> a(red_outs.size());
+          for (size_t q = 0; q < red_outs.size(); ++q)
+            a[q] = tag(b_.CreateLoad(reg_type(acc_type(red_outs[q])), slot(q, j)));
+          for (const std::vector<Value*>& o : rows) {
+            std::vector<Value*> vals = eval_at(add_offsets(o, col_dim, b_.CreateAdd(col_lo, j)));
+            for (size_t q = 0; q < red_outs.size(); ++q) {
+              int oi = red_outs[q];
+              a[q] = fold_exact(red_kind(oi), acc_type(oi), a[q], red_value(vals, oi));
+            }
+          }
+          for (size_t q = 0; q < red_outs.size(); ++q) tag(b_.CreateStore(a[q], slot(q, j)));
         });
-      } else {
-        for (size_t q = 0; q < red_outs.size(); ++q) {
-          b_.CreateStore(identity(red_kind(red_outs[q]), red_type(red_outs[q])), acc[q]);
-          b_.CreateStore(b_.getFalse(), nan[q]);
-          b_.CreateStore(b_.getFalse(), zero[q]);
-        }
-      }
+      };
 
       // The nest over the reduced dimensions; the innermost loop runs over the last reduced
-      // dimension (row kernel) or across the columns (column kernel).
+      // dimension (row kernel) or across the block's columns (column kernel, kColumnJam
+      // reduced positions at a time: unroll-and-jam, so the accumulators' loads and stores,
+      // f64 for f32 sums, cost less than the adds).
       std::function<void(size_t, const std::vector<Value*>&)> nest =
           [&](size_t level, const std::vector<Value*>& o) {
+            if (column && level + 1 == red.size()) {
+              const Dim& d = red[level];
+              Value* lo = lo_of(level);
+              Value* hi = hi_of(level, d);
+              Value* jam = b_.getInt64(kColumnJam);
+              Value* groups = b_.CreateSDiv(b_.CreateSub(hi, lo), jam);
+              emit_guarded_loop(b_.getInt64(0), groups, "red_jam", false, [&](Value* g) {
+                Value* i0 = b_.CreateAdd(lo, b_.CreateMul(g, jam));
+                std::vector<std::vector<Value*>> rows;
+                for (int64_t u = 0; u < kColumnJam; ++u)
+                  rows.push_back(add_offsets(o, d, b_.CreateAdd(i0, b_.getInt64(u))));
+                fold_columns(rows);
+              });
+              emit_guarded_loop(b_.CreateAdd(lo, b_.CreateMul(groups, jam)), hi, "red", false,
+                                [&](Value* i) { fold_columns({add_offsets(o, d, i)}); });
+              return;
+            }
             size_t outer_levels = column ? red.size() : red.size() - 1;
             if (level < outer_levels) {
               const Dim& d = red[level];
@@ -546,69 +611,91 @@ class Emitter {
                                 [&](Value* i) { nest(level + 1, add_offsets(o, d, i)); });
               return;
             }
-            if (column) {
-              emit_guarded_loop(j_lo, j_hi, "cols", true, [&](Value* j) {
-                std::vector<Value*> vals = eval_at(add_offsets(o, col_dim, j));
-                Value* index = b_.CreateAdd(base, j);
-                for (int q : red_outs) {
-                  Type* mt = mem_type(red_type(q));
-                  llvm::LoadInst* a = b_.CreateLoad(mt, out_red_ptr(q, index));
-                  tag(a);
-                  tag(b_.CreateStore(fold_exact(red_kind(q), red_type(q), a, red_value(vals, q)),
-                                     out_red_ptr(q, index)));
+            const Dim& d = red.back();
+            emit_guarded_loop(lo_of(level), hi_of(level, d), "fold", true, [&](Value* i) {
+              std::vector<Value*> vals = eval_at(add_offsets(o, d, i));
+              for (size_t q = 0; q < red_outs.size(); ++q) {
+                int oi = red_outs[q];
+                DType at = acc_type(oi);
+                Value* v = red_value(vals, oi);
+                Value* a = b_.CreateLoad(reg_type(at), acc[q]);
+                b_.CreateStore(fold_fast(red_kind(oi), at, a, v), acc[q]);
+                bool minmax = red_kind(oi) == ReduceKind::kMax || red_kind(oi) == ReduceKind::kMin;
+                if (minmax && (at == f32 || at == f64)) {
+                  Value* f = b_.CreateLoad(b_.getInt1Ty(), nan[q]);
+                  b_.CreateStore(b_.CreateOr(f, is_nan(v)), nan[q]);
+                  Value* z = b_.CreateLoad(b_.getInt1Ty(), zero[q]);
+                  bool mx = red_kind(oi) == ReduceKind::kMax;
+                  b_.CreateStore(b_.CreateOr(z, is_preferred_zero(v, mx)), zero[q]);
                 }
-              });
-            } else {
-              const Dim& d = red.back();
-              emit_guarded_loop(lo_of(level), hi_of(level, d), "fold", true, [&](Value* i) {
-                std::vector<Value*> vals = eval_at(add_offsets(o, d, i));
-                for (size_t q = 0; q < red_outs.size(); ++q) {
-                  int oi = red_outs[q];
-                  DType t = red_type(oi);
-                  Value* v = red_value(vals, oi);
-                  Value* a = b_.CreateLoad(reg_type(t), acc[q]);
-                  b_.CreateStore(fold_fast(red_kind(oi), t, a, v), acc[q]);
-                  bool minmax =
-                      red_kind(oi) == ReduceKind::kMax || red_kind(oi) == ReduceKind::kMin;
-                  if (minmax && (t == f32 || t == f64)) {
-                    Value* f = b_.CreateLoad(b_.getInt1Ty(), nan[q]);
-                    b_.CreateStore(b_.CreateOr(f, is_nan(v)), nan[q]);
-                    Value* z = b_.CreateLoad(b_.getInt1Ty(), zero[q]);
-                    bool mx = red_kind(oi) == ReduceKind::kMax;
-                    b_.CreateStore(b_.CreateOr(z, is_preferred_zero(v, mx)), zero[q]);
-                  }
-                }
-              });
-            }
+              }
+            });
           };
-      nest(0, offs);
 
-      if (!column) {
-        for (size_t q = 0; q < red_outs.size(); ++q) {
-          int oi = red_outs[q];
-          DType t = red_type(oi);
-          Value* a = b_.CreateLoad(reg_type(t), acc[q]);
-          bool minmax = red_kind(oi) == ReduceKind::kMax || red_kind(oi) == ReduceKind::kMin;
-          if (minmax && (t == f32 || t == f64)) {
-            // maxnum/minnum `nsz` leave a zero extreme's sign open: +0 for max if any +0 was
-            // folded, else -0; -0 for min if any -0 was, else +0.
-            bool mx = red_kind(oi) == ReduceKind::kMax;
-            Type* ty = a->getType();
-            Value* seen = b_.CreateLoad(b_.getInt1Ty(), zero[q]);
-            Value* preferred = fconst(ty, mx ? 0.0 : -0.0);
-            Value* other = fconst(ty, mx ? -0.0 : 0.0);
-            a = b_.CreateSelect(b_.CreateFCmpOEQ(a, fconst(ty, 0)),
-                                b_.CreateSelect(seen, preferred, other), a);
-            Value* f = b_.CreateLoad(b_.getInt1Ty(), nan[q]);
-            a = b_.CreateSelect(f, llvm::ConstantFP::getNaN(ty), a);
-          }
-          b_.CreateStore(a, out_red_ptr(oi, r));
-        }
+      if (column) {
+        // This row's columns [j_lo, j_hi), a block at a time.
+        Value* j_lo = smax(b_.CreateSub(begin, base), b_.getInt64(0));
+        Value* j_hi = smin(b_.CreateSub(end, base), c_cols);
+        Value* c_block = b_.getInt64(kColumnBlock);
+        Value* blocks = b_.CreateSDiv(
+            b_.CreateAdd(b_.CreateSub(j_hi, j_lo), b_.getInt64(kColumnBlock - 1)), c_block);
+        emit_guarded_loop(b_.getInt64(0), blocks, "col_blocks", false, [&](Value* kb) {
+          col_lo = b_.CreateAdd(j_lo, b_.CreateMul(kb, c_block));
+          col_n = smin(b_.CreateSub(j_hi, col_lo), c_block);
+          emit_guarded_loop(b_.getInt64(0), col_n, "init", true, [&](Value* j) {
+            for (size_t q = 0; q < red_outs.size(); ++q) {
+              int oi = red_outs[q];
+              tag(b_.CreateStore(identity(red_kind(oi), acc_type(oi)), slot(q, j)));
+            }
+          });
+          nest(0, offs);
+          store_all([&](bool raw) {
+            emit_guarded_loop(b_.getInt64(0), col_n, "finish", true, [&](Value* j) {
+              Value* index = b_.CreateAdd(base, b_.CreateAdd(col_lo, j));
+              for (size_t q = 0; q < red_outs.size(); ++q) {
+                int oi = red_outs[q];
+                Value* a = tag(b_.CreateLoad(reg_type(acc_type(oi)), slot(q, j)));
+                store_result(oi, a, index, raw);
+              }
+            });
+          });
+        });
+        return;
       }
+
+      for (size_t q = 0; q < red_outs.size(); ++q) {
+        b_.CreateStore(identity(red_kind(red_outs[q]), acc_type(red_outs[q])), acc[q]);
+        b_.CreateStore(b_.getFalse(), nan[q]);
+        b_.CreateStore(b_.getFalse(), zero[q]);
+      }
+      nest(0, offs);
+      std::vector<Value*> results;
+      for (size_t q = 0; q < red_outs.size(); ++q) {
+        int oi = red_outs[q];
+        DType at = acc_type(oi);
+        Value* a = b_.CreateLoad(reg_type(at), acc[q]);
+        bool minmax = red_kind(oi) == ReduceKind::kMax || red_kind(oi) == ReduceKind::kMin;
+        if (minmax && (at == f32 || at == f64)) {
+          // maxnum/minnum `nsz` leave a zero extreme's sign open: +0 for max if any +0 was
+          // folded, else -0; -0 for min if any -0 was, else +0.
+          bool mx = red_kind(oi) == ReduceKind::kMax;
+          Type* ty = a->getType();
+          Value* seen = b_.CreateLoad(b_.getInt1Ty(), zero[q]);
+          Value* preferred = fconst(ty, mx ? 0.0 : -0.0);
+          Value* other = fconst(ty, mx ? -0.0 : 0.0);
+          a = b_.CreateSelect(b_.CreateFCmpOEQ(a, fconst(ty, 0)),
+                              b_.CreateSelect(seen, preferred, other), a);
+          Value* f = b_.CreateLoad(b_.getInt1Ty(), nan[q]);
+          a = b_.CreateSelect(f, llvm::ConstantFP::getNaN(ty), a);
+        }
+        results.push_back(a);
+      }
+      store_all([&](bool raw) {
+        for (size_t q = 0; q < red_outs.size(); ++q) store_result(red_outs[q], results[q], r, raw);
+      });
     });
   }
 
-  int red_outs_value(int o) const { return sg_.outputs[o]; }
   // The range of reduced dimension `level` (the outermost one is kernel_part's [lo, hi)).
   Value* lo_of(size_t level) { return level == 0 ? red_lo_ : b_.getInt64(0); }
   Value* hi_of(size_t level, const Dim& d) {
@@ -732,10 +819,10 @@ class Emitter {
 
   // Whether x is the zero a max (+0) or min (-0) reduction must return when its extreme is 0.
   Value* is_preferred_zero(Value* x, bool is_max) {
-    Type* it = b_.getIntNTy(x->getType()->getPrimitiveSizeInBits());
-    Value* bits = is_max ? llvm::ConstantInt::get(it, 0)
-                         : llvm::ConstantInt::get(it, llvm::APInt::getSignMask(it->getIntegerBitWidth()));
-    return b_.CreateICmpEQ(b_.CreateBitCast(x, it), bits);
+    const unsigned width = x->getType()->getPrimitiveSizeInBits();
+    Value* bits = llvm::ConstantInt::get(
+        ctx_, is_max ? llvm::APInt::getZero(width) : llvm::APInt::getSignMask(width));
+    return b_.CreateICmpEQ(b_.CreateBitCast(x, b_.getIntNTy(width)), bits);
   }
 
   Value* sign(Value* x, DType t) {
@@ -902,6 +989,7 @@ class Emitter {
   llvm::MDNode* access_group_ = nullptr;  // of the innermost loop being emitted
   Value* red_lo_ = nullptr;  // kernel_part's range of the outermost reduced dimension
   Value* red_hi_ = nullptr;
+  Value* partial_ = nullptr;  // kernel_part's: store accumulators unrounded
   int64_t split_size_ = 1;
 };
 

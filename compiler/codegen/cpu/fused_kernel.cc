@@ -133,6 +133,11 @@ std::optional<ReduceKind> reduce_kind_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+DType accumulator_dtype(ReduceKind kind, DType dtype) {
+  const bool folds_products = kind == ReduceKind::kSum || kind == ReduceKind::kProd;
+  return dtype == f32 && folds_products ? f64 : dtype;
+}
+
 std::string reduction_layout_refusal(const Shape& shape, const std::vector<int64_t>& axes) {
   // Tags of the non-unit dimensions, outer to inner: the reduced ones must be one run.
   int runs = 0;
@@ -386,9 +391,10 @@ struct Wrapping<T, true> {
   using type = std::make_unsigned_t<T>;
 };
 
-// Folds chunk partials (chunk-major, n elements each) into `out` in chunk order.
-template <class T>
-void combine(ReduceKind kind, const T* partials, int64_t chunks, int64_t n, T* out) {
+// Folds chunk partials (chunk-major, n elements each, in the accumulator type T) into `out` in
+// chunk order, then rounds each to Out.
+template <class T, class Out>
+void combine(ReduceKind kind, const T* partials, int64_t chunks, int64_t n, Out* out) {
   runtime::parallel_for(n, 1 << 12, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       T a = partials[i];
@@ -402,7 +408,7 @@ void combine(ReduceKind kind, const T* partials, int64_t chunks, int64_t n, T* o
           case ReduceKind::kMin: a = ops::min_of(a, v); break;
         }
       }
-      out[i] = a;
+      out[i] = static_cast<Out>(a);
     }
   });
 }
@@ -414,32 +420,39 @@ void FusedKernel::run_split(int64_t chunks, const std::vector<void*>& in_ptrs,
                             std::vector<Tensor>* outputs) const {
   const FusedSubgraph& sg = subgraph_;
   const size_t n_out = sg.outputs.size();
-  // Per chunk: the output pointers, reduced outputs redirected into its slice of a scratch.
+  // Per chunk: the output pointers, reduced outputs redirected into its slice of a scratch of
+  // their accumulator dtype.
+  auto kind_of = [&](size_t o) { return *sg.nodes[sg.outputs[o] - sg.inputs.size()].reduce; };
   std::vector<Tensor> scratch(n_out);
   for (size_t o = 0; o < n_out; ++o)
     if (sg.is_reduction(sg.outputs[o]))
-      scratch[o] = Tensor::empty(output_types_[o].dtype, {chunks, parallel_size_});
+      scratch[o] = Tensor::empty(accumulator_dtype(kind_of(o), output_types_[o].dtype),
+                                 {chunks, parallel_size_});
   std::vector<std::vector<void*>> outs(chunks, out_ptrs);
   for (int64_t c = 0; c < chunks; ++c)
     for (size_t o = 0; o < n_out; ++o)
       if (scratch[o].defined())
         outs[c][o] = static_cast<char*>(scratch[o].raw_mutable_data()) +
-                     c * parallel_size_ * dtype_size(output_types_[o].dtype);
+                     c * parallel_size_ * dtype_size(scratch[o].dtype());
   PartFn fn = part_fn_;
   const int64_t per = (split_size_ + chunks - 1) / chunks, size = split_size_, n = parallel_size_;
   void** ins = const_cast<void**>(in_ptrs.data());
   runtime::parallel_for(chunks, 1, [&](int64_t b, int64_t e) {
     for (int64_t c = b; c < e; ++c)
-      fn(ins, outs[c].data(), 0, n, c * per, std::min(size, (c + 1) * per));
+      fn(ins, outs[c].data(), 0, n, c * per, std::min(size, (c + 1) * per), /*partial=*/1);
   });
   for (size_t o = 0; o < n_out; ++o) {
     if (!scratch[o].defined()) continue;
-    ReduceKind kind = *sg.nodes[sg.outputs[o] - sg.inputs.size()].reduce;
+    ReduceKind kind = kind_of(o);
     void* dst = (*outputs)[o].raw_mutable_data();
     const void* src = scratch[o].raw_data();
     switch (output_types_[o].dtype) {
       case DType::f32:
-        combine(kind, static_cast<const float*>(src), chunks, n, static_cast<float*>(dst));
+        if (scratch[o].dtype() == f64) {
+          combine(kind, static_cast<const double*>(src), chunks, n, static_cast<float*>(dst));
+        } else {
+          combine(kind, static_cast<const float*>(src), chunks, n, static_cast<float*>(dst));
+        }
         break;
       case DType::f64:
         combine(kind, static_cast<const double*>(src), chunks, n, static_cast<double*>(dst));

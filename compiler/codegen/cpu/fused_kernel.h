@@ -39,6 +39,10 @@ int elt_op_arity(EltOp op);
 enum class ReduceKind : uint8_t { kSum, kProd, kMax, kMin };
 const char* reduce_kind_name(ReduceKind kind);                       // "reduce_sum", ...
 std::optional<ReduceKind> reduce_kind_from_name(std::string_view name);  // the inverse
+// The dtype a reduction of `dtype` values accumulates in: f64 for f32 sums and products, as in
+// the reference kernels (ops/reduce.cc), so that fusing a reduction keeps its accuracy and its
+// answer; `dtype` itself otherwise.
+DType accumulator_dtype(ReduceKind kind, DType dtype);
 
 // A loop fusion. Values are numbered: inputs first (0 .. inputs.size()-1), then each node in
 // order; a node's args refer to inputs or earlier nodes. Every elementwise value is evaluated
@@ -50,8 +54,10 @@ std::optional<ReduceKind> reduce_kind_from_name(std::string_view name);  // the 
 // one contiguous run once size-1 dimensions are dropped); its shape is the iteration shape
 // without those axes. Reductions are sinks: only outputs may use them. Outputs may mix
 // iteration-shaped values (stored as they are computed) and reductions (multi-output fusion).
-// Sums, products, max and min accumulate in the value's own dtype (f32 in f32, in several
-// vector lanes: reassociated relative to the reference kernel, which sums f32 in double).
+// Reductions accumulate in accumulator_dtype (f32 sums and products in f64) and round once at
+// the end. Row reductions fold in several vector lanes, reassociated relative to the reference
+// kernel; in f64 that changes an f32 result only when the exact sum of n terms lies within
+// about n * 2^-53 * sum(|term|) of a rounding boundary of f32.
 struct FusedSubgraph {
   struct Input {
     DType dtype = f32;
@@ -129,9 +135,10 @@ class FusedKernel {
   // Reduction kernels: `kernel_part` folds only positions [lo, hi) of the outermost reduced
   // (collapsed) dimension, of size split_size(). run() splits a reduction with few outputs and
   // much work into chunks of it (by shape only, so results do not depend on the thread count),
-  // folds each into a scratch copy of the reduced outputs and combines them in chunk order.
+  // folds each into a scratch copy of the reduced outputs, unrounded (`partial` nonzero: of
+  // accumulator_dtype), and combines them in chunk order before rounding.
   using PartFn = void (*)(void** inputs, void** outputs, int64_t begin, int64_t end, int64_t lo,
-                          int64_t hi);
+                          int64_t hi, int64_t partial);
   PartFn part_fn() const { return part_fn_; }
   int64_t split_size() const { return split_size_; }
   // How many chunks run() splits the reduced range into (1: none).
