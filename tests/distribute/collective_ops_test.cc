@@ -1,6 +1,7 @@
 // The collective graph ops on 2 and 4 in-process replicas: eager, interpreted (Graph::run) and
 // compiled (kiln::function) values against sums computed here; gradients through all_reduce,
-// all_gather, reduce_scatter and broadcast against hand-derived ones; errors without a scope.
+// all_gather, reduce_scatter, broadcast and reduce_to_root against hand-derived ones; errors
+// without a scope.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #include "kiln/distribute/ops.h"
 #include "kiln/function.h"
 #include "kiln/graph.h"
+#include "kiln/op_registry.h"
 #include "kiln/ops.h"
 
 namespace kiln::distribute {
@@ -210,6 +212,17 @@ std::vector<GradCase> grad_cases() {
        [=](int r, int size) {
          std::vector<double> g;
          for (int j = 0; j < n; ++j) g.push_back(r == 1 ? c_of(r, j) * sum_w(size, j) : 0.0);
+         return g;
+       },
+       n},
+      // y_r = the sum on replica 0, zeros elsewhere: dL/dx_r = c_r * w_0 (broadcast of w_0)
+      {"reduce_to_root_0",
+       [](const Tensor& t) {
+         return call_op("reduce_to_root", {t}, {{"root", int64_t{0}}})[0];
+       },
+       [=](int r, int) {
+         std::vector<double> g;
+         for (int j = 0; j < n; ++j) g.push_back(c_of(r, j) * w_of(0, j));
          return g;
        },
        n},
