@@ -10,7 +10,7 @@
 #include "kiln/error.h"
 #include "kiln/io/checkpoint.h"
 #include "kiln/shape.h"
-#include "src/io/proto/checkpoint.pb.h"
+#include "src/api/io/proto/checkpoint.pb.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static kiln::fuzz::ScratchDir scratch;

@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include "src/io/crc32c.h"
+#include "src/api/io/crc32c.h"
 
 namespace kiln::fuzz {
 

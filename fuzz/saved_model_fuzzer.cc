@@ -31,7 +31,7 @@
 #include "kiln/io/saved_model.h"
 #include "kiln/op_registry.h"
 #include "src/core/type_switch.h"
-#include "src/io/proto/checkpoint.pb.h"
+#include "src/api/io/proto/checkpoint.pb.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include "fuzz/fuzz_file.h"
 #include "kiln/error.h"
 #include "kiln/io/tfrecord.h"
-#include "src/io/crc32c.h"
+#include "src/api/io/crc32c.h"
 
 namespace {
 

@@ -165,7 +165,7 @@ TEST_F(ResumeTest, KilledMidTrainingResumesAndEndsBitIdentical) {
 }
 
 // The third backup (step 21) is killed at one stage of its save (KILN_FAULT_KILL_DURING_SAVE,
-// stages in src/io/checkpoint.cc).
+// stages in src/api/io/checkpoint.cc).
 class ResumeKilledSaveTest : public ResumeTest, public testing::WithParamInterface<std::string> {
  protected:
   void SetUp() override {  // per_test_dir would name a subdirectory: the test's name has a '/'

@@ -19,7 +19,7 @@
 #include "kiln/graph.h"
 #include "kiln/io/tfrecord.h"
 #include "kiln/ops.h"
-#include "src/io/proto/checkpoint.pb.h"
+#include "src/api/io/proto/checkpoint.pb.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/testing/values.h"
 

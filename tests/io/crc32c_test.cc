@@ -1,6 +1,6 @@
 // CRC-32C: published check values, the TFRecord mask, and agreement with a bit-by-bit reference
 // over many lengths, alignments and split points.
-#include "src/io/crc32c.h"
+#include "src/api/io/crc32c.h"
 
 #include <gtest/gtest.h>
 

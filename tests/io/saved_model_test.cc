@@ -16,7 +16,7 @@
 #include "kiln/io/checkpoint.h"
 #include "kiln/io/tfrecord.h"
 #include "kiln/nn.h"
-#include "src/io/proto/saved_model.pb.h"
+#include "src/api/io/proto/saved_model.pb.h"
 #include "tests/io/export_test_op.h"
 #include "tests/subprocess.h"
 #include "tests/testing/temp_dir.h"

@@ -19,8 +19,8 @@
 #include "kiln/io/tfrecord.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
-#include "src/io/proto/event.pb.h"
-#include "src/io/proto/graph.pb.h"
+#include "src/api/io/proto/event.pb.h"
+#include "src/api/io/proto/graph.pb.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kiln::nn {
@@ -366,7 +366,7 @@ TEST_F(TensorBoardTest, ProtocDecodesTheTrainRun) {
     const fs::path decoded = dir_ / ("decoded" + std::to_string(i));
     std::ofstream(payload, std::ios::binary) << records[i];
     const std::string command = "protoc --decode=kiln.proto.Event --proto_path='" + source + "' '" +
-                                source + "/src/io/proto/event.proto' < '" + payload.string() +
+                                source + "/src/api/io/proto/event.proto' < '" + payload.string() +
                                 "' > '" + decoded.string() + "' 2>&1";
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
     std::ifstream in(decoded);

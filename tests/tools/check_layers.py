@@ -23,9 +23,9 @@ RULES = [
     ("include/kiln/", "core"),
     ("src/core/", "core"), ("runtime/", "runtime"), ("ops/", "ops"), ("compiler/", "compiler"),
     ("distribute/", "distribute"),
-    ("src/autodiff/", "api.function"), ("src/function/", "api.function"),
-    ("src/optim/", "api.optim"), ("src/io/", "api.io"), ("src/data/", "api.data"),
-    ("src/nn/", "api.nn"), ("src/version.cc", "core"),
+    ("src/api/autodiff/", "api.function"), ("src/api/function/", "api.function"),
+    ("src/api/optim/", "api.optim"), ("src/api/io/", "api.io"), ("src/api/data/", "api.data"),
+    ("src/api/nn/", "api.nn"), ("src/version.cc", "core"),
 ]
 ORDER = ["core", "runtime", "ops", "compiler", "distribute", "api.function", "api.optim",
          "api.io", "api.data", "api.nn"]
@@ -84,7 +84,7 @@ def main():
     if sys.argv[1:2] == ["--self-test"]:
         bad = inversions({"ops/x.cc": '#include "kiln/nn/model.h"\n',
                           "runtime/y.cc": '#include "compiler/z.h"\n',
-                          "src/io/w.cc": '#include "src/nn/functional.h"\n',
+                          "src/api/io/w.cc": '#include "src/api/nn/functional.h"\n',
                           "ops/fine.cc": '#include "src/core/tensor_impl.h"\n'})
         assert len(bad) == 3, bad
         print("check_layers self-test: an inverted include is reported")

@@ -36,7 +36,7 @@ using Metadata = std::map<std::string, MetadataValue>;
 // n-th save this process makes while the variable is set (counting from 1) raises SIGKILL
 // halfway through writing its data file (part of the temp file written, nothing renamed);
 // KILN_FAULT_KILL_DURING_SAVE=<n>:<stage> kills it at another stage of the save (the stages,
-// from data_partial to old_removed, are listed in src/io/checkpoint.cc).
+// from data_partial to old_removed, are listed in src/api/io/checkpoint.cc).
 std::string save_checkpoint(const std::string& path, const std::map<std::string, Tensor>& tensors,
                             const Metadata& metadata = {});
 

@@ -1,0 +1,335 @@
+// Whole-model save and load: the architecture, compile configuration and every weight and
+// optimizer slot as records of one file (src/api/io/proto/whole_model.proto).
+#include "kiln/nn/saving.h"
+
+#include <map>
+#include <set>
+
+#include "kiln/io/saved_model.h"
+#include "kiln/io/tfrecord.h"
+#include "kiln/nn/layer_registry.h"
+#include "kiln/optim.h"
+#include "kiln/version.h"
+#include "src/api/io/file_io.h"
+#include "src/api/io/proto/whole_model.pb.h"
+#include "src/api/io/proto_codec.h"
+
+namespace kiln::nn {
+namespace {
+
+namespace saved = proto::saved;
+using io::internal::Source;
+
+constexpr uint32_t kFormatVersion = 1;
+
+[[noreturn]] void refuse(const std::string& message) {
+  throw Error(ErrorCode::kFailedPrecondition, "save_model: " + message);
+}
+
+void set_object(saved::ObjectDef* out, const std::string& class_name, const Attrs& config,
+                const std::string& owner) {
+  out->set_class_name(class_name);
+  for (const auto& [key, value] : config.values())
+    io::internal::set_attr(out->add_config(), key, value, owner);
+}
+
+// A model's variables under names that depend only on its layers' names and order:
+// "<layer>/vars/<i>", and its optimizer's slots "<layer>/vars/<i>/<optimizer>/<slot>".
+struct VariableTable {
+  std::vector<std::string> keys;
+  std::vector<Variable> variables;
+};
+
+VariableTable variable_table(const Model::Architecture& arch, optim::Optimizer* optimizer) {
+  VariableTable t;
+  std::set<std::string> layers_done;
+  std::set<const void*> seen;
+  for (const LayerPtr& layer : arch.layers) {
+    if (!layers_done.insert(layer->name()).second) continue;  // a layer called again
+    const std::vector<Variable>& weights = layer->weights();
+    for (size_t i = 0; i < weights.size(); ++i) {
+      const Variable& v = weights[i];
+      if (!seen.insert(v.id()).second) continue;
+      const std::string key = layer->name() + "/vars/" + std::to_string(i);
+      t.keys.push_back(key);
+      t.variables.push_back(v);
+      if (!optimizer || !v.trainable()) continue;
+      const std::vector<std::string> slot_names = optimizer->slot_names();
+      std::vector<Variable>& slots = optimizer->slots(v);
+      for (size_t k = 0; k < slots.size(); ++k) {
+        t.keys.push_back(key + "/" + optimizer->name() + "/" + slot_names[k]);
+        t.variables.push_back(slots[k]);
+      }
+    }
+  }
+  return t;
+}
+
+saved::ModelDef describe(const Model& model, const Model::Architecture& arch,
+                         const Model::CompileConfig& compiled) {
+  saved::ModelDef m;
+  m.set_format_version(kFormatVersion);
+  m.set_kiln_version(kiln::version());
+  m.set_name(model.name());
+  m.set_functional(arch.functional);
+  m.set_seed(arch.seed);
+  // Layers, each once (by name), checked to be rebuildable from their configs.
+  std::map<std::string, int> layer_index;
+  for (const LayerPtr& layer : arch.layers) {
+    if (layer_index.count(layer->name())) continue;
+    Attrs config;
+    try {
+      config = layer->config();
+      layer_from_config(layer->type_name(), config, layer->name());
+    } catch (const Error& e) {
+      refuse("layer '" + layer->name() + "' (" + layer->type_name() +
+             ") cannot be saved: " + e.what());
+    }
+    layer_index[layer->name()] = m.layers_size();
+    saved::LayerDef* def = m.add_layers();
+    def->set_name(layer->name());
+    set_object(def->mutable_object(), layer->type_name(), config, layer->name());
+  }
+  for (size_t i = 0; i < arch.input_types.size(); ++i) {
+    saved::InputDef* in = m.add_inputs();
+    in->set_name(arch.input_names[i]);
+    io::internal::set_type(in->mutable_type(), arch.input_types[i]);
+  }
+  for (const Model::Architecture::Call& call : arch.calls) {
+    saved::CallDef* c = m.add_calls();
+    c->set_layer(layer_index.at(arch.layers[call.layer]->name()));
+    for (const auto& [from, index] : call.inputs) {
+      saved::ValueDef* v = c->add_inputs();
+      v->set_call(from);
+      v->set_index(index);
+    }
+  }
+  for (const auto& [from, index] : arch.outputs) {
+    saved::ValueDef* v = m.add_outputs();
+    v->set_call(from);
+    v->set_index(index);
+  }
+  if (compiled.optimizer) {
+    m.set_compiled(true);
+    saved::CompileDef* c = m.mutable_compile();
+    Attrs opt_config;
+    try {
+      opt_config = compiled.optimizer->config();
+      optim::optimizer_from_config(compiled.optimizer->name(), opt_config);
+    } catch (const Error& e) {
+      refuse("the optimizer cannot be saved: " + std::string(e.what()));
+    }
+    set_object(c->mutable_optimizer(), compiled.optimizer->name(), opt_config, "optimizer");
+    for (const auto& loss : compiled.losses) {
+      try {
+        loss_from_config(loss->name(), loss->config());
+      } catch (const Error& e) {
+        refuse("the loss cannot be saved: " + std::string(e.what()));
+      }
+      set_object(c->add_losses(), loss->name(), loss->config(), "loss");
+    }
+    for (const std::string& metric : compiled.metrics) c->add_metrics(metric);
+    for (double w : compiled.loss_weights) c->add_loss_weights(w);
+  }
+  return m;
+}
+
+}  // namespace
+
+void save_model(const Model& model, const std::string& path) {
+  if (path.empty()) throw Error(ErrorCode::kInvalidArgument, "save_model: the path is empty");
+  const Model::Architecture arch = model.architecture();
+  const Model::CompileConfig compiled = model.compile_config();
+  saved::ModelDef m = describe(model, arch, compiled);
+  VariableTable table = variable_table(arch, compiled.optimizer.get());
+  std::vector<Tensor> values = model.read_variables(table.variables);
+  m.set_num_tensors(static_cast<uint32_t>(values.size() + (compiled.optimizer ? 1 : 0)));
+
+  io::internal::OutputFile file(path, io::internal::OutputFile::Mode::kAtomic,
+                                io::Compression::kNone, "save_model");
+  io::internal::write_record(file, m.SerializeAsString());
+  auto write_tensor = [&](const std::string& key, const Tensor& value) {
+    saved::NamedTensor t;
+    t.set_name(key);
+    io::internal::set_tensor(t.mutable_value(), value);
+    io::internal::write_record(file, t.SerializeAsString());
+  };
+  for (size_t i = 0; i < values.size(); ++i) write_tensor(table.keys[i], values[i]);
+  if (compiled.optimizer) {
+    write_tensor("optimizer/iterations",
+                 Tensor::scalar<int64_t>(compiled.optimizer->iterations()));
+  }
+  file.close();
+}
+
+void Model::save(const std::string& path) const { save_model(*this, path); }
+
+// ---- load -------------------------------------------------------------------------------------
+
+namespace {
+
+struct Loader {
+  Source src;
+  saved::ModelDef m;
+  std::vector<LayerPtr> layers;
+
+  Attrs attrs(const saved::ObjectDef& o, const std::string& where) const {
+    return io::internal::attrs_from(o.config(), src, where);
+  }
+
+  void make_layers() {
+    std::set<std::string> names;
+    for (int i = 0; i < m.layers_size(); ++i) {
+      const saved::LayerDef& def = m.layers(i);
+      const std::string where = "layer " + std::to_string(i) + " ('" + def.name() + "')";
+      if (def.name().empty() || !names.insert(def.name()).second) {
+        src.corrupt(where + ": a missing or repeated layer name");
+      }
+      layers.push_back(layer_from_config(def.object().class_name(),
+                                         attrs(def.object(), where), def.name()));
+    }
+  }
+
+  std::unique_ptr<Model> sequential() {
+    if (m.inputs_size() > 1 || m.calls_size() || m.outputs_size()) {
+      src.corrupt("a Sequential model with functional parts");
+    }
+    std::vector<LayerRef> refs(layers.begin(), layers.end());
+    auto model = std::make_unique<Sequential>(std::move(refs), m.name());
+    model->set_seed(m.seed());
+    if (m.inputs_size() == 1) {
+      TensorType t = io::internal::type_from(m.inputs(0).type(), src, "input 0");
+      if (t.shape.empty()) src.corrupt("input 0 has no batch dimension");
+      model->build(Shape(t.shape.begin() + 1, t.shape.end()), t.dtype);
+    }
+    return model;
+  }
+
+  std::unique_ptr<Model> functional() {
+    std::vector<Tensor> inputs;
+    for (int i = 0; i < m.inputs_size(); ++i) {
+      TensorType t = io::internal::type_from(m.inputs(i).type(), src, "input " + std::to_string(i));
+      if (t.shape.empty()) src.corrupt("input " + std::to_string(i) + " has no batch dimension");
+      inputs.push_back(Input(Shape(t.shape.begin() + 1, t.shape.end()), t.dtype, m.inputs(i).name()));
+    }
+    std::vector<Tensor> outputs_of_calls;
+    auto value = [&](const saved::ValueDef& v, const std::string& where) -> Tensor {
+      if (v.call() == -1) {
+        if (v.index() < 0 || v.index() >= static_cast<int>(inputs.size()))
+          src.corrupt(where + " refers to input " + std::to_string(v.index()));
+        return inputs[v.index()];
+      }
+      if (v.call() < 0 || v.call() >= static_cast<int>(outputs_of_calls.size()) || v.index() != 0)
+        src.corrupt(where + " refers to call " + std::to_string(v.call()) + " (not an earlier one)");
+      return outputs_of_calls[v.call()];
+    };
+    for (int c = 0; c < m.calls_size(); ++c) {
+      const saved::CallDef& call = m.calls(c);
+      const std::string where = "call " + std::to_string(c);
+      if (call.layer() < 0 || call.layer() >= static_cast<int>(layers.size()))
+        src.corrupt(where + " refers to layer " + std::to_string(call.layer()));
+      if (call.inputs_size() == 0) src.corrupt(where + " has no inputs");
+      std::vector<Tensor> ins;
+      for (const saved::ValueDef& v : call.inputs()) ins.push_back(value(v, where));
+      outputs_of_calls.push_back((*layers[call.layer()])(ins));
+    }
+    std::vector<Tensor> outputs;
+    for (int o = 0; o < m.outputs_size(); ++o)
+      outputs.push_back(value(m.outputs(o), "output " + std::to_string(o)));
+    auto model = std::make_unique<Model>(inputs, outputs, m.name());
+    model->set_seed(m.seed());
+    return model;
+  }
+
+  void compile(Model& model) {
+    const saved::CompileDef& c = m.compile();
+    std::shared_ptr<optim::Optimizer> opt = optim::optimizer_from_config(
+        c.optimizer().class_name(), attrs(c.optimizer(), "the optimizer"));
+    std::vector<LossRef> losses;
+    for (int i = 0; i < c.losses_size(); ++i) {
+      losses.emplace_back(loss_from_config(
+          c.losses(i).class_name(), attrs(c.losses(i), "loss " + std::to_string(i))));
+    }
+    model.compile(opt, std::move(losses), {c.metrics().begin(), c.metrics().end()},
+                  {c.loss_weights().begin(), c.loss_weights().end()});
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
+  Loader l{Source{path}, {}, {}};
+  std::vector<std::string> records = io::read_records(path);
+  if (records.empty() || !l.m.ParseFromString(records[0])) {
+    l.src.corrupt("the first record is not a saved model (is this a file Model::save wrote?)");
+  }
+  if (l.m.format_version() != kFormatVersion) {
+    l.src.corrupt("unsupported format version " + std::to_string(l.m.format_version()) +
+                  " (this Kiln reads version " + std::to_string(kFormatVersion) + ")");
+  }
+  if (records.size() != 1 + static_cast<size_t>(l.m.num_tensors())) {
+    l.src.corrupt("expected " + std::to_string(l.m.num_tensors()) + " tensor records, found " +
+                  std::to_string(records.size() - 1) + " (truncated?)");
+  }
+  std::map<std::string, Tensor> saved_values;
+  for (size_t r = 1; r < records.size(); ++r) {
+    saved::NamedTensor t;
+    const std::string where = "record " + std::to_string(r);
+    if (!t.ParseFromString(records[r])) l.src.corrupt(where + " is not a tensor");
+    if (!saved_values.emplace(t.name(), io::internal::tensor_from(t.value(), l.src, where)).second)
+      l.src.corrupt(where + ": tensor '" + t.name() + "' appears twice");
+  }
+  l.make_layers();
+  std::unique_ptr<Model> model = l.m.functional() ? l.functional() : l.sequential();
+  const bool compile = options.compile && l.m.compiled();
+  if (compile) l.compile(*model);
+
+  // Weights (and slots): every variable of the rebuilt model must be in the file.
+  std::shared_ptr<optim::Optimizer> opt = compile ? model->compile_config().optimizer : nullptr;
+  VariableTable table = variable_table(model->architecture(), opt.get());
+  for (size_t i = 0; i < table.keys.size(); ++i) {
+    auto it = saved_values.find(table.keys[i]);
+    if (it == saved_values.end()) l.src.corrupt("no value for variable '" + table.keys[i] + "'");
+    if (it->second.dtype() != table.variables[i].dtype() ||
+        it->second.shape() != table.variables[i].shape()) {
+      l.src.corrupt("variable '" + table.keys[i] + "' is " + dtype_name(it->second.dtype()) +
+                    shape_str(it->second.shape()) + " in the file but the rebuilt model has " +
+                    dtype_name(table.variables[i].dtype()) +
+                    shape_str(table.variables[i].shape()));
+    }
+    table.variables[i].assign(it->second);
+  }
+  if (opt) {
+    auto it = saved_values.find("optimizer/iterations");
+    if (it == saved_values.end() || it->second.dtype() != i64 || it->second.rank() != 0)
+      l.src.corrupt("no i64 scalar 'optimizer/iterations'");
+    opt->set_iterations(it->second.item<int64_t>());
+  }
+  return model;
+}
+
+}  // namespace kiln::nn
+
+namespace kiln::io {
+namespace {
+
+ExportedGraph exported(const nn::Model& model, nn::Model::InferenceGraph ig) {
+  ExportedGraph g{model.name(), ig.graph, {}, {}, std::move(ig.variables)};
+  for (size_t i = 0; i < ig.inputs.size(); ++i) g.inputs.emplace_back(ig.input_names[i], ig.inputs[i]);
+  for (size_t o = 0; o < ig.outputs.size(); ++o)
+    g.outputs.emplace_back(ig.output_names[o], ig.outputs[o]);
+  return g;
+}
+
+}  // namespace
+
+std::string save_model(nn::Model& model, const std::string& dir, const Shape& input_shape,
+                       DType dtype) {
+  return save_graph(exported(model, model.inference_graph(input_shape, dtype)), dir);
+}
+
+std::string save_model(nn::Model& model, const std::string& dir) {
+  return save_graph(exported(model, model.inference_graph()), dir);
+}
+
+}  // namespace kiln::io
