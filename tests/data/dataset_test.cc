@@ -413,6 +413,23 @@ TEST(DatasetPaddedBatch, PadsToTheLargestInTheBatch) {
   EXPECT_EQ(fixed[1][0].to_vector<int32_t>(), (std::vector<int32_t>{1, 2, -1, -1, -1, -1, -1, -1}));
 }
 
+TEST(DatasetPaddedBatch, PaddingValuesOfF16AndBf16RoundOnce) {
+  // 2049.0000001 rounds to 2050 in f16 (through f32 first it became 2048); 2^30 + 2^22 + 1
+  // rounds to 2^30 + 2^23 in bf16 (through f32: 2^30).
+  for (DType dtype : {f16, bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const double pad = dtype == f16 ? 2049.0000001 : 1073741824.0 + 4194304.0 + 1.0;
+    const double want = dtype == f16 ? 2050.0 : 1073741824.0 + 8388608.0;
+    Dataset ds = Dataset::from_tensors({Tensor::from_list<int32_t>({1, 2})}).map([&](Element e) {
+      return Element{zeros({e[0].item<int32_t>()}, dtype)};
+    });
+    std::vector<Element> b = collect(ds.padded_batch(2, {{3}}, {pad}));
+    ASSERT_EQ(b.size(), 1u);
+    std::vector<double> values = b[0][0].to_vector<double>();
+    EXPECT_EQ(values, (std::vector<double>{0, want, want, 0, 0, want}));
+  }
+}
+
 TEST(DatasetPaddedBatch, PadsMatricesInEachDimension) {
   // A [1,2] and a [2,1] f32 matrix, padded to [2,3] with 9 in dimension 1 fixed.
   Dataset ds = Dataset::from_tensors({Tensor::from_list<int32_t>({0, 1})}).map([](Element e) {

@@ -6,8 +6,9 @@
 #include <utility>
 
 #include "runtime/thread_pool.h"
-#include "src/core/type_switch.h"
 #include "src/api/data/dataset_node.h"
+#include "src/core/float16_rounding.h"
+#include "src/core/type_switch.h"
 
 namespace kiln::data::detail {
 namespace {
@@ -176,6 +177,8 @@ void fill_value(uint8_t* dst, int64_t count, DType dtype, double value) {
     T v;
     if constexpr (std::is_same_v<T, bool>) {
       v = value != 0;
+    } else if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+      v = float_cast<T>(value);  // rounded once, not through f32
     } else {
       v = static_cast<T>(static_cast<ComputeType<T>>(value));
     }
