@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "kiln/ops.h"
+#include "ops/approximations.h"
 #include "ops/kernel_util.h"
 #include "ops/max_min.h"
 #include "src/core/float16_rounding.h"
@@ -71,6 +72,22 @@ KernelFn binary_kernel(F f) {
                               y[i] = static_cast<Out>(f(static_cast<C>(a[o[0]]),
                                                         static_cast<C>(b[o[1]])));
                             });
+    });
+  };
+}
+
+// f32 computes with the approximation `f32_fn` the code generator also emits
+// (ops/approximations.h), so small eager tensors, the interpreter, large eager tensors (JIT'd)
+// and compiled graphs give the same bits; f64, f16 and bf16 with `fn` (the std:: function).
+template <class F, class F32>
+KernelFn approximated_kernel(F fn, F32 f32_fn) {
+  KernelFn others = unary_kernel<TypeSet::kFloat>(fn);
+  return [others, f32_fn](KernelContext& ctx) {
+    if (ctx.input(0).dtype() != f32) return others(ctx);
+    const float* x = in_ptr<float>(ctx, 0);
+    float* y = out_ptr<float>(ctx.allocate_output(0));
+    runtime::parallel_for(ctx.input(0).size(), 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) y[i] = f32_fn(x[i]);
     });
   };
 }
@@ -156,6 +173,11 @@ T power(T a, T b) {
     return expr;                                                                             \
   }))
 
+#define KILN_APPROXIMATED_OP(name, expr)                                                    \
+  KILN_REGISTER_OP(name).input("x").kind(OpKind::kCodegen).shape_fn(unary_shape(TypeSet::kFloat)); \
+  KILN_REGISTER_KERNEL(name).dtypes(dtypes_of(TypeSet::kFloat)).fn(approximated_kernel(     \
+      [](auto x) { return expr; }, [](float x) { return name##_f32(x); }))
+
 #define KILN_BINARY_OP(name, set, expr)                                                           \
   KILN_REGISTER_OP(name).input("x").input("y").kind(OpKind::kCodegen).shape_fn(nary_shape(set)); \
   KILN_REGISTER_KERNEL(name).dtypes(dtypes_of(set)).fn(binary_kernel<set>([](auto x, auto y) {   \
@@ -180,7 +202,7 @@ constexpr TypeSet kB = TypeSet::kBool;
 
 KILN_UNARY_OP(neg, kN, static_cast<C>(-x));
 KILN_UNARY_OP(abs, kN, abs_of(x));
-KILN_UNARY_OP(exp, kF, std::exp(x));
+KILN_APPROXIMATED_OP(exp, std::exp(x));
 KILN_UNARY_OP(log, kF, std::log(x));
 KILN_UNARY_OP(log1p, kF, std::log1p(x));
 KILN_UNARY_OP(expm1, kF, std::expm1(x));

@@ -51,6 +51,7 @@
 #include "compiler/codegen/cpu/fused_kernel.h"
 #include "compiler/dump.h"
 #include "kiln/error.h"
+#include "ops/approximations.h"
 
 namespace kiln::compiler::cpu {
 namespace {
@@ -88,6 +89,44 @@ bool miscompile_sub_for_tests() {
 constexpr int64_t kColumnBlock = 1024;
 // Reduced positions a column kernel folds per pass over a block (see `nest`).
 constexpr int64_t kColumnJam = 4;
+
+// ops/approximations.h's arithmetic as f32/i32 IR, one instruction an operation, with no
+// fast-math flags: fma is llvm.fma (never llvm.fmuladd, which LLVM may split), and the
+// target's standard FP-op fusion leaves separate fmul and fadd alone, so the JIT'd code rounds
+// exactly as the reference kernels' ScalarMath does.
+struct IrMath {
+  using V = Value*;
+  using I = Value*;
+  using B = Value*;
+  llvm::IRBuilder<>& b;
+  V c(double v) { return llvm::ConstantFP::get(b.getFloatTy(), v); }
+  I ci(uint32_t v) { return b.getInt32(v); }
+  V fma(V x, V y, V z) { return b.CreateIntrinsic(llvm::Intrinsic::fma, {x->getType()}, {x, y, z}); }
+  V add(V x, V y) { return b.CreateFAdd(x, y); }
+  V sub(V x, V y) { return b.CreateFSub(x, y); }
+  V mul(V x, V y) { return b.CreateFMul(x, y); }
+  V div(V x, V y) { return b.CreateFDiv(x, y); }
+  V neg(V x) { return b.CreateFNeg(x); }
+  V abs(V x) { return b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, x); }
+  B lt(V x, V y) { return b.CreateFCmpOLT(x, y); }
+  B gt(V x, V y) { return b.CreateFCmpOGT(x, y); }
+  B ge(V x, V y) { return b.CreateFCmpOGE(x, y); }
+  B eq(V x, V y) { return b.CreateFCmpOEQ(x, y); }
+  B lt_or_nan(V x, V y) { return b.CreateFCmpULT(x, y); }
+  Value* select(B c, Value* x, Value* y) { return b.CreateSelect(c, x, y); }
+  I bits(V x) { return b.CreateBitCast(x, b.getInt32Ty()); }
+  V from_bits(I x) { return b.CreateBitCast(x, b.getFloatTy()); }
+  I shl(I x, int n) { return b.CreateShl(x, n); }
+  I lshr(I x, int n) { return b.CreateLShr(x, n); }
+  I and_(I x, I y) { return b.CreateAnd(x, y); }
+  I or_(I x, I y) { return b.CreateOr(x, y); }
+  I add_i(I x, I y) { return b.CreateAdd(x, y); }
+  I sub_i(I x, I y) { return b.CreateSub(x, y); }
+  V to_float(I x) { return b.CreateSIToFP(x, b.getFloatTy()); }
+  V inf() { return llvm::ConstantFP::getInfinity(b.getFloatTy()); }
+  V neg_inf() { return llvm::ConstantFP::getInfinity(b.getFloatTy(), /*Negative=*/true); }
+  V nan() { return llvm::ConstantFP::getNaN(b.getFloatTy()); }
+};
 
 // Emits the IR of one kernel.
 class Emitter {
@@ -876,36 +915,10 @@ class Emitter {
   Value* select_lt(Value* x, double c) { return b_.CreateSelect(b_.CreateFCmpOLT(x, f(c)), f(c), x); }
   Value* select_gt(Value* x, double c) { return b_.CreateSelect(b_.CreateFCmpOGT(x, f(c)), f(c), x); }
 
-  // e^x: x = n ln2 + r, |r| <= ln2/2 (Cody-Waite, two fmas); 2 e^r by a degree-5 polynomial
-  // (2 so that the scale 2^(n-1) stays normal up to n = 128). n comes from the "magic number"
-  // addition t = x log2(e) + (1.5 2^23 + 126): t's low mantissa bits are n + 126, so shifting
-  // t's bits left by 23 gives the exponent field of 2^(n-1) without a float-to-int conversion.
-  // Below x = -64 the scale is taken 2^64 higher and the result multiplied by 2^-64 (one
-  // rounding), so results reach the subnormals; x > 89 overflows to inf; NaN propagates
-  // through the arithmetic. `non_positive`: the caller knows x <= 0 (or NaN), so no upper clamp
-  // and no select: the scale is always 2^64 higher and the polynomial's coefficients 2^-64
-  // lower (exact), and their product rounds once, into the subnormals where it must.
+  // ops/approximations.h (see the file comment)
   Value* exp_f32(Value* x, bool non_positive = false) {
-    Value* xc = select_lt(x, -104.0);  // keeps NaN
-    if (!non_positive) xc = select_gt(xc, 89.0);
-    const double magic = 12582912.0 + 126.0 + (non_positive ? 64 : 0);
-    Value* t = fma(xc, f(1.44269504088896341), f(magic));
-    Value* n = b_.CreateFSub(t, f(magic));
-    Value* r = fma(n, f(-0.693359375), xc);
-    r = fma(n, f(2.12194440e-4), r);
-    const double k = non_positive ? 0x1p-64 : 1.0;
-    Value* p = fma(poly(r, {k * 0.0165806096047163, k * 0.0837959498167038,
-                            k * 0.3333527445793152, k * 0.999983012676239,
-                            k * 1.9999994039535522}),
-                   r, f(k * 2.0));
-    Value* bits = b_.CreateBitCast(t, b_.getInt32Ty());
-    auto scaled = [&](Value* bits) {
-      return b_.CreateFMul(p, b_.CreateBitCast(b_.CreateShl(bits, 23), b_.getFloatTy()));
-    };
-    if (non_positive) return scaled(bits);
-    Value* tiny = b_.CreateFCmpOLT(xc, f(-64.0));
-    Value* res = scaled(b_.CreateSelect(tiny, b_.CreateAdd(bits, b_.getInt32(64)), bits));
-    return b_.CreateSelect(tiny, b_.CreateFMul(res, f(0x1p-64)), res);
+    IrMath m{b_};
+    return kiln::ops::exp_f32(m, x, non_positive);
   }
 
   // Cephes logf: x = m 2^e with m in [sqrt(1/2), sqrt(2)); log(m) by a degree-9 polynomial in

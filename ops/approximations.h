@@ -1,0 +1,123 @@
+// The f32 approximations of transcendental functions, each written once over an arithmetic
+// interface `M`: the reference kernels run them on floats (ScalarMath), the CPU code generator
+// emits them as LLVM IR (compiler/codegen/cpu/elemental_emitter.cc), so every path gives the
+// same bits. Bounds and algorithms: docs/numerics.md, "f32 transcendental functions".
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+
+namespace kiln::ops {
+
+// M provides V (an f32 value), I (an i32 value) and B (a comparison's result), and operations
+// that each round once, as IEEE f32 arithmetic: c (a constant, rounded to nearest), fma (fused,
+// never split), add, sub, mul, div, neg, abs; the ordered comparisons lt, gt, ge, eq and
+// lt_or_nan (true where either is NaN); select; bits and from_bits (bitcasts); ci (an i32
+// constant), shl, lshr, and_, or_, add_i, sub_i (i32 arithmetic, wrapping) and to_float
+// (signed i32 to f32); inf, neg_inf and nan (the default quiet NaN).
+
+// Plain floats. Products go through std::fma with a -0 addend (exactly the rounded product), so
+// that the C++ compiler cannot contract a product and a later addition into one fma (GCC does,
+// by default, even in ISO mode), which would round differently from the generated code.
+struct ScalarMath {
+  using V = float;
+  using I = uint32_t;
+  using B = bool;
+  static V c(double v) { return static_cast<float>(v); }
+  static I ci(uint32_t v) { return v; }
+  static V fma(V a, V b, V c) { return std::fma(a, b, c); }
+  static V add(V a, V b) { return a + b; }
+  static V sub(V a, V b) { return a - b; }
+  static V mul(V a, V b) { return std::fma(a, b, -0.0f); }
+  static V div(V a, V b) { return a / b; }
+  static V neg(V a) { return -a; }
+  static V abs(V a) { return std::fabs(a); }
+  static B lt(V a, V b) { return a < b; }
+  static B gt(V a, V b) { return a > b; }
+  static B ge(V a, V b) { return a >= b; }
+  static B eq(V a, V b) { return a == b; }
+  static B lt_or_nan(V a, V b) { return !(a >= b); }
+  template <class T>
+  static T select(B c, T a, T b) {
+    return c ? a : b;
+  }
+  static I bits(V a) { return std::bit_cast<uint32_t>(a); }
+  static V from_bits(I a) { return std::bit_cast<float>(a); }
+  static I shl(I a, int n) { return a << n; }
+  static I lshr(I a, int n) { return a >> n; }
+  static I and_(I a, I b) { return a & b; }
+  static I or_(I a, I b) { return a | b; }
+  static I add_i(I a, I b) { return a + b; }
+  static I sub_i(I a, I b) { return a - b; }
+  static V to_float(I a) { return static_cast<float>(static_cast<int32_t>(a)); }
+  static V inf() { return std::numeric_limits<float>::infinity(); }
+  static V neg_inf() { return -std::numeric_limits<float>::infinity(); }
+  static V nan() { return std::numeric_limits<float>::quiet_NaN(); }
+};
+
+namespace approx {
+
+// Horner: ((c0 x + c1) x + c2) ..., one fma a step.
+template <class M>
+typename M::V poly(M& m, typename M::V x, std::initializer_list<double> cs) {
+  typename M::V p = m.c(*cs.begin());
+  for (auto it = cs.begin() + 1; it != cs.end(); ++it) p = m.fma(p, x, m.c(*it));
+  return p;
+}
+
+// x, but `c` where x < c (NaN stays NaN).
+template <class M>
+typename M::V at_least(M& m, typename M::V x, double c) {
+  return m.select(m.lt(x, m.c(c)), m.c(c), x);
+}
+
+// x, but `c` where x > c (NaN stays NaN).
+template <class M>
+typename M::V at_most(M& m, typename M::V x, double c) {
+  return m.select(m.gt(x, m.c(c)), m.c(c), x);
+}
+
+}  // namespace approx
+
+// e^x: x = n ln2 + r, |r| <= ln2/2 (Cody-Waite, two fmas); 2 e^r by a degree-5 polynomial
+// (2 so that the scale 2^(n-1) stays normal up to n = 128). n comes from the "magic number"
+// addition t = x log2(e) + (1.5 2^23 + 126): t's low mantissa bits are n + 126, so shifting
+// t's bits left by 23 gives the exponent field of 2^(n-1) without a float-to-int conversion.
+// Below x = -64 the scale is taken 2^64 higher and the result multiplied by 2^-64 (one
+// rounding), so results reach the subnormals; x > 89 overflows to inf; NaN propagates
+// through the arithmetic. `non_positive`: the caller knows x <= 0 (or NaN), so no upper clamp
+// and no select: the scale is always 2^64 higher and the polynomial's coefficients 2^-64
+// lower (exact), and their product rounds once, into the subnormals where it must: the same
+// bits as without it.
+template <class M>
+typename M::V exp_f32(M& m, typename M::V x, bool non_positive = false) {
+  auto xc = approx::at_least(m, x, -104.0);
+  if (!non_positive) xc = approx::at_most(m, xc, 89.0);
+  const double magic = 12582912.0 + 126.0 + (non_positive ? 64 : 0);
+  auto t = m.fma(xc, m.c(1.44269504088896341), m.c(magic));
+  auto n = m.sub(t, m.c(magic));
+  auto r = m.fma(n, m.c(-0.693359375), xc);
+  r = m.fma(n, m.c(2.12194440e-4), r);
+  const double k = non_positive ? 0x1p-64 : 1.0;
+  auto p = m.fma(approx::poly(m, r,
+                              {k * 0.0165806096047163, k * 0.0837959498167038,
+                               k * 0.3333527445793152, k * 0.999983012676239,
+                               k * 1.9999994039535522}),
+                 r, m.c(k * 2.0));
+  auto bits = m.bits(t);
+  auto scaled = [&](typename M::I b) { return m.mul(p, m.from_bits(m.shl(b, 23))); };
+  if (non_positive) return scaled(bits);
+  auto tiny = m.lt(xc, m.c(-64.0));
+  auto res = scaled(m.select(tiny, m.add_i(bits, m.ci(64)), bits));
+  return m.select(tiny, m.mul(res, m.c(0x1p-64)), res);
+}
+
+inline float exp_f32(float x) {
+  ScalarMath m;
+  return exp_f32(m, x);
+}
+
+}  // namespace kiln::ops
