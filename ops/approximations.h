@@ -115,9 +115,96 @@ typename M::V exp_f32(M& m, typename M::V x, bool non_positive = false) {
   return m.select(tiny, m.mul(res, m.c(0x1p-64)), res);
 }
 
+// Cephes logf: x = m 2^e with m in [sqrt(1/2), sqrt(2)); log(m) by a degree-9 polynomial in
+// m - 1. Subnormals are scaled by 2^23 first.
+template <class M>
+typename M::V log_f32(M& m, typename M::V x) {
+  auto sub = m.lt(x, m.c(1.17549435e-38));
+  auto xs = m.select(sub, m.mul(x, m.c(8388608.0)), x);
+  auto bits = m.bits(xs);
+  auto e = m.sub_i(m.and_(m.lshr(bits, 23), m.ci(0xff)), m.ci(126));
+  e = m.sub_i(e, m.select(sub, m.ci(23), m.ci(0)));
+  auto mant = m.from_bits(m.or_(m.and_(bits, m.ci(0x807fffff)), m.ci(0x3f000000)));
+  auto small = m.lt(mant, m.c(0.707106781186547524));
+  auto ef = m.to_float(e);
+  ef = m.select(small, m.sub(ef, m.c(1.0)), ef);
+  auto mm = m.select(small, m.sub(m.add(mant, mant), m.c(1.0)), m.sub(mant, m.c(1.0)));
+  auto z = m.mul(mm, mm);
+  auto y = approx::poly(m, mm,
+                        {7.0376836292E-2, -1.1514610310E-1, 1.1676998740E-1, -1.2420140846E-1,
+                         1.4249322787E-1, -1.6668057665E-1, 2.0000714765E-1, -2.4999993993E-1,
+                         3.3333331174E-1});
+  y = m.mul(m.mul(y, mm), z);
+  y = m.fma(ef, m.c(-2.12194440e-4), y);
+  y = m.fma(z, m.c(-0.5), y);
+  auto r = m.add(mm, y);
+  r = m.fma(ef, m.c(0.693359375), r);
+  r = m.select(m.eq(x, m.inf()), m.inf(), r);
+  r = m.select(m.lt_or_nan(x, m.c(0.0)), m.nan(), r);
+  return m.select(m.eq(x, m.c(0.0)), m.neg_inf(), r);
+}
+
+// tanh: x P(x^2) / Q(x^2), degrees 5 and 3 in x^2, fitted (relative minimax) on [0, 9]; the
+// input is clamped to +-9.5, where the rational exceeds 1, and the result to [-1, 1], so
+// tanh saturates to exactly +-1 (as it does in f32 beyond 9.01). -0 and NaN pass through.
+template <class M>
+typename M::V tanh_f32(M& m, typename M::V x) {
+  auto xc = approx::at_most(m, approx::at_least(m, x, -9.5), 9.5);
+  auto z = m.mul(xc, xc);
+  auto p = approx::poly(m, z,
+                        {1.8254559986477081e-11, -1.2780241471919135e-8, 9.2673800261003616e-6,
+                         0.0029207599788677168, 0.12919228144772925, 0.99999994167737014});
+  auto q = approx::poly(m, z,
+                        {0.00022809977175573354, 0.023763164983937633, 0.46252512202697823, 1.0});
+  auto r = m.div(m.mul(xc, p), q);
+  return approx::at_most(m, approx::at_least(m, r, -1.0), 1.0);
+}
+
+// 1/(1+e^-x) for x >= 0, e^x/(1+e^x) below: no overflow, accurate tails.
+template <class M>
+typename M::V logistic_f32(M& m, typename M::V x) {
+  auto e = exp_f32(m, m.neg(m.abs(x)), /*non_positive=*/true);
+  auto r = m.div(m.c(1.0), m.add(m.c(1.0), e));  // 1 + e in [1, 2]
+  return m.select(m.ge(x, m.c(0.0)), r, m.mul(e, r));
+}
+
+// Eigen's generic_fast_erf_float rational, x p(x^2)/q(x^2) on [-4, 4] (erf is +-1 in f32
+// outside).
+template <class M>
+typename M::V erf_f32(M& m, typename M::V x) {
+  auto xc = approx::at_most(m, approx::at_least(m, x, -4.0), 4.0);
+  auto x2 = m.mul(xc, xc);
+  auto p = approx::poly(m, x2,
+                        {-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+                         -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+                         -1.60960333262415e-02});
+  auto q = approx::poly(m, x2,
+                        {-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+                         -7.37332916720468e-03, -1.42647390514189e-02});
+  // x (p/q), not (x p)/q: x p would lose bits for tiny x (a subnormal product).
+  return m.mul(xc, m.div(p, q));
+}
+
+// The scalar instances, as the reference kernels call them.
 inline float exp_f32(float x) {
   ScalarMath m;
   return exp_f32(m, x);
+}
+inline float log_f32(float x) {
+  ScalarMath m;
+  return log_f32(m, x);
+}
+inline float tanh_f32(float x) {
+  ScalarMath m;
+  return tanh_f32(m, x);
+}
+inline float logistic_f32(float x) {
+  ScalarMath m;
+  return logistic_f32(m, x);
+}
+inline float erf_f32(float x) {
+  ScalarMath m;
+  return erf_f32(m, x);
 }
 
 }  // namespace kiln::ops

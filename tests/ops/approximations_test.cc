@@ -61,6 +61,10 @@ struct Approximation {
 
 const Approximation kExp = {"exp", EltOp::kExp, [](const Tensor& x) { return exp(x); },
                             ops::exp_f32, [](double x) { return std::exp(x); }, 2.02};
+const Approximation kLog = {"log", EltOp::kLog, [](const Tensor& x) { return log(x); },
+                            ops::log_f32, [](double x) { return std::log(x); }, 0.83};
+const Approximation kErf = {"erf", EltOp::kErf, [](const Tensor& x) { return erf(x); },
+                            ops::erf_f32, [](double x) { return std::erf(x); }, 7.49};
 
 // What one sweep over a range of inputs found.
 struct Found {
@@ -171,6 +175,31 @@ TEST(Approximations, ExpEveryFloat) {
   EXPECT_EQ(f.differing, 0) << "first at x = -|" << std::bit_cast<float>(f.first_differing) << "|";
 }
 
+TEST(Approximations, LogEveryFloat) {
+  expect_special_values(kLog, {{0.0f, -kInf},
+                               {-0.0f, -kInf},
+                               {1.0f, 0.0f},
+                               {kInf, kInf},
+                               {-kInf, kNaN},
+                               {-1.0f, kNaN},
+                               {-1e-45f, kNaN},
+                               {kNaN, kNaN}});
+  expect_exhaustively_consistent(kLog);
+}
+
+TEST(Approximations, ErfEveryFloat) {
+  expect_special_values(kErf, {{0.0f, 0.0f},
+                               {-0.0f, -0.0f},
+                               {kInf, 1.0f},
+                               {-kInf, -1.0f},
+                               {kNaN, kNaN},
+                               {1e-45f, 1e-45f},
+                               {-1e-45f, -1e-45f},
+                               {4.0f, 1.0f},
+                               {-4.0f, -1.0f}});
+  expect_exhaustively_consistent(kErf);
+}
+
 // Inputs every path must agree on: special values, the edges of each function's pieces, and
 // random bit patterns.
 std::vector<float> probe_inputs() {
@@ -219,6 +248,8 @@ TEST(Approximations, EveryPathGivesTheSameBits) {
       {"exp", [](const Tensor& x) { return exp(x); }, ops::exp_f32},
       {"exp(-x*x)", [](const Tensor& x) { return exp(-(x * x)); },
        [](float x) { return ops::exp_f32(-(x * x)); }},
+      {"log", [](const Tensor& x) { return log(x); }, ops::log_f32},
+      {"erf", [](const Tensor& x) { return erf(x); }, ops::erf_f32},
   };
   for (const Path& p : paths) {
     SCOPED_TRACE(p.name);

@@ -11,15 +11,14 @@
 // kept inner dimension (vectorised like an elementwise loop).
 //
 // Transcendentals. f32 exp, log, tanh, logistic and erf are inline IR (no calls), so the loop
-// vectorizer widens them, kept to few instructions: exp is a Cody-Waite reduction with a
-// magic-number rounding (no float-to-int conversion) and a degree-5 polynomial; log is Cephes'
-// logf; tanh is a clamped 11/6-degree rational; logistic is 1/(1+exp(-|x|)) mirrored for x < 0;
-// erf is Eigen's 13/8 rational on [-4, 4]. Their divisions stay vdivps: on this host (Zen 4)
-// the divider runs beside the FMA pipes, and `arcp ninf` (vrcp14ps + Newton step, 4 FMA-pipe
-// instructions) measured slower. Measured max error against double-precision std:: functions
-// over dense sweeps
-// (tests/compiler/cpu_approximations_test.cc): exp 2.0 ulp, log 0.8, tanh 5.1, logistic 3.6,
-// erf 5.6 ulp; relative error at most 3.3e-7 for normal results.
+// vectorizer widens them: the approximations of ops/approximations.h, written once and
+// instantiated here with IrMath, so that the reference kernels compute the same bits. exp is a
+// Cody-Waite reduction with a magic-number rounding (no float-to-int conversion) and a degree-5
+// polynomial; log is Cephes' logf; tanh is a clamped 11/6-degree rational; logistic is
+// 1/(1+exp(-|x|)) mirrored for x < 0; erf is Eigen's 13/8 rational on [-4, 4]. Their divisions
+// stay vdivps: on this host (Zen 4) the divider runs beside the FMA pipes, and `arcp ninf`
+// (vrcp14ps + Newton step, 4 FMA-pipe instructions) measured slower. Their error bounds,
+// measured over every f32 input: docs/numerics.md.
 // sin, cos, pow, log1p and expm1 (and every f64 transcendental) call libm: exact, but scalar.
 #include <atomic>
 #include <cctype>
@@ -807,18 +806,8 @@ class Emitter {
 
   Value* zero(DType t) { return llvm::Constant::getNullValue(reg_type(t)); }
   Value* fconst(Type* t, double v) { return llvm::ConstantFP::get(t, v); }
-  Value* f(double v) { return fconst(b_.getFloatTy(), v); }
   Value* unary_intrinsic(llvm::Intrinsic::ID id, Value* x) {
     return b_.CreateUnaryIntrinsic(id, x);
-  }
-  Value* fma(Value* a, Value* b, Value* c) {  // a*b + c, fused where the CPU can
-    return b_.CreateIntrinsic(llvm::Intrinsic::fmuladd, {a->getType()}, {a, b, c});
-  }
-  // Horner: ((c0*x + c1)*x + c2)...
-  Value* poly(Value* x, std::initializer_list<double> cs) {
-    Value* p = nullptr;
-    for (double c : cs) p = p ? fma(p, x, fconst(x->getType(), c)) : fconst(x->getType(), c);
-    return p;
   }
   Value* is_nan(Value* x) { return b_.CreateFCmpUNO(x, x); }
   // Whether x is -(a*a) or -|a|: never above 0 (e^(-x^2), as in a Gaussian, takes the cheaper exp).
@@ -910,85 +899,36 @@ class Emitter {
     return unsigned_from ? b_.CreateZExtOrTrunc(x, rt) : b_.CreateSExtOrTrunc(x, rt);
   }
 
-  // ---- f32 approximations (see the file comment) ----
+  // ---- f32 approximations: ops/approximations.h's, as IR (see the file comment) ----
 
-  Value* select_lt(Value* x, double c) { return b_.CreateSelect(b_.CreateFCmpOLT(x, f(c)), f(c), x); }
-  Value* select_gt(Value* x, double c) { return b_.CreateSelect(b_.CreateFCmpOGT(x, f(c)), f(c), x); }
-
-  // ops/approximations.h (see the file comment)
   Value* exp_f32(Value* x, bool non_positive = false) {
     IrMath m{b_};
     return kiln::ops::exp_f32(m, x, non_positive);
   }
 
-  // Cephes logf: x = m 2^e with m in [sqrt(1/2), sqrt(2)); log(m) by a degree-9 polynomial in
-  // m - 1. Subnormals are scaled by 2^23 first.
   Value* log_f32(Value* x) {
-    Type* i32 = b_.getInt32Ty();
-    Value* sub = b_.CreateFCmpOLT(x, f(1.17549435e-38));
-    Value* xs = b_.CreateSelect(sub, b_.CreateFMul(x, f(8388608.0)), x);
-    Value* bits = b_.CreateBitCast(xs, i32);
-    Value* e = b_.CreateSub(b_.CreateAnd(b_.CreateLShr(bits, 23), 0xff), b_.getInt32(126));
-    e = b_.CreateSub(e, b_.CreateSelect(sub, b_.getInt32(23), b_.getInt32(0)));
-    Value* m = b_.CreateBitCast(
-        b_.CreateOr(b_.CreateAnd(bits, b_.getInt32(0x807fffff)), b_.getInt32(0x3f000000)),
-        b_.getFloatTy());
-    Value* small = b_.CreateFCmpOLT(m, f(0.707106781186547524));
-    Value* ef = b_.CreateSIToFP(e, b_.getFloatTy());
-    ef = b_.CreateSelect(small, b_.CreateFSub(ef, f(1.0)), ef);
-    Value* mm = b_.CreateSelect(small, b_.CreateFSub(b_.CreateFAdd(m, m), f(1.0)),
-                                b_.CreateFSub(m, f(1.0)));
-    Value* z = b_.CreateFMul(mm, mm);
-    Value* y = poly(mm, {7.0376836292E-2, -1.1514610310E-1, 1.1676998740E-1, -1.2420140846E-1,
-                         1.4249322787E-1, -1.6668057665E-1, 2.0000714765E-1, -2.4999993993E-1,
-                         3.3333331174E-1});
-    y = b_.CreateFMul(b_.CreateFMul(y, mm), z);
-    y = fma(ef, f(-2.12194440e-4), y);
-    y = fma(z, f(-0.5), y);
-    Value* r = b_.CreateFAdd(mm, y);
-    r = fma(ef, f(0.693359375), r);
-    Value* inf = llvm::ConstantFP::getInfinity(b_.getFloatTy());
-    r = b_.CreateSelect(b_.CreateFCmpOEQ(x, inf), inf, r);
-    r = b_.CreateSelect(b_.CreateFCmpULT(x, f(0)), llvm::ConstantFP::getNaN(b_.getFloatTy()), r);
-    return b_.CreateSelect(b_.CreateFCmpOEQ(x, f(0)),
-                           llvm::ConstantFP::getInfinity(b_.getFloatTy(), /*Negative=*/true), r);
+    IrMath m{b_};
+    return kiln::ops::log_f32(m, x);
   }
 
-  // tanh: x P(x^2) / Q(x^2), degrees 5 and 3 in x^2, fitted (relative minimax) on [0, 9]; the
-  // input is clamped to +-9.5, where the rational exceeds 1, and the result to [-1, 1], so
-  // tanh saturates to exactly +-1 (as it does in f32 beyond 9.01). -0 and NaN pass through.
   Value* tanh_f32(Value* x) {
-    Value* xc = select_gt(select_lt(x, -9.5), 9.5);
-    Value* z = b_.CreateFMul(xc, xc);
-    Value* p = poly(z, {1.8254559986477081e-11, -1.2780241471919135e-8, 9.2673800261003616e-6,
-                        0.0029207599788677168, 0.12919228144772925, 0.99999994167737014});
-    Value* q = poly(z, {0.00022809977175573354, 0.023763164983937633, 0.46252512202697823, 1.0});
-    Value* r = b_.CreateFDiv(b_.CreateFMul(xc, p), q);
-    return select_gt(select_lt(r, -1.0), 1.0);
+    IrMath m{b_};
+    return kiln::ops::tanh_f32(m, x);
   }
 
-  // 1/(1+e^-x) for x >= 0, e^x/(1+e^x) below: no overflow, accurate tails.
+  // f64: 1/(1+e^-x) for x >= 0, e^x/(1+e^x) below, as ops::logistic_f32 with libm's exp.
   Value* logistic(Value* x, DType t) {
+    IrMath m{b_};
+    if (t == f32) return kiln::ops::logistic_f32(m, x);
     Type* ty = x->getType();
-    Value* nax = b_.CreateFNeg(unary_intrinsic(llvm::Intrinsic::fabs, x));
-    Value* e = t == f32 ? exp_f32(nax, /*non_positive=*/true) : libm("exp", nax);
-    Value* d = b_.CreateFAdd(fconst(ty, 1), e);  // in [1, 2]
-    Value* r = b_.CreateFDiv(fconst(ty, 1), d);
+    Value* e = libm("exp", b_.CreateFNeg(unary_intrinsic(llvm::Intrinsic::fabs, x)));
+    Value* r = b_.CreateFDiv(fconst(ty, 1), b_.CreateFAdd(fconst(ty, 1), e));
     return b_.CreateSelect(b_.CreateFCmpOGE(x, fconst(ty, 0)), r, b_.CreateFMul(e, r));
   }
 
-  // Eigen's generic_fast_erf_float rational, x p(x^2)/q(x^2) on [-4, 4] (erf is +-1 in f32
-  // outside).
   Value* erf_f32(Value* x) {
-    Value* xc = select_gt(select_lt(x, -4.0), 4.0);
-    Value* x2 = b_.CreateFMul(xc, xc);
-    Value* p = poly(x2, {-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
-                         -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
-                         -1.60960333262415e-02});
-    Value* q = poly(x2, {-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
-                         -7.37332916720468e-03, -1.42647390514189e-02});
-    // x (p/q), not (x p)/q: x p would lose bits for tiny x (a subnormal product).
-    return b_.CreateFMul(xc, b_.CreateFDiv(p, q));
+    IrMath m{b_};
+    return kiln::ops::erf_f32(m, x);
   }
 
   const FusedSubgraph& sg_;
