@@ -8,9 +8,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "kiln/graph.h"
 #include "kiln/op_registry.h"
+#include "ops/approximations.h"
 
 namespace kiln::compiler {
 
@@ -37,11 +39,26 @@ std::string bias_refusal(const TensorType& bias, const TensorType& out, bool all
 void check_epilogue(const InferContext& ctx, const TensorType& out, int bias_input,
                     bool allow_full_bias);
 
+// As the reference kernels compute them: f32 through the approximations of
+// ops/approximations.h (the same bits as the code generator's), f64 through std::.
 template <class T>
-T logistic_of(T x) {  // as the reference logistic kernel
-  if (x >= 0) return T(1) / (T(1) + std::exp(-x));
-  T e = std::exp(x);
-  return e / (T(1) + e);
+T logistic_of(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return ops::logistic_f32(x);
+  } else {
+    if (x >= 0) return T(1) / (T(1) + std::exp(-x));
+    T e = std::exp(x);
+    return e / (T(1) + e);
+  }
+}
+
+template <class T>
+T tanh_of(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return ops::tanh_f32(x);
+  } else {
+    return std::tanh(x);
+  }
 }
 
 // A fused op's epilogue over an output whose rows have n = bias_len columns.
@@ -65,7 +82,7 @@ struct Epilogue {
           for (int64_t j = 0; j < n; ++j) row[j] = row[j] <= T(0) ? T(0) : row[j];  // as relu
           break;
         case Activation::kTanh:
-          for (int64_t j = 0; j < n; ++j) row[j] = std::tanh(row[j]);
+          for (int64_t j = 0; j < n; ++j) row[j] = tanh_of(row[j]);
           break;
         case Activation::kLogistic:
           for (int64_t j = 0; j < n; ++j) row[j] = logistic_of(row[j]);

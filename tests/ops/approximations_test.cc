@@ -63,6 +63,11 @@ const Approximation kExp = {"exp", EltOp::kExp, [](const Tensor& x) { return exp
                             ops::exp_f32, [](double x) { return std::exp(x); }, 2.02};
 const Approximation kLog = {"log", EltOp::kLog, [](const Tensor& x) { return log(x); },
                             ops::log_f32, [](double x) { return std::log(x); }, 0.83};
+const Approximation kLogistic = {"logistic", EltOp::kLogistic,
+                                 [](const Tensor& x) { return logistic(x); }, ops::logistic_f32,
+                                 [](double x) { return 1 / (1 + std::exp(-x)); }, 3.89};
+const Approximation kTanh = {"tanh", EltOp::kTanh, [](const Tensor& x) { return tanh(x); },
+                             ops::tanh_f32, [](double x) { return std::tanh(x); }, 5.70};
 const Approximation kErf = {"erf", EltOp::kErf, [](const Tensor& x) { return erf(x); },
                             ops::erf_f32, [](double x) { return std::erf(x); }, 7.49};
 
@@ -187,6 +192,32 @@ TEST(Approximations, LogEveryFloat) {
   expect_exhaustively_consistent(kLog);
 }
 
+TEST(Approximations, LogisticEveryFloat) {
+  expect_special_values(kLogistic, {{0.0f, 0.5f},
+                                    {-0.0f, 0.5f},
+                                    {kInf, 1.0f},
+                                    {-kInf, 0.0f},
+                                    {kNaN, kNaN},
+                                    {1e-45f, 0.5f},
+                                    {20.0f, 1.0f},
+                                    {-103.8f, 1e-45f},
+                                    {-104.0f, 0.0f}});
+  expect_exhaustively_consistent(kLogistic);
+}
+
+TEST(Approximations, TanhEveryFloat) {
+  expect_special_values(kTanh, {{0.0f, 0.0f},
+                                {-0.0f, -0.0f},
+                                {kInf, 1.0f},
+                                {-kInf, -1.0f},
+                                {kNaN, kNaN},
+                                {1e-45f, 1e-45f},
+                                {-1e-45f, -1e-45f},
+                                {9.1f, 1.0f},
+                                {-9.1f, -1.0f}});
+  expect_exhaustively_consistent(kTanh);
+}
+
 TEST(Approximations, ErfEveryFloat) {
   expect_special_values(kErf, {{0.0f, 0.0f},
                                {-0.0f, -0.0f},
@@ -249,6 +280,8 @@ TEST(Approximations, EveryPathGivesTheSameBits) {
       {"exp(-x*x)", [](const Tensor& x) { return exp(-(x * x)); },
        [](float x) { return ops::exp_f32(-(x * x)); }},
       {"log", [](const Tensor& x) { return log(x); }, ops::log_f32},
+      {"logistic", [](const Tensor& x) { return logistic(x); }, ops::logistic_f32},
+      {"tanh", [](const Tensor& x) { return tanh(x); }, ops::tanh_f32},
       {"erf", [](const Tensor& x) { return erf(x); }, ops::erf_f32},
   };
   for (const Path& p : paths) {
