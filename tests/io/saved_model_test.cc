@@ -128,7 +128,7 @@ TEST_F(SavedModelTest, ALoadedModelPredictsBitIdenticallyInAnotherProcess) {
 }
 
 // Loaded models run compiled, like the model they were saved from: the same program, so the
-// same bits as its compiled predict (not the interpreter's), compiled once per input shapes.
+// same bits as its compiled predict, compiled once per input shapes.
 // KILN_INTERPRET's switch, or the handle's own, selects the interpreter.
 TEST_F(SavedModelTest, ALoadedModelRunsCompiledBitIdenticallyToTheModelsCompiledPredict) {
   if (default_execution_mode() != ExecutionMode::kCompiled) GTEST_SKIP() << "KILN_INTERPRET";
@@ -138,7 +138,9 @@ TEST_F(SavedModelTest, ALoadedModelRunsCompiledBitIdenticallyToTheModelsCompiled
   Tensor compiled = model->predict(x, 32), compiled_five = model->predict(five, 5);
   model->set_execution_mode(ExecutionMode::kInterpreted);
   Tensor interpreted = model->predict(x, 32);
-  ASSERT_FALSE(same_bytes(compiled, interpreted)) << "the test needs a model whose modes differ";
+  // One answer per op (docs/numerics.md): tanh's f32 approximation is the same in the reference
+  // kernels and the code generator, so the modes agree; compile_stats below tell which ran.
+  EXPECT_TRUE(same_bytes(compiled, interpreted)) << "compiled and interpreted tanh differ";
   LoadedModel loaded = load_model(save_model(*model, path("m"), {4}));
   model.reset();
 
