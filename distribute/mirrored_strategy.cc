@@ -33,6 +33,8 @@ bool is_consequence(const std::exception_ptr& error) {
 
 }  // namespace
 
+Strategy::~Strategy() = default;
+
 MirroredStrategy::MirroredStrategy(int num_replicas, CollectiveOptions options)
     : num_replicas_(num_replicas), options_(options) {
   if (num_replicas < 1) {
@@ -42,21 +44,18 @@ MirroredStrategy::MirroredStrategy(int num_replicas, CollectiveOptions options)
   }
 }
 
-std::vector<std::vector<Tensor>> MirroredStrategy::run(
-    const Step& step, const std::vector<std::vector<Tensor>>& per_replica_inputs) {
+std::string MirroredStrategy::name() const {
+  return "MirroredStrategy(" + std::to_string(num_replicas_) + " replicas)";
+}
+
+void MirroredStrategy::run_local(const std::function<void(int local_replica)>& fn) {
   const int n = num_replicas_;
-  if (static_cast<int>(per_replica_inputs.size()) != n) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "MirroredStrategy::run: " + std::to_string(per_replica_inputs.size()) +
-                    " per-replica inputs for " + std::to_string(n) + " replicas");
-  }
   std::vector<std::unique_ptr<Collective>> group = make_in_process_group(n, options_);
-  std::vector<std::vector<Tensor>> outputs(n);
   std::vector<std::exception_ptr> errors(n);
   auto replica = [&](int r) {
     try {
       CollectiveScope scope(*group[r]);
-      outputs[r] = step(per_replica_inputs[r]);
+      fn(r);
     } catch (...) {
       errors[r] = std::current_exception();
     }
@@ -75,13 +74,24 @@ std::vector<std::vector<Tensor>> MirroredStrategy::run(
     if (!errors[r]) continue;
     if (chosen < 0 || (is_consequence(errors[chosen]) && !is_consequence(errors[r]))) chosen = r;
   }
-  if (chosen >= 0) {
-    try {
-      std::rethrow_exception(errors[chosen]);
-    } catch (const Error& e) {
-      throw Error(e.code(), replica_prefix(chosen, n) + e.what());
-    }
+  if (chosen < 0) return;
+  try {
+    std::rethrow_exception(errors[chosen]);
+  } catch (const Error& e) {
+    throw Error(e.code(), replica_prefix(chosen, n) + e.what());
   }
+}
+
+std::vector<std::vector<Tensor>> MirroredStrategy::run(
+    const Step& step, const std::vector<std::vector<Tensor>>& per_replica_inputs) {
+  const int n = num_replicas_;
+  if (static_cast<int>(per_replica_inputs.size()) != n) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "MirroredStrategy::run: " + std::to_string(per_replica_inputs.size()) +
+                    " per-replica inputs for " + std::to_string(n) + " replicas");
+  }
+  std::vector<std::vector<Tensor>> outputs(n);
+  run_local([&](int r) { outputs[r] = step(per_replica_inputs[r]); });
   return outputs;
 }
 

@@ -1,17 +1,18 @@
 // kiln::distribute::MirroredStrategy: N replicas of one step on this machine's CPU, one thread
-// each, joined by an in-process communicator, for custom training loops (tf.distribute's
-// strategy.run and strategy.reduce).
+// each, joined by an in-process communicator: for Model::compile (fit splits each global batch
+// across them) and for custom training loops (tf.distribute's strategy.run and strategy.reduce).
 #pragma once
 
 #include <functional>
 #include <vector>
 
 #include "kiln/distribute/collective.h"
+#include "kiln/distribute/strategy.h"
 #include "kiln/tensor.h"
 
 namespace kiln::distribute {
 
-class MirroredStrategy {
+class MirroredStrategy : public Strategy {
  public:
   // A replica's step: its inputs in, its outputs out.
   using Step = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
@@ -19,7 +20,12 @@ class MirroredStrategy {
   // `num_replicas` CPU replicas (>= 1); `options` sets the collectives' deadline.
   explicit MirroredStrategy(int num_replicas, CollectiveOptions options = {});
 
-  int num_replicas_in_sync() const { return num_replicas_; }
+  int num_replicas_in_sync() const override { return num_replicas_; }
+  int num_local_replicas() const override { return num_replicas_; }
+  int first_local_replica() const override { return 0; }
+  std::string name() const override;
+  // Each run_local has a fresh in-process group, so a failed one leaves the strategy usable.
+  void run_local(const std::function<void(int local_replica)>& fn) override;
 
   // Runs step(per_replica_inputs[r]) for every replica r at once, each on a thread of its own
   // under a CollectiveScope of a communicator of the group, so the collective ops

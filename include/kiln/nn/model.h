@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/distribute/strategy.h"
 #include "kiln/function.h"
 #include "kiln/graph.h"
 #include "kiln/nn/callbacks.h"
@@ -17,6 +18,7 @@
 #include "kiln/nn/losses.h"
 #include "kiln/nn/metrics.h"
 #include "kiln/optim.h"
+#include "kiln/ref.h"
 
 namespace kiln::data {
 class Dataset;
@@ -50,6 +52,26 @@ struct FitOptions {
   FitOptions& add_callback(CallbackRef v) { return callbacks.push_back(std::move(v)), *this; }
   FitOptions& set_verbose(int v) { return verbose = v, *this; }
   FitOptions& set_initial_epoch(int v) { return initial_epoch = v, *this; }
+};
+
+// Settings of compile beyond the optimizer, losses and metrics: {.strategy = ...}.
+struct CompileOptions {
+  // Data-parallel training (kiln/distribute/strategy.h). The strategy is a compile option, not a
+  // scope around model building (Keras' strategy.scope()) nor a fit option: the train step is
+  // traced for it (each replica differentiates its part of the batch, then one all_reduce inside
+  // the compiled step sums the gradients), so a model's compile decides how all its later fits
+  // run. The model-building code does not change, nor do fit's arguments: batch_size is the
+  // global batch. fit splits each global batch into consecutive parts, one per replica (sizes
+  // differing by at most one row when it does not divide; a replica left without rows at a
+  // short last batch contributes nothing); each replica runs forward and backward on its part;
+  // the gradients (and the new values of non-trained variables such as a batch norm's moving
+  // statistics) are averaged over the replicas weighted by their rows, so the result is the
+  // global batch's mean as one replica would compute it but for float reassociation; every
+  // replica then applies the same update to its own copy of the variables, which stay
+  // bit-identical (replica_weights). The losses and metrics logged are the global batch's.
+  // evaluate and predict split their batches across the local replicas too. Dropout draws
+  // differ per replica. A strategy is used by one model's fit at a time. Null: one replica.
+  Ref<distribute::Strategy> strategy;
 };
 
 // Tensors by name, {{"a", xa}, {"b", xb}}: a model's inputs or targets (a class rather than a
@@ -101,11 +123,13 @@ class Model {
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
-  void compile(optim::OptimizerRef optimizer, LossRef loss, std::vector<std::string> metrics = {});
+  void compile(optim::OptimizerRef optimizer, LossRef loss, std::vector<std::string> metrics = {},
+               CompileOptions options = {});
   // Per output: losses (one applies to every output), metrics (each for every output) and
   // the weights of the outputs' losses in the total (default 1 each; finite and >= 0).
   void compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
-               std::vector<std::string> metrics, std::vector<double> loss_weights = {});
+               std::vector<std::string> metrics, std::vector<double> loss_weights = {},
+               CompileOptions options = {});
   // What compile was given (for saving): null optimizer and no losses before compile.
   struct CompileConfig {
     std::shared_ptr<optim::Optimizer> optimizer;
@@ -177,6 +201,11 @@ class Model {
   std::map<std::string, Tensor> state() const;
   // Assigns values saved by state(); every name must exist with the same dtype and shape.
   void load_state(const std::map<std::string, Tensor>& state);
+  // The values of weights() as replica `replica` of the compile strategy holds them after fit
+  // (replica 0 holds the model's own; the others their copies, which fit makes from replica 0's
+  // at its start and each replica updates itself). Without a strategy, or before fit, every
+  // replica reads the model's own.
+  std::vector<Tensor> replica_weights(int replica) const;
   // The gradient of the loss for each trainable variable at the last training batch
   // (before clipping), as the step computed it. Empty before the first batch.
   std::vector<std::pair<Variable, Tensor>> last_gradients() const;

@@ -190,6 +190,10 @@ History Model::fit_batches(BatchSource& source, const FitOptions& options,
     c->set_model(this);
     callbacks.push_back(c.get().get());
   }
+  if (impl_->strategy) {
+    std::lock_guard lock(impl_->mu);
+    impl_->start_replicas(step);
+  }
   ProgressBar progress(options.verbose, source.steps());
   History history;
   stop_training = false;
@@ -227,13 +231,19 @@ History Model::fit_batches(BatchSource& source, const FitOptions& options,
       for (Callback* c : callbacks) c->on_train_batch_begin(b, batch_logs);
       optim::Optimizer& opt = *impl_->optimizer;
       int64_t it = opt.iterations();
-      FeedList feeds = Impl::batch_feeds(step, xb, yb, mix_seed(options.seed, it),
-                                         opt.learning_rate(), static_cast<double>(it + 1));
+      const uint64_t seed = mix_seed(options.seed, it);
       std::vector<Tensor> outs;
       {
         // The one lock of a step: evaluate and predict take their weights before or after it.
         std::lock_guard lock(impl_->mu);
-        outs = impl_->run_training(step, std::move(feeds));
+        if (impl_->strategy) {
+          outs = impl_->run_replicated_training(step, xb, yb, seed, opt.learning_rate(),
+                                                static_cast<double>(it + 1));
+        } else {
+          FeedList feeds = Impl::batch_feeds(step, xb, yb, seed, opt.learning_rate(),
+                                             static_cast<double>(it + 1));
+          outs = impl_->run_training(step, std::move(feeds), Impl::held_of(step));
+        }
         size_t at = step.num_losses + step.num_metric_stats;
         for (const Variable& v : step.assigned) {
           Variable target = v;
@@ -245,7 +255,10 @@ History Model::fit_batches(BatchSource& source, const FitOptions& options,
         opt.set_iterations(it + 1);
       }
       double batch_loss = outs[0].item<double>();
-      const int64_t rows = xb[0].dim(0);
+      // Under a strategy the losses are the global batch's (over every worker's rows).
+      const int64_t rows = step.total_rows_fetch >= 0
+                               ? static_cast<int64_t>(outs[step.total_rows_fetch].item<double>())
+                               : xb[0].dim(0);
       for (size_t k = 0; k < step.num_losses; ++k) loss_sums[k] += outs[k].item<double>() * rows;
       seen += rows;
       Impl::update_metrics(step, outs, impl_->metrics);
@@ -319,12 +332,18 @@ std::map<std::string, double> Model::evaluate(const std::vector<Tensor>& xs,
   if (!validating_in_fit)
     impl_->warn_about_setup(take_rows(ys, {}, 0, std::min(n, batch_size)), name_, "evaluate");
   for (int64_t begin = 0; begin < n; begin += batch_size) {
-    int64_t end = std::min(n, begin + batch_size);
-    std::vector<Tensor> outs =
-        snapshot.run(take_rows(xs, {}, begin, end), take_rows(ys, {}, begin, end));
-    for (size_t k = 0; k < step->num_losses; ++k)
-      loss_sums[k] += outs[k].item<double>() * (end - begin);
-    Impl::update_metrics(*step, outs, metrics);
+    const int64_t end = std::min(n, begin + batch_size);
+    const std::vector<Tensor> xb = take_rows(xs, {}, begin, end);
+    const std::vector<Tensor> yb = take_rows(ys, {}, begin, end);
+    // Under a strategy each local replica evaluates its part of the batch.
+    auto parts = impl_->run_split(end - begin, [&](int64_t b, int64_t e) {
+      if (b == 0 && e == end - begin) return snapshot.run(xb, yb);
+      return snapshot.run(take_rows(xb, {}, b, e), take_rows(yb, {}, b, e));
+    });
+    for (const auto& [rows, outs] : parts) {
+      for (size_t k = 0; k < step->num_losses; ++k) loss_sums[k] += outs[k].item<double>() * rows;
+      Impl::update_metrics(*step, outs, metrics);
+    }
   }
   std::map<std::string, double> result;
   impl_->log_results(loss_sums, n, metrics, result);
@@ -376,9 +395,14 @@ std::vector<Tensor> Model::predict(const std::vector<Tensor>& xs, int64_t batch_
   const size_t outputs = step->predictions.size();
   std::vector<std::vector<Tensor>> parts(outputs);
   for (int64_t begin = 0; begin < n; begin += batch_size) {
-    int64_t end = std::min(n, begin + batch_size);
-    std::vector<Tensor> outs = snapshot.run(take_rows(xs, {}, begin, end), {});
-    for (size_t o = 0; o < outputs; ++o) parts[o].push_back(outs[o]);
+    const int64_t end = std::min(n, begin + batch_size);
+    const std::vector<Tensor> xb = take_rows(xs, {}, begin, end);
+    auto replica_parts = impl_->run_split(
+        end - begin, [&](int64_t b, int64_t e) {
+          return snapshot.run(b == 0 && e == end - begin ? xb : take_rows(xb, {}, b, e), {});
+        });
+    for (const auto& [rows, outs] : replica_parts)
+      for (size_t o = 0; o < outputs; ++o) parts[o].push_back(outs[o]);
   }
   std::vector<Tensor> result;
   for (size_t o = 0; o < outputs; ++o) {

@@ -327,6 +327,28 @@ void Model::load_state(const std::map<std::string, Tensor>& saved) {
   }
 }
 
+std::vector<Tensor> Model::replica_weights(int replica) const {
+  std::lock_guard lock(impl_->mu);
+  const int replicas = impl_->strategy ? impl_->strategy->num_local_replicas() : 1;
+  if (replica < 0 || replica >= replicas) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "replica_weights: replica " + std::to_string(replica) + " is not one of the " +
+                    std::to_string(replicas) + " local replica(s) of model '" + name_ + "'" +
+                    (impl_->strategy ? " (" + impl_->strategy->name() + ")" : std::string()));
+  }
+  std::vector<Tensor> out;
+  for (const Variable& v : weights()) {
+    const size_t r = static_cast<size_t>(replica);
+    if (r == 0 || r > impl_->replica_values.size()) {
+      out.push_back(v.value());
+      continue;
+    }
+    auto it = impl_->replica_values[r - 1].find(v.id());
+    out.push_back(it != impl_->replica_values[r - 1].end() ? it->second : v.value());
+  }
+  return out;
+}
+
 std::vector<std::pair<Variable, Tensor>> Model::last_gradients() const {
   std::lock_guard lock(impl_->mu);
   return impl_->last_gradients;
@@ -455,12 +477,15 @@ Model::CompileStats Model::compile_stats() const {
 
 // ---- compile / fit / evaluate / predict ---------------------------------------------------
 
-void Model::compile(optim::OptimizerRef optimizer, LossRef loss, std::vector<std::string> metrics) {
-  compile(std::move(optimizer), std::vector<LossRef>{std::move(loss)}, std::move(metrics));
+void Model::compile(optim::OptimizerRef optimizer, LossRef loss, std::vector<std::string> metrics,
+                    CompileOptions options) {
+  compile(std::move(optimizer), std::vector<LossRef>{std::move(loss)}, std::move(metrics), {},
+          std::move(options));
 }
 
 void Model::compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
-                    std::vector<std::string> metrics, std::vector<double> loss_weights) {
+                    std::vector<std::string> metrics, std::vector<double> loss_weights,
+                    CompileOptions options) {
   if (!optimizer || losses.empty()) {
     throw Error(ErrorCode::kInvalidArgument, "compile: an optimizer and a loss are required");
   }
@@ -501,6 +526,9 @@ void Model::compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
   }
   impl_->optimizer = optimizer.get();
   impl_->loss_weights = std::move(loss_weights);
+  // The train step (dropped below) is traced for the strategy; evaluate and predict split by it.
+  impl_->strategy = options.strategy.get();
+  impl_->replica_values.clear();
   impl_->drop(impl_->train_step);
   impl_->drop(impl_->eval_step);
 }

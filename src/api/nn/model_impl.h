@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "compiler/compile_cache.h"
+#include "kiln/distribute/ops.h"
 #include "kiln/graph.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/model.h"
@@ -49,6 +51,11 @@ struct Step {
   // value (fetch `donated_fetch[i]` for vars[i], -1 when not assigned) is donated its feed.
   std::vector<compiler::Donation> donations;
   std::vector<int> donated_fetch;
+  // Traced for a strategy (training): this replica's rows of the global batch and 1 when it has
+  // any (0 when it runs a stand-in row at a short last batch), fed per replica; the fetch of
+  // the rows of the whole global batch (summed over the replicas), after the gradients.
+  Tensor replica_rows, replica_has_rows;
+  int total_rows_fetch = -1;
   std::vector<Tensor> predictions;  // one per model output
   size_t num_metric_stats = 0;
   std::vector<size_t> metric_stat_counts;
@@ -142,6 +149,10 @@ struct Model::Impl {
   std::map<const Layer*, Shape> output_shapes;
 
   std::shared_ptr<optim::Optimizer> optimizer;
+  std::shared_ptr<distribute::Strategy> strategy;  // compile's; null: one replica
+  // The variables of local replicas 1, 2, ... (replica 0's are the Variables), by Variable id:
+  // copied from replica 0's at the start of each fit, then updated by each replica's own step.
+  std::vector<std::map<const void*, Tensor>> replica_values;
   std::vector<std::shared_ptr<Loss>> losses;  // one per output
   std::vector<double> loss_weights;           // one per output
   std::vector<std::string> metric_names;      // evaluate makes its own metrics from them
@@ -298,9 +309,28 @@ struct Model::Impl {
                               const std::vector<Tensor>& ys, uint64_t seed, double lr,
                               double iteration);
 
-  // One training step on the variables themselves; the caller holds `mu` from here until it
-  // has assigned the step's new values.
-  std::vector<Tensor> run_training(const Step& s, FeedList feeds);
+  // One training step on the variables whose values `held` points to (one per s.vars; the
+  // donated ones are lent to the run and replaced by their new values). The caller holds `mu`
+  // from here until it has assigned the step's new values.
+  std::vector<Tensor> run_training(const Step& s, FeedList feeds,
+                                   const std::vector<Tensor*>& held);
+  // Where the Variables of `s` hold their values (replica 0's).
+  static std::vector<Tensor*> held_of(const Step& s);
+
+  // One step of every local replica of the strategy on its part of the global batch (xs, ys),
+  // the replicas' own variables updated; returns replica 0's outputs (the losses, metric
+  // statistics and gradients of the global batch, its new values). The caller holds `mu`.
+  std::vector<Tensor> run_replicated_training(const Step& s, const std::vector<Tensor>& xs,
+                                              const std::vector<Tensor>& ys, uint64_t seed,
+                                              double lr, double iteration);
+  // Copies replica 0's variables (those `s` reads or assigns) to the other local replicas.
+  void start_replicas(const Step& s);
+  // Runs `part(begin, end)` for each local replica's consecutive part of rows [0, rows), at
+  // once on the strategy's replicas (on this thread without one), and returns the replicas'
+  // row counts and outputs in replica order, skipping replicas without rows.
+  std::vector<std::pair<int64_t, std::vector<Tensor>>> run_split(
+      int64_t rows,
+      const std::function<std::vector<Tensor>(int64_t begin, int64_t end)>& part) const;
 
   static void update_metrics(const Step& s, const std::vector<Tensor>& outs,
                              const std::vector<std::unique_ptr<Metric>>& metrics);
@@ -432,6 +462,14 @@ struct Model::Impl::Training {
     }
     if (!impl_.optimizer) {
       throw Error(ErrorCode::kFailedPrecondition, "fit: call compile() before fit()");
+    }
+    if (distribute::current_collective() != nullptr) {
+      throw Error(ErrorCode::kFailedPrecondition,
+                  "fit: model '" + model +
+                      "' is being trained from inside a replica of a distribution strategy (a "
+                      "CollectiveScope is active on this thread, e.g. within strategy.run). To "
+                      "train data-parallel, compile the model with {.strategy = ...} and call fit "
+                      "outside the strategy's replicas");
     }
     impl_.fitting = true;
   }

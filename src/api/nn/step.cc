@@ -1,9 +1,40 @@
 // Model's step graphs: tracing forward, loss, metrics, gradients and the optimizer's update
-// into one graph, and running one training step on the variables.
+// into one graph, and running one training step on the variables (of one replica, or of every
+// local replica of a distribution strategy).
 #include "kiln/autodiff.h"
 #include "src/api/nn/model_impl.h"
 
 namespace kiln::nn {
+namespace {
+
+// Sums `values` over the replicas with one all_reduce: each flattened into one vector of the
+// widest float dtype among them, then cut back into its shape and dtype. One collective per
+// step (rather than one per value) is one message for MPI, and leaves no order among several
+// collectives for replicas' programs, compiled for different part sizes, to disagree on.
+std::vector<Tensor> sum_over_replicas(const std::vector<Tensor>& values) {
+  DType wide = f32;
+  for (const Tensor& v : values)
+    if (v.dtype() == f64) wide = f64;
+  std::vector<Tensor> flat;
+  for (const Tensor& v : values) {
+    Tensor w = v.dtype() == wide ? v : convert(v, wide);
+    flat.push_back(reshape(w, {num_elements(v.shape())}));
+  }
+  Tensor packed = distribute::all_reduce(concatenate(flat, 0), distribute::ReduceOp::kSum);
+  std::vector<Tensor> out;
+  int64_t at = 0;
+  for (const Tensor& v : values) {
+    const int64_t n = num_elements(v.shape());
+    Tensor part = reshape(slice(packed, {at}, {at + n}), v.shape());
+    out.push_back(v.dtype() == wide ? part : convert(part, v.dtype()));
+    at += n;
+  }
+  return out;
+}
+
+bool is_float(DType d) { return d == f32 || d == f64 || d == f16 || d == bf16; }
+
+}  // namespace
 
 Step Model::Impl::trace(const std::vector<TensorType>& x_types,
                         const std::optional<std::vector<TensorType>>& y_types, bool training) {
@@ -82,7 +113,44 @@ Step Model::Impl::trace(const std::vector<TensorType>& x_types,
     trainable.push_back(s.vars[i]);
     wrt.push_back(s.var_inputs[i]);
   }
-  std::vector<Tensor> grads = optimizer->clip(gradients(loss_value, wrt));
+  std::vector<Tensor> grads = gradients(loss_value, wrt);
+  std::vector<std::pair<Variable, Tensor>> updates = ctx.updates();
+  Tensor total_rows;
+  if (strategy) {
+    // The global batch's mean: each replica's losses, gradients and float updates (its means
+    // over its rows) weighted by its rows, summed over the replicas, divided by their rows; the
+    // metric statistics (sums) summed, those of a replica without rows dropped.
+    s.replica_rows = g.placeholder(f32, {}, "replica_rows");
+    s.replica_has_rows = g.placeholder(f32, {}, "replica_has_rows");
+    auto weighted = [&](const Tensor& v) {
+      return v * (v.dtype() == f32 ? s.replica_rows : convert(s.replica_rows, v.dtype()));
+    };
+    std::vector<Tensor> local = {s.replica_rows};
+    for (size_t k = 0; k < s.num_losses; ++k) local.push_back(weighted(s.fetches[k]));
+    for (size_t k = 0; k < s.num_metric_stats; ++k) {
+      const Tensor& stat = s.fetches[s.num_losses + k];
+      local.push_back(stat * (stat.dtype() == f32 ? s.replica_has_rows
+                                                  : convert(s.replica_has_rows, stat.dtype())));
+    }
+    for (const Tensor& gr : grads) local.push_back(weighted(gr));
+    std::vector<size_t> averaged_updates;
+    for (size_t k = 0; k < updates.size(); ++k) {
+      if (!is_float(updates[k].second.dtype())) continue;  // counters: the same on every replica
+      averaged_updates.push_back(k);
+      local.push_back(weighted(updates[k].second));
+    }
+    std::vector<Tensor> global = sum_over_replicas(local);
+    total_rows = global[0];
+    auto mean = [&](const Tensor& sum) {
+      return sum / (sum.dtype() == f32 ? total_rows : convert(total_rows, sum.dtype()));
+    };
+    size_t at = 1;
+    for (size_t k = 0; k < s.num_losses; ++k) s.fetches[k] = mean(global[at++]);
+    for (size_t k = 0; k < s.num_metric_stats; ++k) s.fetches[s.num_losses + k] = global[at++];
+    for (Tensor& gr : grads) gr = mean(global[at++]);
+    for (size_t k : averaged_updates) updates[k].second = mean(global[at++]);
+  }
+  grads = optimizer->clip(grads);
   {
     auto scope = g.name_scope(optimizer->name());
     for (size_t i = 0; i < trainable.size(); ++i) {
@@ -99,7 +167,7 @@ Step Model::Impl::trace(const std::vector<TensorType>& x_types,
       }
     }
   }
-  for (const auto& [var, value] : ctx.updates()) {
+  for (const auto& [var, value] : updates) {
     s.assigned.push_back(var);
     s.fetches.push_back(value);
   }
@@ -107,6 +175,10 @@ Step Model::Impl::trace(const std::vector<TensorType>& x_types,
   for (size_t i = 0; i < trainable.size(); ++i) {
     s.gradient_of.push_back(trainable[i]);
     s.fetches.push_back(grads[i]);
+  }
+  if (total_rows.defined()) {
+    s.total_rows_fetch = static_cast<int>(s.fetches.size());
+    s.fetches.push_back(total_rows);
   }
   s.donated_fetch.assign(s.vars.size(), -1);
   for (size_t k = 0; k < s.assigned.size(); ++k) {
@@ -135,16 +207,23 @@ FeedList Model::Impl::batch_feeds(const Step& s, const std::vector<Tensor>& xs,
   return feeds;
 }
 
-std::vector<Tensor> Model::Impl::run_training(const Step& s, FeedList feeds) {
+std::vector<Tensor*> Model::Impl::held_of(const Step& s) {
+  std::vector<Tensor*> held;
+  held.reserve(s.vars.size());
+  for (const Variable& v : s.vars) held.push_back(&kiln::detail::VariableAccess::held(v));
+  return held;
+}
+
+std::vector<Tensor> Model::Impl::run_training(const Step& s, FeedList feeds,
+                                              const std::vector<Tensor*>& held) {
   const bool interpreted = this->interpreted();
   const size_t first_var = feeds.size();
   for (size_t i = 0; i < s.vars.size(); ++i) {
     if (!interpreted && !s.donated_fetch.empty() && s.donated_fetch[i] >= 0) {
       // Lent to the run (moved out), which may then update its buffer in place.
-      Tensor& held = kiln::detail::VariableAccess::held(s.vars[i]);
-      feeds.emplace_back(s.var_inputs[i], std::move(held));
+      feeds.emplace_back(s.var_inputs[i], std::move(*held[i]));
     } else {
-      feeds.push_back({s.var_inputs[i], s.vars[i].value()});
+      feeds.push_back({s.var_inputs[i], *held[i]});
     }
   }
   if (interpreted) return s.graph.run(feeds, s.fetches);
@@ -153,17 +232,83 @@ std::vector<Tensor> Model::Impl::run_training(const Step& s, FeedList feeds) {
     auto program = s.programs->get(s.graph, s.fetches, feeds, s.donations);
     outs = program->run_donating(std::move(feeds));
   } catch (...) {
-    for (size_t i = 0; i < s.vars.size(); ++i) {
-      Tensor& held = kiln::detail::VariableAccess::held(s.vars[i]);
-      if (!held.defined()) held = std::move(feeds[first_var + i].second);
-    }
+    for (size_t i = 0; i < s.vars.size(); ++i)
+      if (!held[i]->defined()) *held[i] = std::move(feeds[first_var + i].second);
     throw;
   }
   // The same Tensor when the buffer was updated in place, else a fresh one.
   for (size_t i = 0; i < s.vars.size(); ++i)
-    if (!s.donated_fetch.empty() && s.donated_fetch[i] >= 0)
-      kiln::detail::VariableAccess::held(s.vars[i]) = outs[s.donated_fetch[i]];
+    if (!s.donated_fetch.empty() && s.donated_fetch[i] >= 0) *held[i] = outs[s.donated_fetch[i]];
   return outs;
+}
+
+void Model::Impl::start_replicas(const Step& s) {
+  replica_values.assign(strategy->num_local_replicas() - 1, {});
+  for (auto& values : replica_values) {
+    for (const Variable& v : s.vars) values[v.id()] = v.value();
+    for (const Variable& v : s.assigned) values[v.id()] = v.value();
+  }
+}
+
+namespace {
+
+// Replica r of n gets rows [r*rows/n, (r+1)*rows/n): consecutive, sizes differing by one at most.
+std::pair<int64_t, int64_t> replica_part(int64_t rows, int r, int n) {
+  return {rows * r / n, rows * (r + 1) / n};
+}
+
+}  // namespace
+
+std::vector<Tensor> Model::Impl::run_replicated_training(const Step& s,
+                                                         const std::vector<Tensor>& xs,
+                                                         const std::vector<Tensor>& ys,
+                                                         uint64_t seed, double lr,
+                                                         double iteration) {
+  distribute::Strategy& strat = *strategy;
+  const int n = strat.num_local_replicas();
+  const int64_t rows = xs[0].dim(0);
+  std::vector<Tensor> replica0;
+  strat.run_local([&](int r) {
+    auto [begin, end] = replica_part(rows, r, n);
+    const bool has_rows = end > begin;
+    // Without rows of its own (a last batch shorter than the replicas), a replica still takes
+    // part in the step's all_reduce: it runs on a stand-in row, weighted by zero.
+    if (!has_rows) begin = 0, end = 1;
+    const int replica = strat.first_local_replica() + r;
+    // Replica 0 draws as one process would; the others draw dropout masks of their own.
+    const uint64_t replica_seed = replica == 0 ? seed : mix_seed(seed, 0x5EEDull << 32 | replica);
+    FeedList feeds = batch_feeds(s, take_rows(xs, {}, begin, end), take_rows(ys, {}, begin, end),
+                                 replica_seed, lr, iteration);
+    feeds.push_back({s.replica_rows, Tensor::scalar<float>(has_rows ? end - begin : 0)});
+    feeds.push_back({s.replica_has_rows, Tensor::scalar<float>(has_rows ? 1 : 0)});
+    if (r == 0) {
+      replica0 = run_training(s, std::move(feeds), held_of(s));
+      return;
+    }
+    std::map<const void*, Tensor>& mine = replica_values[r - 1];
+    std::vector<Tensor*> held;
+    for (const Variable& v : s.vars) held.push_back(&mine.at(v.id()));
+    std::vector<Tensor> outs = run_training(s, std::move(feeds), held);
+    size_t at = s.num_losses + s.num_metric_stats;
+    for (const Variable& v : s.assigned) mine[v.id()] = outs[at++];
+  });
+  return replica0;
+}
+
+std::vector<std::pair<int64_t, std::vector<Tensor>>> Model::Impl::run_split(
+    int64_t rows,
+    const std::function<std::vector<Tensor>(int64_t begin, int64_t end)>& part) const {
+  if (!strategy) return {{rows, part(0, rows)}};
+  const int n = strategy->num_local_replicas();
+  std::vector<std::pair<int64_t, std::vector<Tensor>>> outs(n);
+  strategy->run_local([&](int r) {
+    auto [begin, end] = replica_part(rows, r, n);
+    if (end > begin) outs[r] = {end - begin, part(begin, end)};
+  });
+  std::vector<std::pair<int64_t, std::vector<Tensor>>> nonempty;
+  for (auto& o : outs)
+    if (o.first > 0) nonempty.push_back(std::move(o));
+  return nonempty;
 }
 
 void Model::Impl::update_metrics(const Step& s, const std::vector<Tensor>& outs,

@@ -1,0 +1,36 @@
+// kiln::distribute::Strategy: what Model::compile takes to train data-parallel (the replicas of
+// one step, where they run and how they reach each other). MirroredStrategy (threads of this
+// process) and MultiWorkerMirroredStrategy (processes under mpirun) are the two kinds.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace kiln::distribute {
+
+// Replicas are numbered 0..num_replicas_in_sync()-1 over the whole job; this process runs
+// num_local_replicas() of them, starting at first_local_replica().
+class Strategy {
+ public:
+  virtual ~Strategy();
+
+  virtual int num_replicas_in_sync() const = 0;
+  virtual int num_local_replicas() const = 0;
+  virtual int first_local_replica() const = 0;
+  // The process that writes checkpoints, logs and saved models (rank 0 of the job).
+  virtual bool is_chief() const { return true; }
+  // "MirroredStrategy(4 replicas)": how errors name it.
+  virtual std::string name() const = 0;
+
+  // Runs fn(r) for every local replica r = 0..num_local_replicas()-1 at once, each on a thread
+  // of its own (r = 0 on the caller's) under a CollectiveScope of its communicator, so the
+  // collective ops fn runs reach the other replicas. When fn throws on a replica, the others'
+  // later collectives fail at once (kUnavailable) and run_local throws the first causing error
+  // by replica, prefixed "replica r of n: ", once every local replica has stopped.
+  virtual void run_local(const std::function<void(int local_replica)>& fn) = 0;
+
+ protected:
+  Strategy() = default;
+};
+
+}  // namespace kiln::distribute
