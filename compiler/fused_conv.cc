@@ -1,6 +1,7 @@
 // The fused_conv kernel op (compiler/fused_conv.h): registration, shape function, and the CPU
-// kernel, the convolution's own kernel (ops/conv.h, so the same GEMMs and the same bits) with
-// the bias and activation applied to each block of output rows as soon as it is done.
+// kernel, the convolution's own kernel (ops/conv.h: oneDNN's chunks or Kiln's GEMM blocks, so the
+// same bits) with the bias and activation applied to each block of output rows as soon as it is
+// done. The epilogue is Kiln's, not oneDNN's post-ops: oneDNN's relu turns NaN into 0.
 #include "compiler/fused_conv.h"
 
 #include "kiln/op_registry.h"

@@ -1,6 +1,7 @@
 // Convolution: the N-d primitive (NHWC input, HWIO kernel; strides, padding, kernel and input
 // dilation, feature groups) and its input and kernel gradient ops, with im2col/col2im + Eigen
-// GEMM kernels; the public conv and Keras-style conv2d.
+// GEMM kernels behind oneDNN's where it serves the case (f32, 1-d or 2-d, no input dilation);
+// the public conv and Keras-style conv2d.
 // GCC 12 reports false "may be used uninitialized" warnings inside Eigen's AVX-512 packing.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "ops/conv.h"
@@ -8,10 +9,12 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
+#include "ops/onednn_conv.h"
 #include "ops/window_util.h"
 
 namespace kiln {
@@ -116,6 +119,7 @@ std::vector<TensorType> conv_shape(const InferContext& ctx) {
 // (output position o, kernel tap k) at [o * kernel[i] + k] to the input index, or -1 where the
 // tap falls on padding or on a hole of the dilated input (window_table).
 struct ConvPlan {
+  ConvParams params;
   int64_t batch, c_in, c_out, groups, cg_in, cg_out;
   Shape in_sp, k_sp, out_sp;
   std::vector<int64_t> in_strides;  // element stride of each input spatial dimension
@@ -129,6 +133,7 @@ ConvPlan make_plan(const KernelContext& ctx, const Shape& in, const Shape& k, co
   const size_t d = k.size() - 2;
   ConvParams p = conv_params(ctx, d);
   ConvPlan plan;
+  plan.params = p;
   plan.batch = in[0];
   plan.c_in = in.back();
   plan.c_out = k[d + 1];
@@ -150,6 +155,34 @@ ConvPlan make_plan(const KernelContext& ctx, const Shape& in, const Shape& k, co
   }
   plan.depth = plan.taps * plan.cg_in;
   return plan;
+}
+
+// The plan as oneDNN's convolution, or nullopt where oneDNN has no equivalent (3 or more spatial
+// dimensions, an input dilation). A 1-d convolution becomes a 2-d one of height 1.
+std::optional<onednn::ConvShape> onednn_shape(const ConvPlan& plan) {
+  const size_t d = plan.k_sp.size();
+  if (d < 1 || d > 2) return std::nullopt;
+  const ConvParams& p = plan.params;
+  for (int64_t l : p.lhs_dilation) {
+    if (l != 1) return std::nullopt;
+  }
+  onednn::ConvShape s;
+  s.batch = plan.batch;
+  s.c_in = plan.c_in;
+  s.c_out = plan.c_out;
+  s.groups = plan.groups;
+  s.in = s.kernel = s.out = s.strides = s.dilation = {1, 1};
+  const size_t o = 2 - d;
+  for (size_t i = 0; i < d; ++i) {
+    s.in[o + i] = plan.in_sp[i];
+    s.kernel[o + i] = plan.k_sp[i];
+    s.out[o + i] = plan.out_sp[i];
+    s.strides[o + i] = p.strides[i];
+    s.pad_low[o + i] = p.padding_low[i];
+    s.pad_high[o + i] = p.padding_high[i];
+    s.dilation[o + i] = p.dilation[i];
+  }
+  return s;
 }
 
 // Calls f(r, t, offset, taps) for patch rows r in [0, rows) (output positions row, row + 1,
@@ -261,6 +294,12 @@ void conv_kernel(KernelContext& ctx, const E& epilogue = {}) {
     return;
   }
   const T* x = in_ptr<T>(ctx, 0);
+  if constexpr (std::is_same_v<T, float>) {
+    onednn::Epilogue hook;
+    if constexpr (kHook) hook = epilogue;
+    const std::optional<onednn::ConvShape> s = onednn_shape(plan);
+    if (s && onednn::forward(ctx, *s, x, in_ptr<T>(ctx, 1), y, hook)) return;
+  }
   // The kernel as a [depth, c_out] row-major matrix, in the compute type.
   std::vector<C> w_storage;
   const C* w = as_compute(in_ptr<T>(ctx, 1), plan.depth * plan.c_out, w_storage);
@@ -383,6 +422,10 @@ void conv_input_grad_kernel(KernelContext& ctx) {
   const ConvPlan plan = make_plan(ctx, in_shape, ctx.input(1).shape(), ctx.input(0).shape());
   ComputeOutput<T> result(ctx.allocate_output(0));
   C* dx = result.data();
+  if constexpr (std::is_same_v<T, float>) {
+    const std::optional<onednn::ConvShape> s = onednn_shape(plan);
+    if (s && onednn::input_grad(ctx, *s, in_ptr<T>(ctx, 0), in_ptr<T>(ctx, 1), dx)) return;
+  }
   std::fill(dx, dx + num_elements(in_shape), C(0));
   if (plan.out_rows > 0 && plan.depth > 0 && plan.cg_out > 0) {
     std::vector<C> w_storage, dy_storage;
@@ -428,9 +471,13 @@ void conv_kernel_grad_kernel(KernelContext& ctx) {
     std::fill(dw, dw + n_w, T(C(0)));
     return;
   }
+  const T* x = in_ptr<T>(ctx, 0);
+  if constexpr (std::is_same_v<T, float>) {
+    const std::optional<onednn::ConvShape> s = onednn_shape(plan);
+    if (s && onednn::kernel_grad(ctx, *s, x, in_ptr<T>(ctx, 1), dw)) return;
+  }
   std::vector<C> dy_storage;
   const C* dy = as_compute(in_ptr<T>(ctx, 1), plan.out_rows * plan.c_out, dy_storage);
-  const T* x = in_ptr<T>(ctx, 0);
   const int64_t chunks =
       std::clamp<int64_t>(std::min(plan.out_rows / 1024, (int64_t{1} << 23) / n_w), 1, 32);
   const int64_t block = block_rows(plan);

@@ -9,6 +9,7 @@ packages=(
   ninja-build ccache dataset-fashion-mnist cmake g++ mold
   python3  # tests/tools/check_layers.py and the benchmark scripts
   clang libclang-rt-14-dev  # the fuzz targets (fuzz/, KILN_FUZZ)
+  libdnnl-dev  # oneDNN: the convolutions' fast path (ops/onednn_conv.cc)
 )
 
 missing=()

@@ -1,0 +1,406 @@
+// oneDNN's convolutions behind ops/onednn_conv.h. The batch is cut into chunks of whole images
+// that Kiln's thread pool runs on single-threaded primitives, so oneDNN's OpenMP team never
+// competes with the pool for the cores; primitives are cached per shape and chunk size.
+#include "ops/onednn_conv.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/thread_pool.h"
+
+namespace kiln::ops::onednn {
+namespace {
+
+using dnnl::memory;
+using Dims = memory::dims;
+
+enum class Pass { kForward, kInputGrad, kKernelGrad };
+
+std::atomic<bool>& enabled_flag() {
+  static std::atomic<bool> on{[] {
+    const char* env = std::getenv("KILN_ONEDNN");
+    return env == nullptr || std::string(env) != "0";
+  }()};
+  return on;
+}
+
+std::atomic<int64_t> g_forward{0}, g_input_grad{0}, g_kernel_grad{0};
+
+// KILN_ONEDNN_THREADING=omp runs each pass as one primitive over the whole batch on oneDNN's
+// own OpenMP threads instead of chunks on Kiln's pool: kept to measure the two against each
+// other (the pool won on 2 cores, see the commit that added this file).
+bool omp_threading() {
+  static const bool omp = [] {
+    const char* env = std::getenv("KILN_ONEDNN_THREADING");
+    return env != nullptr && std::string(env) == "omp";
+  }();
+  return omp;
+}
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// The calling thread's OpenMP thread count for a scope. oneDNN sizes a primitive's parallel
+// regions by it when the primitive is created and runs a one-thread primitive inline; the
+// caller's own setting comes back afterwards.
+class OmpThreads {
+ public:
+  explicit OmpThreads(int n) : saved_(omp_get_max_threads()) {
+    if (n != saved_) omp_set_num_threads(n);
+  }
+  ~OmpThreads() {
+    if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
+  }
+  OmpThreads(const OmpThreads&) = delete;
+  OmpThreads& operator=(const OmpThreads&) = delete;
+
+ private:
+  int saved_;
+};
+
+std::string shape_text(const ConvShape& s) {
+  auto dims = [](std::initializer_list<int64_t> v) {
+    std::string t = "[";
+    for (int64_t x : v) t += (t.size() > 1 ? "," : "") + std::to_string(x);
+    return t + "]";
+  };
+  return "input " + dims({s.batch, s.in[0], s.in[1], s.c_in}) + ", kernel " +
+         dims({s.kernel[0], s.kernel[1], s.c_in / s.groups, s.c_out}) + ", output " +
+         dims({s.batch, s.out[0], s.out[1], s.c_out});
+}
+
+// The kernel's logical dimensions in oneDNN's order ([g,] o, i, h, w).
+Dims weight_dims(const ConvShape& s) {
+  const int64_t gi = s.c_in / s.groups, go = s.c_out / s.groups;
+  if (s.groups == 1) return {s.c_out, s.c_in, s.kernel[0], s.kernel[1]};
+  return {s.groups, go, gi, s.kernel[0], s.kernel[1]};
+}
+
+// Kiln's HWIO kernel as a oneDNN descriptor: element (h, w, i, g * go + o) lies at
+// ((h * kw + w) * gi + i) * c_out + g * go + o.
+memory::desc user_weights(const ConvShape& s) {
+  const int64_t gi = s.c_in / s.groups, go = s.c_out / s.groups, kw = s.kernel[1];
+  const int64_t i_stride = s.c_out, w_stride = gi * s.c_out, h_stride = kw * w_stride;
+  if (s.groups == 1) {
+    return memory::desc(weight_dims(s), memory::data_type::f32,
+                        Dims{1, i_stride, h_stride, w_stride});
+  }
+  return memory::desc(weight_dims(s), memory::data_type::f32,
+                      Dims{go, 1, i_stride, h_stride, w_stride});
+}
+
+memory::desc images(int64_t n, int64_t c, const std::array<int64_t, 2>& hw) {
+  return memory::desc({n, c, hw[0], hw[1]}, memory::data_type::f32, memory::format_tag::nhwc);
+}
+
+// One pass of one shape at one chunk size: the primitive, the layout it wants the kernel (or
+// gives the kernel gradient) in, and the reorder between that layout and Kiln's.
+struct Entry {
+  bool ok = false;  // false: oneDNN has no implementation, the caller's kernel runs
+  dnnl::primitive prim;
+  memory::desc src, dst, weights, scratch;
+  bool reorders = false;  // the kernel's layout differs from Kiln's
+  dnnl::reorder reorder;
+};
+
+Entry make_entry(Pass pass, const ConvShape& s, int64_t n) {
+  Entry e;
+  e.src = images(n, s.c_in, s.in);
+  e.dst = images(n, s.c_out, s.out);
+  const memory::desc any(weight_dims(s), memory::data_type::f32, memory::format_tag::any);
+  const Dims strides = {s.strides[0], s.strides[1]};
+  const Dims dilates = {s.dilation[0] - 1, s.dilation[1] - 1};  // oneDNN's 0 is dense
+  const Dims low = {s.pad_low[0], s.pad_low[1]}, high = {s.pad_high[0], s.pad_high[1]};
+  const auto direct = dnnl::algorithm::convolution_direct;
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per call: passes may run concurrently
+  try {
+    const dnnl::convolution_forward::primitive_desc hint(
+        {dnnl::prop_kind::forward_training, direct, e.src, any, e.dst, strides, dilates, low, high},
+        attr, cpu_engine());
+    switch (pass) {
+      case Pass::kForward:
+        e.prim = dnnl::convolution_forward(hint);
+        e.weights = hint.weights_desc();
+        e.scratch = hint.scratchpad_desc();
+        break;
+      case Pass::kInputGrad: {
+        const dnnl::convolution_backward_data::primitive_desc pd(
+            {direct, e.src, any, e.dst, strides, dilates, low, high}, attr, cpu_engine(), hint);
+        e.prim = dnnl::convolution_backward_data(pd);
+        e.weights = pd.weights_desc();
+        e.scratch = pd.scratchpad_desc();
+        break;
+      }
+      case Pass::kKernelGrad: {
+        const dnnl::convolution_backward_weights::primitive_desc pd(
+            {direct, e.src, any, e.dst, strides, dilates, low, high}, attr, cpu_engine(), hint);
+        e.prim = dnnl::convolution_backward_weights(pd);
+        e.weights = pd.diff_weights_desc();
+        e.scratch = pd.scratchpad_desc();
+        break;
+      }
+    }
+    const memory::desc user = user_weights(s);
+    e.reorders = e.weights != user;
+    if (e.reorders) {
+      const bool to_user = pass == Pass::kKernelGrad;
+      e.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(
+          cpu_engine(), to_user ? e.weights : user, cpu_engine(), to_user ? user : e.weights));
+    }
+    e.ok = true;
+  } catch (const dnnl::error&) {
+    e.ok = false;  // unimplemented here (or invalid): Kiln's own kernel serves it
+  }
+  return e;
+}
+
+// The entry for (pass, shape, chunk of n images, threads), made on first use. A training step
+// repeats its shapes every step; the bound only keeps a process that sweeps shapes finite.
+std::shared_ptr<const Entry> entry(Pass pass, const ConvShape& s, int64_t n, int threads) {
+  static std::mutex mu;
+  static std::map<std::vector<int64_t>, std::shared_ptr<const Entry>> cache;
+  constexpr size_t kMaxEntries = 256;
+  std::vector<int64_t> key = {static_cast<int64_t>(pass), n, threads, s.c_in, s.c_out, s.groups};
+  for (const auto* a :
+       {&s.in, &s.kernel, &s.out, &s.strides, &s.pad_low, &s.pad_high, &s.dilation}) {
+    key.insert(key.end(), a->begin(), a->end());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  OmpThreads omp(threads);  // made outside the lock: creating a primitive takes milliseconds
+  auto made = std::make_shared<const Entry>(make_entry(pass, s, n));
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() >= kMaxEntries) cache.clear();
+  return cache.emplace(std::move(key), std::move(made)).first->second;
+}
+
+// A thread's scratch memory, kept between calls so that a step allocates nothing.
+void* scratch_for(const memory::desc& d) {
+  thread_local std::vector<char> buffer;
+  if (buffer.size() < d.get_size()) buffer.resize(d.get_size());
+  return buffer.data();
+}
+
+memory bind(const memory::desc& d, const void* p) {
+  return memory(d, cpu_engine(), const_cast<void*>(p));
+}
+
+// How a pass splits the batch: chunks of `images` images (the last one may be shorter), run by
+// `threads`-thread primitives. Chunks depend on the shapes only, so results do not depend on the
+// thread count.
+struct Split {
+  int64_t images, chunks, threads;
+  int64_t size(int64_t c, int64_t batch) const { return std::min(images, batch - c * images); }
+};
+
+Split split(const ConvShape& s, int64_t images) {
+  if (omp_threading()) return {s.batch, 1, runtime::ThreadPool::global().num_threads()};
+  images = std::clamp<int64_t>(images, 1, s.batch);
+  return {images, (s.batch + images - 1) / images, 1};
+}
+
+// Enough images per chunk to amortise a primitive call, few enough that the chunk's output is
+// still in cache when the epilogue reads it.
+int64_t images_for_bytes(int64_t bytes_per_image) {
+  return (int64_t{512} << 10) / std::max<int64_t>(bytes_per_image, 1);
+}
+
+// Calls f(chunk index, first image, images) for every chunk: spread over the pool with
+// single-threaded primitives, or inline (one chunk on oneDNN's threads).
+template <class F>
+void for_chunks(const ConvShape& s, const Split& sp, F&& f) {
+  if (sp.chunks == 1) {
+    OmpThreads omp(static_cast<int>(sp.threads));
+    f(0, 0, s.batch);
+    return;
+  }
+  runtime::parallel_for(sp.chunks, 1, [&](int64_t begin, int64_t end) {
+    OmpThreads omp(1);
+    for (int64_t c = begin; c < end; ++c) f(c, c * sp.images, sp.size(c, s.batch));
+  });
+}
+
+// The entries for a split's full and last chunk; null when oneDNN declines either.
+struct Entries {
+  std::shared_ptr<const Entry> full, last;
+  const Entry& of(int64_t images, const Split& sp) const {
+    return images == sp.images ? *full : *last;
+  }
+};
+
+std::optional<Entries> entries(Pass pass, const ConvShape& s, const Split& sp) {
+  const int threads = static_cast<int>(sp.threads);
+  Entries es{entry(pass, s, sp.images, threads), nullptr};
+  const int64_t tail = sp.size(sp.chunks - 1, s.batch);
+  es.last = tail == sp.images ? es.full : entry(pass, s, tail, threads);
+  if (!es.full->ok || !es.last->ok) return std::nullopt;
+  return es;
+}
+
+// The kernel in the layout of e's primitive: `w` itself, or reordered into `storage`.
+const float* kernel_for(const Entry& e, const float* w, std::vector<float>& storage,
+                        const ConvShape& s, int threads) {
+  if (!e.reorders) return w;
+  storage.resize(e.weights.get_size() / sizeof(float));
+  OmpThreads omp(threads);
+  dnnl::stream stream(cpu_engine());
+  e.reorder.execute(stream, {{DNNL_ARG_FROM, bind(user_weights(s), w)},
+                             {DNNL_ARG_TO, bind(e.weights, storage.data())}});
+  return storage.data();
+}
+
+bool usable(const ConvShape& s) {
+  if (!enabled() || s.batch <= 0 || s.c_in <= 0 || s.c_out <= 0 || s.groups <= 0) return false;
+  for (int i = 0; i < 2; ++i) {
+    if (s.in[i] <= 0 || s.kernel[i] <= 0 || s.out[i] <= 0) return false;
+  }
+  return true;
+}
+
+// Runs `body`, turning oneDNN's errors into the kernel's kiln::Error.
+template <class F>
+void guarded(const KernelContext& ctx, const char* pass, const ConvShape& s, F&& body) {
+  try {
+    body();
+  } catch (const dnnl::error& e) {
+    ctx.fail(std::string("oneDNN failed in the ") + pass + ": " + e.what() + " (" + shape_text(s) +
+             ")");
+  }
+}
+
+}  // namespace
+
+bool built() { return true; }
+bool enabled() { return enabled_flag().load(std::memory_order_relaxed); }
+void set_enabled(bool on) { enabled_flag().store(on); }
+
+Counts counts() { return {g_forward.load(), g_input_grad.load(), g_kernel_grad.load()}; }
+
+bool forward(const KernelContext& ctx, const ConvShape& s, const float* x, const float* w, float* y,
+             const Epilogue& epilogue) {
+  if (!usable(s)) return false;
+  const int64_t in_image = s.in[0] * s.in[1] * s.c_in, out_rows = s.out[0] * s.out[1];
+  const int64_t out_image = out_rows * s.c_out;
+  const Split sp = split(s, images_for_bytes(out_image * 4));
+  bool ran = false;
+  guarded(ctx, "convolution", s, [&] {
+    const std::optional<Entries> es = entries(Pass::kForward, s, sp);
+    if (!es) return;
+    std::vector<float> w_full, w_last;
+    const int threads = static_cast<int>(sp.threads);
+    const float* k_full = kernel_for(*es->full, w, w_full, s, threads);
+    const float* k_last =
+        es->last == es->full ? k_full : kernel_for(*es->last, w, w_last, s, threads);
+    for_chunks(s, sp, [&](int64_t, int64_t first, int64_t n) {
+      const Entry& e = es->of(n, sp);
+      float* out = y + first * out_image;
+      dnnl::stream stream(cpu_engine());
+      e.prim.execute(stream, {{DNNL_ARG_SRC, bind(e.src, x + first * in_image)},
+                              {DNNL_ARG_WEIGHTS, bind(e.weights, n == sp.images ? k_full : k_last)},
+                              {DNNL_ARG_DST, bind(e.dst, out)},
+                              {DNNL_ARG_SCRATCHPAD, bind(e.scratch, scratch_for(e.scratch))}});
+      if (epilogue && sp.chunks > 1) epilogue(out, first * out_rows, n * out_rows);
+    });
+    if (epilogue && sp.chunks == 1) {  // one chunk on oneDNN's threads: a pass over the output
+      const int64_t rows = s.batch * out_rows;
+      runtime::parallel_for(rows, std::max<int64_t>(1, (1 << 14) / s.c_out),
+                            [&](int64_t b, int64_t end) { epilogue(y + b * s.c_out, b, end - b); });
+    }
+    ran = true;
+  });
+  if (ran) g_forward.fetch_add(1);
+  return ran;
+}
+
+bool input_grad(const KernelContext& ctx, const ConvShape& s, const float* dy, const float* w,
+                float* dx) {
+  if (!usable(s)) return false;
+  const int64_t in_image = s.in[0] * s.in[1] * s.c_in;
+  const int64_t out_image = s.out[0] * s.out[1] * s.c_out;
+  const Split sp = split(s, images_for_bytes(std::max(in_image, out_image) * 4));
+  bool ran = false;
+  guarded(ctx, "convolution_input_grad", s, [&] {
+    const std::optional<Entries> es = entries(Pass::kInputGrad, s, sp);
+    if (!es) return;
+    std::vector<float> w_full, w_last;
+    const int threads = static_cast<int>(sp.threads);
+    const float* k_full = kernel_for(*es->full, w, w_full, s, threads);
+    const float* k_last =
+        es->last == es->full ? k_full : kernel_for(*es->last, w, w_last, s, threads);
+    for_chunks(s, sp, [&](int64_t, int64_t first, int64_t n) {
+      const Entry& e = es->of(n, sp);
+      dnnl::stream stream(cpu_engine());
+      e.prim.execute(stream, {{DNNL_ARG_DIFF_SRC, bind(e.src, dx + first * in_image)},
+                              {DNNL_ARG_WEIGHTS, bind(e.weights, n == sp.images ? k_full : k_last)},
+                              {DNNL_ARG_DIFF_DST, bind(e.dst, dy + first * out_image)},
+                              {DNNL_ARG_SCRATCHPAD, bind(e.scratch, scratch_for(e.scratch))}});
+    });
+    ran = true;
+  });
+  if (ran) g_input_grad.fetch_add(1);
+  return ran;
+}
+
+bool kernel_grad(const KernelContext& ctx, const ConvShape& s, const float* x, const float* dy,
+                 float* dw) {
+  if (!usable(s)) return false;
+  const int64_t in_image = s.in[0] * s.in[1] * s.c_in;
+  const int64_t out_image = s.out[0] * s.out[1] * s.c_out;
+  const int64_t n_w = s.kernel[0] * s.kernel[1] * (s.c_in / s.groups) * s.c_out;
+  // At most 8 chunks, each summed into its own partial gradient; the partials are added in
+  // chunk order.
+  const Split sp = split(s, (s.batch + 7) / 8);
+  bool ran = false;
+  guarded(ctx, "convolution_kernel_grad", s, [&] {
+    const std::optional<Entries> es = entries(Pass::kKernelGrad, s, sp);
+    if (!es) return;
+    std::vector<float> partials(sp.chunks > 1 ? sp.chunks * n_w : 0);
+    const memory::desc user = user_weights(s);
+    for_chunks(s, sp, [&](int64_t c, int64_t first, int64_t n) {
+      const Entry& e = es->of(n, sp);
+      float* mine = sp.chunks > 1 ? partials.data() + c * n_w : dw;
+      thread_local std::vector<float> blocked;
+      if (e.reorders) blocked.resize(e.weights.get_size() / sizeof(float));
+      float* target = e.reorders ? blocked.data() : mine;
+      dnnl::stream stream(cpu_engine());
+      e.prim.execute(stream, {{DNNL_ARG_SRC, bind(e.src, x + first * in_image)},
+                              {DNNL_ARG_DIFF_DST, bind(e.dst, dy + first * out_image)},
+                              {DNNL_ARG_DIFF_WEIGHTS, bind(e.weights, target)},
+                              {DNNL_ARG_SCRATCHPAD, bind(e.scratch, scratch_for(e.scratch))}});
+      if (e.reorders) {
+        e.reorder.execute(
+            stream, {{DNNL_ARG_FROM, bind(e.weights, target)}, {DNNL_ARG_TO, bind(user, mine)}});
+      }
+    });
+    if (sp.chunks > 1) {
+      runtime::parallel_for(n_w, 1 << 12, [&](int64_t b, int64_t end) {
+        for (int64_t i = b; i < end; ++i) {
+          float total = partials[i];
+          for (int64_t c = 1; c < sp.chunks; ++c) total += partials[c * n_w + i];
+          dw[i] = total;
+        }
+      });
+    }
+    ran = true;
+  });
+  if (ran) g_kernel_grad.fetch_add(1);
+  return ran;
+}
+
+}  // namespace kiln::ops::onednn
