@@ -15,8 +15,7 @@ namespace {
 
 bool run_eager(const OpDef& def, const std::vector<Tensor>& inputs, const Attrs& attrs,
                std::vector<Tensor>* outputs) {
-  auto op = cpu::elt_op_from_name(def.name);
-  if (!op || static_cast<int>(inputs.size()) != cpu::elt_op_arity(*op)) return false;
+  if (!def.elemental) return false;
   int64_t n = 1;
   for (const Tensor& t : inputs) n = std::max(n, t.size());
   if (n < kEagerCompileMinElements) return false;
@@ -29,17 +28,13 @@ bool run_eager(const OpDef& def, const std::vector<Tensor>& inputs, const Attrs&
   if (out_types.size() != 1 || num_elements(out_types[0].shape) != n) return false;
   cpu::FusedSubgraph sg;
   sg.name = "eager_" + def.name;
-  try {
-    std::vector<int> args;
-    for (const TensorType& t : in_types) args.push_back(sg.add_input(t.dtype, t.shape));
-    int v = sg.add(*op, args, out_types[0].dtype);
-    if (sg.dtype(v) != out_types[0].dtype) return false;
-    sg.add_output(v);
-    sg.validate();
-    if (sg.output_shape() != out_types[0].shape) return false;
-  } catch (const Error&) {
-    return false;  // a dtype the emitter does not support
-  }
+  std::vector<int> args;
+  for (const TensorType& t : in_types) args.push_back(sg.add_input(t.dtype, t.shape));
+  cpu::SubgraphBuilder b(sg);
+  int v = b.apply_op(def, args, attrs);
+  if (v == ElementalBuilder::kRefused) return false;  // a dtype the emitter does not compute
+  if (sg.dtype(v) != out_types[0].dtype || sg.iteration_shape() != out_types[0].shape) return false;
+  sg.add_output(v);
   *outputs = cached_kernel(sg).run(inputs);
   return true;
 }

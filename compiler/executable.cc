@@ -13,9 +13,11 @@
 #include <unordered_map>
 
 #include "compiler/buffer_assignment.h"
+#include "compiler/codegen/cpu/fusion_target.h"
 #include "compiler/dump.h"
 #include "compiler/kernel_cache.h"
 #include "compiler/lowering.h"
+#include "compiler/pipeline.h"
 #include "compiler/schedule.h"
 #include "runtime/execute.h"
 #include "runtime/feeds.h"
@@ -759,6 +761,27 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
   return compile(graph, outputs, feeds, {});
 }
 
+namespace {
+
+// Runs the fusion pass for the CPU over the optimized graph, now that its types are concrete;
+// the pass's dump shows every node's group.
+FusionPlan fuse(const CompiledGraph& cg, const std::vector<std::vector<TensorType>>& types,
+                const std::vector<bool>& needed, const std::vector<ValueRef>& fetched) {
+  Module module;
+  module.graph = cg.graph;
+  module.outputs = fetched;
+  module.types = types;
+  module.needed = needed;
+  auto pass = std::make_unique<Fusion>(cpu::fusion_target());
+  Fusion* fusion = pass.get();
+  Pipeline pipeline("lower");
+  pipeline.add(std::move(pass));
+  pipeline.run(module);
+  return fusion->plan();
+}
+
+}  // namespace
+
 Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const FeedList& feeds,
                    const std::vector<Donation>& donations) {
   DumpScope dump(new_dump_dir(graph.name(), dump_signature(feeds)));
@@ -788,7 +811,7 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
   std::vector<int> placeholders;
   infer_node_types(im, needed, fed, placeholders);
 
-  FusionPlan plan = plan_fusion(nodes, im.types, needed, fetched);
+  FusionPlan plan = fuse(cg, im.types, needed, fetched);
   im.fusion_log = plan.log();
 
   // One unit per group and per other needed non-placeholder node; JIT each group. Nodes without

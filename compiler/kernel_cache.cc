@@ -59,7 +59,7 @@ std::string kernel_cache_key(const cpu::FusedSubgraph& sg) {
   }
   key += "|";
   for (const auto& node : sg.nodes) {
-    key += node.reduce ? cpu::reduce_kind_name(*node.reduce) : cpu::elt_op_name(node.op);
+    key += node.reduce ? reduce_kind_name(*node.reduce) : cpu::elt_op_name(node.op);
     key += "(";
     for (int a : node.args) key += std::to_string(a) + ",";
     key += std::string(")") + dtype_name(node.dtype) + ";";

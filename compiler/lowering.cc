@@ -5,7 +5,6 @@
 
 #include <unordered_map>
 
-
 namespace kiln::compiler {
 
 LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
@@ -28,16 +27,18 @@ LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
     std::vector<int> args;
     for (const ValueRef& in : nodes[m].inputs) args.push_back(value_of.at(key(in)));
     out.ops += (out.ops.empty() ? "" : ",") + nodes[m].op;
-    if (auto kind = cpu::reduce_kind_from_name(nodes[m].op)) {
-      value_of[key({m, 0})] = sg.add_reduce(*kind, args.at(0), nodes[m].attrs.get_ints("axes"));
+    const OpDef* def = nodes[m].def;
+    if (def && def->reduction) {
+      value_of[key({m, 0})] = sg.add_reduce(*def->reduction, args.at(0), nodes[m].attrs.get_ints("axes"));
       continue;
     }
-    auto op = cpu::elt_op_from_name(nodes[m].op);
-    if (!op) {
-      throw Error(ErrorCode::kInternal,
-                  "lower_fusion_group: op " + nodes[m].op + " is not an emitter op");
+    cpu::SubgraphBuilder b(sg);
+    int v = def ? b.apply_op(*def, args, nodes[m].attrs) : ElementalBuilder::kRefused;
+    if (v == ElementalBuilder::kRefused) {
+      throw Error(ErrorCode::kInternal, "lower_fusion_group: %" + std::to_string(m) + " (" +
+                                            nodes[m].op + "): " + b.refusal());
     }
-    value_of[key({m, 0})] = sg.add(*op, args, types[m][0].dtype);
+    value_of[key({m, 0})] = v;
   }
   for (int m : g.outputs) {
     sg.add_output(value_of.at(key({m, 0})));

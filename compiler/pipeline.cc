@@ -2,6 +2,7 @@
 #include "compiler/pipeline.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
@@ -30,8 +31,21 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
 
 }  // namespace
 
+namespace {
+
+bool verify_each_by_default() {
+#ifndef NDEBUG
+  return true;
+#else
+  const char* env = std::getenv("KILN_VERIFY_PASSES");
+  return env != nullptr && std::string(env) == "1";
+#endif
+}
+
+}  // namespace
+
 Pipeline::Pipeline(std::string name, Rewrites rewrites)
-    : name_(std::move(name)), rewrites_(rewrites) {}
+    : name_(std::move(name)), rewrites_(rewrites), verify_each_(verify_each_by_default()) {}
 
 Pipeline& Pipeline::add(std::unique_ptr<Pass> pass) {
   if (rewrites_ == Rewrites::kExact && !pass->exact()) return *this;
@@ -91,6 +105,14 @@ bool Pipeline::run_pass(Pass& pass, Module& module, const std::string& label) {
   pass.clear_notes();
   bool changed = pass.run(module);
   ++step_;
+  if (verify_each_ && pass.name() != "verify") {
+    try {
+      Verify().run(module);
+    } catch (const Error& e) {
+      throw Error(ErrorCode::kInternal,
+                  name_ + ": the module is broken after pass " + label + ": " + e.what());
+    }
+  }
   if (run_dump_dir_.empty()) return changed;
   std::error_code error;
   std::filesystem::create_directories(run_dump_dir_, error);
@@ -102,7 +124,7 @@ bool Pipeline::run_pass(Pass& pass, Module& module, const std::string& label) {
   std::snprintf(prefix, sizeof prefix, "%03d_", step_);
   std::filesystem::path base =
       std::filesystem::path(run_dump_dir_) / (prefix + name_ + "." + label);
-  write_file(base.string() + ".txt", module.graph.to_text());
+  write_file(base.string() + ".txt", module_text(module));
   write_file(base.string() + ".dot", module.graph.to_dot());
   std::string log = pass.name() + ": " + (changed ? "changed" : "no change") + ", " +
                     std::to_string(before) + " -> " +

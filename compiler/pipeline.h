@@ -30,6 +30,11 @@ class Pipeline {
   // Where run() dumps: by default the compile's dump directory, or outside a compile a new
   // subdirectory of $KILN_DUMP per run (compiler/dump.h). Overrides that ("" turns dumping off).
   void set_dump_dir(std::string dir) { dump_dir_ = std::move(dir); }
+  // Whether the module is verified (compiler/passes/verify.h) after every pass, so a broken
+  // rewrite is reported by the pass that made it. On in debug builds and wherever
+  // KILN_VERIFY_PASSES=1 (the test suite sets it); otherwise only the pipeline's own verify
+  // passes run.
+  void set_verify_each(bool on) { verify_each_ = on; }
 
   // Returns whether any pass changed the module.
   bool run(Module& module);
@@ -51,6 +56,7 @@ class Pipeline {
   std::optional<std::string> dump_dir_;  // set_dump_dir's
   std::string run_dump_dir_;             // the current run's
   int step_ = 0;
+  bool verify_each_;
 };
 
 // The result of optimize: a new graph, the values standing for the requested outputs, and the

@@ -165,32 +165,32 @@ T power(T a, T b) {
 
 // ---- registrations ----------------------------------------------------------------------
 
-#define KILN_UNARY_OP(name, set, expr)                                                       \
-  KILN_REGISTER_OP(name).input("x").kind(OpKind::kCodegen).shape_fn(unary_shape(set));    \
+#define KILN_UNARY_OP(name, prim, set, expr)                                                \
+  KILN_REGISTER_OP(name).input("x").elemental(Prim::prim).shape_fn(unary_shape(set));     \
   KILN_REGISTER_KERNEL(name).dtypes(dtypes_of(set)).fn(unary_kernel<set>([](auto x) {       \
     using C = decltype(x);                                                                   \
     (void)sizeof(C);                                                                         \
     return expr;                                                                             \
   }))
 
-#define KILN_APPROXIMATED_OP(name, expr)                                                    \
-  KILN_REGISTER_OP(name).input("x").kind(OpKind::kCodegen).shape_fn(unary_shape(TypeSet::kFloat)); \
+#define KILN_APPROXIMATED_OP(name, prim, expr)                                               \
+  KILN_REGISTER_OP(name).input("x").elemental(Prim::prim).shape_fn(unary_shape(TypeSet::kFloat)); \
   KILN_REGISTER_KERNEL(name).dtypes(dtypes_of(TypeSet::kFloat)).fn(approximated_kernel(     \
       [](auto x) { return expr; }, [](float x) { return name##_f32(x); }))
 
-#define KILN_BINARY_OP(name, set, expr)                                                           \
-  KILN_REGISTER_OP(name).input("x").input("y").kind(OpKind::kCodegen).shape_fn(nary_shape(set)); \
+#define KILN_BINARY_OP(name, prim, set, expr)                                                    \
+  KILN_REGISTER_OP(name).input("x").input("y").elemental(Prim::prim).shape_fn(nary_shape(set));  \
   KILN_REGISTER_KERNEL(name).dtypes(dtypes_of(set)).fn(binary_kernel<set>([](auto x, auto y) {   \
     using C = decltype(x);                                                                        \
     (void)sizeof(C);                                                                              \
     return expr;                                                                                  \
   }))
 
-#define KILN_COMPARE_OP(name, expr)                                                          \
+#define KILN_COMPARE_OP(name, prim, expr)                                                    \
   KILN_REGISTER_OP(name)                                                                     \
       .input("x")                                                                            \
       .input("y")                                                                            \
-      .kind(OpKind::kCodegen)                                                                \
+      .elemental(Prim::prim)                                                                 \
       .non_differentiable()                                                                  \
       .shape_fn(nary_shape(TypeSet::kAll, /*bool_out=*/true));                               \
   KILN_REGISTER_KERNEL(name).fn(                                                             \
@@ -200,47 +200,48 @@ constexpr TypeSet kF = TypeSet::kFloat;
 constexpr TypeSet kN = TypeSet::kNumeric;
 constexpr TypeSet kB = TypeSet::kBool;
 
-KILN_UNARY_OP(neg, kN, static_cast<C>(-x));
-KILN_UNARY_OP(abs, kN, abs_of(x));
-KILN_APPROXIMATED_OP(exp, std::exp(x));
-KILN_APPROXIMATED_OP(log, std::log(x));
-KILN_UNARY_OP(log1p, kF, std::log1p(x));
-KILN_UNARY_OP(expm1, kF, std::expm1(x));
-KILN_UNARY_OP(sqrt, kF, std::sqrt(x));
-KILN_UNARY_OP(rsqrt, kF, C(1) / std::sqrt(x));
-KILN_APPROXIMATED_OP(tanh, std::tanh(x));
-KILN_APPROXIMATED_OP(logistic, logistic_of(x));
-KILN_UNARY_OP(sin, kF, std::sin(x));
-KILN_UNARY_OP(cos, kF, std::cos(x));
-KILN_APPROXIMATED_OP(erf, std::erf(x));
-KILN_UNARY_OP(sign, kN, sign_of(x));
-KILN_UNARY_OP(floor, kF, std::floor(x));
-KILN_UNARY_OP(ceil, kF, std::ceil(x));
-KILN_UNARY_OP(round, kF, std::nearbyint(x));  // default rounding mode: half to even
+KILN_UNARY_OP(neg, kNeg, kN, static_cast<C>(-x));
+KILN_UNARY_OP(abs, kAbs, kN, abs_of(x));
+KILN_APPROXIMATED_OP(exp, kExp, std::exp(x));
+KILN_APPROXIMATED_OP(log, kLog, std::log(x));
+KILN_UNARY_OP(log1p, kLog1p, kF, std::log1p(x));
+KILN_UNARY_OP(expm1, kExpm1, kF, std::expm1(x));
+KILN_UNARY_OP(sqrt, kSqrt, kF, std::sqrt(x));
+KILN_UNARY_OP(rsqrt, kRsqrt, kF, C(1) / std::sqrt(x));
+KILN_APPROXIMATED_OP(tanh, kTanh, std::tanh(x));
+KILN_APPROXIMATED_OP(logistic, kLogistic, logistic_of(x));
+KILN_UNARY_OP(sin, kSin, kF, std::sin(x));
+KILN_UNARY_OP(cos, kCos, kF, std::cos(x));
+KILN_UNARY_OP(tan, kTan, kF, std::tan(x));
+KILN_APPROXIMATED_OP(erf, kErf, std::erf(x));
+KILN_UNARY_OP(sign, kSign, kN, sign_of(x));
+KILN_UNARY_OP(floor, kFloor, kF, std::floor(x));
+KILN_UNARY_OP(ceil, kCeil, kF, std::ceil(x));
+KILN_UNARY_OP(round, kRound, kF, std::nearbyint(x));  // default rounding mode: half to even
 KILN_REGISTER_OP(logical_not)
     .input("x")
-    .kind(OpKind::kCodegen)
+    .elemental(Prim::kNot)
     .non_differentiable()
     .shape_fn(unary_shape(kB));
 KILN_REGISTER_KERNEL(logical_not).dtypes({bool_}).fn(unary_kernel<kB>([](bool x) { return !x; }));
 
 KILN_REGISTER_OP(is_finite)
     .input("x")
-    .kind(OpKind::kCodegen)
+    .elemental(Prim::kIsFinite)
     .non_differentiable()
     .shape_fn(unary_shape(kF, /*bool_out=*/true));
 KILN_REGISTER_KERNEL(is_finite)
     .dtypes(dtypes_of(kF))
     .fn(unary_kernel<kF, /*kBoolOut=*/true>([](auto x) { return std::isfinite(x); }));
 
-KILN_BINARY_OP(add, kN, static_cast<C>(x + y));
-KILN_BINARY_OP(sub, kN, static_cast<C>(x - y));
-KILN_BINARY_OP(mul, kN, static_cast<C>(x * y));
-KILN_BINARY_OP(div, kN, safe_div(x, y));
+KILN_BINARY_OP(add, kAdd, kN, static_cast<C>(x + y));
+KILN_BINARY_OP(sub, kSub, kN, static_cast<C>(x - y));
+KILN_BINARY_OP(mul, kMul, kN, static_cast<C>(x * y));
+KILN_BINARY_OP(div, kDiv, kN, safe_div(x, y));
 // Integer pow refuses a negative exponent at run time, as NumPy does ("integers to negative
 // integer powers are not allowed"), rather than returning 0 or +-1. Integer pow is never fused
 // (the CPU codegen emits pow for floats only), so compiled code runs this kernel and refuses too.
-KILN_REGISTER_OP(pow).input("x").input("y").kind(OpKind::kCodegen).shape_fn(nary_shape(kN));
+KILN_REGISTER_OP(pow).input("x").input("y").elemental(Prim::kPow).shape_fn(nary_shape(kN));
 KILN_REGISTER_KERNEL(pow).dtypes(dtypes_of(kN)).fn([](KernelContext& ctx) {
   visit_in<kN>(ctx, ctx.input(1).dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -261,14 +262,14 @@ KILN_REGISTER_KERNEL(pow).dtypes(dtypes_of(kN)).fn([](KernelContext& ctx) {
   });
   binary_kernel<kN>([](auto x, auto y) { return power(x, y); })(ctx);
 });
-KILN_BINARY_OP(max, kN, max_of(x, y));
-KILN_BINARY_OP(min, kN, min_of(x, y));
-KILN_BINARY_OP(rem, kN, safe_rem(x, y));
-KILN_BINARY_OP(atan2, kF, std::atan2(x, y));
+KILN_BINARY_OP(max, kMax, kN, max_of(x, y));
+KILN_BINARY_OP(min, kMin, kN, min_of(x, y));
+KILN_BINARY_OP(rem, kRem, kN, safe_rem(x, y));
+KILN_BINARY_OP(atan2, kAtan2, kF, std::atan2(x, y));
 KILN_REGISTER_OP(logical_and)
     .input("x")
     .input("y")
-    .kind(OpKind::kCodegen)
+    .elemental(Prim::kAnd)
     .non_differentiable()
     .shape_fn(nary_shape(kB));
 KILN_REGISTER_KERNEL(logical_and).dtypes({bool_}).fn(binary_kernel<kB>([](bool x, bool y) {
@@ -277,25 +278,25 @@ KILN_REGISTER_KERNEL(logical_and).dtypes({bool_}).fn(binary_kernel<kB>([](bool x
 KILN_REGISTER_OP(logical_or)
     .input("x")
     .input("y")
-    .kind(OpKind::kCodegen)
+    .elemental(Prim::kOr)
     .non_differentiable()
     .shape_fn(nary_shape(kB));
 KILN_REGISTER_KERNEL(logical_or).dtypes({bool_}).fn(binary_kernel<kB>([](bool x, bool y) {
   return x || y;
 }));
-KILN_COMPARE_OP(eq, x == y);
-KILN_COMPARE_OP(ne, x != y);
-KILN_COMPARE_OP(lt, x < y);
-KILN_COMPARE_OP(le, x <= y);
-KILN_COMPARE_OP(gt, x > y);
-KILN_COMPARE_OP(ge, x >= y);
+KILN_COMPARE_OP(eq, kEq, x == y);
+KILN_COMPARE_OP(ne, kNe, x != y);
+KILN_COMPARE_OP(lt, kLt, x < y);
+KILN_COMPARE_OP(le, kLe, x <= y);
+KILN_COMPARE_OP(gt, kGt, x > y);
+KILN_COMPARE_OP(ge, kGe, x >= y);
 
 // select(pred, on_true, on_false): all three broadcast; pred is bool.
 KILN_REGISTER_OP(select)
     .input("pred")
     .input("on_true")
     .input("on_false")
-    .kind(OpKind::kCodegen)
+    .elemental(Prim::kSelect)
     .shape_fn([](const InferContext& ctx) {
       if (ctx.input(0).dtype != bool_) ctx.fail("pred must be bool, got " + ctx.input(0).str());
       if (ctx.input(1).dtype != ctx.input(2).dtype) {
@@ -327,7 +328,7 @@ KILN_REGISTER_OP(clamp)
     .input("x")
     .input("low")
     .input("high")
-    .kind(OpKind::kCodegen)
+    .elemental(Prim::kClamp)
     .shape_fn(nary_shape(kN));
 KILN_REGISTER_KERNEL(clamp).dtypes(dtypes_of(kN)).fn([](KernelContext& ctx) {
   visit_in<kN>(ctx, ctx.input(0).dtype(), [&](auto tag) {
@@ -370,9 +371,14 @@ To convert_value(From v) {
 }
 }  // namespace
 
-KILN_REGISTER_OP(convert).input("x").kind(OpKind::kCodegen).shape_fn([](const InferContext& ctx) {
-  return std::vector<TensorType>{{ctx.attrs().get_dtype("dtype"), ctx.input(0).shape}};
-});
+KILN_REGISTER_OP(convert)
+    .input("x")
+    .elemental([](ElementalBuilder& b, const std::vector<int>& x, const Attrs& attrs) {
+      return b.apply(Prim::kConvert, x, attrs.get_dtype("dtype"));
+    })
+    .shape_fn([](const InferContext& ctx) {
+      return std::vector<TensorType>{{ctx.attrs().get_dtype("dtype"), ctx.input(0).shape}};
+    });
 KILN_REGISTER_KERNEL(convert).fn([](KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   if (x.dtype() == ctx.output_type(0).dtype) {
@@ -445,6 +451,7 @@ KILN_UNARY_GRAD(tanh, dz * (1.0 - z * z));
 KILN_UNARY_GRAD(logistic, dz * z * (1.0 - z));
 KILN_UNARY_GRAD(sin, dz * cos(x));
 KILN_UNARY_GRAD(cos, -dz * sin(x));
+KILN_UNARY_GRAD(tan, dz * (1.0 + z * z));
 KILN_UNARY_GRAD(erf, dz * (2 * std::numbers::inv_sqrtpi) * exp(-x * x));
 KILN_UNARY_GRAD(sign, Tensor());
 KILN_UNARY_GRAD(floor, Tensor());
@@ -567,6 +574,7 @@ Tensor tanh(const Tensor& x) { return call1("tanh", {as_float(x)}); }
 Tensor logistic(const Tensor& x) { return call1("logistic", {as_float(x)}); }
 Tensor sin(const Tensor& x) { return call1("sin", {as_float(x)}); }
 Tensor cos(const Tensor& x) { return call1("cos", {as_float(x)}); }
+Tensor tan(const Tensor& x) { return call1("tan", {as_float(x)}); }
 Tensor erf(const Tensor& x) { return call1("erf", {as_float(x)}); }
 Tensor sign(const Tensor& x) { return call1("sign", {x}); }
 Tensor floor(const Tensor& x) { return is_floating(x.dtype()) ? call1("floor", {x}) : x; }

@@ -377,14 +377,14 @@ std::vector<TensorType> arg_shape(const InferContext& ctx) {
 
 // ---- registrations ----------------------------------------------------------------------
 
-#define KILN_REDUCE_OP(name, Op, set)                                                   \
-  KILN_REGISTER_OP(name).input("x").kind(OpKind::kCodegen).shape_fn(reduce_shape(set)); \
+#define KILN_REDUCE_OP(name, kind, Op, set)                                                    \
+  KILN_REGISTER_OP(name).input("x").reduction(ReduceKind::kind).shape_fn(reduce_shape(set)); \
   KILN_REGISTER_KERNEL(name).dtypes(dtypes_of(set)).fn(reduce_kernel<Op, set>())
 
-KILN_REDUCE_OP(reduce_sum, SumOp, TypeSet::kNumeric);
-KILN_REDUCE_OP(reduce_prod, ProdOp, TypeSet::kNumeric);
-KILN_REDUCE_OP(reduce_max, MaxOp, TypeSet::kNumeric);
-KILN_REDUCE_OP(reduce_min, MinOp, TypeSet::kNumeric);
+KILN_REDUCE_OP(reduce_sum, kSum, SumOp, TypeSet::kNumeric);
+KILN_REDUCE_OP(reduce_prod, kProd, ProdOp, TypeSet::kNumeric);
+KILN_REDUCE_OP(reduce_max, kMax, MaxOp, TypeSet::kNumeric);
+KILN_REDUCE_OP(reduce_min, kMin, MinOp, TypeSet::kNumeric);
 
 // ---- gradient rules ---------------------------------------------------------------------
 // x is the input, z the result, dz its gradient; a value shaped like z goes back to x's shape

@@ -1,16 +1,47 @@
-// Loop and input fusion analysis: groups producer-consumer chains of elementwise ops that the
-// CPU emitter supports (compiler/codegen/cpu/fused_kernel.h), and reductions with the
-// elementwise producers they fold, into acyclic fusion groups, for concrete shapes, and records
-// why each refused fusion was refused (for the KILN_DUMP log).
+// The fusion pass: groups producer-consumer chains of elementwise ops, and reductions with the
+// elementwise producers they fold, into acyclic loop (and input) fusions for concrete shapes.
+// Each decision is a FusionDecision that carries its reason; what a backend can emit is asked
+// of a FusionTarget, so this pass knows no backend. The pass marks nodes, it does not rewrite
+// them: the dumps show each node's group, and lowering (compiler/lowering.h) reads the plan.
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "compiler/passes/pass.h"
 #include "kiln/graph.h"
 #include "src/core/tensor_impl.h"
 
 namespace kiln::compiler {
+
+// Whether a fusion may happen, and if not, why (as XLA's FusionDecision).
+class FusionDecision {
+ public:
+  static FusionDecision allow() { return FusionDecision(""); }
+  static FusionDecision forbid(std::string why) { return FusionDecision(std::move(why)); }
+  bool can_fuse() const { return why_.empty(); }
+  explicit operator bool() const { return can_fuse(); }
+  const std::string& reason() const { return why_; }
+
+ private:
+  explicit FusionDecision(std::string why) : why_(std::move(why)) {}
+  std::string why_;
+};
+
+// What the pass asks of the backend it fuses for (the CPU's: compiler/codegen/cpu/fusion_target.h).
+class FusionTarget {
+ public:
+  virtual ~FusionTarget() = default;
+  // Whether `node` (an op with an elemental form, concrete `inputs` and `outputs`) can be
+  // computed inside a generated loop.
+  virtual FusionDecision can_emit(const detail::Node& node, const std::vector<TensorType>& inputs,
+                                  const std::vector<TensorType>& outputs) const = 0;
+  // Whether reduction `node` (an op with a reduction fold, concrete `inputs`) can be folded by
+  // a generated loop.
+  virtual FusionDecision can_reduce(const detail::Node& node,
+                                    const std::vector<TensorType>& inputs) const = 0;
+};
 
 struct FusionGroup {
   std::vector<int> nodes;    // node ids, ascending (a topological order)
@@ -33,16 +64,22 @@ struct FusionPlan {
 // Plans fusion over `nodes` (a topologically ordered graph), where `types[id]` are node id's
 // concrete output types, `needed[id]` says whether a node is computed at all, and `fetched`
 // lists the values the caller asks for (their producers become group outputs).
-FusionPlan plan_fusion(const std::vector<detail::Node>& nodes,
+FusionPlan plan_fusion(const FusionTarget& target, const std::vector<detail::Node>& nodes,
                        const std::vector<std::vector<TensorType>>& types,
                        const std::vector<bool>& needed, const std::vector<ValueRef>& fetched);
 
-// Why `node` (with concrete input types `inputs` and output types `outputs`) cannot be emitted
-// by the CPU elementwise emitter, or "" when it can.
-std::string fusion_refusal(const detail::Node& node, const std::vector<TensorType>& inputs,
-                           const std::vector<TensorType>& outputs);
+// The pass: plans over a module whose types are concrete (Module::types, Module::needed), and
+// records each node's group in Module::fusion_group. Returns whether it formed any group.
+class Fusion : public Pass {
+ public:
+  explicit Fusion(const FusionTarget& target) : target_(target) {}
+  std::string name() const override { return "fusion"; }
+  bool run(Module& module) override;
+  const FusionPlan& plan() const { return plan_; }
 
-// The same for a reduction node (reduce_sum, reduce_prod, reduce_max, reduce_min).
-std::string reduction_refusal(const detail::Node& node, const std::vector<TensorType>& inputs);
+ private:
+  const FusionTarget& target_;
+  FusionPlan plan_;
+};
 
 }  // namespace kiln::compiler

@@ -14,6 +14,31 @@ namespace {
 
 const std::vector<detail::Node>& nodes_of(const Graph& graph) { return graph.impl()->nodes; }
 
+std::string module_text(const Module& module) {
+  const std::string text = module.graph.to_text();
+  if (module.types.empty() && module.fusion_group.empty()) return text;
+  // Graph::to_text writes a header line, then node i on line i + 1.
+  std::string out;
+  size_t line = 0, start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    out.append(text, start, end - start);
+    const size_t id = line - 1;
+    if (line > 0 && id < module.types.size() && !module.types[id].empty()) {
+      out += "  : ";
+      for (size_t o = 0; o < module.types[id].size(); ++o)
+        out += (o ? ", " : "") + module.types[id][o].str();
+    }
+    if (line > 0 && id < module.fusion_group.size() && module.fusion_group[id] >= 0)
+      out += "  [fusion " + std::to_string(module.fusion_group[id]) + "]";
+    out += '\n';
+    start = end + 1;
+    ++line;
+  }
+  return out;
+}
+
 bool is_pure(const detail::Node& node) {
   if (node.op == "placeholder" || node.op.rfind("random_", 0) == 0) return false;
   return node.def == nullptr || !node.def->stateful;

@@ -22,7 +22,18 @@ struct Module {
     int current;
   };
   std::vector<Placeholder> placeholders;
+
+  // Set by the compile driver once shapes are concrete (empty while optimizing): every node's
+  // output types, and whether it is computed at all.
+  std::vector<std::vector<TensorType>> types;
+  std::vector<bool> needed;
+  // Set by the fusion pass (compiler/passes/fusion.h): each node's fusion group, or -1.
+  std::vector<int> fusion_group;
 };
+
+// The module's graph as text (Graph::to_text), each node annotated with its concrete types and
+// fusion group where the module has them: what the pass dumps show.
+std::string module_text(const Module& module);
 
 // A named Graph -> Graph transformation. run returns whether it changed the module.
 class Pass {

@@ -5,10 +5,12 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/attrs.h"
+#include "kiln/elemental.h"
 #include "kiln/graph.h"
 #include "kiln/tensor.h"
 
@@ -86,8 +88,12 @@ using KernelFn = std::function<void(KernelContext&)>;
 // Returns one gradient per input; an undefined Tensor means "no gradient".
 using GradientFn = std::function<std::vector<Tensor>(const GradContext&)>;
 
+// Which ops the compiler is to emit itself (docs/architecture.md). A kCodegen op fuses when it
+// has an elemental form or a reduction fold (OpBuilder::elemental / reduction, which set
+// kCodegen); tests/compiler/elemental_census_test.cc lists, with the reason, every kCodegen op
+// that has neither yet, and fails on any other.
 enum class OpKind {
-  kCodegen,  // elementwise, layout, reduction: the compiler emits fused loops for these
+  kCodegen,  // elementwise, layout, reduction: the compiler emits loops for these
   kKernel,   // matmul, convolution, gather, custom ops: served by a registered kernel
 };
 
@@ -100,6 +106,8 @@ struct OpDef {
   OpKind kind = OpKind::kKernel;
   ShapeFn shape_fn;
   GradientFn gradient;
+  ElementalFn elemental;              // set: fusible elementwise (kiln/elemental.h)
+  std::optional<ReduceKind> reduction;  // set: a fusible reduction over attr "axes"
   bool differentiable = true;
   bool stateful = false;  // never constant-folded or deduplicated
   std::string source;     // file:line of the registration
@@ -165,6 +173,12 @@ class OpBuilder {
   OpBuilder& optional_input(std::string name);  // trailing inputs a call may leave out
   OpBuilder& outputs(int n);
   OpBuilder& kind(OpKind kind);
+  // The op's elemental form: one primitive applied to the inputs in order, or a composition.
+  // Either makes the op kCodegen.
+  OpBuilder& elemental(Prim prim);
+  OpBuilder& elemental(ElementalFn fn);
+  // The op folds its input over attr "axes" with `kind`; makes the op kCodegen.
+  OpBuilder& reduction(ReduceKind kind);
   OpBuilder& shape_fn(ShapeFn fn);
   OpBuilder& gradient(GradientFn fn);
   OpBuilder& non_differentiable();

@@ -1,5 +1,6 @@
 // The op functions. Each works on concrete tensors (computes now) and on symbolic ones
-// (records a node). Binary ops broadcast like NumPy and promote dtypes (promote_types).
+// (records a node). Binary ops broadcast like NumPy and promote dtypes by promote_types, which
+// is not NumPy's rule; docs/numerics.md lists where Kiln differs from NumPy, and why.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +61,7 @@ Tensor tanh(const Tensor& x);
 Tensor logistic(const Tensor& x);  // 1 / (1 + exp(-x))
 Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
+Tensor tan(const Tensor& x);
 Tensor erf(const Tensor& x);
 Tensor sign(const Tensor& x);
 Tensor floor(const Tensor& x);
@@ -69,7 +71,7 @@ Tensor logical_not(const Tensor& x);
 Tensor is_finite(const Tensor& x);
 Tensor square(const Tensor& x);
 
-// ---- elementwise binary (NumPy broadcasting, dtype promotion) ---------------------------
+// ---- elementwise binary (NumPy broadcasting, promote_types promotion) -------------------
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);

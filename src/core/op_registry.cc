@@ -266,6 +266,21 @@ OpBuilder& OpBuilder::kind(OpKind kind) {
   def_.kind = kind;
   return *this;
 }
+OpBuilder& OpBuilder::elemental(Prim prim) {
+  return elemental([prim](ElementalBuilder& b, const std::vector<int>& args, const Attrs&) {
+    return b.apply(prim, args);
+  });
+}
+OpBuilder& OpBuilder::elemental(ElementalFn fn) {
+  def_.elemental = std::move(fn);
+  def_.kind = OpKind::kCodegen;
+  return *this;
+}
+OpBuilder& OpBuilder::reduction(ReduceKind kind) {
+  def_.reduction = kind;
+  def_.kind = OpKind::kCodegen;
+  return *this;
+}
 OpBuilder& OpBuilder::shape_fn(ShapeFn fn) {
   def_.shape_fn = std::move(fn);
   return *this;

@@ -192,9 +192,9 @@ const EltOp kFloatUnary[] = {EltOp::kNeg,  EltOp::kAbs,   EltOp::kExp,  EltOp::k
 
 TEST(CpuCodegen, OpNames) {
   EXPECT_STREQ(elt_op_name(EltOp::kMax), "max");
-  EXPECT_EQ(elt_op_from_name("logistic"), EltOp::kLogistic);
-  EXPECT_EQ(elt_op_from_name("select"), EltOp::kSelect);
-  EXPECT_FALSE(elt_op_from_name("dot").has_value());
+  EXPECT_EQ(prim_from_name("logistic"), EltOp::kLogistic);
+  EXPECT_EQ(prim_from_name("select"), EltOp::kSelect);
+  EXPECT_FALSE(prim_from_name("dot").has_value());
   EXPECT_EQ(elt_op_arity(EltOp::kClamp), 3);
 }
 

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "compiler/codegen/cpu/fusion_target.h"
 #include "compiler/executable.h"
 #include "compiler/passes/pass.h"
 #include "kiln/kiln.h"
@@ -21,7 +22,7 @@ FusionPlan plan(const Graph& g, const std::vector<Tensor>& fetched) {
   for (const auto& n : nodes) types.push_back(n.outputs);
   std::vector<ValueRef> refs;
   for (const Tensor& t : fetched) refs.push_back({t.impl()->node, t.impl()->output});
-  return plan_fusion(nodes, types, std::vector<bool>(nodes.size(), true), refs);
+  return plan_fusion(cpu::fusion_target(), nodes, types, std::vector<bool>(nodes.size(), true), refs);
 }
 
 int id(const Tensor& t) { return t.impl()->node; }

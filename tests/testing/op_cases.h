@@ -70,6 +70,7 @@ inline const std::vector<OpCase>& differentiable_cases() {
       {"logistic", {in({2, 3}, range(-4, 4))}},
       {"sin", {in({2, 3}, range(-4, 4))}},
       {"cos", {in({2, 3}, range(-4, 4))}},
+      {"tan", {in({2, 3}, range(-1.2, 1.2))}},
       {"erf", {in({2, 3})}},
       {"sign", {in({2, 3}, away_from_zero())}},
       {"floor", {in({2, 3}, offsets(0.1, 0.9))}},

@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <mutex>
 
 #include <llvm/ADT/StringMap.h>
@@ -360,7 +361,7 @@ class Emitter {
         args.push_back(vals[a]);
         types.push_back(sg_.dtype(a));
       }
-      vals.push_back(emit_op(n.op, args, types, n.dtype));
+      vals.push_back(emit_prim(n.op, args, types, n.dtype));
     }
     return vals;
   }
@@ -754,7 +755,7 @@ class Emitter {
 
   // ---- ops ----
 
-  Value* emit_op(EltOp op, const std::vector<Value*>& a, const std::vector<DType>& ts, DType out) {
+  Value* emit_prim(EltOp op, const std::vector<Value*>& a, const std::vector<DType>& ts, DType out) {
     DType t = ts[0];
     bool fp = t == f32 || t == f64;
     Value* x = a[0];
@@ -774,6 +775,11 @@ class Emitter {
       case EltOp::kLogistic: return logistic(x, t);
       case EltOp::kSin: return unary_intrinsic(llvm::Intrinsic::sin, x);
       case EltOp::kCos: return unary_intrinsic(llvm::Intrinsic::cos, x);
+      case EltOp::kTan: return libm(t == f32 ? "tanf" : "tan", x);
+      case EltOp::kIsFinite:
+        return b_.CreateFCmpOLT(unary_intrinsic(llvm::Intrinsic::fabs, x),
+                                fconst(x->getType(), std::numeric_limits<double>::infinity()));
+      case EltOp::kNot: return b_.CreateNot(x);
       case EltOp::kErf: return t == f32 ? erf_f32(x) : libm("erf", x);
       case EltOp::kSign: return sign(x, t);
       case EltOp::kFloor: return unary_intrinsic(llvm::Intrinsic::floor, x);
@@ -787,6 +793,10 @@ class Emitter {
       }
       case EltOp::kMul: return fp ? b_.CreateFMul(x, a[1]) : b_.CreateMul(x, a[1]);
       case EltOp::kDiv: return fp ? b_.CreateFDiv(x, a[1]) : int_div(x, a[1], t);
+      case EltOp::kRem: return fp ? b_.CreateFRem(x, a[1]) : int_rem(x, a[1], t);
+      case EltOp::kAtan2: return libm(t == f32 ? "atan2f" : "atan2", x, a[1]);
+      case EltOp::kAnd: return b_.CreateAnd(x, a[1]);
+      case EltOp::kOr: return b_.CreateOr(x, a[1]);
       case EltOp::kPow:
         return b_.CreateBinaryIntrinsic(llvm::Intrinsic::pow, x, a[1]);
       case EltOp::kMax: return max_min(x, a[1], fp, /*max=*/true);
@@ -819,15 +829,18 @@ class Emitter {
   }
 
   // A scalar libm function, declared in the module; resolved from the process by the JIT.
-  Value* libm(const char* name, Value* x) {
+  // A call to the C library's `name` on x (and y): the reference kernels call the same
+  // functions, so both give the same bits.
+  Value* libm(const char* name, Value* x, Value* y = nullptr) {
     llvm::Function* fn = m_.getFunction(name);
     if (!fn) {
-      auto* fty = llvm::FunctionType::get(x->getType(), {x->getType()}, false);
+      std::vector<Type*> params(y ? 2 : 1, x->getType());
+      auto* fty = llvm::FunctionType::get(x->getType(), params, false);
       fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, name, m_);
       fn->setDoesNotThrow();
       fn->setWillReturn();
     }
-    return b_.CreateCall(fn, {x});
+    return y ? b_.CreateCall(fn, {x, y}) : b_.CreateCall(fn, {x});
   }
 
   // XLA's semantics, as ops/max_min.h: NaN if either operand is NaN; -0 below +0; otherwise
@@ -869,6 +882,16 @@ class Emitter {
   }
 
   // Integer division never traps: x / 0 = -1 and MIN / -1 = MIN (XLA's, and the interpreter's).
+  // As the reference kernel's safe_rem: x % 0 is x, x % -1 is 0 (INT_MIN % -1 would trap).
+  Value* int_rem(Value* x, Value* y, DType t) {
+    Type* ty = x->getType();
+    Value* by_zero = b_.CreateICmpEQ(y, zero(t));
+    Value* minus_one = b_.CreateICmpEQ(y, llvm::ConstantInt::getSigned(ty, -1));
+    Value* safe_y = b_.CreateSelect(b_.CreateOr(by_zero, minus_one), llvm::ConstantInt::get(ty, 1), y);
+    Value* r = b_.CreateSRem(x, safe_y);
+    return b_.CreateSelect(by_zero, x, b_.CreateSelect(minus_one, zero(t), r));
+  }
+
   Value* int_div(Value* x, Value* y, DType t) {
     Type* ty = x->getType();
     Value* by_zero = b_.CreateICmpEQ(y, zero(t));
@@ -921,9 +944,12 @@ class Emitter {
     IrMath m{b_};
     if (t == f32) return kiln::ops::logistic_f32(m, x);
     Type* ty = x->getType();
+    // As the reference kernel (ops/elementwise.cc, logistic_of): 1 / (1 + e^-x) for x >= 0,
+    // e^x / (1 + e^x) below, each rounded once.
     Value* e = libm("exp", b_.CreateFNeg(unary_intrinsic(llvm::Intrinsic::fabs, x)));
-    Value* r = b_.CreateFDiv(fconst(ty, 1), b_.CreateFAdd(fconst(ty, 1), e));
-    return b_.CreateSelect(b_.CreateFCmpOGE(x, fconst(ty, 0)), r, b_.CreateFMul(e, r));
+    Value* den = b_.CreateFAdd(fconst(ty, 1), e);
+    Value* num = b_.CreateSelect(b_.CreateFCmpOGE(x, fconst(ty, 0)), fconst(ty, 1), e);
+    return b_.CreateFDiv(num, den);
   }
 
   Value* erf_f32(Value* x) {

@@ -3,7 +3,6 @@
 #include "compiler/codegen/cpu/fused_kernel.h"
 
 #include <algorithm>
-#include <array>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -15,44 +14,13 @@
 namespace kiln::compiler::cpu {
 namespace {
 
-struct OpInfo {
-  EltOp op;
-  const char* name;
-  int arity;
-};
-
-constexpr std::array<OpInfo, 33> kOps = {{
-    {EltOp::kNeg, "neg", 1},       {EltOp::kAbs, "abs", 1},
-    {EltOp::kExp, "exp", 1},       {EltOp::kLog, "log", 1},
-    {EltOp::kLog1p, "log1p", 1},   {EltOp::kExpm1, "expm1", 1},
-    {EltOp::kSqrt, "sqrt", 1},     {EltOp::kRsqrt, "rsqrt", 1},
-    {EltOp::kTanh, "tanh", 1},     {EltOp::kLogistic, "logistic", 1},
-    {EltOp::kSin, "sin", 1},       {EltOp::kCos, "cos", 1},
-    {EltOp::kErf, "erf", 1},       {EltOp::kSign, "sign", 1},
-    {EltOp::kFloor, "floor", 1},   {EltOp::kCeil, "ceil", 1},
-    {EltOp::kRound, "round", 1},   {EltOp::kConvert, "convert", 1},
-    {EltOp::kAdd, "add", 2},       {EltOp::kSub, "sub", 2},
-    {EltOp::kMul, "mul", 2},       {EltOp::kDiv, "div", 2},
-    {EltOp::kPow, "pow", 2},       {EltOp::kMax, "max", 2},
-    {EltOp::kMin, "min", 2},       {EltOp::kEq, "eq", 2},
-    {EltOp::kNe, "ne", 2},         {EltOp::kLt, "lt", 2},
-    {EltOp::kLe, "le", 2},         {EltOp::kGt, "gt", 2},
-    {EltOp::kGe, "ge", 2},         {EltOp::kSelect, "select", 3},
-    {EltOp::kClamp, "clamp", 3},
-}};
-
-const OpInfo& info(EltOp op) {
-  for (const OpInfo& i : kOps)
-    if (i.op == op) return i;
-  throw Error(ErrorCode::kInternal, "cpu codegen: unknown EltOp");
-}
-
 bool is_float_only(EltOp op) {
   switch (op) {
     case EltOp::kExp: case EltOp::kLog: case EltOp::kLog1p: case EltOp::kExpm1:
     case EltOp::kSqrt: case EltOp::kRsqrt: case EltOp::kTanh: case EltOp::kLogistic:
-    case EltOp::kSin: case EltOp::kCos: case EltOp::kErf: case EltOp::kFloor:
-    case EltOp::kCeil: case EltOp::kRound: case EltOp::kPow:
+    case EltOp::kSin: case EltOp::kCos: case EltOp::kTan: case EltOp::kErf:
+    case EltOp::kFloor: case EltOp::kCeil: case EltOp::kRound: case EltOp::kPow:
+    case EltOp::kAtan2: case EltOp::kIsFinite:
       return true;
     default:
       return false;
@@ -60,6 +28,7 @@ bool is_float_only(EltOp op) {
 }
 
 bool is_compare(EltOp op) { return op >= EltOp::kEq && op <= EltOp::kGe; }
+bool is_logical(EltOp op) { return op == EltOp::kNot || op == EltOp::kAnd || op == EltOp::kOr; }
 
 bool supported_dtype(DType t) {
   return t == f32 || t == f64 || t == i32 || t == i64 || t == bool_;
@@ -73,65 +42,46 @@ bool storage_dtype(DType t) { return supported_dtype(t) || t == u8 || t == i8; }
   throw Error(code, "cpu codegen (" + sg.name + "): " + msg);
 }
 
-// The result dtype of `op` on args of dtypes `ts`, checking the operand dtypes.
-DType result_dtype(const FusedSubgraph& sg, EltOp op, const std::vector<DType>& ts, DType to) {
-  const char* name = elt_op_name(op);
+// Why `op` cannot take operands of dtypes `ts` (convert: to `to`), or "" with the result's
+// dtype in *out.
+std::string dtype_refusal(EltOp op, const std::vector<DType>& ts, DType to, DType* out,
+                          ErrorCode* code) {
+  const std::string name = elt_op_name(op);
+  *code = ErrorCode::kUnimplemented;
   for (DType t : ts) {
     if (!(op == EltOp::kConvert ? storage_dtype(t) : supported_dtype(t)))
-      fail(sg, std::string(name) + ": dtype " + dtype_name(t) + " is not supported",
-           ErrorCode::kUnimplemented);
+      return name + ": dtype " + dtype_name(t) + " is not supported";
   }
   if (op == EltOp::kConvert) {
-    if (!storage_dtype(to))
-      fail(sg, std::string("convert: dtype ") + dtype_name(to) + " is not supported",
-           ErrorCode::kUnimplemented);
-    return to;
+    if (!storage_dtype(to)) return std::string("convert: dtype ") + dtype_name(to) + " is not supported";
+    *out = to;
+    return "";
   }
+  *code = ErrorCode::kInvalidArgument;
   if (op == EltOp::kSelect) {
-    if (ts[0] != bool_) fail(sg, std::string("select: pred must be bool, got ") + dtype_name(ts[0]));
+    if (ts[0] != bool_) return std::string("select: pred must be bool, got ") + dtype_name(ts[0]);
     if (ts[1] != ts[2])
-      fail(sg, std::string("select: dtype mismatch: ") + dtype_name(ts[1]) + " vs " +
-                   dtype_name(ts[2]));
-    return ts[1];
+      return std::string("select: dtype mismatch: ") + dtype_name(ts[1]) + " vs " + dtype_name(ts[2]);
+    *out = ts[1];
+    return "";
   }
   for (DType t : ts) {
     if (t != ts[0])
-      fail(sg, std::string(name) + ": dtype mismatch: " + dtype_name(ts[0]) + " vs " +
-                   dtype_name(t));
+      return name + ": dtype mismatch: " + dtype_name(ts[0]) + " vs " + dtype_name(t);
   }
-  DType t = ts[0];
-  if (t == bool_) fail(sg, std::string(name) + ": bool operands are not supported");
-  if (is_float_only(op) && t != f32 && t != f64)
-    fail(sg, std::string(name) + ": needs a floating-point operand, got " + dtype_name(t),
-         ErrorCode::kUnimplemented);
-  return is_compare(op) ? bool_ : t;
+  const DType t = ts[0];
+  if (is_logical(op) != (t == bool_))
+    return name + (t == bool_ ? ": bool operands are not supported" : ": needs bool operands, got ") +
+           (t == bool_ ? "" : dtype_name(t));
+  if (is_float_only(op) && t != f32 && t != f64) {
+    *code = ErrorCode::kUnimplemented;
+    return name + ": needs a floating-point operand, got " + dtype_name(t);
+  }
+  *out = is_compare(op) || op == EltOp::kIsFinite ? bool_ : t;
+  return "";
 }
 
 }  // namespace
-
-const char* elt_op_name(EltOp op) { return info(op).name; }
-int elt_op_arity(EltOp op) { return info(op).arity; }
-std::optional<EltOp> elt_op_from_name(std::string_view name) {
-  for (const OpInfo& i : kOps)
-    if (name == i.name) return i.op;
-  return std::nullopt;
-}
-
-const char* reduce_kind_name(ReduceKind kind) {
-  switch (kind) {
-    case ReduceKind::kSum: return "reduce_sum";
-    case ReduceKind::kProd: return "reduce_prod";
-    case ReduceKind::kMax: return "reduce_max";
-    case ReduceKind::kMin: return "reduce_min";
-  }
-  return "reduce_?";
-}
-
-std::optional<ReduceKind> reduce_kind_from_name(std::string_view name) {
-  for (ReduceKind k : {ReduceKind::kSum, ReduceKind::kProd, ReduceKind::kMax, ReduceKind::kMin})
-    if (name == reduce_kind_name(k)) return k;
-  return std::nullopt;
-}
 
 DType accumulator_dtype(ReduceKind kind, DType dtype) {
   const bool folds_products = kind == ReduceKind::kSum || kind == ReduceKind::kProd;
@@ -170,20 +120,51 @@ DType FusedSubgraph::dtype(int value) const {
   return value < n_in ? inputs[value].dtype : nodes[value - n_in].dtype;
 }
 
-int FusedSubgraph::add(EltOp op, std::vector<int> args, DType to) {
-  if (static_cast<int>(args.size()) != elt_op_arity(op))
-    fail(*this, std::string(elt_op_name(op)) + " takes " + std::to_string(elt_op_arity(op)) +
-                    " args, got " + std::to_string(args.size()));
+int SubgraphBuilder::refuse(std::string why, ErrorCode code) {
+  refusal_ = std::move(why);
+  code_ = code;
+  return kRefused;
+}
+
+int SubgraphBuilder::apply(Prim prim, const std::vector<int>& args, DType to) {
+  const std::string name = elt_op_name(prim);
+  if (static_cast<int>(args.size()) != elt_op_arity(prim))
+    return refuse(name + " takes " + std::to_string(elt_op_arity(prim)) + " args, got " +
+                  std::to_string(args.size()));
   std::vector<DType> ts;
   for (int a : args) {
-    ts.push_back(dtype(a));
-    if (is_reduction(a))
-      fail(*this, std::string(elt_op_name(op)) + ": value " + std::to_string(a) +
-                      " is a reduction; only outputs may use reductions");
+    if (a == kRefused) return kRefused;  // refusal_ already says why
+    if (a < 0 || a >= sg_.num_values())
+      return refuse(name + ": value " + std::to_string(a) + " does not exist");
+    if (sg_.is_reduction(a))
+      return refuse(name + ": value " + std::to_string(a) +
+                    " is a reduction; only outputs may use reductions");
+    ts.push_back(sg_.dtype(a));
   }
-  DType t = result_dtype(*this, op, ts, to);
-  nodes.push_back({op, std::move(args), t, std::nullopt});
-  return num_values() - 1;
+  DType t = f32;
+  ErrorCode code;
+  if (std::string why = dtype_refusal(prim, ts, to, &t, &code); !why.empty())
+    return refuse(std::move(why), code);
+  sg_.nodes.push_back({prim, args, t, std::nullopt});
+  return sg_.num_values() - 1;
+}
+
+int SubgraphBuilder::apply_op(const OpDef& def, const std::vector<int>& args, const Attrs& attrs) {
+  if (!def.elemental) return refuse("op " + def.name + " has no elemental form");
+  const size_t before = sg_.nodes.size();
+  int v = def.elemental(*this, args, attrs);
+  if (v == kRefused || v < 0 || v >= sg_.num_values()) {
+    if (v != kRefused) refuse("op " + def.name + "'s elemental form returned no value");
+    sg_.nodes.resize(before);
+  }
+  return v < 0 || v >= sg_.num_values() ? kRefused : v;
+}
+
+int FusedSubgraph::add(EltOp op, std::vector<int> args, DType to) {
+  SubgraphBuilder b(*this);
+  int v = b.apply(op, args, to);
+  if (v == ElementalBuilder::kRefused) fail(*this, b.refusal(), b.refusal_code());
+  return v;
 }
 
 int FusedSubgraph::add_reduce(ReduceKind kind, int arg, std::vector<int64_t> axes) {
@@ -273,10 +254,13 @@ void FusedSubgraph::validate() const {
         fail(*this, "reduction node " + std::to_string(id) + " is malformed");
       continue;
     }
-    if (result_dtype(*this, n.op, ts, n.dtype) != n.dtype)
+    DType inferred = n.dtype;
+    ErrorCode code;
+    if (std::string why = dtype_refusal(n.op, ts, n.dtype, &inferred, &code); !why.empty())
+      fail(*this, why, code);
+    if (inferred != n.dtype)
       fail(*this, "node " + std::to_string(id) + " (" + elt_op_name(n.op) + ") has dtype " +
-                      dtype_name(n.dtype) + ", inferred " +
-                      dtype_name(result_dtype(*this, n.op, ts, n.dtype)));
+                      dtype_name(n.dtype) + ", inferred " + dtype_name(inferred));
   }
   for (int o : outputs) (void)dtype(o);
   Shape shape = iteration_shape();

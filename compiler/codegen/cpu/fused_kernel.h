@@ -12,33 +12,21 @@
 #include <vector>
 
 #include "kiln/dtype.h"
+#include "kiln/elemental.h"
+#include "kiln/error.h"
 #include "kiln/graph.h"
+#include "kiln/op_registry.h"
 #include "kiln/shape.h"
 #include "kiln/tensor.h"
 
 namespace kiln::compiler::cpu {
 
-// The elementwise primitives the emitter knows. Names (elt_op_name) are Kiln's op names.
-enum class EltOp : uint8_t {
-  // unary
-  kNeg, kAbs, kExp, kLog, kLog1p, kExpm1, kSqrt, kRsqrt, kTanh, kLogistic, kSin, kCos, kErf,
-  kSign, kFloor, kCeil, kRound, kConvert,
-  // binary
-  kAdd, kSub, kMul, kDiv, kPow, kMax, kMin,
-  kEq, kNe, kLt, kLe, kGt, kGe,  // produce bool
-  // ternary
-  kSelect,  // select(pred, on_true, on_false)
-  kClamp,   // clamp(x, low, high) = min(max(x, low), high)
-};
+// The emitter's elementwise primitives are kiln::Prim (kiln/elemental.h): ops reach them through
+// their registered elemental forms, never by name.
+using EltOp = Prim;
+inline const char* elt_op_name(EltOp op) { return prim_name(op); }
+inline int elt_op_arity(EltOp op) { return prim_arity(op); }
 
-const char* elt_op_name(EltOp op);                           // "neg", "max", "select", ...
-std::optional<EltOp> elt_op_from_name(std::string_view name);  // the inverse
-int elt_op_arity(EltOp op);
-
-// The reductions the emitter knows; names (reduce_kind_name) are Kiln's op names.
-enum class ReduceKind : uint8_t { kSum, kProd, kMax, kMin };
-const char* reduce_kind_name(ReduceKind kind);                       // "reduce_sum", ...
-std::optional<ReduceKind> reduce_kind_from_name(std::string_view name);  // the inverse
 // The dtype a reduction of `dtype` values accumulates in: f64 for f32 sums and products, as in
 // the reference kernels (ops/reduce.cc), so that fusing a reduction keeps its accuracy and its
 // answer; `dtype` itself otherwise.
@@ -99,6 +87,26 @@ struct FusedSubgraph {
   // Checks everything compile_elementwise relies on; throws kiln::Error (kInvalidArgument,
   // or kUnimplemented for a dtype the emitter does not support).
   void validate() const;
+};
+
+// Builds ops' elemental forms (kiln/elemental.h) into a subgraph. A primitive the emitter cannot
+// compute for its dtypes is refused, not thrown: fusion asks before it decides.
+class SubgraphBuilder final : public ElementalBuilder {
+ public:
+  explicit SubgraphBuilder(FusedSubgraph& sg) : sg_(sg) {}
+  int apply(Prim prim, const std::vector<int>& args, DType to = f32) override;
+  DType dtype(int value) const override { return sg_.dtype(value); }
+  const std::string& refusal() const override { return refusal_; }
+  ErrorCode refusal_code() const { return code_; }
+  // `def`'s elemental form applied to values `args`: the result, or kRefused (refusal() says
+  // why, and the subgraph is left as it was).
+  int apply_op(const OpDef& def, const std::vector<int>& args, const Attrs& attrs);
+
+ private:
+  int refuse(std::string why, ErrorCode code = ErrorCode::kInvalidArgument);
+  FusedSubgraph& sg_;
+  std::string refusal_;
+  ErrorCode code_ = ErrorCode::kInvalidArgument;
 };
 
 // The compiled function: computes output elements [begin, end) (row-major linear indices); for a

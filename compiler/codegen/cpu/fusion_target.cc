@@ -1,0 +1,66 @@
+// The CPU fusion target: a node can be emitted when its elemental form builds into a
+// FusedSubgraph for its concrete dtypes; a reduction when the emitter folds its dtype and axes.
+#include "compiler/codegen/cpu/fusion_target.h"
+
+#include "compiler/codegen/cpu/fused_kernel.h"
+
+namespace kiln::compiler::cpu {
+namespace {
+
+class CpuFusionTarget final : public FusionTarget {
+ public:
+  FusionDecision can_emit(const detail::Node& node, const std::vector<TensorType>& inputs,
+                          const std::vector<TensorType>& outputs) const override {
+    if (!node.def || !node.def->elemental)
+      return FusionDecision::forbid("op " + node.op + " has no elemental form");
+    if (outputs.size() != 1) return FusionDecision::forbid("op " + node.op + " has several outputs");
+    for (const TensorType& t : inputs)
+      if (!is_fully_defined(t.shape)) return FusionDecision::forbid("unknown input dimension");
+    FusedSubgraph sg;
+    std::vector<int> args;
+    for (const TensorType& t : inputs) args.push_back(sg.add_input(t.dtype, t.shape));
+    SubgraphBuilder b(sg);
+    int v = b.apply_op(*node.def, args, node.attrs);
+    if (v == ElementalBuilder::kRefused)
+      return FusionDecision::forbid("unsupported dtypes: " + b.refusal());
+    if (sg.dtype(v) != outputs[0].dtype)
+      return FusionDecision::forbid(std::string("emitter infers dtype ") + dtype_name(sg.dtype(v)) +
+                                    ", node has " + dtype_name(outputs[0].dtype));
+    if (sg.iteration_shape() != outputs[0].shape)
+      return FusionDecision::forbid("output shape " + outputs[0].str() +
+                                    " is not the broadcast of the inputs");
+    return FusionDecision::allow();
+  }
+
+  FusionDecision can_reduce(const detail::Node& node,
+                            const std::vector<TensorType>& inputs) const override {
+    if (!node.def || !node.def->reduction)
+      return FusionDecision::forbid("op " + node.op + " is not a reduction");
+    if (inputs.size() != 1)
+      return FusionDecision::forbid("op " + node.op + " has " + std::to_string(inputs.size()) +
+                                    " inputs");
+    const TensorType& x = inputs[0];
+    if (!is_fully_defined(x.shape)) return FusionDecision::forbid("unknown input dimension");
+    if (x.dtype != f32 && x.dtype != f64 && x.dtype != i32 && x.dtype != i64)
+      return FusionDecision::forbid(std::string("dtype ") + dtype_name(x.dtype) +
+                                    " is not supported");
+    if (!node.attrs.has("axes")) return FusionDecision::forbid("no axes attribute");
+    const std::vector<int64_t>& axes = node.attrs.get_ints("axes");
+    for (size_t i = 0; i < axes.size(); ++i)
+      if (axes[i] < 0 || axes[i] >= static_cast<int64_t>(x.shape.size()) ||
+          (i > 0 && axes[i] <= axes[i - 1]))
+        return FusionDecision::forbid("axes " + shape_str(axes) + " are not sorted axes of " +
+                                      x.str());
+    std::string why = reduction_layout_refusal(x.shape, axes);
+    return why.empty() ? FusionDecision::allow() : FusionDecision::forbid(why);
+  }
+};
+
+}  // namespace
+
+const FusionTarget& fusion_target() {
+  static const CpuFusionTarget target;
+  return target;
+}
+
+}  // namespace kiln::compiler::cpu

@@ -1,0 +1,71 @@
+// Elemental forms: how the compiler computes one element of an op's output from its inputs'
+// elements at the same index, written as primitives. An op registered with one
+// (OpBuilder::elemental) fuses into the loops the compiler generates; a backend emits each
+// primitive once. A reduction op names its fold instead (OpBuilder::reduction).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/attrs.h"
+#include "kiln/dtype.h"
+
+namespace kiln {
+
+// The scalar primitives, as X(enumerator, name, arity). Adding one means a line here and its
+// case in each backend's emitter (compiler/codegen/cpu/elemental_emitter.cc, emit_prim).
+#define KILN_ELEMENTAL_PRIMS(X)                                                            \
+  X(kNeg, "neg", 1) X(kAbs, "abs", 1) X(kExp, "exp", 1) X(kLog, "log", 1)                  \
+  X(kLog1p, "log1p", 1) X(kExpm1, "expm1", 1) X(kSqrt, "sqrt", 1) X(kRsqrt, "rsqrt", 1)    \
+  X(kTanh, "tanh", 1) X(kLogistic, "logistic", 1) X(kSin, "sin", 1) X(kCos, "cos", 1)      \
+  X(kTan, "tan", 1) X(kErf, "erf", 1) X(kSign, "sign", 1) X(kFloor, "floor", 1)            \
+  X(kCeil, "ceil", 1) X(kRound, "round", 1) X(kIsFinite, "is_finite", 1)                   \
+  X(kNot, "logical_not", 1) X(kConvert, "convert", 1)                                      \
+  X(kAdd, "add", 2) X(kSub, "sub", 2) X(kMul, "mul", 2) X(kDiv, "div", 2) X(kRem, "rem", 2) \
+  X(kPow, "pow", 2) X(kAtan2, "atan2", 2) X(kMax, "max", 2) X(kMin, "min", 2)              \
+  X(kAnd, "logical_and", 2) X(kOr, "logical_or", 2)                                        \
+  X(kEq, "eq", 2) X(kNe, "ne", 2) X(kLt, "lt", 2) X(kLe, "le", 2) X(kGt, "gt", 2)          \
+  X(kGe, "ge", 2)                                                                          \
+  X(kSelect, "select", 3) X(kClamp, "clamp", 3)
+
+enum class Prim : uint8_t {
+#define KILN_PRIM_ENUMERATOR_(e, name, arity) e,
+  KILN_ELEMENTAL_PRIMS(KILN_PRIM_ENUMERATOR_)
+#undef KILN_PRIM_ENUMERATOR_
+};
+
+// Every primitive, in declaration order.
+const std::vector<Prim>& all_prims();
+const char* prim_name(Prim prim);  // "neg", "select", ...
+int prim_arity(Prim prim);
+std::optional<Prim> prim_from_name(std::string_view name);  // for tests and tools
+
+// The folds a reduction op can name.
+enum class ReduceKind : uint8_t { kSum, kProd, kMax, kMin };
+const char* reduce_kind_name(ReduceKind kind);  // the op it is: "reduce_sum", ...
+
+// What an elemental form builds on. Values are ints: the op's inputs, then what apply returns.
+class ElementalBuilder {
+ public:
+  // A value the backend could not compute; apply() on it gives kRefused again.
+  static constexpr int kRefused = -1;
+  // The value of `prim` on `args` (convert: to `to`), or kRefused when the backend cannot
+  // compute it for these dtypes (refusal() says why).
+  virtual int apply(Prim prim, const std::vector<int>& args, DType to = DType::f32) = 0;
+  virtual DType dtype(int value) const = 0;
+  virtual const std::string& refusal() const = 0;
+
+ protected:
+  ~ElementalBuilder() = default;
+};
+
+// An op's elemental form: its output's value from its inputs' values `args` and its attributes,
+// or ElementalBuilder::kRefused.
+using ElementalFn =
+    std::function<int(ElementalBuilder& b, const std::vector<int>& args, const Attrs& attrs)>;
+
+}  // namespace kiln
