@@ -93,6 +93,12 @@ TEST_F(DumpTest, EachCompileHasItsOwnSubdirectoryNamedByGraphAndSignature) {
   const fs::path& train_dump = dumps[names[2]];
   EXPECT_THAT(read_file(train_dump / "001_optimize.verify.txt"), HasSubstr("tanh"));
   EXPECT_TRUE(fs::exists(train_dump / "fusion.txt"));
+  // The fusion pass's dump: the graph with each node's concrete types and fusion group.
+  const std::string fused = read_file(train_dump / "001_lower.fusion.txt");
+  EXPECT_THAT(fused, HasSubstr("tanh"));
+  EXPECT_THAT(fused, HasSubstr(": f32[16,8]"));
+  EXPECT_THAT(fused, HasSubstr("[fusion 0]"));
+  EXPECT_THAT(read_file(train_dump / "001_lower.fusion.log"), HasSubstr("fusion: changed"));
   EXPECT_THAT(read_file(train_dump / "buffers.txt"), HasSubstr("arena"));
   EXPECT_EQ(kernels_in(train_dump), trained.num_fused_thunks());
   EXPECT_GE(trained.num_fused_thunks(), 1);

@@ -35,6 +35,16 @@ class AlwaysChanges : public Pass {
   int* runs_;
 };
 
+// Records a wrong output type on the last node: a rewrite bug the verifier must catch.
+class BreaksTypes : public Pass {
+ public:
+  std::string name() const override { return "breaks_types"; }
+  bool run(Module& m) override {
+    m.graph.impl()->nodes.back().outputs[0].shape = {99};
+    return true;
+  }
+};
+
 std::string read(const std::filesystem::path& p) {
   std::ifstream in(p);
   std::stringstream s;
@@ -69,6 +79,32 @@ TEST(PipelineTest, RepeatsTheGroupUntilNothingChanges) {
   Module m = make_module(g, {y});
   p.run(m);
   EXPECT_EQ(ops_of(m), "placeholder exp add mul");
+}
+
+TEST(PipelineTest, VerifiesAfterEveryPassAndNamesThePassThatBrokeTheModule) {
+  Graph g;
+  Tensor x = g.placeholder(f32, {2}, "x");
+  Tensor y = neg(x);
+  Pipeline p;
+  p.set_dump_dir("");
+  p.set_verify_each(true);
+  p.add(std::make_unique<BreaksTypes>());
+  p.add(std::make_unique<Dce>());
+  Module m = make_module(g, {y});
+  try {
+    p.run(m);
+    FAIL() << "expected the verifier to report the broken module";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInternal);
+    EXPECT_THAT(e.what(), HasSubstr("after pass breaks_types"));
+  }
+  // Without verification after each pass the bug goes unreported here.
+  Pipeline quiet;
+  quiet.set_dump_dir("");
+  quiet.set_verify_each(false);
+  quiet.add(std::make_unique<BreaksTypes>());
+  Module m2 = make_module(g, {y});
+  EXPECT_NO_THROW(quiet.run(m2));
 }
 
 // Outside a compile, each optimize() dumps into a new subdirectory of KILN_DUMP named by the graph.
