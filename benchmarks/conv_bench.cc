@@ -59,12 +59,31 @@ std::pair<Stats, Stats> alternate(const std::function<void()>& f, int rounds, in
   return {stats(kiln), stats(dnnl)};
 }
 
+// Times a and b alternately `rounds` times (oneDNN on); returns both stats of seconds per call.
+std::pair<Stats, Stats> alternate(const std::function<void()>& a, const std::function<void()>& b,
+                                  int rounds, int calls) {
+  std::vector<double> ta, tb;
+  a();
+  b();
+  for (int r = 0; r < rounds; ++r) {
+    ta.push_back(seconds([&] {
+                   for (int i = 0; i < calls; ++i) a();
+                 }) /
+                 calls);
+    tb.push_back(seconds([&] {
+                   for (int i = 0; i < calls; ++i) b();
+                 }) /
+                 calls);
+  }
+  return {stats(ta), stats(tb)};
+}
+
 void report(const std::string& name, const std::pair<Stats, Stats>& s, double scale,
-            const char* unit) {
+            const char* unit, const char* a = "kiln", const char* b = "onednn") {
   const Stats &k = s.first, &d = s.second;
-  std::printf("%-34s kiln %8.2f %s [%.2f-%.2f]   onednn %8.2f %s [%.2f-%.2f]   %.2fx\n",
-              name.c_str(), k.median * scale, unit, k.low * scale, k.high * scale, d.median * scale,
-              unit, d.low * scale, d.high * scale, k.median / d.median);
+  std::printf("%-32s %s %7.2f %s [%.2f-%.2f]   %s %7.2f %s [%.2f-%.2f]   %.2fx\n", name.c_str(), a,
+              k.median * scale, unit, k.low * scale, k.high * scale, d.median * scale, b, unit,
+              d.low * scale, d.high * scale, k.median / d.median);
 }
 
 std::unique_ptr<nn::Sequential> cnn() {
@@ -173,6 +192,19 @@ int main(int argc, char** argv) {
   const Tensor p1 = random_uniform({batch, 26, 26, 32}, 9);
   report("max_pool2d [128,26,26,32] (either)",
          alternate([&] { (void)max_pool2d(p1).raw_data(); }, rounds, calls), 1e3, "ms");
+
+  // bf16 on oneDNN against f32 on oneDNN (first column), the trainer's second convolution.
+  auto bf16_vs_f32 = [&](const std::string& name, const std::string& op, std::vector<Tensor> in,
+                         const Attrs& a) {
+    std::vector<Tensor> half;
+    for (const Tensor& t : in) half.push_back(t.to(bf16));
+    report(name + " bf16 vs f32",
+           alternate([&] { run(op, in, a); }, [&] { run(op, half, a); }, rounds, calls), 1e3, "ms",
+           "f32", "bf16");
+  };
+  bf16_vs_f32("conv2 forward", "convolution", {x2, w2}, fwd);
+  bf16_vs_f32("conv2 input grad", "convolution_input_grad", {dy2, w2}, ig2);
+  bf16_vs_f32("conv2 kernel grad", "convolution_kernel_grad", {x2, dy2}, kg2);
 
   bench::result("kiln_cnn_b128_examples_per_s_own_conv", kiln_eps);
   bench::result("kiln_cnn_b128_examples_per_s_onednn_conv", dnnl_eps);

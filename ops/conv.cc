@@ -1,6 +1,7 @@
 // Convolution: the N-d primitive (NHWC input, HWIO kernel; strides, padding, kernel and input
 // dilation, feature groups) and its input and kernel gradient ops, with im2col/col2im + Eigen
-// GEMM kernels behind oneDNN's where it serves the case (f32, 1-d or 2-d, no input dilation);
+// GEMM kernels behind oneDNN's where it serves the case (f32 or bf16, 1-d or 2-d, no input
+// dilation);
 // the public conv and Keras-style conv2d.
 // GCC 12 reports false "may be used uninitialized" warnings inside Eigen's AVX-512 packing.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -159,7 +160,7 @@ ConvPlan make_plan(const KernelContext& ctx, const Shape& in, const Shape& k, co
 
 // The plan as oneDNN's convolution, or nullopt where oneDNN has no equivalent (3 or more spatial
 // dimensions, an input dilation). A 1-d convolution becomes a 2-d one of height 1.
-std::optional<onednn::ConvShape> onednn_shape(const ConvPlan& plan) {
+std::optional<onednn::ConvShape> onednn_shape(const ConvPlan& plan, bool bf16) {
   const size_t d = plan.k_sp.size();
   if (d < 1 || d > 2) return std::nullopt;
   const ConvParams& p = plan.params;
@@ -171,6 +172,7 @@ std::optional<onednn::ConvShape> onednn_shape(const ConvPlan& plan) {
   s.c_in = plan.c_in;
   s.c_out = plan.c_out;
   s.groups = plan.groups;
+  s.bf16 = bf16;
   s.in = s.kernel = s.out = s.strides = s.dilation = {1, 1};
   const size_t o = 2 - d;
   for (size_t i = 0; i < d; ++i) {
@@ -184,6 +186,10 @@ std::optional<onednn::ConvShape> onednn_shape(const ConvPlan& plan) {
   }
   return s;
 }
+
+// Whether oneDNN may serve a kernel of element type T (ops/onednn_conv.h).
+template <class T>
+constexpr bool kOnednnType = std::is_same_v<T, float> || std::is_same_v<T, bfloat16>;
 
 // Calls f(r, t, offset, taps) for patch rows r in [0, rows) (output positions row, row + 1,
 // ...) and runs of kernel taps [t, t + taps), where offset is the element offset of the input
@@ -294,10 +300,10 @@ void conv_kernel(KernelContext& ctx, const E& epilogue = {}) {
     return;
   }
   const T* x = in_ptr<T>(ctx, 0);
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (kOnednnType<T>) {
     onednn::Epilogue hook;
     if constexpr (kHook) hook = epilogue;
-    const std::optional<onednn::ConvShape> s = onednn_shape(plan);
+    const std::optional<onednn::ConvShape> s = onednn_shape(plan, !std::is_same_v<T, float>);
     if (s && onednn::forward(ctx, *s, x, in_ptr<T>(ctx, 1), y, hook)) return;
   }
   // The kernel as a [depth, c_out] row-major matrix, in the compute type.
@@ -420,12 +426,15 @@ void conv_input_grad_kernel(KernelContext& ctx) {
   using Strided = Eigen::OuterStride<>;
   const Shape& in_shape = ctx.output_type(0).shape;
   const ConvPlan plan = make_plan(ctx, in_shape, ctx.input(1).shape(), ctx.input(0).shape());
-  ComputeOutput<T> result(ctx.allocate_output(0));
-  C* dx = result.data();
-  if constexpr (std::is_same_v<T, float>) {
-    const std::optional<onednn::ConvShape> s = onednn_shape(plan);
-    if (s && onednn::input_grad(ctx, *s, in_ptr<T>(ctx, 0), in_ptr<T>(ctx, 1), dx)) return;
+  Tensor& out = ctx.allocate_output(0);
+  if constexpr (kOnednnType<T>) {
+    const std::optional<onednn::ConvShape> s = onednn_shape(plan, !std::is_same_v<T, float>);
+    if (s && onednn::input_grad(ctx, *s, in_ptr<T>(ctx, 0), in_ptr<T>(ctx, 1), out_ptr<T>(out))) {
+      return;
+    }
   }
+  ComputeOutput<T> result(out);
+  C* dx = result.data();
   std::fill(dx, dx + num_elements(in_shape), C(0));
   if (plan.out_rows > 0 && plan.depth > 0 && plan.cg_out > 0) {
     std::vector<C> w_storage, dy_storage;
@@ -472,8 +481,8 @@ void conv_kernel_grad_kernel(KernelContext& ctx) {
     return;
   }
   const T* x = in_ptr<T>(ctx, 0);
-  if constexpr (std::is_same_v<T, float>) {
-    const std::optional<onednn::ConvShape> s = onednn_shape(plan);
+  if constexpr (kOnednnType<T>) {
+    const std::optional<onednn::ConvShape> s = onednn_shape(plan, !std::is_same_v<T, float>);
     if (s && onednn::kernel_grad(ctx, *s, x, in_ptr<T>(ctx, 1), dw)) return;
   }
   std::vector<C> dy_storage;

@@ -1,6 +1,6 @@
-// oneDNN's convolutions behind ops/onednn_conv.h. The batch is cut into chunks of whole images
-// that Kiln's thread pool runs on single-threaded primitives, so oneDNN's OpenMP team never
-// competes with the pool for the cores; primitives are cached per shape and chunk size.
+// oneDNN's f32 and bf16 convolutions behind ops/onednn_conv.h. The batch is cut into chunks of
+// whole images that Kiln's thread pool runs on single-threaded primitives, so oneDNN's OpenMP team
+// never competes with the pool for the cores; primitives are cached per shape and chunk size.
 #include "ops/onednn_conv.h"
 
 #include <omp.h>
@@ -90,19 +90,25 @@ Dims weight_dims(const ConvShape& s) {
 
 // Kiln's HWIO kernel as a oneDNN descriptor: element (h, w, i, g * go + o) lies at
 // ((h * kw + w) * gi + i) * c_out + g * go + o.
-memory::desc user_weights(const ConvShape& s) {
+memory::desc user_weights(const ConvShape& s, memory::data_type t) {
   const int64_t gi = s.c_in / s.groups, go = s.c_out / s.groups, kw = s.kernel[1];
   const int64_t i_stride = s.c_out, w_stride = gi * s.c_out, h_stride = kw * w_stride;
   if (s.groups == 1) {
-    return memory::desc(weight_dims(s), memory::data_type::f32,
-                        Dims{1, i_stride, h_stride, w_stride});
+    return memory::desc(weight_dims(s), t, Dims{1, i_stride, h_stride, w_stride});
   }
-  return memory::desc(weight_dims(s), memory::data_type::f32,
-                      Dims{go, 1, i_stride, h_stride, w_stride});
+  return memory::desc(weight_dims(s), t, Dims{go, 1, i_stride, h_stride, w_stride});
 }
 
-memory::desc images(int64_t n, int64_t c, const std::array<int64_t, 2>& hw) {
-  return memory::desc({n, c, hw[0], hw[1]}, memory::data_type::f32, memory::format_tag::nhwc);
+memory::data_type data_type(const ConvShape& s) {
+  return s.bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+}
+
+// The kernel gradient's type: f32 in both cases, so that the chunks' partial gradients are
+// summed in f32 and a bf16 result is rounded once.
+constexpr memory::data_type kGradType = memory::data_type::f32;
+
+memory::desc images(int64_t n, int64_t c, const std::array<int64_t, 2>& hw, memory::data_type t) {
+  return memory::desc({n, c, hw[0], hw[1]}, t, memory::format_tag::nhwc);
 }
 
 // One pass of one shape at one chunk size: the primitive, the layout it wants the kernel (or
@@ -117,9 +123,11 @@ struct Entry {
 
 Entry make_entry(Pass pass, const ConvShape& s, int64_t n) {
   Entry e;
-  e.src = images(n, s.c_in, s.in);
-  e.dst = images(n, s.c_out, s.out);
-  const memory::desc any(weight_dims(s), memory::data_type::f32, memory::format_tag::any);
+  const memory::data_type t = data_type(s);
+  e.src = images(n, s.c_in, s.in, t);
+  e.dst = images(n, s.c_out, s.out, t);
+  const memory::desc any(weight_dims(s), t, memory::format_tag::any);
+  const memory::desc any_grad(weight_dims(s), kGradType, memory::format_tag::any);
   const Dims strides = {s.strides[0], s.strides[1]};
   const Dims dilates = {s.dilation[0] - 1, s.dilation[1] - 1};  // oneDNN's 0 is dense
   const Dims low = {s.pad_low[0], s.pad_low[1]}, high = {s.pad_high[0], s.pad_high[1]};
@@ -146,17 +154,18 @@ Entry make_entry(Pass pass, const ConvShape& s, int64_t n) {
       }
       case Pass::kKernelGrad: {
         const dnnl::convolution_backward_weights::primitive_desc pd(
-            {direct, e.src, any, e.dst, strides, dilates, low, high}, attr, cpu_engine(), hint);
+            {direct, e.src, any_grad, e.dst, strides, dilates, low, high}, attr, cpu_engine(),
+            hint);
         e.prim = dnnl::convolution_backward_weights(pd);
         e.weights = pd.diff_weights_desc();
         e.scratch = pd.scratchpad_desc();
         break;
       }
     }
-    const memory::desc user = user_weights(s);
+    const bool to_user = pass == Pass::kKernelGrad;
+    const memory::desc user = user_weights(s, to_user ? kGradType : t);
     e.reorders = e.weights != user;
     if (e.reorders) {
-      const bool to_user = pass == Pass::kKernelGrad;
       e.reorder = dnnl::reorder(dnnl::reorder::primitive_desc(
           cpu_engine(), to_user ? e.weights : user, cpu_engine(), to_user ? user : e.weights));
     }
@@ -173,7 +182,8 @@ std::shared_ptr<const Entry> entry(Pass pass, const ConvShape& s, int64_t n, int
   static std::mutex mu;
   static std::map<std::vector<int64_t>, std::shared_ptr<const Entry>> cache;
   constexpr size_t kMaxEntries = 256;
-  std::vector<int64_t> key = {static_cast<int64_t>(pass), n, threads, s.c_in, s.c_out, s.groups};
+  std::vector<int64_t> key = {
+      static_cast<int64_t>(pass), n, threads, s.c_in, s.c_out, s.groups, s.bf16};
   for (const auto* a :
        {&s.in, &s.kernel, &s.out, &s.strides, &s.pad_low, &s.pad_high, &s.dilation}) {
     key.insert(key.end(), a->begin(), a->end());
@@ -254,18 +264,27 @@ std::optional<Entries> entries(Pass pass, const ConvShape& s, const Split& sp) {
 }
 
 // The kernel in the layout of e's primitive: `w` itself, or reordered into `storage`.
-const float* kernel_for(const Entry& e, const float* w, std::vector<float>& storage,
-                        const ConvShape& s, int threads) {
+const void* kernel_for(const Entry& e, const void* w, std::vector<char>& storage,
+                       const ConvShape& s, int threads) {
   if (!e.reorders) return w;
-  storage.resize(e.weights.get_size() / sizeof(float));
+  storage.resize(e.weights.get_size());
   OmpThreads omp(threads);
   dnnl::stream stream(cpu_engine());
-  e.reorder.execute(stream, {{DNNL_ARG_FROM, bind(user_weights(s), w)},
+  e.reorder.execute(stream, {{DNNL_ARG_FROM, bind(user_weights(s, data_type(s)), w)},
                              {DNNL_ARG_TO, bind(e.weights, storage.data())}});
   return storage.data();
 }
 
-bool usable(const ConvShape& s) {
+// Byte offsets of whole images.
+const char* at(const void* p, int64_t elements, const ConvShape& s) {
+  return static_cast<const char*>(p) + elements * (s.bf16 ? 2 : 4);
+}
+char* at(void* p, int64_t elements, const ConvShape& s) {
+  return static_cast<char*>(p) + elements * (s.bf16 ? 2 : 4);
+}
+
+bool usable(const ConvShape& s, const Epilogue& epilogue = nullptr) {
+  if (s.bf16 && epilogue) return false;  // epilogues see f32 rows
   if (!enabled() || s.batch <= 0 || s.c_in <= 0 || s.c_out <= 0 || s.groups <= 0) return false;
   for (int i = 0; i < 2; ++i) {
     if (s.in[i] <= 0 || s.kernel[i] <= 0 || s.out[i] <= 0) return false;
@@ -292,26 +311,26 @@ void set_enabled(bool on) { enabled_flag().store(on); }
 
 Counts counts() { return {g_forward.load(), g_input_grad.load(), g_kernel_grad.load()}; }
 
-bool forward(const KernelContext& ctx, const ConvShape& s, const float* x, const float* w, float* y,
+bool forward(const KernelContext& ctx, const ConvShape& s, const void* x, const void* w, void* y,
              const Epilogue& epilogue) {
-  if (!usable(s)) return false;
+  if (!usable(s, epilogue)) return false;
   const int64_t in_image = s.in[0] * s.in[1] * s.c_in, out_rows = s.out[0] * s.out[1];
   const int64_t out_image = out_rows * s.c_out;
-  const Split sp = split(s, images_for_bytes(out_image * 4));
+  const Split sp = split(s, images_for_bytes(out_image * 4));  // the f32 epilogue's rows
   bool ran = false;
   guarded(ctx, "convolution", s, [&] {
     const std::optional<Entries> es = entries(Pass::kForward, s, sp);
     if (!es) return;
-    std::vector<float> w_full, w_last;
+    std::vector<char> w_full, w_last;
     const int threads = static_cast<int>(sp.threads);
-    const float* k_full = kernel_for(*es->full, w, w_full, s, threads);
-    const float* k_last =
+    const void* k_full = kernel_for(*es->full, w, w_full, s, threads);
+    const void* k_last =
         es->last == es->full ? k_full : kernel_for(*es->last, w, w_last, s, threads);
     for_chunks(s, sp, [&](int64_t, int64_t first, int64_t n) {
       const Entry& e = es->of(n, sp);
-      float* out = y + first * out_image;
+      float* out = reinterpret_cast<float*>(at(y, first * out_image, s));
       dnnl::stream stream(cpu_engine());
-      e.prim.execute(stream, {{DNNL_ARG_SRC, bind(e.src, x + first * in_image)},
+      e.prim.execute(stream, {{DNNL_ARG_SRC, bind(e.src, at(x, first * in_image, s))},
                               {DNNL_ARG_WEIGHTS, bind(e.weights, n == sp.images ? k_full : k_last)},
                               {DNNL_ARG_DST, bind(e.dst, out)},
                               {DNNL_ARG_SCRATCHPAD, bind(e.scratch, scratch_for(e.scratch))}});
@@ -320,7 +339,9 @@ bool forward(const KernelContext& ctx, const ConvShape& s, const float* x, const
     if (epilogue && sp.chunks == 1) {  // one chunk on oneDNN's threads: a pass over the output
       const int64_t rows = s.batch * out_rows;
       runtime::parallel_for(rows, std::max<int64_t>(1, (1 << 14) / s.c_out),
-                            [&](int64_t b, int64_t end) { epilogue(y + b * s.c_out, b, end - b); });
+                            [&](int64_t b, int64_t end) {
+                              epilogue(static_cast<float*>(y) + b * s.c_out, b, end - b);
+                            });
     }
     ran = true;
   });
@@ -328,8 +349,8 @@ bool forward(const KernelContext& ctx, const ConvShape& s, const float* x, const
   return ran;
 }
 
-bool input_grad(const KernelContext& ctx, const ConvShape& s, const float* dy, const float* w,
-                float* dx) {
+bool input_grad(const KernelContext& ctx, const ConvShape& s, const void* dy, const void* w,
+                void* dx) {
   if (!usable(s)) return false;
   const int64_t in_image = s.in[0] * s.in[1] * s.c_in;
   const int64_t out_image = s.out[0] * s.out[1] * s.c_out;
@@ -338,17 +359,17 @@ bool input_grad(const KernelContext& ctx, const ConvShape& s, const float* dy, c
   guarded(ctx, "convolution_input_grad", s, [&] {
     const std::optional<Entries> es = entries(Pass::kInputGrad, s, sp);
     if (!es) return;
-    std::vector<float> w_full, w_last;
+    std::vector<char> w_full, w_last;
     const int threads = static_cast<int>(sp.threads);
-    const float* k_full = kernel_for(*es->full, w, w_full, s, threads);
-    const float* k_last =
+    const void* k_full = kernel_for(*es->full, w, w_full, s, threads);
+    const void* k_last =
         es->last == es->full ? k_full : kernel_for(*es->last, w, w_last, s, threads);
     for_chunks(s, sp, [&](int64_t, int64_t first, int64_t n) {
       const Entry& e = es->of(n, sp);
       dnnl::stream stream(cpu_engine());
-      e.prim.execute(stream, {{DNNL_ARG_DIFF_SRC, bind(e.src, dx + first * in_image)},
+      e.prim.execute(stream, {{DNNL_ARG_DIFF_SRC, bind(e.src, at(dx, first * in_image, s))},
                               {DNNL_ARG_WEIGHTS, bind(e.weights, n == sp.images ? k_full : k_last)},
-                              {DNNL_ARG_DIFF_DST, bind(e.dst, dy + first * out_image)},
+                              {DNNL_ARG_DIFF_DST, bind(e.dst, at(dy, first * out_image, s))},
                               {DNNL_ARG_SCRATCHPAD, bind(e.scratch, scratch_for(e.scratch))}});
     });
     ran = true;
@@ -357,8 +378,8 @@ bool input_grad(const KernelContext& ctx, const ConvShape& s, const float* dy, c
   return ran;
 }
 
-bool kernel_grad(const KernelContext& ctx, const ConvShape& s, const float* x, const float* dy,
-                 float* dw) {
+bool kernel_grad(const KernelContext& ctx, const ConvShape& s, const void* x, const void* dy,
+                 void* dw) {
   if (!usable(s)) return false;
   const int64_t in_image = s.in[0] * s.in[1] * s.c_in;
   const int64_t out_image = s.out[0] * s.out[1] * s.c_out;
@@ -370,17 +391,19 @@ bool kernel_grad(const KernelContext& ctx, const ConvShape& s, const float* x, c
   guarded(ctx, "convolution_kernel_grad", s, [&] {
     const std::optional<Entries> es = entries(Pass::kKernelGrad, s, sp);
     if (!es) return;
-    std::vector<float> partials(sp.chunks > 1 ? sp.chunks * n_w : 0);
-    const memory::desc user = user_weights(s);
+    // Straight into dw when one f32 chunk makes it.
+    const bool direct = sp.chunks == 1 && !s.bf16;
+    std::vector<float> partials(direct ? 0 : sp.chunks * n_w);
+    const memory::desc user = user_weights(s, kGradType);
     for_chunks(s, sp, [&](int64_t c, int64_t first, int64_t n) {
       const Entry& e = es->of(n, sp);
-      float* mine = sp.chunks > 1 ? partials.data() + c * n_w : dw;
+      float* mine = direct ? static_cast<float*>(dw) : partials.data() + c * n_w;
       thread_local std::vector<float> blocked;
       if (e.reorders) blocked.resize(e.weights.get_size() / sizeof(float));
       float* target = e.reorders ? blocked.data() : mine;
       dnnl::stream stream(cpu_engine());
-      e.prim.execute(stream, {{DNNL_ARG_SRC, bind(e.src, x + first * in_image)},
-                              {DNNL_ARG_DIFF_DST, bind(e.dst, dy + first * out_image)},
+      e.prim.execute(stream, {{DNNL_ARG_SRC, bind(e.src, at(x, first * in_image, s))},
+                              {DNNL_ARG_DIFF_DST, bind(e.dst, at(dy, first * out_image, s))},
                               {DNNL_ARG_DIFF_WEIGHTS, bind(e.weights, target)},
                               {DNNL_ARG_SCRATCHPAD, bind(e.scratch, scratch_for(e.scratch))}});
       if (e.reorders) {
@@ -388,12 +411,16 @@ bool kernel_grad(const KernelContext& ctx, const ConvShape& s, const float* x, c
             stream, {{DNNL_ARG_FROM, bind(e.weights, target)}, {DNNL_ARG_TO, bind(user, mine)}});
       }
     });
-    if (sp.chunks > 1) {
+    if (!direct) {
       runtime::parallel_for(n_w, 1 << 12, [&](int64_t b, int64_t end) {
         for (int64_t i = b; i < end; ++i) {
           float total = partials[i];
           for (int64_t c = 1; c < sp.chunks; ++c) total += partials[c * n_w + i];
-          dw[i] = total;
+          if (s.bf16) {
+            static_cast<bfloat16*>(dw)[i] = bfloat16(total);
+          } else {
+            static_cast<float*>(dw)[i] = total;
+          }
         }
       });
     }

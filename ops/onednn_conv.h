@@ -1,5 +1,5 @@
-// The f32 convolution kernels' fast path through oneDNN (ops/onednn_conv.cc), or a stub that
-// always declines when Kiln is built without oneDNN (ops/onednn_none.cc, chosen by CMake).
+// The f32 and bf16 convolution kernels' fast path through oneDNN (ops/onednn_conv.cc), or a stub
+// that always declines when Kiln is built without oneDNN (ops/onednn_none.cc, chosen by CMake).
 // ops/conv.cc tries it first and runs its own im2col + GEMM kernels when it declines.
 #pragma once
 
@@ -14,9 +14,12 @@ namespace kiln::ops::onednn {
 // A 1-d or 2-d convolution in Kiln's layouts: input [batch, h, w, c_in] (NHWC), kernel
 // [kh, kw, c_in / groups, c_out] (HWIO), output [batch, oh, ow, c_out]. A 1-d convolution is
 // passed with h = kh = oh = 1. Dilation is Kiln's (1 = dense); an input (lhs) dilation other
-// than 1 is not passed here: oneDNN has none.
+// than 1 is not passed here: oneDNN has none. With bf16 the operands and the result are bf16,
+// products are summed in f32 and the result rounded once (as Kiln's own bf16 kernels do); on a
+// CPU with AVX512-BF16 oneDNN multiplies with vdpbf16ps.
 struct ConvShape {
   int64_t batch = 0, c_in = 0, c_out = 0, groups = 1;
+  bool bf16 = false;  // otherwise f32
   std::array<int64_t, 2> in{}, kernel{}, out{}, strides{}, pad_low{}, pad_high{}, dilation{};
 };
 
@@ -34,15 +37,17 @@ void set_enabled(bool on);
 // Each runs one convolution pass and returns true, or returns false without touching the output
 // when oneDNN is not enabled or has no implementation for the case. A failure inside oneDNN is
 // reported through ctx.fail (a kiln::Error naming the op and the shapes).
-// y = conv(x, w), calling `epilogue` (when set) on every block of y as soon as it is written.
-bool forward(const KernelContext& ctx, const ConvShape& s, const float* x, const float* w, float* y,
+// Pointers are to float or bfloat16 elements, as s.bf16 says.
+// y = conv(x, w), calling `epilogue` (when set; f32 only) on every block of y as soon as it is
+// written.
+bool forward(const KernelContext& ctx, const ConvShape& s, const void* x, const void* w, void* y,
              const Epilogue& epilogue);
 // dx = the input gradient of conv(., w) for the output gradient dy.
-bool input_grad(const KernelContext& ctx, const ConvShape& s, const float* dy, const float* w,
-                float* dx);
+bool input_grad(const KernelContext& ctx, const ConvShape& s, const void* dy, const void* w,
+                void* dx);
 // dw = the kernel gradient of conv(x, .) for the output gradient dy.
-bool kernel_grad(const KernelContext& ctx, const ConvShape& s, const float* x, const float* dy,
-                 float* dw);
+bool kernel_grad(const KernelContext& ctx, const ConvShape& s, const void* x, const void* dy,
+                 void* dw);
 
 // How many passes of each kind oneDNN has run in this process: tests read it to say which path
 // served a convolution.

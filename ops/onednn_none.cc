@@ -9,14 +9,14 @@ bool enabled() { return false; }
 void set_enabled(bool) {}
 Counts counts() { return {}; }
 
-bool forward(const KernelContext&, const ConvShape&, const float*, const float*, float*,
+bool forward(const KernelContext&, const ConvShape&, const void*, const void*, void*,
              const Epilogue&) {
   return false;
 }
-bool input_grad(const KernelContext&, const ConvShape&, const float*, const float*, float*) {
+bool input_grad(const KernelContext&, const ConvShape&, const void*, const void*, void*) {
   return false;
 }
-bool kernel_grad(const KernelContext&, const ConvShape&, const float*, const float*, float*) {
+bool kernel_grad(const KernelContext&, const ConvShape&, const void*, const void*, void*) {
   return false;
 }
 

@@ -2,7 +2,8 @@
 // GEMM kernels on random shapes, forward and both gradients, and which path serves which case.
 // Bound: both results are sums of the same K products in some order, each within
 // gamma(K) * sum|terms| of the exact value (gamma(K) = K u / (1 - K u), u = 2^-24), so they differ
-// by at most 2 gamma(K) sum|terms|; sum|terms| is the same convolution of |operands| in f64.
+// by at most 2 gamma(K) sum|terms|; sum|terms| is the same convolution of |operands| in f64. A
+// bf16 result is that f32 sum rounded once more, to within u8 = 2^-8 of it.
 #include "ops/onednn_conv.h"
 
 #include <gtest/gtest.h>
@@ -87,16 +88,18 @@ Attrs attrs_of(const ConvOptions& o) {
                {"groups", o.groups}};
 }
 
-// Expects |got - want| <= 2 gamma(K) |terms| elementwise (got and want f32, terms f64).
+// Expects |got - want| <= round (|want| + 2 gamma(K) |terms|) + 2 gamma(K) |terms| elementwise,
+// where `round` is the unit roundoff of got's final rounding beyond f32 (0 for f32 results).
 void expect_within(const Tensor& got, const Tensor& want, const Tensor& terms, int64_t k,
-                   const std::string& what) {
+                   const std::string& what, double round = 0) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
   const double u = std::ldexp(1.0, -24), gamma = k * u / (1 - k * u);
   const auto g = got.to_vector<float>(), w = want.to_vector<float>();
   const auto t = terms.to_vector<double>();
   int bad = 0;
   for (size_t i = 0; i < g.size() && bad < 5; ++i) {
-    const double bound = 2 * gamma * t[i];
+    const double sums = 2 * gamma * t[i];
+    const double bound = round * (std::abs(double(w[i])) + sums) + sums;
     if (!(std::abs(double(g[i]) - double(w[i])) <= bound)) {
       ADD_FAILURE() << what << ": element " << i << " is " << g[i] << " on oneDNN, " << w[i]
                     << " on Kiln's kernel; bound " << bound << " (K = " << k << ")";
@@ -144,6 +147,55 @@ TEST(OnednnConv, AgreesWithKilnsKernelsOnRandomShapesForwardAndBothGradients) {
 
     const ops::onednn::Counts after = ops::onednn::counts();
     EXPECT_EQ(after.forward, before.forward + 1) << "the forward did not run on oneDNN";
+    EXPECT_EQ(after.input_grad, before.input_grad + 1) << "the input gradient did not";
+    EXPECT_EQ(after.kernel_grad, before.kernel_grad + 1) << "the kernel gradient did not";
+  }
+}
+
+// bf16 operands run on oneDNN's bf16 kernels (vdpbf16ps where the CPU has AVX512-BF16), compared
+// with Kiln's f32 kernel on the same values widened.
+TEST(OnednnConv, Bf16AgreesWithF32WithinOneBf16Rounding) {
+  SKIP_WITHOUT_ONEDNN();
+  const double u8 = std::ldexp(1.0, -8);
+  std::mt19937 rng(16);
+  for (int i = 0; i < 30; ++i) {
+    const Case c = random_case(rng);
+    SCOPED_TRACE(c.str());
+    const size_t d = c.kernel.size() - 2;
+    const Tensor x = random_uniform(c.in, 10 + i, -1, 1).to(bf16);
+    const Tensor w = random_uniform(c.kernel, 20 + i, -1, 1).to(bf16);
+    const Tensor xf = x.to(f32), wf = w.to(f32);
+    const ops::onednn::Counts before = ops::onednn::counts();
+    const Tensor y = with_onednn(true, [&] { return conv(x, w, c.options); });
+    ASSERT_EQ(y.dtype(), bf16);
+    const Tensor x64 = abs(x.to(f64)), w64 = abs(w.to(f64));
+    int64_t taps = 1;
+    for (size_t j = 0; j < d; ++j) taps *= c.kernel[j];
+    const int64_t cg_in = c.kernel[d], cg_out = c.kernel[d + 1] / c.options.groups;
+    expect_within(y.to(f32), with_onednn(false, [&] { return conv(xf, wf, c.options); }),
+                  conv(x64, w64, c.options), taps * cg_in, "forward", u8);
+
+    const Tensor dy = random_uniform(y.shape(), 30 + i, -1, 1).to(bf16);
+    Attrs ai = attrs_of(c.options), ak = ai;
+    ai.set("input_spatial", Axes(c.in.begin() + 1, c.in.end() - 1));
+    ak.set("kernel_spatial", Axes(c.kernel.begin(), c.kernel.end() - 2));
+    auto input_grad = [&](const Tensor& g, const Tensor& k) {
+      return call_op("convolution_input_grad", {g, k}, ai)[0];
+    };
+    auto kernel_grad = [&](const Tensor& a, const Tensor& g) {
+      return call_op("convolution_kernel_grad", {a, g}, ak)[0];
+    };
+    const Tensor dyf = dy.to(f32), dy64 = abs(dy.to(f64));
+    expect_within(with_onednn(true, [&] { return input_grad(dy, w); }).to(f32),
+                  with_onednn(false, [&] { return input_grad(dyf, wf); }), input_grad(dy64, w64),
+                  taps * cg_out, "input gradient", u8);
+    const int64_t positions = num_elements(y.shape()) / y.shape().back();
+    expect_within(with_onednn(true, [&] { return kernel_grad(x, dy); }).to(f32),
+                  with_onednn(false, [&] { return kernel_grad(xf, dyf); }), kernel_grad(x64, dy64),
+                  positions, "kernel gradient", u8);
+
+    const ops::onednn::Counts after = ops::onednn::counts();
+    EXPECT_EQ(after.forward, before.forward + 1) << "the bf16 forward did not run on oneDNN";
     EXPECT_EQ(after.input_grad, before.input_grad + 1) << "the input gradient did not";
     EXPECT_EQ(after.kernel_grad, before.kernel_grad + 1) << "the kernel gradient did not";
   }
