@@ -142,22 +142,85 @@ Tensor tiny_terms_row() {
   return Tensor::from_vector(v, {1, static_cast<int64_t>(v.size())});
 }
 
+// softmax, log_softmax and logsumexp are compositions (ops/nn.cc): max, subtract, exp, an f64
+// sum S of the exponentials rounded to f32, then divide by S, or log(S) added to the max or
+// subtracted from the shifted row. Every step but the sum is the same IEEE operation, or the
+// same ops/approximations.h function (exp, log), on every path, so it gives the same bits from
+// the same operands. The paths differ only in the order of S's f64 additions, hence:
+//  - where every partial sum is exact in f64 (below), S is the same in any order and so is
+//    every result, bit for bit;
+//  - otherwise each f64 sum is within n 2^-53 sum|x| of the exact one, far inside half an f32
+//    ulp, so the f32 S of two paths are equal or adjacent: S and S' = S (1 + d) with
+//    |d| <= 2^-23 (S >= 1: the maximum's term is exp(0) = 1). Then
+//     * softmax e / S: the exact quotients differ by the factor 1 + d, under 2 ulps of the
+//       quotient (an ulp is between 2^-24 and 2^-23 of a value), and rounding each to nearest
+//       keeps them within 2 ulps (they are grid points less than 3 ulps apart);
+//     * log(S): the exact logs differ by |log(1 + d)| <= 2^-23 absolute, and each computed log
+//       is within log's 0.827 ulp of its exact value; the final add or subtract rounds once
+//       more on each path: within 2^-23 + 2 ulp(log S) + ulp(result), absolute. A log of S
+//       near 1 is small, so this is not a bound in ulps of the result.
 TEST(ReductionAccuracy, SoftmaxLogSoftmaxAndLogsumexpOfTinyTerms) {
-  // The compiled exp approximation may differ from libm's by an ulp or two per term (issue
-  // #17 item 3), so these compare within a few ulps; an f32 accumulator is ~3% off.
+  // Each term exp(-25 ln 2) is an f32 in [2^-26, 2^-25): a multiple of 2^-49, as is every
+  // partial sum, all below 2: exact in f64's 53 bits, in any order. An f32 accumulator is
+  // ~3% off.
   Tensor x = tiny_terms_row();
-  expect_within_ulps([](const std::vector<Tensor>& t) { return logsumexp(t[0], {1}); }, {x}, 4);
-  expect_within_ulps(
+  expect_same_bits([](const std::vector<Tensor>& t) { return logsumexp(t[0], {1}); }, {x});
+  expect_same_bits(
       [](const std::vector<Tensor>& t) {
         return slice(softmax(t[0], 1), {0, 0}, {1, 4});
       },
-      {x}, 4);
-  expect_within_ulps(
+      {x});
+  expect_same_bits(
       [](const std::vector<Tensor>& t) {
         return slice(log_softmax(t[0], 1), {0, 0}, {1, 4});
       },
-      {x}, 4);
+      {x});
   EXPECT_NEAR(logsumexp(x, {1}).item<float>(), std::log(1.0 + 1.0 / 32), 1e-6);
+}
+
+// Within `bound(eager value, log S)` of the eager result, element by element.
+void expect_within(const Body& body, const std::vector<Tensor>& args,
+                   const std::function<double(float eager, float log_s)>& bound,
+                   const std::vector<float>& log_s) {
+  expect_modes(body, args, [&](const Tensor& got, const Tensor& eager) {
+    std::vector<float> g = got.to_vector<float>(), e = eager.to_vector<float>();
+    ASSERT_EQ(g.size(), e.size());
+    int bad = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      const double b = bound(e[i], log_s[i % log_s.size()]);
+      if (!(std::fabs(static_cast<double>(g[i]) - e[i]) <= b) && ++bad <= 5)
+        ADD_FAILURE() << "element " << i << ": " << g[i] << " vs eager " << e[i] << ", bound " << b;
+    }
+    EXPECT_EQ(bad, 0);
+  });
+}
+
+double ulp(float v) {
+  const float a = std::fabs(v);
+  return std::nextafter(a, INFINITY) - a;
+}
+
+TEST(ReductionAccuracy, SoftmaxFamilyWithinTheDerivedBounds) {
+  // Rows of 4096 random terms of differing exponents: partial sums are not exact in f64, so S
+  // may round differently per path (see the derivation above).
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-12.0f, 3.0f);
+  std::vector<float> v(64 * 4096);
+  for (float& e : v) e = u(rng);
+  Tensor x = Tensor::from_vector(v, {64, 4096});
+  std::vector<float> log_s;  // per row, as every path computes it (up to the bound itself)
+  for (float l : (logsumexp(x, {1}) - max(x, {1})).to_vector<float>()) log_s.push_back(l);
+  auto log_bound = [](float eager, float ls) {
+    return std::ldexp(1.0, -23) + 2 * ulp(ls) + ulp(eager);
+  };
+  expect_within_ulps([](const std::vector<Tensor>& t) { return softmax(t[0], 1); }, {x}, 2);
+  expect_within([](const std::vector<Tensor>& t) { return logsumexp(t[0], {1}); }, {x}, log_bound,
+                log_s);
+  // log_softmax is [64, 4096]: row i's log S for element j is log_s[i]; expand it.
+  std::vector<float> per_element;
+  for (float l : log_s) per_element.insert(per_element.end(), 4096, l);
+  expect_within([](const std::vector<Tensor>& t) { return log_softmax(t[0], 1); }, {x}, log_bound,
+                per_element);
 }
 
 }  // namespace
