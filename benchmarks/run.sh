@@ -57,6 +57,8 @@ cmake -S "$root" -B "$build" "${fresh[@]}" -DKILN_BUILD_BENCHMARKS=ON \
   -DKILN_BENCH_PEERS="$peers_cmake" >/dev/null
 targets=(train_step_bench compile_bench sgemm_bench pipeline_bench fit_pipeline_bench)
 if [[ $peers == on ]]; then targets+=(libtorch_bench); fi
+# Built only where Kiln has its MPI backend (and run only where mpirun is).
+if ninja -C "$build" -t targets all | grep -q '^allreduce_vs_mpi:'; then targets+=(allreduce_vs_mpi); fi
 ninja -C "$build" -j"$jobs" "${targets[@]}"
 
 bin="$build/benchmarks"
@@ -109,6 +111,15 @@ for ((r = 1; r <= rounds; ++r)); do
   run sgemm_bench "$bin/sgemm_bench"
   run pipeline_bench "$bin/pipeline_bench"
   run fit_pipeline_bench "$bin/fit_pipeline_bench"
+  # Kiln's MPI all-reduce vs a raw MPI_Allreduce, 2 and 4 ranks (more ranks than cores here:
+  # --oversubscribe; mpirun refuses root without --allow-run-as-root).
+  if [[ -x $bin/allreduce_vs_mpi ]] && command -v mpirun >/dev/null; then
+    as_root=(); [[ $(id -u) -eq 0 ]] && as_root=(--allow-run-as-root)
+    for np in 2 4; do
+      run "allreduce_vs_mpi np$np" mpirun "${as_root[@]}" --oversubscribe -np "$np" \
+        "$bin/allreduce_vs_mpi"
+    done
+  fi
   if [[ $peers == on ]]; then torch eltwise_chain eltwise_compute_chain; fi
 done
 

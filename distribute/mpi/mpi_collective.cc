@@ -1,17 +1,23 @@
-// The MPI backend (OpenMPI): one communicator over MPI_COMM_WORLD. Every collective is
-// non-blocking (MPI_Isend/Irecv, MPI_Iallreduce, ...) and polled with MPI_Testsome against its
-// deadline, so a dead or stalled peer ends in an error instead of a hang.
+// The MPI backend (OpenMPI): one communicator over MPI_COMM_WORLD. Each collective's calls are
+// exchanged non-blocking (MPI_Isend/Irecv polled against the deadline, naming a rank that does
+// not arrive); the data then moves with the blocking call (MPI_Allreduce, ...) on a thread of
+// the communicator's own while the caller waits for it with the deadline, so a dead or stalled
+// peer ends in an error instead of a hang.
 #include <mpi.h>
 #include <unistd.h>
 
 #include <array>
 #include <climits>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "distribute/collective_util.h"
 #include "ops/max_min.h"
+#include "src/core/tensor_impl.h"
 
 namespace kiln::distribute {
 namespace {
@@ -143,6 +149,77 @@ Call decode(const int64_t* w) {
   return call;
 }
 
+// Runs blocking MPI calls, one at a time, on a thread of its own, so that the caller can wait
+// for one with a deadline. OpenMPI's blocking collectives use its tuned algorithms and progress
+// without being polled; the non-blocking ones (libnbc) ran 2-3 times slower on large buffers
+// even when polled without pause. MPI is initialized MPI_THREAD_SERIALIZED: the caller makes no
+// MPI call while a job runs (the mutex orders the two threads' calls).
+class CommThread {
+ public:
+  CommThread() : state_(std::make_shared<State>()) {
+    thread_ = std::thread([state = state_] { loop(*state); });
+  }
+  ~CommThread() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard lock(state_->mu);
+      state_->stop = true;
+    }
+    state_->cv.notify_all();
+    thread_.join();
+  }
+  CommThread(const CommThread&) = delete;
+  CommThread& operator=(const CommThread&) = delete;
+
+  // `job`'s MPI return code, or nothing when it has not returned by `deadline`: the thread is
+  // then left to it (detached; the state it uses is shared, so it outlives this object) and
+  // this CommThread takes no more jobs.
+  std::optional<int> run(std::function<int()> job, Clock::time_point deadline) {
+    std::unique_lock lock(state_->mu);
+    state_->job = std::move(job);
+    state_->done = false;
+    state_->cv.notify_all();
+    if (!state_->cv.wait_until(lock, deadline, [&] { return state_->done; })) {
+      lock.unlock();
+      thread_.detach();
+      return std::nullopt;
+    }
+    return state_->rc;
+  }
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::function<int()> job;
+    bool done = false, stop = false;
+    int rc = MPI_SUCCESS;
+  };
+  static void loop(State& state) {
+    std::unique_lock lock(state.mu);
+    for (;;) {
+      state.cv.wait(lock, [&] { return state.stop || state.job; });
+      if (state.stop) return;
+      std::function<int()> job = std::move(state.job);
+      state.job = nullptr;
+      lock.unlock();
+      const int rc = job();
+      job = nullptr;  // its tensors: the caller gets the result unshared
+      lock.lock();
+      state.rc = rc;
+      state.done = true;
+      state.cv.notify_all();
+    }
+  }
+  std::shared_ptr<State> state_;
+  std::thread thread_;
+};
+
+// Up to this many bytes over all ranks, a collective's data moves with the non-blocking call
+// polled on the caller's thread rather than the blocking one on the communicator's thread (a
+// hand-over costs 10-20 us; measured by benchmarks/allreduce_vs_mpi.cc).
+constexpr int64_t kPolledBytes = 64 << 10;
+
 class MpiCollective final : public Collective {
  public:
   explicit MpiCollective(const CollectiveOptions& options);
@@ -163,6 +240,8 @@ class MpiCollective final : public Collective {
             const std::function<std::string()>& where);
   [[noreturn]] void fail(Error error);
   std::vector<Call> exchange_calls(const Call& call, Clock::time_point deadline);
+  // A tensor for a result: a spare one that nothing else holds any more, else a new one.
+  Tensor output(DType dtype, const Shape& shape);
 
   MPI_Comm data_ = MPI_COMM_NULL;  // the collectives themselves
   MPI_Comm meta_ = MPI_COMM_NULL;  // the calls exchanged before each collective
@@ -172,8 +251,15 @@ class MpiCollective final : public Collective {
   // Buffers MPI may still write after a failure are kept here, never freed while MPI runs.
   std::vector<int64_t> wire_in_;
   Wire wire_out_{};
-  std::vector<int> counts_, displacements_;
-  std::vector<Tensor> abandoned_;
+  std::vector<std::function<int(MPI_Request*)>> abandoned_;
+  // The last results, kept to be reused once their callers let go of them: writing into a new
+  // buffer costs as much as the transfer itself for large ones (the pages are mapped and zeroed
+  // as MPI first touches them: a 64 MB all_reduce on 2 ranks took 180 ms into a new buffer, 100
+  // ms into a used one). At most kSpares, so up to that many results' memory stays held.
+  static constexpr size_t kSpares = 2;
+  std::vector<Tensor> spares_;
+  // Last: destroyed (joined) first, before the communicators it may use are freed.
+  std::unique_ptr<CommThread> comm_thread_ = std::make_unique<CommThread>();
 };
 
 MpiCollective::MpiCollective(const CollectiveOptions& options) : Collective(options) {
@@ -214,7 +300,13 @@ MpiCollective::MpiCollective(const CollectiveOptions& options) : Collective(opti
 }
 
 MpiCollective::~MpiCollective() {
-  if (broken_) return;  // requests may be pending on these communicators: leave them
+  // Requests (or a blocked call on the detached thread) may be pending on these
+  // communicators: leave them.
+  if (broken_) {
+    comm_thread_.release();  // NOLINT: its thread may still run a job that uses its state
+    return;
+  }
+  comm_thread_.reset();
   MPI_Comm_free(&data_);
   MPI_Comm_free(&meta_);
 }
@@ -283,6 +375,23 @@ std::vector<Call> MpiCollective::exchange_calls(const Call& call, Clock::time_po
   return calls;
 }
 
+Tensor MpiCollective::output(DType dtype, const Shape& shape) {
+  for (size_t i = 0; i < spares_.size(); ++i) {
+    const Tensor& t = spares_[i];
+    const auto& impl = t.impl();
+    const auto& storage = impl->storage;
+    // Only this list holds it: no caller's handle, no view of its storage.
+    if (t.dtype() != dtype || t.shape() != shape || impl.use_count() != 1 || !storage ||
+        storage.use_count() != 1 || storage->owner) {
+      continue;
+    }
+    Tensor reused = std::move(spares_[i]);
+    spares_.erase(spares_.begin() + static_cast<std::ptrdiff_t>(i));
+    return reused;
+  }
+  return Tensor::empty(dtype, shape);
+}
+
 Tensor MpiCollective::run(const Call& call, const Tensor& x, Clock::time_point deadline) {
   auto where = [&] { return internal::where(call, rank_, size_, backend()); };
   if (broken_) {
@@ -302,66 +411,112 @@ Tensor MpiCollective::run(const Call& call, const Tensor& x, Clock::time_point d
                     " elements exceed what one MPI call can move (2^31 - 1); split the tensor");
   }
   const MPI_Datatype type = mpi_type(call.dtype);
+  const MPI_Op op = call.kind == CollectiveKind::kAllReduce ||
+                            call.kind == CollectiveKind::kReduceScatter
+                        ? mpi_op(call.op, call.dtype)
+                        : MPI_OP_NULL;
+  // The data moves with `move(nullptr)`, the blocking call, on the communicator's thread, or
+  // for small buffers with `move(&request)`, the non-blocking one, polled here: a hand-over to
+  // the thread costs more than such a transfer. The job captures copies (the tensors by
+  // handle, so their buffers stay alive): after a timeout it may still start or run once this
+  // frame is gone, and its buffers are never freed meanwhile. The pointers are captured before
+  // the tensors (raw_mutable_data of a shared tensor would copy it).
+  using Keep = std::pair<Tensor, Tensor>;
   Tensor result;
-  MPI_Request request = MPI_REQUEST_NULL;
-  int rc = MPI_SUCCESS;
+  std::function<int(MPI_Request*)> move;
+  const MPI_Comm comm = data_;
+  const int count = static_cast<int>(n);
   switch (call.kind) {
     case CollectiveKind::kAllReduce:
-      result = Tensor::empty(call.dtype, call.shape);
-      rc = MPI_Iallreduce(x.raw_data(), result.raw_mutable_data(), static_cast<int>(n), type,
-                          mpi_op(call.op, call.dtype), data_, &request);
+      result = output(call.dtype, call.shape);
+      move = [in = x.raw_data(), out = result.raw_mutable_data(), keep = Keep{x, result}, count,
+              type, op, comm](MPI_Request* request) {
+        return request ? MPI_Iallreduce(in, out, count, type, op, comm, request)
+                       : MPI_Allreduce(in, out, count, type, op, comm);
+      };
       break;
     case CollectiveKind::kReduceScatter: {
       Shape shape = call.shape;
       shape[0] /= size_;
-      result = Tensor::empty(call.dtype, shape);
-      rc = MPI_Ireduce_scatter_block(x.raw_data(), result.raw_mutable_data(),
-                                     static_cast<int>(n / size_), type, mpi_op(call.op, call.dtype),
-                                     data_, &request);
+      result = output(call.dtype, shape);
+      move = [in = x.raw_data(), out = result.raw_mutable_data(), keep = Keep{x, result},
+              count = count / size_, type, op, comm](MPI_Request* request) {
+        return request ? MPI_Ireduce_scatter_block(in, out, count, type, op, comm, request)
+                       : MPI_Reduce_scatter_block(in, out, count, type, op, comm);
+      };
       break;
     }
     case CollectiveKind::kAllGather: {
       Shape shape = call.shape;
       shape[0] = 0;
-      counts_.assign(size_, 0);
-      displacements_.assign(size_, 0);
+      std::vector<int> counts(size_, 0), displacements(size_, 0);
       for (int r = 0; r < size_; ++r) {
         shape[0] += calls[r].shape[0];
-        counts_[r] = static_cast<int>(num_elements(calls[r].shape));
-        if (r > 0) displacements_[r] = displacements_[r - 1] + counts_[r - 1];
+        counts[r] = static_cast<int>(num_elements(calls[r].shape));
+        if (r > 0) displacements[r] = displacements[r - 1] + counts[r - 1];
       }
-      result = Tensor::empty(call.dtype, shape);
-      rc = MPI_Iallgatherv(x.raw_data(), static_cast<int>(n), type, result.raw_mutable_data(),
-                           counts_.data(), displacements_.data(), type, data_, &request);
+      result = output(call.dtype, shape);
+      move = [in = x.raw_data(), out = result.raw_mutable_data(), keep = Keep{x, result}, count,
+              type, comm, counts, displacements](MPI_Request* request) {
+        return request ? MPI_Iallgatherv(in, count, type, out, counts.data(),
+                                         displacements.data(), type, comm, request)
+                       : MPI_Allgatherv(in, count, type, out, counts.data(),
+                                        displacements.data(), type, comm);
+      };
       break;
     }
-    case CollectiveKind::kBroadcast:
+    case CollectiveKind::kBroadcast: {
       // The root sends from its own tensor (MPI only reads it there); the others receive.
-      result = rank_ == call.root ? x : Tensor::empty(call.dtype, call.shape);
-      rc = MPI_Ibcast(
-          rank_ == call.root ? const_cast<void*>(x.raw_data()) : result.raw_mutable_data(),
-          static_cast<int>(n), type, call.root, data_, &request);
+      const bool root = rank_ == call.root;
+      result = root ? x : output(call.dtype, call.shape);
+      void* data = root ? const_cast<void*>(x.raw_data()) : result.raw_mutable_data();
+      move = [keep = Keep{x, result}, data, count, type, at = call.root, comm](MPI_Request* request) {
+        return request ? MPI_Ibcast(data, count, type, at, comm, request)
+                       : MPI_Bcast(data, count, type, at, comm);
+      };
       break;
+    }
     case CollectiveKind::kBarrier:
       break;
   }
-  if (rc != MPI_SUCCESS) {
-    fail(Error(ErrorCode::kUnavailable,
-               where() + ": MPI refused to start it: " + mpi_error_string(rc)));
-  }
-  std::vector<MPI_Request> requests{request};
-  if (!poll(requests, deadline, where)) {
-    abandoned_.push_back(result);
-    abandoned_.push_back(x);
-    fail(Error(ErrorCode::kDeadlineExceeded,
-               where() + ": every rank arrived, but the transfer did not complete within " +
-                   internal::seconds_str(timeout()) +
-                   " s (a peer died or stalled during it); the deadline is "
-                   "CollectiveOptions::timeout, or KILN_COLLECTIVE_TIMEOUT seconds"));
+  const auto timed_out = [&] {
+    return Error(ErrorCode::kDeadlineExceeded,
+                 where() + ": every rank arrived, but the transfer did not complete within " +
+                     internal::seconds_str(timeout()) +
+                     " s (a peer died or stalled during it); the deadline is "
+                     "CollectiveOptions::timeout, or KILN_COLLECTIVE_TIMEOUT seconds");
+  };
+  int64_t bytes = 0;
+  for (const Call& c : calls) bytes += num_elements(c.shape) * dtype_size(c.dtype);
+  if (bytes <= kPolledBytes) {
+    std::vector<MPI_Request> requests(1, MPI_REQUEST_NULL);
+    const int rc = move(&requests[0]);
+    if (rc != MPI_SUCCESS) {
+      fail(Error(ErrorCode::kUnavailable,
+                 where() + ": MPI refused to start it: " + mpi_error_string(rc)));
+    }
+    if (!poll(requests, deadline, where)) {
+      abandoned_.push_back(std::move(move));  // holds the buffers MPI may still write
+      fail(timed_out());
+    }
+    move = nullptr;  // the result unshared again
+  } else {
+    const std::optional<int> rc =
+        comm_thread_->run([move = std::move(move)] { return move(nullptr); }, deadline);
+    if (!rc) fail(timed_out());
+    if (*rc != MPI_SUCCESS) {
+      fail(Error(ErrorCode::kUnavailable, where() +
+                                              ": MPI reported an error (a peer is likely gone): " +
+                                              mpi_error_string(*rc)));
+    }
   }
   if (call.op == ReduceOp::kMean &&
       (call.kind == CollectiveKind::kAllReduce || call.kind == CollectiveKind::kReduceScatter)) {
     internal::finish_mean(call.dtype, result.raw_mutable_data(), 0, result.size(), size_);
+  }
+  if (result.impl() != x.impl()) {  // not the root's own input of a broadcast
+    spares_.push_back(result);
+    if (spares_.size() > kSpares) spares_.erase(spares_.begin());
   }
   return result;
 }

@@ -107,11 +107,13 @@ inline Tensor case_rows(const Tensor& t, int64_t begin, int64_t end) {
 
 // Runs every collective on every dtype and op as replica `c.rank()` would, returning one line
 // per result that differs from what the test computes (empty: all correct). Replica r gathers
-// r + 1 rows, so all_gather's rows differ across replicas.
-inline std::vector<std::string> check_every_collective(distribute::Collective& c) {
+// (r + 1) * scale rows, so all_gather's rows differ across replicas. `scale` makes every
+// tensor that many times larger (a backend may move large buffers another way).
+inline std::vector<std::string> check_every_collective(distribute::Collective& c,
+                                                       int64_t scale = 1) {
   std::vector<std::string> failures;
   const int size = c.size(), rank = c.rank();
-  const int64_t rows = 2 * size;  // divisible by size, for reduce_scatter
+  const int64_t rows = 2 * size * scale;  // divisible by size, for reduce_scatter
   auto expect = [&](const std::string& what, const Tensor& got, const Tensor& want) {
     if (!same_tensor(got, want)) {
       failures.push_back("rank " + std::to_string(rank) + " " + what + ": got " + got.str() +
@@ -128,16 +130,18 @@ inline std::vector<std::string> check_every_collective(distribute::Collective& c
       expect("reduce_scatter" + name, c.reduce_scatter(x, op),
              case_rows(all, rank * rows / size, (rank + 1) * rows / size));
     }
-    // all_gather: replica r gives r + 1 rows starting at element 100 * r.
-    Tensor gathered = c.all_gather(case_input(dtype, rank, rank + 1, 100 * rank));
+    // all_gather: replica r gives (r + 1) * scale rows starting at element 100 * r.
+    Tensor gathered = c.all_gather(case_input(dtype, rank, (rank + 1) * scale, 100 * rank));
+    const Shape gathered_shape = {size * (size + 1) / 2 * scale, 3};
     int64_t row = 0;
     for (int r = 0; r < size; ++r) {
-      if (gathered.shape() != Shape{size * (size + 1) / 2, 3}) break;
+      if (gathered.shape() != gathered_shape) break;
       expect("all_gather rows of rank " + std::to_string(r) + " " + dt,
-             case_rows(gathered, row, row + r + 1), case_input(dtype, r, r + 1, 100 * r));
-      row += r + 1;
+             case_rows(gathered, row, row + (r + 1) * scale),
+             case_input(dtype, r, (r + 1) * scale, 100 * r));
+      row += (r + 1) * scale;
     }
-    if (gathered.shape() != Shape{size * (size + 1) / 2, 3}) {
+    if (gathered.shape() != gathered_shape) {
       failures.push_back("rank " + std::to_string(rank) + " all_gather " + dt + ": shape " +
                          shape_str(gathered.shape()));
     }
