@@ -1,5 +1,6 @@
 // The MPI collectives under mpirun: tests/distribute/mpi_worker.cc checks every collective on 2
-// and 4 ranks; a rank that kills itself mid-job makes the survivors fail with the deadline error.
+// and 4 ranks; a rank that kills itself mid-job makes the survivors fail with the deadline error;
+// MultiWorkerMirroredStrategy trains on 2 and 4 workers and refuses workers started differently.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -114,19 +115,80 @@ TEST(MpiCollective, AKilledRankMakesTheSurvivorsFailWithTheDeadlineErrorNamingIt
   if (skip_reason(&reason)) GTEST_SKIP() << reason;
   // --enable-recovery: mpirun lets the survivors run on after a rank dies (by default it kills
   // them within a second or two), so the test sees what Kiln tells them.
-  const JobResult job = run_job(3,
-                                {{"KILN_COLLECTIVE_TIMEOUT", "1"},
-                                 {"KILN_TEST_KILL_RANK", "1"},
-                                 {"KILN_TEST_KILL_STEP", "3"}},
-                                {"--enable-recovery"}, std::chrono::seconds(60));
-  ASSERT_TRUE(job.finished) << "the job hung:\n" << job.output;
-  for (int r : {0, 2}) {
-    const std::string line = "error deadline exceeded: all_reduce step 3 (rank " +
-                             std::to_string(r) + " of 3, mpi): rank 1 did not arrive within 1 s";
-    EXPECT_NE(job.output.find(line), std::string::npos) << "rank " << r << ":\n" << job.output;
+  // 4 rows: small all_reduces, polled; 100,000 rows (1.2 MB): moved on the communication thread.
+  for (const char* rows : {"4", "100000"}) {
+    const JobResult job = run_job(3,
+                                  {{"KILN_COLLECTIVE_TIMEOUT", "1"},
+                                   {"KILN_TEST_KILL_RANK", "1"},
+                                   {"KILN_TEST_KILL_STEP", "3"},
+                                   {"KILN_TEST_KILL_ROWS", rows}},
+                                  {"--enable-recovery"}, std::chrono::seconds(60));
+    ASSERT_TRUE(job.finished) << "the job hung (" << rows << " rows):\n" << job.output;
+    for (int r : {0, 2}) {
+      const std::string line = "error deadline exceeded: all_reduce step 3 (rank " +
+                               std::to_string(r) + " of 3, mpi): rank 1 did not arrive within 1 s";
+      EXPECT_NE(job.output.find(line), std::string::npos) << rows << " rows, rank " << r << ":\n"
+                                                          << job.output;
+    }
+    EXPECT_EQ(job.output.find("finished without noticing"), std::string::npos) << job.output;
+    EXPECT_LT(job.seconds, 30) << job.output;
   }
-  EXPECT_EQ(job.output.find("finished without noticing"), std::string::npos) << job.output;
-  EXPECT_LT(job.seconds, 30) << job.output;
+}
+
+// MultiWorkerMirroredStrategy under mpirun: every worker ends with the chief's weights (bit for
+// bit), which are within the reassociation bound of one process's; only the chief prints
+// progress.
+TEST(MultiWorkerMpi, FitWith2And4WorkersMatchesOneProcessAndOnlyTheChiefPrints) {
+  std::string reason;
+  if (skip_reason(&reason)) GTEST_SKIP() << reason;
+  for (int ranks : {2, 4}) {
+    const JobResult job =
+        run_job(ranks, {{"KILN_COLLECTIVE_TIMEOUT", "60"}, {"KILN_TEST_MODE", "fit"}}, {},
+                std::chrono::seconds(180));
+    ASSERT_TRUE(job.finished) << "mpirun -np " << ranks << " did not finish:\n" << job.output;
+    EXPECT_TRUE(WIFEXITED(job.status) && WEXITSTATUS(job.status) == 0) << job.output;
+    for (int r = 0; r < ranks; ++r) {
+      EXPECT_NE(job.output.find("rank " + std::to_string(r) + " of " + std::to_string(ranks) +
+                                ": weights identical to the chief's"),
+                std::string::npos)
+          << job.output;
+    }
+    EXPECT_NE(job.output.find("rank 0 of " + std::to_string(ranks) +
+                              ": within the bound of one process's weights"),
+              std::string::npos)
+        << job.output;
+    const size_t first = job.output.find("Epoch 2/2");
+    EXPECT_NE(first, std::string::npos) << job.output;
+    EXPECT_EQ(job.output.find("Epoch 2/2", first + 1), std::string::npos)
+        << "progress printed by more than the chief:\n"
+        << job.output;
+  }
+}
+
+TEST(MultiWorkerMpi, AWorkerWithAnotherGlobalBatchMakesEveryWorkerFailAtStartUp) {
+  std::string reason;
+  if (skip_reason(&reason)) GTEST_SKIP() << reason;
+  const JobResult job = run_job(2,
+                                {{"KILN_COLLECTIVE_TIMEOUT", "60"},
+                                 {"KILN_TEST_MODE", "fit"},
+                                 {"KILN_TEST_BATCH", "24"},
+                                 {"KILN_TEST_WORKER1_BATCH", "12"}},
+                                {}, std::chrono::seconds(120));
+  ASSERT_TRUE(job.finished) << job.output;
+  // Both workers print the same error (the worker prints what fit threw, once).
+  auto count = [&](const std::string& what) {
+    int n = 0;
+    for (size_t at = job.output.find(what); at != std::string::npos;
+         at = job.output.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(count("error failed precondition: MultiWorkerMirroredStrategy: the 2 workers were "
+                  "started with different settings"),
+            2)
+      << job.output;
+  EXPECT_EQ(count("global batch: worker 0 has 24; worker 1 has 12"), 2) << job.output;
+  EXPECT_LT(job.seconds, 60) << job.output;
 }
 
 }  // namespace

@@ -1,15 +1,23 @@
 // A rank of an MPI job for tests/distribute/mpi_test.cc, started by mpirun. Without settings it
-// checks every collective on every dtype and prints "rank R of N: ok". With
-// KILN_TEST_KILL_RANK=k and KILN_TEST_KILL_STEP=s, rank k kills itself with SIGKILL as it starts
-// its s-th collective (all_reduces in a loop); the others print the error they get.
+// checks every collective on every dtype, on small and large tensors, and prints
+// "rank R of N: ok". With KILN_TEST_KILL_RANK=k and KILN_TEST_KILL_STEP=s, rank k kills itself
+// with SIGKILL as it starts its s-th collective (all_reduces of KILN_TEST_KILL_ROWS rows of 3
+// in a loop, default 4); the others print the error they get. With KILN_TEST_MODE=fit, the
+// workers train tests/distribute/linear_regression.h's model with MultiWorkerMirroredStrategy
+// (global batch KILN_TEST_BATCH, or KILN_TEST_WORKER1_BATCH on worker 1), each printing
+// whether its weights equal the chief's, and the chief whether they are within the bound of
+// one process's.
 #include <signal.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include "kiln/distribute/collective.h"
+#include "kiln/distribute/multi_worker_mirrored_strategy.h"
 #include "kiln/error.h"
 #include "tests/distribute/collective_cases.h"
+#include "tests/distribute/linear_regression.h"
 
 using namespace kiln;
 
@@ -20,13 +28,52 @@ int env_int(const char* name, int fallback) {
   return value ? std::atoi(value) : fallback;
 }
 
+int run_fit() {
+  using namespace testing_util;  // NOLINT: the shared linear-regression setup
+  auto strategy = std::make_shared<distribute::MultiWorkerMirroredStrategy>();
+  const int rank = strategy->first_local_replica(), n = strategy->num_replicas_in_sync();
+  const std::string me = "rank " + std::to_string(rank) + " of " + std::to_string(n);
+  int64_t batch = env_int("KILN_TEST_BATCH", 10);
+  if (rank == 1) batch = env_int("KILN_TEST_WORKER1_BATCH", static_cast<int>(batch));
+  const Tensor x = uniform({kRows, kK}, 91), y = uniform({kRows, kM}, 92);
+  const nn::FitOptions options = {.epochs = 2, .batch_size = batch, .shuffle = false, .verbose = 1};
+  auto model = linear_model(strategy);
+  if (rank > 0) {  // the chief's weights must replace these
+    for (Variable v : model->weights()) v.assign(uniform(v.shape(), 100 + rank));
+  }
+  model->fit(x, y, options);
+  const std::vector<double> got = parameters(*model);
+  const Tensor mine = Tensor::from_vector<double>(got, {static_cast<int64_t>(got.size())});
+  const Tensor chiefs = strategy->communicator().broadcast(mine, 0);
+  const bool same = std::memcmp(mine.raw_data(), chiefs.raw_data(), mine.nbytes()) == 0;
+  std::cout << me << ": " << (same ? "weights identical to the chief's" : "FAIL weights differ")
+            << std::endl;
+  if (rank != 0) return same ? 0 : 1;
+  auto single = linear_model(nullptr);
+  const std::vector<double> theta0 = parameters(*single);
+  single->fit(x, y, {.epochs = 2, .batch_size = batch, .shuffle = false, .verbose = 0});
+  const std::vector<double> want = parameters(*single);
+  const std::vector<double> bound = equivalence_bound(values(x), values(y), theta0, batch, 2);
+  double worst = 0;
+  for (size_t p = 0; p < want.size(); ++p)
+    worst = std::max(worst, std::abs(got[p] - want[p]) / bound[p]);
+  std::cout << me << ": " << (worst <= 1 ? "within" : "FAIL outside")
+            << " the bound of one process's weights (largest difference " << worst << " of it)"
+            << std::endl;
+  return worst <= 1 && same ? 0 : 1;
+}
+
 int run() {
+  if (std::getenv("KILN_TEST_MODE") && std::string(std::getenv("KILN_TEST_MODE")) == "fit") {
+    return run_fit();
+  }
   std::unique_ptr<distribute::Collective> c = distribute::make_mpi_collective();
   const std::string me = "rank " + std::to_string(c->rank()) + " of " + std::to_string(c->size());
   const int kill_rank = env_int("KILN_TEST_KILL_RANK", -1);
   if (kill_rank >= 0) {
     const int kill_step = env_int("KILN_TEST_KILL_STEP", 1);
-    const Tensor x = testing_util::case_input(DType::f32, c->rank(), 4);
+    const Tensor x =
+        testing_util::case_input(DType::f32, c->rank(), env_int("KILN_TEST_KILL_ROWS", 4));
     for (int step = 1; step <= kill_step + 5; ++step) {
       if (c->rank() == kill_rank && step == kill_step) raise(SIGKILL);
       c->all_reduce(x);
@@ -34,7 +81,10 @@ int run() {
     std::cout << me << ": finished without noticing the killed rank" << std::endl;
     return 1;
   }
-  const std::vector<std::string> failures = testing_util::check_every_collective(*c);
+  std::vector<std::string> failures = testing_util::check_every_collective(*c);
+  // Tensors of 100s of KB: the backend moves these on its communication thread.
+  for (const std::string& f : testing_util::check_every_collective(*c, 4096))
+    failures.push_back("large: " + f);
   for (const std::string& f : failures) std::cout << me << ": FAIL " << f << "\n";
   if (!failures.empty()) return 1;
   std::cout << me << ": ok, local rank " << c->local_rank() << ", " << c->steps() << " collectives"

@@ -5,6 +5,10 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/tensor.h"
 
 namespace kiln::distribute {
 
@@ -28,6 +32,13 @@ class Strategy {
   // later collectives fail at once (kUnavailable) and run_local throws the first causing error
   // by replica, prefixed "replica r of n: ", once every local replica has stopped.
   virtual void run_local(const std::function<void(int local_replica)>& fn) = 0;
+
+  // Across processes (the defaults do nothing: replicas of one process share its settings and
+  // its variables). Throws kFailedPrecondition on every worker unless all of them were given
+  // the same `facts` (name, value), naming each fact that differs with every worker's value.
+  virtual void check_consistent(const std::vector<std::pair<std::string, std::string>>& facts) {}
+  // Replaces `values` (the same dtypes and shapes everywhere) by the chief's.
+  virtual void broadcast_from_chief(std::vector<Tensor>& values) {}
 
  protected:
   Strategy() = default;

@@ -5,6 +5,8 @@
 #include <tuple>
 
 #include "kiln/data/dataset.h"
+#include "kiln/nn/checkpoint_callbacks.h"
+#include "kiln/nn/tensorboard.h"
 #include "src/api/nn/model_impl.h"
 #include "src/api/nn/progress.h"
 
@@ -185,16 +187,27 @@ History Model::fit_batches(BatchSource& source, const FitOptions& options,
   }
   const Step& step = *step_ref;
   const std::vector<std::shared_ptr<Loss>>& losses = impl_->losses;
+  distribute::Strategy* strategy = impl_->strategy.get();
+  const bool chief = !strategy || strategy->is_chief();
+  if (strategy) {
+    // Before any callback: a worker started differently fails here, as every other does.
+    std::lock_guard lock(impl_->mu);
+    strategy->check_consistent(impl_->worker_facts(step, options, source.steps()));
+  }
   std::vector<Callback*> callbacks;
   for (const auto& c : options.callbacks) {
+    // Only the chief writes files: checkpoints, backups (the others get the chief's restored
+    // state below) and TensorBoard logs.
+    Callback* callback = c.get().get();
+    if (!chief && (dynamic_cast<ModelCheckpoint*>(callback) ||
+                   dynamic_cast<BackupAndRestore*>(callback) ||
+                   dynamic_cast<TensorBoard*>(callback))) {
+      continue;
+    }
     c->set_model(this);
-    callbacks.push_back(c.get().get());
+    callbacks.push_back(callback);
   }
-  if (impl_->strategy) {
-    std::lock_guard lock(impl_->mu);
-    impl_->start_replicas(step);
-  }
-  ProgressBar progress(options.verbose, source.steps());
+  ProgressBar progress(chief ? options.verbose : 0, source.steps());
   History history;
   stop_training = false;
   Logs logs;
@@ -203,6 +216,13 @@ History Model::fit_batches(BatchSource& source, const FitOptions& options,
   int first_epoch = options.initial_epoch;
   int64_t first_batch = 0;
   if (impl_->resume) std::tie(first_epoch, first_batch) = *impl_->resume;
+  if (strategy) {
+    // Every replica starts from the chief's variables (restored by its callbacks, if any) and
+    // position; the local replicas from replica 0's.
+    std::lock_guard lock(impl_->mu);
+    impl_->sync_from_chief(step, first_epoch, first_batch);
+    impl_->start_replicas(step);
+  }
   bool warned = false;  // about the setup, at this call's first batch
 
   for (int epoch = first_epoch; epoch < options.epochs && !stop_training; ++epoch) {

@@ -325,6 +325,15 @@ struct Model::Impl {
                                               double lr, double iteration);
   // Copies replica 0's variables (those `s` reads or assigns) to the other local replicas.
   void start_replicas(const Step& s);
+  // What the workers of a strategy must agree on to train together (compared at fit's start):
+  // the model's layers and variables, the inputs, the optimizer, the global batch, the data
+  // order and the epochs.
+  std::vector<std::pair<std::string, std::string>> worker_facts(const Step& s,
+                                                                const FitOptions& options,
+                                                                int64_t steps_per_epoch) const;
+  // Gives every worker the chief's variables (those `s` reads or assigns), optimizer
+  // iterations and starting position (epoch, batch).
+  void sync_from_chief(const Step& s, int& epoch, int64_t& batch);
   // Runs `part(begin, end)` for each local replica's consecutive part of rows [0, rows), at
   // once on the strategy's replicas (on this thread without one), and returns the replicas'
   // row counts and outputs in replica order, skipping replicas without rows.

@@ -250,6 +250,48 @@ void Model::Impl::start_replicas(const Step& s) {
   }
 }
 
+std::vector<std::pair<std::string, std::string>> Model::Impl::worker_facts(
+    const Step& s, const FitOptions& options, int64_t steps_per_epoch) const {
+  std::string layer_types, variables, inputs;
+  for (const LayerPtr& l : layers) layer_types += (layer_types.empty() ? "" : " ") + l->type_name();
+  for (const Variable& v : s.vars) {
+    variables += (variables.empty() ? "" : ", ") + v.name() + " " +
+                 TensorType{v.dtype(), v.shape()}.str();
+  }
+  for (const TensorType& t : input_specs) inputs += (inputs.empty() ? "" : ", ") + t.str();
+  return {{"world size", std::to_string(strategy->num_replicas_in_sync())},
+          {"layers", layer_types},
+          {"variables", variables},
+          {"inputs", inputs},
+          {"optimizer", optimizer->name() + " (learning rate " +
+                            std::to_string(optimizer->learning_rate()) + ")"},
+          {"global batch", std::to_string(options.batch_size)},
+          {"steps per epoch", std::to_string(steps_per_epoch)},
+          {"epochs", std::to_string(options.epochs)},
+          {"shuffle and seed",
+           std::string(options.shuffle ? "shuffled" : "in order") + ", seed " +
+               std::to_string(options.seed)}};
+}
+
+void Model::Impl::sync_from_chief(const Step& s, int& epoch, int64_t& batch) {
+  if (strategy->num_replicas_in_sync() == strategy->num_local_replicas()) return;  // one process
+  std::vector<Variable> vars = s.vars;
+  for (const Variable& v : s.assigned)
+    if (std::find(vars.begin(), vars.end(), v) == vars.end()) vars.push_back(v);
+  std::vector<Tensor> values;
+  for (const Variable& v : vars) values.push_back(v.value());
+  values.push_back(Tensor::from_vector<int64_t>({epoch, batch, optimizer->iterations()}, {3}));
+  strategy->broadcast_from_chief(values);
+  for (size_t i = 0; i < vars.size(); ++i) {
+    Variable target = vars[i];
+    target.assign(values[i]);
+  }
+  auto position = values.back().data<int64_t>();
+  epoch = static_cast<int>(position[0]);
+  batch = position[1];
+  optimizer->set_iterations(position[2]);
+}
+
 namespace {
 
 // Replica r of n gets rows [r*rows/n, (r+1)*rows/n): consecutive, sizes differing by one at most.
@@ -265,16 +307,17 @@ std::vector<Tensor> Model::Impl::run_replicated_training(const Step& s,
                                                          uint64_t seed, double lr,
                                                          double iteration) {
   distribute::Strategy& strat = *strategy;
-  const int n = strat.num_local_replicas();
+  // Every worker holds the global batch and takes its replicas' parts of it.
+  const int n = strat.num_replicas_in_sync();
   const int64_t rows = xs[0].dim(0);
   std::vector<Tensor> replica0;
   strat.run_local([&](int r) {
-    auto [begin, end] = replica_part(rows, r, n);
+    const int replica = strat.first_local_replica() + r;
+    auto [begin, end] = replica_part(rows, replica, n);
     const bool has_rows = end > begin;
     // Without rows of its own (a last batch shorter than the replicas), a replica still takes
     // part in the step's all_reduce: it runs on a stand-in row, weighted by zero.
     if (!has_rows) begin = 0, end = 1;
-    const int replica = strat.first_local_replica() + r;
     // Replica 0 draws as one process would; the others draw dropout masks of their own.
     const uint64_t replica_seed = replica == 0 ? seed : mix_seed(seed, 0x5EEDull << 32 | replica);
     FeedList feeds = batch_feeds(s, take_rows(xs, {}, begin, end), take_rows(ys, {}, begin, end),

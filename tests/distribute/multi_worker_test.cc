@@ -1,0 +1,123 @@
+// MultiWorkerMirroredStrategy with one worker per thread, each with its own model and its own
+// communicator of an in-process group, as mpirun's processes have (mpi_test.cc runs the same
+// under mpirun): workers start from the chief's weights and reach one process's within the
+// reassociation bound; workers started differently fail at start-up, each naming what differs;
+// only the chief writes checkpoints.
+#include <gtest/gtest.h>
+
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kiln/distribute/multi_worker_mirrored_strategy.h"
+#include "kiln/nn/checkpoint_callbacks.h"
+#include "tests/distribute/linear_regression.h"
+
+namespace kiln::distribute {
+namespace {
+
+using namespace testing_util;  // NOLINT: the shared linear-regression setup
+
+// Runs work(w, strategy) for workers w = 0..n-1 on threads of their own; returns each worker's
+// error message ("" when it finished).
+std::vector<std::string> run_workers(
+    int n, const std::function<void(int, std::shared_ptr<MultiWorkerMirroredStrategy>)>& work) {
+  std::vector<std::unique_ptr<Collective>> group =
+      make_in_process_group(n, {.timeout = Seconds(60)});
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < n; ++w) {
+    auto strategy = std::make_shared<MultiWorkerMirroredStrategy>(std::move(group[w]));
+    threads.emplace_back([&, w, strategy] {
+      try {
+        work(w, strategy);
+      } catch (const std::exception& e) {
+        errors[w] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return errors;
+}
+
+// A worker's own starting weights (the broadcast must replace them by the chief's).
+void scramble(Model& model, int worker) {
+  for (Variable v : model.weights()) v.assign(uniform(v.shape(), 100 + worker));
+}
+
+TEST(MultiWorkerMirroredStrategy, WorkersStartFromTheChiefsWeightsAndReachOneProcesssWeights) {
+  Tensor x = uniform({kRows, kK}, 61), y = uniform({kRows, kM}, 62);
+  const nn::FitOptions options = {.epochs = 2, .batch_size = 10, .shuffle = false, .verbose = 0};
+  auto single = linear_model(nullptr);
+  const std::vector<double> theta0 = parameters(*single);
+  single->fit(x, y, options);
+  const std::vector<double> want = parameters(*single);
+  const std::vector<double> bound = equivalence_bound(values(x), values(y), theta0, 10, 2);
+  for (int n : {2, 4}) {
+    std::vector<std::vector<double>> got(n);
+    std::vector<std::string> errors = run_workers(n, [&](int w, auto strategy) {
+      auto model = linear_model(strategy);
+      if (w > 0) scramble(*model, w);
+      model->fit(x, y, options);
+      got[w] = parameters(*model);
+    });
+    for (int w = 0; w < n; ++w) ASSERT_EQ(errors[w], "") << "worker " << w << " of " << n;
+    for (int w = 1; w < n; ++w) EXPECT_EQ(got[w], got[0]) << "worker " << w << " of " << n;
+    for (size_t p = 0; p < want.size(); ++p) {
+      EXPECT_LE(std::abs(got[0][p] - want[p]), bound[p])
+          << n << " workers, parameter " << p << ": " << got[0][p] << " vs " << want[p];
+    }
+  }
+}
+
+TEST(MultiWorkerMirroredStrategy, WorkersStartedDifferentlyFailAtStartUpEachNamingWhatDiffers) {
+  Tensor x = uniform({kRows, kK}, 71), y = uniform({kRows, kM}, 72);
+  std::vector<std::string> errors = run_workers(2, [&](int w, auto strategy) {
+    auto model = linear_model(strategy);
+    model->fit(x, y, {.batch_size = w == 0 ? 24 : 12, .shuffle = false, .verbose = 0});
+  });
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_NE(errors[w].find("the 2 workers were started with different settings"),
+              std::string::npos)
+        << errors[w];
+    EXPECT_NE(errors[w].find("global batch: worker 0 has 24; worker 1 has 12"), std::string::npos)
+        << errors[w];
+    EXPECT_NE(errors[w].find("steps per epoch: worker 0 has 5; worker 1 has 9"), std::string::npos)
+        << errors[w];
+  }
+
+  errors = run_workers(2, [&](int w, auto strategy) {
+    nn::Sequential model(w == 0 ? std::vector<LayerRef>{Dense(kM)}
+                                : std::vector<LayerRef>{Dense(4), Dense(kM)});
+    model.compile(optim::SGD(kLr), MeanSquaredError(), {}, {.strategy = strategy});
+    model.fit(x, y, {.verbose = 0});
+  });
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_NE(errors[w].find("layers: worker 0 has Dense; worker 1 has Dense Dense"),
+              std::string::npos)
+        << errors[w];
+  }
+}
+
+TEST(MultiWorkerMirroredStrategy, OnlyTheChiefWritesCheckpoints) {
+  Tensor x = uniform({kRows, kK}, 81), y = uniform({kRows, kM}, 82);
+  const std::filesystem::path root =
+      std::filesystem::path(::testing::TempDir()) / "multi_worker_checkpoints";
+  std::filesystem::remove_all(root);
+  std::vector<std::string> errors = run_workers(2, [&](int w, auto strategy) {
+    auto model = linear_model(strategy);
+    model->fit(x, y,
+               nn::FitOptions{.batch_size = 24, .verbose = 0}.add_callback(
+                   nn::ModelCheckpoint((root / ("worker" + std::to_string(w))).string())));
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  EXPECT_TRUE(std::filesystem::exists(root / "worker0"));
+  EXPECT_FALSE(std::filesystem::exists(root / "worker1"));
+  std::filesystem::remove_all(root);
+}
+
+}  // namespace
+}  // namespace kiln::distribute
