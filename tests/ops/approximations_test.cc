@@ -60,12 +60,12 @@ struct Approximation {
 };
 
 const Approximation kExp = {"exp", EltOp::kExp, [](const Tensor& x) { return exp(x); },
-                            ops::exp_f32, [](double x) { return std::exp(x); }, 2.02};
+                            ops::exp_f32, [](double x) { return std::exp(x); }, 0.98};
 const Approximation kLog = {"log", EltOp::kLog, [](const Tensor& x) { return log(x); },
                             ops::log_f32, [](double x) { return std::log(x); }, 0.83};
 const Approximation kLogistic = {"logistic", EltOp::kLogistic,
                                  [](const Tensor& x) { return logistic(x); }, ops::logistic_f32,
-                                 [](double x) { return 1 / (1 + std::exp(-x)); }, 3.89};
+                                 [](double x) { return 1 / (1 + std::exp(-x)); }, 2.41};
 const Approximation kTanh = {"tanh", EltOp::kTanh, [](const Tensor& x) { return tanh(x); },
                              ops::tanh_f32, [](double x) { return std::tanh(x); }, 5.70};
 const Approximation kErf = {"erf", EltOp::kErf, [](const Tensor& x) { return erf(x); },
