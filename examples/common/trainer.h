@@ -1,18 +1,22 @@
 // What the Fashion-MNIST trainers share: the flags they all take, the callbacks those flags ask
-// for (backups to resume a killed run, TensorBoard logs), the shuffled and prefetched input
-// pipeline, and the final test-set report.
+// for (backups to resume a killed run, TensorBoard logs), the distribution strategy a trainer
+// may offer (--strategy), the shuffled and prefetched input pipeline, and the final test-set
+// report.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "examples/common/flags.h"
 #include "kiln/data/dataset.h"
 #include "kiln/data/fashion_mnist.h"
+#include "kiln/distribute/mirrored_strategy.h"
+#include "kiln/distribute/multi_worker_mirrored_strategy.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 
@@ -29,10 +33,15 @@ struct TrainerFlags {
   std::string checkpoint_dir;      // backups: a killed run started again resumes
   int64_t checkpoint_every_steps;  // 0: a backup per epoch
   std::string logdir;              // TensorBoard logs, when set
+  // Data-parallel training, for trainers that offer it: "none", "mirrored" (--replicas CPU
+  // replicas in this process) or "multi_worker" (one worker per process of `mpirun -np N`).
+  // --batch_size stays the global batch.
+  std::string strategy;
+  int replicas;
 
   // Reads the flags (with these defaults) and rejects unknown ones and bad values (exit 2),
-  // before any data is loaded.
-  TrainerFlags(Flags& flags, int64_t default_batch_size)
+  // before any data is loaded. --strategy and --replicas only where `distributable`.
+  TrainerFlags(Flags& flags, int64_t default_batch_size, bool distributable = false)
       : epochs(static_cast<int>(flags.integer("epochs", 5, 1, kMaxInt))),
         batch_size(flags.integer("batch_size", default_batch_size, 1, kMaxInt)),
         learning_rate(flags.positive("learning_rate", 1e-3)),
@@ -42,8 +51,25 @@ struct TrainerFlags {
         verbose(static_cast<int>(flags.integer("verbose", 1, 0, 2))),
         checkpoint_dir(flags.str("checkpoint_dir", "")),
         checkpoint_every_steps(flags.integer("checkpoint_every_steps", 0, 0, kMaxInt64)),
-        logdir(flags.str("logdir", "")) {
+        logdir(flags.str("logdir", "")),
+        strategy(distributable ? flags.str("strategy", "none") : "none"),
+        replicas(distributable ? static_cast<int>(flags.integer("replicas", 2, 1, kMaxInt)) : 1) {
+    if (strategy != "none" && strategy != "mirrored" && strategy != "multi_worker") {
+      std::cerr << "--strategy must be none, mirrored or multi_worker, got '" << strategy << "'\n";
+      std::exit(2);
+    }
     flags.check();
+  }
+
+  // The strategy the flags ask for (null for none). multi_worker starts MPI: kiln::Error when
+  // Kiln was built without it.
+  std::shared_ptr<kiln::distribute::Strategy> make_strategy() const {
+    if (strategy == "mirrored")
+      return std::make_shared<kiln::distribute::MirroredStrategy>(replicas);
+    if (strategy == "multi_worker") {
+      return std::make_shared<kiln::distribute::MultiWorkerMirroredStrategy>();
+    }
+    return nullptr;
   }
 
   std::vector<kiln::nn::CallbackRef> callbacks() const {
@@ -82,8 +108,11 @@ inline TrainerData load_trainer_data(const TrainerFlags& flags, kiln::Shape imag
 // Trains `model` (compiled by the caller) with the flags' callbacks on an input pipeline that
 // is reshuffled every epoch (reproducibly for the seed), batched, and prepared on a background
 // thread while the previous step trains; then prints the test accuracy and the training time.
+// Under a strategy of several workers only the chief prints.
 inline void train_and_report(kiln::nn::Sequential& model, const TrainerFlags& flags,
-                             const TrainerData& data, int64_t eval_batch_size) {
+                             const TrainerData& data, int64_t eval_batch_size,
+                             const kiln::distribute::Strategy* strategy = nullptr) {
+  const bool chief = !strategy || strategy->is_chief();
   auto start = std::chrono::steady_clock::now();
   kiln::data::Dataset train = kiln::data::Dataset::from_tensors({data.x_train, data.y_train})
                                   .shuffle(data.x_train.dim(0), flags.seed)
@@ -95,9 +124,10 @@ inline void train_and_report(kiln::nn::Sequential& model, const TrainerFlags& fl
                     .verbose = flags.verbose});
   double train_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (flags.verbose) std::cout << model.summary();
+  if (flags.verbose && chief) std::cout << model.summary();
 
   auto scores = model.evaluate(data.x_test, data.y_test, eval_batch_size);
+  if (!chief) return;
   std::printf("result: test_accuracy=%.4f test_loss=%.4f train_seconds=%.1f\n", scores["accuracy"],
               scores["loss"], train_seconds);
 }

@@ -1,21 +1,24 @@
 // Trains Dense(128, relu) -> Dropout(0.2) -> Dense(10) on Fashion-MNIST with Adam and reports
 // the test accuracy. Data: the Debian package dataset-fashion-mnist (or --data_dir). Flags:
-// examples/common/trainer.h (--epochs, --batch_size, --checkpoint_dir, --logdir, ...).
+// examples/common/trainer.h (--epochs, --batch_size, --checkpoint_dir, --logdir,
+// --strategy=mirrored --replicas=N, --strategy=multi_worker under mpirun, ...).
 #include <iostream>
 
 #include "examples/common/trainer.h"
 
 int main(int argc, char** argv) {
   examples::Flags parsed(argc, argv);
-  const examples::TrainerFlags flags(parsed, /*default_batch_size=*/64);
+  const examples::TrainerFlags flags(parsed, /*default_batch_size=*/64, /*distributable=*/true);
   try {
+    std::shared_ptr<kiln::distribute::Strategy> strategy = flags.make_strategy();
     examples::TrainerData data = examples::load_trainer_data(flags, {784});
     kiln::nn::Sequential model(
         {kiln::nn::Dense(128, "relu"), kiln::nn::Dropout(0.2), kiln::nn::Dense(10)});
     model.set_seed(flags.seed);
     model.compile(kiln::optim::Adam(flags.learning_rate),
-                  kiln::nn::SparseCategoricalCrossentropy(/*from_logits=*/true), {"accuracy"});
-    examples::train_and_report(model, flags, data, /*eval_batch_size=*/1000);
+                  kiln::nn::SparseCategoricalCrossentropy(/*from_logits=*/true), {"accuracy"},
+                  {.strategy = strategy});
+    examples::train_and_report(model, flags, data, /*eval_batch_size=*/1000, strategy.get());
   } catch (const kiln::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;
