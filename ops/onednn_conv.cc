@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -292,6 +293,30 @@ bool usable(const ConvShape& s, const Epilogue& epilogue = nullptr) {
   return true;
 }
 
+// Kiln's kernels multiply the zeros of the padding like any input (0 * inf = NaN, as the
+// padded input's convolution does); oneDNN skips those taps. The two differ only where the
+// operand meeting the padding (the kernel in the forward, the output gradient in the kernel
+// gradient) holds an inf or NaN, so a padded convolution with one goes to Kiln's kernel.
+bool padded(const ConvShape& s) {
+  return s.pad_low[0] + s.pad_low[1] + s.pad_high[0] + s.pad_high[1] > 0;
+}
+
+bool all_finite(const void* p, int64_t n, bool bf16) {
+  std::atomic<bool> finite{true};
+  runtime::parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
+    bool ok = true;
+    if (bf16) {
+      const auto* v = static_cast<const bfloat16*>(p);
+      for (int64_t i = b; i < e; ++i) ok &= std::isfinite(static_cast<float>(v[i]));
+    } else {
+      const auto* v = static_cast<const float*>(p);
+      for (int64_t i = b; i < e; ++i) ok &= std::isfinite(v[i]);
+    }
+    if (!ok) finite.store(false, std::memory_order_relaxed);
+  });
+  return finite.load();
+}
+
 // Runs `body`, turning oneDNN's errors into the kernel's kiln::Error.
 template <class F>
 void guarded(const KernelContext& ctx, const char* pass, const ConvShape& s, F&& body) {
@@ -314,6 +339,8 @@ Counts counts() { return {g_forward.load(), g_input_grad.load(), g_kernel_grad.l
 bool forward(const KernelContext& ctx, const ConvShape& s, const void* x, const void* w, void* y,
              const Epilogue& epilogue) {
   if (!usable(s, epilogue)) return false;
+  const int64_t n_w = s.kernel[0] * s.kernel[1] * (s.c_in / s.groups) * s.c_out;
+  if (padded(s) && !all_finite(w, n_w, s.bf16)) return false;
   const int64_t in_image = s.in[0] * s.in[1] * s.c_in, out_rows = s.out[0] * s.out[1];
   const int64_t out_image = out_rows * s.c_out;
   const Split sp = split(s, images_for_bytes(out_image * 4));  // the f32 epilogue's rows
@@ -381,6 +408,7 @@ bool input_grad(const KernelContext& ctx, const ConvShape& s, const void* dy, co
 bool kernel_grad(const KernelContext& ctx, const ConvShape& s, const void* x, const void* dy,
                  void* dw) {
   if (!usable(s)) return false;
+  if (padded(s) && !all_finite(dy, s.batch * s.out[0] * s.out[1] * s.c_out, s.bf16)) return false;
   const int64_t in_image = s.in[0] * s.in[1] * s.c_in;
   const int64_t out_image = s.out[0] * s.out[1] * s.c_out;
   const int64_t n_w = s.kernel[0] * s.kernel[1] * (s.c_in / s.groups) * s.c_out;

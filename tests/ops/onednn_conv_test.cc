@@ -242,6 +242,42 @@ TEST(OnednnConv, SaysWhichPathServedAConvolution) {
   EXPECT_EQ(forwards(), n) << "3-d: Kiln's kernel";
 }
 
+// Kiln's kernels multiply the padding's zeros (0 * inf = NaN); oneDNN skips them. A padded
+// convolution whose kernel (forward) or output gradient (kernel gradient) holds an inf or NaN
+// therefore runs Kiln's kernel; an unpadded one stays on oneDNN, where every product is formed.
+TEST(OnednnConv, PaddingMeetingInfOrNaNGoesToKilnsKernel) {
+  SKIP_WITHOUT_ONEDNN();
+  const Tensor x = random_uniform({2, 5, 5, 3}, 1, -1, 1);
+  Tensor w = random_uniform({3, 3, 3, 4}, 2, -1, 1);
+  w.mutable_data<float>()[0] = INFINITY;
+  auto same_bits = [](const Tensor& a, const Tensor& b) {
+    const auto u = a.to_vector<float>(), v = b.to_vector<float>();
+    return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * 4) == 0;
+  };
+  auto classes = [](const Tensor& t) {
+    std::vector<int> c;
+    for (float v : t.to_vector<float>()) c.push_back(std::isnan(v) ? 2 : std::isinf(v) ? 1 : 0);
+    return c;
+  };
+  const ops::onednn::Counts before = ops::onednn::counts();
+  const Tensor same = with_onednn(true, [&] { return conv2d(x, w, {1, 1}, "same"); });
+  EXPECT_EQ(ops::onednn::counts().forward, before.forward) << "padded with an inf: Kiln's kernel";
+  EXPECT_TRUE(same_bits(same, with_onednn(false, [&] { return conv2d(x, w, {1, 1}, "same"); })));
+  const Tensor valid = with_onednn(true, [&] { return conv2d(x, w); });
+  EXPECT_EQ(ops::onednn::counts().forward, before.forward + 1) << "unpadded: oneDNN";
+  EXPECT_EQ(classes(valid), classes(with_onednn(false, [&] { return conv2d(x, w); })));
+
+  Tensor dy = random_uniform(same.shape(), 3, -1, 1);
+  dy.mutable_data<float>()[7] = std::nanf("");
+  Attrs ak = attrs_of(
+      {.strides = {1, 1}, .padding_low = {1, 1}, .padding_high = {1, 1}, .dilation = {1, 1}});
+  ak.set("kernel_spatial", Axes{3, 3});
+  auto kernel_grad = [&] { return call_op("convolution_kernel_grad", {x, dy}, ak)[0]; };
+  const Tensor dw = with_onednn(true, kernel_grad);
+  EXPECT_EQ(ops::onednn::counts().kernel_grad, before.kernel_grad) << "padded with a NaN";
+  EXPECT_TRUE(same_bits(dw, with_onednn(false, kernel_grad)));
+}
+
 // fused_conv applies Kiln's epilogue to each chunk oneDNN wrote (not oneDNN's relu post-op,
 // which turns NaN into 0): the bits of convolution -> add -> relu, NaN kept.
 TEST(OnednnConv, FusedConvAppliesKilnsEpilogueToEveryChunk) {
