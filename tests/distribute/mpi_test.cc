@@ -135,6 +135,29 @@ TEST(MpiCollective, AKilledRankMakesTheSurvivorsFailWithTheDeadlineErrorNamingIt
   }
 }
 
+// A rank stopped (SIGSTOP) during a loop of 12 MB all_reduces, most likely while the data
+// moves on the communication thread: a peer fails with the deadline error naming the
+// collective and its step, and the job ends. Which ranks get to print depends on mpirun (it
+// aborts the others once one exits with an error, and may resume the stopped one).
+TEST(MpiCollective, AStoppedRankMakesAPeerFailWithTheDeadlineError) {
+  std::string reason;
+  if (skip_reason(&reason)) GTEST_SKIP() << reason;
+  const JobResult job = run_job(3, {{"KILN_COLLECTIVE_TIMEOUT", "2"}, {"KILN_TEST_STOP_RANK", "1"}},
+                                {}, std::chrono::seconds(60));
+  ASSERT_TRUE(job.finished) << "the job hung:\n" << job.output;
+  const std::string error = "error deadline exceeded: all_reduce step ";
+  const size_t at = job.output.find(error);
+  ASSERT_NE(at, std::string::npos) << job.output;
+  // Either the calls' exchange (a rank did not arrive) or the transfer (every rank arrived).
+  const std::string line = job.output.substr(at, job.output.find('\n', at) - at);
+  EXPECT_TRUE(line.find("did not arrive within 2 s") != std::string::npos ||
+              line.find("every rank arrived, but the transfer did not complete within 2 s") !=
+                  std::string::npos)
+      << job.output;
+  EXPECT_EQ(job.output.find("finished without noticing"), std::string::npos) << job.output;
+  EXPECT_LT(job.seconds, 45) << job.output;
+}
+
 // MultiWorkerMirroredStrategy under mpirun: every worker ends with the chief's weights (bit for
 // bit), which are within the reassociation bound of one process's; only the chief prints
 // progress.

@@ -2,16 +2,20 @@
 // checks every collective on every dtype, on small and large tensors, and prints
 // "rank R of N: ok". With KILN_TEST_KILL_RANK=k and KILN_TEST_KILL_STEP=s, rank k kills itself
 // with SIGKILL as it starts its s-th collective (all_reduces of KILN_TEST_KILL_ROWS rows of 3
-// in a loop, default 4); the others print the error they get. With KILN_TEST_MODE=fit, the
+// in a loop, default 4); the others print the error they get. With KILN_TEST_STOP_RANK=k, rank
+// k stops itself (SIGSTOP) KILN_TEST_STOP_MS after starting a loop of 12 MB all_reduces. With
+// KILN_TEST_MODE=fit, the
 // workers train tests/distribute/linear_regression.h's model with MultiWorkerMirroredStrategy
 // (global batch KILN_TEST_BATCH, or KILN_TEST_WORKER1_BATCH on worker 1), each printing
 // whether its weights equal the chief's, and the chief whether they are within the bound of
 // one process's.
 #include <signal.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <thread>
 
 #include "kiln/distribute/collective.h"
 #include "kiln/distribute/multi_worker_mirrored_strategy.h"
@@ -79,6 +83,21 @@ int run() {
       c->all_reduce(x);
     }
     std::cout << me << ": finished without noticing the killed rank" << std::endl;
+    return 1;
+  }
+  const int stop_rank = env_int("KILN_TEST_STOP_RANK", -1);
+  if (stop_rank >= 0) {
+    // Large all_reduces in a loop; rank stop_rank stops itself (SIGSTOP) after a while, most
+    // likely while a transfer is under way.
+    const Tensor x = testing_util::case_input(DType::f32, c->rank(), 1 << 20);  // 12 MB
+    if (c->rank() == stop_rank) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(env_int("KILN_TEST_STOP_MS", 500)));
+        raise(SIGSTOP);
+      }).detach();
+    }
+    for (int step = 1; step <= 100000; ++step) c->all_reduce(x);
+    std::cout << me << ": finished without noticing the stopped rank" << std::endl;
     return 1;
   }
   std::vector<std::string> failures = testing_util::check_every_collective(*c);
