@@ -140,6 +140,15 @@ using Impl = Executable::Impl;
 using Thunk = Executable::Impl::Thunk;
 using Where = Executable::Impl::Where;
 
+// Whether fused thunk `t` reads `slot` only at the element it writes: not through an index map
+// (a transposed or sliced read), so an output may overwrite the slot.
+bool reads_pointwise(const Thunk& t, const cpu::FusedKernel& kernel, int slot) {
+  const std::vector<cpu::FusedSubgraph::Input>& inputs = kernel.subgraph().inputs;
+  for (size_t k = 0; k < t.in.size() && k < inputs.size(); ++k)
+    if (t.in[k] == slot && inputs[k].map) return false;
+  return true;
+}
+
 // Concrete types of every needed node; records the needed placeholders' node ids.
 void infer_node_types(Impl& im, const std::vector<bool>& needed,
                       const std::unordered_map<int, Tensor>& fed, std::vector<int>& placeholders) {
@@ -356,7 +365,8 @@ void plan_donations(Impl& im, const std::vector<int>& def, const std::vector<int
     if (d >= 0) {
       Thunk& t = im.thunks[d];
       bool direct = eff < d;  // the old value is dead before the output is computed
-      if (!direct && eff == d && t.fused >= 0 && writes_in_place_safely(im.kernels[t.fused])) {
+      if (!direct && eff == d && t.fused >= 0 && writes_in_place_safely(im.kernels[t.fused]) &&
+          reads_pointwise(t, im.kernels[t.fused], f)) {
         const Shape& shape = im.kernels[t.fused].shape();
         direct = im.slots[o].type.shape == shape && im.slots[f].type.shape == shape;
       }
@@ -415,7 +425,8 @@ void plan_memory(Impl& im) {
       if (arena_index[o] < 0 || out.type.shape != shape) continue;
       for (int i : t.in) {
         const Impl::Slot& in = im.slots[i];
-        if (arena_index[i] >= 0 && in.type.shape == shape && in.bytes == out.bytes)
+        if (arena_index[i] >= 0 && in.type.shape == shape && in.bytes == out.bytes &&
+            reads_pointwise(t, im.kernels[t.fused], i))
           values[arena_index[o]].in_place_candidates.push_back(arena_index[i]);
       }
     }

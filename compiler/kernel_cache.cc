@@ -55,6 +55,10 @@ std::string kernel_cache_key(const cpu::FusedSubgraph& sg) {
     } else {
       key += shape_str(in.shape);
     }
+    // The view's strides and offset are baked into the code, flat loops' included.
+    if (in.map)
+      key += "@" + shape_str(in.map->strides) + "+" + std::to_string(in.map->offset) + "of" +
+             shape_str(in.source);
     key += ",";
   }
   key += "|";

@@ -3,6 +3,7 @@
 // the group's outputs.
 #include "compiler/lowering.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 namespace kiln::compiler {
@@ -15,7 +16,31 @@ LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
   cpu::FusedSubgraph& sg = out.subgraph;
   std::unordered_map<int64_t, int> value_of;  // node*1024+output -> subgraph value
   auto key = [](ValueRef v) { return static_cast<int64_t>(v.node) * 1024 + v.output; };
+  auto is_layout = [&](int m) { return nodes[m].def && nodes[m].def->index_map; };
+  // A layout member that only the next link of its chain reads (its shape may not be the
+  // loop's) adds no input of its own; one a computation reads, or a group output, does.
+  auto interior = [&](int m) {
+    if (std::find(g.outputs.begin(), g.outputs.end(), m) != g.outputs.end()) return false;
+    for (int c : g.nodes)
+      if (!is_layout(c))
+        for (const ValueRef& in : nodes[c].inputs)
+          if (in.node == m) return false;
+    return true;
+  };
   for (int m : g.nodes) {
+    if (is_layout(m)) {
+      if (interior(m)) continue;
+      std::optional<LayoutRead> read = layout_read(m, group, plan.group_of, nodes, types);
+      if (!read) {
+        throw Error(ErrorCode::kInternal, "lower_fusion_group: %" + std::to_string(m) + " (" +
+                                              nodes[m].op + ") has no strided view");
+      }
+      const TensorType& buffer = types[read->buffer.node][read->buffer.output];
+      value_of[key({m, 0})] = sg.add_mapped_input(buffer.dtype, types[m][0].shape,
+                                                  std::move(read->view), buffer.shape);
+      out.inputs.push_back(read->buffer);
+      continue;
+    }
     for (const ValueRef& in : nodes[m].inputs) {
       if (plan.group_of[in.node] == group || value_of.count(key(in))) continue;
       const TensorType& tt = types[in.node][in.output];
@@ -24,9 +49,10 @@ LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
     }
   }
   for (int m : g.nodes) {
+    out.ops += (out.ops.empty() ? "" : ",") + nodes[m].op;
+    if (is_layout(m)) continue;  // read through its map above
     std::vector<int> args;
     for (const ValueRef& in : nodes[m].inputs) args.push_back(value_of.at(key(in)));
-    out.ops += (out.ops.empty() ? "" : ",") + nodes[m].op;
     const OpDef* def = nodes[m].def;
     if (def && def->reduction) {
       value_of[key({m, 0})] = sg.add_reduce(*def->reduction, args.at(0), nodes[m].attrs.get_ints("axes"));

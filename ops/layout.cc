@@ -83,6 +83,18 @@ void copy_to_output(KernelContext& ctx, StridedCopy c) {
   strided_copy(c, dtype_size(x.dtype()), x.raw_data(), out.raw_mutable_data());
 }
 
+// Copies input 0 into output 0 through the op's index map (every strided layout op's kernel):
+// the same map the compiler folds into the loops that read the output.
+void copy_through(KernelContext& ctx, const IndexMapFn& map) {
+  const Shape& xs = ctx.input(0).shape();
+  std::optional<StridedView> v = map(row_major_view(xs), xs, ctx.output_type(0).shape, ctx.attrs());
+  if (!v) ctx.fail("internal: no index map from a row-major input", ErrorCode::kInternal);
+  StridedCopy c;
+  c.in_strides = std::move(v->strides);
+  c.in_offset = v->offset;
+  copy_to_output(ctx, std::move(c));
+}
+
 // ---- for the gradient rules -------------------------------------------------------------
 // Rules record while x's dimensions may be unknown (a batch of any size): they restore x's
 // shape with reshape_like, and take ranges of such tensors with gather, since slice needs a
@@ -157,21 +169,23 @@ std::vector<TensorType> broadcast_type(const InferContext& ctx, Shape out, bool 
   return {{x.dtype, out}};
 }
 
+// Operand dimension i is output dimension dims[i]; the others, and stretched 1s, stride 0.
+std::optional<StridedView> broadcast_map(const StridedView& x, const Shape& xs, const Shape& out,
+                                         const Attrs& attrs) {
+  const std::vector<int64_t>& dims = attrs.get_ints("dims");
+  StridedView v{std::vector<int64_t>(out.size(), 0), x.offset};
+  for (size_t i = 0; i < xs.size(); ++i)
+    if (xs[i] != 1) v.strides[norm(dims[i], static_cast<int64_t>(out.size()))] = x.strides[i];
+  return v;
+}
+
 void broadcast_kernel(KernelContext& ctx) {
   const Shape& out = ctx.output_type(0).shape;
   if (!is_fully_defined(out)) {
     ctx.fail("output shape " + shape_str(out) + " is not known at run time: give every " +
              "dimension that no operand dimension maps to a size");
   }
-  const Shape& xs = ctx.input(0).shape();
-  const std::vector<int64_t>& dims = ctx.attrs().get_ints("dims");
-  std::vector<int64_t> row = row_major_strides(xs);
-  StridedCopy c;
-  c.in_strides.assign(out.size(), 0);
-  for (size_t i = 0; i < xs.size(); ++i) {
-    if (xs[i] != 1) c.in_strides[norm(dims[i], static_cast<int64_t>(out.size()))] = row[i];
-  }
-  copy_to_output(ctx, std::move(c));
+  copy_through(ctx, broadcast_map);
 }
 
 // dz summed over the output dimensions that x does not map to and those it stretches from
@@ -219,7 +233,7 @@ std::vector<Tensor> broadcast_like_gradient(const GradContext& ctx) {
 
 KILN_REGISTER_OP(broadcast_in_dim)
     .input("x")
-    .kind(OpKind::kCodegen)
+    .index_map(broadcast_map)
     .shape_fn([](const InferContext& ctx) {
       return broadcast_type(ctx, ctx.attrs().get_ints("shape"), /*from_like=*/false);
     })
@@ -229,7 +243,7 @@ KILN_REGISTER_KERNEL(broadcast_in_dim).fn(broadcast_kernel);
 KILN_REGISTER_OP(broadcast_like)
     .input("x")
     .input("like")
-    .kind(OpKind::kCodegen)
+    .index_map(broadcast_map)
     .shape_fn([](const InferContext& ctx) {
       return broadcast_type(ctx, ctx.input(1).shape, /*from_like=*/true);
     })
@@ -238,7 +252,19 @@ KILN_REGISTER_KERNEL(broadcast_like).fn(broadcast_kernel);
 
 // ---- reshape ----------------------------------------------------------------------------
 
-KILN_REGISTER_OP(reshape).input("x").kind(OpKind::kCodegen).shape_fn([](const InferContext& ctx) {
+namespace {
+// The row-major view of the output over the same elements, when x's view is row-major (a
+// reshape of a transposed or sliced view is no strided view).
+std::optional<StridedView> reshape_map(const StridedView& x, const Shape& xs, const Shape& out,
+                                       const Attrs&) {
+  StridedView row = row_major_view(xs);
+  for (size_t d = 0; d < xs.size(); ++d)
+    if (xs[d] != 1 && x.strides[d] != row.strides[d]) return std::nullopt;
+  return StridedView{row_major_view(out).strides, x.offset};
+}
+}  // namespace
+
+KILN_REGISTER_OP(reshape).input("x").index_map(reshape_map).shape_fn([](const InferContext& ctx) {
   const TensorType& x = ctx.input(0);
   Shape out = ctx.attrs().get_ints("shape");
   int inferred = -1;
@@ -281,7 +307,7 @@ KILN_REGISTER_GRADIENT(reshape, [](const GradContext& ctx) -> Grads {
 KILN_REGISTER_OP(reshape_like)
     .input("x")
     .input("like")
-    .kind(OpKind::kCodegen)
+    .index_map(reshape_map)
     .shape_fn([](const InferContext& ctx) {
       const TensorType &x = ctx.input(0), &like = ctx.input(1);
       const int64_t n = num_elements(x.shape), m = num_elements(like.shape);
@@ -301,7 +327,19 @@ KILN_REGISTER_GRADIENT(reshape_like, [](const GradContext& ctx) -> Grads {
 
 // ---- transpose --------------------------------------------------------------------------
 
-KILN_REGISTER_OP(transpose).input("x").kind(OpKind::kCodegen).shape_fn([](const InferContext& ctx) {
+namespace {
+// Output dimension i is x's dimension perm[i].
+std::optional<StridedView> transpose_map(const StridedView& x, const Shape&, const Shape&,
+                                         const Attrs& attrs) {
+  const std::vector<int64_t>& perm = attrs.get_ints("perm");
+  const int64_t r = static_cast<int64_t>(perm.size());
+  StridedView v{{}, x.offset};
+  for (int64_t i = 0; i < r; ++i) v.strides.push_back(x.strides[norm(perm[i], r)]);
+  return v;
+}
+}  // namespace
+
+KILN_REGISTER_OP(transpose).input("x").index_map(transpose_map).shape_fn([](const InferContext& ctx) {
   const TensorType& x = ctx.input(0);
   const std::vector<int64_t>& perm = ctx.attrs().get_ints("perm");
   const int64_t r = rank_of(x);
@@ -321,15 +359,7 @@ KILN_REGISTER_OP(transpose).input("x").kind(OpKind::kCodegen).shape_fn([](const 
   return std::vector<TensorType>{{x.dtype, out}};
 });
 
-KILN_REGISTER_KERNEL(transpose).fn([](KernelContext& ctx) {
-  const Shape& xs = ctx.input(0).shape();
-  const std::vector<int64_t>& perm = ctx.attrs().get_ints("perm");
-  const int64_t r = static_cast<int64_t>(xs.size());
-  std::vector<int64_t> row = row_major_strides(xs);
-  StridedCopy c;
-  for (int64_t i = 0; i < r; ++i) c.in_strides.push_back(row[norm(perm[i], r)]);
-  copy_to_output(ctx, std::move(c));
-});
+KILN_REGISTER_KERNEL(transpose).fn([](KernelContext& ctx) { copy_through(ctx, transpose_map); });
 // The inverse permutation: x's dimension perm[i] is z's dimension i.
 KILN_REGISTER_GRADIENT(transpose, [](const GradContext& ctx) -> Grads {
   const std::vector<int64_t>& perm = ctx.attrs().get_ints("perm");
@@ -347,9 +377,23 @@ std::vector<int64_t> slice_strides(const Attrs& attrs, size_t rank) {
   return attrs.has("strides") && !attrs.get_ints("strides").empty() ? attrs.get_ints("strides")
                                                                     : std::vector<int64_t>(rank, 1);
 }
+
+// Starts at x's element `start`, stepping `strides` elements of x per output element.
+std::optional<StridedView> slice_map(const StridedView& x, const Shape& xs, const Shape& out,
+                                     const Attrs& attrs) {
+  const std::vector<int64_t>& start = attrs.get_ints("start");
+  std::vector<int64_t> step = slice_strides(attrs, xs.size());
+  StridedView v{{}, x.offset};
+  for (size_t d = 0; d < xs.size(); ++d) {
+    // A dimension of size 1 never steps (and its stride may be huge).
+    v.strides.push_back(out[d] > 1 ? x.strides[d] * step[d] : 0);
+    v.offset += start[d] * x.strides[d];
+  }
+  return v;
+}
 }  // namespace
 
-KILN_REGISTER_OP(slice).input("x").kind(OpKind::kCodegen).shape_fn([](const InferContext& ctx) {
+KILN_REGISTER_OP(slice).input("x").index_map(slice_map).shape_fn([](const InferContext& ctx) {
   const TensorType& x = ctx.input(0);
   const std::vector<int64_t>& start = ctx.attrs().get_ints("start");
   const std::vector<int64_t>& limit = ctx.attrs().get_ints("limit");
@@ -379,19 +423,7 @@ KILN_REGISTER_OP(slice).input("x").kind(OpKind::kCodegen).shape_fn([](const Infe
   return std::vector<TensorType>{{x.dtype, out}};
 });
 
-KILN_REGISTER_KERNEL(slice).fn([](KernelContext& ctx) {
-  const Shape& xs = ctx.input(0).shape();
-  const std::vector<int64_t>& start = ctx.attrs().get_ints("start");
-  std::vector<int64_t> strides = slice_strides(ctx.attrs(), xs.size());
-  std::vector<int64_t> row = row_major_strides(xs);
-  StridedCopy c;
-  for (size_t d = 0; d < xs.size(); ++d) {
-    // A dimension of size 1 never steps (and its stride may be huge).
-    c.in_strides.push_back(ctx.output_type(0).shape[d] > 1 ? row[d] * strides[d] : 0);
-    c.in_offset += start[d] * row[d];
-  }
-  copy_to_output(ctx, std::move(c));
-});
+KILN_REGISTER_KERNEL(slice).fn([](KernelContext& ctx) { copy_through(ctx, slice_map); });
 
 namespace {
 // dz padded back into x's shape with zeros: low = start, interior = stride - 1. A dimension of
@@ -605,24 +637,30 @@ KILN_REGISTER_GRADIENT(pad, pad_gradient);
 
 // ---- reverse ----------------------------------------------------------------------------
 
-KILN_REGISTER_OP(reverse).input("x").kind(OpKind::kCodegen).shape_fn([](const InferContext& ctx) {
+namespace {
+// A reversed dimension starts at x's last element and steps backwards.
+std::optional<StridedView> reverse_map(const StridedView& x, const Shape& xs, const Shape&,
+                                       const Attrs& attrs) {
+  const int64_t r = static_cast<int64_t>(xs.size());
+  StridedView v = x;
+  for (int64_t a : attrs.get_ints("axes")) {
+    const int64_t d = norm(a, r);
+    if (xs[d] == 0) continue;
+    v.offset += (xs[d] - 1) * v.strides[d];
+    v.strides[d] = -v.strides[d];
+  }
+  return v;
+}
+}  // namespace
+
+KILN_REGISTER_OP(reverse).input("x").index_map(reverse_map).shape_fn([](const InferContext& ctx) {
   const TensorType& x = ctx.input(0);
   unique_axes(ctx, "axes", ctx.attrs().get_ints("axes"), rank_of(x), x.shape);
   return std::vector<TensorType>{x};
 });
 
 KILN_REGISTER_KERNEL(reverse).fn([](KernelContext& ctx) {
-  const Shape& xs = ctx.input(0).shape();
-  const int64_t r = static_cast<int64_t>(xs.size());
-  StridedCopy c;
-  c.in_strides = row_major_strides(xs);
-  for (int64_t a : ctx.attrs().get_ints("axes")) {
-    int64_t d = norm(a, r);
-    if (xs[d] == 0) continue;
-    c.in_offset += (xs[d] - 1) * c.in_strides[d];
-    c.in_strides[d] = -c.in_strides[d];
-  }
-  copy_to_output(ctx, std::move(c));
+  copy_through(ctx, reverse_map);
 });
 KILN_REGISTER_GRADIENT(reverse, [](const GradContext& ctx) -> Grads {
   return {reverse(ctx.output_grads[0], ctx.attrs().get_ints("axes"))};

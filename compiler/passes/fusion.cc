@@ -16,13 +16,20 @@ std::string label(const std::vector<detail::Node>& nodes, int id) {
 
 bool is_reduction(const detail::Node& node) { return node.def && node.def->reduction; }
 bool is_elemental(const detail::Node& node) { return node.def && node.def->elemental; }
+bool is_layout(const detail::Node& node) { return node.def && node.def->index_map; }
 
 class Planner {
  public:
   Planner(const FusionTarget& target, const std::vector<detail::Node>& nodes,
-          const std::vector<std::vector<TensorType>>& types)
+          const std::vector<std::vector<TensorType>>& types, const std::vector<bool>& needed,
+          const std::vector<ValueRef>& fetched)
       : target_(target), nodes_(nodes), types_(types), n_(static_cast<int>(nodes.size())) {
     plan_.group_of.assign(n_, -1);
+    uses_.assign(n_, 0);
+    for (int id = 0; id < n_; ++id)
+      if (needed[id])
+        for (const ValueRef& in : nodes[id].inputs) ++uses_[in.node];
+    for (const ValueRef& f : fetched) ++uses_[f.node];
   }
 
   void visit(int id) {
@@ -30,6 +37,8 @@ class Planner {
       visit_reduction(id);
     } else if (is_elemental(nodes_[id])) {
       visit_elemental(id);
+    } else if (is_layout(nodes_[id])) {
+      visit_layout(id);
     }
     // anything else is a kernel op: not worth a note
   }
@@ -89,9 +98,62 @@ class Planner {
         return FusionDecision::forbid("its group folds other axes than a group already merged");
     std::vector<int> trial = unit;
     trial.insert(trial.end(), members_[g].begin(), members_[g].end());
+    if (FusionDecision d = layout_reads_stay_outside(trial); !d) return d;
     if (creates_cycle(trial))
       return FusionDecision::forbid("would create a cycle (a path leaves the group and comes back)");
     return FusionDecision::allow();
+  }
+
+  // A layout member reads a buffer its group does not compute: the loop reads it at other
+  // indices than its own.
+  FusionDecision layout_reads_stay_outside(const std::vector<int>& unit) const {
+    for (int m : unit) {
+      if (!is_layout(nodes_[m])) continue;
+      int root = m;
+      while (is_layout(nodes_[root]) &&
+             std::find(unit.begin(), unit.end(), root) != unit.end())
+        root = nodes_[root].inputs[0].node;
+      if (std::find(unit.begin(), unit.end(), root) != unit.end())
+        return FusionDecision::forbid("layout op " + label(nodes_, m) +
+                                      " would read a value the same loop computes");
+    }
+    return FusionDecision::allow();
+  }
+
+  // A layout op starts a group of its own, or joins a chain of layout ops it reads, as an
+  // index map on the loop's read of a buffer; consumers then join it like any group.
+  void visit_layout(int id) {
+    if (FusionDecision d = target_.can_map(nodes_[id], input_types(id), types_[id]); !d) {
+      note(label(nodes_, id) + ": " + d.reason());
+      return;
+    }
+    const int producer = nodes_[id].inputs[0].node;
+    const int g = plan_.group_of[producer];
+    int target = -1;
+    // A chain (reshape then transpose, say) reads through both maps when the inner link is
+    // read by nothing else: the group, all layout ops, then iterates over the outer's shape.
+    bool chain = g >= 0 && is_layout(nodes_[producer]) && uses_[producer] == 1;
+    for (int m : g >= 0 ? members_[g] : std::vector<int>{}) chain = chain && is_layout(nodes_[m]);
+    if (chain) {
+      plan_.group_of[id] = g;  // tentatively, to compose the chain's maps
+      if (layout_read(id, g, plan_.group_of, nodes_, types_)) target = g;
+      plan_.group_of[id] = -1;
+      if (target < 0)
+        note_pair(producer, id, "their index maps compose to no strided view (a reshape of a "
+                                "transposed or sliced view)");
+      else
+        shape_of_[g] = types_[id][0].shape;
+    }
+    if (target < 0) {
+      target = static_cast<int>(members_.size());
+      members_.emplace_back();
+      shape_of_.push_back(types_[id][0].shape);
+      reduces_.push_back(0);
+      axes_of_.emplace_back();
+    }
+    members_[target].push_back(id);
+    std::sort(members_[target].begin(), members_[target].end());
+    plan_.group_of[id] = target;
   }
 
   void visit_reduction(int id) {
@@ -162,6 +224,7 @@ class Planner {
   const std::vector<detail::Node>& nodes_;
   const std::vector<std::vector<TensorType>>& types_;
   const int n_;
+  std::vector<int> uses_;  // per node: how many needed nodes read it, and fetches
   FusionPlan plan_;
   std::vector<std::vector<int>> members_;  // per group (may become empty when merged away)
   std::vector<Shape> shape_of_;            // per group: its iteration shape
@@ -205,6 +268,18 @@ bool Planner::creates_cycle(const std::vector<int>& unit) const {
 
 // Compacts the groups and finds their outputs.
 FusionPlan Planner::finish(const std::vector<bool>& needed, const std::vector<ValueRef>& fetched) {
+  // A group of layout ops alone computes nothing: their kernels copy (or alias) as well.
+  for (size_t g = 0; g < members_.size(); ++g) {
+    bool computes = false;
+    for (int m : members_[g]) computes = computes || !is_layout(nodes_[m]);
+    if (computes || members_[g].empty()) continue;
+    for (int m : members_[g]) {
+      plan_.group_of[m] = -1;
+      plan_.notes.push_back("not fused: " + label(nodes_, m) +
+                            ": no loop reads it (left to its kernel)");
+    }
+    members_[g].clear();
+  }
   std::vector<int> used_outside(n_, 0);
   for (int id = 0; id < n_; ++id) {
     if (!needed[id]) continue;
@@ -233,10 +308,29 @@ FusionPlan Planner::finish(const std::vector<bool>& needed, const std::vector<Va
 
 }  // namespace
 
+std::optional<LayoutRead> layout_read(int id, int group, const std::vector<int>& group_of,
+                                      const std::vector<detail::Node>& nodes,
+                                      const std::vector<std::vector<TensorType>>& types) {
+  std::vector<int> chain;  // id, then the layout members it reads through, outermost first
+  for (int v = id; is_layout(nodes[v]) && group_of[v] == group; v = nodes[v].inputs[0].node)
+    chain.push_back(v);
+  const ValueRef buffer = nodes[chain.back()].inputs[0];
+  StridedView view = row_major_view(types[buffer.node][buffer.output].shape);
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const detail::Node& n = nodes[*it];
+    const ValueRef in = n.inputs[0];
+    std::optional<StridedView> next =
+        n.def->index_map(view, types[in.node][in.output].shape, types[*it][0].shape, n.attrs);
+    if (!next) return std::nullopt;
+    view = std::move(*next);
+  }
+  return LayoutRead{buffer, std::move(view)};
+}
+
 FusionPlan plan_fusion(const FusionTarget& target, const std::vector<detail::Node>& nodes,
                        const std::vector<std::vector<TensorType>>& types,
                        const std::vector<bool>& needed, const std::vector<ValueRef>& fetched) {
-  Planner planner(target, nodes, types);
+  Planner planner(target, nodes, types, needed, fetched);
   for (int id = 0; id < static_cast<int>(nodes.size()); ++id)
     if (needed[id]) planner.visit(id);
   return planner.finish(needed, fetched);

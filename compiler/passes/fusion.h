@@ -1,10 +1,13 @@
 // The fusion pass: groups producer-consumer chains of elementwise ops, and reductions with the
-// elementwise producers they fold, into acyclic loop (and input) fusions for concrete shapes.
+// elementwise producers they fold, into acyclic loop (and input) fusions for concrete shapes;
+// layout ops (transpose, slice, reverse, broadcast, reshape) join as index maps on the loop's
+// reads of a buffer.
 // Each decision is a FusionDecision that carries its reason; what a backend can emit is asked
 // of a FusionTarget, so this pass knows no backend. The pass marks nodes, it does not rewrite
 // them: the dumps show each node's group, and lowering (compiler/lowering.h) reads the plan.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +44,9 @@ class FusionTarget {
   // a generated loop.
   virtual FusionDecision can_reduce(const detail::Node& node,
                                     const std::vector<TensorType>& inputs) const = 0;
+  // Whether a generated loop can read layout op `node`'s output through its index map.
+  virtual FusionDecision can_map(const detail::Node& node, const std::vector<TensorType>& inputs,
+                                 const std::vector<TensorType>& outputs) const = 0;
 };
 
 struct FusionGroup {
@@ -60,6 +66,18 @@ struct FusionPlan {
 
   std::string log() const;  // the groups and the notes, for humans
 };
+
+// A layout member of a group is read, not computed: through its index map, composed down a
+// chain of layout members, from a buffer the group does not compute.
+struct LayoutRead {
+  ValueRef buffer;   // the value read (from outside the group)
+  StridedView view;  // over the layout member's output shape, into `buffer`
+};
+// How layout op `id` reads when it is in group `group` (group_of gives every node's group), or
+// nullopt when its index maps do not compose into one strided view.
+std::optional<LayoutRead> layout_read(int id, int group, const std::vector<int>& group_of,
+                                      const std::vector<detail::Node>& nodes,
+                                      const std::vector<std::vector<TensorType>>& types);
 
 // Plans fusion over `nodes` (a topologically ordered graph), where `types[id]` are node id's
 // concrete output types, `needed[id]` says whether a node is computed at all, and `fetched`

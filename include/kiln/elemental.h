@@ -1,7 +1,8 @@
 // Elemental forms: how the compiler computes one element of an op's output from its inputs'
 // elements at the same index, written as primitives. An op registered with one
 // (OpBuilder::elemental) fuses into the loops the compiler generates; a backend emits each
-// primitive once. A reduction op names its fold instead (OpBuilder::reduction).
+// primitive once. A reduction op names its fold instead (OpBuilder::reduction), and a layout
+// op its index map (OpBuilder::index_map).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 
 #include "kiln/attrs.h"
 #include "kiln/dtype.h"
+#include "kiln/shape.h"
 
 namespace kiln {
 
@@ -67,5 +69,23 @@ class ElementalBuilder {
 // or ElementalBuilder::kRefused.
 using ElementalFn =
     std::function<int(ElementalBuilder& b, const std::vector<int>& args, const Attrs& attrs)>;
+
+// A strided view of a buffer: element (i_0, ..., i_n) of a value is buffer element
+// offset + sum_d i_d * strides[d]. Strides are in elements; 0 broadcasts, negative reverses.
+struct StridedView {
+  std::vector<int64_t> strides;
+  int64_t offset = 0;
+  bool operator==(const StridedView&) const = default;
+};
+
+// The row-major view of a buffer of `shape` (a dimension of size 1 gets stride 0).
+StridedView row_major_view(const Shape& shape);
+
+// A layout op's index map: the view of its output (of `out_shape`), given the view `x` through
+// which its input (of `x_shape`) is read; nullopt where the output is no strided view of x's
+// buffer (a reshape of a transposed view). The op's reference kernel copies through the same
+// map, and the compiler folds it into the loops that read the output (kiln/op_registry.h).
+using IndexMapFn = std::function<std::optional<StridedView>(
+    const StridedView& x, const Shape& x_shape, const Shape& out_shape, const Attrs& attrs)>;
 
 }  // namespace kiln

@@ -108,6 +108,7 @@ struct OpDef {
   GradientFn gradient;
   ElementalFn elemental;              // set: fusible elementwise (kiln/elemental.h)
   std::optional<ReduceKind> reduction;  // set: a fusible reduction over attr "axes"
+  IndexMapFn index_map;                 // set: a layout op the compiler reads through
   bool differentiable = true;
   bool stateful = false;  // never constant-folded or deduplicated
   std::string source;     // file:line of the registration
@@ -179,6 +180,8 @@ class OpBuilder {
   OpBuilder& elemental(ElementalFn fn);
   // The op folds its input over attr "axes" with `kind`; makes the op kCodegen.
   OpBuilder& reduction(ReduceKind kind);
+  // The op moves elements of its first input by `map` (kiln/elemental.h); makes it kCodegen.
+  OpBuilder& index_map(IndexMapFn map);
   OpBuilder& shape_fn(ShapeFn fn);
   OpBuilder& gradient(GradientFn fn);
   OpBuilder& non_differentiable();

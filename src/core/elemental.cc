@@ -47,4 +47,15 @@ const char* reduce_kind_name(ReduceKind kind) {
   return "reduce_?";
 }
 
+StridedView row_major_view(const Shape& shape) {
+  StridedView v;
+  v.strides.assign(shape.size(), 0);
+  int64_t st = 1;
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+    v.strides[d] = shape[d] == 1 ? 0 : st;
+    st *= shape[d];
+  }
+  return v;
+}
+
 }  // namespace kiln

@@ -281,6 +281,11 @@ OpBuilder& OpBuilder::reduction(ReduceKind kind) {
   def_.kind = OpKind::kCodegen;
   return *this;
 }
+OpBuilder& OpBuilder::index_map(IndexMapFn map) {
+  def_.index_map = std::move(map);
+  def_.kind = OpKind::kCodegen;
+  return *this;
+}
 OpBuilder& OpBuilder::shape_fn(ShapeFn fn) {
   def_.shape_fn = std::move(fn);
   return *this;

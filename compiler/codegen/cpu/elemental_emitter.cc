@@ -231,35 +231,49 @@ class Emitter {
   }
 
   // Every input is full-shape or a single element: one flat loop over [begin, end).
+  // (A mapped input takes this loop only over one element or none: at its view's offset.)
   void emit_flat(Value* begin, Value* end, llvm::BasicBlock* exit) {
     std::vector<Value*> scalars(sg_.inputs.size(), nullptr);
+    std::vector<Value*> offsets = input_offsets(sg_.inputs.size());
     int64_t n = num_elements(shape_);
     for (size_t k = 0; k < sg_.inputs.size(); ++k) {
       if (num_elements(sg_.inputs[k].shape) == 1 && n != 1)
-        scalars[k] = load(static_cast<int>(k), b_.getInt64(0));
+        scalars[k] = load(static_cast<int>(k), offsets[k]);
     }
     emit_loop(begin, end, exit, "loop", /*innermost=*/true, [&](Value* i) {
       std::vector<Value*> in(sg_.inputs.size());
       for (size_t k = 0; k < in.size(); ++k)
-        in[k] = scalars[k] ? scalars[k] : load(static_cast<int>(k), i);
+        in[k] = scalars[k] ? scalars[k]
+                           : load(static_cast<int>(k), sg_.inputs[k].map ? b_.CreateAdd(i, offsets[k]) : i);
       emit_body(in, i);
     });
   }
 
   // Per input, its element stride along each of the `out_rank` output dimensions (inputs are
-  // right-aligned; 0 along the dimensions an input is broadcast over).
+  // right-aligned; 0 along the dimensions an input is broadcast over; a mapped input's own).
   std::vector<std::vector<int64_t>> input_strides(int out_rank) const {
     std::vector<std::vector<int64_t>> strides(sg_.inputs.size(),
                                               std::vector<int64_t>(out_rank, 0));
     for (size_t k = 0; k < sg_.inputs.size(); ++k) {
-      const Shape& s = sg_.inputs[k].shape;
+      const FusedSubgraph::Input& in = sg_.inputs[k];
+      const Shape& s = in.shape;
+      const int lead = out_rank - static_cast<int>(s.size());
       int64_t st = 1;
       for (int j = static_cast<int>(s.size()) - 1; j >= 0; --j) {
-        strides[k][out_rank - static_cast<int>(s.size()) + j] = s[j] == 1 ? 0 : st;
+        const int64_t own = in.map ? in.map->strides[j] : st;
+        strides[k][lead + j] = s[j] == 1 ? 0 : own;
         st *= s[j];
       }
     }
     return strides;
+  }
+
+  // Where each input's walk starts: a mapped input's view offset, else 0.
+  std::vector<Value*> input_offsets(size_t n) {
+    std::vector<Value*> offs(n, b_.getInt64(0));
+    for (size_t k = 0; k < sg_.inputs.size() && k < n; ++k)
+      if (sg_.inputs[k].map) offs[k] = b_.getInt64(sg_.inputs[k].map->offset);
+    return offs;
   }
 
   // General broadcasting: rows of the last (collapsed) output dimension; each input's row
@@ -296,7 +310,7 @@ class Emitter {
       Value* j_lo = smax(b_.CreateSub(begin, base), b_.getInt64(0));
       Value* j_hi = smin(b_.CreateSub(end, base), c_inner);
       // Row offsets: decompose r over the outer collapsed dimensions.
-      std::vector<Value*> offs(n_in, b_.getInt64(0));
+      std::vector<Value*> offs = input_offsets(n_in);
       Value* rest = r;
       for (int d = 1; d < rank; ++d) {
         Value* idx = d + 1 < rank ? b_.CreateURem(rest, b_.getInt64(dims[d])) : rest;
@@ -312,7 +326,9 @@ class Emitter {
       emit_loop(j_lo, j_hi, row_end, "inner", /*innermost=*/true, [&](Value* j) {
         std::vector<Value*> in(n_in);
         for (size_t k = 0; k < n_in; ++k) {
-          Value* off = cst[k][0] != 0 ? b_.CreateAdd(offs[k], j) : offs[k];
+          Value* off = cst[k][0] == 0   ? offs[k]
+                       : cst[k][0] == 1 ? b_.CreateAdd(offs[k], j)
+                                        : b_.CreateAdd(offs[k], b_.CreateMul(j, b_.getInt64(cst[k][0])));
           in[k] = load(static_cast<int>(k), off);
         }
         emit_body(in, b_.CreateAdd(base, j));
@@ -538,7 +554,7 @@ class Emitter {
     Value* r_hi = column ? b_.CreateSDiv(b_.CreateAdd(end, b_.getInt64(cols - 1)), c_cols) : end;
     emit_loop(r_lo, r_hi, exit, "rows", /*innermost=*/false, [&](Value* r) {
       // Offsets of every access at the start of row r.
-      std::vector<Value*> offs(n_acc, b_.getInt64(0));
+      std::vector<Value*> offs = input_offsets(n_acc);
       Value* rest = r;
       for (int d = static_cast<int>(row_dims.size()) - 1; d >= 0; --d) {
         Value* idx = d > 0 ? b_.CreateURem(rest, b_.getInt64(row_dims[d].size)) : rest;

@@ -112,6 +112,34 @@ int FusedSubgraph::add_input(DType dtype, Shape shape) {
   return static_cast<int>(inputs.size()) - 1;
 }
 
+int FusedSubgraph::add_mapped_input(DType dtype, Shape shape, StridedView map, Shape source) {
+  if (map.strides.size() != shape.size())
+    fail(*this, "index map " + shape_str(map.strides) + " does not fit input shape " +
+                    shape_str(shape));
+  if (!is_fully_defined(source)) fail(*this, "source shape " + shape_str(source) + " is not fully defined");
+  // The lowest and highest elements the view reaches must lie in the buffer.
+  int64_t lo = map.offset, hi = map.offset;
+  bool empty = false;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) empty = true;
+    const int64_t reach = (shape[d] - 1) * map.strides[d];
+    (reach < 0 ? lo : hi) += reach;
+  }
+  if (!empty && (lo < 0 || hi >= num_elements(source)))
+    fail(*this, "index map reaches elements [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                    "] of a buffer of " + shape_str(source));
+  int id = add_input(dtype, std::move(shape));
+  inputs.back().map = std::move(map);
+  inputs.back().source = std::move(source);
+  return id;
+}
+
+bool FusedSubgraph::has_mapped_inputs() const {
+  for (const Input& in : inputs)
+    if (in.map) return true;
+  return false;
+}
+
 DType FusedSubgraph::dtype(int value) const {
   if (value < 0 || value >= num_values())
     fail(*this, "value " + std::to_string(value) + " out of range [0, " +
@@ -278,6 +306,7 @@ void FusedSubgraph::validate() const {
 bool is_flat_loop(const FusedSubgraph& sg, const Shape& out_shape) {
   int64_t n = num_elements(out_shape);
   for (const FusedSubgraph::Input& in : sg.inputs) {
+    if (in.map && n > 1) return false;  // one element: read at the view's offset
     int64_t m = num_elements(in.shape);
     if (m != 1 && m != n) return false;
   }
@@ -326,10 +355,10 @@ void FusedKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>* ou
     const FusedSubgraph::Input& want = sg.inputs[i];
     if (!t.defined() || t.is_symbolic())
       fail(sg, "run: input " + std::to_string(i) + " is not a concrete tensor");
-    if (t.dtype() != want.dtype || t.shape() != want.shape)
+    if (t.dtype() != want.dtype || t.shape() != want.buffer_shape())
       fail(sg, "run: input " + std::to_string(i) + " is " + dtype_name(t.dtype()) +
                    shape_str(t.shape()) + ", the kernel was compiled for " +
-                   dtype_name(want.dtype) + shape_str(want.shape));
+                   dtype_name(want.dtype) + shape_str(want.buffer_shape()));
     in_ptrs[i] = const_cast<void*>(t.raw_data());
   }
   outputs->resize(sg.outputs.size());

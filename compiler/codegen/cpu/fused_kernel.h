@@ -47,9 +47,15 @@ DType accumulator_dtype(ReduceKind kind, DType dtype);
 // kernel; in f64 that changes an f32 result only when the exact sum of n terms lies within
 // about n * 2^-53 * sum(|term|) of a rounding boundary of f32.
 struct FusedSubgraph {
+  // An input is read at each index of `shape` (broadcast against the others like NumPy's).
+  // A mapped input reads a buffer of shape `source` through the strided view `map` over
+  // `shape` (a transpose, slice, reverse, broadcast or reshape folded in: kiln/elemental.h).
   struct Input {
     DType dtype = f32;
     Shape shape;
+    std::optional<StridedView> map;
+    Shape source;
+    const Shape& buffer_shape() const { return map ? source : shape; }
   };
   struct Node {
     EltOp op;
@@ -66,6 +72,10 @@ struct FusedSubgraph {
   // Builders: each returns the new value's id. add() infers the result dtype (convert takes
   // `to`) and checks arity and dtypes, throwing kiln::Error.
   int add_input(DType dtype, Shape shape);
+  // An input read through `map` (strides over `shape`) from a buffer of shape `source`; throws
+  // kiln::Error when the view reaches outside the buffer.
+  int add_mapped_input(DType dtype, Shape shape, StridedView map, Shape source);
+  bool has_mapped_inputs() const;
   int add(EltOp op, std::vector<int> args, DType to = f32);
   // A reduction of `arg` over `axes` (sorted; every reduction of a subgraph takes the same).
   int add_reduce(ReduceKind kind, int arg, std::vector<int64_t> axes);
@@ -128,6 +138,8 @@ class FusedKernel {
   // Whether an output may share its buffer with an input of the same size: true for loop
   // fusions (each iteration reads and writes only its own element), false with reductions (a
   // column reduction initialises its output row before reading the inputs).
+  // (A mapped input reads other elements than the one written: an output may share the buffer
+  // of a plain input only.)
   bool in_place_safe() const { return !subgraph_.has_reductions(); }
   KernelFn fn() const { return fn_; }
   double compile_ms() const { return compile_ms_; }  // emit + optimise + JIT

@@ -32,6 +32,20 @@ class CpuFusionTarget final : public FusionTarget {
     return FusionDecision::allow();
   }
 
+  FusionDecision can_map(const detail::Node& node, const std::vector<TensorType>& inputs,
+                         const std::vector<TensorType>& outputs) const override {
+    if (!node.def || !node.def->index_map)
+      return FusionDecision::forbid("op " + node.op + " has no index map");
+    if (inputs.empty() || outputs.size() != 1)
+      return FusionDecision::forbid("op " + node.op + " is not one input read into one output");
+    if (!is_fully_defined(inputs[0].shape) || !is_fully_defined(outputs[0].shape))
+      return FusionDecision::forbid("unknown dimension");
+    const DType t = inputs[0].dtype;
+    if (t != f32 && t != f64 && t != i32 && t != i64 && t != bool_ && t != u8 && t != i8)
+      return FusionDecision::forbid(std::string("dtype ") + dtype_name(t) + " is not supported");
+    return FusionDecision::allow();
+  }
+
   FusionDecision can_reduce(const detail::Node& node,
                             const std::vector<TensorType>& inputs) const override {
     if (!node.def || !node.def->reduction)

@@ -1,0 +1,147 @@
+// Layout ops fused as index maps (#13 step 3): transpose, slice, reverse, broadcast and reshape
+// become strided reads inside their consumers' loops instead of copies, compiled results equal
+// the interpreter's bit for bit, and where a layout op cannot fuse the log says why.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "compiler/executable.h"
+#include "kiln/kiln.h"
+#include "tests/compiler/compiler_test_util.h"
+
+namespace kiln::compiler {
+namespace {
+
+using ::testing::HasSubstr;
+
+Tensor random_tensor(Shape shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0, 1);
+  std::vector<float> v(num_elements(shape));
+  for (float& x : v) x = normal(rng);
+  return Tensor::from_vector(v, shape);
+}
+
+// Compiles `out` with `feeds`, checks it against the interpreter bit for bit, and returns the
+// executable for the caller's structural checks.
+Executable compile_and_check(Graph& g, const std::vector<Tensor>& out, const FeedList& feeds) {
+  Executable e = compile(g, out, feeds);
+  std::vector<Tensor> got = e.run(feeds), want = g.run(feeds, out);
+  EXPECT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i)
+    EXPECT_TRUE(testing::bitwise_equal(got[i], want[i])) << "output " << i << "\n"
+                                                         << e.fusion_log();
+  return e;
+}
+
+int kernel_thunks(const Executable& e) { return e.num_thunks() - e.num_fused_thunks(); }
+
+TEST(IndexMapFusion, TransposeIsReadThroughItsMapInsideTheConsumersLoop) {
+  Graph g{"transpose"};
+  Tensor x = g.placeholder(f32, {3, 5}, "x");
+  Tensor b = g.placeholder(f32, {5, 3}, "b");
+  Tensor y = exp(transpose(x, {1, 0})) + b;
+  Executable e = compile_and_check(g, {y}, {{x, random_tensor({3, 5}, 1)}, {b, random_tensor({5, 3}, 2)}});
+  EXPECT_EQ(e.num_fused_thunks(), 1) << e.fusion_log();
+  EXPECT_EQ(kernel_thunks(e), 0) << "the transpose still runs as a copy\n" << e.fusion_log();
+}
+
+TEST(IndexMapFusion, SliceReverseAndBroadcastFuseWithTheirConsumers) {
+  Graph g{"slice_reverse_broadcast"};
+  Tensor x = g.placeholder(f32, {6, 7}, "x");
+  Tensor v = g.placeholder(f32, {3}, "v");
+  Tensor s = slice(x, {1, 2}, {6, 5}, {2, 1});  // rows 1,3,5; columns 2..4: [3, 3]
+  Tensor r = reverse(s, {0, 1});
+  Tensor bv = broadcast_in_dim(v, {3, 3}, {1});
+  Tensor y = r * bv - s;
+  Executable e = compile_and_check(g, {y}, {{x, random_tensor({6, 7}, 3)}, {v, random_tensor({3}, 4)}});
+  EXPECT_EQ(e.num_thunks(), 1) << e.fusion_log();
+}
+
+// Attention's head split: [B, T, H*D] -> reshape [B, T, H, D] -> transpose [B, H, T, D].
+TEST(IndexMapFusion, AReshapeThenTransposeChainComposesIntoOneView) {
+  Graph g{"heads"};
+  Tensor x = g.placeholder(f32, {2, 3, 4 * 5}, "x");
+  Tensor heads = transpose(reshape(x, {2, 3, 4, 5}), {0, 2, 1, 3});
+  Tensor y = heads * 0.5f + 1.0f;
+  Executable e = compile_and_check(g, {y}, {{x, random_tensor({2, 3, 20}, 5)}});
+  EXPECT_EQ(e.num_thunks(), 1) << e.fusion_log();
+}
+
+TEST(IndexMapFusion, AReshapeOfATransposedViewMaterialisesTheTransposeAndSaysWhy) {
+  Graph g{"merge_heads"};
+  Tensor x = g.placeholder(f32, {2, 4, 3, 5}, "x");
+  Tensor merged = reshape(transpose(x, {0, 2, 1, 3}), {2, 3, 20});
+  Tensor y = merged + 1.0f;
+  Executable e = compile_and_check(g, {y}, {{x, random_tensor({2, 4, 3, 5}, 6)}});
+  EXPECT_THAT(e.fusion_log(), HasSubstr("compose to no strided view")) << e.fusion_log();
+}
+
+TEST(IndexMapFusion, AReductionFoldsATransposedView) {
+  Graph g{"reduce_transposed"};
+  Tensor x = g.placeholder(f32, {4, 6}, "x");
+  Tensor y = sum(transpose(x, {1, 0}) * 2.0f, {1});  // [6]
+  Executable e = compile_and_check(g, {y}, {{x, random_tensor({4, 6}, 7)}});
+  EXPECT_EQ(e.num_thunks(), 1) << e.fusion_log();
+}
+
+TEST(IndexMapFusion, ALayoutOpAloneIsLeftToItsKernel) {
+  Graph g{"alone"};
+  Tensor x = g.placeholder(f32, {3, 4}, "x");
+  Tensor y = transpose(x, {1, 0});
+  Executable e = compile_and_check(g, {y}, {{x, random_tensor({3, 4}, 8)}});
+  EXPECT_EQ(e.num_fused_thunks(), 0) << e.fusion_log();
+  EXPECT_THAT(e.fusion_log(), HasSubstr("no loop reads it")) << e.fusion_log();
+}
+
+// a = exp(x) is computed by a loop; transpose(a) + a may not read a at other indices in that
+// same loop, so the transpose reads a's buffer from the next loop.
+TEST(IndexMapFusion, ALayoutOpDoesNotReadAValueItsOwnLoopComputes) {
+  Graph g{"own_value"};
+  Tensor x = g.placeholder(f32, {4, 4}, "x");
+  Tensor a = exp(x);
+  Tensor y = transpose(a, {1, 0}) + a;
+  Executable e = compile_and_check(g, {y}, {{x, random_tensor({4, 4}, 9)}});
+  EXPECT_THAT(e.fusion_log(), HasSubstr("would read a value the same loop computes"))
+      << e.fusion_log();
+  EXPECT_EQ(e.num_fused_thunks(), 2) << e.fusion_log();
+}
+
+// A layout op whose output is also fetched is stored by the loop that reads it.
+TEST(IndexMapFusion, AFetchedLayoutOpIsStoredByTheLoop) {
+  Graph g{"fetched"};
+  Tensor x = g.placeholder(f32, {3, 4}, "x");
+  Tensor t = transpose(x, {1, 0});
+  Tensor y = t * t;
+  Executable e = compile_and_check(g, {t, y}, {{x, random_tensor({3, 4}, 10)}});
+  EXPECT_EQ(e.num_thunks(), 1) << e.fusion_log();
+}
+
+TEST(IndexMapFusion, IntegerAndBoolViewsFuseToo) {
+  Graph g{"ints"};
+  Tensor x = g.placeholder(i32, {2, 3}, "x");
+  Tensor m = g.placeholder(bool_, {3, 2}, "m");
+  Tensor t = transpose(x, {1, 0});
+  Tensor y = where(m, t, t * 2);
+  Tensor xv = Tensor::from_vector(std::vector<int32_t>{1, -2, 3, -4, 5, -6}, {2, 3});
+  Tensor mv = Tensor::from_vector(std::vector<bool>{true, false, false, true, true, false}, {3, 2});
+  Executable e = compile_and_check(g, {y}, {{x, xv}, {m, mv}});
+  EXPECT_EQ(e.num_thunks(), 1) << e.fusion_log();
+}
+
+// The kernel cache keys a flat loop without sizes; a view's offset must still tell two kernels
+// apart (a plain convert of one element, then one of x[3]).
+TEST(IndexMapFusion, TheKernelCacheKeepsViewsApartFromPlainReads) {
+  Graph plain{"plain"};
+  Tensor p = plain.placeholder(f32, {1}, "p");
+  compile_and_check(plain, {convert(p, i64)}, {{p, Tensor::from_vector(std::vector<float>{7}, {1})}});
+  Graph g{"view"};
+  Tensor x = g.placeholder(f32, {4}, "x");
+  Tensor y = convert(slice(x, {3}, {4}), i64);
+  Executable e = compile_and_check(g, {y}, {{x, Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {4})}});
+  EXPECT_EQ(e.run({{x, Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {4})}})[0].item<int64_t>(), 4);
+}
+
+}  // namespace
+}  // namespace kiln::compiler
