@@ -2,6 +2,9 @@
 // FusedSubgraph for its concrete dtypes; a reduction when the emitter folds its dtype and axes.
 #include "compiler/codegen/cpu/fusion_target.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "compiler/codegen/cpu/fused_kernel.h"
 
 namespace kiln::compiler::cpu {
@@ -36,6 +39,9 @@ class CpuFusionTarget final : public FusionTarget {
                          const std::vector<TensorType>& outputs) const override {
     if (!node.def || !node.def->index_map)
       return FusionDecision::forbid("op " + node.op + " has no index map");
+    // For measuring what index maps are worth in one process (benchmarks/index_map_bench.cc).
+    if (const char* off = std::getenv("KILN_FUSE_LAYOUT"); off && std::string(off) == "0")
+      return FusionDecision::forbid("KILN_FUSE_LAYOUT=0");
     if (inputs.empty() || outputs.size() != 1)
       return FusionDecision::forbid("op " + node.op + " is not one input read into one output");
     if (!is_fully_defined(inputs[0].shape) || !is_fully_defined(outputs[0].shape))
