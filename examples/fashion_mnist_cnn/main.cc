@@ -1,5 +1,6 @@
 // Trains a small CNN (two 3x3 convolutions with max pooling, then two dense layers) on
-// Fashion-MNIST with Adam and reports the test accuracy. Flags: examples/common/trainer.h.
+// Fashion-MNIST with Adam (its learning rate decayed along a cosine) and reports the test
+// accuracy. Flags: examples/common/trainer.h.
 #include <iostream>
 
 #include "examples/common/trainer.h"
@@ -13,7 +14,7 @@ int main(int argc, char** argv) {
     Sequential model({Conv2D(32, {3, 3}, "relu"), MaxPool2D({2, 2}), Conv2D(64, {3, 3}, "relu"),
                       MaxPool2D({2, 2}), Flatten(), Dense(128, "relu"), Dense(10)});
     model.set_seed(flags.seed);
-    model.compile(kiln::optim::Adam(flags.learning_rate),
+    model.compile(kiln::optim::Adam(examples::cosine_learning_rate(flags, data.x_train.dim(0))),
                   SparseCategoricalCrossentropy(/*from_logits=*/true), {"accuracy"});
     examples::train_and_report(model, flags, data, /*eval_batch_size=*/500);
   } catch (const kiln::Error& e) {
