@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "compiler/executable.h"
+#include "benchmarks/bench_models.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 
@@ -54,17 +55,8 @@ void set_layout_fusion(bool on) {
   }
 }
 
-std::unique_ptr<nn::Sequential> mlp() {
-  return std::make_unique<nn::Sequential>(
-      std::vector<nn::LayerRef>{nn::Dense(128, "relu"), nn::Dropout(0.2), nn::Dense(10)});
-}
-
-std::unique_ptr<nn::Sequential> cnn() {
-  using namespace kiln::nn;
-  return std::make_unique<Sequential>(std::vector<LayerRef>{
-      Conv2D(32, {3, 3}, "relu"), MaxPool2D({2, 2}), Conv2D(64, {3, 3}, "relu"), MaxPool2D({2, 2}),
-      Flatten(), Dense(128, "relu"), Dense(10)});
-}
+using bench::cnn;
+using bench::mlp;
 
 // Two models trained on the same data; each compiles its step (at its first fit) with layout
 // fusion on or off, and keeps that program.

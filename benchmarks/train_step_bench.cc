@@ -9,6 +9,7 @@
 #include <string>
 
 #include "benchmarks/bench_util.h"
+#include "benchmarks/bench_models.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 
@@ -16,18 +17,8 @@ namespace {
 
 using namespace kiln;
 
-std::unique_ptr<nn::Sequential> mlp() {
-  return std::make_unique<nn::Sequential>(
-      std::vector<nn::LayerRef>{nn::Dense(128, "relu"), nn::Dropout(0.2), nn::Dense(10)});
-}
-
-// examples/fashion_mnist_cnn's model.
-std::unique_ptr<nn::Sequential> cnn() {
-  using namespace kiln::nn;
-  return std::make_unique<Sequential>(std::vector<LayerRef>{
-      Conv2D(32, {3, 3}, "relu"), MaxPool2D({2, 2}), Conv2D(64, {3, 3}, "relu"), MaxPool2D({2, 2}),
-      Flatten(), Dense(128, "relu"), Dense(10)});
-}
+using bench::cnn;
+using bench::mlp;
 
 // Examples per second of fit() over `steps` batches per call (no shuffling, as in the peer).
 double train_examples_per_s(std::unique_ptr<nn::Sequential> model, Shape example, int64_t batch,
