@@ -6,7 +6,7 @@
 
 #include "kiln/nn.h"
 
-namespace bench {
+namespace kiln::bench {
 
 inline std::unique_ptr<kiln::nn::Sequential> mlp() {
   using namespace kiln::nn;
@@ -21,4 +21,4 @@ inline std::unique_ptr<kiln::nn::Sequential> cnn() {
       Flatten(), Dense(128, "relu"), Dense(10)});
 }
 
-}  // namespace bench
+}  // namespace kiln::bench
