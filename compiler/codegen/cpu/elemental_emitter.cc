@@ -1,6 +1,6 @@
 // LLVM half of the CPU loop-fusion codegen: emits a FusedSubgraph as one elemental loop
-// `void kernel(void** inputs, void** outputs, i64 begin, i64 end)`, optimises it at O3 for the
-// host CPU and JITs it with ORC LLJIT. The only file of compiler/codegen/cpu with LLVM headers.
+// `void kernel(void** inputs, void** outputs, i64 begin, i64 end)`, then has jit.cc optimise it
+// at O3 for the host CPU and JIT it with ORC LLJIT. With jit.cc, the only files with LLVM headers.
 //
 // Reductions (input fusion): [begin, end) ranges over reduced-output elements. A row reduction
 // (no kept dimension inside the reduced run) folds each output in a loop over the innermost
@@ -20,36 +20,22 @@
 // (vrcp14ps + Newton step, 4 FMA-pipe instructions) measured slower. Their error bounds,
 // measured over every f32 input: docs/numerics.md.
 // sin, cos, pow, log1p and expm1 (and every f64 transcendental) call libm: exact, but scalar.
-#include <atomic>
-#include <cctype>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <limits>
-#include <mutex>
 
-#include <llvm/ADT/StringMap.h>
-#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
-#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
-#include <llvm/ExecutionEngine/Orc/LLJIT.h>
-#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/LLVMContext.h>
-#include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/PatternMatch.h>
 #include <llvm/IR/Verifier.h>
-#include <llvm/Passes/PassBuilder.h>
-#include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
-#include <llvm/TargetParser/Host.h>
-#include <llvm/Transforms/Utils/Cloning.h>
 
 #include "compiler/codegen/cpu/fused_kernel.h"
-#include "compiler/dump.h"
+#include "compiler/codegen/cpu/jit.h"
 #include "kiln/error.h"
 #include "ops/approximations.h"
 
@@ -58,16 +44,6 @@ namespace {
 
 using llvm::Value;
 using llvm::Type;
-
-[[noreturn]] void internal_error(const std::string& what, llvm::Error err) {
-  throw Error(ErrorCode::kInternal, "cpu codegen: " + what + ": " + llvm::toString(std::move(err)));
-}
-
-template <class T>
-T unwrap(llvm::Expected<T> e, const std::string& what) {
-  if (!e) internal_error(what, e.takeError());
-  return std::move(*e);
-}
 
 // TEST ONLY: the negative control of the random differential tests (RandomGraphNegativeControl
 // in tests/compiler/compiled_random_test.cc) runs them in a child process whose environment has
@@ -988,44 +964,6 @@ class Emitter {
   int64_t split_size_ = 1;
 };
 
-void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PipelineTuningOptions pto;
-  pto.LoopVectorization = true;
-  pto.SLPVectorization = true;
-  llvm::PassBuilder pb(&tm, pto);
-  pb.registerModuleAnalyses(mam);
-  pb.registerCGSCCAnalyses(cgam);
-  pb.registerFunctionAnalyses(fam);
-  pb.registerLoopAnalyses(lam);
-  pb.crossRegisterProxies(lam, fam, cgam, mam);
-  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
-}
-
-std::string module_text(const llvm::Module& m) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  m.print(os, nullptr);
-  return os.str();
-}
-
-std::string assembly(const llvm::Module& m, llvm::TargetMachine& tm) {
-  std::unique_ptr<llvm::Module> clone = llvm::CloneModule(m);
-  llvm::SmallString<4096> buf;
-  llvm::raw_svector_ostream os(buf);
-  llvm::legacy::PassManager pm;
-  if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CGFT_AssemblyFile)) return "; no assembly\n";
-  pm.run(*clone);
-  return std::string(buf.str());
-}
-
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path);
-  f << text;
-}
 
 }  // namespace
 
@@ -1041,14 +979,7 @@ std::vector<FusedKernel> compile_elementwise(const std::vector<FusedSubgraph>& s
     flats.push_back(is_flat_loop(sg, shape) || shape.empty() || num_elements(shape) == 0);
   }
 
-  static std::once_flag init;
-  std::call_once(init, [] {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-  });
-
-  auto jtmb = unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detecting the host");
-  jtmb.setCodeGenOptLevel(llvm::CodeGenOpt::Aggressive);
+  auto jtmb = host_target();
   std::unique_ptr<llvm::TargetMachine> tm =
       unwrap(jtmb.createTargetMachine(), "creating the target machine");
 
@@ -1070,44 +1001,15 @@ std::vector<FusedKernel> compile_elementwise(const std::vector<FusedSubgraph>& s
     emitter.emit_kernel(flats[i]);
     split_sizes.push_back(emitter.split_size());
   }
-  llvm::StringMap<bool> features;
-  bool avx512 = llvm::sys::getHostCPUFeatures(features) && features.lookup("avx512f");
-  for (llvm::Function& fn : *module) {
-    if (fn.isDeclaration()) continue;
-    fn.addFnAttr("target-cpu", tm->getTargetCPU());
-    fn.addFnAttr("target-features", tm->getTargetFeatureString());
-    if (avx512) fn.addFnAttr("prefer-vector-width", "512");
-  }
+  tune_for_host(*module, *tm);
 
   std::string err;
   llvm::raw_string_ostream err_os(err);
   if (llvm::verifyModule(*module, &err_os))
     throw Error(ErrorCode::kInternal, "cpu codegen (" + name + "): invalid IR: " + err_os.str());
 
-  const std::string dump_dir = dump_dir_for(name);  // the compile's, or one of its own
-  std::string dump_base;
-  if (!dump_dir.empty()) {
-    static std::atomic<int> counter{0};
-    std::string file = name;
-    for (char& c : file)
-      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') c = '_';
-    dump_base = dump_dir + "/" + file + "_" + std::to_string(counter++);
-    write_file(dump_base + ".ll", module_text(*module));
-  }
-  optimize(*module, *tm);
-  if (!dump_base.empty()) {
-    write_file(dump_base + ".opt.ll", module_text(*module));
-    write_file(dump_base + ".s", assembly(*module, *tm));
-  }
-
-  auto jit = unwrap(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create(),
-                    "creating the JIT");
-  jit->getMainJITDylib().addGenerator(
-      unwrap(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
-                 jit->getDataLayout().getGlobalPrefix()),
-             "resolving process symbols"));
-  if (llvm::Error e = jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx))))
-    internal_error("adding the module", std::move(e));
+  optimize_and_dump(name, *module, *tm);
+  auto jit = jit_module(std::move(jtmb), std::move(module), std::move(ctx));
   std::vector<KernelFn> fns;
   std::vector<FusedKernel::PartFn> parts;
   for (size_t i = 0; i < sgs.size(); ++i) {
