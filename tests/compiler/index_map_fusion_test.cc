@@ -130,6 +130,16 @@ TEST(IndexMapFusion, IntegerAndBoolViewsFuseToo) {
   EXPECT_EQ(e.num_thunks(), 1) << e.fusion_log();
 }
 
+// Rows 1-2 of x, flattened: a view reading its elements in order from offset 5, which the
+// flat loop reads at that offset.
+TEST(IndexMapFusion, AnInOrderViewAtAnOffsetIsReadByTheFlatLoop) {
+  Graph g{"rows"};
+  Tensor x = g.placeholder(f32, {4, 5}, "x");
+  Tensor y = exp(reshape(slice(x, {1, 0}, {3, 5}), {10})) + 1.0f;
+  Executable e = compile_and_check(g, {y}, {{x, random_tensor({4, 5}, 11)}});
+  EXPECT_EQ(e.num_thunks(), 1) << e.fusion_log();
+}
+
 // The kernel cache keys a flat loop without sizes; a view's offset must still tell two kernels
 // apart (a plain convert of one element, then one of x[3]).
 TEST(IndexMapFusion, TheKernelCacheKeepsViewsApartFromPlainReads) {

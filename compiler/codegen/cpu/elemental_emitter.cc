@@ -207,7 +207,8 @@ class Emitter {
   }
 
   // Every input is full-shape or a single element: one flat loop over [begin, end).
-  // (A mapped input takes this loop only over one element or none: at its view's offset.)
+  // (A mapped input takes this loop when it reads its elements in order, as a reshape does:
+  // at its view's offset.)
   void emit_flat(Value* begin, Value* end, llvm::BasicBlock* exit) {
     std::vector<Value*> scalars(sg_.inputs.size(), nullptr);
     std::vector<Value*> offsets = input_offsets(sg_.inputs.size());

@@ -306,7 +306,11 @@ void FusedSubgraph::validate() const {
 bool is_flat_loop(const FusedSubgraph& sg, const Shape& out_shape) {
   int64_t n = num_elements(out_shape);
   for (const FusedSubgraph::Input& in : sg.inputs) {
-    if (in.map && n > 1) return false;  // one element: read at the view's offset
+    // A view reading its elements in order (a reshape) keeps the flat loop, at its offset;
+    // any other view needs the row loop's index arithmetic (one element: read at the offset).
+    if (in.map && n > 1 && (num_elements(in.shape) != n ||
+                            in.map->strides != row_major_view(in.shape).strides))
+      return false;
     int64_t m = num_elements(in.shape);
     if (m != 1 && m != n) return false;
   }
