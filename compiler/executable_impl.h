@@ -104,8 +104,7 @@ using Thunk = Executable::Impl::Thunk;
 using Where = Executable::Impl::Where;
 
 // memory_plan.cc: slots, liveness and the arena plan.
-bool writes_in_place_safely(const cpu::FusedKernel& kernel);
-bool reads_pointwise(const Thunk& t, const cpu::FusedKernel& kernel, int slot);
+bool overwrites_safely(const Thunk& t, const cpu::FusedKernel& kernel, int slot);
 void assign_slots(Impl& im, const std::vector<int>& placeholders,
                   const std::vector<std::pair<int, std::vector<Tensor>>>& constants,
                   const std::vector<ValueRef>& fetched);

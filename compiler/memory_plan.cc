@@ -9,19 +9,11 @@
 
 namespace kiln::compiler {
 
-// Whether a fused kernel reads each input element only where it writes the same output
-// element (the flat or row loop over elementwise ops): an output may then overwrite an input
-// of the output's shape.
-bool writes_in_place_safely(const cpu::FusedKernel& kernel) {
+// Whether fused thunk `t` reads `slot` only at the element it writes, so an output of the
+// slot's shape may overwrite it: a loop over elementwise primitives (no reductions) that does
+// not read the slot through an index map (a transposed or sliced read).
+bool overwrites_safely(const Thunk& t, const cpu::FusedKernel& kernel, int slot) {
   if (!kernel.in_place_safe()) return false;  // reductions
-  for (const cpu::FusedSubgraph::Node& node : kernel.subgraph().nodes)
-    if (node.op > cpu::EltOp::kClamp) return false;
-  return true;
-}
-
-// Whether fused thunk `t` reads `slot` only at the element it writes: not through an index map
-// (a transposed or sliced read), so an output may overwrite the slot.
-bool reads_pointwise(const Thunk& t, const cpu::FusedKernel& kernel, int slot) {
   const std::vector<cpu::FusedSubgraph::Input>& inputs = kernel.subgraph().inputs;
   for (size_t k = 0; k < t.in.size() && k < inputs.size(); ++k)
     if (t.in[k] == slot && inputs[k].map) return false;
@@ -108,7 +100,7 @@ void plan_memory(Impl& im) {
   }
   // In place: a fused elementwise output over an arena input of its shape and size.
   for (const Thunk& t : im.thunks) {
-    if (t.fused < 0 || !writes_in_place_safely(im.kernels[t.fused])) continue;
+    if (t.fused < 0 || !im.kernels[t.fused].in_place_safe()) continue;
     const Shape& shape = im.kernels[t.fused].shape();
     for (int o : t.out) {
       const Impl::Slot& out = im.slots[o];
@@ -116,7 +108,7 @@ void plan_memory(Impl& im) {
       for (int i : t.in) {
         const Impl::Slot& in = im.slots[i];
         if (arena_index[i] >= 0 && in.type.shape == shape && in.bytes == out.bytes &&
-            reads_pointwise(t, im.kernels[t.fused], i))
+            overwrites_safely(t, im.kernels[t.fused], i))
           values[arena_index[o]].in_place_candidates.push_back(arena_index[i]);
       }
     }

@@ -276,6 +276,28 @@ const void* kernel_for(const Entry& e, const void* w, std::vector<char>& storage
   return storage.data();
 }
 
+// The kernel in the layout of each chunk primitive (the last chunk's may differ from the rest).
+// Not copyable: `full` and `last` may point into the storage (a move keeps the buffers).
+struct ChunkKernels {
+  ChunkKernels() = default;
+  ChunkKernels(ChunkKernels&&) = default;
+  ChunkKernels(const ChunkKernels&) = delete;
+  std::vector<char> full_storage, last_storage;  // the reordered kernels, when reordered
+  const void* full = nullptr;
+  const void* last = nullptr;
+  const void* of(int64_t images, const Split& sp) const {
+    return images == sp.images ? full : last;
+  }
+};
+
+ChunkKernels chunk_kernels(const Entries& es, const void* w, const ConvShape& s, const Split& sp) {
+  const int threads = static_cast<int>(sp.threads);
+  ChunkKernels k;
+  k.full = kernel_for(*es.full, w, k.full_storage, s, threads);
+  k.last = es.last == es.full ? k.full : kernel_for(*es.last, w, k.last_storage, s, threads);
+  return k;
+}
+
 // Byte offsets of whole images.
 const char* at(const void* p, int64_t elements, const ConvShape& s) {
   return static_cast<const char*>(p) + elements * (s.bf16 ? 2 : 4);
@@ -348,17 +370,13 @@ bool forward(const KernelContext& ctx, const ConvShape& s, const void* x, const 
   guarded(ctx, "convolution", s, [&] {
     const std::optional<Entries> es = entries(Pass::kForward, s, sp);
     if (!es) return;
-    std::vector<char> w_full, w_last;
-    const int threads = static_cast<int>(sp.threads);
-    const void* k_full = kernel_for(*es->full, w, w_full, s, threads);
-    const void* k_last =
-        es->last == es->full ? k_full : kernel_for(*es->last, w, w_last, s, threads);
+    const ChunkKernels kernels = chunk_kernels(*es, w, s, sp);
     for_chunks(s, sp, [&](int64_t, int64_t first, int64_t n) {
       const Entry& e = es->of(n, sp);
       float* out = reinterpret_cast<float*>(at(y, first * out_image, s));
       dnnl::stream stream(cpu_engine());
       e.prim.execute(stream, {{DNNL_ARG_SRC, bind(e.src, at(x, first * in_image, s))},
-                              {DNNL_ARG_WEIGHTS, bind(e.weights, n == sp.images ? k_full : k_last)},
+                              {DNNL_ARG_WEIGHTS, bind(e.weights, kernels.of(n, sp))},
                               {DNNL_ARG_DST, bind(e.dst, out)},
                               {DNNL_ARG_SCRATCHPAD, bind(e.scratch, scratch_for(e.scratch))}});
       if (epilogue && sp.chunks > 1) epilogue(out, first * out_rows, n * out_rows);
@@ -386,16 +404,12 @@ bool input_grad(const KernelContext& ctx, const ConvShape& s, const void* dy, co
   guarded(ctx, "convolution_input_grad", s, [&] {
     const std::optional<Entries> es = entries(Pass::kInputGrad, s, sp);
     if (!es) return;
-    std::vector<char> w_full, w_last;
-    const int threads = static_cast<int>(sp.threads);
-    const void* k_full = kernel_for(*es->full, w, w_full, s, threads);
-    const void* k_last =
-        es->last == es->full ? k_full : kernel_for(*es->last, w, w_last, s, threads);
+    const ChunkKernels kernels = chunk_kernels(*es, w, s, sp);
     for_chunks(s, sp, [&](int64_t, int64_t first, int64_t n) {
       const Entry& e = es->of(n, sp);
       dnnl::stream stream(cpu_engine());
       e.prim.execute(stream, {{DNNL_ARG_DIFF_SRC, bind(e.src, at(dx, first * in_image, s))},
-                              {DNNL_ARG_WEIGHTS, bind(e.weights, n == sp.images ? k_full : k_last)},
+                              {DNNL_ARG_WEIGHTS, bind(e.weights, kernels.of(n, sp))},
                               {DNNL_ARG_DIFF_DST, bind(e.dst, at(dy, first * out_image, s))},
                               {DNNL_ARG_SCRATCHPAD, bind(e.scratch, scratch_for(e.scratch))}});
     });

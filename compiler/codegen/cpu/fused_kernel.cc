@@ -134,12 +134,6 @@ int FusedSubgraph::add_mapped_input(DType dtype, Shape shape, StridedView map, S
   return id;
 }
 
-bool FusedSubgraph::has_mapped_inputs() const {
-  for (const Input& in : inputs)
-    if (in.map) return true;
-  return false;
-}
-
 DType FusedSubgraph::dtype(int value) const {
   if (value < 0 || value >= num_values())
     fail(*this, "value " + std::to_string(value) + " out of range [0, " +

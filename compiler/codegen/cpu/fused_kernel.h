@@ -75,7 +75,6 @@ struct FusedSubgraph {
   // An input read through `map` (strides over `shape`) from a buffer of shape `source`; throws
   // kiln::Error when the view reaches outside the buffer.
   int add_mapped_input(DType dtype, Shape shape, StridedView map, Shape source);
-  bool has_mapped_inputs() const;
   int add(EltOp op, std::vector<int> args, DType to = f32);
   // A reduction of `arg` over `axes` (sorted; every reduction of a subgraph takes the same).
   int add_reduce(ReduceKind kind, int arg, std::vector<int64_t> axes);
