@@ -11,6 +11,7 @@
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
 #include "ops/dot_util.h"
+#include "ops/onednn_matmul.h"
 
 namespace kiln {
 namespace ops {
@@ -227,7 +228,16 @@ void dot_kernel(KernelContext& ctx) {
       auto a = prepare<T, T>(ta, a_mk, a_km, true);
       auto b = prepare<T, T>(tb, b_kn, b_nk, true);
       gemm_eigen(s, a, b, out_ptr<T>(out));
-    } else if constexpr (kIsFloat<T>) {  // f16, bf16: computed in float
+    } else if constexpr (kIsFloat<T>) {  // f16, bf16: products summed in f32, rounded once
+      // The CPU's bf16/f16 unit through oneDNN where there is one (ops/onednn_matmul.h), the
+      // operands read in their own type; otherwise (or when oneDNN declines) widened to f32.
+      if (onednn::lowp_matmul_supported(ta.dtype())) {
+        auto a = prepare<T, T>(ta, a_mk, a_km, true);
+        auto b = prepare<T, T>(tb, b_kn, b_nk, true);
+        const onednn::MatmulShape ms{s.batch,     s.m,         s.k,        s.n,
+                                     a.transposed, b.transposed, ta.dtype()};
+        if (onednn::matmul(ctx, ms, a.data, b.data, out_ptr<T>(out))) return;
+      }
       auto a = prepare<float, T>(ta, a_mk, a_km, true);
       auto b = prepare<float, T>(tb, b_kn, b_nk, true);
       std::vector<float> c(out.size());

@@ -1,6 +1,7 @@
-// ops/onednn_conv.h for a Kiln built without oneDNN (chosen by CMake): every pass declines, so
-// ops/conv.cc's own kernels serve every convolution.
+// ops/onednn_conv.h and ops/onednn_matmul.h for a Kiln built without oneDNN (chosen by CMake):
+// every pass declines, so ops/conv.cc's and ops/linalg.cc's own kernels serve every case.
 #include "ops/onednn_conv.h"
+#include "ops/onednn_matmul.h"
 
 namespace kiln::ops::onednn {
 
@@ -19,5 +20,13 @@ bool input_grad(const KernelContext&, const ConvShape&, const void*, const void*
 bool kernel_grad(const KernelContext&, const ConvShape&, const void*, const void*, void*) {
   return false;
 }
+
+bool lowp_matmul_supported(DType) { return false; }
+bool matmul(const KernelContext&, const MatmulShape&, const void*, const void*, void*) {
+  return false;
+}
+std::string cpu_isa() { return "none"; }
+std::string matmul_path(DType) { return "widen to f32: Kiln is built without oneDNN"; }
+int64_t matmul_count() { return 0; }
 
 }  // namespace kiln::ops::onednn
