@@ -3,7 +3,8 @@
 // loads libopenblas0-openmp; run.sh runs each case under both OpenMP wait policies and keeps the
 // better). Cases: mlp_b64, mlp_b1024 (784-128-10, ReLU, dropout 0.2), cnn_b128 (the
 // fashion_mnist_cnn model), all trained with softmax cross-entropy and Adam; eltwise_chain and
-// eltwise_compute_chain (sgemm_bench's two chains over 16M floats). Prints
+// eltwise_compute_chain (sgemm_bench's two chains over 16M floats); bf16_gemm_2048
+// (lowp_gemm_bench's). Prints
 // `RESULT torch_<case>_...` lines.
 #include <torch/torch.h>
 
@@ -110,11 +111,27 @@ double eltwise_compute_chain_ms() {
   return kiln::bench::interleaved_median_seconds(chain, [] {}, 7).first * 1e3;
 }
 
+// lowp_gemm_bench's bf16 matmul 2048^3 through at::matmul, and f32 beside it: GFLOP/s from the
+// median of alternated calls.
+std::pair<double, double> bf16_gemm_2048_gflops() {
+  constexpr int64_t kN = 2048;
+  constexpr double kFlop = 2.0 * kN * kN * kN;
+  torch::NoGradGuard no_grad;
+  torch::Tensor a = torch::rand({kN, kN}), b = torch::rand({kN, kN});
+  torch::Tensor a16 = a.to(torch::kBFloat16), b16 = b.to(torch::kBFloat16);
+  auto [t16, t32] = kiln::bench::interleaved_median_seconds(
+      [&] { (void)torch::matmul(a16, b16).data_ptr(); },
+      [&] { (void)torch::matmul(a, b).data_ptr(); }, 15);
+  return {kFlop / t16 / 1e9, kFlop / t32 / 1e9};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const auto cases = kiln::bench::selected_cases(
-      argc, argv, {"mlp_b64", "mlp_b1024", "cnn_b128", "eltwise_chain", "eltwise_compute_chain"});
+      argc, argv,
+      {"mlp_b64", "mlp_b1024", "cnn_b128", "eltwise_chain", "eltwise_compute_chain",
+       "bf16_gemm_2048"});
   if (cases.empty()) return 2;
   torch::set_num_threads(2);
   torch::manual_seed(0);
@@ -135,6 +152,10 @@ int main(int argc, char** argv) {
       kiln::bench::result("torch_eltwise_chain_builtin_gelu_ms", builtin);
     } else if (c == "eltwise_compute_chain") {
       kiln::bench::result("torch_eltwise_compute_chain_ms", eltwise_compute_chain_ms());
+    } else if (c == "bf16_gemm_2048") {
+      auto [bf16, f32] = bf16_gemm_2048_gflops();
+      kiln::bench::result("torch_bf16_gemm_2048_gflops", bf16);
+      kiln::bench::result("torch_f32_gemm_2048_gflops", f32);
     }
   }
   return 0;
