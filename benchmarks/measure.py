@@ -15,6 +15,7 @@ import sys
 import time
 
 RESULT = re.compile(r"^RESULT (\w+)=(\S+)(?: reason=(.*))?$")
+INFO = re.compile(r"^INFO (\w+)=(.*)$")  # a text fact about the run (the path a kernel took)
 
 
 def busy_cpu_seconds():
@@ -37,12 +38,15 @@ def main():
 
     busy_before, start = busy_cpu_seconds(), time.monotonic()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    results, reasons = {}, {}
+    results, reasons, info = {}, {}, {}
     for line in child.stdout:
         sys.stdout.write(line)
         sys.stdout.flush()
         m = RESULT.match(line.strip())
         if not m:
+            i = INFO.match(line.strip())
+            if i:
+                info[i.group(1)] = i.group(2)
             continue
         key, value, reason = m.groups()
         if a.rename:
@@ -60,6 +64,7 @@ def main():
         "round": a.round, "label": a.label, "exit_status": os.waitstatus_to_exitcode(status),
         "wall_s": round(wall, 3), "own_cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
         "other_cpu_s": round(other, 3), "results": results, "reasons": reasons,
+        "info": info,
     }
     with open(a.out, "a") as f:
         f.write(json.dumps(record) + "\n")

@@ -67,6 +67,14 @@ RATIOS = {
                                                     r["eigen_product_sgemm_1024_gflops"]),
         ["kiln_sgemm_1024_gflops", "eigen_contraction_sgemm_1024_gflops",
          "eigen_product_sgemm_1024_gflops"]),
+    # Issue #16: bf16 matmul 2048^3 over Kiln's own f32 (same process, alternated calls) and over
+    # LibTorch's bf16 at::matmul. Targets (>= 4x f32, ahead of LibTorch) are for hosts with AMX;
+    # meta.info.lowp_matmul_path says which path ran.
+    "bf16_gemm_2048_vs_f32": ratio(
+        "", "kiln_bf16_gemm_2048_gflops", "kiln_f32_gemm_2048_gflops"),
+    "bf16_gemm_2048_vs_libtorch": ratio(
+        "", "kiln_bf16_gemm_2048_gflops", "torch_bf16_gemm_2048_gflops",
+        "torch_f32_gemm_2048_gflops"),
     "compile_ms_mlp_train_step": (
         "< 300", lambda r: r["compile_ms_mlp_train_step"],
         ["compile_ms_mlp_train_step", "compile_ms_mlp_train_step_warm"]),
@@ -189,6 +197,7 @@ def main():
     reasons = {}
     for run in runs:
         reasons.update(run.get("reasons", {}))
+        results["meta"].setdefault("info", {}).update(run.get("info", {}))
     for key, (target, compute, sources) in RATIOS.items():
         values, missing = [], set()
         for r in sorted(rounds):

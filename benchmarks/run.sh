@@ -55,7 +55,8 @@ fresh=(); [[ -e $build/CMakeCache.txt ]] || fresh=(-G Ninja -DCMAKE_BUILD_TYPE=R
   -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=OFF)
 cmake -S "$root" -B "$build" "${fresh[@]}" -DKILN_BUILD_BENCHMARKS=ON \
   -DKILN_BENCH_PEERS="$peers_cmake" >/dev/null
-targets=(train_step_bench compile_bench sgemm_bench pipeline_bench fit_pipeline_bench)
+targets=(train_step_bench compile_bench sgemm_bench pipeline_bench fit_pipeline_bench
+  lowp_gemm_bench)
 if [[ $peers == on ]]; then targets+=(libtorch_bench); fi
 # Built only where Kiln has its MPI backend (and run only where mpirun is).
 if ninja -C "$build" -t targets all | grep -q '^allreduce_vs_mpi:'; then targets+=(allreduce_vs_mpi); fi
@@ -109,6 +110,8 @@ for ((r = 1; r <= rounds; ++r)); do
     env KILN_INTERPRET=1 "$bin/train_step_bench" mlp_b64
   run compile_bench "$bin/compile_bench"
   run sgemm_bench "$bin/sgemm_bench"
+  run lowp_gemm_bench "$bin/lowp_gemm_bench"
+  if [[ $peers == on ]]; then torch bf16_gemm_2048; fi
   run pipeline_bench "$bin/pipeline_bench"
   run fit_pipeline_bench "$bin/fit_pipeline_bench"
   # Kiln's MPI all-reduce vs a raw MPI_Allreduce, 2 and 4 ranks (more ranks than cores here:
