@@ -140,7 +140,9 @@ std::vector<Tensor> all_reduce_gradient(const GradContext& g) {
         ErrorCode::kUnimplemented,
         "all_reduce " + op + " has no gradient (only sum and mean do) (in " + g.node.name + ")");
   }
-  return {record("all_reduce", g.output_grads[0], {{"op", op}})};
+  std::vector<Tensor> grads = {record("all_reduce", g.output_grads[0], {{"op", op}})};
+  grads.resize(g.node.inputs.size());  // none for the ordering input `after`
+  return grads;
 }
 
 std::vector<Tensor> all_gather_gradient(const GradContext& g) {
@@ -170,7 +172,14 @@ std::vector<Tensor> reduce_to_root_gradient(const GradContext& g) {
 }
 
 // Stateful: never constant-folded (that would run a collective while compiling) nor merged.
-KILN_REGISTER_OP(all_reduce).input("x").kind(OpKind::kKernel).stateful().shape_fn(same_type);
+// all_reduce's optional `after` is read by nothing: it orders the buckets of
+// all_reduce_in_buckets (gradient_buckets.cc) the same way on every replica.
+KILN_REGISTER_OP(all_reduce)
+    .input("x")
+    .optional_input("after")
+    .kind(OpKind::kKernel)
+    .stateful()
+    .shape_fn(same_type);
 KILN_REGISTER_KERNEL(all_reduce).fn(all_reduce_kernel);
 KILN_REGISTER_GRADIENT(all_reduce, all_reduce_gradient);
 

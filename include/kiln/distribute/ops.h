@@ -3,6 +3,9 @@
 // communicator of the CollectiveScope of the thread that runs them. Each has a gradient rule.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "kiln/distribute/collective.h"
 #include "kiln/tensor.h"
 
@@ -41,5 +44,18 @@ Tensor broadcast(const Tensor& x, int root = 0);
 // a CollectiveScope too (or a graph made for one group size).
 Tensor all_gather(const Tensor& x);
 Tensor reduce_scatter(const Tensor& x, ReduceOp op = ReduceOp::kSum);
+
+// Sums `values` over the replicas in buckets of at most `bucket_bytes` (0: one bucket): each
+// value is flattened to the widest float dtype among them (f64 if any is, else f32); the flat
+// values, last first (backward computes the last layers' gradients first), are cut into
+// consecutive buckets of bucket_bytes / itemsize elements (at least one), a value spanning a
+// boundary split across two; each bucket is one all_reduce (sum) of the concatenation of its
+// pieces, which depends only on those values, so the compiler can run it as soon as they exist.
+// Each bucket's all_reduce also takes the previous one's result as an ordering input (read by
+// nothing), so every replica starts them in the same order whatever its compiled schedule.
+// Returns the sums in the values' shapes and dtypes: ceil(total bytes / bucket bytes)
+// all_reduces, each element summed as one all_reduce of everything would sum it.
+// kInvalidArgument for a negative bucket_bytes.
+std::vector<Tensor> all_reduce_in_buckets(const std::vector<Tensor>& values, int64_t bucket_bytes);
 
 }  // namespace kiln::distribute

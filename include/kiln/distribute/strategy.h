@@ -3,6 +3,7 @@
 // process) and MultiWorkerMirroredStrategy (processes under mpirun) are the two kinds.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <utility>
@@ -40,8 +41,21 @@ class Strategy {
   // Replaces `values` (the same dtypes and shapes everywhere) by the chief's.
   virtual void broadcast_from_chief(std::vector<Tensor>& values) {}
 
+  // Gradient buckets (Horovod's tensor fusion, PyTorch DDP's buckets): the train step sums its
+  // gradients over the replicas with one all_reduce per bucket of at most this many bytes
+  // (all_reduce_in_buckets in kiln/distribute/ops.h), each depending only on its own gradients,
+  // last layers first. 0 puts everything in one all_reduce. Read when the train step is traced
+  // (at the first fit after compile), so set it before compile; every worker must set the same.
+  static constexpr int64_t kDefaultBucketBytes = int64_t{4} << 20;
+  int64_t bucket_bytes() const { return bucket_bytes_; }
+  // kInvalidArgument for a negative size.
+  void set_bucket_bytes(int64_t bytes);
+
  protected:
   Strategy() = default;
+
+ private:
+  int64_t bucket_bytes_ = kDefaultBucketBytes;
 };
 
 }  // namespace kiln::distribute

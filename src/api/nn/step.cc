@@ -7,31 +7,6 @@
 namespace kiln::nn {
 namespace {
 
-// Sums `values` over the replicas with one all_reduce: each flattened into one vector of the
-// widest float dtype among them, then cut back into its shape and dtype. One collective per
-// step (rather than one per value) is one message for MPI, and leaves no order among several
-// collectives for replicas' programs, compiled for different part sizes, to disagree on.
-std::vector<Tensor> sum_over_replicas(const std::vector<Tensor>& values) {
-  DType wide = f32;
-  for (const Tensor& v : values)
-    if (v.dtype() == f64) wide = f64;
-  std::vector<Tensor> flat;
-  for (const Tensor& v : values) {
-    Tensor w = v.dtype() == wide ? v : convert(v, wide);
-    flat.push_back(reshape(w, {num_elements(v.shape())}));
-  }
-  Tensor packed = distribute::all_reduce(concatenate(flat, 0), distribute::ReduceOp::kSum);
-  std::vector<Tensor> out;
-  int64_t at = 0;
-  for (const Tensor& v : values) {
-    const int64_t n = num_elements(v.shape());
-    Tensor part = reshape(slice(packed, {at}, {at + n}), v.shape());
-    out.push_back(v.dtype() == wide ? part : convert(part, v.dtype()));
-    at += n;
-  }
-  return out;
-}
-
 bool is_float(DType d) { return d == f32 || d == f64 || d == f16 || d == bf16; }
 
 }  // namespace
@@ -139,7 +114,8 @@ Step Model::Impl::trace(const std::vector<TensorType>& x_types,
       averaged_updates.push_back(k);
       local.push_back(weighted(updates[k].second));
     }
-    std::vector<Tensor> global = sum_over_replicas(local);
+    // In buckets, each one all_reduce (as one per step would, but started by parts).
+    std::vector<Tensor> global = distribute::all_reduce_in_buckets(local, strategy->bucket_bytes());
     total_rows = global[0];
     auto mean = [&](const Tensor& sum) {
       return sum / (sum.dtype() == f32 ? total_rows : convert(total_rows, sum.dtype()));
@@ -266,6 +242,7 @@ std::vector<std::pair<std::string, std::string>> Model::Impl::worker_facts(
           {"optimizer", optimizer->name() + " (learning rate " +
                             std::to_string(optimizer->learning_rate()) + ")"},
           {"global batch", std::to_string(options.batch_size)},
+          {"gradient bucket bytes", std::to_string(strategy->bucket_bytes())},
           {"steps per epoch", std::to_string(steps_per_epoch)},
           {"epochs", std::to_string(options.epochs)},
           {"shuffle and seed",
