@@ -59,7 +59,9 @@ targets=(train_step_bench compile_bench sgemm_bench pipeline_bench fit_pipeline_
   lowp_gemm_bench)
 if [[ $peers == on ]]; then targets+=(libtorch_bench); fi
 # Built only where Kiln has its MPI backend (and run only where mpirun is).
-if ninja -C "$build" -t targets all | grep -q '^allreduce_vs_mpi:'; then targets+=(allreduce_vs_mpi); fi
+if ninja -C "$build" -t targets all | grep -q '^allreduce_vs_mpi:'; then
+  targets+=(allreduce_vs_mpi mlp_2workers_step_vs_1)
+fi
 ninja -C "$build" -j"$jobs" "${targets[@]}"
 
 bin="$build/benchmarks"
@@ -122,6 +124,10 @@ for ((r = 1; r <= rounds; ++r)); do
       run "allreduce_vs_mpi np$np" mpirun "${as_root[@]}" --oversubscribe -np "$np" \
         "$bin/allreduce_vs_mpi"
     done
+    # The MLP step: 2 workers of 1 thread against 1 worker of 2 threads, same global batch.
+    run "mlp_2workers_step_vs_1 np1" env KILN_NUM_THREADS=2 "$bin/mlp_2workers_step_vs_1"
+    run "mlp_2workers_step_vs_1 np2" mpirun "${as_root[@]}" --oversubscribe -np 2 \
+      -x KILN_NUM_THREADS=1 "$bin/mlp_2workers_step_vs_1"
   fi
   if [[ $peers == on ]]; then torch eltwise_chain eltwise_compute_chain; fi
 done
