@@ -58,6 +58,20 @@ Schedule cosine_decay(double lr, int64_t decay_steps, double alpha = 0);
 // Linear ramp from 0 to after(0) over warmup_steps, then after(step - warmup_steps).
 Schedule linear_warmup(Schedule after, int64_t warmup_steps);
 
+// How a step reads an optimizer's own variables: the value they have in the traced step graph
+// (a placeholder), or their current value when eager.
+using ReadVariable = std::function<Tensor(const Variable&)>;
+
+// An optimizer's part of a whole step beyond the per-variable updates (see Optimizer below).
+struct StepGradients {
+  std::vector<Tensor> grads;  // what apply() gets, one per variable (undefined: none)
+  // A bool scalar: when defined, the step's new variable and slot values take effect only where
+  // it holds (a graph select, no host round-trip); elsewhere they keep their old values.
+  Tensor apply_if;
+  // New values of the optimizer's own variables().
+  std::vector<std::pair<Variable, Tensor>> state_updates;
+};
+
 class Optimizer {
  public:
   explicit Optimizer(Schedule schedule) : schedule_(std::move(schedule)) {}
@@ -71,6 +85,18 @@ class Optimizer {
                                                        const std::vector<Tensor>& slots,
                                                        const Tensor& lr,
                                                        const Tensor& step) const = 0;
+  // ---- whole-step hooks, for optimizers acting across variables (LossScaleOptimizer) -----
+  // A training step differentiates scale_loss(loss), sums the gradients over the replicas,
+  // passes them to finish_gradients, calls apply() per variable with the gradients it gives,
+  // keeps the old values where apply_if does not hold, and assigns state_updates. The
+  // defaults: the loss as it is; the gradients clipped (clip()), always applied, no state.
+  virtual Tensor scale_loss(const Tensor& loss, const ReadVariable& read) const;
+  virtual StepGradients finish_gradients(const std::vector<Tensor>& grads,
+                                         const ReadVariable& read) const;
+  // Variables of the optimizer's own besides the per-variable slots (a loss scale), named
+  // "optimizer/<what>": checkpoints (Model::state) and saved models hold them.
+  virtual std::vector<Variable> variables() const { return {}; }
+
   // Keras' get_config: the hyper-parameters that rebuild this optimizer with
   // optimizer_from_config, including the learning-rate schedule ("learning_rate" and
   // "learning_rate.<argument>"), the clipping norm and an overridden learning rate. A
@@ -94,12 +120,15 @@ class Optimizer {
   std::vector<Tensor> clip(const std::vector<Tensor>& grads) const;
 
   // Eager training loops: applies one update to each variable with its gradient (concrete),
-  // keeping slots per variable inside the optimizer, and advances iterations().
+  // keeping slots per variable inside the optimizer, and advances iterations(). Goes through
+  // finish_gradients as a step does (a LossScaleOptimizer unscales and may skip the update;
+  // the gradients given are those of scale_loss(loss)).
   void apply_gradients(std::vector<Variable>& vars, const std::vector<Tensor>& grads);
   // The slot tensors this optimizer holds for a variable (created on first use).
   std::vector<Variable>& slots(const Variable& var);
 
  private:
+  friend class LossScaleOptimizer;  // takes over the wrapped optimizer's learning-rate override
   Schedule schedule_;
   double override_lr_ = -1;
   int64_t iterations_ = 0;
@@ -183,6 +212,50 @@ class RMSprop : public Optimizer {
  private:
   double rho_, momentum_, eps_;
   bool centered_;
+};
+
+// Loss scaling for f16 training (TensorFlow's LossScaleOptimizer): the loss is multiplied by a
+// scale before differentiation so that small gradients do not underflow f16, and the gradients
+// are divided by it before the wrapped optimizer's update. Dynamic (the default): the scale
+// starts at initial_scale (2^15); when any gradient of a step is inf or NaN the step is
+// skipped (variables and the wrapped optimizer's slots keep their values) and the scale halves
+// (not below 1); after growth_steps consecutive finite steps it doubles (unless that would be
+// inf). The decision is made inside the compiled step. Fixed (dynamic = false): the scale
+// stays initial_scale and every step is applied, as the wrapped optimizer would. The scale and
+// the count of finite steps are variables ("optimizer/loss_scale", "optimizer/good_steps"), so
+// checkpoints and BackupAndRestore keep them. iterations() counts skipped steps too, as
+// TensorFlow's does. Model::compile wraps its optimizer in one when a layer of the model
+// computes in f16 (policy "mixed_float16"), as Keras does.
+struct LossScaleOptions {
+  bool dynamic = true;
+  double initial_scale = 32768;  // finite and >= 1
+  int64_t growth_steps = 2000;   // > 0
+};
+
+class LossScaleOptimizer : public Optimizer {
+ public:
+  // Takes the wrapped optimizer's schedule, clipping and iterations; updates with its apply().
+  explicit LossScaleOptimizer(OptimizerRef inner, LossScaleOptions options = {});
+  std::string name() const override { return "LossScaleOptimizer"; }
+  Attrs hyper_parameters() const override;
+  std::vector<std::string> slot_names() const override { return inner_->slot_names(); }
+  std::pair<Tensor, std::vector<Tensor>> apply(const Tensor& var, const Tensor& grad,
+                                               const std::vector<Tensor>& slots, const Tensor& lr,
+                                               const Tensor& step) const override;
+  Tensor scale_loss(const Tensor& loss, const ReadVariable& read) const override;
+  StepGradients finish_gradients(const std::vector<Tensor>& grads,
+                                 const ReadVariable& read) const override;
+  std::vector<Variable> variables() const override { return {scale_, good_steps_}; }
+
+  Optimizer& inner_optimizer() const { return *inner_; }
+  const LossScaleOptions& options() const { return options_; }
+  double loss_scale() const;   // the current scale
+  int64_t good_steps() const;  // consecutive finite steps since the scale last changed
+
+ private:
+  std::shared_ptr<Optimizer> inner_;
+  LossScaleOptions options_;
+  Variable scale_, good_steps_;  // f32 scalar, i64 scalar
 };
 
 }  // namespace kiln::optim

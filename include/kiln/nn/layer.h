@@ -3,15 +3,19 @@
 // trace and collects updates of non-trainable state (BatchNormalization's moving averages).
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/attrs.h"
 #include "kiln/nn/initializers.h"
+#include "kiln/nn/policy.h"
 #include "kiln/ref.h"
 #include "kiln/tensor.h"
 #include "kiln/variable.h"
@@ -27,28 +31,45 @@ class CallContext {
   CallContext(bool training, Tensor seed_tensor, std::function<Tensor(const Variable&)> resolve);
 
   bool training() const { return training_; }
+  // The variable's value; an f32 variable read while a layer computes in f16 or bf16 (its
+  // dtype policy, set by Layer::operator()) comes cast to that dtype.
   Tensor read(const Variable& v);
+  // The dtype the layer being called computes in (f32 outside layers); returns the previous.
+  DType compute_dtype() const { return compute_dtype_; }
+  DType set_compute_dtype(DType dtype) { return std::exchange(compute_dtype_, dtype); }
   // A fresh i64 scalar seed for one random op: distinct for every call within a step.
   Tensor next_seed();
   // Records a new value for a (non-trainable) variable; the model assigns it after the step.
+  // A value in another float dtype (computed under a mixed policy) is cast to the variable's.
   void update(const Variable& v, const Tensor& new_value);
   const std::vector<std::pair<Variable, Tensor>>& updates() const { return updates_; }
 
  private:
   bool training_;
   Tensor seed_;
+  DType compute_dtype_ = f32;
   int64_t seed_calls_ = 0;
   std::function<Tensor(const Variable&)> resolve_;
   std::vector<std::pair<Variable, Tensor>> updates_;
 };
 
+// Per-layer settings beyond a layer's own arguments, given with with_options below.
+struct LayerOptions {
+  // Keras' dtype=: unset, the layer takes global_policy() when it is made. Typical use: the
+  // model's last softmax in "float32" under a mixed global policy.
+  std::optional<Policy> dtype_policy;
+};
+
 class Layer {
  public:
-  explicit Layer(std::string name) : name_(std::move(name)) {}
+  // Takes global_policy() as its dtype policy.
+  explicit Layer(std::string name) : name_(std::move(name)), policy_(global_policy()) {}
   virtual ~Layer() = default;
 
   // Builds on first use (from the input shapes; the batch dimension may be kUnknownDim),
-  // then calls `call`. Subsequent calls reuse the weights.
+  // then calls `call`. Subsequent calls reuse the weights. Floating inputs of f32, f16 and bf16
+  // are cast to the policy's compute dtype first (f64 ones are left as they are), and `call`
+  // reads its variables in that dtype (CallContext::read).
   Tensor operator()(const Tensor& x, CallContext& ctx);
   Tensor operator()(const std::vector<Tensor>& xs, CallContext& ctx);
   // Concrete input: eager inference. Symbolic input from nn::Input: records this call into a
@@ -77,6 +98,10 @@ class Layer {
   int64_t count_params() const;
   // Seeds the initializers of weights created by build(); set by the model.
   void set_seed(uint64_t seed) { seed_ = seed; }
+  // Variables stay in policy.variable_dtype() (f32); the layer computes in compute_dtype().
+  const Policy& dtype_policy() const { return policy_; }
+  void set_dtype_policy(const Policy& policy) { policy_ = policy; }
+  void set_options(const LayerOptions& options);
 
  protected:
   Variable add_weight(const std::string& name, const Shape& shape, const Initializer& init,
@@ -88,7 +113,9 @@ class Layer {
 
  private:
   void build_once(const std::vector<Tensor>& xs);
+  Tensor call_in_policy(const std::vector<Tensor>& xs, CallContext& ctx);
   std::string name_;
+  Policy policy_;
   bool built_ = false;
   uint64_t seed_ = 0;
   int weight_count_ = 0;
@@ -96,6 +123,13 @@ class Layer {
 };
 
 using LayerPtr = std::shared_ptr<Layer>;
+
+// A layer with options: with_options(Activation("softmax"), {.dtype_policy = "float32"}).
+template <class L>
+requires std::derived_from<L, Layer> L with_options(L layer, const LayerOptions& options) {
+  layer.set_options(options);
+  return layer;
+}
 
 // Sequential({Dense(128), Dropout(0.2)}) stores each layer behind a shared handle.
 using LayerRef = Ref<Layer>;

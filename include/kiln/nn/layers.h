@@ -162,6 +162,7 @@ class BatchNormalization : public Layer {
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
 
  private:
+  Tensor normalize(const Tensor& x, CallContext& ctx);
   double momentum_, epsilon_;
   Variable gamma_, beta_, moving_mean_, moving_variance_;
 };

@@ -16,7 +16,15 @@ CallContext::CallContext(bool training, Tensor seed_tensor,
                          std::function<Tensor(const Variable&)> resolve)
     : training_(training), seed_(std::move(seed_tensor)), resolve_(std::move(resolve)) {}
 
-Tensor CallContext::read(const Variable& v) { return resolve_ ? resolve_(v) : v.value(); }
+namespace {
+bool narrow(DType d) { return d == f16 || d == bf16; }
+}  // namespace
+
+Tensor CallContext::read(const Variable& v) {
+  Tensor value = resolve_ ? resolve_(v) : v.value();
+  if (v.dtype() == f32 && narrow(compute_dtype_)) return convert(value, compute_dtype_);
+  return value;
+}
 
 Tensor CallContext::next_seed() {
   // Distinct, well-separated seeds per call: the random ops' Philox key differs per call.
@@ -26,7 +34,9 @@ Tensor CallContext::next_seed() {
 }
 
 void CallContext::update(const Variable& v, const Tensor& new_value) {
-  updates_.emplace_back(v, new_value);
+  const bool recast =
+      new_value.dtype() != v.dtype() && is_floating(new_value.dtype()) && is_floating(v.dtype());
+  updates_.emplace_back(v, recast ? convert(new_value, v.dtype()) : new_value);
 }
 
 // ---- Layer ------------------------------------------------------------------------------
@@ -39,12 +49,32 @@ void Layer::build_once(const std::vector<Tensor>& xs) {
   built_ = true;
 }
 
+void Layer::set_options(const LayerOptions& options) {
+  if (options.dtype_policy) policy_ = *options.dtype_policy;
+}
+
+// Keras' autocasting: floating inputs to the compute dtype, variables read in it.
+Tensor Layer::call_in_policy(const std::vector<Tensor>& xs, CallContext& ctx) {
+  const DType compute = policy_.compute_dtype();
+  std::vector<Tensor> cast = xs;
+  for (Tensor& x : cast) {
+    const DType d = x.defined() ? x.dtype() : compute;
+    if (d != compute && (d == f32 || narrow(d))) x = convert(x, compute);
+  }
+  struct Restore {
+    CallContext& ctx;
+    DType previous;
+    ~Restore() { ctx.set_compute_dtype(previous); }
+  } restore{ctx, ctx.set_compute_dtype(compute)};
+  return call(cast, ctx);
+}
+
 Tensor Layer::operator()(const std::vector<Tensor>& xs, CallContext& ctx) {
   if (xs.empty()) {
     throw Error(ErrorCode::kInvalidArgument, "layer '" + name_ + "' called with no inputs");
   }
   build_once(xs);
-  return call(xs, ctx);
+  return call_in_policy(xs, ctx);
 }
 
 Tensor Layer::operator()(const Tensor& x, CallContext& ctx) {
@@ -75,7 +105,7 @@ Tensor Layer::operator()(const std::vector<Tensor>& xs) {
   Tensor out;
   {
     auto guard = fg.as_default();
-    out = call(xs, ctx);
+    out = call_in_policy(xs, ctx);
   }
   detail::functional_calls().push_back({clone(), xs, out});
   return out;

@@ -1,7 +1,8 @@
-// What the built-in layers share: checking the inputs they are called with.
+// What the built-in layers share: checking the inputs they are called with, normalizing in f32.
 #include "src/api/nn/layer_util.h"
 
 #include "kiln/error.h"
+#include "kiln/ops.h"
 
 namespace kiln::nn::detail {
 
@@ -31,6 +32,16 @@ std::string ints_str(const std::vector<int64_t>& values) {
   std::string out;
   for (int64_t v : values) out += (out.empty() ? "" : ",") + std::to_string(v);
   return "[" + out + "]";
+}
+
+Tensor in_f32(const Tensor& x, CallContext& ctx, const std::function<Tensor(const Tensor&)>& fn) {
+  if (x.dtype() != f16 && x.dtype() != bf16) return fn(x);
+  struct Restore {
+    CallContext& ctx;
+    DType previous;
+    ~Restore() { ctx.set_compute_dtype(previous); }
+  } restore{ctx, ctx.set_compute_dtype(f32)};
+  return convert(fn(convert(x, f32)), x.dtype());
 }
 
 }  // namespace kiln::nn::detail

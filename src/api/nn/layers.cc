@@ -7,6 +7,7 @@
 #include "kiln/autodiff.h"
 #include "kiln/nn/layer_registry.h"
 #include "kiln/ops.h"
+#include "src/api/nn/layer_util.h"
 
 namespace kiln::nn {
 namespace {
@@ -199,11 +200,12 @@ void LayerNormalization::build(const std::vector<Shape>& shapes) {
 }
 
 Tensor LayerNormalization::call(const std::vector<Tensor>& inputs, CallContext& ctx) {
-  const Tensor& x = single(inputs, name());
-  Tensor mu = mean(x, {-1}, true);
-  Tensor centered = x - mu;
-  Tensor var = mean(centered * centered, {-1}, true);
-  return centered * rsqrt(var + epsilon_) * ctx.read(gamma_) + ctx.read(beta_);
+  return detail::in_f32(single(inputs, name()), ctx, [&](const Tensor& x) {
+    Tensor mu = mean(x, {-1}, true);
+    Tensor centered = x - mu;
+    Tensor var = mean(centered * centered, {-1}, true);
+    return centered * rsqrt(var + epsilon_) * ctx.read(gamma_) + ctx.read(beta_);
+  });
 }
 
 BatchNormalization::BatchNormalization(double momentum, double epsilon)
@@ -218,7 +220,11 @@ void BatchNormalization::build(const std::vector<Shape>& shapes) {
 }
 
 Tensor BatchNormalization::call(const std::vector<Tensor>& inputs, CallContext& ctx) {
-  const Tensor& x = single(inputs, name());
+  return detail::in_f32(single(inputs, name()), ctx,
+                        [&](const Tensor& x) { return normalize(x, ctx); });
+}
+
+Tensor BatchNormalization::normalize(const Tensor& x, CallContext& ctx) {
   Axes axes;
   for (int64_t a = 0; a + 1 < x.rank(); ++a) axes.push_back(a);
   Tensor mu, var;

@@ -289,6 +289,7 @@ std::map<std::string, Tensor> Model::state() const {
   }
   if (impl_->optimizer) {
     put("optimizer/iterations", Tensor::scalar<int64_t>(impl_->optimizer->iterations()));
+    for (const Variable& v : impl_->optimizer->variables()) put(v.name(), v.value());
   }
   return out;
 }
@@ -306,8 +307,18 @@ void Model::load_state(const std::map<std::string, Tensor>& saved) {
     if (!impl_->optimizer || !v.trainable()) continue;
     for (const Variable& slot : impl_->optimizer->slots(v)) put(slot.name(), slot);
   }
+  // The optimizer's own variables (a loss scale) load when both sides have them: a checkpoint
+  // written under one dtype policy restores under another, with or without loss scaling.
+  std::map<std::string, Variable> optimizer_vars;
+  if (impl_->optimizer)
+    for (const Variable& v : impl_->optimizer->variables()) optimizer_vars[v.name()] = v;
   for (const auto& [name, value] : saved) {
     if (name == "optimizer/iterations") continue;
+    if (name.rfind("optimizer/", 0) == 0) {
+      auto it = optimizer_vars.find(name);
+      if (it != optimizer_vars.end()) it->second.assign(value);
+      continue;
+    }
     if (!targets.count(name)) {
       throw Error(ErrorCode::kNotFound, "load_state: model '" + name_ + "' has no variable '" +
                                             name + "' (is it built and compiled the same way?)");
@@ -525,6 +536,12 @@ void Model::compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
     throw;
   }
   impl_->optimizer = optimizer.get();
+  // As Keras: f16 compute needs loss scaling, so the optimizer is wrapped in one.
+  const bool computes_in_f16 =
+      std::any_of(impl_->layers.begin(), impl_->layers.end(),
+                  [](const LayerPtr& l) { return l->dtype_policy().compute_dtype() == f16; });
+  if (computes_in_f16 && impl_->optimizer->name() != "LossScaleOptimizer")
+    impl_->optimizer = std::make_shared<optim::LossScaleOptimizer>(optimizer);
   impl_->loss_weights = std::move(loss_weights);
   // The train step (dropped below) is traced for the strategy; evaluate and predict split by it.
   impl_->strategy = options.strategy.get();

@@ -206,7 +206,7 @@ struct Model::Impl {
         h = (*layer)(h, ctx);
         output_shapes[layer.get()] = h.shape();
       }
-      return {h};
+      return {f32_output(h)};
     }
     std::map<std::pair<int, int>, Tensor> values;
     auto key = [](const Tensor& t) {
@@ -222,8 +222,14 @@ struct Model::Impl {
       values[key(call.output)] = out;
     }
     std::vector<Tensor> out;
-    for (const Tensor& o : outputs) out.push_back(values.at(key(o)));
+    for (const Tensor& o : outputs) out.push_back(f32_output(values.at(key(o))));
     return out;
+  }
+
+  // A model's outputs are f32 whatever its layers compute in (mixed precision), so that the
+  // losses, the metrics and predict see f32.
+  static Tensor f32_output(const Tensor& y) {
+    return y.dtype() == f16 || y.dtype() == bf16 ? convert(y, f32) : y;
   }
 
   // "x" for a one-input model, "x['<input name>']" otherwise.

@@ -6,6 +6,7 @@
 
 #include "kiln/nn/layer_registry.h"
 #include "kiln/ops.h"
+#include "src/api/nn/layer_util.h"
 
 namespace kiln::nn {
 
@@ -65,12 +66,13 @@ Tensor GroupNormalization::call(const std::vector<Tensor>& inputs, CallContext& 
                                                  "' takes one input, got " +
                                                  std::to_string(inputs.size()));
   }
-  const Tensor& x = inputs[0];
-  Tensor centered = x - group_mean(x);
-  Tensor y = centered * rsqrt(group_mean(square(centered)) + epsilon_);
-  if (scale_) y = y * ctx.read(gamma_);
-  if (center_) y = y + ctx.read(beta_);
-  return y;
+  return detail::in_f32(inputs[0], ctx, [&](const Tensor& x) {
+    Tensor centered = x - group_mean(x);
+    Tensor y = centered * rsqrt(group_mean(square(centered)) + epsilon_);
+    if (scale_) y = y * ctx.read(gamma_);
+    if (center_) y = y + ctx.read(beta_);
+    return y;
+  });
 }
 
 Attrs GroupNormalization::config() const {

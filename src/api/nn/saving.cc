@@ -3,7 +3,9 @@
 #include "kiln/nn/saving.h"
 
 #include <map>
+#include <optional>
 #include <set>
+#include <variant>
 
 #include "kiln/io/saved_model.h"
 #include "kiln/io/tfrecord.h"
@@ -21,6 +23,8 @@ namespace saved = proto::saved;
 using io::internal::Source;
 
 constexpr uint32_t kFormatVersion = 1;
+// The layer config entry holding the layer's dtype policy ("mixed_bfloat16").
+const std::string kPolicyKey = "dtype_policy";
 
 [[noreturn]] void refuse(const std::string& message) {
   throw Error(ErrorCode::kFailedPrecondition, "save_model: " + message);
@@ -88,6 +92,8 @@ saved::ModelDef describe(const Model& model, const Model::Architecture& arch,
     layer_index[layer->name()] = m.layers_size();
     saved::LayerDef* def = m.add_layers();
     def->set_name(layer->name());
+    // Keras keeps a layer's dtype policy in its config; load_model takes it back out.
+    config.set(kPolicyKey, layer->dtype_policy().name());
     set_object(def->mutable_object(), layer->type_name(), config, layer->name());
   }
   for (size_t i = 0; i < arch.input_types.size(); ++i) {
@@ -143,7 +149,10 @@ void save_model(const Model& model, const std::string& path) {
   saved::ModelDef m = describe(model, arch, compiled);
   VariableTable table = variable_table(arch, compiled.optimizer.get());
   std::vector<Tensor> values = model.read_variables(table.variables);
-  m.set_num_tensors(static_cast<uint32_t>(values.size() + (compiled.optimizer ? 1 : 0)));
+  std::vector<Variable> optimizer_state;  // a loss scale
+  if (compiled.optimizer) optimizer_state = compiled.optimizer->variables();
+  m.set_num_tensors(
+      static_cast<uint32_t>(values.size() + (compiled.optimizer ? 1 : 0) + optimizer_state.size()));
 
   io::internal::OutputFile file(path, io::internal::OutputFile::Mode::kAtomic,
                                 io::Compression::kNone, "save_model");
@@ -156,8 +165,8 @@ void save_model(const Model& model, const std::string& path) {
   };
   for (size_t i = 0; i < values.size(); ++i) write_tensor(table.keys[i], values[i]);
   if (compiled.optimizer) {
-    write_tensor("optimizer/iterations",
-                 Tensor::scalar<int64_t>(compiled.optimizer->iterations()));
+    write_tensor("optimizer/iterations", Tensor::scalar<int64_t>(compiled.optimizer->iterations()));
+    for (const Variable& v : optimizer_state) write_tensor(v.name(), v.value());
   }
   file.close();
 }
@@ -185,8 +194,22 @@ struct Loader {
       if (def.name().empty() || !names.insert(def.name()).second) {
         src.corrupt(where + ": a missing or repeated layer name");
       }
-      layers.push_back(layer_from_config(def.object().class_name(),
-                                         attrs(def.object(), where), def.name()));
+      Attrs config;
+      std::optional<Policy> policy;
+      const Attrs saved_config = attrs(def.object(), where);
+      for (const auto& [key, value] : saved_config.values()) {
+        if (key != kPolicyKey) {
+          config.set(key, value);
+          continue;
+        }
+        try {
+          policy = Policy(std::get<std::string>(value));
+        } catch (const std::exception& e) {
+          src.corrupt(where + ": bad " + kPolicyKey + " (" + e.what() + ")");
+        }
+      }
+      layers.push_back(layer_from_config(def.object().class_name(), config, def.name()));
+      if (policy) layers.back()->set_dtype_policy(*policy);
     }
   }
 
@@ -210,7 +233,8 @@ struct Loader {
     for (int i = 0; i < m.inputs_size(); ++i) {
       TensorType t = io::internal::type_from(m.inputs(i).type(), src, "input " + std::to_string(i));
       if (t.shape.empty()) src.corrupt("input " + std::to_string(i) + " has no batch dimension");
-      inputs.push_back(Input(Shape(t.shape.begin() + 1, t.shape.end()), t.dtype, m.inputs(i).name()));
+      inputs.push_back(
+          Input(Shape(t.shape.begin() + 1, t.shape.end()), t.dtype, m.inputs(i).name()));
     }
     std::vector<Tensor> outputs_of_calls;
     auto value = [&](const saved::ValueDef& v, const std::string& where) -> Tensor {
@@ -220,7 +244,8 @@ struct Loader {
         return inputs[v.index()];
       }
       if (v.call() < 0 || v.call() >= static_cast<int>(outputs_of_calls.size()) || v.index() != 0)
-        src.corrupt(where + " refers to call " + std::to_string(v.call()) + " (not an earlier one)");
+        src.corrupt(where + " refers to call " + std::to_string(v.call()) +
+                    " (not an earlier one)");
       return outputs_of_calls[v.call()];
     };
     for (int c = 0; c < m.calls_size(); ++c) {
@@ -247,8 +272,8 @@ struct Loader {
         c.optimizer().class_name(), attrs(c.optimizer(), "the optimizer"));
     std::vector<LossRef> losses;
     for (int i = 0; i < c.losses_size(); ++i) {
-      losses.emplace_back(loss_from_config(
-          c.losses(i).class_name(), attrs(c.losses(i), "loss " + std::to_string(i))));
+      losses.emplace_back(loss_from_config(c.losses(i).class_name(),
+                                           attrs(c.losses(i), "loss " + std::to_string(i))));
     }
     model.compile(opt, std::move(losses), {c.metrics().begin(), c.metrics().end()},
                   {c.loss_weights().begin(), c.loss_weights().end()});
@@ -294,8 +319,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
         it->second.shape() != table.variables[i].shape()) {
       l.src.corrupt("variable '" + table.keys[i] + "' is " + dtype_name(it->second.dtype()) +
                     shape_str(it->second.shape()) + " in the file but the rebuilt model has " +
-                    dtype_name(table.variables[i].dtype()) +
-                    shape_str(table.variables[i].shape()));
+                    dtype_name(table.variables[i].dtype()) + shape_str(table.variables[i].shape()));
     }
     table.variables[i].assign(it->second);
   }
@@ -304,6 +328,12 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     if (it == saved_values.end() || it->second.dtype() != i64 || it->second.rank() != 0)
       l.src.corrupt("no i64 scalar 'optimizer/iterations'");
     opt->set_iterations(it->second.item<int64_t>());
+    for (const Variable& v : opt->variables()) {
+      auto saved_value = saved_values.find(v.name());
+      if (saved_value == saved_values.end()) l.src.corrupt("no value for '" + v.name() + "'");
+      Variable target = v;
+      target.assign(saved_value->second);
+    }
   }
   return model;
 }
@@ -315,7 +345,8 @@ namespace {
 
 ExportedGraph exported(const nn::Model& model, nn::Model::InferenceGraph ig) {
   ExportedGraph g{model.name(), ig.graph, {}, {}, std::move(ig.variables)};
-  for (size_t i = 0; i < ig.inputs.size(); ++i) g.inputs.emplace_back(ig.input_names[i], ig.inputs[i]);
+  for (size_t i = 0; i < ig.inputs.size(); ++i)
+    g.inputs.emplace_back(ig.input_names[i], ig.inputs[i]);
   for (size_t o = 0; o < ig.outputs.size(); ++o)
     g.outputs.emplace_back(ig.output_names[o], ig.outputs[o]);
   return g;

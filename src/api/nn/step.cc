@@ -24,8 +24,8 @@ Step Model::Impl::trace(const std::vector<TensorType>& x_types,
       for (size_t d = 1; d < shape.size(); ++d)
         if (input_specs[i].shape[d] == kUnknownDim) shape[d] = kUnknownDim;
     }
-    s.xs.push_back(g.placeholder(x_types[i].dtype, shape,
-                                 x_types.size() > 1 ? input_names[i] : "x"));
+    s.xs.push_back(
+        g.placeholder(x_types[i].dtype, shape, x_types.size() > 1 ? input_names[i] : "x"));
   }
   s.seed = g.placeholder(i64, {}, "seed");
   std::map<const void*, Tensor> placeholders;
@@ -88,7 +88,8 @@ Step Model::Impl::trace(const std::vector<TensorType>& x_types,
     trainable.push_back(s.vars[i]);
     wrt.push_back(s.var_inputs[i]);
   }
-  std::vector<Tensor> grads = gradients(loss_value, wrt);
+  // A LossScaleOptimizer differentiates the scaled loss; the loss fetched stays unscaled.
+  std::vector<Tensor> grads = gradients(optimizer->scale_loss(loss_value, resolve), wrt);
   std::vector<std::pair<Variable, Tensor>> updates = ctx.updates();
   Tensor total_rows;
   if (strategy) {
@@ -126,9 +127,15 @@ Step Model::Impl::trace(const std::vector<TensorType>& x_types,
     for (Tensor& gr : grads) gr = mean(global[at++]);
     for (size_t k : averaged_updates) updates[k].second = mean(global[at++]);
   }
-  grads = optimizer->clip(grads);
   {
     auto scope = g.name_scope(optimizer->name());
+    optim::StepGradients finished = optimizer->finish_gradients(grads, resolve);
+    grads = finished.grads;
+    // A skipped step (loss scaling: a gradient was not finite) keeps every old value.
+    auto kept = [&](const Tensor& updated, const Tensor& old) {
+      if (!finished.apply_if.defined()) return updated;
+      return where(finished.apply_if, convert(updated, old.dtype()), old);
+    };
     for (size_t i = 0; i < trainable.size(); ++i) {
       std::vector<Variable>& slot_vars = optimizer->slots(trainable[i]);
       std::vector<Tensor> slot_inputs;
@@ -136,11 +143,16 @@ Step Model::Impl::trace(const std::vector<TensorType>& x_types,
       auto [new_value, new_slots] =
           optimizer->apply(wrt[i], grads[i], slot_inputs, s.lr, s.iteration);
       s.assigned.push_back(trainable[i]);
-      s.fetches.push_back(new_value);
+      s.fetches.push_back(kept(new_value, wrt[i]));
       for (size_t k = 0; k < slot_vars.size(); ++k) {
         s.assigned.push_back(slot_vars[k]);
-        s.fetches.push_back(new_slots[k]);
+        s.fetches.push_back(kept(new_slots[k], slot_inputs[k]));
       }
+    }
+    for (const auto& [var, value] : finished.state_updates) {
+      resolve(var);  // fed, so that the update may reuse its buffer
+      s.assigned.push_back(var);
+      s.fetches.push_back(value);
     }
   }
   for (const auto& [var, value] : updates) {
@@ -231,8 +243,8 @@ std::vector<std::pair<std::string, std::string>> Model::Impl::worker_facts(
   std::string layer_types, variables, inputs;
   for (const LayerPtr& l : layers) layer_types += (layer_types.empty() ? "" : " ") + l->type_name();
   for (const Variable& v : s.vars) {
-    variables += (variables.empty() ? "" : ", ") + v.name() + " " +
-                 TensorType{v.dtype(), v.shape()}.str();
+    variables +=
+        (variables.empty() ? "" : ", ") + v.name() + " " + TensorType{v.dtype(), v.shape()}.str();
   }
   for (const TensorType& t : input_specs) inputs += (inputs.empty() ? "" : ", ") + t.str();
   return {{"world size", std::to_string(strategy->num_replicas_in_sync())},
@@ -245,9 +257,8 @@ std::vector<std::pair<std::string, std::string>> Model::Impl::worker_facts(
           {"gradient bucket bytes", std::to_string(strategy->bucket_bytes())},
           {"steps per epoch", std::to_string(steps_per_epoch)},
           {"epochs", std::to_string(options.epochs)},
-          {"shuffle and seed",
-           std::string(options.shuffle ? "shuffled" : "in order") + ", seed " +
-               std::to_string(options.seed)}};
+          {"shuffle and seed", std::string(options.shuffle ? "shuffled" : "in order") + ", seed " +
+                                   std::to_string(options.seed)}};
 }
 
 void Model::Impl::sync_from_chief(const Step& s, int& epoch, int64_t& batch) {

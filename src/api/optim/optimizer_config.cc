@@ -56,6 +56,16 @@ const bool kBuiltIns = [] {
                                      c.get_float("momentum"), c.get_float("epsilon"),
                                      c.get_bool("centered"));
   });
+  register_optimizer("LossScaleOptimizer", [](const Attrs& c) {
+    Attrs inner;
+    const std::string prefix = "inner_optimizer.";
+    for (const auto& [key, value] : c.values())
+      if (key.rfind(prefix, 0) == 0) inner.set(key.substr(prefix.size()), value);
+    return std::make_shared<LossScaleOptimizer>(
+        optimizer_from_config(c.get_string("inner_optimizer"), inner),
+        LossScaleOptions{c.get_bool("dynamic"), c.get_float("initial_scale"),
+                         c.get_int("growth_steps")});
+  });
   return true;
 }();
 
@@ -64,14 +74,14 @@ const bool kBuiltIns = [] {
 Attrs Optimizer::config() const {
   if (!schedule_ || schedule_.name() == "custom") {
     throw Error(ErrorCode::kFailedPrecondition,
-                name() + ": its learning-rate schedule is a custom function, which cannot be "
-                         "saved; use a built-in schedule (constant_lr, exponential_decay, "
-                         "cosine_decay, linear_warmup)");
+                name() +
+                    ": its learning-rate schedule is a custom function, which cannot be "
+                    "saved; use a built-in schedule (constant_lr, exponential_decay, "
+                    "cosine_decay, linear_warmup)");
   }
   Attrs c = hyper_parameters();
   c.set("learning_rate", schedule_.name());
-  for (const auto& [key, value] : schedule_.config().values())
-    c.set("learning_rate." + key, value);
+  for (const auto& [key, value] : schedule_.config().values()) c.set("learning_rate." + key, value);
   c.set("global_clipnorm", global_clipnorm_);
   if (override_lr_ >= 0) c.set("learning_rate_override", override_lr_);
   return c;
@@ -114,10 +124,9 @@ std::shared_ptr<Optimizer> optimizer_from_config(const std::string& name, const 
     if (it != r.factories.end()) factory = it->second;
   }
   if (!factory) {
-    throw Error(ErrorCode::kNotFound,
-                "optimizer class '" + name +
-                    "' is not registered in this program: register it with "
-                    "kiln::optim::register_optimizer before loading");
+    throw Error(ErrorCode::kNotFound, "optimizer class '" + name +
+                                          "' is not registered in this program: register it with "
+                                          "kiln::optim::register_optimizer before loading");
   }
   std::shared_ptr<Optimizer> opt;
   try {
@@ -126,8 +135,8 @@ std::shared_ptr<Optimizer> optimizer_from_config(const std::string& name, const 
     throw Error(e.code(), "optimizer '" + name + "': " + e.what());
   }
   if (!opt) {
-    throw Error(ErrorCode::kInternal, "the factory of optimizer class '" + name +
-                                          "' returned no optimizer");
+    throw Error(ErrorCode::kInternal,
+                "the factory of optimizer class '" + name + "' returned no optimizer");
   }
   if (config.has("global_clipnorm")) opt->clip_global_norm(config.get_float("global_clipnorm"));
   if (config.has("learning_rate_override")) {

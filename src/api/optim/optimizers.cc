@@ -91,6 +91,13 @@ std::vector<Tensor> Optimizer::clip(const std::vector<Tensor>& grads) const {
   return out;
 }
 
+Tensor Optimizer::scale_loss(const Tensor& loss, const ReadVariable&) const { return loss; }
+
+StepGradients Optimizer::finish_gradients(const std::vector<Tensor>& grads,
+                                          const ReadVariable&) const {
+  return {clip(grads), {}, {}};
+}
+
 std::vector<Variable>& Optimizer::slots(const Variable& var) {
   auto it = slots_.find(var.id());
   // Slots are keyed by address: ones left by a destroyed variable of another type are stale.
@@ -123,19 +130,27 @@ void Optimizer::apply_gradients(std::vector<Variable>& vars, const std::vector<T
     }
   }
   Graph::DefaultGuard no_graph{Graph(std::shared_ptr<detail::GraphImpl>())};  // eager
-  std::vector<Tensor> clipped = clip(grads);
+  StepGradients finished = finish_gradients(grads, [](const Variable& v) { return v.value(); });
+  const std::vector<Tensor>& clipped = finished.grads;
   Tensor lr = Tensor::scalar<float>(static_cast<float>(learning_rate()));
   Tensor step = Tensor::scalar<float>(static_cast<float>(iterations_ + 1));
+  auto kept = [&](const Tensor& updated, const Variable& old) {
+    Tensor value = convert(updated, old.dtype());
+    return finished.apply_if.defined() ? where(finished.apply_if, value, old.value()) : value;
+  };
   for (size_t i = 0; i < vars.size(); ++i) {
     if (!clipped[i].defined()) continue;
     std::vector<Variable>& var_slots = slots(vars[i]);
     std::vector<Tensor> slot_values;
     for (const Variable& s : var_slots) slot_values.push_back(s.value());
     auto [value, new_slots] = apply(vars[i].value(), clipped[i], slot_values, lr, step);
-    vars[i].assign(convert(value, vars[i].dtype()));
-    for (size_t k = 0; k < var_slots.size(); ++k) {
-      var_slots[k].assign(convert(new_slots[k], var_slots[k].dtype()));
-    }
+    vars[i].assign(kept(value, vars[i]));
+    for (size_t k = 0; k < var_slots.size(); ++k)
+      var_slots[k].assign(kept(new_slots[k], var_slots[k]));
+  }
+  for (auto& [var, value] : finished.state_updates) {
+    Variable target = var;
+    target.assign(value);
   }
   ++iterations_;
 }

@@ -1,0 +1,189 @@
+// Dtype policies (kiln/nn/policy.h): variables stay f32, layers compute in the policy's dtype,
+// a per-layer policy beats the global one, model outputs are f32; training under a mixed
+// policy, compiled and interpreted; checkpoints cross policies; saved models keep them.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/kiln.h"
+#include "kiln/nn.h"
+#include "tests/testing/temp_dir.h"
+
+namespace kiln::nn {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Leaves the global policy as each test found it ("float32").
+class MixedPrecision : public testing_util::TempDirTest {
+ protected:
+  void TearDown() override {
+    set_global_policy("float32");
+    TempDirTest::TearDown();
+  }
+};
+
+Tensor inputs(int64_t rows, int64_t features) {
+  std::vector<float> v;
+  for (int64_t i = 0; i < rows * features; ++i) v.push_back(std::sin(0.37f * i));
+  return Tensor::from_vector(v, {rows, features});
+}
+
+Tensor labels(int64_t rows, int64_t classes) {
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < rows; ++i) v.push_back(i % classes);
+  return Tensor::from_vector(v, {rows});
+}
+
+std::unique_ptr<Sequential> mlp() {
+  return std::make_unique<Sequential>(
+      std::vector<LayerRef>{Dense(16, "relu"), Dense(3),
+                            with_options(Activation("softmax"), {.dtype_policy = "float32"})});
+}
+
+TEST(Policy, NamesComputeAndVariableDtypes) {
+  EXPECT_EQ(Policy().name(), "float32");
+  EXPECT_EQ(Policy("mixed_bfloat16").compute_dtype(), bf16);
+  EXPECT_EQ(Policy("mixed_float16").compute_dtype(), f16);
+  EXPECT_EQ(Policy("mixed_float16").variable_dtype(), f32);
+  EXPECT_FALSE(Policy("float32").mixed());
+  try {
+    Policy("mixed_float8");
+    FAIL() << "an unknown policy was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("'mixed_float8'"));
+  }
+}
+
+TEST_F(MixedPrecision, LayersTakeTheGlobalPolicyWhenMade) {
+  Dense before(4);
+  set_global_policy("mixed_bfloat16");
+  Dense after(4);
+  EXPECT_EQ(global_policy().name(), "mixed_bfloat16");
+  EXPECT_EQ(before.dtype_policy().name(), "float32");
+  EXPECT_EQ(after.dtype_policy().name(), "mixed_bfloat16");
+}
+
+TEST_F(MixedPrecision, VariablesStayF32AndOutputsAreInTheComputeDtype) {
+  set_global_policy("mixed_bfloat16");
+  Dense dense(4);
+  Tensor y = dense(inputs(2, 3));
+  EXPECT_EQ(y.dtype(), bf16);
+  for (const Variable& v : dense.weights()) EXPECT_EQ(v.dtype(), f32) << v.name();
+  set_global_policy("mixed_float16");
+  Dense half(4);
+  EXPECT_EQ(half(inputs(2, 3)).dtype(), f16);
+}
+
+TEST_F(MixedPrecision, APerLayerPolicyBeatsTheGlobalOne) {
+  set_global_policy("mixed_bfloat16");
+  auto softmax = with_options(Activation("softmax"), {.dtype_policy = "float32"});
+  EXPECT_EQ(softmax.dtype_policy().name(), "float32");
+  Dense dense(4);
+  Tensor h = dense(inputs(2, 3));
+  ASSERT_EQ(h.dtype(), bf16);
+  EXPECT_EQ(softmax(h).dtype(), f32);  // its bf16 input is cast to f32
+  set_global_policy("float32");
+  auto mixed = with_options(Dense(4), {.dtype_policy = "mixed_float16"});
+  EXPECT_EQ(mixed(inputs(2, 3)).dtype(), f16);
+}
+
+TEST_F(MixedPrecision, ModelOutputsAreF32) {
+  set_global_policy("mixed_bfloat16");
+  Sequential model({Dense(8, "relu"), Dense(3)});  // the last layer computes in bf16
+  Tensor p = model.predict(inputs(5, 4));
+  EXPECT_EQ(p.dtype(), f32);
+  for (const Variable& v : model.weights()) EXPECT_EQ(v.dtype(), f32) << v.name();
+  Tensor in = Input({4});
+  Tensor out = Dense(2)(Dense(8)(in));
+  Model functional(in, out);
+  EXPECT_EQ(functional.predict(inputs(5, 4)).dtype(), f32);
+}
+
+// Trains under each policy, compiled and interpreted: the loss falls and stays finite.
+TEST_F(MixedPrecision, TrainsUnderEachPolicyCompiledAndInterpreted) {
+  for (const char* policy : {"float32", "mixed_bfloat16", "mixed_float16"}) {
+    for (ExecutionMode mode : {ExecutionMode::kCompiled, ExecutionMode::kInterpreted}) {
+      SCOPED_TRACE(std::string(policy) +
+                   (mode == ExecutionMode::kCompiled ? " compiled" : " interpreted"));
+      set_global_policy(policy);
+      auto model = mlp();
+      model->set_execution_mode(mode);
+      model->compile(optim::Adam(1e-2), SparseCategoricalCrossentropy(), {"accuracy"});
+      History h = model->fit(inputs(64, 4), labels(64, 3),
+                             {.epochs = 5, .batch_size = 16, .shuffle = false, .verbose = 0});
+      const std::vector<double>& loss = h.history.at("loss");
+      EXPECT_TRUE(std::isfinite(loss.back()));
+      EXPECT_LT(loss.back(), loss.front());
+      for (const Variable& v : model->weights()) EXPECT_EQ(v.dtype(), f32) << v.name();
+      EXPECT_EQ(model->optimizer().name(),
+                std::string(policy) == "mixed_float16" ? "LossScaleOptimizer" : "Adam");
+    }
+  }
+}
+
+TEST_F(MixedPrecision, NormalizationLayersComputeInF32AndKeepF32Statistics) {
+  set_global_policy("mixed_bfloat16");
+  Sequential model({Dense(8), BatchNormalization(), LayerNormalization(), Dense(3)});
+  model.compile(optim::SGD(0.1), SparseCategoricalCrossentropy(true));
+  model.fit(inputs(32, 4), labels(32, 3), {.epochs = 1, .batch_size = 8, .verbose = 0});
+  for (const Variable& v : model.weights()) EXPECT_EQ(v.dtype(), f32) << v.name();
+  EXPECT_EQ(model.layers()[1]->dtype_policy().name(), "mixed_bfloat16");
+}
+
+// A checkpoint holds f32 variables under every policy, so it restores under another; the loss
+// scale of mixed_float16 is kept where both sides have one and ignored where one does not.
+TEST_F(MixedPrecision, CheckpointsRestoreUnderAnotherPolicy) {
+  std::map<std::string, std::map<std::string, Tensor>> states;
+  for (const char* policy : {"float32", "mixed_bfloat16", "mixed_float16"}) {
+    set_global_policy(policy);
+    auto model = mlp();
+    model->compile(optim::Adam(1e-2), SparseCategoricalCrossentropy());
+    model->fit(inputs(32, 4), labels(32, 3), {.epochs = 1, .batch_size = 8, .verbose = 0});
+    states[policy] = model->state();
+  }
+  EXPECT_TRUE(states["mixed_float16"].count("optimizer/loss_scale"));
+  EXPECT_FALSE(states["float32"].count("optimizer/loss_scale"));
+  for (const auto& [from, state] : states) {
+    for (const char* to : {"float32", "mixed_bfloat16", "mixed_float16"}) {
+      SCOPED_TRACE(from + " -> " + to);
+      set_global_policy(to);
+      auto model = mlp();
+      model->compile(optim::Adam(1e-2), SparseCategoricalCrossentropy());
+      model->build({4});
+      model->fit(inputs(8, 4), labels(8, 3), {.epochs = 1, .batch_size = 8, .verbose = 0});
+      ASSERT_NO_THROW(model->load_state(state));
+      std::map<std::string, Tensor> loaded = model->state();
+      for (const auto& [name, value] : state) {
+        if (!loaded.count(name)) continue;  // a loss scale the target has none of
+        EXPECT_EQ(loaded[name].to_vector<double>(), value.to_vector<double>()) << name;
+      }
+    }
+  }
+}
+
+TEST_F(MixedPrecision, SavedModelsKeepEachLayersPolicy) {
+  set_global_policy("mixed_float16");
+  auto model = mlp();
+  model->compile(optim::Adam(1e-2), SparseCategoricalCrossentropy());
+  model->fit(inputs(32, 4), labels(32, 3), {.epochs = 1, .batch_size = 8, .verbose = 0});
+  Tensor before = model->predict(inputs(6, 4));
+  model->save(path("model.kiln"));
+  set_global_policy("float32");
+  std::unique_ptr<Model> loaded = load_model(path("model.kiln"));
+  std::vector<LayerPtr> layers = loaded->layers();
+  ASSERT_EQ(layers.size(), 3u);
+  EXPECT_EQ(layers[0]->dtype_policy().name(), "mixed_float16");
+  EXPECT_EQ(layers[1]->dtype_policy().name(), "mixed_float16");
+  EXPECT_EQ(layers[2]->dtype_policy().name(), "float32");
+  EXPECT_EQ(loaded->predict(inputs(6, 4)).to_vector<float>(), before.to_vector<float>());
+  auto& opt = dynamic_cast<optim::LossScaleOptimizer&>(loaded->optimizer());
+  auto& original = dynamic_cast<optim::LossScaleOptimizer&>(model->optimizer());
+  EXPECT_EQ(opt.loss_scale(), original.loss_scale());
+  EXPECT_EQ(opt.inner_optimizer().name(), "Adam");
+}
+
+}  // namespace
+}  // namespace kiln::nn
