@@ -59,6 +59,9 @@ std::string kernel_cache_key(const cpu::FusedSubgraph& sg) {
     if (in.map)
       key += "@" + shape_str(in.map->strides) + "+" + std::to_string(in.map->offset) + "of" +
              shape_str(in.source);
+    if (in.piece)
+      key += "in" + shape_str(in.piece->lo) + shape_str(in.piece->hi) + shape_str(in.piece->step) +
+             "else" + std::to_string(in.fallback);
     key += ",";
   }
   key += "|";

@@ -27,7 +27,30 @@ LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
           if (in.node == m) return false;
     return true;
   };
+  auto is_pieces = [&](int m) { return nodes[m].def && nodes[m].def->pieces; };
   for (int m : g.nodes) {
+    if (is_pieces(m)) {
+      // Each input with a piece reads inside it and falls back to the one added before it;
+      // the input without one (a scalar) is read everywhere else. Empty pieces are not read.
+      std::vector<Shape> shapes;
+      for (const ValueRef& in : nodes[m].inputs) shapes.push_back(types[in.node][in.output].shape);
+      const Shape& shape = types[m][0].shape;
+      const std::vector<std::optional<Piece>> pieces =
+          nodes[m].def->pieces(shapes, shape, nodes[m].attrs);
+      int value = -1;
+      for (size_t i = 0; i < pieces.size(); ++i)
+        if (!pieces[i]) {
+          value = sg.add_input(types[m][0].dtype, shapes[i]);
+          out.inputs.push_back(nodes[m].inputs[i]);
+        }
+      for (size_t i = pieces.size(); i-- > 0;) {
+        if (!pieces[i] || num_elements(shapes[i]) == 0) continue;
+        value = sg.add_piece_input(types[m][0].dtype, shape, *pieces[i], shapes[i], value);
+        out.inputs.push_back(nodes[m].inputs[i]);
+      }
+      value_of[key({m, 0})] = value;
+      continue;
+    }
     if (is_layout(m)) {
       if (interior(m)) continue;
       std::optional<LayoutRead> read = layout_read(m, group, plan.group_of, nodes, types);
@@ -50,7 +73,7 @@ LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
   }
   for (int m : g.nodes) {
     out.ops += (out.ops.empty() ? "" : ",") + nodes[m].op;
-    if (is_layout(m)) continue;  // read through its map above
+    if (is_layout(m) || is_pieces(m)) continue;  // read through its map or pieces above
     std::vector<int> args;
     for (const ValueRef& in : nodes[m].inputs) args.push_back(value_of.at(key(in)));
     const OpDef* def = nodes[m].def;

@@ -95,6 +95,33 @@ void copy_through(KernelContext& ctx, const IndexMapFn& map) {
   copy_to_output(ctx, std::move(c));
 }
 
+// Writes every input of a piecewise layout op into its piece of output 0 (concatenate's and
+// pad's kernel), after filling the output with the input that has no piece: the same pieces
+// the compiler reads through in the loops that read the output.
+void copy_pieces(KernelContext& ctx, const PiecesFn& pieces_of) {
+  std::vector<Shape> shapes;
+  for (int i = 0; i < ctx.num_inputs(); ++i) shapes.push_back(ctx.input(i).shape());
+  Tensor& out = ctx.allocate_output(0);
+  const std::vector<std::optional<Piece>> pieces =
+      pieces_of(shapes, out.shape(), ctx.attrs());
+  const size_t elem = dtype_size(out.dtype());
+  const std::vector<int64_t> out_row = row_major_strides(out.shape());
+  for (int i = 0; i < ctx.num_inputs(); ++i)
+    if (!pieces[i]) fill(out.raw_mutable_data(), out.size(), elem, ctx.input(i).raw_data());
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    if (!pieces[i]) continue;
+    const Tensor& x = ctx.input(i);
+    StridedCopy c;
+    c.dims = x.shape();
+    c.in_strides = row_major_strides(c.dims);
+    for (size_t d = 0; d < c.dims.size(); ++d) {
+      c.out_strides.push_back(c.dims[d] > 1 ? out_row[d] * pieces[i]->step[d] : 0);
+      c.out_offset += pieces[i]->lo[d] * out_row[d];
+    }
+    strided_copy(c, elem, x.raw_data(), out.raw_mutable_data());
+  }
+}
+
 // ---- for the gradient rules -------------------------------------------------------------
 // Rules record while x's dimensions may be unknown (a batch of any size): they restore x's
 // shape with reshape_like, and take ranges of such tensors with gather, since slice needs a
@@ -462,9 +489,28 @@ KILN_REGISTER_GRADIENT(slice, slice_gradient);
 
 // ---- concatenate ------------------------------------------------------------------------
 
+namespace {
+// Input i fills its run of the axis, after the inputs before it.
+std::vector<std::optional<Piece>> concatenate_pieces(const std::vector<Shape>& in,
+                                                     const Shape& out, const Attrs& attrs) {
+  const int64_t r = static_cast<int64_t>(out.size());
+  const int64_t axis = norm(attrs.get_int("axis"), r);
+  std::vector<std::optional<Piece>> pieces;
+  int64_t at = 0;
+  for (const Shape& s : in) {
+    Piece p{std::vector<int64_t>(r, 0), out, std::vector<int64_t>(r, 1)};
+    p.lo[axis] = at;
+    p.hi[axis] = at + s[axis];
+    at += s[axis];
+    pieces.push_back(std::move(p));
+  }
+  return pieces;
+}
+}  // namespace
+
 KILN_REGISTER_OP(concatenate)
     .variadic_input("xs")
-    .kind(OpKind::kCodegen)
+    .pieces(concatenate_pieces)
     .shape_fn([](const InferContext& ctx) {
       require_same_dtype(ctx);
       const TensorType& x0 = ctx.input(0);
@@ -492,22 +538,7 @@ KILN_REGISTER_OP(concatenate)
     });
 
 KILN_REGISTER_KERNEL(concatenate).fn([](KernelContext& ctx) {
-  Tensor& out = ctx.allocate_output(0);
-  const Shape& os = out.shape();
-  const int64_t axis = norm(ctx.attrs().get_int("axis"), static_cast<int64_t>(os.size()));
-  std::vector<int64_t> out_row = row_major_strides(os);
-  void* dst = out.raw_mutable_data();
-  int64_t at = 0;  // position along the axis
-  for (int i = 0; i < ctx.num_inputs(); ++i) {
-    const Tensor& x = ctx.input(i);
-    StridedCopy c;
-    c.dims = x.shape();
-    c.in_strides = row_major_strides(c.dims);
-    c.out_strides = out_row;
-    c.out_offset = at * out_row[axis];
-    strided_copy(c, dtype_size(x.dtype()), x.raw_data(), dst);
-    at += x.shape()[axis];
-  }
+  copy_pieces(ctx, concatenate_pieces);
 });
 
 namespace {
@@ -545,10 +576,27 @@ std::vector<int64_t> interior_of(const Attrs& attrs, size_t rank) {
 }
 }  // namespace
 
+namespace {
+// x's elements sit `low` into each dimension, `interior` apart; the value fills the rest.
+std::vector<std::optional<Piece>> pad_pieces(const std::vector<Shape>& in, const Shape&,
+                                             const Attrs& attrs) {
+  const Shape& xs = in[0];
+  const std::vector<int64_t>& low = attrs.get_ints("low");
+  const std::vector<int64_t> interior = interior_of(attrs, xs.size());
+  Piece p;
+  for (size_t d = 0; d < xs.size(); ++d) {
+    p.lo.push_back(low[d]);
+    p.step.push_back(interior[d] + 1);
+    p.hi.push_back(low[d] + (xs[d] == 0 ? 0 : (xs[d] - 1) * (interior[d] + 1) + 1));
+  }
+  return {std::move(p), std::nullopt};
+}
+}  // namespace
+
 KILN_REGISTER_OP(pad)
     .input("x")
     .input("value")
-    .kind(OpKind::kCodegen)
+    .pieces(pad_pieces)
     .shape_fn([](const InferContext& ctx) {
       require_same_dtype(ctx);
       const TensorType& x = ctx.input(0);
@@ -584,23 +632,7 @@ KILN_REGISTER_OP(pad)
       return std::vector<TensorType>{{x.dtype, out}};
     });
 
-KILN_REGISTER_KERNEL(pad).fn([](KernelContext& ctx) {
-  const Tensor& x = ctx.input(0);
-  Tensor& out = ctx.allocate_output(0);
-  const size_t elem = dtype_size(x.dtype());
-  fill(out.raw_mutable_data(), out.size(), elem, ctx.input(1).raw_data());
-  const std::vector<int64_t>& low = ctx.attrs().get_ints("low");
-  std::vector<int64_t> interior = interior_of(ctx.attrs(), x.shape().size());
-  std::vector<int64_t> out_row = row_major_strides(out.shape());
-  StridedCopy c;
-  c.dims = x.shape();
-  c.in_strides = row_major_strides(c.dims);
-  for (size_t d = 0; d < c.dims.size(); ++d) {
-    c.out_strides.push_back(c.dims[d] > 1 ? out_row[d] * (interior[d] + 1) : 0);
-    c.out_offset += low[d] * out_row[d];
-  }
-  strided_copy(c, elem, x.raw_data(), out.raw_mutable_data());
-});
+KILN_REGISTER_KERNEL(pad).fn([](KernelContext& ctx) { copy_pieces(ctx, pad_pieces); });
 
 namespace {
 // x's elements are dz[low : : interior + 1] in each dimension; the padding value's gradient

@@ -1,7 +1,9 @@
 // The fusion pass: greedy, in topological order, each node the target can emit joins the
 // groups of its same-shaped producers, and each reduction the group of its producer, unless a
 // FusionDecision below forbids it (a cycle, a broadcast, a reduction's result used inside the
-// loop that computes it, two reductions folding different axes).
+// loop that computes it, two reductions folding different axes). A layout op starts a group
+// that reads its buffer through an index map, and a piecewise layout op one that reads its
+// inputs' buffers each inside its piece; their consumers then join that group.
 #include "compiler/passes/fusion.h"
 
 #include <algorithm>
@@ -17,6 +19,7 @@ std::string label(const std::vector<detail::Node>& nodes, int id) {
 bool is_reduction(const detail::Node& node) { return node.def && node.def->reduction; }
 bool is_elemental(const detail::Node& node) { return node.def && node.def->elemental; }
 bool is_layout(const detail::Node& node) { return node.def && node.def->index_map; }
+bool is_pieces(const detail::Node& node) { return node.def && node.def->pieces; }
 
 class Planner {
  public:
@@ -39,6 +42,8 @@ class Planner {
       visit_elemental(id);
     } else if (is_layout(nodes_[id])) {
       visit_layout(id);
+    } else if (is_pieces(nodes_[id])) {
+      visit_pieces(id);
     }
     // anything else is a kernel op: not worth a note
   }
@@ -66,6 +71,9 @@ class Planner {
     const std::vector<int64_t>& axes = nodes_[id].attrs.get_ints("axes");
     if (is_reduction(nodes_[producer]))
       return FusionDecision::forbid("its input is a reduction's result");
+    if (reads_pieces(members_[g]))
+      return FusionDecision::forbid("the group reads pieces of a concatenate or pad, which the "
+                                    "loops of reductions do not read");
     if (reduces_[g] && axes_of_[g] != axes)
       return FusionDecision::forbid("the group already reduces axes " + shape_str(axes_of_[g]) +
                                     ", this folds " + shape_str(axes) +
@@ -98,6 +106,11 @@ class Planner {
         return FusionDecision::forbid("its group folds other axes than a group already merged");
     std::vector<int> trial = unit;
     trial.insert(trial.end(), members_[g].begin(), members_[g].end());
+    bool reduces = reduces_[g];
+    for (int h : merged) reduces = reduces || reduces_[h];
+    if (reduces && reads_pieces(trial))
+      return FusionDecision::forbid("a group reads pieces of a concatenate or pad and another "
+                                    "reduces, and the loops of reductions read no pieces");
     if (FusionDecision d = layout_reads_stay_outside(trial); !d) return d;
     if (creates_cycle(trial))
       return FusionDecision::forbid("would create a cycle (a path leaves the group and comes back)");
@@ -117,7 +130,34 @@ class Planner {
         return FusionDecision::forbid("layout op " + label(nodes_, m) +
                                       " would read a value the same loop computes");
     }
+    for (int m : unit) {
+      if (!is_pieces(nodes_[m])) continue;
+      for (const ValueRef& in : nodes_[m].inputs)
+        if (std::find(unit.begin(), unit.end(), in.node) != unit.end())
+          return FusionDecision::forbid("piecewise op " + label(nodes_, m) +
+                                        " would read a value the same loop computes");
+    }
     return FusionDecision::allow();
+  }
+
+  bool reads_pieces(const std::vector<int>& unit) const {
+    for (int m : unit)
+      if (is_pieces(nodes_[m])) return true;
+    return false;
+  }
+
+  // A piecewise layout op starts a group of its own that reads each input's buffer inside its
+  // piece (none of them computed by the group); consumers then join it like any group.
+  void visit_pieces(int id) {
+    if (FusionDecision d = target_.can_piece(nodes_[id], input_types(id), types_[id]); !d) {
+      note(label(nodes_, id) + ": " + d.reason());
+      return;
+    }
+    members_.push_back({id});
+    shape_of_.push_back(types_[id][0].shape);
+    reduces_.push_back(0);
+    axes_of_.emplace_back();
+    plan_.group_of[id] = static_cast<int>(members_.size()) - 1;
   }
 
   // A layout op starts a group of its own, or joins a chain of layout ops it reads, as an
@@ -271,7 +311,8 @@ FusionPlan Planner::finish(const std::vector<bool>& needed, const std::vector<Va
   // A group of layout ops alone computes nothing: their kernels copy (or alias) as well.
   for (size_t g = 0; g < members_.size(); ++g) {
     bool computes = false;
-    for (int m : members_[g]) computes = computes || !is_layout(nodes_[m]);
+    for (int m : members_[g])
+      computes = computes || !(is_layout(nodes_[m]) || is_pieces(nodes_[m]));
     if (computes || members_[g].empty()) continue;
     for (int m : members_[g]) {
       plan_.group_of[m] = -1;

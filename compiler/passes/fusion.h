@@ -1,7 +1,8 @@
 // The fusion pass: groups producer-consumer chains of elementwise ops, and reductions with the
 // elementwise producers they fold, into acyclic loop (and input) fusions for concrete shapes;
 // layout ops (transpose, slice, reverse, broadcast, reshape) join as index maps on the loop's
-// reads of a buffer.
+// reads of a buffer, and piecewise layout ops (concatenate, pad) as reads of several buffers,
+// each inside its piece.
 // Each decision is a FusionDecision that carries its reason; what a backend can emit is asked
 // of a FusionTarget, so this pass knows no backend. The pass marks nodes, it does not rewrite
 // them: the dumps show each node's group, and lowering (compiler/lowering.h) reads the plan.
@@ -47,6 +48,11 @@ class FusionTarget {
   // Whether a generated loop can read layout op `node`'s output through its index map.
   virtual FusionDecision can_map(const detail::Node& node, const std::vector<TensorType>& inputs,
                                  const std::vector<TensorType>& outputs) const = 0;
+  // Whether a generated loop can read piecewise layout op `node`'s output from its inputs'
+  // buffers, each inside its piece.
+  virtual FusionDecision can_piece(const detail::Node& node,
+                                   const std::vector<TensorType>& inputs,
+                                   const std::vector<TensorType>& outputs) const = 0;
 };
 
 struct FusionGroup {

@@ -88,4 +88,19 @@ StridedView row_major_view(const Shape& shape);
 using IndexMapFn = std::function<std::optional<StridedView>(
     const StridedView& x, const Shape& x_shape, const Shape& out_shape, const Attrs& attrs)>;
 
+// Where a piecewise layout op (concatenate, pad) reads one input: the output elements i with
+// lo_d <= i_d < hi_d and (i_d - lo_d) % step_d == 0 in every dimension d are element
+// c_d = (i_d - lo_d) / step_d of that input.
+struct Piece {
+  std::vector<int64_t> lo, hi, step;
+  bool operator==(const Piece&) const = default;
+};
+
+// A piecewise layout op's map: per input, its piece of the output, or nullopt for the one
+// input (a scalar) that fills every element no piece covers. Pieces do not overlap. The op's
+// reference kernel copies through the same pieces (kiln/op_registry.h), and the compiler reads
+// them, choosing the piece per element, in the loops that read the output.
+using PiecesFn = std::function<std::vector<std::optional<Piece>>(
+    const std::vector<Shape>& in_shapes, const Shape& out_shape, const Attrs& attrs)>;
+
 }  // namespace kiln

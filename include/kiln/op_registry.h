@@ -109,6 +109,7 @@ struct OpDef {
   ElementalFn elemental;              // set: fusible elementwise (kiln/elemental.h)
   std::optional<ReduceKind> reduction;  // set: a fusible reduction over attr "axes"
   IndexMapFn index_map;                 // set: a layout op the compiler reads through
+  PiecesFn pieces;                      // set: a piecewise layout op (concatenate, pad)
   bool differentiable = true;
   bool stateful = false;  // never constant-folded or deduplicated
   std::string source;     // file:line of the registration
@@ -182,6 +183,8 @@ class OpBuilder {
   OpBuilder& reduction(ReduceKind kind);
   // The op moves elements of its first input by `map` (kiln/elemental.h); makes it kCodegen.
   OpBuilder& index_map(IndexMapFn map);
+  // The op places each input in its piece of the output (kiln/elemental.h); makes it kCodegen.
+  OpBuilder& pieces(PiecesFn fn);
   OpBuilder& shape_fn(ShapeFn fn);
   OpBuilder& gradient(GradientFn fn);
   OpBuilder& non_differentiable();

@@ -286,6 +286,11 @@ OpBuilder& OpBuilder::index_map(IndexMapFn map) {
   def_.kind = OpKind::kCodegen;
   return *this;
 }
+OpBuilder& OpBuilder::pieces(PiecesFn fn) {
+  def_.pieces = std::move(fn);
+  def_.kind = OpKind::kCodegen;
+  return *this;
+}
 OpBuilder& OpBuilder::shape_fn(ShapeFn fn) {
   def_.shape_fn = std::move(fn);
   return *this;

@@ -255,29 +255,45 @@ class Emitter {
 
   // General broadcasting: rows of the last (collapsed) output dimension; each input's row
   // offset is index arithmetic on the row number (constant strides, 0 along broadcast
-  // dimensions), its inner stride is 0 or 1.
+  // dimensions), its inner stride is 0 or 1. A piece input pins the dimensions its piece
+  // bounds (they are not collapsed): its row offset then comes from the row's coordinates,
+  // and the row is split at the pieces' bounds along the inner dimension, so that within each
+  // run every piece is read consecutively or not at all.
   void emit_rows(Value* begin, Value* end, llvm::BasicBlock* exit) {
     int out_rank = static_cast<int>(shape_.size());
     size_t n_in = sg_.inputs.size();
     // strides[k][d]: input k's element stride along output dimension d.
     std::vector<std::vector<int64_t>> strides = input_strides(out_rank);
+    std::vector<char> pinned(out_rank, 0);
+    for (const FusedSubgraph::Input& in : sg_.inputs)
+      if (in.piece)
+        for (int d = 0; d < out_rank; ++d)
+          pinned[d] |= in.piece->lo[d] != 0 || in.piece->hi[d] != shape_[d] || in.piece->step[d] != 1;
     // Collapse adjacent dimensions every input walks alike (broadcast along both, or
-    // contiguous across both); drop size-1 dimensions. Built innermost first.
+    // contiguous across both); drop size-1 dimensions. Built innermost first; orig[c] is the
+    // output dimension of a pinned collapsed dimension c (-1 for a collapsed run).
     std::vector<int64_t> dims;
+    std::vector<int> orig;
     std::vector<std::vector<int64_t>> cst(n_in);
     for (int d = out_rank - 1; d >= 0; --d) {
-      if (shape_[d] == 1) continue;
-      bool merge = !dims.empty();
+      if (shape_[d] == 1 && !pinned[d]) continue;
+      bool merge = !dims.empty() && !pinned[d] && orig.back() < 0;
       for (size_t k = 0; merge && k < n_in; ++k)
         merge = strides[k][d] == cst[k].back() * dims.back();
       if (merge) {
         dims.back() *= shape_[d];
       } else {
         dims.push_back(shape_[d]);
+        orig.push_back(pinned[d] ? d : -1);
         for (size_t k = 0; k < n_in; ++k) cst[k].push_back(strides[k][d]);
       }
     }
-    int rank = static_cast<int>(dims.size());  // >= 1: the output has more than one element
+    if (dims.empty()) {  // one element
+      dims.push_back(1);
+      orig.push_back(-1);
+      for (size_t k = 0; k < n_in; ++k) cst[k].push_back(0);
+    }
+    int rank = static_cast<int>(dims.size());
     int64_t inner = dims[0];
     Value* c_inner = b_.getInt64(inner);
     Value* r_lo = b_.CreateSDiv(begin, c_inner);
@@ -286,31 +302,105 @@ class Emitter {
       Value* base = b_.CreateMul(r, c_inner);
       Value* j_lo = smax(b_.CreateSub(begin, base), b_.getInt64(0));
       Value* j_hi = smin(b_.CreateSub(end, base), c_inner);
-      // Row offsets: decompose r over the outer collapsed dimensions.
+      // Row offsets: decompose r over the outer collapsed dimensions. A piece input reads its
+      // piece's coordinate along a pinned dimension, and notes whether the row is in it.
       std::vector<Value*> offs = input_offsets(n_in);
+      std::vector<Value*> row_in(n_in, b_.getTrue());
       Value* rest = r;
       for (int d = 1; d < rank; ++d) {
         Value* idx = d + 1 < rank ? b_.CreateURem(rest, b_.getInt64(dims[d])) : rest;
         if (d + 1 < rank) rest = b_.CreateUDiv(rest, b_.getInt64(dims[d]));
-        for (size_t k = 0; k < n_in; ++k)
-          if (cst[k][d] != 0)
-            offs[k] = b_.CreateAdd(offs[k], b_.CreateMul(idx, b_.getInt64(cst[k][d])));
-      }
-      auto* row_end = llvm::BasicBlock::Create(ctx_, "row_end", fn_);
-      auto* row_body = llvm::BasicBlock::Create(ctx_, "row_body", fn_);
-      b_.CreateCondBr(b_.CreateICmpSLT(j_lo, j_hi), row_body, row_end);
-      b_.SetInsertPoint(row_body);
-      emit_loop(j_lo, j_hi, row_end, "inner", /*innermost=*/true, [&](Value* j) {
-        std::vector<Value*> in(n_in);
         for (size_t k = 0; k < n_in; ++k) {
-          Value* off = cst[k][0] == 0   ? offs[k]
-                       : cst[k][0] == 1 ? b_.CreateAdd(offs[k], j)
-                                        : b_.CreateAdd(offs[k], b_.CreateMul(j, b_.getInt64(cst[k][0])));
-          in[k] = load(static_cast<int>(k), off);
+          const std::optional<Piece>& piece = sg_.inputs[k].piece;
+          if (piece && orig[d] >= 0) {
+            auto [in, c] = piece_coordinate(*piece, orig[d], idx);
+            row_in[k] = b_.CreateAnd(row_in[k], in);
+            if (cst[k][d] != 0)
+              offs[k] = b_.CreateAdd(offs[k], b_.CreateMul(c, b_.getInt64(cst[k][d])));
+          } else if (cst[k][d] != 0) {
+            offs[k] = b_.CreateAdd(offs[k], b_.CreateMul(idx, b_.getInt64(cst[k][d])));
+          }
         }
-        emit_body(in, b_.CreateAdd(base, j));
-      });
+      }
+      // Outside its piece a row reads the piece's first row instead (never used; in bounds).
+      for (size_t k = 0; k < n_in; ++k)
+        if (sg_.inputs[k].piece) offs[k] = b_.CreateSelect(row_in[k], offs[k], input_offsets(n_in)[k]);
+      auto* row_end = llvm::BasicBlock::Create(ctx_, "row_end", fn_);
+      for (const auto& [a, z] : inner_runs(orig[0])) {
+        Value* lo = smax(j_lo, b_.getInt64(a));
+        Value* hi = smin(j_hi, b_.getInt64(z));
+        emit_guarded_loop(lo, hi, "inner", /*innermost=*/true, [&](Value* j) {
+          std::vector<Value*> in(n_in);
+          for (size_t k = 0; k < n_in; ++k) in[k] = read_row(static_cast<int>(k), orig[0], a,
+                                                             cst[k][0], offs[k], row_in[k], j, in);
+          emit_body(in, b_.CreateAdd(base, j));
+        });
+      }
+      b_.CreateBr(row_end);
+      b_.SetInsertPoint(row_end);
     });
+  }
+
+  // Whether index `idx` along output dimension `d` lies in `piece`, and its coordinate there.
+  std::pair<Value*, Value*> piece_coordinate(const Piece& piece, int d, Value* idx) {
+    Value* rel = b_.CreateSub(idx, b_.getInt64(piece.lo[d]));
+    Value* in = b_.CreateAnd(b_.CreateICmpSGE(idx, b_.getInt64(piece.lo[d])),
+                             b_.CreateICmpSLT(idx, b_.getInt64(piece.hi[d])));
+    if (piece.step[d] == 1) return {in, rel};
+    Value* step = b_.getInt64(piece.step[d]);
+    in = b_.CreateAnd(in, b_.CreateICmpEQ(b_.CreateSRem(rel, step), b_.getInt64(0)));
+    return {in, b_.CreateSDiv(rel, step)};
+  }
+
+  // The runs [a, z) the inner dimension (output dimension `d`, or -1 for a collapsed run) splits
+  // into at the bounds of the pieces with step 1 along it: within a run each such piece is
+  // read throughout or not at all.
+  std::vector<std::pair<int64_t, int64_t>> inner_runs(int d) const {
+    const int64_t n = d >= 0 ? shape_[d] : 0;
+    std::vector<int64_t> cuts = {0};
+    if (d >= 0) {
+      for (const FusedSubgraph::Input& in : sg_.inputs)
+        if (in.piece && in.piece->step[d] == 1)
+          for (int64_t c : {in.piece->lo[d], in.piece->hi[d]})
+            if (c > 0 && c < n) cuts.push_back(c);
+    }
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    std::vector<std::pair<int64_t, int64_t>> runs;
+    for (size_t i = 0; i < cuts.size(); ++i)
+      runs.push_back({cuts[i], i + 1 < cuts.size() ? cuts[i + 1] : (d >= 0 ? n : INT64_MAX)});
+    return runs;
+  }
+
+  // Input k at inner index j of a row, in the inner run starting at `run_start`: `off` is its
+  // row offset, `row_in` whether the row lies in its piece (true for other inputs), `st` its
+  // inner stride; `in` holds the earlier inputs' values (a piece falls back to one).
+  Value* read_row(int k, int d, int64_t run_start, int64_t st, Value* off, Value* row_in,
+                  Value* j, const std::vector<Value*>& in) {
+    const FusedSubgraph::Input& input = sg_.inputs[k];
+    auto at = [&](Value* idx) {
+      return st == 0 ? off : st == 1 ? b_.CreateAdd(off, idx)
+                                     : b_.CreateAdd(off, b_.CreateMul(idx, b_.getInt64(st)));
+    };
+    if (!input.piece) return load(k, at(j));
+    Value* fallback = input.fallback >= 0
+                          ? in[input.fallback]
+                          : llvm::Constant::getNullValue(reg_type(input.dtype));
+    Value* inside = row_in;
+    Value* value;
+    if (d < 0 || (input.piece->lo[d] == 0 && input.piece->hi[d] == shape_[d] &&
+                  input.piece->step[d] == 1)) {
+      value = load(k, at(j));
+    } else if (input.piece->step[d] == 1) {
+      if (run_start < input.piece->lo[d] || run_start >= input.piece->hi[d]) return fallback;
+      value = load(k, at(b_.CreateSub(j, b_.getInt64(input.piece->lo[d]))));
+    } else {  // interior padding: in or out per element
+      auto [in_piece, c] = piece_coordinate(*input.piece, d, j);
+      inside = b_.CreateAnd(inside, in_piece);
+      value = load(k, b_.CreateSelect(inside, at(c), input_offsets(sg_.inputs.size())[k]));
+    }
+    if (input.fallback < 0) return value;
+    return b_.CreateSelect(inside, value, fallback);
   }
 
   Value* smax(Value* a, Value* b) { return b_.CreateSelect(b_.CreateICmpSGT(a, b), a, b); }

@@ -134,6 +134,39 @@ int FusedSubgraph::add_mapped_input(DType dtype, Shape shape, StridedView map, S
   return id;
 }
 
+int FusedSubgraph::add_piece_input(DType dtype, Shape shape, Piece piece, Shape source,
+                                   int fallback) {
+  const size_t r = shape.size();
+  if (piece.lo.size() != r || piece.hi.size() != r || piece.step.size() != r || source.size() != r)
+    fail(*this, "piece lo " + shape_str(piece.lo) + ", hi " + shape_str(piece.hi) + ", step " +
+                    shape_str(piece.step) + " of " + shape_str(source) + " does not fit shape " +
+                    shape_str(shape));
+  if (!is_fully_defined(source)) fail(*this, "source shape " + shape_str(source) + " is not fully defined");
+  if (fallback < -1 || fallback >= static_cast<int>(inputs.size()))
+    fail(*this, "piece fallback " + std::to_string(fallback) + " is not an earlier input");
+  for (size_t d = 0; d < r; ++d) {
+    const int64_t span = piece.hi[d] - piece.lo[d];
+    if (piece.lo[d] < 0 || span < 0 || piece.hi[d] > shape[d] || piece.step[d] < 1 ||
+        (span + piece.step[d] - 1) / piece.step[d] != source[d])
+      fail(*this, "piece lo " + shape_str(piece.lo) + ", hi " + shape_str(piece.hi) +
+                      ", step " + shape_str(piece.step) + " of shape " + shape_str(shape) +
+                      " does not hold a buffer of " + shape_str(source));
+  }
+  StridedView view = row_major_view(source);
+  int id = add_input(dtype, std::move(shape));
+  inputs.back().map = std::move(view);
+  inputs.back().source = std::move(source);
+  inputs.back().piece = std::move(piece);
+  inputs.back().fallback = fallback;
+  return id;
+}
+
+bool FusedSubgraph::has_pieces() const {
+  for (const Input& in : inputs)
+    if (in.piece) return true;
+  return false;
+}
+
 DType FusedSubgraph::dtype(int value) const {
   if (value < 0 || value >= num_values())
     fail(*this, "value " + std::to_string(value) + " out of range [0, " +
@@ -256,6 +289,16 @@ void FusedSubgraph::validate() const {
       fail(*this, "input shape " + shape_str(in.shape) + " is not fully defined");
   }
   int n_in = static_cast<int>(inputs.size());
+  for (int k = 0; k < n_in; ++k) {
+    const Input& in = inputs[k];
+    if (in.fallback != -1 && (!in.piece || in.fallback < 0 || in.fallback >= k ||
+                              inputs[in.fallback].dtype != in.dtype))
+      fail(*this, "input " + std::to_string(k) + " falls back to input " +
+                      std::to_string(in.fallback) + ", not an earlier input of its dtype");
+  }
+  if (has_pieces() && has_reductions())
+    fail(*this, "pieces of concatenate or pad are read only by loop fusions, not reductions",
+         ErrorCode::kUnimplemented);
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
     int id = n_in + static_cast<int>(i);
@@ -300,6 +343,7 @@ void FusedSubgraph::validate() const {
 bool is_flat_loop(const FusedSubgraph& sg, const Shape& out_shape) {
   int64_t n = num_elements(out_shape);
   for (const FusedSubgraph::Input& in : sg.inputs) {
+    if (in.piece) return false;  // the row loop splits at the pieces' bounds
     // A view reading its elements in order (a reshape) keeps the flat loop, at its offset;
     // any other view needs the row loop's index arithmetic (one element: read at the offset).
     if (in.map && n > 1 && (num_elements(in.shape) != n ||

@@ -50,11 +50,17 @@ struct FusedSubgraph {
   // An input is read at each index of `shape` (broadcast against the others like NumPy's).
   // A mapped input reads a buffer of shape `source` through the strided view `map` over
   // `shape` (a transpose, slice, reverse, broadcast or reshape folded in: kiln/elemental.h).
+  // A piece input (a piece of concatenate or pad) reads its buffer only inside `piece` of
+  // `shape`, element c_d = (i_d - lo_d) / step_d at map.offset + sum_d c_d * map.strides[d];
+  // elsewhere it takes the value of input `fallback` (an earlier input; -1: none, never read
+  // there).
   struct Input {
     DType dtype = f32;
     Shape shape;
     std::optional<StridedView> map;
     Shape source;
+    std::optional<Piece> piece;
+    int fallback = -1;
     const Shape& buffer_shape() const { return map ? source : shape; }
   };
   struct Node {
@@ -75,6 +81,9 @@ struct FusedSubgraph {
   // An input read through `map` (strides over `shape`) from a buffer of shape `source`; throws
   // kiln::Error when the view reaches outside the buffer.
   int add_mapped_input(DType dtype, Shape shape, StridedView map, Shape source);
+  // A piece input: `source` (row-major) placed in `piece` of `shape`, `fallback` elsewhere;
+  // throws kiln::Error when the piece does not fit `shape` or does not hold `source`.
+  int add_piece_input(DType dtype, Shape shape, Piece piece, Shape source, int fallback);
   int add(EltOp op, std::vector<int> args, DType to = f32);
   // A reduction of `arg` over `axes` (sorted; every reduction of a subgraph takes the same).
   int add_reduce(ReduceKind kind, int arg, std::vector<int64_t> axes);
@@ -84,6 +93,7 @@ struct FusedSubgraph {
   DType dtype(int value) const;
   bool is_reduction(int value) const;
   bool has_reductions() const;
+  bool has_pieces() const;
   // The broadcast of all input shapes; throws kiln::Error when they are incompatible.
   Shape iteration_shape() const;
   // The iteration shape (the shape of every output) when there are no reductions; kept for
@@ -137,8 +147,8 @@ class FusedKernel {
   // Whether an output may share its buffer with an input of the same size: true for loop
   // fusions (each iteration reads and writes only its own element), false with reductions (a
   // column reduction initialises its output row before reading the inputs).
-  // (A mapped input reads other elements than the one written: an output may share the buffer
-  // of a plain input only.)
+  // (A mapped or piece input reads other elements than the one written: an output may share
+  // the buffer of a plain input only.)
   bool in_place_safe() const { return !subgraph_.has_reductions(); }
   KernelFn fn() const { return fn_; }
   double compile_ms() const { return compile_ms_; }  // emit + optimise + JIT
@@ -189,7 +199,8 @@ class FusedKernel {
   double compile_ms_ = 0;
 };
 
-// Emits the subgraph as LLVM IR (one loop, elemental style; with reductions, a row reduction
+// Emits the subgraph as LLVM IR (one loop, elemental style, its rows split where pieces of
+// concatenate or pad begin and end; with reductions, a row reduction
 // vectorised along the reduced axes or a column reduction vectorised across the kept inner
 // axis), optimises it at O3 for the host CPU and JITs it. With KILN_DUMP=<dir>, writes
 // <name>_<n>.ll (before optimisation), .opt.ll (after) and .s (the host assembly) into the

@@ -52,6 +52,24 @@ class CpuFusionTarget final : public FusionTarget {
     return FusionDecision::allow();
   }
 
+  FusionDecision can_piece(const detail::Node& node, const std::vector<TensorType>& inputs,
+                           const std::vector<TensorType>& outputs) const override {
+    if (!node.def || !node.def->pieces)
+      return FusionDecision::forbid("op " + node.op + " has no pieces");
+    if (const char* off = std::getenv("KILN_FUSE_LAYOUT"); off && std::string(off) == "0")
+      return FusionDecision::forbid("KILN_FUSE_LAYOUT=0");
+    if (inputs.empty() || outputs.size() != 1)
+      return FusionDecision::forbid("op " + node.op + " has no inputs or several outputs");
+    for (const TensorType& t : inputs)
+      if (!is_fully_defined(t.shape)) return FusionDecision::forbid("unknown dimension");
+    if (!is_fully_defined(outputs[0].shape) || num_elements(outputs[0].shape) == 0)
+      return FusionDecision::forbid("unknown dimension or no elements");
+    const DType t = outputs[0].dtype;
+    if (t != f32 && t != f64 && t != i32 && t != i64 && t != bool_ && t != u8 && t != i8)
+      return FusionDecision::forbid(std::string("dtype ") + dtype_name(t) + " is not supported");
+    return FusionDecision::allow();
+  }
+
   FusionDecision can_reduce(const detail::Node& node,
                             const std::vector<TensorType>& inputs) const override {
     if (!node.def || !node.def->reduction)
