@@ -38,6 +38,9 @@ struct TrainerFlags {
   // --batch_size stays the global batch.
   std::string strategy;
   int replicas;
+  // Mixed precision (kiln/nn/policy.h): "float32", "mixed_bfloat16" or "mixed_float16" (which
+  // scales the loss). Layers made after apply_dtype_policy() take it.
+  std::string dtype_policy;
 
   // Reads the flags (with these defaults) and rejects unknown ones and bad values (exit 2),
   // before any data is loaded. --strategy and --replicas only where `distributable`.
@@ -53,13 +56,23 @@ struct TrainerFlags {
         checkpoint_every_steps(flags.integer("checkpoint_every_steps", 0, 0, kMaxInt64)),
         logdir(flags.str("logdir", "")),
         strategy(distributable ? flags.str("strategy", "none") : "none"),
-        replicas(distributable ? static_cast<int>(flags.integer("replicas", 2, 1, kMaxInt)) : 1) {
+        replicas(distributable ? static_cast<int>(flags.integer("replicas", 2, 1, kMaxInt)) : 1),
+        dtype_policy(flags.str("dtype_policy", "float32")) {
     if (strategy != "none" && strategy != "mirrored" && strategy != "multi_worker") {
       std::cerr << "--strategy must be none, mirrored or multi_worker, got '" << strategy << "'\n";
       std::exit(2);
     }
+    if (dtype_policy != "float32" && dtype_policy != "mixed_bfloat16" &&
+        dtype_policy != "mixed_float16") {
+      std::cerr << "error: --dtype_policy=" << dtype_policy
+                << " is not float32, mixed_bfloat16 or mixed_float16\n";
+      std::exit(2);
+    }
     flags.check();
   }
+
+  // Makes --dtype_policy the global policy: call before building the model.
+  void apply_dtype_policy() const { kiln::nn::set_global_policy(dtype_policy); }
 
   // The strategy the flags ask for (null for none). multi_worker starts MPI: kiln::Error when
   // Kiln was built without it.

@@ -1,6 +1,6 @@
 // Trains a small CNN (two 3x3 convolutions with max pooling, then two dense layers) on
 // Fashion-MNIST with Adam (its learning rate decayed along a cosine) and reports the test
-// accuracy. Flags: examples/common/trainer.h.
+// accuracy. Flags: examples/common/trainer.h (--dtype_policy=mixed_bfloat16, ...).
 #include <iostream>
 
 #include "examples/common/trainer.h"
@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   try {
     examples::TrainerData data = examples::load_trainer_data(flags, {28, 28, 1});
     using namespace kiln::nn;
+    flags.apply_dtype_policy();
     Sequential model({Conv2D(32, {3, 3}, "relu"), MaxPool2D({2, 2}), Conv2D(64, {3, 3}, "relu"),
                       MaxPool2D({2, 2}), Flatten(), Dense(128, "relu"), Dense(10)});
     model.set_seed(flags.seed);

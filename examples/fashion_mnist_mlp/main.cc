@@ -1,7 +1,8 @@
 // Trains Dense(128, relu) -> Dropout(0.2) -> Dense(10) on Fashion-MNIST with Adam (its learning
 // rate decayed along a cosine) and reports the test accuracy. Data: the Debian package dataset-fashion-mnist (or --data_dir). Flags:
 // examples/common/trainer.h (--epochs, --batch_size, --checkpoint_dir, --logdir,
-// --strategy=mirrored --replicas=N, --strategy=multi_worker under mpirun, ...).
+// --strategy=mirrored --replicas=N, --strategy=multi_worker under mpirun,
+// --dtype_policy=mixed_bfloat16, ...).
 #include <iostream>
 
 #include "examples/common/trainer.h"
@@ -12,6 +13,7 @@ int main(int argc, char** argv) {
   try {
     std::shared_ptr<kiln::distribute::Strategy> strategy = flags.make_strategy();
     examples::TrainerData data = examples::load_trainer_data(flags, {784});
+    flags.apply_dtype_policy();
     kiln::nn::Sequential model(
         {kiln::nn::Dense(128, "relu"), kiln::nn::Dropout(0.2), kiln::nn::Dense(10)});
     model.set_seed(flags.seed);
