@@ -1,18 +1,25 @@
 // The MPI collectives under mpirun: tests/distribute/mpi_worker.cc checks every collective on 2
 // and 4 ranks; a rank that kills itself mid-job makes the survivors fail with the deadline error;
-// MultiWorkerMirroredStrategy trains on 2 and 4 workers and refuses workers started differently.
+// MultiWorkerMirroredStrategy trains on 2 and 4 workers and refuses workers started differently;
+// a worker killed (SIGKILL) or stopped (SIGSTOP) mid-training ends the job within the deadline,
+// and running it again resumes from BackupAndRestore's backup to an uninterrupted run's weights.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,8 +38,46 @@ struct JobResult {
   std::string output;
 };
 
+// The processes below `root`, by the parent links in /proc.
+std::vector<pid_t> descendants_of(pid_t root) {
+  std::map<pid_t, std::vector<pid_t>> children;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
+    const pid_t pid = std::atoi(entry.path().filename().c_str());
+    if (pid <= 0) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat;
+    std::getline(in, stat);
+    const size_t name_end = stat.rfind(')');
+    if (name_end == std::string::npos) continue;
+    std::istringstream rest(stat.substr(name_end + 1));
+    char state = 0;
+    pid_t parent = 0;
+    rest >> state >> parent;
+    children[parent].push_back(pid);
+  }
+  std::vector<pid_t> found = children[root];
+  for (size_t i = 0; i < found.size(); ++i)
+    for (pid_t c : children[found[i]]) found.push_back(c);
+  return found;
+}
+
+// Kills every process this test process started that is still there (a rank that mpirun left
+// behind comes to this process, its subreaper, when mpirun ends) and reaps them.
+void kill_and_reap_children() {
+  for (pid_t pid : descendants_of(getpid())) kill(pid, SIGKILL);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < give_up) {
+    int status = 0;
+    const pid_t reaped = waitpid(-1, &status, WNOHANG);
+    if (reaped < 0 && errno == ECHILD) return;  // none left
+    if (reaped == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 // Runs mpirun in a process group of its own, killing the whole group (mpirun and every rank)
-// when it ends or at `timeout`, so nothing outlives the test.
+// when it ends or at `timeout`, then whatever of the job is left anywhere below this process,
+// reaping it, so nothing outlives the test.
 JobResult run_job(int ranks, const std::map<std::string, std::string>& env,
                   const std::vector<std::string>& mpirun_flags, std::chrono::seconds timeout) {
   const std::string log = ::testing::TempDir() + "mpi_job_" + std::to_string(getpid()) + ".log";
@@ -54,6 +99,8 @@ JobResult run_job(int ranks, const std::map<std::string, std::string>& env,
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
   posix_spawnattr_setpgroup(&attr, 0);
   pid_t pid = -1;
+  // Ranks orphaned by mpirun's end become this process's children, so it can kill and reap them.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   const auto start = std::chrono::steady_clock::now();
   const int rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
@@ -73,6 +120,7 @@ JobResult run_job(int ranks, const std::map<std::string, std::string>& env,
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   kill(-pid, SIGKILL);  // whatever is left of the job
   if (!result.finished) waitpid(pid, &result.status, 0);
+  kill_and_reap_children();
   std::ifstream in(log, std::ios::binary);
   result.output.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   std::remove(log.c_str());
@@ -212,6 +260,90 @@ TEST(MultiWorkerMpi, AWorkerWithAnotherGlobalBatchMakesEveryWorkerFailAtStartUp)
       << job.output;
   EXPECT_EQ(count("global batch: worker 0 has 24; worker 1 has 12"), 2) << job.output;
   EXPECT_LT(job.seconds, 60) << job.output;
+}
+
+// The line of `output` starting at `what`, or "".
+std::string line_at(const std::string& output, const std::string& what) {
+  const size_t at = output.find(what);
+  if (at == std::string::npos) return "";
+  return output.substr(at, output.find('\n', at) - at);
+}
+
+// Training for 4 epochs with BackupAndRestore every 7 batches (tests/distribute/mpi_worker.cc,
+// KILN_TEST_MODE=resume): worker `victim` sends itself `signal` at the end of its 25th batch
+// (epoch 3; the last backup is after batch 21), with a 2 s collective deadline. The other worker
+// must fail with the deadline error (or kUnavailable) within it, and the job end; running it
+// again resumes at epoch 3, batch 2 and ends with the weights of an uninterrupted run, bit for
+// bit: the same batches (shuffled by seed and epoch) summed over the same 2 workers.
+void kill_mid_training_then_resume(int victim, const std::string& signal) {
+  const std::string root = ::testing::TempDir() + "mpi_resume_" + std::to_string(getpid());
+  const std::string once = root + "_uninterrupted", backup = root + "_" + signal;
+  std::filesystem::remove_all(once);
+  std::filesystem::remove_all(backup);
+  const std::string weights = "rank 0 of 2: weights ";
+
+  const JobResult whole = run_job(2,
+                                  {{"KILN_COLLECTIVE_TIMEOUT", "60"},
+                                   {"KILN_TEST_MODE", "resume"},
+                                   {"KILN_TEST_BACKUP_DIR", once}},
+                                  {}, std::chrono::seconds(120));
+  ASSERT_TRUE(whole.finished && WIFEXITED(whole.status) && WEXITSTATUS(whole.status) == 0)
+      << whole.output;
+  const std::string want = line_at(whole.output, weights);
+  ASSERT_NE(want, "") << whole.output;
+
+  // mpirun kills the survivors of a rank that died within a second or two unless recovery is
+  // enabled; a stopped rank it does not notice, and it ends the job when the survivor exits.
+  const JobResult broken = run_job(
+      2,
+      {{"KILN_COLLECTIVE_TIMEOUT", "2"},
+       {"KILN_TEST_MODE", "resume"},
+       {"KILN_TEST_BACKUP_DIR", backup},
+       {"KILN_TEST_SIGNAL_RANK", std::to_string(victim)},
+       {"KILN_TEST_SIGNAL", signal},
+       {"KILN_TEST_SIGNAL_BATCH", "25"}},
+      signal == "KILL" ? std::vector<std::string>{"--enable-recovery"} : std::vector<std::string>{},
+      std::chrono::seconds(60));
+  ASSERT_TRUE(broken.finished) << "the job hung after SIG" << signal << ":\n" << broken.output;
+  EXPECT_LT(broken.seconds, 30) << broken.output;
+  const int survivor = 1 - victim;
+  const std::string prefix = "worker " + std::to_string(survivor) + " of 2: all_reduce step ";
+  const std::string deadline = line_at(broken.output, "error deadline exceeded: " + prefix);
+  const std::string gone = line_at(broken.output, "error unavailable: " + prefix);
+  EXPECT_TRUE(deadline.find("rank " + std::to_string(victim) + " did not arrive within 2 s") !=
+                  std::string::npos ||
+              deadline.find("the transfer did not complete within 2 s") != std::string::npos ||
+              gone.find("rank " + std::to_string(victim)) != std::string::npos)
+      << "SIG" << signal << " of worker " << victim << ":\n"
+      << broken.output;
+  EXPECT_EQ(broken.output.find(weights), std::string::npos) << broken.output;
+  ASSERT_TRUE(std::filesystem::exists(backup)) << "no backup left to resume from";
+
+  const JobResult resumed = run_job(2,
+                                    {{"KILN_COLLECTIVE_TIMEOUT", "60"},
+                                     {"KILN_TEST_MODE", "resume"},
+                                     {"KILN_TEST_BACKUP_DIR", backup}},
+                                    {}, std::chrono::seconds(120));
+  ASSERT_TRUE(resumed.finished && WIFEXITED(resumed.status) && WEXITSTATUS(resumed.status) == 0)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("Resuming from epoch 3, batch 2"), std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(line_at(resumed.output, weights), want) << resumed.output;
+  EXPECT_EQ(descendants_of(getpid()), std::vector<pid_t>{}) << "processes left running";
+  std::filesystem::remove_all(once);
+  std::filesystem::remove_all(backup);
+}
+
+TEST(MultiWorkerMpi, AKilledWorkerEndsTheJobWithinTheDeadlineAndARerunResumesToTheSameWeights) {
+  std::string reason;
+  if (skip_reason(&reason)) GTEST_SKIP() << reason;
+  kill_mid_training_then_resume(1, "KILL");
+}
+
+TEST(MultiWorkerMpi, AStoppedChiefEndsTheJobWithinTheDeadlineAndARerunResumesToTheSameWeights) {
+  std::string reason;
+  if (skip_reason(&reason)) GTEST_SKIP() << reason;
+  kill_mid_training_then_resume(0, "STOP");
 }
 
 }  // namespace

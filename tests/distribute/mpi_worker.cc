@@ -8,7 +8,10 @@
 // workers train tests/distribute/linear_regression.h's model with MultiWorkerMirroredStrategy
 // (global batch KILN_TEST_BATCH, or KILN_TEST_WORKER1_BATCH on worker 1), each printing
 // whether its weights equal the chief's, and the chief whether they are within the bound of
-// one process's.
+// one process's. With KILN_TEST_MODE=resume, they train it for 4 epochs with BackupAndRestore
+// into KILN_TEST_BACKUP_DIR every 7 batches; with KILN_TEST_SIGNAL_RANK=k, rank k sends itself
+// KILN_TEST_SIGNAL (KILL or STOP) at the end of its KILN_TEST_SIGNAL_BATCH-th batch of this run;
+// the chief prints "rank 0 of N: weights <hex of the float bytes>" when training ends.
 #include <signal.h>
 
 #include <chrono>
@@ -20,6 +23,7 @@
 #include "kiln/distribute/collective.h"
 #include "kiln/distribute/multi_worker_mirrored_strategy.h"
 #include "kiln/error.h"
+#include "kiln/nn/checkpoint_callbacks.h"
 #include "tests/distribute/collective_cases.h"
 #include "tests/distribute/linear_regression.h"
 
@@ -67,10 +71,53 @@ int run_fit() {
   return worst <= 1 && same ? 0 : 1;
 }
 
-int run() {
-  if (std::getenv("KILN_TEST_MODE") && std::string(std::getenv("KILN_TEST_MODE")) == "fit") {
-    return run_fit();
+// Sends this process `signal` at the end of its `at`-th training batch (counted from 1).
+class SignalAtBatch : public nn::Callback {
+ public:
+  SignalAtBatch(int signal, int64_t at) : signal_(signal), at_(at) {}
+  void on_train_batch_end(int64_t, nn::Logs&) override {
+    if (++batches_ == at_) raise(signal_);
   }
+
+ private:
+  int signal_;
+  int64_t at_, batches_ = 0;
+};
+
+int run_resume() {
+  using namespace testing_util;  // NOLINT: the shared linear-regression setup
+  auto strategy = std::make_shared<distribute::MultiWorkerMirroredStrategy>();
+  const int rank = strategy->first_local_replica(), n = strategy->num_replicas_in_sync();
+  const Tensor x = uniform({kRows, kK}, 93), y = uniform({kRows, kM}, 94);
+  auto model = linear_model(strategy);
+  nn::FitOptions options = {.epochs = 4, .batch_size = 10, .shuffle = true, .verbose = 0};
+  const char* dir = std::getenv("KILN_TEST_BACKUP_DIR");
+  options.add_callback(nn::BackupAndRestore(dir ? dir : "", int64_t{7}));
+  if (env_int("KILN_TEST_SIGNAL_RANK", -1) == rank) {
+    const char* name = std::getenv("KILN_TEST_SIGNAL");
+    const int signal = name && std::string(name) == "STOP" ? SIGSTOP : SIGKILL;
+    options.add_callback(SignalAtBatch(signal, env_int("KILN_TEST_SIGNAL_BATCH", 1)));
+  }
+  model->fit(x, y, options);
+  if (rank != 0) return 0;
+  std::string hex;
+  for (const Variable& v : model->weights()) {
+    const Tensor value = v.value();
+    const auto* bytes = static_cast<const unsigned char*>(value.raw_data());
+    for (size_t i = 0; i < value.nbytes(); ++i) {
+      static const char kDigits[] = "0123456789abcdef";
+      hex += kDigits[bytes[i] >> 4];
+      hex += kDigits[bytes[i] & 15];
+    }
+  }
+  std::cout << "rank 0 of " << n << ": weights " << hex << std::endl;
+  return 0;
+}
+
+int run() {
+  const char* mode = std::getenv("KILN_TEST_MODE");
+  if (mode && std::string(mode) == "fit") return run_fit();
+  if (mode && std::string(mode) == "resume") return run_resume();
   std::unique_ptr<distribute::Collective> c = distribute::make_mpi_collective();
   const std::string me = "rank " + std::to_string(c->rank()) + " of " + std::to_string(c->size());
   const int kill_rank = env_int("KILN_TEST_KILL_RANK", -1);
