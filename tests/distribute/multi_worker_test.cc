@@ -14,6 +14,7 @@
 
 #include "kiln/distribute/multi_worker_mirrored_strategy.h"
 #include "kiln/nn/checkpoint_callbacks.h"
+#include "kiln/ops.h"
 #include "tests/distribute/linear_regression.h"
 
 namespace kiln::distribute {
@@ -97,6 +98,37 @@ TEST(MultiWorkerMirroredStrategy, WorkersStartedDifferentlyFailAtStartUpEachNami
   });
   for (int w = 0; w < 2; ++w) {
     EXPECT_NE(errors[w].find("layers: worker 0 has Dense; worker 1 has Dense Dense"),
+              std::string::npos)
+        << errors[w];
+  }
+}
+
+// The other settings the workers must agree on: the dtype the model was built for, and the
+// gradient bucket size (which sets the all_reduces every step makes).
+TEST(MultiWorkerMirroredStrategy, WorkersWithAnotherDTypeOrBucketSizeFailAtStartUpNamingIt) {
+  Tensor x = uniform({kRows, kK}, 73), y = uniform({kRows, kM}, 74);
+  std::vector<std::string> errors = run_workers(2, [&](int w, auto strategy) {
+    nn::Sequential model({Dense(kM)});
+    model.build({kK}, w == 0 ? DType::f32 : DType::f64);
+    model.compile(optim::SGD(kLr), MeanSquaredError(), {}, {.strategy = strategy});
+    model.fit(w == 0 ? x : convert(x, DType::f64), y, {.verbose = 0});
+  });
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_NE(errors[w].find("the 2 workers were started with different settings"),
+              std::string::npos)
+        << errors[w];
+    EXPECT_NE(errors[w].find("inputs: worker 0 has f32[?,6]; worker 1 has f64[?,6]"),
+              std::string::npos)
+        << errors[w];
+  }
+
+  errors = run_workers(2, [&](int w, auto strategy) {
+    strategy->set_bucket_bytes(w == 0 ? 0 : 64);
+    auto model = linear_model(strategy);
+    model->fit(x, y, {.verbose = 0});
+  });
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_NE(errors[w].find("gradient bucket bytes: worker 0 has 0; worker 1 has 64"),
               std::string::npos)
         << errors[w];
   }
