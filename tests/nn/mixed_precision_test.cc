@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "kiln/io/saved_model.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 #include "tests/testing/temp_dir.h"
@@ -124,6 +125,27 @@ TEST_F(MixedPrecision, TrainsUnderEachPolicyCompiledAndInterpreted) {
   }
 }
 
+// Convolutions, pooling and dense layers in bf16 and f16, compiled and interpreted.
+TEST_F(MixedPrecision, ConvolutionModelsTrainUnderMixedPolicies) {
+  for (const char* policy : {"mixed_bfloat16", "mixed_float16"}) {
+    for (ExecutionMode mode : {ExecutionMode::kCompiled, ExecutionMode::kInterpreted}) {
+      SCOPED_TRACE(std::string(policy) +
+                   (mode == ExecutionMode::kCompiled ? " compiled" : " interpreted"));
+      set_global_policy(policy);
+      Sequential model({Conv2D(4, {3, 3}, "relu"), MaxPool2D({2, 2}), Flatten(), Dense(3)});
+      model.set_execution_mode(mode);
+      model.compile(optim::Adam(1e-2), SparseCategoricalCrossentropy(true));
+      Tensor x = reshape(inputs(16, 36), {16, 6, 6, 1});
+      EXPECT_EQ((*model.layers()[0])(x).dtype(), Policy(policy).compute_dtype());
+      History h = model.fit(x, labels(16, 3),
+                            {.epochs = 4, .batch_size = 8, .shuffle = false, .verbose = 0});
+      EXPECT_TRUE(std::isfinite(h.history.at("loss").back()));
+      EXPECT_LT(h.history.at("loss").back(), h.history.at("loss").front());
+      EXPECT_EQ(model.predict(x).dtype(), f32);
+    }
+  }
+}
+
 TEST_F(MixedPrecision, NormalizationLayersComputeInF32AndKeepF32Statistics) {
   set_global_policy("mixed_bfloat16");
   Sequential model({Dense(8), BatchNormalization(), LayerNormalization(), Dense(3)});
@@ -183,6 +205,19 @@ TEST_F(MixedPrecision, SavedModelsKeepEachLayersPolicy) {
   auto& original = dynamic_cast<optim::LossScaleOptimizer&>(model->optimizer());
   EXPECT_EQ(opt.loss_scale(), original.loss_scale());
   EXPECT_EQ(opt.inner_optimizer().name(), "Adam");
+}
+
+// The exported inference graph (kiln/io/saved_model.h) holds the casts: served, it gives the
+// model's own predictions.
+TEST_F(MixedPrecision, ExportedInferenceGraphsServeTheSamePredictions) {
+  set_global_policy("mixed_bfloat16");
+  auto model = mlp();
+  Tensor x = inputs(6, 4);
+  Tensor expected = model->predict(x);
+  io::save_model(*model, path("export"));
+  io::LoadedModel served = io::load_model(path("export"));
+  EXPECT_THAT(served.graph().to_text(), HasSubstr("bf16"));  // the casts were exported
+  EXPECT_EQ(served.predict(x).to_vector<float>(), expected.to_vector<float>());
 }
 
 }  // namespace
