@@ -2,15 +2,18 @@
 // same size, in the same process, calls alternated, medians (and the per-call range) of each.
 // The bf16 product runs on the path ops/onednn_matmul.h reports (printed, and passed to
 // results.json as an INFO line); LibTorch's bf16 at::matmul is benchmarks/peers'
-// bf16_gemm_2048 case. Prints `RESULT key=value` lines for benchmarks/run.sh.
+// bf16_gemm_2048 case. bf16_gemm_mlp: the MLP step's smaller GEMMs on oneDNN against widening.
+// Prints `RESULT key=value` lines for benchmarks/run.sh.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "benchmarks/bench_util.h"
 #include "kiln/kiln.h"
+#include "ops/onednn_conv.h"
 #include "ops/onednn_matmul.h"
 #include "runtime/thread_pool.h"
 
@@ -61,9 +64,9 @@ void bf16_gemm_2048() {
   std::printf(
       "matmul 2048^3, %d threads, %d alternated calls each (median, range GFLOP/s): bf16 %.1f "
       "(%.1f-%.1f) on %s; f32 %.1f (%.1f-%.1f); bf16 / f32 %.2f\n",
-      runtime::ThreadPool::global().num_threads(), kCalls, gflops(bf16_med),
-      gflops(t.bf16.back()), gflops(t.bf16.front()), on_onednn ? path.c_str() : "the f32 fallback",
-      gflops(f32_med), gflops(t.f32.back()), gflops(t.f32.front()), f32_med / bf16_med);
+      runtime::ThreadPool::global().num_threads(), kCalls, gflops(bf16_med), gflops(t.bf16.back()),
+      gflops(t.bf16.front()), on_onednn ? path.c_str() : "the f32 fallback", gflops(f32_med),
+      gflops(t.f32.back()), gflops(t.f32.front()), f32_med / bf16_med);
   bench::result("kiln_bf16_gemm_2048_gflops", gflops(bf16_med));
   bench::result("kiln_f32_gemm_2048_gflops", gflops(f32_med));
   std::printf("INFO lowp_matmul_path=%s\n", on_onednn ? path.c_str() : "widen to f32");
@@ -71,13 +74,52 @@ void bf16_gemm_2048() {
   std::fflush(stdout);
 }
 
+// The MLP step's GEMMs in bf16 at batch 64 and 1024 (784-128: the forward product, the input
+// gradient (b stored [n, k]) and the kernel gradient (a stored [k, m])): the time with oneDNN
+// switched off (widening to f32, the path before oneDNN) over the time with it on, per GEMM
+// (medians of alternated calls) and for the three together.
+void bf16_gemm_mlp() {
+  const bool saved = ops::onednn::enabled();
+  for (int64_t batch : {64, 1024}) {
+    Tensor x = convert(random_uniform({batch, 784}, 3), bf16);
+    Tensor w = convert(random_uniform({784, 128}, 4), bf16);
+    Tensor dy = convert(random_uniform({batch, 128}, 5), bf16);
+    const std::pair<const char*, std::function<Tensor()>> gemms[] = {
+        {"forward", [&] { return matmul(x, w); }},
+        {"input_grad", [&] { return dot(dy, w, {1}, {1}); }},
+        {"kernel_grad", [&] { return dot(x, dy, {0}, {0}); }}};
+    double total_on = 0, total_off = 0;
+    std::printf("bf16 MLP GEMMs, batch %lld, widening / oneDNN (median us):", (long long)batch);
+    for (const auto& [name, f] : gemms) {
+      auto [t_on, t_off] = bench::interleaved_median_seconds(
+          [&] {
+            ops::onednn::set_enabled(true);
+            (void)f().raw_data();
+          },
+          [&] {
+            ops::onednn::set_enabled(false);
+            (void)f().raw_data();
+          },
+          101);
+      total_on += t_on;
+      total_off += t_off;
+      std::printf(" %s %.0f / %.0f = %.2f;", name, t_off * 1e6, t_on * 1e6, t_off / t_on);
+    }
+    std::printf(" together %.2f\n", total_off / total_on);
+    bench::result("bf16_mlp_b" + std::to_string(batch) + "_gemms_widen_vs_onednn",
+                  total_off / total_on);
+  }
+  ops::onednn::set_enabled(saved);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto cases = bench::selected_cases(argc, argv, {"bf16_gemm_2048"});
+  const auto cases = bench::selected_cases(argc, argv, {"bf16_gemm_2048", "bf16_gemm_mlp"});
   if (cases.empty()) return 2;
   for (const std::string& c : cases) {
     if (c == "bf16_gemm_2048") bf16_gemm_2048();
+    if (c == "bf16_gemm_mlp") bf16_gemm_mlp();
   }
   return 0;
 }
