@@ -1,14 +1,9 @@
 // The fused_dot kernel op (compiler/fused_dot.h): registration, shape function, and the CPU
-// kernel, an Eigen GEMM over blocks of output rows (the same blocks as dot's reference kernel,
-// so the same bits) with the bias and activation applied to each block as soon as it is done.
+// kernel, a GEMM over blocks of output rows (ops::gemm_rows on the same blocks as dot's
+// reference kernel, so the same bits) with the bias and activation applied to each block as soon as it is done.
 #include "compiler/fused_dot.h"
 
 #include <algorithm>
-
-#define EIGEN_DONT_PARALLELIZE  // parallelism comes from runtime::parallel_for, never Eigen
-// GCC 12 reports a false -Wmaybe-uninitialized inside Eigen's AVX-512 GEMV kernels.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <Eigen/Core>
 
 #include "kiln/op_registry.h"
 #include "ops/dot_util.h"
@@ -88,9 +83,6 @@ std::vector<TensorType> fused_dot_shape(const InferContext& ctx) {
 template <class T>
 void fused_gemm(const DotLayout& s, const T* pa_all, const T* pb_all, T* c,
                 const Epilogue<T>& epilogue) {
-  using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using ConstMap = Eigen::Map<const RowMat, Eigen::Unaligned, Eigen::OuterStride<>>;
-  using OutMap = Eigen::Map<RowMat, Eigen::Unaligned, Eigen::OuterStride<>>;
   if (s.n == 0) return;
   ops::for_each_row_block(s.batch, s.m, s.k, s.n, [&](int64_t bi, int64_t r0, int64_t r1) {
     const int64_t rows = r1 - r0;
@@ -98,20 +90,8 @@ void fused_gemm(const DotLayout& s, const T* pa_all, const T* pb_all, T* c,
     if (s.k == 0) {
       std::fill(block, block + rows * s.n, T(0));
     } else {
-      const T* pa = pa_all + bi * s.m * s.k;
-      const T* pb = pb_all + bi * s.k * s.n;
-      OutMap out(block, rows, s.n, Eigen::OuterStride<>(s.n));
-      auto multiply = [&](const auto& lhs, const auto& rhs) { out.noalias() = lhs * rhs; };
-      ConstMap rhs(pb, s.k, s.n, Eigen::OuterStride<>(s.n));
-      ConstMap rhs_t(pb, s.n, s.k, Eigen::OuterStride<>(s.k));
-      if (!s.a_transposed) {
-        ConstMap lhs(pa + r0 * s.k, rows, s.k, Eigen::OuterStride<>(s.k));
-        s.b_transposed ? multiply(lhs, rhs_t.transpose()) : multiply(lhs, rhs);
-      } else {
-        ConstMap lhs_t(pa + r0, s.k, rows, Eigen::OuterStride<>(s.m));
-        s.b_transposed ? multiply(lhs_t.transpose(), rhs_t.transpose())
-                       : multiply(lhs_t.transpose(), rhs);
-      }
+      ops::gemm_rows(pa_all + bi * s.m * s.k, pb_all + bi * s.k * s.n, block, s.m, s.k, s.n, r0,
+                     rows, s.a_transposed, s.b_transposed);
     }
     epilogue.apply(block, bi * s.m + r0, rows, s.n);  // still in cache
   });

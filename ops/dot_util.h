@@ -84,4 +84,14 @@ void for_each_row_block(int64_t batch, int64_t m, int64_t k, int64_t n, F&& fn) 
                         });
 }
 
+// One block of a GEMM's output rows, run on the calling thread: out (`rows` x n, row stride n)
+// = rows [r0, r0 + rows) of A times B, where A is [m, k] row-major or, when a_transposed, stored
+// as [k, m], and B is [k, n] or, when b_transposed, stored as [n, k]. f32 blocks run on
+// oneDNN's sgemm where it is enabled and gains (ops/onednn_matmul.h: sgemm_rows), the rest on
+// Eigen. dot's kernel and the compiler's fused_dot both multiply through it, block by
+// the same for_each_row_block, and so round alike. (ops/linalg.cc; float and double.)
+template <class T>
+void gemm_rows(const T* a, const T* b, T* out, int64_t m, int64_t k, int64_t n, int64_t r0,
+               int64_t rows, bool a_transposed, bool b_transposed);
+
 }  // namespace kiln::ops

@@ -152,33 +152,17 @@ struct GemmSizes {
   int64_t batch, m, k, n;
 };
 
-// Floating-point GEMM with Eigen; each task multiplies one block of rows.
+// Floating-point GEMM; each task multiplies one block of rows (gemm_rows).
 template <class T>
 void gemm_eigen(const GemmSizes& s, const Matrices<T>& a, const Matrices<T>& b, T* c) {
-  using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  using ConstMap = Eigen::Map<const RowMat, Eigen::Unaligned, Eigen::OuterStride<>>;
-  using OutMap = Eigen::Map<RowMat, Eigen::Unaligned, Eigen::OuterStride<>>;
   if (s.n == 0) return;
   if (s.k == 0) {
     std::fill(c, c + s.batch * s.m * s.n, T(0));
     return;
   }
   ops::for_each_row_block(s.batch, s.m, s.k, s.n, [&](int64_t bi, int64_t r0, int64_t r1) {
-    const int64_t rows = r1 - r0;
-    const T* pa = a.data + bi * s.m * s.k;
-    const T* pb = b.data + bi * s.k * s.n;
-    OutMap out(c + bi * s.m * s.n + r0 * s.n, rows, s.n, Eigen::OuterStride<>(s.n));
-    auto multiply = [&](const auto& lhs, const auto& rhs) { out.noalias() = lhs * rhs; };
-    ConstMap rhs(pb, s.k, s.n, Eigen::OuterStride<>(s.n));
-    ConstMap rhs_t(pb, s.n, s.k, Eigen::OuterStride<>(s.k));  // stored [N, K]
-    if (!a.transposed) {
-      ConstMap lhs(pa + r0 * s.k, rows, s.k, Eigen::OuterStride<>(s.k));
-      b.transposed ? multiply(lhs, rhs_t.transpose()) : multiply(lhs, rhs);
-    } else {
-      ConstMap lhs_t(pa + r0, s.k, rows, Eigen::OuterStride<>(s.m));  // stored [K, M]
-      b.transposed ? multiply(lhs_t.transpose(), rhs_t.transpose())
-                   : multiply(lhs_t.transpose(), rhs);
-    }
+    gemm_rows(a.data + bi * s.m * s.k, b.data + bi * s.k * s.n, c + bi * s.m * s.n + r0 * s.n,
+              s.m, s.k, s.n, r0, r1 - r0, a.transposed, b.transposed);
   });
 }
 
@@ -326,6 +310,36 @@ KILN_REGISTER_OP(dot)
     .shape_fn(dot_shape)
     .gradient(dot_gradient);
 KILN_REGISTER_KERNEL(dot).dtypes(dtypes_of(TypeSet::kNumeric)).fn(dot_kernel);
+
+template <class T>
+void gemm_rows(const T* a, const T* b, T* out, int64_t m, int64_t k, int64_t n, int64_t r0,
+               int64_t rows, bool a_transposed, bool b_transposed) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (onednn::sgemm_rows(a_transposed ? a + r0 : a + r0 * k, a_transposed ? m : k, b,
+                           b_transposed ? k : n, out, rows, k, n, a_transposed, b_transposed))
+      return;
+  }
+  using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using ConstMap = Eigen::Map<const RowMat, Eigen::Unaligned, Eigen::OuterStride<>>;
+  using OutMap = Eigen::Map<RowMat, Eigen::Unaligned, Eigen::OuterStride<>>;
+  OutMap c(out, rows, n, Eigen::OuterStride<>(n));
+  auto multiply = [&](const auto& lhs, const auto& rhs) { c.noalias() = lhs * rhs; };
+  ConstMap rhs(b, k, n, Eigen::OuterStride<>(n));
+  ConstMap rhs_t(b, n, k, Eigen::OuterStride<>(k));  // stored [N, K]
+  if (!a_transposed) {
+    ConstMap lhs(a + r0 * k, rows, k, Eigen::OuterStride<>(k));
+    b_transposed ? multiply(lhs, rhs_t.transpose()) : multiply(lhs, rhs);
+  } else {
+    ConstMap lhs_t(a + r0, k, rows, Eigen::OuterStride<>(m));  // stored [K, M]
+    b_transposed ? multiply(lhs_t.transpose(), rhs_t.transpose())
+                 : multiply(lhs_t.transpose(), rhs);
+  }
+}
+
+template void gemm_rows<float>(const float*, const float*, float*, int64_t, int64_t, int64_t,
+                               int64_t, int64_t, bool, bool);
+template void gemm_rows<double>(const double*, const double*, double*, int64_t, int64_t,
+                                int64_t, int64_t, int64_t, bool, bool);
 
 }  // namespace ops
 

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@ using dnnl::memory;
 using Dims = memory::dims;
 
 std::atomic<int64_t> g_matmuls{0};
+std::atomic<int64_t> g_sgemms{0};
 
 const dnnl::engine& cpu_engine() {
   static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -233,5 +235,18 @@ std::string matmul_path(DType dtype) {
 }
 
 int64_t matmul_count() { return g_matmuls.load(); }
+
+bool sgemm_rows(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t rows,
+                int64_t k, int64_t n, bool a_transposed, bool b_transposed) {
+  if (n < kSgemmMinColumns || rows <= 0 || k <= 0 || !enabled()) return false;
+  OmpThreads one(1);
+  const dnnl_status_t st = dnnl_sgemm(a_transposed ? 'T' : 'N', b_transposed ? 'T' : 'N', rows, n,
+                                      k, 1.0f, a, lda, b, ldb, 0.0f, c, n);
+  if (st != dnnl_success) return false;
+  g_sgemms.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+int64_t sgemm_count() { return g_sgemms.load(std::memory_order_relaxed); }
 
 }  // namespace kiln::ops::onednn

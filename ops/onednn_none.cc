@@ -25,6 +25,11 @@ bool lowp_matmul_supported(DType) { return false; }
 bool matmul(const KernelContext&, const MatmulShape&, const void*, const void*, void*) {
   return false;
 }
+bool sgemm_rows(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t, int64_t,
+                bool, bool) {
+  return false;
+}
+int64_t sgemm_count() { return 0; }
 std::string cpu_isa() { return "none"; }
 std::string matmul_path(DType) { return "widen to f32: Kiln is built without oneDNN"; }
 int64_t matmul_count() { return 0; }
