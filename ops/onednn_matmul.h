@@ -1,7 +1,8 @@
-// The bf16 and f16 GEMMs of the dot kernel on the CPU's low-precision units through oneDNN
-// (ops/onednn_matmul.cc), or a stub that always declines when Kiln is built without oneDNN
-// (ops/onednn_none.cc, chosen by CMake). ops/linalg.cc tries it first and widens to f32 on Eigen
-// when it declines. The switch is the convolutions' (ops/onednn_conv.h: KILN_ONEDNN=0).
+// The dot kernel's GEMMs through oneDNN: bf16 and f16 on the CPU's low-precision units, and f32
+// blocks on its sgemm (ops/onednn_matmul.cc), or stubs that always decline when Kiln is built
+// without oneDNN (ops/onednn_none.cc, chosen by CMake). ops/linalg.cc tries the low-precision
+// path first and widens to f32 when it declines. One switch for all oneDNN kernels
+// (ops/onednn_conv.h: KILN_ONEDNN=0).
 #pragma once
 
 #include <cstdint>
