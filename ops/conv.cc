@@ -582,38 +582,23 @@ template void conv_forward<double>(KernelContext&, const ConvEpilogue<double>&);
 KILN_REGISTER_OP(convolution)
     .input("input")
     .input("kernel")
-    .kind(OpKind::kKernel)
     .shape_fn(conv_shape)
     .gradient(conv_gradient);
-KILN_REGISTER_KERNEL(convolution)
-    .dtypes(dtypes_of(TypeSet::kFloat))
-    .fn(typed_kernel<TypeSet::kFloat>([](auto tag, KernelContext& ctx) {
-      conv_kernel<typename decltype(tag)::type>(ctx);
-    }));
+KILN_REGISTER_TYPED_KERNEL(convolution, TypeSet::kFloat, conv_kernel);
 
 KILN_REGISTER_OP(convolution_input_grad)
     .input("output_grad")
     .input("kernel")
-    .kind(OpKind::kKernel)
     .shape_fn(conv_input_grad_shape)
     .gradient(conv_input_grad_gradient);
-KILN_REGISTER_KERNEL(convolution_input_grad)
-    .dtypes(dtypes_of(TypeSet::kFloat))
-    .fn(typed_kernel<TypeSet::kFloat>([](auto tag, KernelContext& ctx) {
-      conv_input_grad_kernel<typename decltype(tag)::type>(ctx);
-    }));
+KILN_REGISTER_TYPED_KERNEL(convolution_input_grad, TypeSet::kFloat, conv_input_grad_kernel);
 
 KILN_REGISTER_OP(convolution_kernel_grad)
     .input("input")
     .input("output_grad")
-    .kind(OpKind::kKernel)
     .shape_fn(conv_kernel_grad_shape)
     .gradient(conv_kernel_grad_gradient);
-KILN_REGISTER_KERNEL(convolution_kernel_grad)
-    .dtypes(dtypes_of(TypeSet::kFloat))
-    .fn(typed_kernel<TypeSet::kFloat>([](auto tag, KernelContext& ctx) {
-      conv_kernel_grad_kernel<typename decltype(tag)::type>(ctx);
-    }));
+KILN_REGISTER_TYPED_KERNEL(convolution_kernel_grad, TypeSet::kFloat, conv_kernel_grad_kernel);
 
 }  // namespace ops
 

@@ -168,6 +168,13 @@ KernelFn typed_kernel(auto kernel) {
   };
 }
 
+// Registers the function template `kernel` (kernel<T>(ctx)) as op's kernel for the dtypes of S.
+#define KILN_REGISTER_TYPED_KERNEL(op, S, kernel)                                    \
+  KILN_REGISTER_KERNEL(op).dtypes(dtypes_of(S)).fn(                                  \
+      typed_kernel<S>([](auto tag, KernelContext& ctx) {                             \
+        kernel<typename decltype(tag)::type>(ctx);                                   \
+      }))
+
 // ---- f16/bf16 staging -------------------------------------------------------------------
 // Kernels compute in ComputeType<T> (float for f16 and bf16) and round once when storing.
 

@@ -469,30 +469,19 @@ KILN_REGISTER_KERNEL(reduce_window_sum)
 KILN_REGISTER_OP(reduce_window_max_grad)
     .input("x")
     .input("output_grad")
-    .kind(OpKind::kKernel)
     .shape_fn(max_grad_shape)
     .gradient(max_grad_gradient);
-KILN_REGISTER_KERNEL(reduce_window_max_grad)
-    .dtypes(dtypes_of(TypeSet::kFloat))
-    .fn(typed_kernel<TypeSet::kFloat>([](auto tag, KernelContext& ctx) {
-      max_grad_kernel<typename decltype(tag)::type>(ctx);
-    }));
+KILN_REGISTER_TYPED_KERNEL(reduce_window_max_grad, TypeSet::kFloat, max_grad_kernel);
 
 KILN_REGISTER_OP(reduce_window_max_select)
     .input("x")
     .input("v")
-    .kind(OpKind::kKernel)
     .shape_fn(max_select_shape)
     .gradient(max_select_gradient);
-KILN_REGISTER_KERNEL(reduce_window_max_select)
-    .dtypes(dtypes_of(TypeSet::kFloat))
-    .fn(typed_kernel<TypeSet::kFloat>([](auto tag, KernelContext& ctx) {
-      max_select_kernel<typename decltype(tag)::type>(ctx);
-    }));
+KILN_REGISTER_TYPED_KERNEL(reduce_window_max_select, TypeSet::kFloat, max_select_kernel);
 
 KILN_REGISTER_OP(reduce_window_sum_grad)
     .input("output_grad")
-    .kind(OpKind::kKernel)
     .shape_fn(sum_grad_shape)
     .gradient(sum_grad_gradient);
 KILN_REGISTER_KERNEL(reduce_window_sum_grad)
