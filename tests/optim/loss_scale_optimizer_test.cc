@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "kiln/distribute/mirrored_strategy.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 
@@ -104,6 +105,25 @@ INSTANTIATE_TEST_SUITE_P(Modes, LossScaling,
                            return info.param == ExecutionMode::kCompiled ? "Compiled"
                                                                          : "Interpreted";
                          });
+
+// Under a MirroredStrategy the decision is made on the summed gradients: every replica skips
+// the same steps, keeps the same scale and the same weights.
+TEST(LossScaleOptimizer, ReplicasSkipTogether) {
+  nn::set_global_policy("mixed_float16");
+  Sequential m({Dense(1, "", /*use_bias=*/false, nn::ones_init())});
+  nn::set_global_policy("float32");
+  m.compile(LossScaleOptimizer(Adam(0.01), {.initial_scale = 1024, .growth_steps = 100}),
+            nn::MeanSquaredError(), {},
+            {.strategy = std::make_shared<distribute::MirroredStrategy>(2)});
+  // Rows 2 and 3 form the second batch; row 3 overflows f16 on its replica only.
+  Tensor x = Tensor::from_vector<float>({0.5f, 0.25f, 0.5f, 3000.0f}, {4, 1});
+  m.fit(x, Tensor::from_vector<float>({0, 0, 0, 0}, {4, 1}),
+        {.epochs = 1, .batch_size = 2, .shuffle = false, .verbose = 0});
+  auto& opt = dynamic_cast<LossScaleOptimizer&>(m.optimizer());
+  EXPECT_EQ(opt.loss_scale(), 512.0);
+  EXPECT_EQ(opt.good_steps(), 0);
+  EXPECT_EQ(m.replica_weights(1)[0].to_vector<float>(), m.replica_weights(0)[0].to_vector<float>());
+}
 
 TEST(LossScaleOptimizer, EagerApplyGradientsUnscalesAndSkipsNonFiniteSteps) {
   LossScaleOptimizer opt(SGD(0.5), {.initial_scale = 4});
