@@ -9,6 +9,11 @@
 //   four transcendentals and three divisions per element (compute-bound), against the pool's
 //   FMA peak: the fused kernel's floating-point operations per element are counted from its
 //   vectorised LLVM IR (an FMA counts two), so the ratio is the share of peak its work reaches.
+// - mlp_step_gemms: the GEMMs of the MLP 784-128-10 training step at batch 64 (forward: x W1,
+//   h W2; backward: h^T dy, dy W2^T, x^T dh), each at the best of the libraries here (Eigen's
+//   OpenMP product, and oneDNN's sgemm on its OpenMP team where Kiln is built with oneDNN),
+//   summed: the floor the issue sets the compiled step against (report.py: mlp_b64_step_vs_gemms
+//   with compile_bench's mlp_b64_compiled_us).
 // Prints `RESULT key=value` lines for benchmarks/run.sh.
 #define EIGEN_USE_THREADS
 #include <immintrin.h>
@@ -26,6 +31,10 @@
 #include <thread>
 #include <unsupported/Eigen/CXX11/Tensor>
 #include <vector>
+
+#if KILN_BENCH_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 #include "benchmarks/bench_util.h"
 #include "compiler/codegen/cpu/fused_kernel.h"
@@ -68,6 +77,58 @@ void sgemm() {
   bench::result("kiln_sgemm_1024_gflops", kFlop / t_kiln / 1e9);
   bench::result("eigen_contraction_sgemm_1024_gflops", kFlop / t_contract / 1e9);
   bench::result("eigen_product_sgemm_1024_gflops", kFlop / t_product / 1e9);
+}
+
+// One GEMM of the step: C [m, n] = op(A) op(B), A stored [m, k] or (ta) [k, m], B stored [k, n]
+// or (tb) [n, k]; the median time of the best library.
+double best_gemm_seconds(int64_t m, int64_t k, int64_t n, bool ta, bool tb, std::string* who) {
+  using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  RowMat a = RowMat::Random(ta ? k : m, ta ? m : k), b = RowMat::Random(tb ? n : k, tb ? k : n);
+  RowMat c(m, n);
+  auto eigen = [&] {
+    if (ta && tb) c.noalias() = a.transpose() * b.transpose();
+    else if (ta) c.noalias() = a.transpose() * b;
+    else if (tb) c.noalias() = a * b.transpose();
+    else c.noalias() = a * b;
+  };
+  double best = bench::interleaved_median_seconds(eigen, [] {}, 31).first;
+  *who = "eigen";
+#if KILN_BENCH_HAVE_DNNL
+  auto dnnl = [&] {
+    dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a.data(), ta ? m : k, b.data(),
+               tb ? k : n, 0.0f, c.data(), n);
+  };
+  auto [t_dnnl, t_eigen] = bench::interleaved_median_seconds(dnnl, eigen, 31);
+  best = std::min(t_eigen, t_dnnl);
+  *who = t_dnnl < t_eigen ? "onednn" : "eigen";
+#endif
+  return best;
+}
+
+void mlp_step_gemms() {
+  constexpr int64_t kBatch = 64, kIn = 784, kHidden = 128, kOut = 10;
+  struct Gemm {
+    const char* what;
+    int64_t m, k, n;
+    bool ta, tb;
+  };
+  const Gemm gemms[] = {{"x W1", kBatch, kIn, kHidden, false, false},
+                        {"h W2", kBatch, kHidden, kOut, false, false},
+                        {"h^T dy", kHidden, kBatch, kOut, true, false},
+                        {"dy W2^T", kBatch, kOut, kHidden, false, true},
+                        {"x^T dh", kIn, kBatch, kHidden, true, false}};
+  double total = 0;
+  for (const Gemm& g : gemms) {
+    std::string who;
+    const double t = best_gemm_seconds(g.m, g.k, g.n, g.ta, g.tb, &who);
+    std::printf("mlp b64 step GEMM %-8s [%ld, %ld] x [%ld, %ld]: %.1f us (%s)\n", g.what,
+                static_cast<long>(g.m), static_cast<long>(g.k), static_cast<long>(g.k),
+                static_cast<long>(g.n), t * 1e6, who.c_str());
+    total += t;
+  }
+  std::printf("mlp b64 step GEMMs alone at the libraries' best (%d OpenMP threads): %.1f us\n",
+              Eigen::nbThreads(), total * 1e6);
+  bench::result("mlp_b64_step_gemms_us", total * 1e6);
 }
 
 constexpr int64_t kN = int64_t{1} << 24;       // elements of a chain's input
@@ -308,10 +369,12 @@ void eltwise_compute_chain() {
 
 int main(int argc, char** argv) {
   const auto cases = bench::selected_cases(argc, argv,
-                                           {"sgemm", "eltwise_chain", "eltwise_compute_chain"});
+                                           {"sgemm", "mlp_step_gemms", "eltwise_chain",
+                                            "eltwise_compute_chain"});
   if (cases.empty()) return 2;
   for (const std::string& c : cases) {
     if (c == "sgemm") sgemm();
+    if (c == "mlp_step_gemms") mlp_step_gemms();
     if (c == "eltwise_chain") eltwise_chain();
     if (c == "eltwise_compute_chain") eltwise_compute_chain();
   }
