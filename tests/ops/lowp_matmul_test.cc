@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/executable.h"
 #include "kiln/kiln.h"
 #include "ops/onednn_conv.h"
 #include "ops/onednn_matmul.h"
@@ -223,6 +224,31 @@ TEST(LowpMatmul, FallbackIsTheWidenedF32ProductRoundedOnce) {
     });
     EXPECT_EQ(y, want) << dtype_name(t);
   }
+}
+
+// A bf16 dot in a graph, compiled and interpreted, runs the same kernel on the same path as
+// eagerly: the same bits, and oneDNN serves each where the host has a bf16 unit.
+TEST(LowpMatmul, CompiledAndInterpretedGraphsTakeTheSamePath) {
+  std::mt19937 rng(7);
+  const Case c{2, 40, 300, 24, false, true};
+  const Operands o = random_operands(c, rng);
+  Tensor a = stored(o.a, c.batch, c.m, c.k, c.a_transposed, bf16);
+  Tensor b = stored(o.b, c.batch, c.k, c.n, c.b_transposed, bf16);
+  Graph g("lowp_matmul");
+  Tensor pa = g.placeholder(bf16, a.shape(), "a"), pb = g.placeholder(bf16, b.shape(), "b");
+  Tensor y = dot(pa, pb, {2}, {2}, {0}, {0});
+  const FeedList feeds = {{pa, a}, {pb, b}};
+  const std::vector<float> eager = dot(a, b, {2}, {2}, {0}, {0}).to_vector<float>();
+  const int64_t expected = expect_onednn(bf16) ? 1 : 0;
+  int64_t before = ops::onednn::matmul_count();
+  const std::vector<float> interpreted = g.run(feeds, y).to_vector<float>();
+  EXPECT_EQ(ops::onednn::matmul_count() - before, expected) << "interpreted";
+  compiler::Executable exe = compiler::compile(g, {y}, feeds);
+  before = ops::onednn::matmul_count();
+  const std::vector<float> compiled = exe.run(feeds)[0].to_vector<float>();
+  EXPECT_EQ(ops::onednn::matmul_count() - before, expected) << "compiled";
+  EXPECT_EQ(interpreted, eager);
+  EXPECT_EQ(compiled, eager);
 }
 
 TEST(LowpMatmul, NanInAnOperandReachesItsOutputs) {
