@@ -5,12 +5,14 @@
 
 #include <cstring>
 #include <functional>
+#include <sstream>
 #include <thread>
 #include <vector>
 
 #include "kiln/distribute/multi_worker_mirrored_strategy.h"
 #include "kiln/distribute/ops.h"
 #include "kiln/error.h"
+#include "kiln/graph.h"
 #include "kiln/nn/layers.h"
 #include "kiln/ops.h"
 #include "tests/distribute/linear_regression.h"
@@ -133,6 +135,30 @@ TEST(GradientBuckets, ANegativeBucketSizeIsAnErrorNamingIt) {
   MultiWorkerMirroredStrategy strategy(std::move(make_in_process_group(1)[0]));
   EXPECT_EQ(strategy.bucket_bytes(), Strategy::kDefaultBucketBytes);
   EXPECT_THROW(strategy.set_bucket_bytes(-5), Error);
+}
+
+// Recorded: the last value's bucket first, each later bucket's all_reduce taking the previous
+// one's result as its second (ordering) input, so no schedule can run them in another order.
+TEST(GradientBuckets, EachBucketAfterTheFirstTakesThePreviousOneAsItsOrderingInput) {
+  Graph g("step");
+  auto guard = g.as_default();
+  const Tensor a = g.placeholder(DType::f32, {3}, "a"), b = g.placeholder(DType::f32, {2, 2}, "b");
+  all_reduce_in_buckets({a, b}, 12);  // 7 floats in buckets of 3: b[0:3]; b[3], a[0:2]; a[2]
+  std::istringstream text(g.to_text());
+  std::vector<std::string> all_reduces;  // "%id = ... all_reduce(%x, %y)" lines
+  for (std::string line; std::getline(text, line);)
+    if (line.find(" = all_reduce(") != std::string::npos) all_reduces.push_back(line);
+  ASSERT_EQ(all_reduces.size(), 3u) << g.to_text();
+  EXPECT_NE(all_reduces[0].find("-> f32[3]"), std::string::npos) << all_reduces[0];
+  EXPECT_EQ(all_reduces[0].find(", %"), std::string::npos) << all_reduces[0];
+  for (size_t k = 1; k < all_reduces.size(); ++k) {
+    const std::string& line = all_reduces[k - 1];  // "  %4 = all_reduce = ..."
+    const size_t id = line.find('%') + 1;
+    const std::string previous = line.substr(id, line.find(' ', id) - id);
+    EXPECT_NE(all_reduces[k].find(", %" + previous + ")"), std::string::npos)
+        << all_reduces[k] << "\n"
+        << g.to_text();
+  }
 }
 
 // An MLP (6 -> 16 -> 3, 163 parameters) trained by 2 workers: each step's all_reduces are the

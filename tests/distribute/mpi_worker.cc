@@ -8,10 +8,11 @@
 // workers train tests/distribute/linear_regression.h's model with MultiWorkerMirroredStrategy
 // (global batch KILN_TEST_BATCH, or KILN_TEST_WORKER1_BATCH on worker 1), each printing
 // whether its weights equal the chief's, and the chief whether they are within the bound of
-// one process's. With KILN_TEST_MODE=resume, they train it for 4 epochs with BackupAndRestore
-// into KILN_TEST_BACKUP_DIR every 7 batches; with KILN_TEST_SIGNAL_RANK=k, rank k sends itself
-// KILN_TEST_SIGNAL (KILL or STOP) at the end of its KILN_TEST_SIGNAL_BATCH-th batch of this run;
-// the chief prints "rank 0 of N: weights <hex of the float bytes>" when training ends.
+// one process's (gradient buckets of KILN_TEST_BUCKET_BYTES when set). With KILN_TEST_MODE=resume,
+// they train it for 4 epochs with BackupAndRestore into KILN_TEST_BACKUP_DIR every 7 batches; with
+// KILN_TEST_SIGNAL_RANK=k, rank k sends itself KILN_TEST_SIGNAL (KILL or STOP) at the end of its
+// KILN_TEST_SIGNAL_BATCH-th batch of this run; the chief prints "rank 0 of N: weights <hex of the
+// float bytes>" when training ends.
 #include <signal.h>
 
 #include <chrono>
@@ -41,6 +42,8 @@ int run_fit() {
   auto strategy = std::make_shared<distribute::MultiWorkerMirroredStrategy>();
   const int rank = strategy->first_local_replica(), n = strategy->num_replicas_in_sync();
   const std::string me = "rank " + std::to_string(rank) + " of " + std::to_string(n);
+  if (std::getenv("KILN_TEST_BUCKET_BYTES"))
+    strategy->set_bucket_bytes(env_int("KILN_TEST_BUCKET_BYTES", 0));
   int64_t batch = env_int("KILN_TEST_BATCH", 10);
   if (rank == 1) batch = env_int("KILN_TEST_WORKER1_BATCH", static_cast<int>(batch));
   const Tensor x = uniform({kRows, kK}, 91), y = uniform({kRows, kM}, 92);
