@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include "compiler/executable.h"
+#include "kiln/autodiff.h"
 #include "kiln/distribute/multi_worker_mirrored_strategy.h"
 #include "kiln/distribute/ops.h"
 #include "kiln/error.h"
@@ -159,6 +161,38 @@ TEST(GradientBuckets, EachBucketAfterTheFirstTakesThePreviousOneAsItsOrderingInp
         << all_reduces[k] << "\n"
         << g.to_text();
   }
+}
+
+// A 2-layer MLP's gradients in 64-byte buckets, compiled: the first bucket (the last layer's
+// bias and part of its kernel) runs as soon as those exist, before the first layer's gradient
+// (the step's last dot) is computed; it does not wait for the whole backward pass.
+TEST(GradientBuckets, TheFirstBucketRunsBeforeTheFirstLayersGradientIsComputed) {
+  Graph g("step");
+  auto guard = g.as_default();
+  const Tensor x = g.placeholder(DType::f32, {8, 20}, "x");
+  const Tensor w1 = g.placeholder(DType::f32, {20, 16}, "w1");
+  const Tensor w2 = g.placeholder(DType::f32, {16, 4}, "w2"),
+               b2 = g.placeholder(DType::f32, {4}, "b2");
+  const Tensor y = matmul(relu(matmul(x, w1)), w2) + b2;
+  std::vector<Tensor> grads = gradients(sum(y * y), {w1, w2, b2});
+  std::vector<Tensor> updated;
+  const std::vector<Tensor> params = {w1, w2, b2};
+  const std::vector<Tensor> summed = all_reduce_in_buckets(grads, 64);
+  for (size_t i = 0; i < params.size(); ++i) updated.push_back(params[i] - summed[i]);
+  compiler::Executable exe = compiler::compile(
+      g, updated,
+      {{x, zeros({8, 20})}, {w1, zeros({20, 16})}, {w2, zeros({16, 4})}, {b2, zeros({4})}});
+  const std::vector<std::string> thunks = exe.thunk_descriptions();
+  std::string listing;
+  int first_all_reduce = -1, last_dot = -1;
+  for (int k = 0; k < static_cast<int>(thunks.size()); ++k) {
+    listing += std::to_string(k) + " " + thunks[k] + "\n";
+    if (thunks[k].find("all_reduce") != std::string::npos && first_all_reduce < 0)
+      first_all_reduce = k;
+    if (thunks[k].find("dot") != std::string::npos) last_dot = k;
+  }
+  ASSERT_GE(first_all_reduce, 0) << listing;
+  EXPECT_LT(first_all_reduce, last_dot) << listing;
 }
 
 // An MLP (6 -> 16 -> 3, 163 parameters) trained by 2 workers: each step's all_reduces are the
