@@ -128,6 +128,18 @@ Tensor random_tensor(DType dtype, std::mt19937& rng) {
   switch (dtype) {
     case DType::f32: return from(float_values<float>(rng));
     case DType::f64: return from(float_values<double>(rng));
+    case DType::bf16:
+    case DType::f16: {  // the f32 values (subnormal, huge, NaN ...) rounded to the type
+      Tensor t = Tensor::from_vector(float_values<float>(rng), {kN});
+      Tensor r = convert(t, dtype);
+      if (dtype == DType::f16) {  // and f16's own subnormals and largest finite value
+        auto* bits = static_cast<uint16_t*>(r.raw_mutable_data());
+        bits[0] = 0x0001;
+        bits[1] = 0x83ff;
+        bits[2] = 0x7bff;
+      }
+      return r;
+    }
     case DType::i32: return from(int_values<int32_t>(rng));
     case DType::i64: return from(int_values<int64_t>(rng));
     case DType::u8: return from(int_values<uint8_t>(rng));
@@ -150,6 +162,8 @@ double item_as_double(const Tensor& t, int64_t i) {
     case DType::i32: return *static_cast<const int32_t*>(p);
     case DType::i64: return static_cast<double>(*static_cast<const int64_t*>(p));
     case DType::i8: return *static_cast<const int8_t*>(p);
+    case DType::bf16: return static_cast<float>(*static_cast<const bfloat16*>(p));
+    case DType::f16: return static_cast<float>(*static_cast<const half*>(p));
     default: return *static_cast<const uint8_t*>(p);  // u8, bool
   }
 }
@@ -172,7 +186,7 @@ std::string first_difference(const Tensor& a, const Tensor& b) {
   return "";
 }
 
-const std::vector<DType> kDtypes = {f32, f64, i32, i64, bool_, u8, i8};
+const std::vector<DType> kDtypes = {f32, f64, i32, i64, bool_, u8, i8, bf16, f16};
 
 struct Trial {
   std::vector<DType> in;

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <unordered_map>
 #include <limits>
 
 #include <llvm/IR/IRBuilder.h>
@@ -400,7 +401,7 @@ class Emitter {
       value = load(k, b_.CreateSelect(inside, at(c), input_offsets(sg_.inputs.size())[k]));
     }
     if (input.fallback < 0) return value;
-    return b_.CreateSelect(inside, value, fallback);
+    return select_keeping_bits(inside, value, fallback, input.dtype);
   }
 
   Value* smax(Value* a, Value* b) { return b_.CreateSelect(b_.CreateICmpSGT(a, b), a, b); }
@@ -417,16 +418,90 @@ class Emitter {
       case DType::bool_: return b_.getInt8Ty();
       case DType::u8: return b_.getInt8Ty();
       case DType::i8: return b_.getInt8Ty();
+      case DType::bf16: return b_.getInt16Ty();
+      case DType::f16: return b_.getInt16Ty();
       default: throw Error(ErrorCode::kUnimplemented, "cpu codegen: unsupported dtype");
     }
   }
-  Type* reg_type(DType t) { return t == bool_ ? b_.getInt1Ty() : mem_type(t); }
+  // bool values live as i1, bf16 and f16 values as the f32 they widen to exactly.
+  Type* reg_type(DType t) {
+    return t == bool_ ? b_.getInt1Ty() : is_narrow(t) ? b_.getFloatTy() : mem_type(t);
+  }
+  static bool is_narrow(DType t) { return t == DType::bf16 || t == DType::f16; }
+  // The dtype a value computes in: f32 for bf16 and f16.
+  static DType compute_type(DType t) { return is_narrow(t) ? f32 : t; }
+
+  // ---- bf16 and f16: the bits of ops' reference kernels (kiln/dtype.h's conversions) ----
+
+  // A 16-bit pattern of dtype t as the f32 it denotes (exact).
+  Value* widen(Value* bits, DType t) {
+    Value* u = b_.CreateZExt(bits, b_.getInt32Ty());
+    if (t == DType::bf16) return b_.CreateBitCast(b_.CreateShl(u, 16), b_.getFloatTy());
+    // half::operator float: subnormals as man / 2^24, inf and NaN keep their payload.
+    Value* sign = b_.CreateShl(b_.CreateAnd(u, 0x8000u), 16);
+    Value* exp = b_.CreateAnd(b_.CreateLShr(u, 10), 0x1fu);
+    Value* man = b_.CreateAnd(u, 0x3ffu);
+    Value* man_hi = b_.CreateShl(man, 13);
+    Value* normal = b_.CreateOr(sign, b_.CreateOr(b_.CreateShl(b_.CreateAdd(exp, b_.getInt32(112)), 23), man_hi));
+    Value* special = b_.CreateOr(sign, b_.CreateOr(b_.getInt32(0x7f800000u), man_hi));
+    Value* sub = b_.CreateFDiv(b_.CreateUIToFP(man, b_.getFloatTy()), fconst(b_.getFloatTy(), 16777216.0));
+    sub = b_.CreateSelect(b_.CreateICmpNE(sign, b_.getInt32(0)), b_.CreateFNeg(sub), sub);
+    Value* wide = b_.CreateBitCast(
+        b_.CreateSelect(b_.CreateICmpEQ(exp, b_.getInt32(31)), special, normal), b_.getFloatTy());
+    return b_.CreateSelect(b_.CreateICmpEQ(exp, b_.getInt32(0)), sub, wide);
+  }
+
+  // The bits of bf16/f16 value v: those it moved with, or v rounded.
+  Value* bits_of(Value* v, DType t) {
+    auto it = bits_.find(v);
+    return it != bits_.end() ? it->second : narrow(v, t);
+  }
+
+  // c ? x : y of dtype t, keeping the bits of bf16/f16 operands as the reference kernels do.
+  Value* select_keeping_bits(Value* c, Value* x, Value* y, DType t) {
+    Value* v = b_.CreateSelect(c, x, y);
+    if (is_narrow(t)) bits_[v] = b_.CreateSelect(c, bits_of(x, t), bits_of(y, t));
+    return v;
+  }
+
+  // f32 `v` rounded to dtype t, to nearest even, as its 16-bit pattern.
+  Value* narrow(Value* v, DType t) {
+    Type* i32 = b_.getInt32Ty();
+    Value* x = b_.CreateBitCast(v, i32);
+    auto c = [&](uint32_t k) { return b_.getInt32(k); };
+    if (t == DType::bf16) {  // a NaN stays a quiet NaN
+      Value* hi = b_.CreateLShr(x, 16);
+      Value* nan = b_.CreateICmpUGT(b_.CreateAnd(x, c(0x7fffffffu)), c(0x7f800000u));
+      Value* rounded = b_.CreateLShr(
+          b_.CreateAdd(x, b_.CreateAdd(c(0x7fffu), b_.CreateAnd(hi, c(1)))), 16);
+      return b_.CreateTrunc(b_.CreateSelect(nan, b_.CreateOr(hi, c(0x40)), rounded),
+                            b_.getInt16Ty());
+    }
+    // half::half(float)
+    Value* sign = b_.CreateAnd(b_.CreateLShr(x, 16), c(0x8000u));
+    Value* mag = b_.CreateAnd(x, c(0x7fffffffu));
+    Value* scaled = b_.CreateFMul(b_.CreateBitCast(mag, b_.getFloatTy()),
+                                  fconst(b_.getFloatTy(), 16777216.0));
+    Value* sub = b_.CreateIntrinsic(llvm::Intrinsic::fptoui_sat, {i32, b_.getFloatTy()},
+                                    {unary_intrinsic(llvm::Intrinsic::nearbyint, scaled)});
+    Value* rounded = b_.CreateAdd(mag, b_.CreateAdd(c(0xfffu), b_.CreateAnd(b_.CreateLShr(mag, 13), c(1))));
+    Value* normal = b_.CreateLShr(b_.CreateSub(rounded, c(0x38000000u)), 13);
+    Value* r = b_.CreateSelect(b_.CreateICmpULT(mag, c(0x38800000u)), sub, normal);
+    r = b_.CreateSelect(b_.CreateICmpUGE(mag, c(0x477ff000u)), c(0x7c00u), r);
+    r = b_.CreateSelect(b_.CreateICmpUGT(mag, c(0x7f800000u)), c(0x7e00u), r);
+    return b_.CreateTrunc(b_.CreateOr(sign, r), b_.getInt16Ty());
+  }
 
   Value* load(int k, Value* index) {
     DType t = sg_.inputs[k].dtype;
     Type* mt = mem_type(t);
     llvm::LoadInst* v = b_.CreateLoad(mt, b_.CreateInBoundsGEP(mt, in_ptrs_[k], index));
     if (access_group_) v->setMetadata(llvm::LLVMContext::MD_access_group, access_group_);
+    if (is_narrow(t)) {
+      Value* w = widen(v, t);
+      bits_[w] = v;
+      return w;
+    }
     return t == bool_ ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
   }
 
@@ -438,13 +513,19 @@ class Emitter {
         vals.push_back(nullptr);
         continue;
       }
+      // bf16 and f16 compute in f32 and round each result, as their reference kernels do.
       std::vector<Value*> args;
       std::vector<DType> types;
       for (int a : n.args) {
         args.push_back(vals[a]);
-        types.push_back(sg_.dtype(a));
+        types.push_back(compute_type(sg_.dtype(a)));
       }
-      vals.push_back(emit_prim(n.op, args, types, n.dtype));
+      if (n.op == EltOp::kSelect && is_narrow(n.dtype)) {  // moves bits, as its kernel does
+        vals.push_back(select_keeping_bits(args[0], args[1], args[2], n.dtype));
+        continue;
+      }
+      Value* v = emit_prim(n.op, args, types, compute_type(n.dtype));
+      vals.push_back(is_narrow(n.dtype) ? widen(narrow(v, n.dtype), n.dtype) : v);
     }
     return vals;
   }
@@ -452,6 +533,7 @@ class Emitter {
   void store(int o, Value* v, Value* index) {
     DType t = sg_.dtype(sg_.outputs[o]);
     if (t == bool_) v = b_.CreateZExt(v, b_.getInt8Ty());
+    if (is_narrow(t)) v = bits_of(v, t);
     Type* mt = mem_type(t);
     llvm::StoreInst* st = b_.CreateStore(v, b_.CreateInBoundsGEP(mt, out_ptrs_[o], index));
     if (access_group_) st->setMetadata(llvm::LLVMContext::MD_access_group, access_group_);
@@ -826,14 +908,7 @@ class Emitter {
 
   void emit_body(const std::vector<Value*>& in, Value* index) {
     std::vector<Value*> vals = compute(in);
-    for (size_t o = 0; o < sg_.outputs.size(); ++o) {
-      DType t = sg_.dtype(sg_.outputs[o]);
-      Value* v = vals[sg_.outputs[o]];
-      if (t == bool_) v = b_.CreateZExt(v, b_.getInt8Ty());
-      Type* mt = mem_type(t);
-      llvm::StoreInst* st = b_.CreateStore(v, b_.CreateInBoundsGEP(mt, out_ptrs_[o], index));
-      if (access_group_) st->setMetadata(llvm::LLVMContext::MD_access_group, access_group_);
-    }
+    for (size_t o = 0; o < sg_.outputs.size(); ++o) store(static_cast<int>(o), vals[sg_.outputs[o]], index);
   }
 
   // ---- ops ----
@@ -1047,6 +1122,9 @@ class Emitter {
   llvm::IRBuilder<> b_;
   std::string prefix_;  // of the emitted functions' names
   llvm::Function* fn_ = nullptr;
+  // A bf16/f16 value that only moved (a load, a select of such values) -> its bits, which a
+  // store keeps (NaN payloads included) instead of rounding the widened value again.
+  std::unordered_map<Value*, Value*> bits_;
   std::vector<Value*> in_ptrs_, out_ptrs_;
   llvm::MDNode* access_group_ = nullptr;  // of the innermost loop being emitted
   Value* red_lo_ = nullptr;  // kernel_part's range of the outermost reduced dimension

@@ -30,8 +30,10 @@ bool is_float_only(EltOp op) {
 bool is_compare(EltOp op) { return op >= EltOp::kEq && op <= EltOp::kGe; }
 bool is_logical(EltOp op) { return op == EltOp::kNot || op == EltOp::kAnd || op == EltOp::kOr; }
 
+// bf16 and f16 compute in f32, each result rounded to its dtype, as their reference kernels do.
+bool is_narrow(DType t) { return t == bf16 || t == f16; }
 bool supported_dtype(DType t) {
-  return t == f32 || t == f64 || t == i32 || t == i64 || t == bool_;
+  return t == f32 || t == f64 || t == i32 || t == i64 || t == bool_ || is_narrow(t);
 }
 // 8-bit integers are loaded, stored and converted, not computed on: enough to fuse the u8
 // pixels -> f32 conversion that starts most image pipelines into the arithmetic after it.
@@ -54,6 +56,11 @@ std::string dtype_refusal(EltOp op, const std::vector<DType>& ts, DType to, DTyp
   }
   if (op == EltOp::kConvert) {
     if (!storage_dtype(to)) return std::string("convert: dtype ") + dtype_name(to) + " is not supported";
+    // The reference kernel rounds an f64, i32 or i64 to bf16/f16 once; through f32 it would
+    // round twice.
+    if (is_narrow(to) && (ts[0] == f64 || ts[0] == i32 || ts[0] == i64))
+      return std::string("convert: ") + dtype_name(ts[0]) + " to " + dtype_name(to) +
+             " rounds once from the wide value (left to the kernel)";
     *out = to;
     return "";
   }
@@ -73,7 +80,7 @@ std::string dtype_refusal(EltOp op, const std::vector<DType>& ts, DType to, DTyp
   if (is_logical(op) != (t == bool_))
     return name + (t == bool_ ? ": bool operands are not supported" : ": needs bool operands, got ") +
            (t == bool_ ? "" : dtype_name(t));
-  if (is_float_only(op) && t != f32 && t != f64) {
+  if (is_float_only(op) && t != f32 && t != f64 && !is_narrow(t)) {
     *code = ErrorCode::kUnimplemented;
     return name + ": needs a floating-point operand, got " + dtype_name(t);
   }

@@ -47,7 +47,8 @@ class CpuFusionTarget final : public FusionTarget {
     if (!is_fully_defined(inputs[0].shape) || !is_fully_defined(outputs[0].shape))
       return FusionDecision::forbid("unknown dimension");
     const DType t = inputs[0].dtype;
-    if (t != f32 && t != f64 && t != i32 && t != i64 && t != bool_ && t != u8 && t != i8)
+    if (t != f32 && t != f64 && t != i32 && t != i64 && t != bool_ && t != u8 && t != i8 &&
+        t != bf16 && t != f16)
       return FusionDecision::forbid(std::string("dtype ") + dtype_name(t) + " is not supported");
     return FusionDecision::allow();
   }
@@ -65,7 +66,8 @@ class CpuFusionTarget final : public FusionTarget {
     if (!is_fully_defined(outputs[0].shape) || num_elements(outputs[0].shape) == 0)
       return FusionDecision::forbid("unknown dimension or no elements");
     const DType t = outputs[0].dtype;
-    if (t != f32 && t != f64 && t != i32 && t != i64 && t != bool_ && t != u8 && t != i8)
+    if (t != f32 && t != f64 && t != i32 && t != i64 && t != bool_ && t != u8 && t != i8 &&
+        t != bf16 && t != f16)
       return FusionDecision::forbid(std::string("dtype ") + dtype_name(t) + " is not supported");
     return FusionDecision::allow();
   }

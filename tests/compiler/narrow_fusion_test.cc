@@ -1,0 +1,74 @@
+// bf16 and f16 in generated loops (#16): loads widen to f32 exactly, each op computes in f32 and
+// rounds its result to the narrow type as the op's reference kernel does, so a fused bf16/f16
+// chain gives the interpreter's bits (the census checks every op alone:
+// tests/compiler/elemental_census_test.cc); layout reads keep a value's bits, NaN payloads too.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "compiler/executable.h"
+#include "kiln/kiln.h"
+#include "tests/compiler/compiler_test_util.h"
+
+namespace kiln::compiler {
+namespace {
+
+Tensor random_narrow(DType dtype, Shape shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0, 2);
+  std::vector<float> v(num_elements(shape));
+  for (float& x : v) x = normal(rng);
+  return convert(Tensor::from_vector(v, shape), dtype);
+}
+
+class NarrowFusion : public ::testing::TestWithParam<DType> {};
+
+TEST_P(NarrowFusion, AChainComputesInF32AndRoundsEachOpAsTheInterpreterDoes) {
+  const DType t = GetParam();
+  Graph g{"narrow_chain"};
+  Tensor x = g.placeholder(t, {6, 40}, "x");
+  Tensor w = g.placeholder(t, {40, 6}, "w");
+  Tensor b = g.placeholder(t, {40}, "b");
+  // transpose read through its map, a broadcast bias, and ops that round differently per op
+  // than once at the end (x * w + b then tanh, exp, a division).
+  Tensor h = transpose(w, {1, 0}) * x + b;
+  Tensor y = tanh(h) + exp(h * 0.25f) / (abs(h) + 1.0f);
+  FeedList feeds = {{x, random_narrow(t, {6, 40}, 1)},
+                    {w, random_narrow(t, {40, 6}, 2)},
+                    {b, random_narrow(t, {40}, 3)}};
+  Executable e = compile(g, {y}, feeds);
+  EXPECT_EQ(e.num_thunks(), 1) << e.fusion_log();
+  Tensor got = e.run(feeds)[0], want = g.run(feeds, std::vector<Tensor>{y})[0];
+  EXPECT_EQ(got.dtype(), t);
+  EXPECT_TRUE(testing::bitwise_equal(got, want)) << e.fusion_log();
+}
+
+TEST_P(NarrowFusion, PiecesAndViewsKeepTheirBitsNaNPayloadsIncluded) {
+  const DType t = GetParam();
+  Graph g{"narrow_layout"};
+  Tensor x = g.placeholder(t, {3, 4}, "x");
+  Tensor m = g.placeholder(bool_, {4, 6}, "m");
+  Tensor wide = transpose(concatenate({x, x}, 1), {1, 0});  // [8, 3]
+  Tensor p = pad(x, {1, 1}, {0, 1}, 0.5);                     // [4, 6]
+  Tensor y = where(m, p, p);                                  // a select of loaded values
+  Tensor xv = random_narrow(t, {3, 4}, 4);
+  auto* bits = static_cast<uint16_t*>(xv.raw_mutable_data());
+  bits[0] = t == bf16 ? 0x7f81 : 0x7c01;  // signalling NaNs with payloads
+  bits[5] = t == bf16 ? 0xffc3 : 0xfe05;
+  std::vector<bool> mv(24);
+  for (size_t i = 0; i < mv.size(); ++i) mv[i] = i % 3 == 0;
+  FeedList feeds = {{x, xv}, {m, Tensor::from_vector(mv, {4, 6})}};
+  Executable e = compile(g, {wide + wide, y}, feeds);
+  std::vector<Tensor> got = e.run(feeds), want = g.run(feeds, std::vector<Tensor>{wide + wide, y});
+  // wide + wide computes (NaN payloads may differ there, as in any f32 arithmetic); the pad and
+  // the select only move values: bit for bit.
+  EXPECT_TRUE(testing::bitwise_equal(got[1], want[1])) << e.fusion_log();
+  EXPECT_EQ(e.num_fused_thunks(), 2) << e.fusion_log();
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, NarrowFusion, ::testing::Values(bf16, f16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+}  // namespace
+}  // namespace kiln::compiler
