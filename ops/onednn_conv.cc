@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/onednn_util.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln::ops::onednn {
@@ -48,28 +49,6 @@ bool omp_threading() {
   return omp;
 }
 
-const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-// The calling thread's OpenMP thread count for a scope. oneDNN sizes a primitive's parallel
-// regions by it when the primitive is created and runs a one-thread primitive inline; the
-// caller's own setting comes back afterwards.
-class OmpThreads {
- public:
-  explicit OmpThreads(int n) : saved_(omp_get_max_threads()) {
-    if (n != saved_) omp_set_num_threads(n);
-  }
-  ~OmpThreads() {
-    if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
-  }
-  OmpThreads(const OmpThreads&) = delete;
-  OmpThreads& operator=(const OmpThreads&) = delete;
-
- private:
-  int saved_;
-};
 
 std::string shape_text(const ConvShape& s) {
   auto dims = [](std::initializer_list<int64_t> v) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ops/onednn_conv.h"
+#include "ops/onednn_util.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln::ops::onednn {
@@ -29,27 +30,6 @@ using Dims = memory::dims;
 std::atomic<int64_t> g_matmuls{0};
 std::atomic<int64_t> g_sgemms{0};
 
-const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-// The calling thread's OpenMP thread count for a scope (as in ops/onednn_conv.cc): a primitive
-// made and run under one thread runs inline on the calling pool thread.
-class OmpThreads {
- public:
-  explicit OmpThreads(int n) : saved_(omp_get_max_threads()) {
-    if (n != saved_) omp_set_num_threads(n);
-  }
-  ~OmpThreads() {
-    if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
-  }
-  OmpThreads(const OmpThreads&) = delete;
-  OmpThreads& operator=(const OmpThreads&) = delete;
-
- private:
-  int saved_;
-};
 
 const char* type_name(DType t) { return t == DType::bf16 ? "bf16" : "f16"; }
 
