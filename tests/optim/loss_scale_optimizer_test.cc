@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <stdexcept>
 
 #include "kiln/distribute/mirrored_strategy.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
+#include "tests/testing/temp_dir.h"
 
 namespace kiln::optim {
 namespace {
@@ -123,6 +126,55 @@ TEST(LossScaleOptimizer, ReplicasSkipTogether) {
   EXPECT_EQ(opt.loss_scale(), 512.0);
   EXPECT_EQ(opt.good_steps(), 0);
   EXPECT_EQ(m.replica_weights(1)[0].to_vector<float>(), m.replica_weights(0)[0].to_vector<float>());
+}
+
+// Throws after a given optimizer step: an interrupted fit.
+class Interrupt : public nn::Callback {
+ public:
+  explicit Interrupt(int64_t step) : step_(step) {}
+  void on_train_batch_end(int64_t, nn::Logs&) override {
+    if (model()->optimizer().iterations() == step_) throw std::runtime_error("interrupted");
+  }
+
+ private:
+  int64_t step_;
+};
+
+// The scale and the good-step count are in the backup: a resumed fit ends where an
+// uninterrupted one does (scale 2048 after steps that grow, overflow at x = 300 and grow).
+TEST(LossScaleOptimizer, BackupAndRestoreKeepsTheScale) {
+  const std::filesystem::path dir = testing_util::per_test_dir("kiln_loss_scale_backup");
+  std::filesystem::remove_all(dir);
+  Tensor x = Tensor::from_vector<float>({0.5f, 0.5f, 0.5f, 300.0f, 0.5f, 0.5f, 0.5f}, {7, 1});
+  Tensor y = Tensor::from_vector<float>(std::vector<float>(7, 0.0f), {7, 1});
+  auto make = [] {
+    nn::set_global_policy("mixed_float16");
+    auto m = std::make_unique<Sequential>(
+        std::vector<nn::LayerRef>{Dense(1, "", /*use_bias=*/false, nn::ones_init())});
+    nn::set_global_policy("float32");
+    m->compile(LossScaleOptimizer(Adam(0.01), {.initial_scale = 1024, .growth_steps = 2}),
+               nn::MeanSquaredError());
+    return m;
+  };
+  auto fit = [&](nn::Model& m, std::vector<nn::CallbackRef> callbacks) {
+    m.fit(x, y,
+          {.epochs = 1, .batch_size = 1, .shuffle = false, .callbacks = callbacks, .verbose = 0});
+  };
+  auto reference = make();
+  fit(*reference, {});
+  auto first = make();
+  EXPECT_THROW(fit(*first, {nn::BackupAndRestore(dir.string(), int64_t{2}), Interrupt(3)}),
+               std::runtime_error);
+  auto second = make();
+  fit(*second, {nn::BackupAndRestore(dir.string(), int64_t{2})});
+  auto& ref = dynamic_cast<LossScaleOptimizer&>(reference->optimizer());
+  auto& resumed = dynamic_cast<LossScaleOptimizer&>(second->optimizer());
+  EXPECT_EQ(ref.loss_scale(), 2048.0);
+  EXPECT_EQ(resumed.loss_scale(), ref.loss_scale());
+  EXPECT_EQ(resumed.good_steps(), ref.good_steps());
+  EXPECT_EQ(second->weights()[0].value().to_vector<float>(),
+            reference->weights()[0].value().to_vector<float>());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(LossScaleOptimizer, EagerApplyGradientsUnscalesAndSkipsNonFiniteSteps) {
