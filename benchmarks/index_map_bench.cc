@@ -2,7 +2,8 @@
 // one process, with index maps (default) and without (KILN_FUSE_LAYOUT=0 while it compiles),
 // timed alternately. Workloads: the MLP and CNN training steps through Model::fit (as
 // train_step_bench), and a transformer-style block (multi-head self-attention's reshapes and
-// transposes, softmax, a residual, forward and backward) compiled from a graph. Prints
+// transposes, softmax, a residual, forward and backward) and a concatenate + pad join (#13's
+// pieces) compiled from graphs. Prints
 // `RESULT index_maps_<case>_speedup=<median>` (time without / time with; > 1: index maps win)
 // with the range over rounds, and the thunk counts of the block.
 #include <algorithm>
@@ -117,9 +118,34 @@ void block_case(int reps) {
          reps);
 }
 
+// Concatenate and pad read as pieces inside their consumer's loop: two feature maps
+// concatenated along channels, then a bias and relu (a DenseNet/Inception-style join), and a
+// spatial zero-pad feeding a scale and shift, forward only.
+void pieces_case(int reps) {
+  const int64_t N = 32, H = 28, W = 28, C = 32;
+  Graph g{"pieces"};
+  Tensor a = g.placeholder(f32, {N, H, W, C}, "a"), b = g.placeholder(f32, {N, H, W, C}, "b");
+  Tensor bias = g.placeholder(f32, {2 * C}, "bias");
+  Tensor joined = relu(concatenate({a, b}, 3) + bias);
+  Tensor padded = pad(a, {0, 1, 1, 0}, {0, 1, 1, 0}) * 0.5f + 1.0f;
+  FeedList feeds = {{a, random_normal({N, H, W, C}, 1)},
+                    {b, random_normal({N, H, W, C}, 2)},
+                    {bias, random_normal({2 * C}, 3)}};
+  set_layout_fusion(true);
+  compiler::Executable with = compiler::compile(g, {joined, padded}, feeds);
+  set_layout_fusion(false);
+  compiler::Executable without = compiler::compile(g, {joined, padded}, feeds);
+  set_layout_fusion(true);
+  std::printf("  pieces: %d thunks (%d fused) with pieces, %d (%d fused) without\n",
+              with.num_thunks(), with.num_fused_thunks(), without.num_thunks(),
+              without.num_fused_thunks());
+  report("concat_pad", [&] { (void)with.run(feeds); }, [&] { (void)without.run(feeds); }, reps);
+}
+
 }  // namespace
 
 int main() {
+  pieces_case(/*reps=*/20);
   block_case(/*reps=*/20);
   fit_case("mlp_b64", &mlp, {784}, 64, 50, /*reps=*/2);
   fit_case("cnn_b128", &cnn, {28, 28, 1}, 128, 4, /*reps=*/1);
