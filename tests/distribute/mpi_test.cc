@@ -239,30 +239,37 @@ TEST(MultiWorkerMpi, FitWith2And4WorkersMatchesOneProcessAndOnlyTheChiefPrints) 
   }
 }
 
-TEST(MultiWorkerMpi, AWorkerWithAnotherGlobalBatchMakesEveryWorkerFailAtStartUp) {
+TEST(MultiWorkerMpi, AWorkerWithAnotherGlobalBatchModelOrDTypeMakesEveryWorkerFailAtStartUp) {
   std::string reason;
   if (skip_reason(&reason)) GTEST_SKIP() << reason;
-  const JobResult job = run_job(2,
-                                {{"KILN_COLLECTIVE_TIMEOUT", "60"},
-                                 {"KILN_TEST_MODE", "fit"},
-                                 {"KILN_TEST_BATCH", "24"},
-                                 {"KILN_TEST_WORKER1_BATCH", "12"}},
-                                {}, std::chrono::seconds(120));
-  ASSERT_TRUE(job.finished) << job.output;
-  // Both workers print the same error (the worker prints what fit threw, once).
-  auto count = [&](const std::string& what) {
-    int n = 0;
-    for (size_t at = job.output.find(what); at != std::string::npos;
-         at = job.output.find(what, at + 1))
-      ++n;
-    return n;
-  };
-  EXPECT_EQ(count("error failed precondition: MultiWorkerMirroredStrategy: the 2 workers were "
-                  "started with different settings"),
-            2)
-      << job.output;
-  EXPECT_EQ(count("global batch: worker 0 has 24; worker 1 has 12"), 2) << job.output;
-  EXPECT_LT(job.seconds, 60) << job.output;
+  const std::vector<std::pair<std::map<std::string, std::string>, std::string>> cases = {
+      {{{"KILN_TEST_BATCH", "24"}, {"KILN_TEST_WORKER1_BATCH", "12"}},
+       "global batch: worker 0 has 24; worker 1 has 12"},
+      {{{"KILN_TEST_WORKER1_MODEL", "two_layers"}},
+       "layers: worker 0 has Dense; worker 1 has Dense Dense"},
+      {{{"KILN_TEST_WORKER1_MODEL", "f64"}},
+       "inputs: worker 0 has f32[?,6]; worker 1 has f64[?,6]"}};
+  for (const auto& [settings, difference] : cases) {
+    std::map<std::string, std::string> env = settings;
+    env["KILN_COLLECTIVE_TIMEOUT"] = "60";
+    env["KILN_TEST_MODE"] = "fit";
+    const JobResult job = run_job(2, env, {}, std::chrono::seconds(120));
+    ASSERT_TRUE(job.finished) << job.output;
+    // Both workers print the same error (the worker prints what fit threw, once).
+    auto count = [&](const std::string& what) {
+      int n = 0;
+      for (size_t at = job.output.find(what); at != std::string::npos;
+           at = job.output.find(what, at + 1))
+        ++n;
+      return n;
+    };
+    EXPECT_EQ(count("error failed precondition: MultiWorkerMirroredStrategy: the 2 workers were "
+                    "started with different settings"),
+              2)
+        << job.output;
+    EXPECT_EQ(count(difference), 2) << job.output;
+    EXPECT_LT(job.seconds, 60) << job.output;
+  }
 }
 
 // The line of `output` starting at `what`, or "".

@@ -7,7 +7,8 @@
 // KILN_TEST_MODE=fit, the
 // workers train tests/distribute/linear_regression.h's model with MultiWorkerMirroredStrategy
 // (global batch KILN_TEST_BATCH, or KILN_TEST_WORKER1_BATCH on worker 1), each printing
-// whether its weights equal the chief's, and the chief whether they are within the bound of
+// whether its weights equal the chief's (KILN_TEST_WORKER1_MODEL=two_layers or f64: worker 1
+// trains another model or dtype), and the chief whether they are within the bound of
 // one process's (gradient buckets of KILN_TEST_BUCKET_BYTES when set). With KILN_TEST_MODE=resume,
 // they train it for 4 epochs with BackupAndRestore into KILN_TEST_BACKUP_DIR every 7 batches; with
 // KILN_TEST_SIGNAL_RANK=k, rank k sends itself KILN_TEST_SIGNAL (KILL or STOP) at the end of its
@@ -25,6 +26,7 @@
 #include "kiln/distribute/multi_worker_mirrored_strategy.h"
 #include "kiln/error.h"
 #include "kiln/nn/checkpoint_callbacks.h"
+#include "kiln/ops.h"
 #include "tests/distribute/collective_cases.h"
 #include "tests/distribute/linear_regression.h"
 
@@ -48,11 +50,23 @@ int run_fit() {
   if (rank == 1) batch = env_int("KILN_TEST_WORKER1_BATCH", static_cast<int>(batch));
   const Tensor x = uniform({kRows, kK}, 91), y = uniform({kRows, kM}, 92);
   const nn::FitOptions options = {.epochs = 2, .batch_size = batch, .shuffle = false, .verbose = 1};
-  auto model = linear_model(strategy);
+  // KILN_TEST_WORKER1_MODEL: worker 1 trains another model ("two_layers") or dtype ("f64").
+  const char* other = rank == 1 ? std::getenv("KILN_TEST_WORKER1_MODEL") : nullptr;
+  const std::string variant = other ? other : "";
+  std::unique_ptr<nn::Sequential> model;
+  if (variant.empty()) {
+    model = linear_model(strategy);
+  } else {
+    model = std::make_unique<nn::Sequential>(variant == "two_layers"
+                                                 ? std::vector<nn::LayerRef>{Dense(4), Dense(kM)}
+                                                 : std::vector<nn::LayerRef>{Dense(kM)});
+    model->build({kK}, variant == "f64" ? DType::f64 : DType::f32);
+    model->compile(optim::SGD(kLr), MeanSquaredError(), {"mse"}, {.strategy = strategy});
+  }
   if (rank > 0) {  // the chief's weights must replace these
     for (Variable v : model->weights()) v.assign(uniform(v.shape(), 100 + rank));
   }
-  model->fit(x, y, options);
+  model->fit(variant == "f64" ? convert(x, DType::f64) : x, y, options);
   const std::vector<double> got = parameters(*model);
   const Tensor mine = Tensor::from_vector<double>(got, {static_cast<int64_t>(got.size())});
   const Tensor chiefs = strategy->communicator().broadcast(mine, 0);
