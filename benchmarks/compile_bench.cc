@@ -58,6 +58,22 @@ int main() {
   bench::result("mlp_b64_interpreted_us", interpreted * 1e6);
   bench::result("mlp_b64_compiled_us", compiled * 1e6);
 
+  // Where the compiled step's time goes (Executable::profile, a clock read per thunk), per run.
+  exe.set_profiling(true);
+  for (int i = 0; i < 200; ++i) exe.run(s.feeds);
+  const compiler::StepProfile p = exe.profile();
+  exe.set_profiling(false);
+  const double n = static_cast<double>(p.runs);
+  std::printf("step breakdown (mean of %ld profiled runs): %.1f us = GEMMs %.1f + fused loops %.1f "
+              "+ other kernels %.1f + host %.1f\n",
+              static_cast<long>(p.runs), p.total_us / n, p.gemm_conv_us / n, p.fused_loops_us / n,
+              p.other_kernels_us / n, p.host_us() / n);
+  bench::result("mlp_b64_step_profiled_us", p.total_us / n);
+  bench::result("mlp_b64_step_gemm_us", p.gemm_conv_us / n);
+  bench::result("mlp_b64_step_fused_loops_us", p.fused_loops_us / n);
+  bench::result("mlp_b64_step_other_kernels_us", p.other_kernels_us / n);
+  bench::result("mlp_b64_step_host_us", p.host_us() / n);
+
   if (std::optional<ArenaFigures> a = arena_figures(exe)) {
     bench::result("arena_planned_peak_bytes", a->planned_peak_bytes);
     bench::result("arena_live_min_bytes", a->live_min_bytes);

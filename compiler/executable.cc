@@ -223,6 +223,17 @@ std::vector<Tensor> Executable::run_donating(FeedList&& feeds) const {
   return run_impl(*impl_, feeds, &feeds);
 }
 
+void Executable::set_profiling(bool on) const {
+  std::lock_guard<std::mutex> lock(impl_->profile_mu);
+  if (on) impl_->step_profile = StepProfile{};
+  impl_->profiling = on;
+}
+
+StepProfile Executable::profile() const {
+  std::lock_guard<std::mutex> lock(impl_->profile_mu);
+  return impl_->step_profile;
+}
+
 DonationStats Executable::donation_stats() const {
   return {impl_->donated_in_place.load(), impl_->donated_copied.load(),
           impl_->donations_refused.load()};

@@ -53,6 +53,18 @@ struct DonationStats {
   int64_t refused = 0;           // donations not taken: the buffer was shared, or never donatable
 };
 
+// Where compiled runs spent their time, summed over the runs made while profiling was on
+// (Executable::set_profiling): the thunks by kind, and the rest of each run (binding feeds,
+// taking an arena, dispatch, releasing values) as host time. Microseconds.
+struct StepProfile {
+  int64_t runs = 0;
+  double total_us = 0;
+  double gemm_conv_us = 0;      // kernel thunks of dot, fused_dot, convolution and its passes
+  double fused_loops_us = 0;    // the JIT'd loop and input fusions
+  double other_kernels_us = 0;  // every other kernel thunk (gather, random, pooling, ...)
+  double host_us() const { return total_us - gemm_conv_us - fused_loops_us - other_kernels_us; }
+};
+
 // An input-output alias (buffer donation, like XLA's input_output_alias and JAX's
 // donate_argnums): output `output` (an index into compile's outputs) may be written into the
 // buffer of the tensor fed to placeholder `feed`, which must have the output's dtype and shape.
@@ -84,6 +96,11 @@ class Executable {
   DonationStats donation_stats() const;
 
   MemoryStats memory_stats() const;
+
+  // Times every thunk of the runs from now on (a clock read per thunk) into profile(); off by
+  // default. Turning it on clears the profile.
+  void set_profiling(bool on) const;
+  StepProfile profile() const;
 
   int num_thunks() const;
   int num_fused_thunks() const;

@@ -90,6 +90,9 @@ struct Executable::Impl {
   std::vector<int> alias_of_slot;  // by slot: the donation whose feed it is, or -1
   MemoryStats stats;
   mutable std::atomic<int64_t> donated_in_place{0}, donated_copied{0}, donations_refused{0};
+  mutable std::atomic<bool> profiling{false};
+  mutable std::mutex profile_mu;
+  mutable StepProfile step_profile;  // guarded by profile_mu
   std::string fusion_log;
   // One arena block kept for the next run that finds it free.
   mutable std::mutex arena_mu;
@@ -166,5 +169,8 @@ void settle_donated(const Impl& im, const ArenaLease& arena, const std::vector<T
 
 // run.cc: one run.
 std::vector<Tensor> run_impl(const Impl& im, const FeedList& feeds, FeedList* donor);
+// run_impl's walk; with `profile`, each thunk's time is added to it by kind (compiler/run.cc).
+std::vector<Tensor> run_steps(const Impl& im, const FeedList& feeds, FeedList* donor,
+                              StepProfile* profile);
 
 }  // namespace kiln::compiler

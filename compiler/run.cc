@@ -1,5 +1,6 @@
 // One run of an Executable: bind the feeds, take donated buffers, walk the thunks over the
 // run's arena, release dead values and settle outputs that view other buffers.
+#include <chrono>
 #include <cstring>
 
 #include "compiler/executable_impl.h"
@@ -67,7 +68,39 @@ void bind_feeds(const Impl& im, const FeedList& feeds, std::vector<Tensor>& slot
 
 // One run. With `donor` (the caller's feeds, as run_donating got them), donated feeds are
 // taken from it and written in place when held by nobody else.
+namespace {
+
+using ProfileClock = std::chrono::steady_clock;
+
+double us_since(ProfileClock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(ProfileClock::now() - t0).count();
+}
+
+bool is_gemm_or_conv(const std::string& op) {
+  return op == "dot" || op == "fused_dot" || op.rfind("convolution", 0) == 0 ||
+         op == "fused_conv";
+}
+
+}  // namespace
+
 std::vector<Tensor> run_impl(const Impl& im, const FeedList& feeds, FeedList* donor) {
+  if (!im.profiling.load(std::memory_order_relaxed)) return run_steps(im, feeds, donor, nullptr);
+  StepProfile p;
+  const auto t0 = ProfileClock::now();
+  std::vector<Tensor> result = run_steps(im, feeds, donor, &p);
+  p.total_us = us_since(t0);
+  std::lock_guard<std::mutex> lock(im.profile_mu);
+  StepProfile& sum = im.step_profile;
+  sum.runs += 1;
+  sum.total_us += p.total_us;
+  sum.gemm_conv_us += p.gemm_conv_us;
+  sum.fused_loops_us += p.fused_loops_us;
+  sum.other_kernels_us += p.other_kernels_us;
+  return result;
+}
+
+std::vector<Tensor> run_steps(const Impl& im, const FeedList& feeds, FeedList* donor,
+                              StepProfile* profile) {
   using Kind = Impl::Alias::Kind;
   ArenaLease arena(im);  // declared first: it outlives every view below
   std::vector<Tensor> slots(im.slots.size());
@@ -124,8 +157,10 @@ std::vector<Tensor> run_impl(const Impl& im, const FeedList& feeds, FeedList* do
         if (slot.where == Where::kArena) outs[k] = arena.view(slot);
         if (slot.where == Where::kOutput) outs[k] = output_tensor(im.outputs, slot);
       }
+      const auto started = profile ? ProfileClock::now() : ProfileClock::time_point{};
       if (t.fused >= 0) {
         im.kernels[t.fused].run(ins, &outs);
+        if (profile) profile->fused_loops_us += us_since(started);
       } else {
         const detail::Node& node = im.nodes[t.node];
         if (t.kernel) {
@@ -134,6 +169,9 @@ std::vector<Tensor> run_impl(const Impl& im, const FeedList& feeds, FeedList* do
         } else {
           outs = runtime::run_kernel(*node.def, node.name, ins, node.attrs);
         }
+        if (profile)
+          (is_gemm_or_conv(node.op) ? profile->gemm_conv_us : profile->other_kernels_us) +=
+              us_since(started);
         for (size_t k = 0; k < t.out.size(); ++k) {
           settle_kernel_output(arena, im.slots[t.out[k]], outs[k]);
           if (!donated.empty() && t.out_alias[k] < 0)

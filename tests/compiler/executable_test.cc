@@ -524,5 +524,37 @@ TEST(CompileCacheTest, CompilesOncePerSignatureAndEvictsLeastRecentlyUsed) {
   EXPECT_EQ(cache.stats().recompiles, 3);
 }
 
+// The step profile counts only the runs made while profiling is on, and puts each thunk's time
+// in its kind: a dot under GEMMs, the loop fusion after it under fused loops, a gather under
+// other kernels.
+TEST(ExecutableTest, TheStepProfileSumsTheThunksByKind) {
+  Graph g{"profiled"};
+  Tensor x = g.placeholder(f32, {64, 96}, "x");
+  Tensor w = g.placeholder(f32, {96, 80}, "w");
+  Tensor idx = g.placeholder(i32, {16}, "idx");
+  Tensor h = matmul(x, w);
+  Tensor y = exp(h) * 2.0f - h;
+  Tensor rows = gather(y, idx, 0);
+  FeedList feeds = {{x, random_normal({64, 96}, 1)},
+                    {w, random_normal({96, 80}, 2)},
+                    {idx, Tensor::from_vector(std::vector<int32_t>(16, 3), {16})}};
+  Executable e = compile(g, {rows}, feeds);
+  e.run(feeds);
+  EXPECT_EQ(e.profile().runs, 0) << "no profile before it is switched on";
+  e.set_profiling(true);
+  for (int i = 0; i < 3; ++i) e.run(feeds);
+  e.set_profiling(false);
+  e.run(feeds);
+  const StepProfile p = e.profile();
+  EXPECT_EQ(p.runs, 3);
+  EXPECT_GT(p.gemm_conv_us, 0);
+  EXPECT_GT(p.fused_loops_us, 0);
+  EXPECT_GT(p.other_kernels_us, 0);
+  EXPECT_GE(p.host_us(), 0);
+  EXPECT_GE(p.total_us, p.gemm_conv_us + p.fused_loops_us + p.other_kernels_us);
+  e.set_profiling(true);
+  EXPECT_EQ(e.profile().runs, 0) << "switching it on again starts a new profile";
+}
+
 }  // namespace
 }  // namespace kiln::compiler
