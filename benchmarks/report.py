@@ -42,6 +42,13 @@ RATIOS = {
     # libraries' best (sgemm_bench mlp_step_gemms); the issue's target is within 1.6x.
     "mlp_b64_step_vs_gemms": ratio(
         "<= 1.6", "mlp_b64_compiled_us", "mlp_b64_step_gemms_us"),
+    # The compiled step's time by kind (compile_bench, Executable::profile): shares of the step.
+    "mlp_b64_step_gemm_share": ratio(
+        "", "mlp_b64_step_gemm_us", "mlp_b64_step_profiled_us", "mlp_b64_step_fused_loops_us",
+        "mlp_b64_step_other_kernels_us", "mlp_b64_step_host_us"),
+    "mlp_b64_step_fused_loops_share": ratio(
+        "", "mlp_b64_step_fused_loops_us", "mlp_b64_step_profiled_us"),
+    "mlp_b64_step_host_share": ratio("", "mlp_b64_step_host_us", "mlp_b64_step_profiled_us"),
     "mlp_b64_compiled_vs_interpreted": ratio(
         "> 1", "mlp_b64_interpreted_us", "mlp_b64_compiled_us"),
     # The same through Model::fit: default path against KILN_INTERPRET=1.
