@@ -196,10 +196,13 @@ class Model {
 
   // ---- state, for checkpoints and export -------------------------------------------------
   // Every variable of the model and of its optimizer by a stable name ("dense/kernel",
-  // "dense/kernel/Adam/m", ...) plus "optimizer/iterations" (i64 scalar). Complete once fit
+  // "dense/kernel/Adam/m", ...) plus "optimizer/iterations" (i64 scalar) and the optimizer's
+  // own variables ("optimizer/loss_scale", "optimizer/good_steps" of a LossScaleOptimizer). Complete once fit
   // has traced its step (callbacks' on_train_begin and later).
   std::map<std::string, Tensor> state() const;
-  // Assigns values saved by state(); every name must exist with the same dtype and shape.
+  // Assigns values saved by state(); every name must exist with the same dtype and shape,
+  // except the "optimizer/" ones, which load where this model's optimizer has them (so a state
+  // saved with loss scaling loads without, and the other way round).
   void load_state(const std::map<std::string, Tensor>& state);
   // The values of weights() as replica `replica` of the compile strategy holds them after fit
   // (replica 0 holds the model's own; the others their copies, which fit makes from replica 0's

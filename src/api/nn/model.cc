@@ -314,11 +314,7 @@ void Model::load_state(const std::map<std::string, Tensor>& saved) {
     for (const Variable& v : impl_->optimizer->variables()) optimizer_vars[v.name()] = v;
   for (const auto& [name, value] : saved) {
     if (name == "optimizer/iterations") continue;
-    if (name.rfind("optimizer/", 0) == 0) {
-      auto it = optimizer_vars.find(name);
-      if (it != optimizer_vars.end()) it->second.assign(value);
-      continue;
-    }
+    if (name.rfind("optimizer/", 0) == 0) continue;
     if (!targets.count(name)) {
       throw Error(ErrorCode::kNotFound, "load_state: model '" + name_ + "' has no variable '" +
                                             name + "' (is it built and compiled the same way?)");
@@ -331,6 +327,10 @@ void Model::load_state(const std::map<std::string, Tensor>& saved) {
                   "load_state: the saved state has no value for '" + name + "'");
     }
     var.assign(it->second);  // checks dtype and shape
+  }
+  for (auto& [name, var] : optimizer_vars) {
+    auto value = saved.find(name);
+    if (value != saved.end()) var.assign(value->second);
   }
   auto it = saved.find("optimizer/iterations");
   if (impl_->optimizer && it != saved.end()) {
