@@ -146,6 +146,25 @@ TEST_F(MixedPrecision, ConvolutionModelsTrainUnderMixedPolicies) {
   }
 }
 
+// Integer ids stay integers (no cast); the embedding and attention compute in the policy's dtype.
+TEST_F(MixedPrecision, EmbeddingAndAttentionTrainUnderMixedPolicies) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 16 * 6; ++i) ids.push_back((i * 7) % 20);
+  Tensor x = Tensor::from_vector(ids, {16, 6});
+  for (const char* policy : {"mixed_bfloat16", "mixed_float16"}) {
+    SCOPED_TRACE(policy);
+    set_global_policy(policy);
+    Sequential model({Embedding(20, 8), MultiHeadAttention(2, 4), Flatten(), Dense(3)});
+    model.compile(optim::Adam(1e-2), SparseCategoricalCrossentropy(true));
+    History h =
+        model.fit(x, labels(16, 3), {.epochs = 4, .batch_size = 8, .shuffle = false, .verbose = 0});
+    EXPECT_TRUE(std::isfinite(h.history.at("loss").back()));
+    EXPECT_LT(h.history.at("loss").back(), h.history.at("loss").front());
+    EXPECT_EQ((*model.layers()[0])(x).dtype(), Policy(policy).compute_dtype());
+    for (const Variable& v : model.weights()) EXPECT_EQ(v.dtype(), f32) << v.name();
+  }
+}
+
 TEST_F(MixedPrecision, NormalizationLayersComputeInF32AndKeepF32Statistics) {
   set_global_policy("mixed_bfloat16");
   Sequential model({Dense(8), BatchNormalization(), LayerNormalization(), Dense(3)});
