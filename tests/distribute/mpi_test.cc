@@ -288,8 +288,15 @@ std::string line_at(const std::string& output, const std::string& what) {
 void kill_mid_training_then_resume(int victim, const std::string& signal) {
   const std::string root = ::testing::TempDir() + "mpi_resume_" + std::to_string(getpid());
   const std::string once = root + "_uninterrupted", backup = root + "_" + signal;
-  std::filesystem::remove_all(once);
-  std::filesystem::remove_all(backup);
+  // Removed before and after, also when an assertion ends the test early.
+  struct RemoveDirs {
+    std::vector<std::string> dirs;
+    void operator()() const {
+      for (const std::string& d : dirs) std::filesystem::remove_all(d);
+    }
+    ~RemoveDirs() { (*this)(); }
+  } remove_dirs{{once, backup}};
+  remove_dirs();
   const std::string weights = "rank 0 of 2: weights ";
 
   const JobResult whole = run_job(2,
@@ -340,8 +347,6 @@ void kill_mid_training_then_resume(int victim, const std::string& signal) {
       << resumed.output;
   EXPECT_EQ(line_at(resumed.output, weights), want) << resumed.output;
   EXPECT_EQ(descendants_of(getpid()), std::vector<pid_t>{}) << "processes left running";
-  std::filesystem::remove_all(once);
-  std::filesystem::remove_all(backup);
 }
 
 TEST(MultiWorkerMpi, AKilledWorkerEndsTheJobWithinTheDeadlineAndARerunResumesToTheSameWeights) {
