@@ -209,8 +209,9 @@ class Model {
   // at its start and each replica updates itself). Without a strategy, or before fit, every
   // replica reads the model's own.
   std::vector<Tensor> replica_weights(int replica) const;
-  // The gradient of the loss for each trainable variable at the last training batch
-  // (before clipping), as the step computed it. Empty before the first batch.
+  // The gradient of the loss for each trainable variable at the last training batch, as the
+  // optimizer's update got it (after clipping; divided by the loss scale under a
+  // LossScaleOptimizer). Empty before the first batch.
   std::vector<std::pair<Variable, Tensor>> last_gradients() const;
   // Where fit is: the epoch and the batch within it about to run (or last run).
   int current_epoch() const;
