@@ -598,12 +598,15 @@ TEST(CpuCodegen, Errors) {
     FusedSubgraph sg;
     sg.add(EltOp::kAdd, {sg.add_input(f32, {3})});
   }, ErrorCode::kInvalidArgument, "add takes 2 args, got 1");
-  expect_error([] {
+  expect_error([] {  // 8-bit integers are loaded, stored and converted, not computed on
     FusedSubgraph sg;
-    sg.add_input(f16, {3});
-    sg.add_output(0);
-    compile_elementwise(sg);
-  }, ErrorCode::kUnimplemented, "input dtype f16 is not supported");
+    int x = sg.add_input(u8, {3});
+    sg.add_output(sg.add(EltOp::kAdd, {x, x}));
+  }, ErrorCode::kUnimplemented, "add: dtype u8 is not supported");
+  expect_error([] {  // f64 -> bf16 rounds once from the f64 in its kernel
+    FusedSubgraph sg;
+    sg.add_output(sg.add(EltOp::kConvert, {sg.add_input(f64, {3})}, bf16));
+  }, ErrorCode::kUnimplemented, "rounds once from the wide value");
   expect_error([] {
     FusedSubgraph sg;
     int x = sg.add_input(f32, {3});
