@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -218,7 +219,12 @@ int64_t matmul_count() { return g_matmuls.load(); }
 
 bool sgemm_rows(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t rows,
                 int64_t k, int64_t n, bool a_transposed, bool b_transposed) {
-  if (n < kSgemmMinColumns || rows <= 0 || k <= 0 || !enabled()) return false;
+  // KILN_ONEDNN_SGEMM=0 keeps f32 on Eigen (with the rest of oneDNN on): to measure the two.
+  static const bool sgemm_on = [] {
+    const char* env = std::getenv("KILN_ONEDNN_SGEMM");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  if (n < kSgemmMinColumns || rows <= 0 || k <= 0 || !sgemm_on || !enabled()) return false;
   OmpThreads one(1);
   const dnnl_status_t st = dnnl_sgemm(a_transposed ? 'T' : 'N', b_transposed ? 'T' : 'N', rows, n,
                                       k, 1.0f, a, lda, b, ldb, 0.0f, c, n);

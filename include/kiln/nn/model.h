@@ -58,8 +58,9 @@ struct FitOptions {
 struct CompileOptions {
   // Data-parallel training (kiln/distribute/strategy.h). The strategy is a compile option, not a
   // scope around model building (Keras' strategy.scope()) nor a fit option: the train step is
-  // traced for it (each replica differentiates its part of the batch, then one all_reduce inside
-  // the compiled step sums the gradients), so a model's compile decides how all its later fits
+  // traced for it (each replica differentiates its part of the batch, then all_reduces inside
+  // the compiled step sum the gradients, one per bucket of Strategy::bucket_bytes()), so a
+  // model's compile decides how all its later fits
   // run. The model-building code does not change, nor do fit's arguments: batch_size is the
   // global batch. fit splits each global batch into consecutive parts, one per replica (sizes
   // differing by at most one row when it does not divide; a replica left without rows at a
