@@ -31,6 +31,7 @@
 #include "kiln/kiln.h"
 #include "ops/onednn_conv.h"
 #include "ops/onednn_matmul.h"
+#include "tests/testing/onednn.h"
 
 namespace kiln {
 namespace {
@@ -48,17 +49,7 @@ double error_bound(DType t, int64_t k, double s, double sum_abs) {
          3.0 * k * std::ldexp(1.0, -126);
 }
 
-// Runs f with the oneDNN path switched on or off, restoring the setting.
-template <class F>
-auto with_onednn(bool on, F&& f) {
-  const bool saved = ops::onednn::enabled();
-  ops::onednn::set_enabled(on);
-  struct Restore {
-    bool saved;
-    ~Restore() { ops::onednn::set_enabled(saved); }
-  } restore{saved};
-  return f();
-}
+using testing::with_onednn;
 
 // One GEMM case: `batch` products of [m, k] x [k, n], each operand stored as itself or as its
 // transpose (read in place by the dot kernel), or as matmul's [batch, m, k] x [k, n].

@@ -15,21 +15,12 @@
 
 #include "kiln/kiln.h"
 #include "kiln/op_registry.h"
+#include "tests/testing/onednn.h"
 
 namespace kiln {
 namespace {
 
-// Runs f with the oneDNN path switched on or off, restoring the setting.
-template <class F>
-auto with_onednn(bool on, F&& f) {
-  const bool saved = ops::onednn::enabled();
-  ops::onednn::set_enabled(on);
-  struct Restore {
-    bool saved;
-    ~Restore() { ops::onednn::set_enabled(saved); }
-  } restore{saved};
-  return f();
-}
+using testing::with_onednn;
 
 #define SKIP_WITHOUT_ONEDNN() \
   if (!ops::onednn::built()) GTEST_SKIP() << "Kiln is built without oneDNN"

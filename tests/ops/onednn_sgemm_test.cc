@@ -18,21 +18,12 @@
 #include "ops/onednn_conv.h"
 #include "ops/onednn_matmul.h"
 #include "tests/compiler/compiler_test_util.h"
+#include "tests/testing/onednn.h"
 
 namespace kiln {
 namespace {
 
-// Runs f with oneDNN switched on or off, restoring the setting.
-template <class F>
-auto with_onednn(bool on, F&& f) {
-  const bool saved = ops::onednn::enabled();
-  ops::onednn::set_enabled(on);
-  struct Restore {
-    bool saved;
-    ~Restore() { ops::onednn::set_enabled(saved); }
-  } restore{saved};
-  return f();
-}
+using testing::with_onednn;
 
 std::vector<float> random_values(int64_t n, std::mt19937& rng) {
   std::normal_distribution<float> normal(0, 1);
