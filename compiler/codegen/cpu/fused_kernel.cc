@@ -115,7 +115,10 @@ int FusedSubgraph::add_input(DType dtype, Shape shape) {
   if (!nodes.empty()) fail(*this, "inputs must be added before nodes");
   for (int64_t d : shape)
     if (d < 0) fail(*this, "input shape " + shape_str(shape) + " is not fully defined");
-  inputs.push_back({dtype, std::move(shape)});
+  Input in;
+  in.dtype = dtype;
+  in.shape = std::move(shape);
+  inputs.push_back(std::move(in));
   return static_cast<int>(inputs.size()) - 1;
 }
 
