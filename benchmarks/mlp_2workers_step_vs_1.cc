@@ -20,6 +20,7 @@
 #include "kiln/distribute/multi_worker_mirrored_strategy.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
+#include "tests/testing/forwarding_collective.h"
 
 namespace {
 
@@ -33,42 +34,19 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Passes every collective on to `inner`, adding up the seconds spent in all_reduce.
-class TimedCollective : public distribute::Collective {
+// Adds up the seconds spent in the all_reduces it passes on.
+class TimedCollective : public kiln::testing::ForwardingCollective {
  public:
-  explicit TimedCollective(std::unique_ptr<Collective> inner)
-      : Collective({.timeout = distribute::Seconds(inner->timeout())}), inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  int local_rank() const override { return inner_->local_rank(); }
-  std::string backend() const override { return inner_->backend(); }
+  using ForwardingCollective::ForwardingCollective;
   double all_reduce_seconds = 0;
 
  protected:
-  Tensor run(const Call& call, const Tensor& x, Clock::time_point) override {
-    using distribute::CollectiveKind;
-    switch (call.kind) {
-      case CollectiveKind::kAllReduce: {
-        const auto start = Clock::now();
-        Tensor out = inner_->all_reduce(x, call.op);
-        all_reduce_seconds += seconds_since(start);
-        return out;
-      }
-      case CollectiveKind::kAllGather:
-        return inner_->all_gather(x);
-      case CollectiveKind::kReduceScatter:
-        return inner_->reduce_scatter(x, call.op);
-      case CollectiveKind::kBroadcast:
-        return inner_->broadcast(x, call.root);
-      case CollectiveKind::kBarrier:
-        inner_->barrier();
-        return Tensor();
-    }
-    return Tensor();
+  Tensor all_reduce_through(const Tensor& x, distribute::ReduceOp op) override {
+    const auto start = Clock::now();
+    Tensor out = ForwardingCollective::all_reduce_through(x, op);
+    all_reduce_seconds += seconds_since(start);
+    return out;
   }
-
- private:
-  std::unique_ptr<Collective> inner_;
 };
 
 // Each step's seconds and communication seconds, from the second step of each fit on.

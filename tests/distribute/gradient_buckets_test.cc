@@ -18,45 +18,24 @@
 #include "kiln/nn/layers.h"
 #include "kiln/ops.h"
 #include "tests/distribute/linear_regression.h"
+#include "tests/testing/forwarding_collective.h"
 
 namespace kiln::distribute {
 namespace {
 
 using namespace testing_util;  // NOLINT: the shared data helpers
 
-// Passes every collective on to `inner`, recording the size in bytes of each all_reduce.
-class CountingCollective : public Collective {
+// Records the size in bytes of each all_reduce it passes on.
+class CountingCollective : public testing::ForwardingCollective {
  public:
-  explicit CountingCollective(std::unique_ptr<Collective> inner)
-      : Collective({.timeout = Seconds(60)}), inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  int local_rank() const override { return inner_->local_rank(); }
-  std::string backend() const override { return "counting " + inner_->backend(); }
-
+  using ForwardingCollective::ForwardingCollective;
   std::vector<int64_t> all_reduce_bytes;
 
  protected:
-  Tensor run(const Call& call, const Tensor& x, std::chrono::steady_clock::time_point) override {
-    switch (call.kind) {
-      case CollectiveKind::kAllReduce:
-        all_reduce_bytes.push_back(x.nbytes());
-        return inner_->all_reduce(x, call.op);
-      case CollectiveKind::kAllGather:
-        return inner_->all_gather(x);
-      case CollectiveKind::kReduceScatter:
-        return inner_->reduce_scatter(x, call.op);
-      case CollectiveKind::kBroadcast:
-        return inner_->broadcast(x, call.root);
-      case CollectiveKind::kBarrier:
-        inner_->barrier();
-        return Tensor();
-    }
-    return Tensor();
+  Tensor all_reduce_through(const Tensor& x, ReduceOp op) override {
+    all_reduce_bytes.push_back(x.nbytes());
+    return ForwardingCollective::all_reduce_through(x, op);
   }
-
- private:
-  std::unique_ptr<Collective> inner_;
 };
 
 // Runs work(w, comm) for workers w = 0..n-1 of an in-process group on threads of their own;
