@@ -91,18 +91,18 @@ double best_gemm_seconds(int64_t m, int64_t k, int64_t n, bool ta, bool tb, std:
     else if (tb) c.noalias() = a * b.transpose();
     else c.noalias() = a * b;
   };
-  double best = bench::interleaved_median_seconds(eigen, [] {}, 31).first;
-  *who = "eigen";
 #if KILN_BENCH_HAVE_DNNL
   auto dnnl = [&] {
     dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a.data(), ta ? m : k, b.data(),
                tb ? k : n, 0.0f, c.data(), n);
   };
   auto [t_dnnl, t_eigen] = bench::interleaved_median_seconds(dnnl, eigen, 31);
-  best = std::min(t_eigen, t_dnnl);
   *who = t_dnnl < t_eigen ? "onednn" : "eigen";
+  return std::min(t_eigen, t_dnnl);
+#else
+  *who = "eigen";
+  return bench::interleaved_median_seconds(eigen, [] {}, 31).first;
 #endif
-  return best;
 }
 
 void mlp_step_gemms() {

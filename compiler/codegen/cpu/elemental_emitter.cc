@@ -246,12 +246,20 @@ class Emitter {
     return strides;
   }
 
-  // Where each input's walk starts: a mapped input's view offset, else 0.
+  // Where input k's walk starts: a mapped input's view offset, else 0.
+  Value* view_offset(size_t k) {
+    return b_.getInt64(sg_.inputs[k].map ? sg_.inputs[k].map->offset : 0);
+  }
+  // The same for the first n accesses (inputs, then outputs, which start at 0).
   std::vector<Value*> input_offsets(size_t n) {
     std::vector<Value*> offs(n, b_.getInt64(0));
-    for (size_t k = 0; k < sg_.inputs.size() && k < n; ++k)
-      if (sg_.inputs[k].map) offs[k] = b_.getInt64(sg_.inputs[k].map->offset);
+    for (size_t k = 0; k < sg_.inputs.size() && k < n; ++k) offs[k] = view_offset(k);
     return offs;
+  }
+
+  // Whether `piece` bounds output dimension d (does not cover it whole, one element apart).
+  bool bounds(const Piece& piece, int d) const {
+    return piece.lo[d] != 0 || piece.hi[d] != shape_[d] || piece.step[d] != 1;
   }
 
   // General broadcasting: rows of the last (collapsed) output dimension; each input's row
@@ -269,7 +277,7 @@ class Emitter {
     for (const FusedSubgraph::Input& in : sg_.inputs)
       if (in.piece)
         for (int d = 0; d < out_rank; ++d)
-          pinned[d] |= in.piece->lo[d] != 0 || in.piece->hi[d] != shape_[d] || in.piece->step[d] != 1;
+          pinned[d] |= bounds(*in.piece, d);
     // Collapse adjacent dimensions every input walks alike (broadcast along both, or
     // contiguous across both); drop size-1 dimensions. Built innermost first; orig[c] is the
     // output dimension of a pinned collapsed dimension c (-1 for a collapsed run).
@@ -325,7 +333,7 @@ class Emitter {
       }
       // Outside its piece a row reads the piece's first row instead (never used; in bounds).
       for (size_t k = 0; k < n_in; ++k)
-        if (sg_.inputs[k].piece) offs[k] = b_.CreateSelect(row_in[k], offs[k], input_offsets(n_in)[k]);
+        if (sg_.inputs[k].piece) offs[k] = b_.CreateSelect(row_in[k], offs[k], view_offset(k));
       auto* row_end = llvm::BasicBlock::Create(ctx_, "row_end", fn_);
       for (const auto& [a, z] : inner_runs(orig[0])) {
         Value* lo = smax(j_lo, b_.getInt64(a));
@@ -389,8 +397,7 @@ class Emitter {
                           : llvm::Constant::getNullValue(reg_type(input.dtype));
     Value* inside = row_in;
     Value* value;
-    if (d < 0 || (input.piece->lo[d] == 0 && input.piece->hi[d] == shape_[d] &&
-                  input.piece->step[d] == 1)) {
+    if (d < 0 || !bounds(*input.piece, d)) {
       value = load(k, at(j));
     } else if (input.piece->step[d] == 1) {
       if (run_start < input.piece->lo[d] || run_start >= input.piece->hi[d]) return fallback;
@@ -398,7 +405,7 @@ class Emitter {
     } else {  // interior padding: in or out per element
       auto [in_piece, c] = piece_coordinate(*input.piece, d, j);
       inside = b_.CreateAnd(inside, in_piece);
-      value = load(k, b_.CreateSelect(inside, at(c), input_offsets(sg_.inputs.size())[k]));
+      value = load(k, b_.CreateSelect(inside, at(c), view_offset(k)));
     }
     if (input.fallback < 0) return value;
     return select_keeping_bits(inside, value, fallback, input.dtype);
@@ -525,7 +532,12 @@ class Emitter {
         continue;
       }
       Value* v = emit_prim(n.op, args, types, compute_type(n.dtype));
-      vals.push_back(is_narrow(n.dtype) ? widen(narrow(v, n.dtype), n.dtype) : v);
+      if (is_narrow(n.dtype)) {  // the rounded bits, kept for a store, and their f32 value
+        Value* bits = narrow(v, n.dtype);
+        v = widen(bits, n.dtype);
+        bits_[v] = bits;
+      }
+      vals.push_back(v);
     }
     return vals;
   }
@@ -1122,8 +1134,8 @@ class Emitter {
   llvm::IRBuilder<> b_;
   std::string prefix_;  // of the emitted functions' names
   llvm::Function* fn_ = nullptr;
-  // A bf16/f16 value that only moved (a load, a select of such values) -> its bits, which a
-  // store keeps (NaN payloads included) instead of rounding the widened value again.
+  // A bf16/f16 value -> its bits (a load's, a rounded result's, a select of such values), which a
+  // store writes (NaN payloads included) instead of rounding the widened value again.
   std::unordered_map<Value*, Value*> bits_;
   std::vector<Value*> in_ptrs_, out_ptrs_;
   llvm::MDNode* access_group_ = nullptr;  // of the innermost loop being emitted
