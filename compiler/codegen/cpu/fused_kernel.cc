@@ -35,9 +35,6 @@ bool is_narrow(DType t) { return t == bf16 || t == f16; }
 bool supported_dtype(DType t) {
   return t == f32 || t == f64 || t == i32 || t == i64 || t == bool_ || is_narrow(t);
 }
-// 8-bit integers are loaded, stored and converted, not computed on: enough to fuse the u8
-// pixels -> f32 conversion that starts most image pipelines into the arithmetic after it.
-bool storage_dtype(DType t) { return supported_dtype(t) || t == u8 || t == i8; }
 
 [[noreturn]] void fail(const FusedSubgraph& sg, const std::string& msg,
                        ErrorCode code = ErrorCode::kInvalidArgument) {
@@ -89,6 +86,10 @@ std::string dtype_refusal(EltOp op, const std::vector<DType>& ts, DType to, DTyp
 }
 
 }  // namespace
+
+// 8-bit integers are loaded, stored and converted, not computed on: enough to fuse the u8
+// pixels -> f32 conversion that starts most image pipelines into the arithmetic after it.
+bool storage_dtype(DType t) { return supported_dtype(t) || t == u8 || t == i8; }
 
 DType accumulator_dtype(ReduceKind kind, DType dtype) {
   const bool folds_products = kind == ReduceKind::kSum || kind == ReduceKind::kProd;

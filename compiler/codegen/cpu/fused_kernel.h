@@ -32,6 +32,10 @@ inline int elt_op_arity(EltOp op) { return prim_arity(op); }
 // answer; `dtype` itself otherwise.
 DType accumulator_dtype(ReduceKind kind, DType dtype);
 
+// Whether generated loops load and store dtype t: every dtype they compute on (f32, f64, i32,
+// i64, bool; bf16 and f16 in f32) and the 8-bit integers, which they only convert.
+bool storage_dtype(DType t);
+
 // A loop fusion. Values are numbered: inputs first (0 .. inputs.size()-1), then each node in
 // order; a node's args refer to inputs or earlier nodes. Every elementwise value is evaluated
 // at each index of the iteration shape (the broadcast of all input shapes), so broadcasting is

@@ -10,6 +10,16 @@
 namespace kiln::compiler::cpu {
 namespace {
 
+// Whether a loop may read a layout op's (index map's or pieces') values of dtype t.
+FusionDecision layout_reads(DType t) {
+  // For measuring what index maps are worth in one process (benchmarks/index_map_bench.cc).
+  if (const char* off = std::getenv("KILN_FUSE_LAYOUT"); off && std::string(off) == "0")
+    return FusionDecision::forbid("KILN_FUSE_LAYOUT=0");
+  if (!storage_dtype(t))
+    return FusionDecision::forbid(std::string("dtype ") + dtype_name(t) + " is not supported");
+  return FusionDecision::allow();
+}
+
 class CpuFusionTarget final : public FusionTarget {
  public:
   FusionDecision can_emit(const detail::Node& node, const std::vector<TensorType>& inputs,
@@ -39,37 +49,24 @@ class CpuFusionTarget final : public FusionTarget {
                          const std::vector<TensorType>& outputs) const override {
     if (!node.def || !node.def->index_map)
       return FusionDecision::forbid("op " + node.op + " has no index map");
-    // For measuring what index maps are worth in one process (benchmarks/index_map_bench.cc).
-    if (const char* off = std::getenv("KILN_FUSE_LAYOUT"); off && std::string(off) == "0")
-      return FusionDecision::forbid("KILN_FUSE_LAYOUT=0");
     if (inputs.empty() || outputs.size() != 1)
       return FusionDecision::forbid("op " + node.op + " is not one input read into one output");
     if (!is_fully_defined(inputs[0].shape) || !is_fully_defined(outputs[0].shape))
       return FusionDecision::forbid("unknown dimension");
-    const DType t = inputs[0].dtype;
-    if (t != f32 && t != f64 && t != i32 && t != i64 && t != bool_ && t != u8 && t != i8 &&
-        t != bf16 && t != f16)
-      return FusionDecision::forbid(std::string("dtype ") + dtype_name(t) + " is not supported");
-    return FusionDecision::allow();
+    return layout_reads(inputs[0].dtype);
   }
 
   FusionDecision can_piece(const detail::Node& node, const std::vector<TensorType>& inputs,
                            const std::vector<TensorType>& outputs) const override {
     if (!node.def || !node.def->pieces)
       return FusionDecision::forbid("op " + node.op + " has no pieces");
-    if (const char* off = std::getenv("KILN_FUSE_LAYOUT"); off && std::string(off) == "0")
-      return FusionDecision::forbid("KILN_FUSE_LAYOUT=0");
     if (inputs.empty() || outputs.size() != 1)
       return FusionDecision::forbid("op " + node.op + " has no inputs or several outputs");
     for (const TensorType& t : inputs)
       if (!is_fully_defined(t.shape)) return FusionDecision::forbid("unknown dimension");
     if (!is_fully_defined(outputs[0].shape) || num_elements(outputs[0].shape) == 0)
       return FusionDecision::forbid("unknown dimension or no elements");
-    const DType t = outputs[0].dtype;
-    if (t != f32 && t != f64 && t != i32 && t != i64 && t != bool_ && t != u8 && t != i8 &&
-        t != bf16 && t != f16)
-      return FusionDecision::forbid(std::string("dtype ") + dtype_name(t) + " is not supported");
-    return FusionDecision::allow();
+    return layout_reads(outputs[0].dtype);
   }
 
   FusionDecision can_reduce(const detail::Node& node,
