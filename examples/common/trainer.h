@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -126,10 +127,30 @@ inline TrainerData load_trainer_data(const TrainerFlags& flags, kiln::Shape imag
   return d;
 }
 
+// "MirroredStrategy(2 replicas): 2 local replicas, weights identical": the strategy a trainer
+// ran under, and whether its local replicas ended with the same weights byte for byte, as
+// mirrored replicas must (each applies the same all-reduced update to its own copy).
+inline std::string replica_report(const kiln::nn::Sequential& model,
+                                  const kiln::distribute::Strategy& strategy) {
+  const int n = strategy.num_local_replicas();
+  const std::vector<kiln::Tensor> first = model.replica_weights(0);
+  bool same = true;
+  for (int r = 1; r < n; ++r) {
+    const std::vector<kiln::Tensor> other = model.replica_weights(r);
+    for (size_t i = 0; i < first.size(); ++i) {
+      same = same && other[i].nbytes() == first[i].nbytes() &&
+             std::memcmp(other[i].raw_data(), first[i].raw_data(), first[i].nbytes()) == 0;
+    }
+  }
+  return strategy.name() + ": " + std::to_string(n) + " local replica" + (n == 1 ? "" : "s") +
+         ", weights " + (same ? "identical" : "DIFFER");
+}
+
 // Trains `model` (compiled by the caller) with the flags' callbacks on an input pipeline that
 // is reshuffled every epoch (reproducibly for the seed), batched, and prepared on a background
 // thread while the previous step trains; then prints the test accuracy and the training time.
-// Under a strategy of several workers only the chief prints.
+// Under a strategy it also prints replica_report's line; under several workers only the chief
+// prints.
 inline void train_and_report(kiln::nn::Sequential& model, const TrainerFlags& flags,
                              const TrainerData& data, int64_t eval_batch_size,
                              const kiln::distribute::Strategy* strategy = nullptr) {
@@ -146,6 +167,7 @@ inline void train_and_report(kiln::nn::Sequential& model, const TrainerFlags& fl
   double train_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (flags.verbose && chief) std::cout << model.summary();
+  if (strategy && chief) std::cout << "strategy: " << replica_report(model, *strategy) << "\n";
 
   auto scores = model.evaluate(data.x_test, data.y_test, eval_batch_size);
   if (!chief) return;

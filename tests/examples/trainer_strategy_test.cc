@@ -1,0 +1,50 @@
+// The bundled Fashion-MNIST trainers under --strategy=mirrored --replicas=2, briefly (one epoch of
+// 512 examples): each trains on two CPU replicas that end with identical weights and reports its
+// test accuracy. Skipped without the Fashion-MNIST data.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "kiln/data/fashion_mnist.h"
+#include "tests/subprocess.h"
+#include "tests/testing/temp_dir.h"
+
+namespace kiln {
+namespace {
+
+using ::testing::HasSubstr;
+
+#ifdef KILN_FASHION_MNIST_CNN
+void expect_trains_on_two_mirrored_replicas(const std::string& trainer) {
+  const std::string dir = data::default_fashion_mnist_dir();
+  if (!std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz") &&
+      !std::filesystem::exists(dir + "/train-images-idx3-ubyte")) {
+    GTEST_SKIP() << "Fashion-MNIST not found in " << dir << " (install dataset-fashion-mnist)";
+  }
+  const std::filesystem::path log = testing_util::per_test_dir("trainer_strategy");
+  std::filesystem::create_directories(log);
+  const testing_util::ProcessResult r =
+      testing_util::run_process({trainer, "--strategy=mirrored", "--replicas=2", "--epochs=1",
+                                 "--train_limit=512", "--batch_size=64", "--verbose=0"},
+                                (log / "out").string());
+  std::filesystem::remove_all(log);
+  ASSERT_TRUE(r.exited_ok()) << trainer << ":\n" << r.output;
+  EXPECT_THAT(r.output,
+              HasSubstr("strategy: MirroredStrategy(2 replicas): 2 local replicas, weights "
+                        "identical\n"));
+  EXPECT_THAT(r.output, HasSubstr("result: test_accuracy="));
+}
+
+TEST(TrainerStrategy, TheCnnTrainsOnTwoMirroredReplicasThatStayIdentical) {
+  expect_trains_on_two_mirrored_replicas(KILN_FASHION_MNIST_CNN);
+}
+
+TEST(TrainerStrategy, TheMlpTrainsOnTwoMirroredReplicasThatStayIdentical) {
+  expect_trains_on_two_mirrored_replicas(KILN_FASHION_MNIST_MLP);
+}
+#endif
+
+}  // namespace
+}  // namespace kiln
