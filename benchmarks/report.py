@@ -86,6 +86,24 @@ RATIOS = {
     "bf16_gemm_2048_vs_libtorch": ratio(
         "", "kiln_bf16_gemm_2048_gflops", "torch_bf16_gemm_2048_gflops",
         "torch_f32_gemm_2048_gflops"),
+    # Issue #16: train-step throughput (Model::fit, Adam) of the MLP at batch 1024 and the CNN at
+    # batch 256 under mixed_bfloat16 over the same model in float32 (one process, fit calls
+    # alternated; raw *_vs_f32_in_process is that process's median per-call ratio), and over
+    # LibTorch with CPU autocast to bf16 on the same model and batch. Targets (CNN >= 1.8x f32,
+    # ahead of LibTorch) are for hosts with AMX; meta.info's kiln_*_matmul_path,
+    # kiln_onednn_cpu_isa, torch_aten_cpu_capability and torch_onednn_cpu_isa say which path ran.
+    "mlp_b1024_bf16_vs_f32": ratio(
+        "", "kiln_mlp_b1024_bf16_examples_per_s", "kiln_mlp_b1024_bf16_f32_examples_per_s",
+        "kiln_mlp_b1024_bf16_vs_f32_in_process"),
+    "mlp_b1024_bf16_vs_libtorch": ratio(
+        "", "kiln_mlp_b1024_bf16_examples_per_s", "torch_mlp_b1024_bf16_examples_per_s",
+        "torch_mlp_b1024_bf16_f32_examples_per_s", "torch_mlp_b1024_bf16_vs_f32_in_process"),
+    "cnn_b256_bf16_vs_f32": ratio(
+        "", "kiln_cnn_b256_bf16_examples_per_s", "kiln_cnn_b256_bf16_f32_examples_per_s",
+        "kiln_cnn_b256_bf16_vs_f32_in_process"),
+    "cnn_b256_bf16_vs_libtorch": ratio(
+        "", "kiln_cnn_b256_bf16_examples_per_s", "torch_cnn_b256_bf16_examples_per_s",
+        "torch_cnn_b256_bf16_f32_examples_per_s", "torch_cnn_b256_bf16_vs_f32_in_process"),
     "compile_ms_mlp_train_step": (
         "< 300", lambda r: r["compile_ms_mlp_train_step"],
         ["compile_ms_mlp_train_step", "compile_ms_mlp_train_step_warm"]),

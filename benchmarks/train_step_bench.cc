@@ -4,14 +4,23 @@
 // (KILN_INTERPRET=1 selects the interpreter). The baseline in the same run is the MLP's
 // first-layer GEMM alone. Prints `RESULT kiln_<case>_examples_per_s=...` for benchmarks/run.sh,
 // which sets these against benchmarks/peers/libtorch_bench.
+// Issue #16: cnn_b256_bf16 and mlp_b1024_bf16 train the same model under mixed_bfloat16 and
+// float32 in one process, fit calls alternated, and print both throughputs (medians) and the
+// median of the per-round ratios with its range; INFO lines name the bf16 path that ran.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
-#include "benchmarks/bench_util.h"
 #include "benchmarks/bench_models.h"
+#include "benchmarks/bench_util.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
+#include "ops/onednn_conv.h"
+#include "ops/onednn_matmul.h"
 
 namespace {
 
@@ -20,17 +29,87 @@ using namespace kiln;
 using bench::cnn;
 using bench::mlp;
 
-// Examples per second of fit() over `steps` batches per call (no shuffling, as in the peer).
-double train_examples_per_s(std::unique_ptr<nn::Sequential> model, Shape example, int64_t batch,
-                            int64_t steps) {
+// A model compiled for training on synthetic data, `steps` batches per fit() call (no shuffling,
+// as in the peer).
+struct Trainer {
+  std::unique_ptr<nn::Sequential> model;
+  Tensor x, y;
+  nn::FitOptions options;
+  int64_t examples = 0;  // per fit() call
+  void fit() { model->fit(x, y, options); }
+};
+
+Trainer make_trainer(std::unique_ptr<nn::Sequential> model, Shape example, int64_t batch,
+                     int64_t steps) {
   Shape shape = {batch * steps};
   shape.insert(shape.end(), example.begin(), example.end());
-  Tensor x = random_uniform(shape, 1);
-  Tensor y = convert(random_uniform({batch * steps}, 2, 0, 10), i32);
-  model->compile(optim::Adam(1e-3), nn::SparseCategoricalCrossentropy(true));
-  const nn::FitOptions options{.epochs = 1, .batch_size = batch, .shuffle = false, .verbose = 0};
-  const double seconds = bench::best_seconds_per_call([&] { model->fit(x, y, options); });
-  return static_cast<double>(batch * steps) / seconds;
+  Trainer t{std::move(model), random_uniform(shape, 1),
+            convert(random_uniform({batch * steps}, 2, 0, 10), i32),
+            nn::FitOptions{.epochs = 1, .batch_size = batch, .shuffle = false, .verbose = 0},
+            batch * steps};
+  t.model->compile(optim::Adam(1e-3), nn::SparseCategoricalCrossentropy(true));
+  return t;
+}
+
+// Examples per second of fit() over `steps` batches per call.
+double train_examples_per_s(std::unique_ptr<nn::Sequential> model, Shape example, int64_t batch,
+                            int64_t steps) {
+  Trainer t = make_trainer(std::move(model), example, batch, steps);
+  const double seconds = bench::best_seconds_per_call([&] { t.fit(); });
+  return static_cast<double>(t.examples) / seconds;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// One model built twice, under float32 and under mixed_bfloat16 (the policy a layer takes when it
+// is made), trained on the same data: one warm-up fit() each (the compile), then `rounds` rounds
+// of one timed fit() each, the two alternated. Prints the medians and the median (range) of the
+// per-round ratios bf16 / f32, and which path the bf16 GEMMs and convolutions took.
+void bf16_vs_f32(const std::string& name,
+                 const std::function<std::unique_ptr<nn::Sequential>()>& make, Shape example,
+                 int64_t batch, int64_t steps, int rounds) {
+  nn::set_global_policy("float32");
+  Trainer f32 = make_trainer(make(), example, batch, steps);
+  nn::set_global_policy("mixed_bfloat16");
+  Trainer b16 = make_trainer(make(), example, batch, steps);
+  nn::set_global_policy("float32");
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Trainer& t) {
+    const auto start = Clock::now();
+    t.fit();
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  seconds(f32);
+  const int64_t matmuls = ops::onednn::matmul_count();
+  const int64_t convs = ops::onednn::counts().forward;
+  seconds(b16);
+  const int64_t bf16_matmuls = ops::onednn::matmul_count() - matmuls;
+  const int64_t bf16_convs = ops::onednn::counts().forward - convs;
+  std::vector<double> t32, t16, ratio;
+  for (int r = 0; r < rounds; ++r) {
+    t32.push_back(seconds(f32));
+    t16.push_back(seconds(b16));
+    ratio.push_back(t32.back() / t16.back());
+  }
+  const double eps32 = f32.examples / median(t32), eps16 = b16.examples / median(t16);
+  const auto [lo, hi] = std::minmax_element(ratio.begin(), ratio.end());
+  std::printf(
+      "%s: %d alternated rounds of %lld examples: float32 %.0f examples/s, mixed_bfloat16 %.0f "
+      "examples/s; bf16 / f32 %.2f (%.2f-%.2f); one bf16 fit ran %lld matmuls and %lld forward "
+      "convolutions on oneDNN\n",
+      name.c_str(), rounds, static_cast<long long>(f32.examples), eps32, eps16, median(ratio), *lo,
+      *hi, static_cast<long long>(bf16_matmuls), static_cast<long long>(bf16_convs));
+  bench::result("kiln_" + name + "_examples_per_s", eps16);
+  bench::result("kiln_" + name + "_f32_examples_per_s", eps32);
+  bench::result("kiln_" + name + "_vs_f32_in_process", median(ratio));
+  std::printf("INFO kiln_%s_matmul_path=%s\n", name.c_str(),
+              bf16_matmuls > 0 ? ops::onednn::matmul_path(bf16).c_str() : "widen to f32");
+  std::printf("INFO kiln_onednn_cpu_isa=%s\n", ops::onednn::cpu_isa().c_str());
+  std::fflush(stdout);
 }
 
 // The baseline: the MLP's first-layer forward GEMM alone, [batch, 784] x [784, 128].
@@ -42,7 +121,8 @@ double first_gemm_examples_per_s(int64_t batch) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto cases = bench::selected_cases(argc, argv, {"mlp_b64", "mlp_b1024", "cnn_b128"});
+  const auto cases = bench::selected_cases(
+      argc, argv, {"mlp_b64", "mlp_b1024", "cnn_b128", "mlp_b1024_bf16", "cnn_b256_bf16"});
   if (cases.empty()) return 2;
   for (const std::string& c : cases) {
     if (c == "mlp_b64" || c == "mlp_b1024") {
@@ -57,6 +137,10 @@ int main(int argc, char** argv) {
       const double step = train_examples_per_s(cnn(), {28, 28, 1}, 128, 2);
       std::printf("%s: %.0f examples/s\n", c.c_str(), step);
       bench::result("kiln_cnn_b128_examples_per_s", step);
+    } else if (c == "mlp_b1024_bf16") {
+      bf16_vs_f32(c, mlp, {784}, 1024, 8, 15);
+    } else if (c == "cnn_b256_bf16") {
+      bf16_vs_f32(c, cnn, {28, 28, 1}, 256, 4, 9);
     }
   }
   return 0;

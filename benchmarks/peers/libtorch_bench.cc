@@ -4,13 +4,26 @@
 // better). Cases: mlp_b64, mlp_b1024 (784-128-10, ReLU, dropout 0.2), cnn_b128 (the
 // fashion_mnist_cnn model), all trained with softmax cross-entropy and Adam; eltwise_chain and
 // eltwise_compute_chain (sgemm_bench's two chains over 16M floats); bf16_gemm_2048
-// (lowp_gemm_bench's). Prints
-// `RESULT torch_<case>_...` lines.
+// (lowp_gemm_bench's); mlp_b1024_bf16 and cnn_b256_bf16 (train_step_bench's, issue #16): the MLP
+// at batch 1024 and the CNN at batch 256 under CPU autocast to bf16 against the same model in
+// f32, fit calls alternated. Prints `RESULT torch_<case>_...` lines, and INFO lines for the ISA
+// path (ATen's vector ISA from show_config(), and oneDNN's, which LibTorch's bf16 linear and
+// convolution run on).
+#include <ATen/Version.h>
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
+
+#ifdef KILN_PEER_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
 
 #include "benchmarks/bench_util.h"
 
@@ -46,31 +59,126 @@ struct Cnn : torch::nn::Module {
   }
 };
 
-// Examples per second of training `model` on `steps` batches per timed call, as a training loop
-// does it: a batch is a view of the data set, the loss is read back every step. The same work as
-// Kiln's side (benchmarks/train_step_bench.cc): batches in data-set order, no shuffle or gather on
-// either side.
+// Trains `model` on `steps` batches per call as a training loop does it: a batch is a view of the
+// data set, the loss is read back every step. The same work as Kiln's side
+// (benchmarks/train_step_bench.cc): batches in data-set order, no shuffle or gather on either
+// side. With `bf16`, the forward pass runs under CPU autocast to bf16 (as `with
+// torch.autocast("cpu", dtype=torch.bfloat16)` does: the cast-weight cache is cleared when it
+// ends), and the logits are cast to f32 for the loss, as Kiln's mixed_bfloat16 does.
 template <class Model>
-double train_examples_per_s(std::shared_ptr<Model> model, std::vector<int64_t> example,
-                            int64_t batch, int64_t steps) {
-  std::vector<int64_t> shape = {batch * steps};
-  shape.insert(shape.end(), example.begin(), example.end());
-  torch::Tensor x = torch::rand(shape), y = torch::randint(0, 10, {batch * steps}, torch::kLong);
-  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(1e-3));
-  model->train();
+struct Trainer {
+  std::shared_ptr<Model> model;
+  torch::Tensor x, y;
+  int64_t batch, steps;
+  bool bf16;
+  torch::optim::Adam adam;
   double loss_sum = 0;
-  auto epoch = [&] {
+
+  Trainer(std::shared_ptr<Model> m, std::vector<int64_t> example, int64_t batch, int64_t steps,
+          bool bf16 = false)
+      : model(std::move(m)),
+        batch(batch),
+        steps(steps),
+        bf16(bf16),
+        adam(model->parameters(), torch::optim::AdamOptions(1e-3)) {
+    std::vector<int64_t> shape = {batch * steps};
+    shape.insert(shape.end(), example.begin(), example.end());
+    x = torch::rand(shape);
+    y = torch::randint(0, 10, {batch * steps}, torch::kLong);
+    model->train();
+  }
+  torch::Tensor logits(const torch::Tensor& xb) {
+    if (!bf16) return model->forward(xb);
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::increment_nesting();
+    torch::Tensor out = model->forward(xb);
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_cpu_enabled(false);
+    return out.to(torch::kFloat);
+  }
+  void epoch() {
     for (int64_t s = 0; s < steps; ++s) {
       adam.zero_grad();
       torch::Tensor loss = torch::nn::functional::cross_entropy(
-          model->forward(x.narrow(0, s * batch, batch)), y.narrow(0, s * batch, batch));
+          logits(x.narrow(0, s * batch, batch)), y.narrow(0, s * batch, batch));
       loss.backward();
       adam.step();
       loss_sum += loss.item<double>();
     }
+  }
+  double examples() const { return static_cast<double>(batch * steps); }
+};
+
+// Examples per second, the best of several timed blocks of epochs.
+template <class Model>
+double train_examples_per_s(std::shared_ptr<Model> model, std::vector<int64_t> example,
+                            int64_t batch, int64_t steps) {
+  Trainer<Model> t(std::move(model), std::move(example), batch, steps);
+  return t.examples() / kiln::bench::best_seconds_per_call([&] { t.epoch(); });
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// train_step_bench's bf16_vs_f32 in LibTorch: the model in f32 and a copy under bf16 autocast,
+// one warm-up epoch each, then `rounds` alternated timed epochs. Prints the medians and the
+// median (range) of the per-round ratios.
+template <class Model>
+void bf16_vs_f32(const std::string& name, std::vector<int64_t> example, int64_t batch,
+                 int64_t steps, int rounds) {
+  Trainer<Model> f32(std::make_shared<Model>(), example, batch, steps);
+  Trainer<Model> b16(std::make_shared<Model>(), example, batch, steps, /*bf16=*/true);
+  auto seconds = [](auto& t) {
+    const auto start = std::chrono::steady_clock::now();
+    t.epoch();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
-  double seconds = kiln::bench::best_seconds_per_call(epoch);
-  return static_cast<double>(batch * steps) / seconds;
+  seconds(f32);
+  seconds(b16);
+  std::vector<double> t32, t16, ratio;
+  for (int r = 0; r < rounds; ++r) {
+    t32.push_back(seconds(f32));
+    t16.push_back(seconds(b16));
+    ratio.push_back(t32.back() / t16.back());
+  }
+  const auto [lo, hi] = std::minmax_element(ratio.begin(), ratio.end());
+  std::printf(
+      "%s: %d alternated rounds: f32 %.0f examples/s, bf16 autocast %.0f examples/s; "
+      "bf16 / f32 %.2f (%.2f-%.2f)\n",
+      name.c_str(), rounds, f32.examples() / median(t32), b16.examples() / median(t16),
+      median(ratio), *lo, *hi);
+  kiln::bench::result("torch_" + name + "_examples_per_s", b16.examples() / median(t16));
+  kiln::bench::result("torch_" + name + "_f32_examples_per_s", f32.examples() / median(t32));
+  kiln::bench::result("torch_" + name + "_vs_f32_in_process", median(ratio));
+}
+
+// The ISA paths LibTorch runs here, as INFO lines: ATen's vector kernels (show_config()'s "CPU
+// capability usage") and oneDNN's ISA (the libdnnl LibTorch links; Debian's is the one Kiln uses).
+void print_isa_info() {
+  std::istringstream config(at::show_config());
+  for (std::string line; std::getline(config, line);) {
+    const auto at = line.find("CPU capability usage: ");
+    if (at != std::string::npos) {
+      std::printf("INFO torch_aten_cpu_capability=%s\n", line.substr(at + 22).c_str());
+    }
+  }
+  std::printf("INFO torch_mkldnn=%s (enabled %d)\n", at::get_mkldnn_version().c_str(),
+              at::globalContext().userEnabledMkldnn() ? 1 : 0);
+#ifdef KILN_PEER_HAVE_DNNL
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const char* name =
+      isa == static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx)    ? "avx512_core_amx"
+      : isa == static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16) ? "avx512_core_bf16"
+      : isa == static_cast<unsigned>(dnnl::cpu_isa::avx512_core)      ? "avx512_core"
+      : isa == static_cast<unsigned>(dnnl::cpu_isa::avx2)             ? "avx2"
+                                                                      : "other";
+  std::printf("INFO torch_onednn_cpu_isa=%s (0x%x)\n", name, isa);
+#endif
+  std::fflush(stdout);
 }
 
 torch::Tensor chain_input() {
@@ -108,7 +216,10 @@ double eltwise_compute_chain_ms() {
     torch::Tensor p = v > kB;
     (void)p.data_ptr();
   };
-  return kiln::bench::interleaved_median_seconds(chain, [] {}, 7).first * 1e3;
+  return kiln::bench::interleaved_median_seconds(
+             chain, [] {}, 7)
+             .first *
+         1e3;
 }
 
 // lowp_gemm_bench's bf16 matmul 2048^3 through at::matmul, and f32 beside it: GFLOP/s from the
@@ -119,9 +230,9 @@ std::pair<double, double> bf16_gemm_2048_gflops() {
   torch::NoGradGuard no_grad;
   torch::Tensor a = torch::rand({kN, kN}), b = torch::rand({kN, kN});
   torch::Tensor a16 = a.to(torch::kBFloat16), b16 = b.to(torch::kBFloat16);
-  auto [t16, t32] = kiln::bench::interleaved_median_seconds(
-      [&] { (void)torch::matmul(a16, b16).data_ptr(); },
-      [&] { (void)torch::matmul(a, b).data_ptr(); }, 15);
+  auto [t16, t32] =
+      kiln::bench::interleaved_median_seconds([&] { (void)torch::matmul(a16, b16).data_ptr(); },
+                                              [&] { (void)torch::matmul(a, b).data_ptr(); }, 15);
   return {kFlop / t16 / 1e9, kFlop / t32 / 1e9};
 }
 
@@ -131,7 +242,7 @@ int main(int argc, char** argv) {
   const auto cases = kiln::bench::selected_cases(
       argc, argv,
       {"mlp_b64", "mlp_b1024", "cnn_b128", "eltwise_chain", "eltwise_compute_chain",
-       "bf16_gemm_2048"});
+       "bf16_gemm_2048", "mlp_b1024_bf16", "cnn_b256_bf16"});
   if (cases.empty()) return 2;
   torch::set_num_threads(2);
   torch::manual_seed(0);
@@ -156,6 +267,12 @@ int main(int argc, char** argv) {
       auto [bf16, f32] = bf16_gemm_2048_gflops();
       kiln::bench::result("torch_bf16_gemm_2048_gflops", bf16);
       kiln::bench::result("torch_f32_gemm_2048_gflops", f32);
+    } else if (c == "mlp_b1024_bf16") {
+      print_isa_info();
+      bf16_vs_f32<Mlp>(c, {784}, 1024, 8, 15);
+    } else if (c == "cnn_b256_bf16") {
+      print_isa_info();
+      bf16_vs_f32<Cnn>(c, {1, 28, 28}, 256, 4, 9);
     }
   }
   return 0;
