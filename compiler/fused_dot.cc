@@ -1,6 +1,7 @@
 // The fused_dot kernel op (compiler/fused_dot.h): registration, shape function, and the CPU
 // kernel, a GEMM over blocks of output rows (ops::gemm_rows on the same blocks as dot's
-// reference kernel, so the same bits) with the bias and activation applied to each block as soon as it is done.
+// reference kernel, so the same bits) with the bias and activation applied to each block as soon as
+// it is done; bf16 as one oneDNN matmul with the epilogue in its kernel (ops/onednn_matmul.h).
 #include "compiler/fused_dot.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include "kiln/op_registry.h"
 #include "ops/dot_util.h"
 #include "ops/kernel_util.h"
+#include "ops/onednn_matmul.h"
 #include "runtime/execute.h"
 #include "runtime/thread_pool.h"
 
@@ -72,7 +74,7 @@ std::vector<TensorType> fused_dot_shape(const InferContext& ctx) {
   std::vector<TensorType> ab = {ctx.input(0), ctx.input(1)};
   std::vector<TensorType> out =
       dot.shape_fn(InferContext(ctx.op(), ctx.node_name(), ab, ctx.attrs()));
-  check_epilogue(ctx, out[0], 2, /*allow_full_bias=*/true);
+  check_epilogue(ctx, out[0], 2, /*allow_full_bias=*/true, /*allow_bf16=*/true);
   std::vector<int64_t> bf = free_dims(static_cast<int64_t>(ctx.input(1).shape.size()),
                                       ints_or_empty(ctx.attrs(), "rhs_batch"),
                                       ints_or_empty(ctx.attrs(), "rhs_contract"));
@@ -95,6 +97,76 @@ void fused_gemm(const DotLayout& s, const T* pa_all, const T* pb_all, T* c,
     }
     epilogue.apply(block, bi * s.m + r0, rows, s.n);  // still in cache
   });
+}
+
+// bf16's epilogue as oneDNN takes it, or false where it cannot: a full bias (oneDNN 2.6's bf16
+// matmul takes a bias row only), or a vector bias shorter than the GEMM's rows (b has several
+// free dimensions). A scalar bias is spread over a row in *row.
+bool onednn_epilogue(const Epilogue<bfloat16>& e, const DotLayout& l,
+                     ops::onednn::MatmulEpilogue* out, std::vector<bfloat16>* row) {
+  using ops::onednn::MatmulActivation;
+  out->activation = e.act == Activation::kRelu       ? MatmulActivation::kRelu
+                    : e.act == Activation::kTanh     ? MatmulActivation::kTanh
+                    : e.act == Activation::kLogistic ? MatmulActivation::kLogistic
+                                                     : MatmulActivation::kNone;
+  if (e.bias == nullptr) return true;
+  if (e.kind == BiasKind::kFull || (e.kind == BiasKind::kVector && e.bias_len != l.n)) return false;
+  if (e.kind == BiasKind::kScalar) {
+    row->assign(l.n, e.bias[0]);
+    out->bias = row->data();
+  } else {
+    out->bias = e.bias;
+  }
+  out->bias_cols = l.n;
+  return true;
+}
+
+// y = activation(bias + d) from dot's bf16 result d, rounded as the reference add and activation
+// kernels round: after the add, and after the activation (each computed in f32).
+void bf16_epilogue_pass(const Epilogue<bfloat16>& e, const bfloat16* d, bfloat16* y, int64_t size) {
+  const int64_t n = e.bias_len, rows = n == 0 ? 0 : size / n;
+  runtime::parallel_for(rows, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, n)),
+                        [&](int64_t r0, int64_t r1) {
+                          for (int64_t r = r0; r < r1; ++r) {
+                            for (int64_t j = 0; j < n; ++j) {
+                              float x = d[r * n + j];
+                              if (e.bias != nullptr) {
+                                const bfloat16 b = e.kind == BiasKind::kScalar ? e.bias[0]
+                                                   : e.kind == BiasKind::kFull ? e.bias[r * n + j]
+                                                                               : e.bias[j];
+                                x = bfloat16(x + static_cast<float>(b));
+                              }
+                              if (e.act == Activation::kRelu) x = x <= 0.0f ? 0.0f : x;
+                              if (e.act == Activation::kTanh) x = tanh_of(x);
+                              if (e.act == Activation::kLogistic) x = logistic_of(x);
+                              y[r * n + j] = bfloat16(x);
+                            }
+                          }
+                        });
+}
+
+// bf16: the GEMM and its epilogue as one oneDNN matmul where oneDNN takes them (the bias added
+// and the activation applied to the f32 sum, which is rounded once); otherwise dot's kernel,
+// then the epilogue with the reference kernels' roundings (the same bits as dot, add and the
+// activation run apart).
+void fused_dot_bf16(KernelContext& ctx, const DotLayout& l) {
+  const Tensor& ta = ctx.input(0);
+  const Tensor& tb = ctx.input(1);
+  const Epilogue<bfloat16> epilogue = epilogue_of<bfloat16>(ctx, 2, /*allow_full_bias=*/true);
+  Tensor& out = ctx.allocate_output(0);
+  ops::onednn::MatmulEpilogue onednn;
+  std::vector<bfloat16> bias_row;
+  if (l.refusal.empty() && ops::onednn::lowp_matmul_supported(bf16) &&
+      onednn_epilogue(epilogue, l, &onednn, &bias_row)) {
+    const ops::onednn::MatmulShape s{l.batch, l.m, l.k, l.n, l.a_transposed, l.b_transposed, bf16};
+    if (ops::onednn::matmul(ctx, s, ta.raw_data(), tb.raw_data(), ops::out_ptr<bfloat16>(out),
+                            &onednn))
+      return;
+  }
+  const Tensor d = runtime::run_kernel(OpRegistry::global().find("dot"), ctx.node_name(), {ta, tb},
+                                       ctx.attrs())[0];
+  bf16_epilogue_pass(epilogue, static_cast<const bfloat16*>(d.raw_data()),
+                     ops::out_ptr<bfloat16>(out), d.size());
 }
 
 void fused_dot_kernel(KernelContext& ctx) {
@@ -120,6 +192,8 @@ void fused_dot_kernel(KernelContext& ctx) {
     run(float{});
   } else if (ta.dtype() == f64) {
     run(double{});
+  } else if (ta.dtype() == bf16) {
+    fused_dot_bf16(ctx, l);
   } else {
     ctx.fail(std::string("dtype ") + dtype_name(ta.dtype()) + " is not supported");
   }
@@ -134,6 +208,6 @@ KILN_REGISTER_OP(fused_dot)
     .kind(OpKind::kKernel)
     .non_differentiable()
     .shape_fn(fused_dot_shape);
-KILN_REGISTER_KERNEL(fused_dot).dtypes({f32, f64}).fn(fused_dot_kernel);
+KILN_REGISTER_KERNEL(fused_dot).dtypes({f32, f64, bf16}).fn(fused_dot_kernel);
 
 }  // namespace kiln::compiler

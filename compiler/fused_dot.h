@@ -1,6 +1,6 @@
 // The fused_dot kernel op: a dot (ops/linalg.cc's attributes) whose epilogue (bias add and/or an
 // activation) is applied to each block of output rows right after Eigen computes it, while the
-// block is in cache. Created by the epilogue fusion pass
+// block is in cache (bf16: inside oneDNN's matmul kernel). Created by the epilogue fusion pass
 // (compiler/passes/epilogue_fusion.h).
 #pragma once
 
@@ -15,7 +15,10 @@ namespace kiln::compiler {
 // rhs_batch) plus "activation" ("none", "relu" = max(x, 0), "tanh", "logistic"). The bias is
 // added before the activation and must be a single element, a vector along the last output
 // dimension (shape [..., 1, N]), or of the output's shape; b must have a free dimension.
-// f32 and f64. Results equal dot, add, activation run by the reference kernels, bit for bit.
+// f32 and f64: results equal dot, add, activation run by the reference kernels, bit for bit.
+// bf16: one oneDNN matmul where the host has a bf16 unit, the bias and activation applied to the
+// f32 sum before its one rounding (so within the dot's bf16 error bound of the unfused results,
+// not bit-equal); elsewhere dot's kernel then the epilogue, bit-equal to the unfused ops.
 inline constexpr const char* kFusedDotOp = "fused_dot";
 
 // Why a dot with these attributes and operand shapes would need its operands copied (the kernel

@@ -5,6 +5,7 @@
 #include "ops/onednn_matmul.h"
 
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <atomic>
@@ -13,9 +14,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ops/onednn_conv.h"
@@ -29,8 +30,8 @@ using dnnl::memory;
 using Dims = memory::dims;
 
 std::atomic<int64_t> g_matmuls{0};
+std::atomic<int64_t> g_fused_matmuls{0};  // those with an epilogue
 std::atomic<int64_t> g_sgemms{0};
-
 
 const char* type_name(DType t) { return t == DType::bf16 ? "bf16" : "f16"; }
 
@@ -48,25 +49,56 @@ bool has_unit(DType t) {
   return t == DType::f16 || (t == DType::bf16 && isa_has(dnnl::cpu_isa::avx512_core_bf16));
 }
 
-// One block of `rows` output rows: rows of A (columns of its stored transpose), all of B.
+// The parts of a MatmulEpilogue that shape a primitive (not the bias's address).
+struct EpilogueKind {
+  bool bias = false, bias_per_row = false, bias_per_column = false;
+  MatmulActivation activation = MatmulActivation::kNone;
+};
+
+EpilogueKind kind_of(const MatmulEpilogue* e) {
+  if (e == nullptr) return {};
+  return {e->bias != nullptr, e->bias_rows > 1, e->bias_cols > 1, e->activation};
+}
+
+// One block of `rows` output rows: rows of A (columns of its stored transpose), all of B, and
+// the bias's rows for them.
 struct Entry {
   bool ok = false;   // false: the caller's kernel runs
   std::string impl;  // oneDNN's implementation name ("brg:avx512_core_bf16"), "" if none
   dnnl::matmul prim;
-  memory::desc a, b, c, scratch;
+  memory::desc a, b, c, bias, scratch;
 };
 
-Entry make_entry(const MatmulShape& s, int64_t rows) {
+// The activation as a oneDNN eltwise post-op, applied to the f32 result after the bias: relu
+// (alpha 0: x for x > 0, else 0 * x), tanh, logistic.
+void add_activation(MatmulActivation act, dnnl::primitive_attr& attr) {
+  if (act == MatmulActivation::kNone) return;
+  const dnnl::algorithm alg = act == MatmulActivation::kRelu   ? dnnl::algorithm::eltwise_relu
+                              : act == MatmulActivation::kTanh ? dnnl::algorithm::eltwise_tanh
+                                                               : dnnl::algorithm::eltwise_logistic;
+  dnnl::post_ops ops;
+  ops.append_eltwise(1.0f, alg, 0.0f, 0.0f);
+  attr.set_post_ops(ops);
+}
+
+Entry make_entry(const MatmulShape& s, int64_t rows, const EpilogueKind& ek) {
   Entry e;
   const auto t = s.dtype == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f16;
   e.a = memory::desc({rows, s.k}, t, s.a_transposed ? Dims{1, s.m} : Dims{s.k, 1});
   e.b = memory::desc({s.k, s.n}, t, s.b_transposed ? Dims{1, s.k} : Dims{s.n, 1});
   e.c = memory::desc({rows, s.n}, t, Dims{s.n, 1});
+  if (ek.bias) {
+    const int64_t bias_cols = ek.bias_per_column ? s.n : 1;
+    e.bias = memory::desc({ek.bias_per_row ? rows : 1, bias_cols}, t, Dims{bias_cols, 1});
+  }
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per call: blocks run concurrently
+  add_activation(ek.activation, attr);
   try {
     OmpThreads omp(1);  // oneDNN sizes a primitive's parallel regions when it is made
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e.a, e.b, e.c), attr, cpu_engine());
+    const auto desc =
+        ek.bias ? dnnl::matmul::desc(e.a, e.b, e.bias, e.c) : dnnl::matmul::desc(e.a, e.b, e.c);
+    const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
     e.impl = pd.impl_info_str();
     if (e.impl.rfind("ref", 0) == 0) return e;  // scalar loops: slower than widening
     e.prim = dnnl::matmul(pd);
@@ -80,18 +112,28 @@ Entry make_entry(const MatmulShape& s, int64_t rows) {
 
 // The entry for one block shape, made on first use. A training step repeats its shapes; the
 // bound only keeps a process that sweeps shapes finite.
-std::shared_ptr<const Entry> entry(const MatmulShape& s, int64_t rows) {
+std::shared_ptr<const Entry> entry(const MatmulShape& s, int64_t rows,
+                                   const EpilogueKind& ek = {}) {
   static std::mutex mu;
   static std::map<std::vector<int64_t>, std::shared_ptr<const Entry>> cache;
   constexpr size_t kMaxEntries = 256;
-  std::vector<int64_t> key = {
-      static_cast<int64_t>(s.dtype), rows, s.m, s.k, s.n, s.a_transposed, s.b_transposed};
+  std::vector<int64_t> key = {static_cast<int64_t>(s.dtype),
+                              rows,
+                              s.m,
+                              s.k,
+                              s.n,
+                              s.a_transposed,
+                              s.b_transposed,
+                              ek.bias,
+                              ek.bias_per_row,
+                              ek.bias_per_column,
+                              static_cast<int64_t>(ek.activation)};
   {
     std::lock_guard<std::mutex> lock(mu);
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
-  auto made = std::make_shared<const Entry>(make_entry(s, rows));  // outside the lock: ms
+  auto made = std::make_shared<const Entry>(make_entry(s, rows, ek));  // outside the lock: ms
   std::lock_guard<std::mutex> lock(mu);
   if (cache.size() >= kMaxEntries) cache.clear();
   return cache.emplace(std::move(key), std::move(made)).first->second;
@@ -134,14 +176,20 @@ std::string shape_text(const MatmulShape& s) {
 
 bool lowp_matmul_supported(DType dtype) { return enabled() && supported_here(dtype); }
 
-bool matmul(const KernelContext& ctx, const MatmulShape& s, const void* a, const void* b, void* c) {
+bool matmul(const KernelContext& ctx, const MatmulShape& s, const void* a, const void* b, void* c,
+            const MatmulEpilogue* epilogue) {
   if (!lowp_matmul_supported(s.dtype)) return false;
   if (s.batch <= 0 || s.m <= 0 || s.k <= 0 || s.n <= 0) return false;  // nothing to multiply
+  const EpilogueKind ek = kind_of(epilogue);
+  if (ek.bias && ((epilogue->bias_rows != 1 && epilogue->bias_rows != s.batch * s.m) ||
+                  (epilogue->bias_cols != 1 && epilogue->bias_cols != s.n)))
+    return false;  // a bias that does not broadcast onto [batch * m, n]
   const int64_t rows = block_rows(s), blocks = (s.m + rows - 1) / rows;
   const int64_t tail_rows = s.m - (blocks - 1) * rows;
-  const std::shared_ptr<const Entry> full = entry(s, rows);
-  const std::shared_ptr<const Entry> tail = tail_rows == rows ? full : entry(s, tail_rows);
+  const std::shared_ptr<const Entry> full = entry(s, rows, ek);
+  const std::shared_ptr<const Entry> tail = tail_rows == rows ? full : entry(s, tail_rows, ek);
   if (!full->ok || !tail->ok) return false;
+  const auto* pbias = ek.bias ? static_cast<const char*>(epilogue->bias) : nullptr;
 
   constexpr int64_t kBytes = 2;  // bf16 and f16
   const auto* pa = static_cast<const char*>(a);
@@ -162,10 +210,16 @@ bool matmul(const KernelContext& ctx, const MatmulShape& s, const void* a, const
         auto bind = [](const memory::desc& d, const void* p) {
           return memory(d, cpu_engine(), const_cast<void*>(p));
         };
-        e.prim.execute(stream, {{DNNL_ARG_SRC, bind(e.a, pa + a_at * kBytes)},
-                                {DNNL_ARG_WEIGHTS, bind(e.b, pb + bi * s.k * s.n * kBytes)},
-                                {DNNL_ARG_DST, bind(e.c, pc + (bi * s.m + r0) * s.n * kBytes)},
-                                {DNNL_ARG_SCRATCHPAD, bind(e.scratch, scratch.data())}});
+        std::unordered_map<int, memory> args = {
+            {DNNL_ARG_SRC, bind(e.a, pa + a_at * kBytes)},
+            {DNNL_ARG_WEIGHTS, bind(e.b, pb + bi * s.k * s.n * kBytes)},
+            {DNNL_ARG_DST, bind(e.c, pc + (bi * s.m + r0) * s.n * kBytes)},
+            {DNNL_ARG_SCRATCHPAD, bind(e.scratch, scratch.data())}};
+        if (pbias != nullptr) {
+          const int64_t bias_at = ek.bias_per_row ? (bi * s.m + r0) * epilogue->bias_cols : 0;
+          args.emplace(DNNL_ARG_BIAS, bind(e.bias, pbias + bias_at * kBytes));
+        }
+        e.prim.execute(stream, args);
       } catch (const dnnl::error& err) {
         std::lock_guard<std::mutex> lock(mu);
         if (failure.empty()) failure = err.what();
@@ -177,6 +231,7 @@ bool matmul(const KernelContext& ctx, const MatmulShape& s, const void* a, const
              "): " + failure + " (" + shape_text(s) + ")");
   }
   g_matmuls.fetch_add(1);
+  if (ek.bias || ek.activation != MatmulActivation::kNone) g_fused_matmuls.fetch_add(1);
   return true;
 }
 
@@ -216,6 +271,7 @@ std::string matmul_path(DType dtype) {
 }
 
 int64_t matmul_count() { return g_matmuls.load(); }
+int64_t fused_matmul_count() { return g_fused_matmuls.load(); }
 
 bool sgemm_rows(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t rows,
                 int64_t k, int64_t n, bool a_transposed, bool b_transposed) {

@@ -23,15 +23,28 @@ struct MatmulShape {
   DType dtype = DType::bf16;
 };
 
+// What oneDNN applies to each f32 result of a matmul before rounding it once to the dtype: a
+// bias (of the matmul's dtype) added, then an activation. The bias is [bias_rows, bias_cols]
+// row-major: bias_rows is 1 (one row for every output row) or batch * m (one per output row);
+// bias_cols is 1 or n.
+enum class MatmulActivation { kNone, kRelu, kTanh, kLogistic };
+struct MatmulEpilogue {
+  const void* bias = nullptr;  // none: no bias add
+  int64_t bias_rows = 1, bias_cols = 1;
+  MatmulActivation activation = MatmulActivation::kNone;
+};
+
 // Whether matmul() tries oneDNN for `dtype`: enabled (ops/onednn_conv.h) and the host, as oneDNN
 // sees it (ONEDNN_MAX_CPU_ISA included), has a unit for the type. Cheap: the dot kernel asks
 // before laying its operands out for oneDNN.
 bool lowp_matmul_supported(DType dtype);
 
-// Runs the GEMMs and returns true, or returns false without touching c when oneDNN is not
-// supported or enabled for the dtype, or offers only its reference implementation for the case.
-// A failure inside oneDNN is reported through ctx.fail (a kiln::Error naming the op and shapes).
-bool matmul(const KernelContext& ctx, const MatmulShape& s, const void* a, const void* b, void* c);
+// Runs the GEMMs (and `epilogue`, when given, in the same kernel) and returns true, or returns
+// false without touching c when oneDNN is not supported or enabled for the dtype, or offers only
+// its reference implementation for the case. A failure inside oneDNN is reported through
+// ctx.fail (a kiln::Error naming the op and shapes).
+bool matmul(const KernelContext& ctx, const MatmulShape& s, const void* a, const void* b, void* c,
+            const MatmulEpilogue* epilogue = nullptr);
 
 // An f32 block C = op(A) op(B) of `rows` x n (row stride n), run by oneDNN's sgemm on the calling
 // thread alone: A is `rows` x k (or stored transposed, k x rows) with row stride lda, B is k x n
@@ -55,5 +68,7 @@ std::string matmul_path(DType dtype);
 
 // How many dot kernels oneDNN has served in this process: tests read it to say which path ran.
 int64_t matmul_count();
+// How many of them applied an epilogue (a bias or an activation) in the same kernel.
+int64_t fused_matmul_count();
 
 }  // namespace kiln::ops::onednn

@@ -22,7 +22,8 @@ bool kernel_grad(const KernelContext&, const ConvShape&, const void*, const void
 }
 
 bool lowp_matmul_supported(DType) { return false; }
-bool matmul(const KernelContext&, const MatmulShape&, const void*, const void*, void*) {
+bool matmul(const KernelContext&, const MatmulShape&, const void*, const void*, void*,
+            const MatmulEpilogue*) {
   return false;
 }
 bool sgemm_rows(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t, int64_t,
@@ -33,5 +34,6 @@ int64_t sgemm_count() { return 0; }
 std::string cpu_isa() { return "none"; }
 std::string matmul_path(DType) { return "widen to f32: Kiln is built without oneDNN"; }
 int64_t matmul_count() { return 0; }
+int64_t fused_matmul_count() { return 0; }
 
 }  // namespace kiln::ops::onednn

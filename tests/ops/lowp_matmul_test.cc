@@ -261,5 +261,196 @@ TEST(LowpMatmul, NanInAnOperandReachesItsOutputs) {
   }
 }
 
+// ---- bf16 fused_dot (compiler/fused_dot.h): the matmul, its bias and its activation in one
+// oneDNN kernel, which adds the bias to the f32 sum s and applies the activation before the one
+// rounding; the unfused ops round s, then the sum with the bias, then the activation.
+// The bound, against r = act(exact + bias) in f64, with B the dot's bound above (it already
+// holds a final rounding, so it over-covers s), x = exact + bias, L the activation's Lipschitz
+// constant (1; logistic 1/4) and a its f32 approximation error (2^-20 for tanh and logistic,
+// whose values are at most 1; none for relu):
+//   fused pre-activation:   |s + bias (f32) - x| <= B + u32 (|x| + B)
+//   unfused pre-activation: |round(round(s) + bias) - x| <= B + (u + u32)(|x| + B) + e
+//   after the activation and its rounding: L pre + a + u (|r| + L pre + a) + e.
+// Two results each within that of r are within the sum of their bounds of each other.
+
+enum class Bias { kNone, kScalar, kVector, kFull };
+struct FusedCase {
+  Case gemm;
+  Bias bias;
+  std::string act;  // "none", "relu", "tanh", "logistic"
+  std::string str() const {
+    const char* b[] = {"no bias", "scalar bias", "vector bias", "full bias"};
+    return gemm.str() + ", " + b[static_cast<int>(bias)] + ", " + act;
+  }
+};
+
+double activation_f64(const std::string& act, double x) {
+  if (act == "relu") return x <= 0 ? 0 : x;
+  if (act == "tanh") return std::tanh(x);
+  if (act == "logistic") return 1 / (1 + std::exp(-x));
+  return x;
+}
+
+double activation_bound(const std::string& act, double pre, double r) {
+  const double u = unit_roundoff(bf16), e = half_subnormal(bf16);
+  const double lipschitz = act == "logistic" ? 0.25 : 1.0;
+  const double approx = act == "tanh" || act == "logistic" ? std::ldexp(1.0, -20) : 0.0;
+  const double post = lipschitz * pre + approx;
+  return post + u * (std::abs(r) + post) + e;
+}
+
+struct FusedResult {
+  std::vector<float> fused, unfused;
+};
+
+// fused_dot on the bf16 operands, and dot, add, activation as separate ops (eagerly, the
+// reference kernels); bias values drawn from [-8, 8], about the size of the products.
+FusedResult fused_and_unfused(const FusedCase& f, const Operands& o, const Tensor& bias) {
+  const Case& c = f.gemm;
+  Tensor a = stored(o.a, c.batch, c.m, c.k, c.a_transposed, bf16);
+  Tensor b = stored(o.b, c.batch, c.k, c.n, c.b_transposed, bf16);
+  std::vector<Tensor> in = {a, b};
+  if (f.bias != Bias::kNone) in.push_back(bias);
+  const Attrs attrs = {{"lhs_contract", std::vector<int64_t>{c.a_transposed ? 1 : 2}},
+                       {"rhs_contract", std::vector<int64_t>{c.b_transposed ? 2 : 1}},
+                       {"lhs_batch", std::vector<int64_t>{0}},
+                       {"rhs_batch", std::vector<int64_t>{0}},
+                       {"activation", f.act}};
+  Tensor fused = call_op("fused_dot", in, attrs)[0];
+  EXPECT_EQ(fused.dtype(), bf16);
+  Tensor y = dot(a, b, {c.a_transposed ? 1 : 2}, {c.b_transposed ? 2 : 1}, {0}, {0});
+  if (f.bias != Bias::kNone) y = y + bias;
+  if (f.act == "relu") y = relu(y);
+  if (f.act == "tanh") y = tanh(y);
+  if (f.act == "logistic") y = logistic(y);
+  return {fused.to_vector<float>(), y.to_vector<float>()};
+}
+
+Tensor random_bias(const FusedCase& f, std::mt19937& rng) {
+  const Case& c = f.gemm;
+  const Shape shape = f.bias == Bias::kFull     ? Shape{c.batch, c.m, c.n}
+                      : f.bias == Bias::kVector ? Shape{c.n}
+                                                : Shape{1};
+  std::uniform_real_distribution<float> dist(-8.0f, 8.0f);
+  std::vector<float> v(num_elements(shape));
+  for (float& x : v) x = dist(rng);
+  return convert(Tensor::from_vector(v, shape), bf16);
+}
+
+// Checks the fused and unfused results against act(exact + bias); returns the worst error over
+// bound of the fused one.
+double check_fused(const FusedCase& f, const Operands& o, const Tensor& bias, const FusedResult& r,
+                   const std::string& path) {
+  const Case& c = f.gemm;
+  const std::vector<float> bv =
+      f.bias == Bias::kNone ? std::vector<float>{0.0f} : convert(bias, f32).to_vector<float>();
+  const double u = unit_roundoff(bf16), e = half_subnormal(bf16), u32 = std::ldexp(1.0, -24);
+  double worst = 0;
+  int reported = 0;
+  for (int64_t bi = 0; bi < c.batch; ++bi)
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        double exact = 0, s = 0, sum_abs = 0;
+        for (int64_t kk = 0; kk < c.k; ++kk) {
+          const double x = o.a[(bi * c.m + i) * c.k + kk], z = o.b[(bi * c.k + kk) * c.n + j];
+          exact += x * z;
+          s += std::abs(x * z);
+          sum_abs += std::abs(x) + std::abs(z);
+        }
+        const int64_t at = (bi * c.m + i) * c.n + j;
+        const double b = f.bias == Bias::kFull ? bv[at] : f.bias == Bias::kVector ? bv[j] : bv[0];
+        const double x = exact + b, want = activation_f64(f.act, x);
+        const double dot_bound = error_bound(bf16, c.k, s, sum_abs);
+        const double pre_fused = dot_bound + u32 * (std::abs(x) + dot_bound);
+        const double pre_unfused = dot_bound + (u + u32) * (std::abs(x) + dot_bound) + e;
+        const double fused_bound = activation_bound(f.act, pre_fused, want);
+        const double unfused_bound = activation_bound(f.act, pre_unfused, want);
+        const double fused_err = std::abs(r.fused[at] - want);
+        const double apart = std::abs(r.fused[at] - r.unfused[at]);
+        worst = std::max(worst, fused_err / fused_bound);
+        if ((fused_err > fused_bound || apart > fused_bound + unfused_bound ||
+             std::abs(r.unfused[at] - want) > unfused_bound) &&
+            reported++ < 3) {
+          ADD_FAILURE() << f.str() << " on " << path << ": element " << at << " fused "
+                        << r.fused[at] << ", unfused " << r.unfused[at] << ", f64 reference "
+                        << want << "; bounds " << fused_bound << " (fused), " << unfused_bound
+                        << " (unfused)";
+        }
+      }
+  return worst;
+}
+
+std::vector<FusedCase> fused_cases() {
+  const Case gemms[] = {{1, 257, 784, 128},
+                        {1, 70, 200, 45, true, false},
+                        {2, 33, 17, 24, false, true},
+                        {1, 5, 1, 3},
+                        {1, 64, 300, 10, true, true}};
+  std::vector<FusedCase> out;
+  for (const Case& c : gemms)
+    for (Bias b : {Bias::kNone, Bias::kScalar, Bias::kVector, Bias::kFull})
+      for (const char* act : {"none", "relu", "tanh", "logistic"}) {
+        if (b == Bias::kNone && std::string(act) == "none") continue;  // no epilogue
+        out.push_back({c, b, act});
+      }
+  return out;
+}
+
+// On a host with a bf16 unit the fused matmul runs in one oneDNN kernel (with a scalar or vector
+// bias; a full one, which oneDNN 2.6's bf16 matmul declines and the epilogue pass never fuses,
+// takes the fallback) within the bound of the unfused ops; switched off, the fallback gives the
+// unfused ops' bits.
+TEST(LowpMatmul, Bf16FusedDotWithinBoundOfUnfusedOps) {
+  std::mt19937 rng(23);
+  const bool onednn = expect_onednn(bf16);
+  double worst = 0, worst_fallback = 0;
+  int in_one_kernel = 0, cases = 0;
+  for (const FusedCase& f : fused_cases()) {
+    const Operands o = random_operands(f.gemm, rng);
+    const Tensor bias = random_bias(f, rng);
+    const int64_t before = ops::onednn::fused_matmul_count();
+    const FusedResult r = fused_and_unfused(f, o, bias);
+    const bool one_kernel = ops::onednn::fused_matmul_count() == before + 1;
+    ++cases;
+    in_one_kernel += one_kernel;
+    EXPECT_EQ(one_kernel, onednn && f.bias != Bias::kFull) << f.str();
+    worst = std::max(worst, check_fused(f, o, bias, r, one_kernel ? "oneDNN" : "the fallback"));
+    const FusedResult off = with_onednn(false, [&] { return fused_and_unfused(f, o, bias); });
+    EXPECT_EQ(off.fused, off.unfused)
+        << f.str() << ": the fallback differs from dot, add, " << f.act;
+    worst_fallback =
+        std::max(worst_fallback, check_fused(f, o, bias, off, "the fallback (switched off)"));
+  }
+  std::cout << "[ path     ] bf16 fused_dot: " << in_one_kernel << " of " << cases
+            << " cases in one oneDNN kernel (" << ops::onednn::matmul_path(bf16)
+            << "); worst error / bound " << worst << ", fallback " << worst_fallback << "\n";
+}
+
+// Compiled, a bf16 dense layer relu(x w + b) becomes one fused_dot kernel thunk, served by one
+// oneDNN matmul where the host has a bf16 unit, within the bound of the interpreter's dot, add
+// and relu.
+TEST(LowpMatmul, CompiledBf16DenseLayerIsOneKernel) {
+  std::mt19937 rng(29);
+  const FusedCase f{{1, 96, 784, 128}, Bias::kVector, "relu"};
+  const Operands o = random_operands(f.gemm, rng);
+  const Tensor bias = random_bias(f, rng);
+  Graph g("bf16_dense");
+  Tensor px = g.placeholder(bf16, {96, 784}, "x"), pw = g.placeholder(bf16, {784, 128}, "w");
+  Tensor pb = g.placeholder(bf16, {128}, "b");
+  Tensor y = relu(matmul(px, pw) + pb);
+  const FeedList feeds = {{px, reshape(stored(o.a, 1, 96, 784, false, bf16), {96, 784})},
+                          {pw, reshape(stored(o.b, 1, 784, 128, false, bf16), {784, 128})},
+                          {pb, bias}};
+  const std::vector<float> interpreted = convert(g.run(feeds, y), f32).to_vector<float>();
+  compiler::Executable exe = compiler::compile(g, {y}, feeds);
+  std::string thunks;
+  for (const std::string& t : exe.thunk_descriptions()) thunks += t + "\n";
+  EXPECT_NE(thunks.find("kernel fused_dot"), std::string::npos) << thunks;
+  const int64_t before = ops::onednn::fused_matmul_count();
+  const std::vector<float> compiled = convert(exe.run(feeds)[0], f32).to_vector<float>();
+  EXPECT_EQ(ops::onednn::fused_matmul_count() - before, expect_onednn(bf16) ? 1 : 0);
+  check_fused(f, o, bias, {compiled, interpreted}, "compiled");
+}
+
 }  // namespace
 }  // namespace kiln
