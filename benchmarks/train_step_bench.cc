@@ -85,9 +85,11 @@ void bf16_vs_f32(const std::string& name,
   };
   seconds(f32);
   const int64_t matmuls = ops::onednn::matmul_count();
+  const int64_t fused = ops::onednn::fused_matmul_count();
   const int64_t convs = ops::onednn::counts().forward;
   seconds(b16);
   const int64_t bf16_matmuls = ops::onednn::matmul_count() - matmuls;
+  const int64_t bf16_fused = ops::onednn::fused_matmul_count() - fused;
   const int64_t bf16_convs = ops::onednn::counts().forward - convs;
   std::vector<double> t32, t16, ratio;
   for (int r = 0; r < rounds; ++r) {
@@ -99,10 +101,11 @@ void bf16_vs_f32(const std::string& name,
   const auto [lo, hi] = std::minmax_element(ratio.begin(), ratio.end());
   std::printf(
       "%s: %d alternated rounds of %lld examples: float32 %.0f examples/s, mixed_bfloat16 %.0f "
-      "examples/s; bf16 / f32 %.2f (%.2f-%.2f); one bf16 fit ran %lld matmuls and %lld forward "
-      "convolutions on oneDNN\n",
+      "examples/s; bf16 / f32 %.2f (%.2f-%.2f); one bf16 fit ran %lld matmuls (%lld with their "
+      "bias/activation) and %lld forward convolutions on oneDNN\n",
       name.c_str(), rounds, static_cast<long long>(f32.examples), eps32, eps16, median(ratio), *lo,
-      *hi, static_cast<long long>(bf16_matmuls), static_cast<long long>(bf16_convs));
+      *hi, static_cast<long long>(bf16_matmuls), static_cast<long long>(bf16_fused),
+      static_cast<long long>(bf16_convs));
   bench::result("kiln_" + name + "_examples_per_s", eps16);
   bench::result("kiln_" + name + "_f32_examples_per_s", eps32);
   bench::result("kiln_" + name + "_vs_f32_in_process", median(ratio));
