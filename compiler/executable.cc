@@ -3,6 +3,9 @@
 // plan (memory_plan.cc), donations (donation.cc) and the run loop (run.cc) live beside it.
 #include "compiler/executable.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <unordered_map>
 
@@ -103,6 +106,11 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
   DumpScope dump(new_dump_dir(graph.name(), dump_signature(feeds)));
   auto impl = std::make_shared<Executable::Impl>();
   Impl& im = *impl;
+  im.name = graph.name();
+  if (const char* env = std::getenv("KILN_PROFILE"); env && std::string(env) == "1") {
+    im.report_profile = true;
+    im.profiling = true;
+  }
   im.cg = optimize(graph, outputs);
   const CompiledGraph& cg = im.cg;
   im.nodes = nodes_of(cg.graph);
@@ -202,6 +210,7 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
     for (int m : t.outputs) work[k].writes.push_back({m, 0});
     for (size_t o = 0; t.fused < 0 && o < im.types[t.node].size(); ++o)
       work[k].writes.push_back({t.node, static_cast<int>(o)});
+    if (t.fused < 0) work[k].placement = placement_of_op(nodes[t.node].op);
   }
   order_donated_reads(work, cg, donations, fetched);
   for (int k : schedule_units(work, {im.types, fetched})) im.thunks.push_back(std::move(units[k]));
@@ -227,6 +236,42 @@ void Executable::set_profiling(bool on) const {
   std::lock_guard<std::mutex> lock(impl_->profile_mu);
   if (on) impl_->step_profile = StepProfile{};
   impl_->profiling = on;
+}
+
+Executable::Impl::~Impl() {
+  if (!report_profile || step_profile.runs == 0) return;
+  std::vector<std::string> descriptions;
+  for (const Thunk& t : thunks) descriptions.push_back(t.description);
+  std::fprintf(stderr, "kiln profile of '%s':\n%s", name.c_str(),
+               format_profile(step_profile, descriptions).c_str());
+}
+
+std::string format_profile(const StepProfile& p, const std::vector<std::string>& thunks,
+                           int top) {
+  if (p.runs == 0) return "  no profiled runs\n";
+  const double n = static_cast<double>(p.runs);
+  const double step = p.total_us / n;
+  auto share = [&](double us) { return step > 0 ? 100.0 * us / n / step : 0.0; };
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "  %lld runs, %.1f us a run: gemm/conv %.1f (%.0f%%), fused loops %.1f (%.0f%%), "
+                "other kernels %.1f (%.0f%%), host %.1f (%.0f%%)\n",
+                static_cast<long long>(p.runs), step, p.gemm_conv_us / n, share(p.gemm_conv_us),
+                p.fused_loops_us / n, share(p.fused_loops_us), p.other_kernels_us / n,
+                share(p.other_kernels_us), p.host_us() / n, share(p.host_us()));
+  out += line;
+  std::vector<size_t> order(p.thunk_us.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return p.thunk_us[a] > p.thunk_us[b]; });
+  for (size_t k = 0; k < order.size() && k < static_cast<size_t>(top); ++k) {
+    const size_t i = order[k];
+    std::snprintf(line, sizeof line, "  %9.1f us %5.1f%%  #%zu %.300s\n", p.thunk_us[i] / n,
+                  share(p.thunk_us[i]), i, i < thunks.size() ? thunks[i].c_str() : "?");
+    out += line;
+  }
+  return out;
 }
 
 StepProfile Executable::profile() const {

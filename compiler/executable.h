@@ -62,8 +62,14 @@ struct StepProfile {
   double gemm_conv_us = 0;      // kernel thunks of dot, fused_dot, convolution and its passes
   double fused_loops_us = 0;    // the JIT'd loop and input fusions
   double other_kernels_us = 0;  // every other kernel thunk (gather, random, pooling, ...)
+  std::vector<double> thunk_us;  // per thunk, in the order of Executable::thunk_descriptions()
   double host_us() const { return total_us - gemm_conv_us - fused_loops_us - other_kernels_us; }
 };
+
+// The profile as text: the runs, the mean step and its split by kind, then the `top` costliest
+// thunks by mean time with their share of the step and their descriptions.
+std::string format_profile(const StepProfile& profile, const std::vector<std::string>& thunks,
+                           int top = 12);
 
 // An input-output alias (buffer donation, like XLA's input_output_alias and JAX's
 // donate_argnums): output `output` (an index into compile's outputs) may be written into the
@@ -98,7 +104,9 @@ class Executable {
   MemoryStats memory_stats() const;
 
   // Times every thunk of the runs from now on (a clock read per thunk) into profile(); off by
-  // default. Turning it on clears the profile.
+  // default. Turning it on clears the profile. With KILN_PROFILE=1 in the environment every
+  // executable profiles from its first run and, when it is destroyed, writes format_profile's
+  // report (headed by the graph's name) to stderr: how a training program finds its costly ops.
   void set_profiling(bool on) const;
   StepProfile profile() const;
 

@@ -93,6 +93,10 @@ struct Executable::Impl {
   mutable std::atomic<bool> profiling{false};
   mutable std::mutex profile_mu;
   mutable StepProfile step_profile;  // guarded by profile_mu
+  // KILN_PROFILE: profiling is on from the start, and the destructor reports it under `name`.
+  bool report_profile = false;
+  std::string name;
+  ~Impl();
   std::string fusion_log;
   // One arena block kept for the next run that finds it free.
   mutable std::mutex arena_mu;

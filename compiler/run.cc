@@ -86,6 +86,7 @@ bool is_gemm_or_conv(const std::string& op) {
 std::vector<Tensor> run_impl(const Impl& im, const FeedList& feeds, FeedList* donor) {
   if (!im.profiling.load(std::memory_order_relaxed)) return run_steps(im, feeds, donor, nullptr);
   StepProfile p;
+  p.thunk_us.assign(im.thunks.size(), 0.0);
   const auto t0 = ProfileClock::now();
   std::vector<Tensor> result = run_steps(im, feeds, donor, &p);
   p.total_us = us_since(t0);
@@ -96,6 +97,8 @@ std::vector<Tensor> run_impl(const Impl& im, const FeedList& feeds, FeedList* do
   sum.gemm_conv_us += p.gemm_conv_us;
   sum.fused_loops_us += p.fused_loops_us;
   sum.other_kernels_us += p.other_kernels_us;
+  sum.thunk_us.resize(p.thunk_us.size(), 0.0);
+  for (size_t i = 0; i < p.thunk_us.size(); ++i) sum.thunk_us[i] += p.thunk_us[i];
   return result;
 }
 
@@ -160,7 +163,11 @@ std::vector<Tensor> run_steps(const Impl& im, const FeedList& feeds, FeedList* d
       const auto started = profile ? ProfileClock::now() : ProfileClock::time_point{};
       if (t.fused >= 0) {
         im.kernels[t.fused].run(ins, &outs);
-        if (profile) profile->fused_loops_us += us_since(started);
+        if (profile) {
+          const double us = us_since(started);
+          profile->fused_loops_us += us;
+          profile->thunk_us[&t - im.thunks.data()] += us;
+        }
       } else {
         const detail::Node& node = im.nodes[t.node];
         if (t.kernel) {
@@ -169,9 +176,11 @@ std::vector<Tensor> run_steps(const Impl& im, const FeedList& feeds, FeedList* d
         } else {
           outs = runtime::run_kernel(*node.def, node.name, ins, node.attrs);
         }
-        if (profile)
-          (is_gemm_or_conv(node.op) ? profile->gemm_conv_us : profile->other_kernels_us) +=
-              us_since(started);
+        if (profile) {
+          const double us = us_since(started);
+          (is_gemm_or_conv(node.op) ? profile->gemm_conv_us : profile->other_kernels_us) += us;
+          profile->thunk_us[&t - im.thunks.data()] += us;
+        }
         for (size_t k = 0; k < t.out.size(); ++k) {
           settle_kernel_output(arena, im.slots[t.out[k]], outs[k]);
           if (!donated.empty() && t.out_alias[k] < 0)

@@ -215,13 +215,6 @@ Taps forward_taps(const WindowParams& p, size_t i, int64_t len, int64_t out_len)
   return window_taps(len, out_len, p.window[i], p.strides[i], p.padding_low[i]);
 }
 
-template <class Op>
-KernelFn reduce_window_fn() {
-  return typed_kernel<TypeSet::kNumeric>([](auto tag, KernelContext& ctx) {
-    separable_kernel<Op, typename decltype(tag)::type>(ctx, forward_taps);
-  });
-}
-
 // ---- gradients --------------------------------------------------------------------------
 // reduce_window_sum is linear and separable: its gradient reduce_window_sum_grad(dy) sums, for
 // each operand element, the dy of the windows covering it (the transposed sweep, dimension by
@@ -237,6 +230,8 @@ KernelFn reduce_window_fn() {
 // at [o * window[j] + k] to the operand position, or -1 on padding.
 struct ArgmaxPlan {
   int64_t outer = 1, inner = 1, mid_in = 1, mid_out = 1, taps = 1;
+  bool disjoint = true;  // no operand element lies in two windows
+  bool covering = true;  // every operand element lies in some window
   Shape out_dims, window;
   std::vector<int64_t> in_strides;  // of the mid dimensions, in units of inner
   std::vector<std::vector<int64_t>> tables;
@@ -258,6 +253,9 @@ ArgmaxPlan argmax_plan(const KernelContext& ctx, const Shape& in, const Shape& o
     plan.mid_in *= in[i];
     plan.mid_out *= out[i];
     plan.taps *= p.window[i];
+    plan.disjoint = plan.disjoint && p.strides[i] >= p.window[i];
+    plan.covering = plan.covering && p.strides[i] <= p.window[i] &&
+                    (out[i] - 1) * p.strides[i] - p.padding_low[i] + p.window[i] >= in[i];
     plan.out_dims.push_back(out[i]);
     plan.window.push_back(p.window[i]);
     plan.tables.push_back(window_table(in[i], out[i], p.window[i], p.strides[i], p.padding_low[i]));
@@ -269,56 +267,121 @@ ArgmaxPlan argmax_plan(const KernelContext& ctx, const Shape& in, const Shape& o
   return plan;
 }
 
-// Calls f(o, i) for every output element o (flat) with i the flat operand index of its
-// window's maximum, or -1 for a window that lies wholly on padding. Outer indices run in
+// One thread's scratch for the windows it visits: per inner element, the best value so far and
+// the tap it came from (32-bit, like a float: the loops vectorize).
+template <class C>
+struct WindowScratch {
+  std::vector<int32_t> tap;
+  std::vector<C> value;
+};
+
+// Calls window(b, out_base, offsets, scratch) for every window of every outer index b: out_base
+// is the flat output index of the window's first inner element and offsets[t] the flat operand
+// index of tap t's first inner element, or -1 for a tap on padding. Outer indices run in
 // parallel: start(b) and then all the windows of outer index b run on one thread.
-template <class C, class T, class Start, class F>
-void for_each_window_argmax(const ArgmaxPlan& plan, const T* x, Start&& start, F&& f) {
+template <class C, class Start, class Window>
+void for_each_window(const ArgmaxPlan& plan, Start&& start, Window&& window) {
   const size_t m = plan.out_dims.size();
   const int64_t work = std::max<int64_t>(1, plan.mid_out * plan.inner * plan.taps);
   runtime::parallel_for(
       plan.outer, std::max<int64_t>(1, (int64_t{1} << 14) / work), [&](int64_t begin, int64_t end) {
-        std::vector<int64_t> pos(m), tap(m), tap_offset(plan.taps);
-        std::vector<int32_t> best_tap(plan.inner);  // 32-bit, like a float: the loop vectorizes
-        std::vector<C> best_value(plan.inner);
+        std::vector<int64_t> pos(m), tap(m), offsets(plan.taps);
+        WindowScratch<C> scratch{std::vector<int32_t>(plan.inner), std::vector<C>(plan.inner)};
         for (int64_t b = begin; b < end; ++b) {
           start(b);
           std::fill(pos.begin(), pos.end(), 0);
           for (int64_t q = 0; q < plan.mid_out; ++q) {
             std::fill(tap.begin(), tap.end(), 0);
-            bool any = false;
             for (int32_t t = 0; t < plan.taps; ++t, next_index(tap, plan.window)) {
               int64_t off = b * plan.mid_in;
               for (size_t j = 0; j < m && off >= 0; ++j) {
                 const int64_t at = plan.tables[j][pos[j] * plan.window[j] + tap[j]];
                 off = at < 0 ? -1 : off + at * plan.in_strides[j];
               }
-              tap_offset[t] = off * plan.inner;
-              if (off < 0) continue;
-              const T* xs = x + off * plan.inner;
-              if (!any) {  // the window's first tap inside the operand
-                any = true;
-                std::fill(best_tap.begin(), best_tap.end(), t);
-                for (int64_t c = 0; c < plan.inner; ++c) best_value[c] = static_cast<C>(xs[c]);
-                continue;
-              }
-              int32_t* __restrict bt = best_tap.data();
-              C* __restrict bv = best_value.data();
-              for (int64_t c = 0; c < plan.inner; ++c) {
-                const C v = static_cast<C>(xs[c]), w = bv[c];
-                const bool take = (v > w) | ((v != v) & (w == w));
-                bt[c] = take ? t : bt[c];
-                bv[c] = take ? v : w;
-              }
+              offsets[t] = off < 0 ? -1 : off * plan.inner;
             }
-            const int64_t out_base = (b * plan.mid_out + q) * plan.inner;
-            for (int64_t c = 0; c < plan.inner; ++c) {
-              f(out_base + c, any ? tap_offset[best_tap[c]] + c : -1);
-            }
+            window((b * plan.mid_out + q) * plan.inner, offsets.data(), scratch);
             next_index(pos, plan.out_dims);
           }
         }
       });
+}
+
+// The window's maximum of each inner element into s.value and the tap it is at into s.tap: the
+// first in row-major window order on ties, and the first NaN wins. False when every tap lies on
+// padding (s is then untouched).
+template <class C, class T>
+bool window_argmax(const ArgmaxPlan& plan, const T* x, const int64_t* offsets,
+                   WindowScratch<C>& s) {
+  int32_t t = 0;
+  while (t < plan.taps && offsets[t] < 0) ++t;
+  if (t == plan.taps) return false;
+  int32_t* __restrict bt = s.tap.data();
+  C* __restrict bv = s.value.data();
+  const T* first = x + offsets[t];
+  for (int64_t c = 0; c < plan.inner; ++c) {
+    bt[c] = t;
+    bv[c] = static_cast<C>(first[c]);
+  }
+  for (++t; t < plan.taps; ++t) {
+    if (offsets[t] < 0) continue;
+    const T* __restrict xs = x + offsets[t];
+    for (int64_t c = 0; c < plan.inner; ++c) {
+      const C v = static_cast<C>(xs[c]), w = bv[c];
+      const bool take = (v > w) | ((v != v) & (w == w));
+      bt[c] = take ? t : bt[c];
+      bv[c] = take ? v : w;
+    }
+  }
+  return true;
+}
+
+// Whether no two windows share an operand element (every stride at least its window): then one
+// pass over the windows reads the operand once, and beats reducing one dimension at a time.
+bool windows_disjoint(const WindowParams& p) {
+  for (size_t i = 0; i < p.window.size(); ++i) {
+    if (!trivial(p, i) && p.strides[i] < p.window[i]) return false;
+  }
+  return true;
+}
+
+// reduce_window_max over disjoint windows, in one pass: each window's inner row is the
+// elementwise maximum of its taps' rows (the identity where every tap is padding).
+template <class T>
+void disjoint_max_kernel(KernelContext& ctx) {
+  using C = ComputeType<T>;
+  const Tensor& x = ctx.input(0);
+  const Shape& out_shape = ctx.output_type(0).shape;
+  ComputeOutput<T> result(ctx.allocate_output(0));
+  if (num_elements(out_shape) == 0) return;
+  C* y = result.data();
+  const T* xs = in_ptr<T>(ctx, 0);
+  const ArgmaxPlan plan = argmax_plan(ctx, x.shape(), out_shape);
+  for_each_window<C>(
+      plan, [](int64_t) {},
+      [&](int64_t out_base, const int64_t* offsets, WindowScratch<C>& s) {
+        C* __restrict d = y + out_base;
+        if (!window_argmax(plan, xs, offsets, s)) {
+          std::fill(d, d + plan.inner, MaxOp::identity<C>());
+          return;
+        }
+        std::copy(s.value.begin(), s.value.end(), d);
+      });
+  result.store();
+}
+
+template <class Op>
+KernelFn reduce_window_fn() {
+  return typed_kernel<TypeSet::kNumeric>([](auto tag, KernelContext& ctx) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<Op, MaxOp>) {
+      const WindowParams p = window_params(ctx, ctx.input(0).shape().size());
+      bool any_window = false;
+      for (size_t i = 0; i < p.window.size(); ++i) any_window |= !trivial(p, i);
+      if (any_window && windows_disjoint(p)) return disjoint_max_kernel<T>(ctx);
+    }
+    separable_kernel<Op, T>(ctx, forward_taps);
+  });
 }
 
 // Requires input `i` to have x's dtype and the shape `want`.
@@ -361,12 +424,36 @@ void max_grad_kernel(KernelContext& ctx) {
   } else {
     const ArgmaxPlan plan = argmax_plan(ctx, x.shape(), dy.shape());
     const int64_t slice = plan.mid_in * plan.inner;  // of one outer index, zeroed in its task
+    const T* xs = x.data<T>().data();
     const T* g = dy.data<T>().data();
-    for_each_window_argmax<C>(
-        plan, x.data<T>().data(),
-        [&](int64_t b) { std::fill(dx + b * slice, dx + (b + 1) * slice, C(0)); },
-        [&](int64_t o, int64_t i) {
-          if (i >= 0) dx[i] += static_cast<C>(g[o]);
+    // Disjoint windows: every operand element receives from at most one window, so the taps'
+    // rows are stored (the gradient or 0) rather than added to, and the slice is zeroed first
+    // only where some element lies in no window.
+    const bool store = plan.disjoint;
+    const bool zero_first = !(plan.disjoint && plan.covering);
+    for_each_window<C>(
+        plan,
+        [&](int64_t b) {
+          if (zero_first) std::fill(dx + b * slice, dx + (b + 1) * slice, C(0));
+        },
+        [&](int64_t out_base, const int64_t* offsets, WindowScratch<C>& s) {
+          if (!window_argmax(plan, xs, offsets, s)) return;
+          const int32_t* __restrict bt = s.tap.data();
+          const T* __restrict gs = g + out_base;
+          // Tap by tap, so that each pass writes one contiguous row (a masked vector op).
+          for (int32_t t = 0; t < plan.taps; ++t) {
+            if (offsets[t] < 0) continue;
+            C* __restrict d = dx + offsets[t];
+            if (store) {
+              for (int64_t c = 0; c < plan.inner; ++c) {
+                d[c] = bt[c] == t ? static_cast<C>(gs[c]) : C(0);
+              }
+            } else {
+              for (int64_t c = 0; c < plan.inner; ++c) {
+                d[c] = bt[c] == t ? d[c] + static_cast<C>(gs[c]) : d[c];
+              }
+            }
+          }
         });
   }
   result.store();
@@ -374,14 +461,29 @@ void max_grad_kernel(KernelContext& ctx) {
 
 template <class T>
 void max_select_kernel(KernelContext& ctx) {
+  using C = ComputeType<T>;
   const Tensor &x = ctx.input(0), &v = ctx.input(1);
   Tensor& out = ctx.allocate_output(0);
   if (out.size() == 0) return;
   const T* values = v.data<T>().data();
+  const T* xs = x.data<T>().data();
   T* y = out_ptr<T>(out);
-  for_each_window_argmax<ComputeType<T>>(
-      argmax_plan(ctx, x.shape(), out.shape()), x.data<T>().data(), [](int64_t) {},
-      [&](int64_t o, int64_t i) { y[o] = i >= 0 ? values[i] : T(0); });
+  const ArgmaxPlan plan = argmax_plan(ctx, x.shape(), out.shape());
+  for_each_window<C>(
+      plan, [](int64_t) {},
+      [&](int64_t out_base, const int64_t* offsets, WindowScratch<C>& s) {
+        T* __restrict d = y + out_base;
+        if (!window_argmax(plan, xs, offsets, s)) {
+          std::fill(d, d + plan.inner, T(0));
+          return;
+        }
+        const int32_t* __restrict bt = s.tap.data();
+        for (int32_t t = 0; t < plan.taps; ++t) {
+          if (offsets[t] < 0) continue;
+          const T* __restrict vs = values + offsets[t];
+          for (int64_t c = 0; c < plan.inner; ++c) d[c] = bt[c] == t ? vs[c] : d[c];
+        }
+      });
 }
 
 // reduce_window_sum_grad(dy), attribute operand_shape: the operand's shape, where a

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -552,8 +553,29 @@ TEST(ExecutableTest, TheStepProfileSumsTheThunksByKind) {
   EXPECT_GT(p.other_kernels_us, 0);
   EXPECT_GE(p.host_us(), 0);
   EXPECT_GE(p.total_us, p.gemm_conv_us + p.fused_loops_us + p.other_kernels_us);
+
+  // Per thunk: one entry each, adding up to the kinds' sum.
+  const std::vector<std::string> thunks = e.thunk_descriptions();
+  ASSERT_EQ(p.thunk_us.size(), thunks.size());
+  double per_thunk = 0;
+  for (double us : p.thunk_us) {
+    EXPECT_GE(us, 0);
+    per_thunk += us;
+  }
+  EXPECT_NEAR(per_thunk, p.gemm_conv_us + p.fused_loops_us + p.other_kernels_us, 1e-6 * per_thunk);
+  // The report names the costliest thunks, most costly first, and at most `top` of them.
+  const std::string report = format_profile(p, thunks, /*top=*/2);
+  EXPECT_NE(report.find("3 runs"), std::string::npos) << report;
+  size_t best = 0;
+  for (size_t i = 1; i < thunks.size(); ++i) best = p.thunk_us[i] > p.thunk_us[best] ? i : best;
+  const size_t first_line = report.find('\n') + 1;
+  EXPECT_NE(report.find(thunks[best], first_line), std::string::npos) << report;
+  EXPECT_LT(report.find(thunks[best], first_line), report.find('\n', first_line)) << report;
+  EXPECT_EQ(std::count(report.begin(), report.end(), '\n'), 3) << report;
+
   e.set_profiling(true);
   EXPECT_EQ(e.profile().runs, 0) << "switching it on again starts a new profile";
+  EXPECT_TRUE(e.profile().thunk_us.empty());
 }
 
 }  // namespace
