@@ -3,6 +3,7 @@
 // The bf16 product runs on the path ops/onednn_matmul.h reports (printed, and passed to
 // results.json as an INFO line); LibTorch's bf16 at::matmul is benchmarks/peers'
 // bf16_gemm_2048 case. bf16_gemm_mlp: the MLP step's smaller GEMMs on oneDNN against widening.
+// bf16_dense_1024: a compiled bf16 dense layer against its bare GEMM.
 // Prints `RESULT key=value` lines for benchmarks/run.sh.
 #include <algorithm>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "benchmarks/bench_util.h"
+#include "compiler/executable.h"
 #include "kiln/kiln.h"
 #include "ops/onednn_conv.h"
 #include "ops/onednn_matmul.h"
@@ -112,14 +114,44 @@ void bf16_gemm_mlp() {
   ops::onednn::set_enabled(saved);
 }
 
+// A compiled bf16 dense layer, relu(x w + b) at [1024, 784] x [784, 128], against its bare dot
+// compiled alone, medians of alternated runs: what the bias and relu add to the GEMM (a fused
+// oneDNN epilogue, or before it a separate loop over the output).
+void bf16_dense_1024() {
+  Graph g("bf16_dense");
+  Tensor px = g.placeholder(bf16, {1024, 784}, "x"), pw = g.placeholder(bf16, {784, 128}, "w");
+  Tensor pb = g.placeholder(bf16, {128}, "b");
+  Tensor product = matmul(px, pw);
+  Tensor dense = relu(product + pb);
+  const FeedList feeds = {{px, convert(random_uniform({1024, 784}, 6, -1, 1), bf16)},
+                          {pw, convert(random_uniform({784, 128}, 7, -1, 1), bf16)},
+                          {pb, convert(random_uniform({128}, 8, -1, 1), bf16)}};
+  compiler::Executable dense_exe = compiler::compile(g, {dense}, feeds);
+  compiler::Executable dot_exe = compiler::compile(g, {product}, feeds);
+  auto [t_dense, t_dot] =
+      bench::interleaved_median_seconds([&] { (void)dense_exe.run(feeds)[0].raw_data(); },
+                                        [&] { (void)dot_exe.run(feeds)[0].raw_data(); }, 201);
+  bool one_kernel = false;
+  for (const std::string& t : dense_exe.thunk_descriptions())
+    one_kernel |= t.find("kernel fused_dot") != std::string::npos;
+  std::printf(
+      "bf16 dense 1024x784x128 (compiled, median us): relu(x w + b) %.0f, x w alone %.0f; "
+      "dense / dot %.3f (%s)\n",
+      t_dense * 1e6, t_dot * 1e6, t_dense / t_dot,
+      one_kernel ? "one fused_dot kernel" : "dot, then a loop for bias and relu");
+  bench::result("bf16_dense_1024_vs_dot", t_dense / t_dot);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto cases = bench::selected_cases(argc, argv, {"bf16_gemm_2048", "bf16_gemm_mlp"});
+  const auto cases =
+      bench::selected_cases(argc, argv, {"bf16_gemm_2048", "bf16_gemm_mlp", "bf16_dense_1024"});
   if (cases.empty()) return 2;
   for (const std::string& c : cases) {
     if (c == "bf16_gemm_2048") bf16_gemm_2048();
     if (c == "bf16_gemm_mlp") bf16_gemm_mlp();
+    if (c == "bf16_dense_1024") bf16_dense_1024();
   }
   return 0;
 }

@@ -104,6 +104,11 @@ RATIOS = {
     "cnn_b256_bf16_vs_libtorch": ratio(
         "", "kiln_cnn_b256_bf16_examples_per_s", "torch_cnn_b256_bf16_examples_per_s",
         "torch_cnn_b256_bf16_f32_examples_per_s", "torch_cnn_b256_bf16_vs_f32_in_process"),
+    # A compiled bf16 dense layer relu(x w + b), [1024, 784] x [784, 128], over its bare GEMM
+    # (lowp_gemm_bench bf16_dense_1024): what the fused bias + relu epilogue costs (lower is
+    # better; 1 is free).
+    "bf16_dense_1024_vs_dot": (
+        "", lambda r: r["bf16_dense_1024_vs_dot"], ["bf16_dense_1024_vs_dot"]),
     "compile_ms_mlp_train_step": (
         "< 300", lambda r: r["compile_ms_mlp_train_step"],
         ["compile_ms_mlp_train_step", "compile_ms_mlp_train_step_warm"]),
