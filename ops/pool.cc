@@ -285,21 +285,30 @@ void for_each_window(const ArgmaxPlan& plan, Start&& start, Window&& window) {
   const int64_t work = std::max<int64_t>(1, plan.mid_out * plan.inner * plan.taps);
   runtime::parallel_for(
       plan.outer, std::max<int64_t>(1, (int64_t{1} << 14) / work), [&](int64_t begin, int64_t end) {
-        std::vector<int64_t> pos(m), tap(m), offsets(plan.taps);
+        std::vector<int64_t> pos(m), offsets(plan.taps), next(plan.taps);
         WindowScratch<C> scratch{std::vector<int32_t>(plan.inner), std::vector<C>(plan.inner)};
         for (int64_t b = begin; b < end; ++b) {
           start(b);
           std::fill(pos.begin(), pos.end(), 0);
           for (int64_t q = 0; q < plan.mid_out; ++q) {
-            std::fill(tap.begin(), tap.end(), 0);
-            for (int32_t t = 0; t < plan.taps; ++t, next_index(tap, plan.window)) {
-              int64_t off = b * plan.mid_in;
-              for (size_t j = 0; j < m && off >= 0; ++j) {
-                const int64_t at = plan.tables[j][pos[j] * plan.window[j] + tap[j]];
-                off = at < 0 ? -1 : off + at * plan.in_strides[j];
+            // The taps' offsets, one dimension at a time: after dimension j, entry i of the
+            // first (taps so far) holds the offset of tap i over dimensions 0..j (row-major).
+            int64_t n = 1;
+            offsets[0] = b * plan.mid_in;
+            for (size_t j = 0; j < m; ++j) {
+              const int64_t w = plan.window[j], stride = plan.in_strides[j];
+              const int64_t* row = plan.tables[j].data() + pos[j] * w;
+              for (int64_t i = 0; i < n; ++i) {
+                for (int64_t k = 0; k < w; ++k) {
+                  next[i * w + k] =
+                      offsets[i] < 0 || row[k] < 0 ? -1 : offsets[i] + row[k] * stride;
+                }
               }
-              offsets[t] = off < 0 ? -1 : off * plan.inner;
+              n *= w;
+              std::swap(offsets, next);
             }
+            for (int64_t t = 0; t < n; ++t)
+              offsets[t] = offsets[t] < 0 ? -1 : offsets[t] * plan.inner;
             window((b * plan.mid_out + q) * plan.inner, offsets.data(), scratch);
             next_index(pos, plan.out_dims);
           }
