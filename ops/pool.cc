@@ -440,6 +440,9 @@ void max_grad_kernel(KernelContext& ctx) {
     // only where some element lies in no window.
     const bool store = plan.disjoint;
     const bool zero_first = !(plan.disjoint && plan.covering);
+    // relu_mask: a window whose maximum is <= 0 passes nothing (select(x <= 0, 0, dx), the
+    // gradient of a relu before the pool, which the algebraic simplifier folds in here).
+    const bool relu_mask = ctx.attrs().get_bool("relu_mask", false);
     for_each_window<C>(
         plan,
         [&](int64_t b) {
@@ -447,8 +450,12 @@ void max_grad_kernel(KernelContext& ctx) {
         },
         [&](int64_t out_base, const int64_t* offsets, WindowScratch<C>& s) {
           if (!window_argmax(plan, xs, offsets, s)) return;
-          const int32_t* __restrict bt = s.tap.data();
+          int32_t* __restrict bt = s.tap.data();
           const T* __restrict gs = g + out_base;
+          if (relu_mask) {  // no tap is numbered -1: a masked element matches none
+            const C* __restrict bv = s.value.data();
+            for (int64_t c = 0; c < plan.inner; ++c) bt[c] = bv[c] <= C(0) ? -1 : bt[c];
+          }
           // Tap by tap, so that each pass writes one contiguous row (a masked vector op).
           for (int32_t t = 0; t < plan.taps; ++t) {
             if (offsets[t] < 0) continue;
@@ -543,7 +550,15 @@ std::vector<Tensor> max_gradient(const GradContext& g) {
   return {call1("reduce_window_max_grad", {g.inputs[0], g.output_grads[0]}, g.attrs())};
 }
 std::vector<Tensor> max_grad_gradient(const GradContext& g) {
-  return {Tensor(), call1("reduce_window_max_select", {g.inputs[0], g.output_grads[0]}, g.attrs())};
+  const Attrs window = window_attrs_of(g.attrs());
+  const bool relu_mask = g.attrs().get_bool("relu_mask", false);
+  Tensor selected = call1("reduce_window_max_select", {g.inputs[0], g.output_grads[0]}, window);
+  if (relu_mask) {  // the windows whose maximum is <= 0 passed nothing
+    Tensor max = call1("reduce_window_max", {g.inputs[0]}, window);
+    Tensor zero = zeros_like(selected);
+    selected = where(less_equal(max, zero), zero, selected);
+  }
+  return {Tensor(), selected};
 }
 std::vector<Tensor> max_select_gradient(const GradContext& g) {
   return {Tensor(), call1("reduce_window_max_grad", {g.inputs[0], g.output_grads[0]}, g.attrs())};

@@ -56,7 +56,12 @@ std::vector<int64_t> normalized_perm(const std::vector<int64_t>& perm) {
 
 class Simplifier {
  public:
-  explicit Simplifier(Rewriter& rw) : rw_(rw) {}
+  Simplifier(Rewriter& rw, const Module& module) : rw_(rw), uses_(rw.num_old(), 0) {
+    for (int id = 0; id < rw.num_old(); ++id) {
+      for (const ValueRef& v : rw.old_node(id).inputs) ++uses_[v.node];
+    }
+    for (const ValueRef& v : module.outputs) ++uses_[v.node];
+  }
 
   // Rewrites old node `id` if a rule applies; returns whether one did.
   bool simplify(int id) {
@@ -79,6 +84,7 @@ class Simplifier {
     if (op == "transpose") return transpose(id);
     if (op == "broadcast_in_dim") return forward_if(id, 0, is_iota(n.attrs.get_ints("dims")));
     if (op == "slice") return forward_if(id, 0, identity_slice(id));
+    if (op == "select") return relu_masked_max_grad(id);
     return false;
   }
 
@@ -144,14 +150,55 @@ class Simplifier {
     return true;
   }
 
+  // select(x <= 0, +0, reduce_window_max_grad(x, dy)) -> reduce_window_max_grad(x, dy) with
+  // relu_mask: the gradient of a relu before a max pool, folded into the pool's gradient so
+  // that it costs no pass of its own. The mask is x <= 0 itself (x = relu(z) after the epilogue
+  // pass), or z <= 0 where x = select(z <= 0, 0, z) (relu as recorded): either way it holds
+  // exactly where the masked kernel sees a window maximum <= 0. The gradient must have no
+  // other reader, and the select's zero must be +0.0, the zero the masked kernel writes.
+  bool relu_masked_max_grad(int id) {
+    const detail::Node& n = rw_.old_node(id);
+    const detail::Node& grad_old = rw_.old_node(n.inputs[2].node);
+    if (grad_old.op != "reduce_window_max_grad" || uses_[n.inputs[2].node] != 1 ||
+        grad_old.attrs.get_bool("relu_mask", false) ||
+        !is_subtractive_identity(in(id, 1), dtype(id)) || !is_floating(dtype(id)) ||
+        rw_.new_type(rw_.map(n.inputs[2])) != n.outputs[0]) {
+      return false;
+    }
+    const ValueRef mask = rw_.map(n.inputs[0]);
+    const detail::Node& grad = in(id, 2);
+    const ValueRef x = grad.inputs[0];
+    if (!is_nonpositive_test(mask, x)) {
+      const detail::Node& relu = rw_.new_node(x.node);  // x = select(z <= 0, 0, z)?
+      if (relu.op != "select" || relu.inputs[0] != mask ||
+          !constant_all(rw_.new_node(relu.inputs[1].node), [](double v) { return v == 0; }) ||
+          !is_nonpositive_test(mask, relu.inputs[2])) {
+        return false;
+      }
+    }
+    detail::Node masked = grad;
+    masked.name = n.name;
+    masked.attrs.set("relu_mask", true);
+    rw_.replace(id, std::move(masked));
+    return true;
+  }
+
+  // Whether `mask` is le(v, 0) (either signed zero: v <= -0.0 and v <= +0.0 agree).
+  bool is_nonpositive_test(ValueRef mask, ValueRef v) const {
+    const detail::Node& le = rw_.new_node(mask.node);
+    return le.op == "le" && le.inputs.size() == 2 && le.inputs[0] == v &&
+           constant_all(rw_.new_node(le.inputs[1].node), [](double c) { return c == 0; });
+  }
+
   Rewriter& rw_;
+  std::vector<int> uses_;  // per old node: how many inputs and outputs read it
 };
 
 }  // namespace
 
 bool AlgebraicSimplifier::run(Module& module) {
   Rewriter rw(module);
-  Simplifier simplifier(rw);
+  Simplifier simplifier(rw, module);
   bool changed = false;
   for (int id = 0; id < rw.num_old(); ++id) {
     if (simplifier.simplify(id)) {

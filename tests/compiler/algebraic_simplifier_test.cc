@@ -145,5 +145,88 @@ TEST(AlgebraicSimplifierTest, KeepsUnknownShapesWhereTheRuleCannotBeChecked) {
   EXPECT_EQ(simplified(m), "placeholder reshape");
 }
 
+// ---- relu before a max pool: its gradient's mask folds into the pool's gradient ----
+
+struct PoolGrads {
+  Graph g;
+  Tensor z, dy;
+  Attrs window{{"window", Axes{1, 2, 2, 1}}, {"strides", Axes{1, 2, 2, 1}}};
+  PoolGrads()
+      : z(g.placeholder(f32, {2, 4, 6, 3}, "z")), dy(g.placeholder(f32, {2, 2, 3, 3}, "dy")) {}
+  Tensor max_grad(const Tensor& x) { return call_op("reduce_window_max_grad", {x, dy}, window)[0]; }
+  FeedList feeds() const {
+    // Many zeros and negatives (masked windows), ties, and a NaN (never masked).
+    std::vector<float> zv(2 * 4 * 6 * 3);
+    for (size_t i = 0; i < zv.size(); ++i)
+      zv[i] = static_cast<float>(static_cast<int>(i * 7 % 5) - 2);
+    zv[5] = std::nanf("");
+    std::vector<float> dv(2 * 2 * 3 * 3);
+    for (size_t i = 0; i < dv.size(); ++i) dv[i] = 0.5f + static_cast<float>(i);
+    return {{z, Tensor::from_vector(zv, {2, 4, 6, 3})},
+            {dy, Tensor::from_vector(dv, {2, 2, 3, 3})}};
+  }
+};
+
+int count_ops(const Module& m, const std::string& op) {
+  int count = 0;
+  for (const detail::Node& n : nodes_of(m.graph)) count += n.op == op;
+  return count;
+}
+
+std::string masked_attr(const Module& m) {
+  for (const detail::Node& n : nodes_of(m.graph)) {
+    if (n.op == "reduce_window_max_grad")
+      return n.attrs.get_bool("relu_mask", false) ? "masked" : "plain";
+  }
+  return "none";
+}
+
+TEST(AlgebraicSimplifierTest, FoldsTheReluMaskIntoTheMaxPoolGradient) {
+  PoolGrads p;
+  Graph& g = p.g;
+  Tensor zero = c32(g, 0.0f);
+  // As recorded: x = select(z <= 0, 0, z); the relu's gradient masks with the same test.
+  Tensor test = less_equal(p.z, zero);
+  Tensor x = where(test, zero, p.z);
+  Tensor recorded = where(test, zero, p.max_grad(x));
+  // After the epilogue pass: the test reads x itself.
+  Tensor y = relu(p.z);
+  Tensor fused_form = where(less_equal(y, zero), zero, p.max_grad(y));
+  for (const Tensor& out : {recorded, fused_form}) {
+    Module m = make_module(g, {out});
+    Dce().run(m);
+    const int selects = count_ops(m, "select");
+    const std::string ops = simplified(m);
+    EXPECT_EQ(masked_attr(m), "masked") << ops;
+    EXPECT_EQ(count_ops(m, "select"), selects - 1) << "the mask's select is gone: " << ops;
+    expect_bitwise_equal(run_module(m, p.feeds()), g.run(p.feeds(), std::vector<Tensor>{out}));
+  }
+}
+
+TEST(AlgebraicSimplifierTest, KeepsTheReluMaskWhereFoldingItWouldChangeBits) {
+  PoolGrads p;
+  Graph& g = p.g;
+  Tensor zero = c32(g, 0.0f), neg_zero = c32(g, -0.0f);
+  Tensor y = relu(p.z);
+  Tensor test = less_equal(y, zero);
+  Tensor shared = p.max_grad(y);
+  std::vector<std::pair<std::string, std::vector<Tensor>>> cases = {
+      // The masked kernel writes +0.0.
+      {"-0.0 fill", {where(test, neg_zero, p.max_grad(y))}},
+      // The unmasked gradient is read elsewhere too.
+      {"shared gradient", {where(test, zero, shared), shared}},
+      // The test is on another tensor than the pool's operand.
+      {"other tensor", {where(less_equal(neg(p.z), zero), zero, p.max_grad(y))}},
+      // The test is not x <= 0.
+      {"other test", {where(less_equal(y, c32(g, 1.0f)), zero, p.max_grad(y))}},
+  };
+  for (const auto& [what, outs] : cases) {
+    Module m = make_module(g, outs);
+    const std::string ops = simplified(m);
+    EXPECT_EQ(masked_attr(m), "plain") << what << ": " << ops;
+    expect_bitwise_equal(run_module(m, p.feeds()), g.run(p.feeds(), outs));
+  }
+}
+
 }  // namespace
 }  // namespace kiln::compiler

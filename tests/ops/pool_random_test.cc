@@ -124,8 +124,8 @@ void check(const Case& c, std::mt19937& rng, const std::string& what) {
           .to_vector<float>();
   ASSERT_EQ(y.size(), want_y.size());
   for (size_t o = 0; o < y.size(); ++o) {
-    ASSERT_TRUE(same_bits(y[o], want_y[o])) << "max at " << o << ": " << y[o] << " vs "
-                                            << want_y[o];
+    ASSERT_TRUE(same_bits(y[o], want_y[o]))
+        << "max at " << o << ": " << y[o] << " vs " << want_y[o];
     ASSERT_EQ(sel[o], want_sel[o]) << "select at " << o;
   }
   ASSERT_EQ(dx.size(), want_dx.size());
@@ -163,6 +163,50 @@ TEST(ReduceWindowRandom, ChannelsLastTwoByTwoPooling) {
   std::mt19937 rng(3);
   Case c{{3, 9, 8, 37}, {1, 2, 2, 1}, {1, 2, 2, 1}, {0, 0, 0, 0}, {0, 1, 0, 0}, {3, 5, 4, 37}};
   check(c, rng, describe(c));
+}
+
+// relu_mask (set by the algebraic simplifier): the same bits as masking the plain gradient with
+// select(x <= 0, 0, dx), on disjoint and overlapping windows, with zeros, negatives and NaNs.
+TEST(ReduceWindowRandom, ReluMaskedGradientEqualsTheMaskedPlainGradient) {
+  std::mt19937 rng(5);
+  for (int k = 0; k < 120; ++k) {
+    const Case c = random_case(rng, /*disjoint=*/k % 2 == 0);
+    SCOPED_TRACE(describe(c));
+    const Tensor x = Tensor::from_vector(random_values(rng, elements(c.in)), c.in);
+    std::vector<float> dyv(elements(c.out));
+    for (size_t i = 0; i < dyv.size(); ++i) dyv[i] = static_cast<float>(i % 11) - 4.5f;
+    const Tensor dy = Tensor::from_vector(dyv, c.out);
+    Attrs w{{"window", Axes(c.window.begin(), c.window.end())},
+            {"strides", Axes(c.strides.begin(), c.strides.end())},
+            {"padding_low", Axes(c.low.begin(), c.low.end())},
+            {"padding_high", Axes(c.high.begin(), c.high.end())}};
+    const Tensor plain = call_op("reduce_window_max_grad", {x, dy}, w)[0];
+    const Tensor zero = zeros_like(plain);
+    const std::vector<float> want = where(less_equal(x, zero), zero, plain).to_vector<float>();
+    w.set("relu_mask", true);
+    const std::vector<float> got =
+        call_op("reduce_window_max_grad", {x, dy}, w)[0].to_vector<float>();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(same_bits(got[i], want[i])) << "at " << i << ": " << got[i] << " vs " << want[i];
+    }
+  }
+}
+
+// Its gradient with respect to dy: the select at each window's maximum, zero where that
+// maximum is <= 0 (checked against the definition <u, masked_grad(x, dy)> by hand).
+TEST(ReduceWindowRandom, ReluMaskedGradientsAdjoint) {
+  const Tensor x = Tensor::from_vector(std::vector<float>{1, -2, 0, -1, 3, 5, -4, 2}, {8});
+  const Tensor dy = Tensor::from_vector(std::vector<float>{1, 1, 1, 1}, {4});
+  const Tensor u = Tensor::from_vector(std::vector<float>{10, 20, 30, 40, 50, 60, 70, 80}, {8});
+  const Attrs w{{"window", Axes{2}}, {"strides", Axes{2}}, {"relu_mask", true}};
+  // Windows {1,-2} {0,-1} {3,5} {-4,2}: maxima 1 (at 0), 0 (masked), 5 (at 5), 2 (at 7).
+  const Tensor d = grad(
+      [&](const std::vector<Tensor>& a) {
+        return sum(call_op("reduce_window_max_grad", {x, a[0]}, w)[0] * u);
+      },
+      {dy})[0];
+  EXPECT_EQ(d.to_vector<float>(), (std::vector<float>{10, 0, 60, 80}));
 }
 
 }  // namespace
