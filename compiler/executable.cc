@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <unordered_map>
 
 #include "compiler/codegen/cpu/fusion_target.h"
@@ -238,12 +240,78 @@ void Executable::set_profiling(bool on) const {
   impl_->profiling = on;
 }
 
+namespace {
+
+// The global profiler's state: whether it is on, the executables that ran under it, and the
+// profiles of those destroyed since it started.
+struct GlobalProfiler {
+  std::atomic<bool> on{false};
+  std::mutex mu;
+  std::set<const Impl*> ran;
+  std::vector<ProgramProfile> retired;
+};
+
+GlobalProfiler& global_profiler() {
+  static GlobalProfiler* g = new GlobalProfiler;  // never destroyed: executables outlive statics
+  return *g;
+}
+
+std::vector<std::string> descriptions_of(const Impl& im) {
+  std::vector<std::string> d;
+  for (const Thunk& t : im.thunks) d.push_back(t.description);
+  return d;
+}
+
+}  // namespace
+
+bool global_profiling() { return global_profiler().on.load(std::memory_order_relaxed); }
+
+void note_globally_profiled(const Impl& im) {
+  GlobalProfiler& g = global_profiler();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.ran.insert(&im);
+}
+
+void start_global_profiling() {
+  GlobalProfiler& g = global_profiler();
+  std::lock_guard<std::mutex> lock(g.mu);
+  if (g.on) throw Error(ErrorCode::kFailedPrecondition, "profiler::start: already started");
+  for (const Impl* im : g.ran) {  // runs that finished after the last stop()
+    std::lock_guard<std::mutex> own(im->profile_mu);
+    im->global_profile = StepProfile{};
+  }
+  g.ran.clear();
+  g.retired.clear();
+  g.on = true;
+}
+
+std::vector<ProgramProfile> stop_global_profiling() {
+  GlobalProfiler& g = global_profiler();
+  std::lock_guard<std::mutex> lock(g.mu);
+  if (!g.on) throw Error(ErrorCode::kFailedPrecondition, "profiler::stop: not started");
+  g.on = false;
+  std::vector<ProgramProfile> out = std::move(g.retired);
+  g.retired.clear();
+  for (const Impl* im : g.ran) {
+    std::lock_guard<std::mutex> own(im->profile_mu);
+    out.push_back({im->name, im->global_profile, descriptions_of(*im)});
+    im->global_profile = StepProfile{};
+  }
+  g.ran.clear();
+  return out;
+}
+
 Executable::Impl::~Impl() {
+  {
+    GlobalProfiler& g = global_profiler();
+    std::lock_guard<std::mutex> lock(g.mu);
+    if (g.ran.erase(this) && g.on && global_profile.runs > 0) {
+      g.retired.push_back({name, global_profile, descriptions_of(*this)});
+    }
+  }
   if (!report_profile || step_profile.runs == 0) return;
-  std::vector<std::string> descriptions;
-  for (const Thunk& t : thunks) descriptions.push_back(t.description);
   std::fprintf(stderr, "kiln profile of '%s':\n%s", name.c_str(),
-               format_profile(step_profile, descriptions).c_str());
+               format_profile(step_profile, descriptions_of(*this)).c_str());
 }
 
 std::string format_profile(const StepProfile& p, const std::vector<std::string>& thunks,

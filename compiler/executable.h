@@ -66,6 +66,18 @@ struct StepProfile {
   double host_us() const { return total_us - gemm_conv_us - fused_loops_us - other_kernels_us; }
 };
 
+// The process-wide profiler behind kiln/profiler.h: while it is on, every run of every
+// executable is profiled into a second sum of its own (so Executable::set_profiling is
+// unaffected). stop_global_profiling returns the executables that ran, destroyed ones included.
+struct ProgramProfile {
+  std::string name;
+  StepProfile profile;
+  std::vector<std::string> thunks;  // descriptions, aligned with profile.thunk_us
+};
+void start_global_profiling();  // throws kFailedPrecondition when already on
+std::vector<ProgramProfile> stop_global_profiling();  // throws kFailedPrecondition when off
+bool global_profiling();
+
 // The profile as text: the runs, the mean step and its split by kind, then the `top` costliest
 // thunks by mean time with their share of the step and their descriptions.
 std::string format_profile(const StepProfile& profile, const std::vector<std::string>& thunks,

@@ -93,6 +93,7 @@ struct Executable::Impl {
   mutable std::atomic<bool> profiling{false};
   mutable std::mutex profile_mu;
   mutable StepProfile step_profile;  // guarded by profile_mu
+  mutable StepProfile global_profile;  // guarded by profile_mu: runs under the global profiler
   // KILN_PROFILE: profiling is on from the start, and the destructor reports it under `name`.
   bool report_profile = false;
   std::string name;
@@ -109,6 +110,10 @@ struct Executable::Impl {
 using Impl = Executable::Impl;
 using Thunk = Executable::Impl::Thunk;
 using Where = Executable::Impl::Where;
+
+// executable.cc: records that `im` ran under the global profiler (stop_global_profiling
+// collects it). Takes the profiler's lock: never call it holding im.profile_mu.
+void note_globally_profiled(const Impl& im);
 
 // memory_plan.cc: slots, liveness and the arena plan.
 bool overwrites_safely(const Thunk& t, const cpu::FusedKernel& kernel, int slot);

@@ -83,15 +83,7 @@ bool is_gemm_or_conv(const std::string& op) {
 
 }  // namespace
 
-std::vector<Tensor> run_impl(const Impl& im, const FeedList& feeds, FeedList* donor) {
-  if (!im.profiling.load(std::memory_order_relaxed)) return run_steps(im, feeds, donor, nullptr);
-  StepProfile p;
-  p.thunk_us.assign(im.thunks.size(), 0.0);
-  const auto t0 = ProfileClock::now();
-  std::vector<Tensor> result = run_steps(im, feeds, donor, &p);
-  p.total_us = us_since(t0);
-  std::lock_guard<std::mutex> lock(im.profile_mu);
-  StepProfile& sum = im.step_profile;
+void add_run(StepProfile& sum, const StepProfile& p) {
   sum.runs += 1;
   sum.total_us += p.total_us;
   sum.gemm_conv_us += p.gemm_conv_us;
@@ -99,6 +91,20 @@ std::vector<Tensor> run_impl(const Impl& im, const FeedList& feeds, FeedList* do
   sum.other_kernels_us += p.other_kernels_us;
   sum.thunk_us.resize(p.thunk_us.size(), 0.0);
   for (size_t i = 0; i < p.thunk_us.size(); ++i) sum.thunk_us[i] += p.thunk_us[i];
+}
+
+std::vector<Tensor> run_impl(const Impl& im, const FeedList& feeds, FeedList* donor) {
+  const bool own = im.profiling.load(std::memory_order_relaxed), global = global_profiling();
+  if (!own && !global) return run_steps(im, feeds, donor, nullptr);
+  StepProfile p;
+  p.thunk_us.assign(im.thunks.size(), 0.0);
+  const auto t0 = ProfileClock::now();
+  std::vector<Tensor> result = run_steps(im, feeds, donor, &p);
+  p.total_us = us_since(t0);
+  if (global) note_globally_profiled(im);
+  std::lock_guard<std::mutex> lock(im.profile_mu);
+  if (own) add_run(im.step_profile, p);
+  if (global) add_run(im.global_profile, p);
   return result;
 }
 

@@ -9,6 +9,7 @@
 #include "kiln/function.h"
 #include "kiln/graph.h"
 #include "kiln/op_registry.h"
+#include "kiln/profiler.h"
 #include "kiln/ops.h"
 #include "kiln/shape.h"
 #include "kiln/tensor.h"
