@@ -29,7 +29,44 @@ inline constexpr int64_t kUnknownCardinality = -2;
 namespace detail {
 class DatasetNode;
 class IteratorImpl;
+struct Recipe;
 }  // namespace detail
+
+// How Model::fit under a multi-worker strategy divides a dataset between the workers: tf.data's
+// AutoShardPolicy, set as TF users set it (options.distribute.auto_shard_policy, with_options).
+// The dataset is written as for one process, batched at the global batch B.
+enum class AutoShardPolicy {
+  // kFile when the pipeline reads a list of files (tfrecord, text_lines, csv) holding at least
+  // one file per worker and batches them; kData otherwise.
+  kAuto,
+  // Worker w of n reads files w, w + n, w + 2n, ... of the source's list, and the pipeline's
+  // last batch(B) (or ragged_batch, padded_batch) becomes worker w's part of B (B/n, the parts
+  // differing by one row at most), so a step's global batch is still B. Fewer files than
+  // workers, no file source or no batch is a kiln::Error. Each worker must then end up with the
+  // same number of batches per epoch (a worker that runs out first leaves the others waiting in
+  // the step's all-reduce until the collective deadline fails them).
+  kFile,
+  // Every worker reads every element; worker w keeps its consecutive part of each batch
+  // (element components sliced along dimension 0). Equal data everywhere, equal step counts.
+  kData,
+  // Not divided: every worker trains on each element as its own part of the step (the program
+  // divides the input itself, e.g. a file list per worker batched at the per-worker size).
+  kOff,
+};
+const char* auto_shard_policy_name(AutoShardPolicy policy);  // "AUTO", "FILE", "DATA", "OFF"
+
+struct DistributeOptions {
+  AutoShardPolicy auto_shard_policy = AutoShardPolicy::kAuto;
+};
+// A dataset's options (tf.data.Options): later transformations keep them.
+struct Options {
+  DistributeOptions distribute;
+};
+
+class Dataset;
+// What Dataset::shard_for_worker chose: the worker's dataset and the policy applied (kFile,
+// kData or kOff, never kAuto), with why in words.
+struct WorkerShard;
 
 // Walks one epoch of a dataset. Pipelines with map(num_parallel_calls > 1) or prefetch run
 // background threads, which the iterator owns: destroying it (at any point, mid-epoch
@@ -168,6 +205,16 @@ class Dataset {
   // Elements index, index + num_shards, index + 2 * num_shards, ...
   Dataset shard(int64_t num_shards, int64_t index) const;
 
+  // ---- distribution ----
+  // This dataset with `options`, which the transformations applied after it keep.
+  Dataset with_options(Options options) const;
+  const Options& options() const { return options_; }
+  // The dataset that worker `index` of `num_workers` trains on, as options().distribute's
+  // auto_shard_policy divides it (see AutoShardPolicy): what Model::fit does under a strategy of
+  // several worker processes. kInvalidArgument for a policy that cannot apply (kFile with fewer
+  // files than workers, no file source or no batch) or bad numbers.
+  WorkerShard shard_for_worker(int64_t num_workers, int64_t index) const;
+
   // ---- iteration ----
   Iterator begin_epoch(int64_t epoch = 0) const;
   // The number of elements of an epoch when cheap to know: kInfiniteCardinality for a repeat
@@ -179,7 +226,25 @@ class Dataset {
   const std::shared_ptr<const detail::DatasetNode>& node() const { return node_; }
 
  private:
+  // How each transformation is made again over another upstream (the same arguments; `batch` is
+  // the batch size, for the batching ones), kept so that kFile sharding can remake the pipeline
+  // over a worker's own files with its part of the batch.
+  using Remake = std::function<Dataset(const Dataset& upstream, int64_t batch)>;
+  // `next` (made from this dataset) with this dataset's options and recipe plus `remake`.
+  Dataset then(Dataset next, Remake remake, int64_t batch = 0) const;
+  // This file source, remade over other files by `remake`.
+  Dataset made_from(std::vector<std::string> files,
+                    std::function<Dataset(std::vector<std::string>)> remake) &&;
+
   std::shared_ptr<const detail::DatasetNode> node_;
+  std::shared_ptr<const detail::Recipe> recipe_;  // null: not made from a file source
+  Options options_;
+};
+
+struct WorkerShard {
+  Dataset dataset;
+  AutoShardPolicy policy;
+  std::string reason;
 };
 
 }  // namespace kiln::data

@@ -480,16 +480,21 @@ Dataset Dataset::map(MapFn fn, int64_t num_parallel_calls, bool deterministic) c
     detail::invalid("Dataset.map: num_parallel_calls must be at least 1 or kAutotune (-1), not " +
                     std::to_string(num_parallel_calls));
   }
+  Remake remake = [fn, num_parallel_calls, deterministic](const Dataset& d, int64_t) {
+    return d.map(fn, num_parallel_calls, deterministic);
+  };
   if (num_parallel_calls == 1) {
-    return Dataset(std::make_shared<detail::MapNode>(node_, std::move(fn)));
+    return then(Dataset(std::make_shared<detail::MapNode>(node_, std::move(fn))), remake);
   }
-  return Dataset(
-      detail::make_parallel_map_node(node_, std::move(fn), num_parallel_calls, deterministic));
+  return then(Dataset(detail::make_parallel_map_node(node_, std::move(fn), num_parallel_calls,
+                                                     deterministic)),
+              remake);
 }
 
 Dataset Dataset::filter(Predicate pred) const {
   if (!pred) detail::invalid("Dataset.filter: the predicate is empty");
-  return Dataset(std::make_shared<detail::FilterNode>(node_, std::move(pred)));
+  Remake remake = [pred](const Dataset& d, int64_t) { return d.filter(pred); };
+  return then(Dataset(std::make_shared<detail::FilterNode>(node_, std::move(pred))), remake);
 }
 
 Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration) const {
@@ -497,15 +502,20 @@ Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each
     detail::invalid("Dataset.shuffle: buffer_size must be at least 1, not " +
                     std::to_string(buffer_size));
   }
-  return Dataset(
-      std::make_shared<detail::ShuffleNode>(node_, buffer_size, seed, reshuffle_each_iteration));
+  return then(Dataset(std::make_shared<detail::ShuffleNode>(node_, buffer_size, seed,
+                                                            reshuffle_each_iteration)),
+              [=](const Dataset& d, int64_t) {
+                return d.shuffle(buffer_size, seed, reshuffle_each_iteration);
+              });
 }
 
 Dataset Dataset::batch(int64_t n, bool drop_remainder) const {
   if (n < 1) {
     detail::invalid("Dataset.batch: the batch size must be at least 1, not " + std::to_string(n));
   }
-  return Dataset(detail::make_batch_node(node_, n, drop_remainder));
+  return then(
+      Dataset(detail::make_batch_node(node_, n, drop_remainder)),
+      [=](const Dataset& d, int64_t b) { return d.batch(b, drop_remainder); }, n);
 }
 
 Dataset Dataset::ragged_batch(int64_t n, bool drop_remainder) const {
@@ -513,13 +523,18 @@ Dataset Dataset::ragged_batch(int64_t n, bool drop_remainder) const {
     detail::invalid("Dataset.ragged_batch: the batch size must be at least 1, not " +
                     std::to_string(n));
   }
-  return Dataset(detail::make_ragged_batch_node(node_, n, drop_remainder));
+  return then(
+      Dataset(detail::make_ragged_batch_node(node_, n, drop_remainder)),
+      [=](const Dataset& d, int64_t b) { return d.ragged_batch(b, drop_remainder); }, n);
 }
 
 Dataset Dataset::parse_example(std::vector<io::FeatureSpec> spec, int64_t num_parallel_calls,
                                bool deterministic) const {
   // Check the spec now, on an empty batch, rather than at the first element.
   io::parse_example(std::span<const std::string_view>(), spec);
+  Remake remake = [=](const Dataset& d, int64_t) {
+    return d.parse_example(spec, num_parallel_calls, deterministic);
+  };
   std::string description = ".parse_example(";
   for (const io::FeatureSpec& entry : spec) {
     if (const auto* f = std::get_if<io::FixedLen>(&entry)) {
@@ -557,7 +572,8 @@ Dataset Dataset::parse_example(std::vector<io::FeatureSpec> spec, int64_t num_pa
     return out;
   };
   Dataset mapped = map(std::move(parse), num_parallel_calls, deterministic);
-  return Dataset(detail::make_described_node(mapped.node(), node_, std::move(description)));
+  return then(Dataset(detail::make_described_node(mapped.node(), node_, std::move(description))),
+              remake);
 }
 
 Dataset Dataset::padded_batch(int64_t n, std::vector<Shape> padded_shapes,
@@ -574,8 +590,12 @@ Dataset Dataset::padded_batch(int64_t n, std::vector<Shape> padded_shapes,
       }
     }
   }
-  return Dataset(detail::make_padded_batch_node(node_, n, std::move(padded_shapes),
-                                                std::move(padding_values), drop_remainder));
+  Remake remake = [=](const Dataset& d, int64_t b) {
+    return d.padded_batch(b, padded_shapes, padding_values, drop_remainder);
+  };
+  return then(Dataset(detail::make_padded_batch_node(node_, n, std::move(padded_shapes),
+                                                     std::move(padding_values), drop_remainder)),
+              remake, n);
 }
 
 Dataset Dataset::prefetch(int64_t buffer_size) const {
@@ -584,14 +604,19 @@ Dataset Dataset::prefetch(int64_t buffer_size) const {
     detail::invalid("Dataset.prefetch: buffer_size must be at least 1 or kAutotune (-1), not " +
                     std::to_string(buffer_size));
   }
-  return Dataset(detail::make_prefetch_node(node_, buffer_size));
+  return then(Dataset(detail::make_prefetch_node(node_, buffer_size)),
+              [=](const Dataset& d, int64_t) { return d.prefetch(buffer_size); });
 }
 
-Dataset Dataset::cache() const { return Dataset(detail::make_memory_cache_node(node_)); }
+Dataset Dataset::cache() const {
+  return then(Dataset(detail::make_memory_cache_node(node_)),
+              [](const Dataset& d, int64_t) { return d.cache(); });
+}
 
 Dataset Dataset::cache(const std::string& filename) const {
   if (filename.empty()) detail::invalid("Dataset.cache: the file name is empty");
-  return Dataset(detail::make_file_cache_node(node_, filename));
+  return then(Dataset(detail::make_file_cache_node(node_, filename)),
+              [=](const Dataset& d, int64_t) { return d.cache(filename); });
 }
 
 Dataset Dataset::repeat(int64_t count) const {
@@ -599,7 +624,8 @@ Dataset Dataset::repeat(int64_t count) const {
     detail::invalid("Dataset.repeat: count must be -1 (forever) or at least 0, not " +
                     std::to_string(count));
   }
-  return Dataset(std::make_shared<detail::RepeatNode>(node_, count));
+  return then(Dataset(std::make_shared<detail::RepeatNode>(node_, count)),
+              [=](const Dataset& d, int64_t) { return d.repeat(count); });
 }
 
 Dataset Dataset::take(int64_t n) const {
@@ -607,15 +633,17 @@ Dataset Dataset::take(int64_t n) const {
     detail::invalid("Dataset.take: n must be -1 (all) or at least 0, not " + std::to_string(n));
   }
   if (n == -1) return *this;
-  return Dataset(std::make_shared<detail::TakeNode>(node_, n));
+  return then(Dataset(std::make_shared<detail::TakeNode>(node_, n)),
+              [=](const Dataset& d, int64_t) { return d.take(n); });
 }
 
 Dataset Dataset::skip(int64_t n) const {
   if (n < -1) {
     detail::invalid("Dataset.skip: n must be -1 (all) or at least 0, not " + std::to_string(n));
   }
-  if (n == -1) return Dataset(std::make_shared<detail::TakeNode>(node_, 0));
-  return Dataset(std::make_shared<detail::SkipNode>(node_, n));
+  Remake remake = [=](const Dataset& d, int64_t) { return d.skip(n); };
+  if (n == -1) return then(Dataset(std::make_shared<detail::TakeNode>(node_, 0)), remake);
+  return then(Dataset(std::make_shared<detail::SkipNode>(node_, n)), remake);
 }
 
 Dataset Dataset::shard(int64_t num_shards, int64_t index) const {
@@ -623,7 +651,8 @@ Dataset Dataset::shard(int64_t num_shards, int64_t index) const {
     detail::invalid("Dataset.shard: need num_shards >= 1 and 0 <= index < num_shards, got " +
                     std::to_string(num_shards) + " shards and index " + std::to_string(index));
   }
-  return Dataset(std::make_shared<detail::ShardNode>(node_, num_shards, index));
+  return then(Dataset(std::make_shared<detail::ShardNode>(node_, num_shards, index)),
+              [=](const Dataset& d, int64_t) { return d.shard(num_shards, index); });
 }
 
 }  // namespace kiln::data

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +39,19 @@ class DatasetNode {
   // source), so that shuffle can keep indices in its buffer instead of elements.
   virtual bool random_access() const { return false; }
   virtual Element element_at(int64_t index) const;
+};
+
+// How a dataset read from a list of files was made (Dataset's recipe): its source over other
+// files, then each transformation over another upstream. kFile auto-sharding makes it again over
+// a worker's own files with its part of the batch (dataset_shard.cc).
+struct Recipe {
+  std::vector<std::string> files;
+  std::function<Dataset(std::vector<std::string>)> source;
+  struct Step {
+    std::function<Dataset(const Dataset&, int64_t batch)> remake;
+    int64_t batch = 0;  // > 0: a batching transformation of this size
+  };
+  std::vector<Step> steps;
 };
 
 [[noreturn]] inline void invalid(const std::string& message) {

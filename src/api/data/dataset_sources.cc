@@ -396,16 +396,26 @@ Dataset Dataset::tfrecord(std::vector<std::string> files, io::Compression compre
                     std::to_string(interleave.cycle_length) + " and " +
                     std::to_string(interleave.block_length));
   }
-  return Dataset(std::make_shared<detail::TFRecordNode>(std::move(files), compression, interleave));
+  std::vector<std::string> names = files;
+  return Dataset(std::make_shared<detail::TFRecordNode>(std::move(files), compression, interleave))
+      .made_from(std::move(names), [=](std::vector<std::string> f) {
+        return tfrecord(std::move(f), compression, interleave);
+      });
 }
 
 Dataset Dataset::text_lines(std::vector<std::string> files) {
-  return Dataset(std::make_shared<detail::TextLineNode>(std::move(files)));
+  std::vector<std::string> names = files;
+  return Dataset(std::make_shared<detail::TextLineNode>(std::move(files)))
+      .made_from(std::move(names),
+                 [](std::vector<std::string> f) { return text_lines(std::move(f)); });
 }
 
 Dataset Dataset::csv(std::vector<std::string> files, CsvOptions options) {
   detail::check_csv_options(options);
-  return Dataset(std::make_shared<detail::CsvNode>(std::move(files), std::move(options)));
+  std::vector<std::string> names = files;
+  return Dataset(std::make_shared<detail::CsvNode>(std::move(files), options))
+      .made_from(std::move(names),
+                 [options](std::vector<std::string> f) { return csv(std::move(f), options); });
 }
 
 }  // namespace kiln::data

@@ -146,12 +146,29 @@ History Model::fit(const std::vector<Tensor>& xs, const std::vector<Tensor>& ys,
     step = impl_->train_step;
   }
   Impl::validate_labels(ys, *step, impl_->losses, "fit");
+  impl_->worker_batches = false;  // every worker takes its part of each global batch
   TensorSource source(xs, ys, options.batch_size, options.shuffle, options.seed);
   return fit_batches(source, options, /*validate_each_batch=*/false);
 }
 
-History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
+History Model::fit(const data::Dataset& whole, const FitOptions& options) {
   Impl::Training training(*impl_, name_);
+  // Under a strategy of several worker processes each trains on its part of the dataset, as
+  // the dataset's auto-shard policy divides it: by file (or not at all, OFF), each worker's
+  // batches are its own part of the step; by element, every worker reads the global batches and
+  // the step takes its part of each (a part that may be empty at a short last batch).
+  data::Dataset dataset = whole;
+  impl_->worker_batches = false;
+  if (const distribute::Strategy* s = impl_->strategy.get()) {
+    const int local = s->num_local_replicas(), workers = s->num_replicas_in_sync() / local;
+    if (workers > 1) {
+      data::WorkerShard shard = whole.shard_for_worker(workers, s->first_local_replica() / local);
+      if (shard.policy != data::AutoShardPolicy::kData) {
+        dataset = std::move(shard.dataset);
+        impl_->worker_batches = true;
+      }
+    }
+  }
   bool traced;
   {
     std::lock_guard lock(impl_->mu);

@@ -150,6 +150,9 @@ struct Model::Impl {
 
   std::shared_ptr<optim::Optimizer> optimizer;
   std::shared_ptr<distribute::Strategy> strategy;  // compile's; null: one replica
+  // Whether fit's batches are this worker's part of the global batch (a dataset divided between
+  // the workers, data::Dataset::shard_for_worker) rather than the whole global batch.
+  bool worker_batches = false;
   // The variables of local replicas 1, 2, ... (replica 0's are the Variables), by Variable id:
   // copied from replica 0's at the start of each fit, then updated by each replica's own step.
   std::vector<std::map<const void*, Tensor>> replica_values;

@@ -295,13 +295,15 @@ std::vector<Tensor> Model::Impl::run_replicated_training(const Step& s,
                                                          uint64_t seed, double lr,
                                                          double iteration) {
   distribute::Strategy& strat = *strategy;
-  // Every worker holds the global batch and takes its replicas' parts of it.
-  const int n = strat.num_replicas_in_sync();
+  // Every worker holds the global batch and takes its replicas' parts of it; or it holds its own
+  // part (worker_batches), which its local replicas divide.
+  const int n = worker_batches ? strat.num_local_replicas() : strat.num_replicas_in_sync();
+  const int first = worker_batches ? 0 : strat.first_local_replica();
   const int64_t rows = xs[0].dim(0);
   std::vector<Tensor> replica0;
   strat.run_local([&](int r) {
     const int replica = strat.first_local_replica() + r;
-    auto [begin, end] = replica_part(rows, replica, n);
+    auto [begin, end] = replica_part(rows, first + r, n);
     const bool has_rows = end > begin;
     // Without rows of its own (a last batch shorter than the replicas), a replica still takes
     // part in the step's all_reduce: it runs on a stand-in row, weighted by zero.
