@@ -183,6 +183,49 @@ std::vector<int> dfs_order(const Problem& p, const std::vector<int>& base) {
   return order;
 }
 
+// `base` with the units' placements applied: among the ready units, an early one first, then
+// one that does not depend on a late unit, then the rest; by their rank in `base` within each
+// class. Without placements, `base` itself.
+std::vector<int> place_async(const Problem& p, const std::vector<ScheduleUnit>& units,
+                             const std::vector<int>& base) {
+  using Placement = ScheduleUnit::Placement;
+  std::vector<int> rank(p.n), pending(p.n), order;
+  for (int i = 0; i < p.n; ++i) rank[base[i]] = i;
+  std::vector<char> deferred(p.n, 0);  // late, or depends on a late unit
+  for (int u : base) {
+    deferred[u] = units[u].placement == Placement::kLate;
+    for (int d : p.deps[u]) deferred[u] |= deferred[d];
+  }
+  auto by_rank = [&](int a, int b) { return rank[a] > rank[b]; };  // min-heaps by rank
+  std::vector<int> ready[3];                                       // early, not deferred, deferred
+  auto push = [&](int u) {
+    std::vector<int>& r = ready[units[u].placement == Placement::kEarly ? 0 : deferred[u] ? 2 : 1];
+    r.push_back(u);
+    std::push_heap(r.begin(), r.end(), by_rank);
+  };
+  for (int u = 0; u < p.n; ++u) {
+    pending[u] = static_cast<int>(p.deps[u].size());
+    if (pending[u] == 0) push(u);
+  }
+  while (static_cast<int>(order.size()) < p.n) {
+    std::vector<int>* r = &ready[0];
+    while (r->empty()) ++r;
+    std::pop_heap(r->begin(), r->end(), by_rank);
+    const int u = r->back();
+    r->pop_back();
+    order.push_back(u);
+    for (int w : p.users[u])
+      if (--pending[w] == 0) push(w);
+  }
+  return order;
+}
+
+bool has_placements(const std::vector<ScheduleUnit>& units) {
+  for (const ScheduleUnit& u : units)
+    if (u.placement != ScheduleUnit::Placement::kAny) return true;
+  return false;
+}
+
 int64_t arena_of(const Problem& p, const std::vector<int>& order) {
   std::vector<int> def(p.bytes.size(), 0), last(p.bytes.size(), 0);
   for (int k = 0; k < p.n; ++k) {
@@ -199,6 +242,12 @@ int64_t arena_of(const Problem& p, const std::vector<int>& order) {
 
 }  // namespace
 
+ScheduleUnit::Placement placement_of_op(const std::string& op) {
+  if (op == "all_reduce_start") return ScheduleUnit::Placement::kEarly;
+  if (op == "all_reduce_done") return ScheduleUnit::Placement::kLate;
+  return ScheduleUnit::Placement::kAny;
+}
+
 ScheduleKind default_schedule_kind() {
   const char* env = std::getenv("KILN_SCHEDULE");
   const std::string value = env ? env : "";
@@ -212,16 +261,17 @@ std::vector<int> schedule_units(const std::vector<ScheduleUnit>& units, const Va
                                 ScheduleKind kind) {
   const Problem p(units, sizes);
   std::vector<int> best = graph_order(p);
-  if (kind == ScheduleKind::kGraphOrder) return best;
-  int64_t best_bytes = arena_of(p, best);
-  for (std::vector<int> order : {list_order(p, best), dfs_order(p, best)}) {
-    int64_t bytes = arena_of(p, order);
-    if (bytes < best_bytes) {
-      best = std::move(order);
-      best_bytes = bytes;
+  if (kind == ScheduleKind::kMemory) {
+    int64_t best_bytes = arena_of(p, best);
+    for (std::vector<int> order : {list_order(p, best), dfs_order(p, best)}) {
+      int64_t bytes = arena_of(p, order);
+      if (bytes < best_bytes) {
+        best = std::move(order);
+        best_bytes = bytes;
+      }
     }
   }
-  return best;
+  return has_placements(units) ? place_async(p, units, best) : best;
 }
 
 int64_t planned_arena_bytes(const std::vector<ScheduleUnit>& units, const ValueSizes& sizes,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kiln/graph.h"
@@ -18,6 +19,11 @@ struct ScheduleUnit {
   // Units (indices) that must run before this one besides the producers of what it reads: a
   // donated feed's other readers before the unit that overwrites it.
   std::vector<int> after;
+  // An asynchronous collective's start runs as soon as it is ready (kEarly); its done (kLate),
+  // and everything that depends on it, only once no other unit is ready: the communication
+  // then overlaps every unit that does not need its result.
+  enum class Placement : uint8_t { kAny, kEarly, kLate };
+  Placement placement = Placement::kAny;
 };
 
 enum class ScheduleKind {
@@ -26,6 +32,10 @@ enum class ScheduleKind {
                 // depth-first order by subtree size (the default; KILN_SCHEDULE=graph selects
                 // kGraphOrder instead)
 };
+
+// The placement of a kernel thunk of `op`: kEarly for an asynchronous collective's start
+// (all_reduce_start), kLate for its done (all_reduce_done), else kAny.
+ScheduleUnit::Placement placement_of_op(const std::string& op);
 
 // KILN_SCHEDULE=graph: kGraphOrder; unset or "memory": kMemory (anything else throws).
 ScheduleKind default_schedule_kind();
@@ -39,8 +49,8 @@ struct ValueSizes {
 };
 
 // An order of the units (indices into `units`) in which each unit comes after every unit that
-// writes a value it reads. Throws kiln::Error (internal) if the units' dependencies have a cycle
-// or two units write the same value.
+// writes a value it reads, and each unit's placement is honoured (for either kind). Throws
+// kiln::Error (internal) if the units' dependencies have a cycle or two units write the same value.
 std::vector<int> schedule_units(const std::vector<ScheduleUnit>& units, const ValueSizes& sizes,
                                 ScheduleKind kind = default_schedule_kind());
 

@@ -2,10 +2,17 @@
 // backend shares: agreement checks across replicas, error words and the reduction loops.
 #include "kiln/distribute/collective.h"
 
+#include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
 #include <sstream>
+#include <thread>
 #include <type_traits>
 
 #include "distribute/collective_util.h"
@@ -43,10 +50,69 @@ const char* collective_name(CollectiveKind kind) {
   return "unknown";
 }
 
+// The communication thread: runs the queued collectives in order, each by its own deadline, and
+// keeps each outcome until its step is waited for.
+struct Collective::Async {
+  struct Job {
+    Call call;
+    Tensor x;
+    internal::Clock::time_point deadline;
+  };
+  struct Outcome {
+    Tensor result;
+    std::exception_ptr error;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Job> queue;            // started, not yet running
+  int64_t running = 0;              // the step running now, or 0
+  std::map<int64_t, Outcome> done;  // finished, not yet waited for
+  // Every step started and not yet waited for: its call and deadline.
+  std::map<int64_t, std::pair<Call, internal::Clock::time_point>> started;
+  bool stop = false;
+  std::thread thread;
+
+  bool idle() const { return queue.empty() && running == 0; }
+
+  void loop(Collective& comm) {
+    std::unique_lock lock(mu);
+    for (;;) {
+      cv.wait(lock, [&] { return stop || !queue.empty(); });
+      if (queue.empty()) return;  // stopping, with nothing left to run
+      Job job = std::move(queue.front());
+      queue.pop_front();
+      running = job.call.step;
+      lock.unlock();
+      Outcome outcome;
+      try {
+        outcome.result = comm.run(job.call, job.x, job.deadline);
+      } catch (...) {
+        outcome.error = std::current_exception();
+      }
+      job.x = Tensor();  // the input is free once the collective is done
+      lock.lock();
+      if (started.count(job.call.step)) done[job.call.step] = std::move(outcome);
+      running = 0;
+      cv.notify_all();
+    }
+  }
+};
+
 Collective::Collective(const CollectiveOptions& options)
     : timeout_(internal::initial_timeout(options)) {}
 
-Collective::~Collective() = default;
+Collective::~Collective() { stop_async(); }
+
+void Collective::stop_async() {
+  if (!async_) return;
+  {
+    std::lock_guard lock(async_->mu);
+    async_->stop = true;
+  }
+  async_->cv.notify_all();
+  if (async_->thread.joinable()) async_->thread.join();
+  async_.reset();
+}
 
 void Collective::set_timeout(Seconds timeout) {
   if (!(timeout.count() > 0) || !std::isfinite(timeout.count())) {
@@ -75,7 +141,7 @@ Tensor Collective::broadcast(const Tensor& x, int root) {
 
 void Collective::barrier() { start({.kind = CollectiveKind::kBarrier}, Tensor()); }
 
-Tensor Collective::start(Call call, const Tensor& x) {
+Collective::Call Collective::prepare(Call call, const Tensor& x) {
   // Only what the other replicas cannot see is checked here; everything else is checked on the
   // calls of all replicas together, so they all fail alike.
   if (call.kind != CollectiveKind::kBarrier) {
@@ -89,7 +155,93 @@ Tensor Collective::start(Call call, const Tensor& x) {
     call.shape = x.shape();
   }
   call.step = ++steps_;
+  return call;
+}
+
+namespace {
+
+struct BlockedTimer {
+  explicit BlockedTimer(double& total) : total(total), t0(internal::Clock::now()) {}
+  ~BlockedTimer() { total += std::chrono::duration<double>(internal::Clock::now() - t0).count(); }
+  double& total;
+  internal::Clock::time_point t0;
+};
+
+}  // namespace
+
+Tensor Collective::start(Call call, const Tensor& x) {
+  call = prepare(call, x);
+  bool queued = false;
+  if (async_) {
+    std::lock_guard lock(async_->mu);
+    queued = !async_->idle();
+  }
+  if (queued) return wait(enqueue(call, x));  // after the collectives in flight
+  BlockedTimer timer(blocked_seconds_);
   return run(call, x, internal::deadline_after(timeout_));
+}
+
+int64_t Collective::enqueue(const Call& call, const Tensor& x) {
+  if (!async_) {
+    async_ = std::make_unique<Async>();
+    async_->thread = std::thread([a = async_.get(), this] { a->loop(*this); });
+  }
+  const internal::Clock::time_point deadline = internal::deadline_after(timeout_);
+  {
+    std::lock_guard lock(async_->mu);
+    async_->queue.push_back({call, x, deadline});
+    async_->started[call.step] = {call, deadline};
+  }
+  async_->cv.notify_all();
+  return call.step;
+}
+
+int64_t Collective::start_all_reduce(const Tensor& x, ReduceOp op) {
+  return enqueue(prepare({.kind = CollectiveKind::kAllReduce, .op = op}, x), x);
+}
+
+Tensor Collective::wait(int64_t step) {
+  BlockedTimer timer(blocked_seconds_);
+  Async* a = async_.get();
+  std::unique_lock<std::mutex> lock;
+  if (a) lock = std::unique_lock(a->mu);
+  const auto it = a ? a->started.find(step) : decltype(a->started)::iterator();
+  if (!a || it == a->started.end()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "Collective::wait: step " + std::to_string(step) + " (rank " +
+                    std::to_string(rank()) + " of " + std::to_string(size()) + ", " + backend() +
+                    ") was not started with start_all_reduce, or was waited for already");
+  }
+  const auto [call, deadline] = it->second;
+  // The backend ends the collective by its deadline; should it not, the wait gives up itself
+  // as long again after it.
+  const auto give_up = deadline + std::chrono::duration_cast<internal::Clock::duration>(
+                                      std::max(timeout_, Seconds(1)));
+  const bool done = a->cv.wait_until(lock, give_up, [&] { return a->done.count(step) > 0; });
+  a->started.erase(step);  // an outcome that comes later is dropped
+  if (!done) {
+    throw Error(ErrorCode::kDeadlineExceeded,
+                internal::where(call, rank(), size(), backend()) + ": did not complete within " +
+                    internal::seconds_str(timeout_) +
+                    " s, nor did the communicator report why; the deadline is "
+                    "CollectiveOptions::timeout, or KILN_COLLECTIVE_TIMEOUT seconds");
+  }
+  Async::Outcome outcome = std::move(a->done.at(step));
+  a->done.erase(step);
+  if (outcome.error) {
+    // The earliest failure not yet waited for is the cause of the later ones (the communicator
+    // broke there): that is the error to report.
+    for (auto& [earlier, other] : a->done) {
+      if (earlier > step) break;
+      if (other.error) {
+        outcome.error = other.error;
+        break;
+      }
+    }
+  }
+  lock.unlock();
+  if (outcome.error) std::rethrow_exception(outcome.error);
+  return outcome.result;
 }
 
 namespace internal {

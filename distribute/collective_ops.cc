@@ -109,6 +109,32 @@ void broadcast_kernel(KernelContext& ctx) {
   set_copied_output(ctx, communicator(ctx).broadcast(ctx.input(0), root));
 }
 
+// The asynchronous all_reduce: the start hands x to the communicator's thread and outputs the
+// collective's step (an i64 scalar, the token); the done waits for that step's result. The done
+// also reads x, so a compiled step keeps x's buffer (which the communication reads) alive and
+// unchanged until then.
+void all_reduce_start_kernel(KernelContext& ctx) {
+  ReduceOp op = parse_reduce_op(ctx.attrs().get_string("op"), ctx.op());
+  const int64_t step = communicator(ctx).start_all_reduce(ctx.input(0), op);
+  Tensor& token = ctx.allocate_output(0);
+  std::memcpy(token.raw_mutable_data(), &step, sizeof step);
+}
+
+void all_reduce_done_kernel(KernelContext& ctx) {
+  int64_t step = 0;
+  std::memcpy(&step, ctx.input(0).raw_data(), sizeof step);
+  set_copied_output(ctx, communicator(ctx).wait(step));
+}
+
+std::vector<TensorType> token_type(const InferContext&) { return {TensorType{DType::i64, {}}}; }
+
+std::vector<TensorType> done_type(const InferContext& ctx) {
+  if (ctx.input(0).dtype != DType::i64 || !ctx.input(0).shape.empty()) {
+    ctx.fail("input 0 must be the i64[] token of an all_reduce_start, got " + ctx.input(0).str());
+  }
+  return {ctx.input(1)};
+}
+
 // The sum of every replica's input on `root`; zeros on the others.
 void reduce_to_root_kernel(KernelContext& ctx) {
   Collective& comm = communicator(ctx);
@@ -172,8 +198,8 @@ std::vector<Tensor> reduce_to_root_gradient(const GradContext& g) {
 }
 
 // Stateful: never constant-folded (that would run a collective while compiling) nor merged.
-// all_reduce's optional `after` is read by nothing: it orders the buckets of
-// all_reduce_in_buckets (gradient_buckets.cc) the same way on every replica.
+// all_reduce's optional `after` is read by nothing: an input that orders it after another
+// collective the same way on every replica.
 KILN_REGISTER_OP(all_reduce)
     .input("x")
     .optional_input("after")
@@ -182,6 +208,28 @@ KILN_REGISTER_OP(all_reduce)
     .shape_fn(same_type);
 KILN_REGISTER_KERNEL(all_reduce).fn(all_reduce_kernel);
 KILN_REGISTER_GRADIENT(all_reduce, all_reduce_gradient);
+
+// all_reduce_in_buckets' split all_reduce (as XLA's all-reduce-start / all-reduce-done): the
+// compiler runs each start as soon as its inputs exist and each done only where its result is
+// first needed (compiler/schedule.h), so the communication overlaps the thunks between them.
+// The start's optional `after` (another start's token) orders the starts alike on every replica.
+KILN_REGISTER_OP(all_reduce_start)
+    .input("x")
+    .optional_input("after")
+    .kind(OpKind::kKernel)
+    .stateful()
+    .non_differentiable()
+    .shape_fn(token_type);
+KILN_REGISTER_KERNEL(all_reduce_start).fn(all_reduce_start_kernel);
+
+KILN_REGISTER_OP(all_reduce_done)
+    .input("token")
+    .input("x")
+    .kind(OpKind::kKernel)
+    .stateful()
+    .non_differentiable()
+    .shape_fn(done_type);
+KILN_REGISTER_KERNEL(all_reduce_done).fn(all_reduce_done_kernel);
 
 KILN_REGISTER_OP(all_gather).input("x").kind(OpKind::kKernel).stateful().shape_fn(gathered_type);
 KILN_REGISTER_KERNEL(all_gather).fn(all_gather_kernel);

@@ -76,22 +76,25 @@ std::vector<Tensor> all_reduce_in_buckets(const std::vector<Tensor>& values, int
     }
   }
 
-  // One all_reduce per bucket, each after the previous one; its result cut back into pieces.
+  // One all_reduce per bucket, started after the previous one (a start and a done, so that the
+  // compiler overlaps it with what runs between them); its result cut back into pieces.
   std::vector<std::vector<Tensor>> summed_pieces(values.size());
-  Tensor previous;
+  Tensor previous;  // the previous bucket's token
   for (const std::vector<Piece>& bucket : buckets) {
     std::vector<Tensor> parts;
     for (const Piece& p : bucket) parts.push_back(flat_range(flat[p.value], p.begin, p.end));
-    std::vector<Tensor> inputs = {concatenated(parts)};
+    const Tensor x = concatenated(parts);
+    std::vector<Tensor> inputs = {x};
     if (previous.defined()) inputs.push_back(previous);
-    const Tensor sum = call_op("all_reduce", inputs, {{"op", std::string("sum")}})[0];
+    const Tensor token = call_op("all_reduce_start", inputs, {{"op", std::string("sum")}})[0];
+    const Tensor sum = call_op("all_reduce_done", {token, x}, {})[0];
     int64_t at = 0;
     for (const Piece& p : bucket) {
       const int64_t n = p.end - p.begin;
       summed_pieces[p.value].push_back(flat_range(sum, at, at + n));
       at += n;
     }
-    previous = sum;
+    previous = token;
   }
 
   std::vector<Tensor> out;

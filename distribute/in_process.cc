@@ -44,6 +44,7 @@ class InProcessCollective final : public Collective {
       : Collective(options), group_(std::move(group)), rank_(rank) {}
 
   ~InProcessCollective() override {
+    stop_async();
     std::lock_guard<std::mutex> lock(group_->mu);
     group_->alive[rank_] = false;
     group_->cv.notify_all();

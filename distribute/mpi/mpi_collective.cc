@@ -300,6 +300,7 @@ MpiCollective::MpiCollective(const CollectiveOptions& options) : Collective(opti
 }
 
 MpiCollective::~MpiCollective() {
+  stop_async();
   // Requests (or a blocked call on the detached thread) may be pending on these
   // communicators: leave them.
   if (broken_) {

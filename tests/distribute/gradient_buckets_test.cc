@@ -118,27 +118,30 @@ TEST(GradientBuckets, ANegativeBucketSizeIsAnErrorNamingIt) {
   EXPECT_THROW(strategy.set_bucket_bytes(-5), Error);
 }
 
-// Recorded: the last value's bucket first, each later bucket's all_reduce taking the previous
-// one's result as its second (ordering) input, so no schedule can run them in another order.
+// Recorded: the last value's bucket first, each bucket an all_reduce_start and an
+// all_reduce_done, each later bucket's start taking the previous one's token as its second
+// (ordering) input, so no schedule can start them in another order.
 TEST(GradientBuckets, EachBucketAfterTheFirstTakesThePreviousOneAsItsOrderingInput) {
   Graph g("step");
   auto guard = g.as_default();
   const Tensor a = g.placeholder(DType::f32, {3}, "a"), b = g.placeholder(DType::f32, {2, 2}, "b");
   all_reduce_in_buckets({a, b}, 12);  // 7 floats in buckets of 3: b[0:3]; b[3], a[0:2]; a[2]
   std::istringstream text(g.to_text());
-  std::vector<std::string> all_reduces;  // "%id = ... all_reduce(%x, %y)" lines
-  for (std::string line; std::getline(text, line);)
-    if (line.find(" = all_reduce(") != std::string::npos) all_reduces.push_back(line);
-  ASSERT_EQ(all_reduces.size(), 3u) << g.to_text();
-  EXPECT_NE(all_reduces[0].find("-> f32[3]"), std::string::npos) << all_reduces[0];
-  EXPECT_EQ(all_reduces[0].find(", %"), std::string::npos) << all_reduces[0];
-  for (size_t k = 1; k < all_reduces.size(); ++k) {
-    const std::string& line = all_reduces[k - 1];  // "  %4 = all_reduce = ..."
+  std::vector<std::string> starts, dones;  // "%id = ... all_reduce_start(%x, %y)" lines
+  for (std::string line; std::getline(text, line);) {
+    if (line.find(" = all_reduce_start(") != std::string::npos) starts.push_back(line);
+    if (line.find(" = all_reduce_done(") != std::string::npos) dones.push_back(line);
+  }
+  ASSERT_EQ(starts.size(), 3u) << g.to_text();
+  ASSERT_EQ(dones.size(), 3u) << g.to_text();
+  EXPECT_NE(dones[0].find("-> f32[3]"), std::string::npos) << dones[0];
+  EXPECT_EQ(starts[0].find(", %"), std::string::npos) << starts[0];
+  for (size_t k = 1; k < starts.size(); ++k) {
+    const std::string& line = starts[k - 1];  // "  %4 = all_reduce_start = ..."
     const size_t id = line.find('%') + 1;
     const std::string previous = line.substr(id, line.find(' ', id) - id);
-    EXPECT_NE(all_reduces[k].find(", %" + previous + ")"), std::string::npos)
-        << all_reduces[k] << "\n"
-        << g.to_text();
+    EXPECT_NE(starts[k].find(", %" + previous + ")"), std::string::npos) << starts[k] << "\n"
+                                                                         << g.to_text();
   }
 }
 

@@ -14,6 +14,7 @@ class ForwardingCollective : public distribute::Collective {
  public:
   explicit ForwardingCollective(std::unique_ptr<Collective> inner)
       : Collective({.timeout = inner->timeout()}), inner_(std::move(inner)) {}
+  ~ForwardingCollective() override { stop_async(); }  // its thread calls run()
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   int local_rank() const override { return inner_->local_rank(); }

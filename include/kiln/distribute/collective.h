@@ -40,7 +40,16 @@ struct CollectiveOptions {
 //
 // Supported dtypes: f32, f64, i8, u8, i32, i64. Integer sums wrap; an integer mean truncates.
 // max and min propagate NaN and order -0 below +0, as kiln::maximum and kiln::minimum do.
-// A communicator is used by one thread at a time.
+// A communicator is used by one thread at a time (its own communication thread aside).
+//
+// Asynchronous all_reduce (what a compiled step's all_reduce_start / all_reduce_done thunks
+// call): start_all_reduce returns at once and the collective runs on the communicator's
+// communication thread (started on first use), in the order started, while the caller goes on;
+// wait(step) returns its result. Its deadline counts from the start, and wait throws the error
+// the collective ended with: the same kiln::Error a blocking call would (naming the collective,
+// its step and the ranks that did not arrive). A blocking collective called while some are in
+// flight runs after them, on that thread. A started collective keeps its input (and, once done,
+// its result) until waited for.
 class Collective {
  public:
   virtual ~Collective();
@@ -64,6 +73,16 @@ class Collective {
   // Returns once every replica has arrived.
   void barrier();
 
+  // Starts all_reduce(x, op) and returns its step (the handle wait takes).
+  int64_t start_all_reduce(const Tensor& x, ReduceOp op = ReduceOp::kSum);
+  // The result of the collective started at `step`, once done; throws its error (or, when an
+  // earlier collective not yet waited for failed too, that one's: the cause). Each started
+  // step is waited for once (kInvalidArgument for a step not started or already waited for).
+  Tensor wait(int64_t step);
+  // Seconds the caller has spent blocked in this communicator: in blocking collectives and in
+  // wait (what communication costs the step, overlapped time excluded).
+  double blocked_seconds() const { return blocked_seconds_; }
+
   Seconds timeout() const { return timeout_; }
   void set_timeout(Seconds timeout);
   int64_t steps() const { return steps_; }  // collectives started so far
@@ -84,12 +103,20 @@ class Collective {
   // by `deadline`. The base class has counted the step and checked the local arguments.
   virtual Tensor run(const Call& call, const Tensor& x,
                      std::chrono::steady_clock::time_point deadline) = 0;
+  // Runs the collectives still queued and stops the communication thread. A backend calls it
+  // first in its destructor, since that thread calls run().
+  void stop_async();
 
  private:
+  struct Async;  // the communication thread and its queue (collective.cc)
+  Call prepare(Call call, const Tensor& x);
   Tensor start(Call call, const Tensor& x);
+  int64_t enqueue(const Call& call, const Tensor& x);
 
   Seconds timeout_;
   int64_t steps_ = 0;
+  double blocked_seconds_ = 0;
+  std::unique_ptr<Async> async_;
 };
 
 // `size` replicas of one process, one communicator each, meant to be driven by one thread each.

@@ -50,12 +50,16 @@ Tensor reduce_scatter(const Tensor& x, ReduceOp op = ReduceOp::kSum);
 // values, last first (backward computes the last layers' gradients first), are cut into
 // consecutive buckets of bucket_bytes / itemsize elements (at least one), a value spanning a
 // boundary split across two; each bucket is one all_reduce (sum) of the concatenation of its
-// pieces, which depends only on those values, so the compiler can run it as soon as they exist.
-// Each bucket's all_reduce also takes the previous one's result as an ordering input (read by
-// nothing), so every replica starts them in the same order whatever its compiled schedule.
-// Returns the sums in the values' shapes and dtypes: ceil(total bytes / bucket bytes)
-// all_reduces, each element summed as one all_reduce of everything would sum it.
-// kInvalidArgument for a negative bucket_bytes.
+// pieces, which depends only on those values. Each is recorded as two ops: all_reduce_start
+// (the collective starts on the communicator's own thread, Collective::start_all_reduce; its
+// output is a token) and all_reduce_done (waits for it, Collective::wait). A compiled step runs
+// each start as soon as its values exist and each done only where its result is first needed,
+// so the communication overlaps the rest of the backward pass; interpreted or eager, they run
+// in the graph's order. Each bucket's start also takes the previous one's token as an ordering
+// input, so every replica starts them in the same order whatever its compiled schedule.
+// Returns the sums in the values' shapes and dtypes (not differentiable: use all_reduce for
+// that): ceil(total bytes / bucket bytes) all_reduces, each element summed as one all_reduce
+// of everything would sum it. kInvalidArgument for a negative bucket_bytes.
 std::vector<Tensor> all_reduce_in_buckets(const std::vector<Tensor>& values, int64_t bucket_bytes);
 
 }  // namespace kiln::distribute
