@@ -99,9 +99,9 @@ void fused_gemm(const DotLayout& s, const T* pa_all, const T* pb_all, T* c,
   });
 }
 
-// bf16's epilogue as oneDNN takes it, or false where it cannot: a full bias (oneDNN 2.6's bf16
-// matmul takes a bias row only), or a vector bias shorter than the GEMM's rows (b has several
-// free dimensions). A scalar bias is spread over a row in *row.
+// bf16's epilogue as oneDNN takes it: a row of n bias values (a scalar bias spread over *row)
+// and the activation; or false for a full-size bias (oneDNN 2.6's bf16 matmul declines one) or
+// a vector bias shorter than the GEMM's rows (b has several free dimensions).
 bool onednn_epilogue(const Epilogue<bfloat16>& e, const DotLayout& l,
                      ops::onednn::MatmulEpilogue* out, std::vector<bfloat16>* row) {
   using ops::onednn::MatmulActivation;
@@ -111,13 +111,8 @@ bool onednn_epilogue(const Epilogue<bfloat16>& e, const DotLayout& l,
                                                      : MatmulActivation::kNone;
   if (e.bias == nullptr) return true;
   if (e.kind == BiasKind::kFull || (e.kind == BiasKind::kVector && e.bias_len != l.n)) return false;
-  if (e.kind == BiasKind::kScalar) {
-    row->assign(l.n, e.bias[0]);
-    out->bias = row->data();
-  } else {
-    out->bias = e.bias;
-  }
-  out->bias_cols = l.n;
+  if (e.kind == BiasKind::kScalar) row->assign(l.n, e.bias[0]);
+  out->bias_row = e.kind == BiasKind::kScalar ? row->data() : e.bias;
   return true;
 }
 
@@ -125,24 +120,23 @@ bool onednn_epilogue(const Epilogue<bfloat16>& e, const DotLayout& l,
 // kernels round: after the add, and after the activation (each computed in f32).
 void bf16_epilogue_pass(const Epilogue<bfloat16>& e, const bfloat16* d, bfloat16* y, int64_t size) {
   const int64_t n = e.bias_len, rows = n == 0 ? 0 : size / n;
-  runtime::parallel_for(rows, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, n)),
-                        [&](int64_t r0, int64_t r1) {
-                          for (int64_t r = r0; r < r1; ++r) {
-                            for (int64_t j = 0; j < n; ++j) {
-                              float x = d[r * n + j];
-                              if (e.bias != nullptr) {
-                                const bfloat16 b = e.kind == BiasKind::kScalar ? e.bias[0]
-                                                   : e.kind == BiasKind::kFull ? e.bias[r * n + j]
-                                                                               : e.bias[j];
-                                x = bfloat16(x + static_cast<float>(b));
-                              }
-                              if (e.act == Activation::kRelu) x = x <= 0.0f ? 0.0f : x;
-                              if (e.act == Activation::kTanh) x = tanh_of(x);
-                              if (e.act == Activation::kLogistic) x = logistic_of(x);
-                              y[r * n + j] = bfloat16(x);
-                            }
-                          }
-                        });
+  auto bias = [&](int64_t r, int64_t j) -> float {
+    if (e.kind == BiasKind::kScalar) return e.bias[0];
+    return e.kind == BiasKind::kFull ? e.bias[r * n + j] : e.bias[j];
+  };
+  auto run_rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t j = 0; j < n; ++j) {
+        float x = d[r * n + j];
+        if (e.bias != nullptr) x = bfloat16(x + bias(r, j));
+        if (e.act == Activation::kRelu) x = x <= 0.0f ? 0.0f : x;
+        if (e.act == Activation::kTanh) x = tanh_of(x);
+        if (e.act == Activation::kLogistic) x = logistic_of(x);
+        y[r * n + j] = bfloat16(x);
+      }
+    }
+  };
+  runtime::parallel_for(rows, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, n)), run_rows);
 }
 
 // bf16: the GEMM and its epilogue as one oneDNN matmul where oneDNN takes them (the bias added

@@ -51,17 +51,16 @@ bool has_unit(DType t) {
 
 // The parts of a MatmulEpilogue that shape a primitive (not the bias's address).
 struct EpilogueKind {
-  bool bias = false, bias_per_row = false, bias_per_column = false;
+  bool bias = false;
   MatmulActivation activation = MatmulActivation::kNone;
 };
 
 EpilogueKind kind_of(const MatmulEpilogue* e) {
   if (e == nullptr) return {};
-  return {e->bias != nullptr, e->bias_rows > 1, e->bias_cols > 1, e->activation};
+  return {e->bias_row != nullptr, e->activation};
 }
 
-// One block of `rows` output rows: rows of A (columns of its stored transpose), all of B, and
-// the bias's rows for them.
+// One block of `rows` output rows: rows of A (columns of its stored transpose), all of B.
 struct Entry {
   bool ok = false;   // false: the caller's kernel runs
   std::string impl;  // oneDNN's implementation name ("brg:avx512_core_bf16"), "" if none
@@ -87,10 +86,7 @@ Entry make_entry(const MatmulShape& s, int64_t rows, const EpilogueKind& ek) {
   e.a = memory::desc({rows, s.k}, t, s.a_transposed ? Dims{1, s.m} : Dims{s.k, 1});
   e.b = memory::desc({s.k, s.n}, t, s.b_transposed ? Dims{1, s.k} : Dims{s.n, 1});
   e.c = memory::desc({rows, s.n}, t, Dims{s.n, 1});
-  if (ek.bias) {
-    const int64_t bias_cols = ek.bias_per_column ? s.n : 1;
-    e.bias = memory::desc({ek.bias_per_row ? rows : 1, bias_cols}, t, Dims{bias_cols, 1});
-  }
+  if (ek.bias) e.bias = memory::desc({1, s.n}, t, Dims{s.n, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per call: blocks run concurrently
   add_activation(ek.activation, attr);
@@ -125,8 +121,6 @@ std::shared_ptr<const Entry> entry(const MatmulShape& s, int64_t rows,
                               s.a_transposed,
                               s.b_transposed,
                               ek.bias,
-                              ek.bias_per_row,
-                              ek.bias_per_column,
                               static_cast<int64_t>(ek.activation)};
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -181,15 +175,11 @@ bool matmul(const KernelContext& ctx, const MatmulShape& s, const void* a, const
   if (!lowp_matmul_supported(s.dtype)) return false;
   if (s.batch <= 0 || s.m <= 0 || s.k <= 0 || s.n <= 0) return false;  // nothing to multiply
   const EpilogueKind ek = kind_of(epilogue);
-  if (ek.bias && ((epilogue->bias_rows != 1 && epilogue->bias_rows != s.batch * s.m) ||
-                  (epilogue->bias_cols != 1 && epilogue->bias_cols != s.n)))
-    return false;  // a bias that does not broadcast onto [batch * m, n]
   const int64_t rows = block_rows(s), blocks = (s.m + rows - 1) / rows;
   const int64_t tail_rows = s.m - (blocks - 1) * rows;
   const std::shared_ptr<const Entry> full = entry(s, rows, ek);
   const std::shared_ptr<const Entry> tail = tail_rows == rows ? full : entry(s, tail_rows, ek);
   if (!full->ok || !tail->ok) return false;
-  const auto* pbias = ek.bias ? static_cast<const char*>(epilogue->bias) : nullptr;
 
   constexpr int64_t kBytes = 2;  // bf16 and f16
   const auto* pa = static_cast<const char*>(a);
@@ -215,10 +205,7 @@ bool matmul(const KernelContext& ctx, const MatmulShape& s, const void* a, const
             {DNNL_ARG_WEIGHTS, bind(e.b, pb + bi * s.k * s.n * kBytes)},
             {DNNL_ARG_DST, bind(e.c, pc + (bi * s.m + r0) * s.n * kBytes)},
             {DNNL_ARG_SCRATCHPAD, bind(e.scratch, scratch.data())}};
-        if (pbias != nullptr) {
-          const int64_t bias_at = ek.bias_per_row ? (bi * s.m + r0) * epilogue->bias_cols : 0;
-          args.emplace(DNNL_ARG_BIAS, bind(e.bias, pbias + bias_at * kBytes));
-        }
+        if (ek.bias) args.emplace(DNNL_ARG_BIAS, bind(e.bias, epilogue->bias_row));
         e.prim.execute(stream, args);
       } catch (const dnnl::error& err) {
         std::lock_guard<std::mutex> lock(mu);

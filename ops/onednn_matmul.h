@@ -24,13 +24,11 @@ struct MatmulShape {
 };
 
 // What oneDNN applies to each f32 result of a matmul before rounding it once to the dtype: a
-// bias (of the matmul's dtype) added, then an activation. The bias is [bias_rows, bias_cols]
-// row-major: bias_rows is 1 (one row for every output row) or batch * m (one per output row);
-// bias_cols is 1 or n.
+// bias row (n values of the matmul's dtype, the same for every output row) added, then an
+// activation.
 enum class MatmulActivation { kNone, kRelu, kTanh, kLogistic };
 struct MatmulEpilogue {
-  const void* bias = nullptr;  // none: no bias add
-  int64_t bias_rows = 1, bias_cols = 1;
+  const void* bias_row = nullptr;  // none: no bias add
   MatmulActivation activation = MatmulActivation::kNone;
 };
 
