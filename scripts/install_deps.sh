@@ -10,6 +10,7 @@ packages=(
   python3  # tests/tools/check_layers.py and the benchmark scripts
   clang libclang-rt-14-dev  # the fuzz targets (fuzz/, KILN_FUZZ)
   libdnnl-dev  # oneDNN: the convolutions' fast path (ops/onednn_conv.cc)
+  iproute2  # ip netns: tests/distribute/multi_host_test.sh runs two workers as two hosts
 )
 
 missing=()
