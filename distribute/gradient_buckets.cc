@@ -2,6 +2,7 @@
 // a given size, one all_reduce each (kiln/distribute/ops.h, all_reduce_in_buckets), and the
 // strategy's bucket size.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,12 @@ Tensor flat_range(const Tensor& flat, int64_t begin, int64_t end) {
 
 Tensor concatenated(const std::vector<Tensor>& parts) {
   return parts.size() == 1 ? parts[0] : concatenate(parts, 0);
+}
+
+// KILN_OVERLAP_COLLECTIVES=0 records each bucket as one blocking all_reduce instead.
+bool overlapped() {
+  const char* env = std::getenv("KILN_OVERLAP_COLLECTIVES");
+  return env == nullptr || std::string(env) != "0";
 }
 
 }  // namespace
@@ -86,7 +93,18 @@ std::vector<Tensor> all_reduce_in_buckets(const std::vector<Tensor>& values, int
     const Tensor x = concatenated(parts);
     std::vector<Tensor> inputs = {x};
     if (previous.defined()) inputs.push_back(previous);
-    const Tensor token = call_op("all_reduce_start", inputs, {{"op", std::string("sum")}})[0];
+    const Attrs sum_op = {{"op", std::string("sum")}};
+    if (!overlapped()) {
+      const Tensor sum = call_op("all_reduce", inputs, sum_op)[0];
+      int64_t at = 0;
+      for (const Piece& p : bucket) {
+        summed_pieces[p.value].push_back(flat_range(sum, at, at + (p.end - p.begin)));
+        at += p.end - p.begin;
+      }
+      previous = sum;
+      continue;
+    }
+    const Tensor token = call_op("all_reduce_start", inputs, sum_op)[0];
     const Tensor sum = call_op("all_reduce_done", {token, x}, {})[0];
     int64_t at = 0;
     for (const Piece& p : bucket) {
