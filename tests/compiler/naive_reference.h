@@ -274,12 +274,14 @@ inline Reference reduce_window_sum(const Tensor& x, const Attrs& attrs) {
 }
 
 // dx[argmax of window y] += dy[y].
+// With relu_mask, a window whose maximum is <= 0 passes nothing.
 inline Reference reduce_window_max_grad(const Tensor& x, const Tensor& dy, const Attrs& attrs) {
   Reference dx(x.shape());
-  const std::vector<double> dv = values(dy);
+  const std::vector<double> dv = values(dy), xv = values(x);
+  const bool relu_mask = attrs.get_bool("relu_mask", false);
   const std::vector<int64_t> arg = window_argmax(x, dy.shape(), attrs);
   for (size_t i = 0; i < arg.size(); ++i)
-    if (arg[i] >= 0) dx.add(arg[i], dv[i]);
+    if (arg[i] >= 0 && !(relu_mask && xv[arg[i]] <= 0)) dx.add(arg[i], dv[i]);
   return dx;
 }
 
