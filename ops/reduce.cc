@@ -16,12 +16,11 @@ namespace {
 
 // ---- reducers: an accumulator type, its identity, folding and finishing ------------------
 
-// Sums and products of 16-bit floats accumulate in float, of f32/f64 in double; integers in
+// Sums and products of floats accumulate in double (16-bit ones via float, and back through
+// float: the compiled loops fold in the same types, so they give the same bits); integers in
 // uint64_t, so that overflow wraps (like XLA) instead of being undefined behaviour.
 template <class T>
-using WideAcc =
-    std::conditional_t<kIsFloat<T>, std::conditional_t<std::is_floating_point_v<T>, double, float>,
-                       uint64_t>;
+using WideAcc = std::conditional_t<kIsFloat<T>, double, uint64_t>;
 
 template <class T>
 WideAcc<T> widen(T x) {

@@ -50,8 +50,8 @@ TEST_P(NarrowFusion, PiecesAndViewsKeepTheirBitsNaNPayloadsIncluded) {
   Tensor x = g.placeholder(t, {3, 4}, "x");
   Tensor m = g.placeholder(bool_, {4, 6}, "m");
   Tensor wide = transpose(concatenate({x, x}, 1), {1, 0});  // [8, 3]
-  Tensor p = pad(x, {1, 1}, {0, 1}, 0.5);                     // [4, 6]
-  Tensor y = where(m, p, p);                                  // a select of loaded values
+  Tensor p = pad(x, {1, 1}, {0, 1}, 0.5);                   // [4, 6]
+  Tensor y = where(m, p, p);                                // a select of loaded values
   Tensor xv = random_narrow(t, {3, 4}, 4);
   auto* bits = static_cast<uint16_t*>(xv.raw_mutable_data());
   bits[0] = t == bf16 ? 0x7f81 : 0x7c01;  // signalling NaNs with payloads
@@ -73,6 +73,43 @@ TEST_P(NarrowFusion, PiecesAndViewsKeepTheirBitsNaNPayloadsIncluded) {
     EXPECT_TRUE(g0[i] == w0[i] || (is_nan(g0[i]) && is_nan(w0[i]))) << "element " << i;
   EXPECT_TRUE(testing::bitwise_equal(got[1], want[1])) << e.fusion_log();
   EXPECT_EQ(e.num_fused_thunks(), 2) << e.fusion_log();
+}
+
+// Reductions of bf16/f16 fuse with the loop computing what they fold: sums and products
+// accumulate in f64 and max/min in f32, rounding once through f32, as the reference kernels do.
+// Row and column folds, the split path (chunks folded in parallel, then combined) and a
+// multi-output loop (a relu's gradient and the bias gradient's sum) all give the interpreter's
+// bits. NaN and infinities included.
+TEST_P(NarrowFusion, ReductionsFuseAndFoldAsTheInterpreterDoes) {
+  const DType t = GetParam();
+  for (const Shape& shape : {Shape{7, 33}, Shape{3, 70000}, Shape{70000, 5}}) {
+    SCOPED_TRACE(shape_str(shape));
+    Graph g{"narrow_reduce"};
+    Tensor x = g.placeholder(t, shape, "x");
+    Tensor y = g.placeholder(t, shape, "y");
+    Tensor dz = where(less_equal(y, zeros_like(y)), zeros_like(x), x * 1.5f);  // relu gradient
+    std::vector<Tensor> outs = {dz,
+                                sum(dz, {0}),
+                                sum(x * y, {1}),
+                                max(x + y, {0}),
+                                min(x * y, {1}),
+                                prod(abs(x) * 0.5f + 0.75f, {1}),
+                                sum(x - y)};
+    Tensor xv = random_narrow(t, shape, 5), yv = random_narrow(t, shape, 6);
+    auto* bits = static_cast<uint16_t*>(xv.raw_mutable_data());
+    bits[3] = t == bf16 ? 0x7fc0 : 0x7e00;             // NaN
+    bits[shape[1] + 1] = t == bf16 ? 0x7f80 : 0x7c00;  // +inf
+    FeedList feeds = {{x, xv}, {y, yv}};
+    Executable e = compile(g, outs, feeds);
+    const std::vector<std::string> thunks = e.thunk_descriptions();
+    for (const std::string& d : thunks)
+      EXPECT_EQ(d.find("kernel reduce"), std::string::npos) << d << "\n" << e.fusion_log();
+    std::vector<Tensor> got = e.run(feeds), want = g.run(feeds, outs);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      EXPECT_EQ(got[i].dtype(), t);
+      EXPECT_TRUE(testing::bitwise_equal(got[i], want[i])) << "output " << i;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, NarrowFusion, ::testing::Values(bf16, f16),

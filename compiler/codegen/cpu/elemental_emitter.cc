@@ -683,7 +683,8 @@ class Emitter {
       row_dims.insert(row_dims.end(), kept_inner.begin(), kept_inner.end() - 1);
     }
 
-    // Accumulators have each reduction's accumulator dtype (f64 for f32 sums and products).
+    // Accumulators have each reduction's accumulator dtype (f64 for f32, bf16 and f16 sums and
+    // products; f32 for bf16 and f16 max and min).
     // Row kernels keep theirs in allocas (promoted to registers by mem2reg); float max and min
     // fold with maxnum/minnum `nnan nsz`, beside an or-reduced NaN flag and a flag for whether
     // the preferred zero (+0 for max, -0 for min) was seen. Column kernels fold kColumnBlock
@@ -736,7 +737,8 @@ class Emitter {
       // The value reduction output o folds, in its accumulator dtype.
       auto red_value = [&](const std::vector<Value*>& vals, int o) {
         Value* v = vals[sg_.nodes[sg_.outputs[o] - n_in].args[0]];
-        return acc_type(o) == red_type(o) ? v : b_.CreateFPExt(v, reg_type(acc_type(o)));
+        Type* at = reg_type(acc_type(o));  // bf16/f16 values are f32 already
+        return v->getType() == at ? v : b_.CreateFPExt(v, at);
       };
       auto add_offsets = [&](const std::vector<Value*>& o, const Dim& d, Value* i) {
         std::vector<Value*> out(o);
@@ -754,7 +756,8 @@ class Emitter {
       // dtype, or with `raw` as it is (kernel_part's `partial`: into run()'s scratch).
       auto store_result = [&](int o, Value* a, Value* index, bool raw) {
         DType t = raw ? acc_type(o) : red_type(o);
-        if (t != acc_type(o)) a = b_.CreateFPTrunc(a, reg_type(t));
+        if (a->getType() != reg_type(t)) a = b_.CreateFPTrunc(a, reg_type(t));
+        if (is_narrow(t)) a = narrow(a, t);  // f64 -> f32 -> 16 bits, as the reference rounds
         tag(b_.CreateStore(a, b_.CreateInBoundsGEP(mem_type(t), out_ptrs_[o], index)));
       };
       // Emits stores(raw) for raw = false, and with wide accumulators also for raw = true,

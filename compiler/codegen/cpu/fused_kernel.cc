@@ -93,7 +93,9 @@ bool storage_dtype(DType t) { return supported_dtype(t) || t == u8 || t == i8; }
 
 DType accumulator_dtype(ReduceKind kind, DType dtype) {
   const bool folds_products = kind == ReduceKind::kSum || kind == ReduceKind::kProd;
-  return dtype == f32 && folds_products ? f64 : dtype;
+  const bool narrow = dtype == bf16 || dtype == f16;
+  if (folds_products && (dtype == f32 || narrow)) return f64;
+  return narrow ? f32 : dtype;
 }
 
 std::string reduction_layout_refusal(const Shape& shape, const std::vector<int64_t>& axes) {
@@ -237,7 +239,7 @@ int FusedSubgraph::add_reduce(ReduceKind kind, int arg, std::vector<int64_t> axe
   const char* name = reduce_kind_name(kind);
   DType t = dtype(arg);
   if (is_reduction(arg)) fail(*this, std::string(name) + ": its argument is a reduction");
-  if (t != f32 && t != f64 && t != i32 && t != i64)
+  if (t != f32 && t != f64 && t != i32 && t != i64 && !is_narrow(t))
     fail(*this, std::string(name) + ": dtype " + dtype_name(t) + " is not supported",
          ErrorCode::kUnimplemented);
   if (has_reductions() && axes != reduce_axes)
@@ -474,9 +476,30 @@ void combine(ReduceKind kind, const T* partials, int64_t chunks, int64_t n, Out*
           case ReduceKind::kMin: a = ops::min_of(a, v); break;
         }
       }
-      out[i] = static_cast<Out>(a);
+      if constexpr (std::is_same_v<Out, half> || std::is_same_v<Out, bfloat16>) {
+        out[i] = Out(static_cast<float>(a));  // as the reference rounds: to f32, then 16 bits
+      } else {
+        out[i] = static_cast<Out>(a);
+      }
     }
   });
+}
+
+// bf16/f16 partials: f64 (sums, products) or f32 (max, min), into the 16-bit output.
+void narrow_combine(ReduceKind kind, const Tensor& partials, int64_t chunks, int64_t n, DType out,
+                    void* dst) {
+  auto into = [&](auto* o) {
+    if (partials.dtype() == f64) {
+      combine(kind, static_cast<const double*>(partials.raw_data()), chunks, n, o);
+    } else {
+      combine(kind, static_cast<const float*>(partials.raw_data()), chunks, n, o);
+    }
+  };
+  if (out == DType::bf16) {
+    into(static_cast<bfloat16*>(dst));
+  } else {
+    into(static_cast<half*>(dst));
+  }
 }
 
 }  // namespace
@@ -522,6 +545,10 @@ void FusedKernel::run_split(int64_t chunks, const std::vector<void*>& in_ptrs,
         break;
       case DType::f64:
         combine(kind, static_cast<const double*>(src), chunks, n, static_cast<double*>(dst));
+        break;
+      case DType::bf16:
+      case DType::f16:
+        narrow_combine(kind, scratch[o], chunks, n, output_types_[o].dtype, dst);
         break;
       case DType::i32:
         combine(kind, static_cast<const int32_t*>(src), chunks, n, static_cast<int32_t*>(dst));

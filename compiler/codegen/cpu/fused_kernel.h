@@ -46,10 +46,11 @@ bool storage_dtype(DType t);
 // one contiguous run once size-1 dimensions are dropped); its shape is the iteration shape
 // without those axes. Reductions are sinks: only outputs may use them. Outputs may mix
 // iteration-shaped values (stored as they are computed) and reductions (multi-output fusion).
-// Reductions accumulate in accumulator_dtype (f32 sums and products in f64) and round once at
-// the end. Row reductions fold in several vector lanes, reassociated relative to the reference
-// kernel; in f64 that changes an f32 result only when the exact sum of n terms lies within
-// about n * 2^-53 * sum(|term|) of a rounding boundary of f32.
+// Reductions accumulate in accumulator_dtype (sums and products of f32, bf16 and f16 in f64)
+// and round once at the end (bf16/f16 through f32, as their reference kernels do). Row
+// reductions fold in several vector lanes, reassociated relative to the reference kernel; in
+// f64 that changes an f32 result only when the exact sum of n terms lies within about
+// n * 2^-53 * sum(|term|) of a rounding boundary of f32.
 struct FusedSubgraph {
   // An input is read at each index of `shape` (broadcast against the others like NumPy's).
   // A mapped input reads a buffer of shape `source` through the strided view `map` over

@@ -78,7 +78,8 @@ class CpuFusionTarget final : public FusionTarget {
                                     " inputs");
     const TensorType& x = inputs[0];
     if (!is_fully_defined(x.shape)) return FusionDecision::forbid("unknown input dimension");
-    if (x.dtype != f32 && x.dtype != f64 && x.dtype != i32 && x.dtype != i64)
+    if (x.dtype != f32 && x.dtype != f64 && x.dtype != i32 && x.dtype != i64 &&
+        x.dtype != bf16 && x.dtype != f16)
       return FusionDecision::forbid(std::string("dtype ") + dtype_name(x.dtype) +
                                     " is not supported");
     if (!node.attrs.has("axes")) return FusionDecision::forbid("no axes attribute");
