@@ -368,13 +368,25 @@ void disjoint_max_kernel(KernelContext& ctx) {
   const ArgmaxPlan plan = argmax_plan(ctx, x.shape(), out_shape);
   for_each_window<C>(
       plan, [](int64_t) {},
-      [&](int64_t out_base, const int64_t* offsets, WindowScratch<C>& s) {
+      [&](int64_t out_base, const int64_t* offsets, WindowScratch<C>&) {
+        // The maximum straight into the output row, by the argmax's rule (the first NaN wins),
+        // without tracking which tap it came from.
         C* __restrict d = y + out_base;
-        if (!window_argmax(plan, xs, offsets, s)) {
-          std::fill(d, d + plan.inner, MaxOp::identity<C>());
-          return;
+        std::fill(d, d + plan.inner, MaxOp::identity<C>());
+        bool first = true;
+        for (int32_t t = 0; t < plan.taps; ++t) {
+          if (offsets[t] < 0) continue;
+          const T* __restrict row = xs + offsets[t];
+          if (first) {
+            for (int64_t c = 0; c < plan.inner; ++c) d[c] = static_cast<C>(row[c]);
+            first = false;
+            continue;
+          }
+          for (int64_t c = 0; c < plan.inner; ++c) {
+            const C v = static_cast<C>(row[c]), w = d[c];
+            d[c] = (v > w) | ((v != v) & (w == w)) ? v : w;
+          }
         }
-        std::copy(s.value.begin(), s.value.end(), d);
       });
   result.store();
 }
