@@ -47,7 +47,10 @@ enum class AutoShardPolicy {
   // the step's all-reduce until the collective deadline fails them).
   kFile,
   // Every worker reads every element; worker w keeps its consecutive part of each batch
-  // (element components sliced along dimension 0). Equal data everywhere, equal step counts.
+  // (element components sliced along dimension 0; a batch shorter than the workers leaves some
+  // without rows). Equal data everywhere, equal step counts. (fit does this inside the step: it
+  // reads the global batches on every worker and gives a worker without rows a stand-in row
+  // weighted by zero.)
   kData,
   // Not divided: every worker trains on each element as its own part of the step (the program
   // divides the input itself, e.g. a file list per worker batched at the per-worker size).
