@@ -105,13 +105,19 @@ for ((r = 1; r <= rounds; ++r)); do
   echo "== round $r of $rounds" >&2
   # mlp_b1024_bf16, cnn_b256_bf16 (issue #16): mixed_bfloat16 against float32 in one process, and
   # the peer's CPU autocast to bf16 against its f32.
-  for c in mlp_b64 mlp_b1024 cnn_b128 mlp_b1024_bf16 cnn_b256_bf16; do
+  # mlp_b32 ... cnn_b256 (issue #12): the trainers at other batch sizes, so that the speed-up
+  # is not tuned to one.
+  for c in mlp_b64 mlp_b1024 cnn_b128 mlp_b1024_bf16 cnn_b256_bf16 mlp_b32 mlp_b256 cnn_b32 \
+    cnn_b256; do
     run "train_step_bench $c" "$bin/train_step_bench" "$c"
     if [[ $peers == on ]]; then torch "$c"; fi
   done
   # Model::fit under the reference interpreter, for the public API's compiled/interpreted ratio.
   run "train_step_bench mlp_b64 KILN_INTERPRET=1" --rename kiln_:interpreted_kiln_ \
     env KILN_INTERPRET=1 "$bin/train_step_bench" mlp_b64
+  # Where each trainer's fit() time goes (issue #12): GEMM/conv, fused loops, other kernels,
+  # the step's host work, and outside the step (input pipeline, fit's loop).
+  run step_breakdown_bench "$bin/step_breakdown_bench"
   run compile_bench "$bin/compile_bench"
   run sgemm_bench "$bin/sgemm_bench"
   run lowp_gemm_bench "$bin/lowp_gemm_bench"

@@ -125,7 +125,9 @@ double first_gemm_examples_per_s(int64_t batch) {
 
 int main(int argc, char** argv) {
   const auto cases = bench::selected_cases(
-      argc, argv, {"mlp_b64", "mlp_b1024", "cnn_b128", "mlp_b1024_bf16", "cnn_b256_bf16"});
+      argc, argv,
+      {"mlp_b64", "mlp_b1024", "cnn_b128", "mlp_b1024_bf16", "cnn_b256_bf16", "mlp_b32",
+       "mlp_b256", "cnn_b32", "cnn_b256"});
   if (cases.empty()) return 2;
   for (const std::string& c : cases) {
     if (c == "mlp_b64" || c == "mlp_b1024") {
@@ -140,6 +142,16 @@ int main(int argc, char** argv) {
       const double step = train_examples_per_s(cnn(), {28, 28, 1}, 128, 2);
       std::printf("%s: %.0f examples/s\n", c.c_str(), step);
       bench::result("kiln_cnn_b128_examples_per_s", step);
+    } else if (c == "mlp_b32" || c == "mlp_b256") {  // issue #12's other batch sizes
+      const int64_t batch = c == "mlp_b32" ? 32 : 256;
+      const double step = train_examples_per_s(mlp(), {784}, batch, batch == 32 ? 64 : 8);
+      std::printf("%s: %.0f examples/s\n", c.c_str(), step);
+      bench::result("kiln_" + c + "_examples_per_s", step);
+    } else if (c == "cnn_b32" || c == "cnn_b256") {
+      const int64_t batch = c == "cnn_b32" ? 32 : 256;
+      const double step = train_examples_per_s(cnn(), {28, 28, 1}, batch, batch == 32 ? 8 : 2);
+      std::printf("%s: %.0f examples/s\n", c.c_str(), step);
+      bench::result("kiln_" + c + "_examples_per_s", step);
     } else if (c == "mlp_b1024_bf16") {
       bf16_vs_f32(c, mlp, {784}, 1024, 8, 15);
     } else if (c == "cnn_b256_bf16") {

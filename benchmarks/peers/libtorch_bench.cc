@@ -242,7 +242,8 @@ int main(int argc, char** argv) {
   const auto cases = kiln::bench::selected_cases(
       argc, argv,
       {"mlp_b64", "mlp_b1024", "cnn_b128", "eltwise_chain", "eltwise_compute_chain",
-       "bf16_gemm_2048", "mlp_b1024_bf16", "cnn_b256_bf16"});
+       "bf16_gemm_2048", "mlp_b1024_bf16", "cnn_b256_bf16", "mlp_b32", "mlp_b256", "cnn_b32",
+       "cnn_b256"});
   if (cases.empty()) return 2;
   torch::set_num_threads(2);
   torch::manual_seed(0);
@@ -257,6 +258,16 @@ int main(int argc, char** argv) {
     } else if (c == "cnn_b128") {
       kiln::bench::result("torch_cnn_b128_examples_per_s",
                           train_examples_per_s(std::make_shared<Cnn>(), {1, 28, 28}, 128, 2));
+    } else if (c == "mlp_b32" || c == "mlp_b256") {  // the steps train_step_bench takes
+      const int64_t batch = c == "mlp_b32" ? 32 : 256;
+      kiln::bench::result("torch_" + c + "_examples_per_s",
+                          train_examples_per_s(std::make_shared<Mlp>(), {784}, batch,
+                                               batch == 32 ? 64 : 8));
+    } else if (c == "cnn_b32" || c == "cnn_b256") {
+      const int64_t batch = c == "cnn_b32" ? 32 : 256;
+      kiln::bench::result("torch_" + c + "_examples_per_s",
+                          train_examples_per_s(std::make_shared<Cnn>(), {1, 28, 28}, batch,
+                                               batch == 32 ? 8 : 2));
     } else if (c == "eltwise_chain") {
       auto [ops, builtin] = eltwise_chain_ms();
       kiln::bench::result("torch_eltwise_chain_ms", ops);
