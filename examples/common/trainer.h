@@ -42,6 +42,8 @@ struct TrainerFlags {
   // Mixed precision (kiln/nn/policy.h): "float32", "mixed_bfloat16" or "mixed_float16" (which
   // scales the loss). Layers made after apply_dtype_policy() take it.
   std::string dtype_policy;
+  // --profile: where the training time went (kiln/profiler.h), printed after training.
+  bool profile;
 
   // Reads the flags (with these defaults) and rejects unknown ones and bad values (exit 2),
   // before any data is loaded. --strategy and --replicas only where `distributable`.
@@ -58,7 +60,8 @@ struct TrainerFlags {
         logdir(flags.str("logdir", "")),
         strategy(distributable ? flags.str("strategy", "none") : "none"),
         replicas(distributable ? static_cast<int>(flags.integer("replicas", 2, 1, kMaxInt)) : 1),
-        dtype_policy(flags.str("dtype_policy", "float32")) {
+        dtype_policy(flags.str("dtype_policy", "float32")),
+        profile(flags.integer("profile", 0, 0, 1) == 1) {
     if (strategy != "none" && strategy != "mirrored" && strategy != "multi_worker") {
       std::cerr << "--strategy must be none, mirrored or multi_worker, got '" << strategy << "'\n";
       std::exit(2);
@@ -155,6 +158,7 @@ inline void train_and_report(kiln::nn::Sequential& model, const TrainerFlags& fl
                              const TrainerData& data, int64_t eval_batch_size,
                              const kiln::distribute::Strategy* strategy = nullptr) {
   const bool chief = !strategy || strategy->is_chief();
+  if (flags.profile) kiln::profiler::start();
   auto start = std::chrono::steady_clock::now();
   kiln::data::Dataset train = kiln::data::Dataset::from_tensors({data.x_train, data.y_train})
                                   .shuffle(data.x_train.dim(0), flags.seed)
@@ -166,6 +170,11 @@ inline void train_and_report(kiln::nn::Sequential& model, const TrainerFlags& fl
                     .verbose = flags.verbose});
   double train_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (flags.profile) {
+    for (const kiln::profiler::ProgramProfile& p : kiln::profiler::stop()) {
+      if (chief) std::cout << kiln::profiler::format(p);
+    }
+  }
   if (flags.verbose && chief) std::cout << model.summary();
   if (strategy && chief) std::cout << "strategy: " << replica_report(model, *strategy) << "\n";
 
