@@ -120,37 +120,10 @@ MPI_Op mpi_op(ReduceOp op, DType dtype) {
   return MPI_SUM;
 }
 
-// A call as 16 integers on the wire: kind, op, dtype, root, step, rank count, then up to ten
-// dimensions (a higher rank folds its last dimensions into the tenth).
-constexpr int kWireDims = 10;
-constexpr int kWireLength = 6 + kWireDims;
-using Wire = std::array<int64_t, kWireLength>;
-
-Wire encode(const Call& call) {
-  Wire w{};
-  w[0] = static_cast<int64_t>(call.kind);
-  w[1] = static_cast<int64_t>(call.op);
-  w[2] = static_cast<int64_t>(call.dtype);
-  w[3] = call.root;
-  w[4] = call.step;
-  w[5] = std::min<int64_t>(call.shape.size(), kWireDims);
-  for (size_t d = 0; d < call.shape.size(); ++d) {
-    const size_t slot = std::min<size_t>(d, kWireDims - 1);
-    w[6 + slot] = d <= slot ? call.shape[d] : w[6 + slot] * call.shape[d];
-  }
-  return w;
-}
-
-Call decode(const int64_t* w) {
-  Call call;
-  call.kind = static_cast<CollectiveKind>(w[0]);
-  call.op = static_cast<ReduceOp>(w[1]);
-  call.dtype = static_cast<DType>(w[2]);
-  call.root = static_cast<int>(w[3]);
-  call.step = w[4];
-  call.shape.assign(w + 6, w + 6 + w[5]);
-  return call;
-}
+using internal::decode;
+using internal::encode;
+using internal::kWireLength;
+using internal::Wire;
 
 // Runs blocking MPI calls, one at a time, on a thread of its own, so that the caller can wait
 // for one with a deadline. OpenMPI's blocking collectives use its tuned algorithms and progress

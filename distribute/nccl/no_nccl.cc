@@ -1,5 +1,5 @@
-// The NCCL backend's stub, the only NCCL file built so far: every build reports NCCL as
-// unavailable until the real backend (GPUs, bootstrapped over MPI) is added.
+// The NCCL backend's stub, built when the CUDA toolkit, the NCCL library or MPI is missing
+// (distribute/nccl/nccl_loader.cc otherwise): NCCL is unavailable in this build.
 #include "kiln/distribute/collective.h"
 #include "kiln/error.h"
 
@@ -9,8 +9,9 @@ bool nccl_available() { return false; }
 
 std::unique_ptr<Collective> make_nccl_collective(const CollectiveOptions&) {
   throw Error(ErrorCode::kUnimplemented,
-              "make_nccl_collective: NCCL is unavailable in this build (Kiln has no NCCL backend "
-              "yet); use make_mpi_collective or make_in_process_group");
+              "make_nccl_collective: NCCL is unavailable in this build (Kiln was built without "
+              "the CUDA toolkit, the NCCL library or MPI); use make_mpi_collective or "
+              "make_in_process_group");
 }
 
 }  // namespace kiln::distribute

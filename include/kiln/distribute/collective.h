@@ -132,8 +132,12 @@ std::vector<std::unique_ptr<Collective>> make_in_process_group(
 std::unique_ptr<Collective> make_mpi_collective(const CollectiveOptions& options = {});
 bool mpi_available();
 
-// NCCL (GPUs). Not in this build yet: nccl_available() is false and make_nccl_collective throws
-// kUnimplemented saying so.
+// NCCL (one GPU per rank; the processes of MPI_COMM_WORLD, as make_mpi_collective, which
+// bootstraps the group by broadcasting NCCL's unique id and then exchanges each call's
+// arguments). Tensors stay in host memory: each collective stages through device buffers.
+// nccl_available(): built with the backend (CUDA toolkit, NCCL and MPI found) and a GPU present.
+// make_nccl_collective throws kUnavailable saying "no GPU" without one, and kUnimplemented in a
+// build without the backend.
 std::unique_ptr<Collective> make_nccl_collective(const CollectiveOptions& options = {});
 bool nccl_available();
 
