@@ -1,6 +1,6 @@
 // The bundled Fashion-MNIST trainers under --strategy=mirrored --replicas=2, briefly (one epoch of
 // 512 examples): each trains on two CPU replicas that end with identical weights and reports its
-// test accuracy. Skipped without the Fashion-MNIST data.
+// test accuracy; and the CNN trainer's --profile=1. Skipped without the Fashion-MNIST data.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -43,6 +43,27 @@ TEST(TrainerStrategy, TheCnnTrainsOnTwoMirroredReplicasThatStayIdentical) {
 
 TEST(TrainerStrategy, TheMlpTrainsOnTwoMirroredReplicasThatStayIdentical) {
   expect_trains_on_two_mirrored_replicas(KILN_FASHION_MNIST_MLP);
+}
+
+// --profile=1 prints the training step's profile: its runs (8 batches of 64) and its kinds.
+TEST(TrainerProfile, TheCnnTrainerPrintsItsStepsProfile) {
+  const std::string dir = data::default_fashion_mnist_dir();
+  if (!std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz") &&
+      !std::filesystem::exists(dir + "/train-images-idx3-ubyte")) {
+    GTEST_SKIP() << "Fashion-MNIST not found in " << dir << " (install dataset-fashion-mnist)";
+  }
+  const std::filesystem::path log = testing_util::per_test_dir("trainer_profile");
+  std::filesystem::create_directories(log);
+  const testing_util::ProcessResult r = testing_util::run_process(
+      {KILN_FASHION_MNIST_CNN, "--profile=1", "--epochs=1", "--train_limit=512",
+       "--batch_size=64", "--verbose=0"},
+      (log / "out").string());
+  std::filesystem::remove_all(log);
+  ASSERT_TRUE(r.exited_ok()) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("profile of 'step':\n  8 runs,"));
+  EXPECT_THAT(r.output, HasSubstr("gemm/conv"));
+  EXPECT_THAT(r.output, HasSubstr("kernel fused_conv"));
+  EXPECT_THAT(r.output, HasSubstr("result: test_accuracy="));
 }
 #endif
 
