@@ -103,10 +103,6 @@ Collective::Collective(const CollectiveOptions& options)
 
 Collective::~Collective() { stop_async(); }
 
-bool Collective::on_communication_thread() const {
-  return async_ && async_->thread.get_id() == std::this_thread::get_id();
-}
-
 void Collective::stop_async() {
   if (!async_) return;
   {

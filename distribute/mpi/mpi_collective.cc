@@ -3,9 +3,11 @@
 // not arrive); the data then moves with the blocking call (MPI_Allreduce, ...) on a thread of
 // the communicator's own while the caller waits for it with the deadline, so a dead or stalled
 // peer ends in an error instead of a hang. Started asynchronously (Collective::start_all_reduce),
-// the whole collective runs on the Collective's communication thread, which polls by sleeping
-// rather than spinning; MPI stays MPI_THREAD_SERIALIZED, since one communicator's MPI calls are
-// made by one thread at a time (its caller's when nothing is in flight, else that thread's).
+// the whole collective runs on the Collective's communication thread, which polls as the caller
+// does (sleeping between polls, or yielding at once, measured no better on 2 cores:
+// benchmarks/mlp_2workers_step_vs_1). MPI stays MPI_THREAD_SERIALIZED, since one
+// communicator's MPI calls are made by one thread at a time (its caller's when nothing is in
+// flight, else that thread's).
 #include <mpi.h>
 #include <unistd.h>
 
@@ -195,11 +197,6 @@ class CommThread {
 // polled on the caller's thread rather than the blocking one on the communicator's thread (a
 // hand-over costs 10-20 us; measured by benchmarks/allreduce_vs_mpi.cc).
 constexpr int64_t kPolledBytes = 64 << 10;
-// How long the communication thread sleeps between polls. Against spinning as the caller's
-// thread does, the overlapped MLP step measured the same (benchmarks/mlp_2workers_step_vs_1:
-// 0.94-0.98 of the blocking buckets' speed either way, 2 ranks on 2 loaded cores), and sleeping
-// leaves the CPU to the step.
-constexpr std::chrono::microseconds kBackgroundPoll(20);
 
 class MpiCollective final : public Collective {
  public:
@@ -297,7 +294,6 @@ bool MpiCollective::poll(std::vector<MPI_Request>& requests, Clock::time_point d
                          const std::function<std::string()>& where) {
   std::vector<int> indices(requests.size());
   const Clock::time_point started = Clock::now();
-  const bool background = on_communication_thread();
   for (int attempt = 0;; ++attempt) {
     int completed = 0;
     const int rc = MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &completed,
@@ -313,12 +309,6 @@ bool MpiCollective::poll(std::vector<MPI_Request>& requests, Clock::time_point d
     // OpenMPI's non-blocking collectives advance only inside MPI_Test*, so sleeping between
     // polls stalls a transfer: spin, then yield (ranks are often oversubscribed), and sleep
     // only once the wait is long enough that a peer is probably stalled.
-    if (background) {
-      // On the communication thread the caller's thread computes meanwhile: spinning here
-      // would take its CPU (2 ranks on 2 cores), so sleep between polls.
-      std::this_thread::sleep_for(kBackgroundPoll);
-      continue;
-    }
     if (attempt < 200) continue;
     const auto waited = Clock::now() - started;
     if (waited < std::chrono::seconds(1)) {

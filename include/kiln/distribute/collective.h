@@ -106,9 +106,6 @@ class Collective {
   // Runs the collectives still queued and stops the communication thread. A backend calls it
   // first in its destructor, since that thread calls run().
   void stop_async();
-  // Whether run() is being called on the communication thread (the caller's thread then has
-  // work of its own: a backend that polls should leave it the CPU).
-  bool on_communication_thread() const;
 
  private:
   struct Async;  // the communication thread and its queue (collective.cc)
