@@ -94,7 +94,8 @@ class NcclCollective final : public Collective {
  private:
   [[noreturn]] void fail(Error error);
   void cuda(cudaError_t e, const std::function<std::string()>& where, const char* what);
-  void nccl(ncclResult_t r, const std::function<std::string()>& where, const char* what);
+  void nccl(ncclResult_t r, const std::function<std::string()>& where, const char* what,
+            Clock::time_point deadline);
   std::vector<Call> exchange_calls(const Call& call);
   // Waits for the stream's work by the deadline; aborts the communicator at the deadline.
   void finish(const Call& call, Clock::time_point deadline);
@@ -180,8 +181,21 @@ void NcclCollective::cuda(cudaError_t e, const std::function<std::string()>& whe
 }
 
 void NcclCollective::nccl(ncclResult_t r, const std::function<std::string()>& where,
-                          const char* what) {
-  if (r != ncclSuccess && r != ncclInProgress) {
+                          const char* what, Clock::time_point deadline) {
+  // A non-blocking communicator may still be enqueueing the call (ncclInProgress): it must have
+  // finished before anything else goes on the stream or to NCCL.
+  while (r == ncclInProgress) {
+    if (Clock::now() >= deadline) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      fail(Error(ErrorCode::kDeadlineExceeded, where() + ": " + what + " was not enqueued within " +
+                                                   internal::seconds_str(timeout()) +
+                                                   " s; the NCCL communicator was aborted"));
+    }
+    std::this_thread::sleep_for(kPoll);
+    ncclCommGetAsyncError(comm_, &r);
+  }
+  if (r != ncclSuccess) {
     fail(Error(ErrorCode::kUnavailable,
                where() + ": " + what + " failed: " + ncclGetErrorString(r)));
   }
@@ -213,7 +227,10 @@ void NcclCollective::finish(const Call& call, Clock::time_point deadline) {
     if (q != cudaErrorNotReady) cuda(q, where, "the stream");
     ncclResult_t state = ncclSuccess;
     ncclCommGetAsyncError(comm_, &state);
-    nccl(state, where, "the NCCL communicator");
+    if (state != ncclSuccess && state != ncclInProgress) {
+      fail(Error(ErrorCode::kUnavailable,
+                 where() + ": the NCCL communicator failed: " + ncclGetErrorString(state)));
+    }
     if (Clock::now() >= deadline) {
       ncclCommAbort(comm_);
       comm_ = nullptr;
@@ -258,12 +275,13 @@ Tensor NcclCollective::run(const Call& call, const Tensor& x, Clock::time_point 
       }
       if (call.kind == CollectiveKind::kAllReduce) {
         nccl(ncclAllReduce(in, out, n, type, nccl_op(call.op), comm_, stream_), where,
-             "ncclAllReduce");
+             "ncclAllReduce", deadline);
       } else if (call.kind == CollectiveKind::kReduceScatter) {
         nccl(ncclReduceScatter(in, out, n / size_, type, nccl_op(call.op), comm_, stream_), where,
-             "ncclReduceScatter");
+             "ncclReduceScatter", deadline);
       } else {
-        nccl(ncclBroadcast(in, out, n, type, call.root, comm_, stream_), where, "ncclBroadcast");
+        nccl(ncclBroadcast(in, out, n, type, call.root, comm_, stream_), where, "ncclBroadcast",
+             deadline);
       }
       cuda(cudaMemcpyAsync(result.raw_mutable_data(), out, result.nbytes(), cudaMemcpyDeviceToHost,
                            stream_),
@@ -284,7 +302,7 @@ Tensor NcclCollective::run(const Call& call, const Tensor& x, Clock::time_point 
       auto* out = static_cast<char*>(out_.get(most * size_ * item, where()));
       cuda(cudaMemcpyAsync(in, x.raw_data(), n * item, cudaMemcpyHostToDevice, stream_), where,
            "cudaMemcpyAsync to the GPU");
-      nccl(ncclAllGather(in, out, most, type, comm_, stream_), where, "ncclAllGather");
+      nccl(ncclAllGather(in, out, most, type, comm_, stream_), where, "ncclAllGather", deadline);
       auto* host = static_cast<char*>(result.raw_mutable_data());
       for (int r = 0; r < size_; ++r) {
         const size_t bytes = num_elements(calls[r].shape) * item;
