@@ -202,6 +202,65 @@ TEST(AsyncAllReduce, WaitingForAStepNotStartedOrWaitedForAlreadyIsAnErrorNamingI
   EXPECT_THROW(group[0]->wait(step), Error);
 }
 
+// Its all_reduces ignore their deadline: they return only once released.
+class StuckCollective : public testing::ForwardingCollective {
+ public:
+  using ForwardingCollective::ForwardingCollective;
+  void release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ protected:
+  Tensor all_reduce_through(const Tensor& x, ReduceOp op) override {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return released_; });
+    lock.unlock();
+    return ForwardingCollective::all_reduce_through(x, op);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;
+};
+
+// A backend that overruns its deadline does not hold the wait: it gives up a timeout (at least
+// 1 s) after the deadline, naming the collective and its step. The collective is released 10 s
+// later in any case, so a wait without a deadline returns instead of hanging.
+TEST(AsyncAllReduce, AWaitGivesUpOnABackendThatOverrunsItsDeadline) {
+  StuckCollective comm(std::move(make_in_process_group(1, {.timeout = Seconds(0.2)})[0]));
+  const int64_t step = comm.start_all_reduce(uniform({4}, 1));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool waited = false;
+  std::thread releaser([&] {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(10), [&] { return waited; });
+    comm.release();
+  });
+  std::string error;
+  ErrorCode code = ErrorCode::kInternal;
+  try {
+    comm.wait(step);
+  } catch (const Error& e) {
+    error = e.what();
+    code = e.code();
+  }
+  {
+    std::lock_guard lock(mu);
+    waited = true;
+  }
+  cv.notify_all();
+  releaser.join();
+  EXPECT_EQ(code, ErrorCode::kDeadlineExceeded) << error;
+  EXPECT_NE(error.find("all_reduce step 1 (rank 0 of 1, in_process): did not complete within "
+                       "0.2 s, nor did the communicator report why"),
+            std::string::npos)
+      << error;
+}
+
 // The first bucket's all_reduce is held until the probe (after the backward pass's last dot)
 // has run: it finishes after the probe only when the step went on while it was in flight (a
 // blocking all_reduce gives up waiting after 10 s and finishes before the probe).
