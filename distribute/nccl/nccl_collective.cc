@@ -79,7 +79,8 @@ class DeviceBuffer {
 
 class NcclCollective final : public Collective {
  public:
-  NcclCollective(const nccl_plugin::UniqueId& id, int rank, int size, int local_rank,
+  // Over `comm`, whose (non-blocking) initialization has been started, on GPU `device`.
+  NcclCollective(ncclComm_t comm, int device, int rank, int size, int local_rank,
                  std::unique_ptr<Collective> control, const CollectiveOptions& options);
   ~NcclCollective() override;
 
@@ -109,36 +110,23 @@ class NcclCollective final : public Collective {
   std::string broken_why_;
 };
 
-NcclCollective::NcclCollective(const nccl_plugin::UniqueId& id, int rank, int size, int local_rank,
+NcclCollective::NcclCollective(ncclComm_t comm, int device, int rank, int size, int local_rank,
                                std::unique_ptr<Collective> control,
                                const CollectiveOptions& options)
     : Collective(options),
       rank_(rank),
       size_(size),
       local_rank_(local_rank),
-      control_(std::move(control)) {
+      device_(device),
+      control_(std::move(control)),
+      comm_(comm) {
   auto where = [&] {
     return "make_nccl_collective (rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
            ")";
   };
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    throw Error(ErrorCode::kUnavailable, where() + ": no GPU");
-  }
-  device_ = local_rank_ % devices;
   cuda(cudaSetDevice(device_), where, "cudaSetDevice");
   cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), where, "cudaStreamCreate");
-  // Non-blocking: initialization and calls return at once, so the deadline can be kept.
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  ncclUniqueId nccl_id;
-  static_assert(sizeof nccl_id == sizeof id.bytes);
-  std::memcpy(&nccl_id, id.bytes, sizeof id.bytes);
-  const ncclResult_t started = ncclCommInitRankConfig(&comm_, size_, nccl_id, rank_, &config);
-  if (started != ncclSuccess && started != ncclInProgress) {
-    throw Error(ErrorCode::kUnavailable,
-                where() + ": ncclCommInitRankConfig failed: " + ncclGetErrorString(started));
-  }
+  // The communicator is non-blocking: its initialization is polled here, with the deadline.
   const Clock::time_point deadline = internal::deadline_after(timeout());
   for (;;) {
     ncclResult_t state = ncclInProgress;
@@ -326,6 +314,33 @@ Tensor NcclCollective::run(const Call& call, const Tensor& x, Clock::time_point 
 }  // namespace
 }  // namespace kiln::distribute
 
+namespace kiln::distribute {
+namespace {
+
+// Non-blocking, so that initialization and calls return at once and deadlines can be kept.
+ncclConfig_t non_blocking() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+void check_started(ncclResult_t r, const std::string& where) {
+  if (r != ncclSuccess && r != ncclInProgress) {
+    throw Error(ErrorCode::kUnavailable,
+                where + ": ncclCommInitRankConfig failed: " + ncclGetErrorString(r));
+  }
+}
+
+void set_device(int device, const std::string& where) {
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+    throw Error(ErrorCode::kUnavailable, where + ": cudaSetDevice(" + std::to_string(device) +
+                                             ") failed: " + cudaGetErrorString(e));
+  }
+}
+
+}  // namespace
+}  // namespace kiln::distribute
+
 extern "C" void kiln_nccl_get_unique_id(kiln::distribute::nccl_plugin::UniqueId* id) {
   ncclUniqueId nccl_id;
   if (ncclResult_t r = ncclGetUniqueId(&nccl_id); r != ncclSuccess) {
@@ -340,6 +355,47 @@ extern "C" kiln::distribute::Collective* kiln_nccl_make_collective(
     const kiln::distribute::nccl_plugin::UniqueId& id, int rank, int size, int local_rank,
     std::unique_ptr<kiln::distribute::Collective>* control,
     const kiln::distribute::CollectiveOptions& options) {
-  return new kiln::distribute::NcclCollective(id, rank, size, local_rank, std::move(*control),
-                                              options);
+  using namespace kiln::distribute;
+  const std::string where =
+      "make_nccl_collective (rank " + std::to_string(rank) + " of " + std::to_string(size) + ")";
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    throw kiln::Error(kiln::ErrorCode::kUnavailable, where + ": no GPU");
+  }
+  const int device = local_rank % devices;
+  set_device(device, where);
+  ncclUniqueId nccl_id;
+  static_assert(sizeof nccl_id == sizeof id.bytes);
+  std::memcpy(&nccl_id, id.bytes, sizeof id.bytes);
+  ncclConfig_t config = non_blocking();
+  ncclComm_t comm = nullptr;
+  check_started(ncclCommInitRankConfig(&comm, size, nccl_id, rank, &config), where);
+  return new NcclCollective(comm, device, rank, size, local_rank, std::move(*control), options);
+}
+
+extern "C" void kiln_nccl_make_group(
+    std::vector<std::unique_ptr<kiln::distribute::Collective>>* controls,
+    const kiln::distribute::CollectiveOptions& options,
+    std::vector<std::unique_ptr<kiln::distribute::Collective>>* out) {
+  using namespace kiln::distribute;
+  const int size = static_cast<int>(controls->size());
+  const std::string where = "make_nccl_group(" + std::to_string(size) + ")";
+  ncclUniqueId id;
+  if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
+    throw kiln::Error(kiln::ErrorCode::kUnavailable,
+                      where + ": ncclGetUniqueId failed: " + ncclGetErrorString(r));
+  }
+  // One thread initializes every GPU's rank inside one group call, as NCCL requires.
+  std::vector<ncclComm_t> comms(size, nullptr);
+  ncclConfig_t config = non_blocking();
+  ncclGroupStart();
+  for (int r = 0; r < size; ++r) {
+    set_device(r, where);
+    check_started(ncclCommInitRankConfig(&comms[r], size, id, r, &config), where);
+  }
+  check_started(ncclGroupEnd(), where);
+  for (int r = 0; r < size; ++r) {
+    out->push_back(std::make_unique<NcclCollective>(comms[r], r, r, size, r,
+                                                    std::move((*controls)[r]), options));
+  }
 }

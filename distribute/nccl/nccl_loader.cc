@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "distribute/nccl/nccl_plugin.h"
 #include "kiln/device.h"
@@ -18,6 +19,7 @@ namespace {
 struct Plugin {
   nccl_plugin::GetUniqueIdFn get_unique_id = nullptr;
   nccl_plugin::MakeFn make = nullptr;
+  nccl_plugin::MakeGroupFn make_group = nullptr;
   std::string error;  // why it did not load
 };
 
@@ -42,11 +44,33 @@ const Plugin& plugin() {
     p.get_unique_id =
         reinterpret_cast<nccl_plugin::GetUniqueIdFn>(dlsym(lib, nccl_plugin::kGetUniqueId));
     p.make = reinterpret_cast<nccl_plugin::MakeFn>(dlsym(lib, nccl_plugin::kMake));
-    if (!p.get_unique_id || !p.make)
+    p.make_group = reinterpret_cast<nccl_plugin::MakeGroupFn>(dlsym(lib, nccl_plugin::kMakeGroup));
+    if (!p.get_unique_id || !p.make || !p.make_group)
       p.error = std::string(nccl_plugin::kLibrary) + " lacks its entry points";
     return p;
   }();
   return loaded;
+}
+
+// The plugin, once `gpus` GPUs are known to be present; else kUnavailable from `function`.
+const Plugin& plugin_for(const std::string& function, int gpus) {
+  const int found = cuda_device_count();
+  if (found == 0) {
+    throw Error(ErrorCode::kUnavailable,
+                function +
+                    ": no GPU (the CUDA driver is absent or reports no device; NCCL needs one GPU "
+                    "per rank); use make_mpi_collective or make_in_process_group");
+  }
+  if (found < gpus) {
+    throw Error(ErrorCode::kUnavailable, function + ": needs " + std::to_string(gpus) +
+                                             " GPUs, this machine has " + std::to_string(found));
+  }
+  const Plugin& p = plugin();
+  if (!p.error.empty()) {
+    throw Error(ErrorCode::kUnavailable, function + ": could not load the NCCL backend (" +
+                                             nccl_plugin::kLibrary + "): " + p.error);
+  }
+  return p;
 }
 
 }  // namespace
@@ -54,17 +78,7 @@ const Plugin& plugin() {
 bool nccl_available() { return cuda_device_count() > 0 && plugin().error.empty(); }
 
 std::unique_ptr<Collective> make_nccl_collective(const CollectiveOptions& options) {
-  if (cuda_device_count() == 0) {
-    throw Error(ErrorCode::kUnavailable,
-                "make_nccl_collective: no GPU (the CUDA driver is absent or reports no device; "
-                "NCCL needs one GPU per rank); use make_mpi_collective or make_in_process_group");
-  }
-  const Plugin& p = plugin();
-  if (!p.error.empty()) {
-    throw Error(ErrorCode::kUnavailable,
-                std::string("make_nccl_collective: could not load the NCCL backend (") +
-                    nccl_plugin::kLibrary + "): " + p.error);
-  }
+  const Plugin& p = plugin_for("make_nccl_collective", 1);
   // The NCCL group's id travels from rank 0 over MPI, which then carries each call's exchange.
   std::unique_ptr<Collective> control = make_mpi_collective(options);
   nccl_plugin::UniqueId id{};
@@ -75,6 +89,20 @@ std::unique_ptr<Collective> make_nccl_collective(const CollectiveOptions& option
   std::memcpy(id.bytes, bytes.raw_data(), sizeof id.bytes);
   const int rank = control->rank(), size = control->size(), local = control->local_rank();
   return std::unique_ptr<Collective>(p.make(id, rank, size, local, &control, options));
+}
+
+std::vector<std::unique_ptr<Collective>> make_nccl_group(int size,
+                                                         const CollectiveOptions& options) {
+  if (size < 1) {
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        "make_nccl_group: the group needs at least one replica, got " + std::to_string(size));
+  }
+  const Plugin& p = plugin_for("make_nccl_group", size);
+  std::vector<std::unique_ptr<Collective>> controls = make_in_process_group(size, options);
+  std::vector<std::unique_ptr<Collective>> group;
+  p.make_group(&controls, options, &group);
+  return group;
 }
 
 }  // namespace kiln::distribute

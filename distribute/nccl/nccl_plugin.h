@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "kiln/distribute/collective.h"
 
@@ -22,7 +23,14 @@ using MakeFn = Collective* (*)(const UniqueId& id, int rank, int size, int local
                                std::unique_ptr<Collective>* control,
                                const CollectiveOptions& options);
 
+// `controls->size()` ranks of this process, rank r on GPU r, each exchanging its calls over
+// (*controls)[r] (an in-process group); appends them to `out`. Throws kiln::Error.
+using MakeGroupFn = void (*)(std::vector<std::unique_ptr<Collective>>* controls,
+                             const CollectiveOptions& options,
+                             std::vector<std::unique_ptr<Collective>>* out);
+
 inline constexpr const char* kLibrary = "libkiln_nccl.so";
+inline constexpr const char* kMakeGroup = "kiln_nccl_make_group";
 inline constexpr const char* kGetUniqueId = "kiln_nccl_get_unique_id";
 inline constexpr const char* kMake = "kiln_nccl_make_collective";
 

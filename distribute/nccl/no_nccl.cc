@@ -14,4 +14,10 @@ std::unique_ptr<Collective> make_nccl_collective(const CollectiveOptions&) {
               "make_in_process_group");
 }
 
+std::vector<std::unique_ptr<Collective>> make_nccl_group(int, const CollectiveOptions&) {
+  throw Error(ErrorCode::kUnimplemented,
+              "make_nccl_group: NCCL is unavailable in this build (Kiln was built without the "
+              "CUDA toolkit, the NCCL library or MPI); use make_in_process_group");
+}
+
 }  // namespace kiln::distribute

@@ -1,11 +1,14 @@
-// The NCCL backend: without a GPU, creating a communicator is a clear error; the backend's own
-// library (libkiln_nccl.so) loads without libcuda and exports its entry points; with a GPU,
-// every collective on a world of one gives the host's values (skipped here without one).
+// The NCCL backend: without a GPU, creating a communicator or a group is a clear error; the
+// backend's own library (libkiln_nccl.so) loads without libcuda and exports its entry points;
+// with a GPU, every collective on a world of one gives the host's values, and with two, a group
+// in one process sums and gathers both replicas (skipped here without them).
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "distribute/nccl/nccl_plugin.h"
 #include "kiln/device.h"
@@ -49,6 +52,18 @@ TEST(NcclCollective, WithoutAGpuCreatingOneIsUnavailableSayingSo) {
       EXPECT_NE(what.find("make_nccl_collective: no GPU"), std::string::npos) << what;
     }
   }
+  try {
+    make_nccl_group(2);
+    FAIL() << "make_nccl_group returned";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (plugin_path().empty()) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnimplemented) << what;
+    } else {
+      EXPECT_EQ(e.code(), ErrorCode::kUnavailable) << what;
+      EXPECT_NE(what.find("make_nccl_group: no GPU"), std::string::npos) << what;
+    }
+  }
   EXPECT_FALSE(mapped("libnccl")) << "libkiln loaded NCCL without a GPU";
   EXPECT_FALSE(mapped("libcudart")) << "libkiln loaded cudart without a GPU";
 }
@@ -60,6 +75,7 @@ TEST(NcclCollective, TheBackendsLibraryLoadsWithoutLibcudaAndExportsItsEntryPoin
   ASSERT_NE(lib, nullptr) << dlerror();
   EXPECT_NE(dlsym(lib, nccl_plugin::kGetUniqueId), nullptr);
   EXPECT_NE(dlsym(lib, nccl_plugin::kMake), nullptr);
+  EXPECT_NE(dlsym(lib, nccl_plugin::kMakeGroup), nullptr);
   EXPECT_TRUE(mapped("libnccl")) << "it links NCCL";
   if (cuda_device_count() == 0) {
     EXPECT_FALSE(mapped("libcuda.so")) << "loading the backend must not load the driver";
@@ -89,6 +105,35 @@ TEST(NcclCollective, EveryCollectiveOnOneGpuGivesTheHostsValues) {
   const int64_t step = comm->start_all_reduce(x);
   EXPECT_TRUE(same(comm->wait(step), x));
   EXPECT_EQ(comm->steps(), 9);
+}
+
+// Two GPUs of this process, one thread each: the sums, means and gathers of both replicas.
+TEST(NcclCollective, AGroupOfTwoGpusInOneProcessSumsAndGathersBothReplicas) {
+  if (cuda_device_count() < 2) {
+    GTEST_SKIP() << "needs 2 GPUs, this machine has " << cuda_device_count();
+  }
+  std::vector<std::unique_ptr<Collective>> group = make_nccl_group(2, {.timeout = Seconds(60)});
+  const Tensor a = random_uniform({4, 3}, 1, -1, 1), b = random_uniform({4, 3}, 2, -1, 1);
+  std::vector<Tensor> sums(2), gathers(2);
+  std::vector<std::string> errors(2);
+  auto replica = [&](int r) {
+    try {
+      sums[r] = group[r]->all_reduce(r == 0 ? a : b);
+      gathers[r] = group[r]->all_gather(r == 0 ? a : b);
+    } catch (const Error& e) {
+      errors[r] = e.what();
+    }
+  };
+  std::thread other(replica, 1);
+  replica(0);
+  other.join();
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(errors[1], "");
+  const std::vector<float> want = (a + b).to_vector<float>();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(sums[r].to_vector<float>(), want) << r;  // two terms: one rounding either way
+    EXPECT_EQ(gathers[r].to_vector<float>(), concatenate({a, b}, 0).to_vector<float>()) << r;
+  }
 }
 
 }  // namespace

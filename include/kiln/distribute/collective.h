@@ -136,6 +136,12 @@ bool mpi_available();
 // make_nccl_collective throws kUnavailable saying "no GPU" without one, and kUnimplemented in a
 // build without the backend.
 std::unique_ptr<Collective> make_nccl_collective(const CollectiveOptions& options = {});
+// NCCL over `size` GPUs of this process (replica r on GPU r), bootstrapped and exchanging calls
+// over an in-process group: one communicator per replica, each driven by one thread, as
+// make_in_process_group's. kUnavailable with fewer GPUs than `size`; kUnimplemented without the
+// backend.
+std::vector<std::unique_ptr<Collective>> make_nccl_group(int size,
+                                                         const CollectiveOptions& options = {});
 bool nccl_available();
 
 }  // namespace kiln::distribute
