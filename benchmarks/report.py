@@ -152,6 +152,12 @@ RATIOS = {
     "mlp_2workers_comm_share": (
         "", lambda r: r["mlp_2workers_comm_share"],
         ["mlp_2workers_comm_share", "mlp_2workers_bucketed_comm_share"]),
+    # The same buckets recorded as all_reduce_start/done (overlapped with the backward pass on
+    # the communicator's thread) against blocking all_reduces (KILN_OVERLAP_COLLECTIVES=0):
+    # > 1 means overlap is faster.
+    "mlp_2workers_overlapped_vs_blocking": ratio(
+        "", "mlp_2workers_bucketed_blocking_step_us", "mlp_2workers_bucketed_step_us",
+        "mlp_2workers_bucketed_blocking_comm_share"),
 }
 # Issue #15: Kiln's MPI all_reduce against a raw MPI_Allreduce (its time / Kiln's), 2 and 4 ranks;
 # the target from 4 MB.
