@@ -67,6 +67,23 @@ struct Operands {
   std::vector<float> a, b;  // logical [batch, m, k] and [batch, k, n], f32 before rounding
 };
 
+// Element (bi, i, j) of the product in f64: its value, sum |a b| and sum (|a| + |b|) (the
+// inputs of error_bound).
+struct ExactDot {
+  double value = 0, sum_abs_products = 0, sum_abs = 0;
+};
+
+ExactDot exact_dot(const Case& c, const Operands& o, int64_t bi, int64_t i, int64_t j) {
+  ExactDot d;
+  for (int64_t kk = 0; kk < c.k; ++kk) {
+    const double x = o.a[(bi * c.m + i) * c.k + kk], z = o.b[(bi * c.k + kk) * c.n + j];
+    d.value += x * z;
+    d.sum_abs_products += std::abs(x * z);
+    d.sum_abs += std::abs(x) + std::abs(z);
+  }
+  return d;
+}
+
 Operands random_operands(const Case& c, std::mt19937& rng) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   Operands o{std::vector<float>(c.batch * c.m * c.k), std::vector<float>(c.batch * c.k * c.n)};
@@ -104,13 +121,7 @@ double worst_error_over_bound(const Case& c, const Operands& o, const std::vecto
   for (int64_t bi = 0; bi < c.batch; ++bi)
     for (int64_t i = 0; i < c.m; ++i)
       for (int64_t j = 0; j < c.n; ++j) {
-        double exact = 0, s = 0, sum_abs = 0;
-        for (int64_t kk = 0; kk < c.k; ++kk) {
-          const double x = o.a[(bi * c.m + i) * c.k + kk], z = o.b[(bi * c.k + kk) * c.n + j];
-          exact += x * z;
-          s += std::abs(x * z);
-          sum_abs += std::abs(x) + std::abs(z);
-        }
+        const auto [exact, s, sum_abs] = exact_dot(c, o, bi, i, j);
         const double err = std::abs(y[(bi * c.m + i) * c.n + j] - exact);
         const double bound = error_bound(t, c.k, s, sum_abs);
         worst = std::max(worst, err / bound);
@@ -350,13 +361,7 @@ double check_fused(const FusedCase& f, const Operands& o, const Tensor& bias, co
   for (int64_t bi = 0; bi < c.batch; ++bi)
     for (int64_t i = 0; i < c.m; ++i)
       for (int64_t j = 0; j < c.n; ++j) {
-        double exact = 0, s = 0, sum_abs = 0;
-        for (int64_t kk = 0; kk < c.k; ++kk) {
-          const double x = o.a[(bi * c.m + i) * c.k + kk], z = o.b[(bi * c.k + kk) * c.n + j];
-          exact += x * z;
-          s += std::abs(x * z);
-          sum_abs += std::abs(x) + std::abs(z);
-        }
+        const auto [exact, s, sum_abs] = exact_dot(c, o, bi, i, j);
         const int64_t at = (bi * c.m + i) * c.n + j;
         const double b = f.bias == Bias::kFull ? bv[at] : f.bias == Bias::kVector ? bv[j] : bv[0];
         const double x = exact + b, want = activation_f64(f.act, x);
