@@ -46,7 +46,8 @@ void Strategy::set_bucket_bytes(int64_t bytes) {
   bucket_bytes_ = bytes;
 }
 
-std::vector<Tensor> all_reduce_in_buckets(const std::vector<Tensor>& values, int64_t bucket_bytes) {
+std::vector<Tensor> all_reduce_in_buckets(const std::vector<Tensor>& values, int64_t bucket_bytes,
+                                          bool overlap) {
   if (bucket_bytes < 0) {
     throw Error(ErrorCode::kInvalidArgument,
                 "all_reduce_in_buckets: bucket_bytes must be 0 (one bucket) or more, got " +
@@ -94,7 +95,7 @@ std::vector<Tensor> all_reduce_in_buckets(const std::vector<Tensor>& values, int
     std::vector<Tensor> inputs = {x};
     if (previous.defined()) inputs.push_back(previous);
     const Attrs sum_op = {{"op", std::string("sum")}};
-    if (!overlapped()) {
+    if (!overlap || !overlapped()) {
       const Tensor sum = call_op("all_reduce", inputs, sum_op)[0];
       int64_t at = 0;
       for (const Piece& p : bucket) {

@@ -12,6 +12,7 @@
 #include "kiln/distribute/ops.h"
 #include "kiln/nn/layers.h"
 #include "kiln/nn/model.h"
+#include "kiln/profiler.h"
 #include "tests/distribute/linear_regression.h"
 
 namespace kiln::nn {
@@ -98,6 +99,30 @@ TEST(DistributedFit, EveryReplicasVariablesAreBitIdenticalAfterFit) {
           << "replica " << r << ", " << model.weights()[w].name();
     }
   }
+}
+
+// MirroredStrategy's replicas block on each bucket's all_reduce (overlaps_communication() is
+// false: the replica threads already fill the cores); the compiled step holds no
+// all_reduce_start. Read off the step's thunks with kiln::profiler.
+TEST(DistributedFit, MirroredStepsBlockOnTheirAllReduces) {
+  Tensor x = uniform({kRows, kK}, 41);
+  Tensor y = uniform({kRows, kM}, 42);
+  auto strategy = std::make_shared<MirroredStrategy>(2);
+  EXPECT_FALSE(strategy->overlaps_communication());
+  strategy->set_bucket_bytes(64);  // several buckets
+  Sequential model({Dense(8, "relu"), Dense(kM)});
+  model.compile(optim::SGD(0.01), MeanSquaredError(), {}, {.strategy = strategy});
+  profiler::start();
+  model.fit(x, y, {.epochs = 1, .batch_size = 24, .shuffle = false, .verbose = 0});
+  int blocking = 0, started = 0;
+  for (const profiler::ProgramProfile& p : profiler::stop()) {
+    for (const profiler::ThunkTime& t : p.thunks) {
+      blocking += t.description == "kernel all_reduce";
+      started += t.description == "kernel all_reduce_start";
+    }
+  }
+  EXPECT_GT(blocking, 2);
+  EXPECT_EQ(started, 0);
 }
 
 TEST(DistributedFit, EvaluateAndPredictSplitTheirBatchesAcrossReplicas) {

@@ -26,6 +26,7 @@ class MirroredStrategy : public Strategy {
   std::string name() const override;
   // Each run_local has a fresh in-process group, so a failed one leaves the strategy usable.
   void run_local(const std::function<void(int local_replica)>& fn) override;
+  bool overlaps_communication() const override { return false; }
 
   // Runs step(per_replica_inputs[r]) for every replica r at once, each on a thread of its own
   // under a CollectiveScope of a communicator of the group, so the collective ops

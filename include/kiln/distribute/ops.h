@@ -60,9 +60,10 @@ Tensor reduce_scatter(const Tensor& x, ReduceOp op = ReduceOp::kSum);
 // Returns the sums in the values' shapes and dtypes (not differentiable: use all_reduce for
 // that): ceil(total bytes / bucket bytes) all_reduces, each element summed as one all_reduce
 // of everything would sum it. kInvalidArgument for a negative bucket_bytes. With the
-// environment variable KILN_OVERLAP_COLLECTIVES=0 (read when called), each bucket is one
-// blocking all_reduce instead, taking the previous one's result as its ordering input: what
-// benchmarks compare against.
-std::vector<Tensor> all_reduce_in_buckets(const std::vector<Tensor>& values, int64_t bucket_bytes);
+// environment variable KILN_OVERLAP_COLLECTIVES=0 (read when called), or with `overlap` false,
+// each bucket is one blocking all_reduce instead, taking the previous one's result as its
+// ordering input: what benchmarks compare against, and what MirroredStrategy's steps record.
+std::vector<Tensor> all_reduce_in_buckets(const std::vector<Tensor>& values, int64_t bucket_bytes,
+                                          bool overlap = true);
 
 }  // namespace kiln::distribute

@@ -51,6 +51,12 @@ class Strategy {
   // kInvalidArgument for a negative size.
   void set_bucket_bytes(int64_t bytes);
 
+  // Whether the train step overlaps its buckets' all_reduces with the rest of the backward
+  // pass (all_reduce_start/done on the communicator's own thread) rather than blocking on each.
+  // True across processes; MirroredStrategy says false: its replicas are threads of one process
+  // that already fill the cores, and handing each bucket to another thread measured slower.
+  virtual bool overlaps_communication() const { return true; }
+
  protected:
   Strategy() = default;
 

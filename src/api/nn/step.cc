@@ -116,7 +116,8 @@ Step Model::Impl::trace(const std::vector<TensorType>& x_types,
       local.push_back(weighted(updates[k].second));
     }
     // In buckets, each one all_reduce (as one per step would, but started by parts).
-    std::vector<Tensor> global = distribute::all_reduce_in_buckets(local, strategy->bucket_bytes());
+    std::vector<Tensor> global = distribute::all_reduce_in_buckets(
+        local, strategy->bucket_bytes(), strategy->overlaps_communication());
     total_rows = global[0];
     auto mean = [&](const Tensor& sum) {
       return sum / (sum.dtype() == f32 ? total_rows : convert(total_rows, sum.dtype()));
