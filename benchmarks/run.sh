@@ -83,20 +83,22 @@ run() {
 }
 # The peer at its best: LibTorch's 2 intra-op threads on one OpenMP pool that OpenBLAS (the
 # OpenMP build) shares; with any other BLAS, a single-threaded one. Each case runs under the
-# default OpenMP wait policy and under OMP_WAIT_POLICY=passive, and report.py keeps the better
-# figure of the round (it says which). Kiln's programs run with the environment as it is.
+# default OpenMP wait policy and under OMP_WAIT_POLICY=passive with 2 threads, and with 1 thread
+# (which can win on small batches), and report.py keeps the best figure of the round (it says
+# which). Kiln's programs run with the environment as it is.
 openmp_blas=/usr/lib/x86_64-linux-gnu/openblas-openmp
 torch() {
-  local policy
-  for policy in default passive; do
-    local env=(OMP_NUM_THREADS=2)
+  local variant policy threads
+  for variant in default:2 passive:2 default:1; do
+    policy=${variant%:*} threads=${variant#*:}
+    local env=(OMP_NUM_THREADS=$threads KILN_PEER_THREADS=$threads)
     [[ $policy == passive ]] && env+=(OMP_WAIT_POLICY=passive)
     if [[ -e $openmp_blas/libblas.so.3 ]]; then
       env+=("LD_LIBRARY_PATH=$openmp_blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
     else
       env+=(OPENBLAS_NUM_THREADS=1)
     fi
-    run "libtorch_bench $* omp=$policy" env -u OMP_WAIT_POLICY "${env[@]}" \
+    run "libtorch_bench $* omp=$policy threads=$threads" env -u OMP_WAIT_POLICY "${env[@]}" \
       "$bin/peers/libtorch_bench" "$@"
   done
 }

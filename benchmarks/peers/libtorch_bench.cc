@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -245,7 +246,11 @@ int main(int argc, char** argv) {
        "bf16_gemm_2048", "mlp_b1024_bf16", "cnn_b256_bf16", "mlp_b32", "mlp_b256", "cnn_b32",
        "cnn_b256"});
   if (cases.empty()) return 2;
-  torch::set_num_threads(2);
+  // KILN_PEER_THREADS (run.sh): LibTorch's intra-op threads, 2 (the host's cores) by default;
+  // run.sh also tries 1, which can win on small batches where a second thread costs more in
+  // hand-overs than it brings.
+  const char* threads_env = std::getenv("KILN_PEER_THREADS");
+  torch::set_num_threads(threads_env ? std::max(1, std::atoi(threads_env)) : 2);
   torch::manual_seed(0);
   std::printf("libtorch %s, %d intra-op threads\n", TORCH_VERSION, torch::get_num_threads());
   for (const std::string& c : cases) {
