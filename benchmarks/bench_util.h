@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -107,6 +108,39 @@ inline std::vector<std::string> selected_cases(int argc, char** argv,
     }
   }
   return cases;
+}
+
+// The bundled trainers' f32 fit() cases, shared by Kiln's benchmarks (train_step_bench,
+// step_breakdown_bench) and the LibTorch peer, so that both sides train the same batches: the
+// model (the MLP or the CNN), the batch size and the batches per timed fit() call.
+struct TrainerCase {
+  const char* name;
+  bool cnn;
+  int64_t batch, steps;
+};
+
+inline const std::vector<TrainerCase>& trainer_cases() {
+  static const std::vector<TrainerCase> cases = {
+      {"mlp_b32", false, 32, 64},    {"mlp_b64", false, 64, 32}, {"mlp_b256", false, 256, 8},
+      {"mlp_b1024", false, 1024, 4}, {"cnn_b32", true, 32, 8},   {"cnn_b128", true, 128, 2},
+      {"cnn_b256", true, 256, 2}};
+  return cases;
+}
+
+// The case named `name`, or null.
+inline const TrainerCase* find_trainer_case(const std::string& name) {
+  for (const TrainerCase& c : trainer_cases()) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
+// The trainer cases' names, then `more`.
+inline std::vector<std::string> trainer_case_names(std::vector<std::string> more = {}) {
+  std::vector<std::string> names;
+  for (const TrainerCase& c : trainer_cases()) names.push_back(c.name);
+  names.insert(names.end(), more.begin(), more.end());
+  return names;
 }
 
 }  // namespace kiln::bench

@@ -26,6 +26,11 @@ def ratio(target, num, den, *also):
     return (target, lambda r: r[num] / r[den], [num, den, *also])
 
 
+def value(target, key, *also):
+    """One raw figure as it is (a ratio or share a benchmark computed itself)."""
+    return (target, lambda r: r[key], [key, *also])
+
+
 # key: (target, how to compute it from one round's raw figures, the raw keys it reads).
 # The trainer targets are issue #12's (whole fit epochs against LibTorch at its best).
 RATIOS = {
@@ -43,9 +48,7 @@ RATIOS = {
     # Where each trainer's fit() goes (step_breakdown_bench, kiln::profiler): shares of the wall
     # time of one fit() in GEMMs/convolutions, fused loops, other kernels, the compiled step's
     # host work and outside the step (input pipeline, fit's loop); they add up to 1.
-    **{f"{c}_fit_{part}_share": (
-        "", (lambda key: lambda r: r[key])(f"kiln_{c}_share_{part}"),
-        [f"kiln_{c}_share_{part}", f"kiln_{c}_step_us"])
+    **{f"{c}_fit_{part}_share": value("", f"kiln_{c}_share_{part}", f"kiln_{c}_step_us")
        for c in ("mlp_b32", "mlp_b64", "mlp_b256", "mlp_b1024", "cnn_b32", "cnn_b128",
                  "cnn_b256")
        for part in ("gemm_conv", "fused_loops", "other_kernels", "step_host", "outside_step")},
@@ -119,11 +122,9 @@ RATIOS = {
     # A compiled bf16 dense layer relu(x w + b), [1024, 784] x [784, 128], over its bare GEMM
     # (lowp_gemm_bench bf16_dense_1024): what the fused bias + relu epilogue costs (lower is
     # better; 1 is free).
-    "bf16_dense_1024_vs_dot": (
-        "", lambda r: r["bf16_dense_1024_vs_dot"], ["bf16_dense_1024_vs_dot"]),
-    "compile_ms_mlp_train_step": (
-        "< 300", lambda r: r["compile_ms_mlp_train_step"],
-        ["compile_ms_mlp_train_step", "compile_ms_mlp_train_step_warm"]),
+    "bf16_dense_1024_vs_dot": value("", "bf16_dense_1024_vs_dot"),
+    "compile_ms_mlp_train_step": value(
+        "< 300", "compile_ms_mlp_train_step", "compile_ms_mlp_train_step_warm"),
     "arena_peak_vs_live_min": ratio(
         "", "arena_planned_peak_bytes", "arena_live_min_bytes"),
     # The input pipeline (pipeline_bench): TFRecord -> map(parse one record, n) -> batch.
@@ -149,9 +150,8 @@ RATIOS = {
         "", "mlp_1worker_2threads_step_us", "mlp_2workers_1thread_step_us"),
     "mlp_2workers_bucketed_vs_unbucketed": ratio(
         "", "mlp_2workers_1thread_step_us", "mlp_2workers_bucketed_step_us"),
-    "mlp_2workers_comm_share": (
-        "", lambda r: r["mlp_2workers_comm_share"],
-        ["mlp_2workers_comm_share", "mlp_2workers_bucketed_comm_share"]),
+    "mlp_2workers_comm_share": value(
+        "", "mlp_2workers_comm_share", "mlp_2workers_bucketed_comm_share"),
     # The same buckets recorded as all_reduce_start/done (overlapped with the backward pass on
     # the communicator's thread) against blocking all_reduces (KILN_OVERLAP_COLLECTIVES=0):
     # > 1 means overlap is faster.

@@ -23,12 +23,6 @@ namespace {
 
 using namespace kiln;
 
-struct Case {
-  std::string name;
-  bool cnn;
-  int64_t batch, steps;
-};
-
 struct Fit {
   double wall_s = 0;
   std::vector<profiler::ProgramProfile> programs;
@@ -54,7 +48,7 @@ Split split_of(const Fit& f) {
   return s;
 }
 
-void run_case(const Case& c, int rounds) {
+void run_case(const bench::TrainerCase& c, int rounds) {
   std::unique_ptr<nn::Sequential> model = c.cnn ? bench::cnn() : bench::mlp();
   Shape shape = {c.batch * c.steps};
   const Shape example = c.cnn ? Shape{28, 28, 1} : Shape{784};
@@ -80,14 +74,14 @@ void run_case(const Case& c, int rounds) {
   const Fit& f = fits[fits.size() / 2];
   const Split s = split_of(f);
   const double w = f.wall_s;
-  const std::string k = "kiln_" + c.name + "_";
+  const std::string name = c.name, k = "kiln_" + name + "_";
   std::printf(
       "%s: %.0f examples/s (median of %d fits of %lld steps); step %.0f us; shares: "
       "gemm/conv %.2f, fused loops %.2f, other kernels %.2f, step host %.2f, outside "
       "the step %.2f\n",
-      c.name.c_str(), static_cast<double>(c.batch * c.steps) / w, rounds,
-      static_cast<long long>(c.steps), s.runs ? s.step / s.runs * 1e6 : 0.0, s.gemm_conv / w,
-      s.fused / w, s.other / w, s.host / w, 1 - s.step / w);
+      c.name, static_cast<double>(c.batch * c.steps) / w, rounds, static_cast<long long>(c.steps),
+      s.runs ? s.step / s.runs * 1e6 : 0.0, s.gemm_conv / w, s.fused / w, s.other / w, s.host / w,
+      1 - s.step / w);
   for (const profiler::ProgramProfile& p : f.programs) {
     std::printf("%s", profiler::format(p, 5).c_str());
   }
@@ -103,16 +97,11 @@ void run_case(const Case& c, int rounds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<Case> all = {{"mlp_b32", false, 32, 64},  {"mlp_b64", false, 64, 32},
-                                 {"mlp_b256", false, 256, 8}, {"mlp_b1024", false, 1024, 4},
-                                 {"cnn_b32", true, 32, 8},    {"cnn_b128", true, 128, 2},
-                                 {"cnn_b256", true, 256, 2}};
-  std::vector<std::string> names;
-  for (const Case& c : all) names.push_back(c.name);
-  const std::vector<std::string> chosen = bench::selected_cases(argc, argv, names);
+  const std::vector<std::string> chosen =
+      bench::selected_cases(argc, argv, bench::trainer_case_names());
   if (chosen.empty()) return 2;
   try {
-    for (const Case& c : all) {
+    for (const bench::TrainerCase& c : bench::trainer_cases()) {
       if (std::find(chosen.begin(), chosen.end(), c.name) != chosen.end()) run_case(c, 7);
     }
   } catch (const Error& e) {

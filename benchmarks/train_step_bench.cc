@@ -125,33 +125,21 @@ double first_gemm_examples_per_s(int64_t batch) {
 
 int main(int argc, char** argv) {
   const auto cases = bench::selected_cases(
-      argc, argv,
-      {"mlp_b64", "mlp_b1024", "cnn_b128", "mlp_b1024_bf16", "cnn_b256_bf16", "mlp_b32",
-       "mlp_b256", "cnn_b32", "cnn_b256"});
+      argc, argv, bench::trainer_case_names({"mlp_b1024_bf16", "cnn_b256_bf16"}));
   if (cases.empty()) return 2;
   for (const std::string& c : cases) {
-    if (c == "mlp_b64" || c == "mlp_b1024") {
-      const int64_t batch = c == "mlp_b64" ? 64 : 1024;
-      const double step = train_examples_per_s(mlp(), {784}, batch, batch == 64 ? 32 : 4);
-      const double gemm = first_gemm_examples_per_s(batch);
+    if (const bench::TrainerCase* t = bench::find_trainer_case(c)) {
+      const Shape example = t->cnn ? Shape{28, 28, 1} : Shape{784};
+      const double step = train_examples_per_s(t->cnn ? cnn() : mlp(), example, t->batch, t->steps);
+      bench::result("kiln_" + c + "_examples_per_s", step);
+      if (c != "mlp_b64" && c != "mlp_b1024") {
+        std::printf("%s: %.0f examples/s\n", c.c_str(), step);
+        continue;
+      }
+      const double gemm = first_gemm_examples_per_s(t->batch);
       std::printf("%s: %.0f examples/s; the step takes %.1fx its first-layer GEMM\n", c.c_str(),
                   step, gemm / step);
-      bench::result("kiln_" + c + "_examples_per_s", step);
       bench::result("kiln_" + c + "_first_gemm_examples_per_s", gemm);
-    } else if (c == "cnn_b128") {
-      const double step = train_examples_per_s(cnn(), {28, 28, 1}, 128, 2);
-      std::printf("%s: %.0f examples/s\n", c.c_str(), step);
-      bench::result("kiln_cnn_b128_examples_per_s", step);
-    } else if (c == "mlp_b32" || c == "mlp_b256") {  // issue #12's other batch sizes
-      const int64_t batch = c == "mlp_b32" ? 32 : 256;
-      const double step = train_examples_per_s(mlp(), {784}, batch, batch == 32 ? 64 : 8);
-      std::printf("%s: %.0f examples/s\n", c.c_str(), step);
-      bench::result("kiln_" + c + "_examples_per_s", step);
-    } else if (c == "cnn_b32" || c == "cnn_b256") {
-      const int64_t batch = c == "cnn_b32" ? 32 : 256;
-      const double step = train_examples_per_s(cnn(), {28, 28, 1}, batch, batch == 32 ? 8 : 2);
-      std::printf("%s: %.0f examples/s\n", c.c_str(), step);
-      bench::result("kiln_" + c + "_examples_per_s", step);
     } else if (c == "mlp_b1024_bf16") {
       bf16_vs_f32(c, mlp, {784}, 1024, 8, 15);
     } else if (c == "cnn_b256_bf16") {

@@ -372,16 +372,17 @@ void disjoint_max_kernel(KernelContext& ctx) {
         // The maximum straight into the output row, by the argmax's rule (the first NaN wins),
         // without tracking which tap it came from.
         C* __restrict d = y + out_base;
-        std::fill(d, d + plan.inner, MaxOp::identity<C>());
-        bool first = true;
-        for (int32_t t = 0; t < plan.taps; ++t) {
+        int32_t t = 0;
+        while (t < plan.taps && offsets[t] < 0) ++t;
+        if (t == plan.taps) {  // every tap on padding
+          std::fill(d, d + plan.inner, MaxOp::identity<C>());
+          return;
+        }
+        const T* __restrict first = xs + offsets[t];
+        for (int64_t c = 0; c < plan.inner; ++c) d[c] = static_cast<C>(first[c]);
+        for (++t; t < plan.taps; ++t) {
           if (offsets[t] < 0) continue;
           const T* __restrict row = xs + offsets[t];
-          if (first) {
-            for (int64_t c = 0; c < plan.inner; ++c) d[c] = static_cast<C>(row[c]);
-            first = false;
-            continue;
-          }
           for (int64_t c = 0; c < plan.inner; ++c) {
             const C v = static_cast<C>(row[c]), w = d[c];
             d[c] = (v > w) | ((v != v) & (w == w)) ? v : w;

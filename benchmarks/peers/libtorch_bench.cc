@@ -242,9 +242,8 @@ std::pair<double, double> bf16_gemm_2048_gflops() {
 int main(int argc, char** argv) {
   const auto cases = kiln::bench::selected_cases(
       argc, argv,
-      {"mlp_b64", "mlp_b1024", "cnn_b128", "eltwise_chain", "eltwise_compute_chain",
-       "bf16_gemm_2048", "mlp_b1024_bf16", "cnn_b256_bf16", "mlp_b32", "mlp_b256", "cnn_b32",
-       "cnn_b256"});
+      kiln::bench::trainer_case_names({"eltwise_chain", "eltwise_compute_chain", "bf16_gemm_2048",
+                                       "mlp_b1024_bf16", "cnn_b256_bf16"}));
   if (cases.empty()) return 2;
   // KILN_PEER_THREADS (run.sh): LibTorch's intra-op threads, 2 (the host's cores) by default;
   // run.sh also tries 1, which can win on small batches where a second thread costs more in
@@ -254,25 +253,12 @@ int main(int argc, char** argv) {
   torch::manual_seed(0);
   std::printf("libtorch %s, %d intra-op threads\n", TORCH_VERSION, torch::get_num_threads());
   for (const std::string& c : cases) {
-    if (c == "mlp_b64") {
-      kiln::bench::result("torch_mlp_b64_examples_per_s",
-                          train_examples_per_s(std::make_shared<Mlp>(), {784}, 64, 32));
-    } else if (c == "mlp_b1024") {
-      kiln::bench::result("torch_mlp_b1024_examples_per_s",
-                          train_examples_per_s(std::make_shared<Mlp>(), {784}, 1024, 4));
-    } else if (c == "cnn_b128") {
-      kiln::bench::result("torch_cnn_b128_examples_per_s",
-                          train_examples_per_s(std::make_shared<Cnn>(), {1, 28, 28}, 128, 2));
-    } else if (c == "mlp_b32" || c == "mlp_b256") {  // the steps train_step_bench takes
-      const int64_t batch = c == "mlp_b32" ? 32 : 256;
-      kiln::bench::result("torch_" + c + "_examples_per_s",
-                          train_examples_per_s(std::make_shared<Mlp>(), {784}, batch,
-                                               batch == 32 ? 64 : 8));
-    } else if (c == "cnn_b32" || c == "cnn_b256") {
-      const int64_t batch = c == "cnn_b32" ? 32 : 256;
-      kiln::bench::result("torch_" + c + "_examples_per_s",
-                          train_examples_per_s(std::make_shared<Cnn>(), {1, 28, 28}, batch,
-                                               batch == 32 ? 8 : 2));
+    if (const kiln::bench::TrainerCase* t = kiln::bench::find_trainer_case(c)) {
+      // The batches train_step_bench trains (benchmarks/bench_util.h).
+      const double eps =
+          t->cnn ? train_examples_per_s(std::make_shared<Cnn>(), {1, 28, 28}, t->batch, t->steps)
+                 : train_examples_per_s(std::make_shared<Mlp>(), {784}, t->batch, t->steps);
+      kiln::bench::result("torch_" + c + "_examples_per_s", eps);
     } else if (c == "eltwise_chain") {
       auto [ops, builtin] = eltwise_chain_ms();
       kiln::bench::result("torch_eltwise_chain_ms", ops);
