@@ -61,10 +61,9 @@ std::string bias_refusal(const TensorType& bias, const TensorType& out, bool all
 }
 
 void check_epilogue(const InferContext& ctx, const TensorType& out, int bias_input,
-                    bool allow_full_bias, bool allow_bf16) {
-  if (out.dtype != f32 && out.dtype != f64 && !(allow_bf16 && out.dtype == bf16)) {
-    ctx.fail(std::string("needs ") + (allow_bf16 ? "f32, f64 or bf16" : "f32 or f64") +
-             " operands, got " + out.str());
+                    bool allow_full_bias) {
+  if (out.dtype != f32 && out.dtype != f64 && out.dtype != bf16 && out.dtype != f16) {
+    ctx.fail("needs f32, f64, bf16 or f16 operands, got " + out.str());
   }
   if (!ctx.attrs().has("activation") ||
       !activation_from_name(ctx.attrs().get_string("activation"))) {

@@ -34,11 +34,11 @@ std::optional<BiasKind> bias_kind(const Shape& bias, const Shape& out, bool allo
 // Why `bias` cannot be the bias of a fused op with output type `out`, or "".
 std::string bias_refusal(const TensorType& bias, const TensorType& out, bool allow_full);
 
-// Shape-function checks shared by the fused ops: the output is f32 or f64 (or bf16, when
-// allow_bf16), the "activation" attribute names an activation, and the optional bias (input
-// `bias_input`) fits the output.
+// Shape-function checks shared by the fused ops: the output is f32, f64, bf16 or f16, the
+// "activation" attribute names an activation, and the optional bias (input `bias_input`) fits
+// the output.
 void check_epilogue(const InferContext& ctx, const TensorType& out, int bias_input,
-                    bool allow_full_bias, bool allow_bf16 = false);
+                    bool allow_full_bias);
 
 // As the reference kernels compute them: f32 through the approximations of
 // ops/approximations.h (the same bits as the code generator's), f64 through std::.

@@ -1,7 +1,7 @@
 // The fused_conv kernel op: a convolution (ops/conv.cc's attributes) whose epilogue (bias add
 // and/or an activation) is applied to each block of output rows right after its GEMM wrote it,
-// while the block is in cache. Created by the epilogue fusion pass
-// (compiler/passes/epilogue_fusion.h).
+// while the block is in cache (bf16: inside oneDNN's convolution kernel). Created by the
+// epilogue fusion pass (compiler/passes/epilogue_fusion.h).
 #pragma once
 
 #include <string>
@@ -14,9 +14,15 @@ namespace kiln::compiler {
 // fused_conv(input, kernel[, bias]) with convolution's attributes (strides, padding_low,
 // padding_high, dilation, lhs_dilation, groups) plus "activation" ("none", "relu" = max(x, 0),
 // "tanh", "logistic"). The bias is added before the activation and must be a single element or
-// a vector along the channel (last) dimension (shape [..., 1, C_out]). f32 and f64. Results
-// equal convolution, add, activation run by the reference kernels, bit for bit. Like fused_dot
-// it has no gradient: the pass runs in the compiler, on graphs autodiff has already built.
+// a vector along the channel (last) dimension (shape [..., 1, C_out]). Like fused_dot it has no
+// gradient: the pass runs in the compiler, on graphs autodiff has already built.
+// f32 and f64: results equal convolution, add, activation run by the reference kernels, bit for
+// bit. bf16 and f16, as fused_dot: the bias added and the activation applied to the f32 sums
+// before their one rounding (bf16: one oneDNN convolution where the host has a bf16 unit; f16:
+// Kiln's GEMM on the widened operands), so within the convolution's error bound of the unfused
+// results, not bit-equal; relu keeps NaN (x <= 0 becomes 0) as the relu op does. bf16 without a
+// bf16 unit, or where oneDNN declines: the convolution's kernel, then the epilogue with the
+// reference roundings, bit-equal to the unfused ops.
 inline constexpr const char* kFusedConvOp = "fused_conv";
 
 // Why `bias` cannot be the bias of a fused_conv with output type `out`, or "".

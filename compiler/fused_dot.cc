@@ -1,11 +1,13 @@
 // The fused_dot kernel op (compiler/fused_dot.h): registration, shape function, and the CPU
 // kernel, a GEMM over blocks of output rows (ops::gemm_rows on the same blocks as dot's
 // reference kernel, so the same bits) with the bias and activation applied to each block as soon as
-// it is done; bf16 as one oneDNN matmul with the epilogue in its kernel (ops/onednn_matmul.h).
+// it is done; bf16 as one oneDNN matmul with the epilogue in its kernel (ops/onednn_matmul.h);
+// f16 as f32 GEMM blocks on the widened operands, the epilogue applied before the one rounding.
 #include "compiler/fused_dot.h"
 
 #include <algorithm>
 
+#include "compiler/lowp_epilogue.h"
 #include "kiln/op_registry.h"
 #include "ops/dot_util.h"
 #include "ops/kernel_util.h"
@@ -74,7 +76,7 @@ std::vector<TensorType> fused_dot_shape(const InferContext& ctx) {
   std::vector<TensorType> ab = {ctx.input(0), ctx.input(1)};
   std::vector<TensorType> out =
       dot.shape_fn(InferContext(ctx.op(), ctx.node_name(), ab, ctx.attrs()));
-  check_epilogue(ctx, out[0], 2, /*allow_full_bias=*/true, /*allow_bf16=*/true);
+  check_epilogue(ctx, out[0], 2, /*allow_full_bias=*/true);
   std::vector<int64_t> bf = free_dims(static_cast<int64_t>(ctx.input(1).shape.size()),
                                       ints_or_empty(ctx.attrs(), "rhs_batch"),
                                       ints_or_empty(ctx.attrs(), "rhs_contract"));
@@ -103,64 +105,76 @@ void fused_gemm(const DotLayout& s, const T* pa_all, const T* pb_all, T* c,
 // and the activation; or false for a full-size bias (oneDNN 2.6's bf16 matmul declines one) or
 // a vector bias shorter than the GEMM's rows (b has several free dimensions).
 bool onednn_epilogue(const Epilogue<bfloat16>& e, const DotLayout& l,
-                     ops::onednn::MatmulEpilogue* out, std::vector<bfloat16>* row) {
-  using ops::onednn::MatmulActivation;
-  out->activation = e.act == Activation::kRelu       ? MatmulActivation::kRelu
-                    : e.act == Activation::kTanh     ? MatmulActivation::kTanh
-                    : e.act == Activation::kLogistic ? MatmulActivation::kLogistic
-                                                     : MatmulActivation::kNone;
+                     ops::onednn::BiasActivation* out, std::vector<bfloat16>* row) {
+  out->activation = onednn_activation(e.act);
   if (e.bias == nullptr) return true;
   if (e.kind == BiasKind::kFull || (e.kind == BiasKind::kVector && e.bias_len != l.n)) return false;
   if (e.kind == BiasKind::kScalar) row->assign(l.n, e.bias[0]);
-  out->bias_row = e.kind == BiasKind::kScalar ? row->data() : e.bias;
+  out->bias = e.kind == BiasKind::kScalar ? row->data() : e.bias;
   return true;
 }
 
-// y = activation(bias + d) from dot's bf16 result d, rounded as the reference add and activation
-// kernels round: after the add, and after the activation (each computed in f32).
-void bf16_epilogue_pass(const Epilogue<bfloat16>& e, const bfloat16* d, bfloat16* y, int64_t size) {
-  const int64_t n = e.bias_len, rows = n == 0 ? 0 : size / n;
-  auto bias = [&](int64_t r, int64_t j) -> float {
-    if (e.kind == BiasKind::kScalar) return e.bias[0];
-    return e.kind == BiasKind::kFull ? e.bias[r * n + j] : e.bias[j];
-  };
-  auto run_rows = [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t j = 0; j < n; ++j) {
-        float x = d[r * n + j];
-        if (e.bias != nullptr) x = bfloat16(x + bias(r, j));
-        if (e.act == Activation::kRelu) x = x <= 0.0f ? 0.0f : x;
-        if (e.act == Activation::kTanh) x = tanh_of(x);
-        if (e.act == Activation::kLogistic) x = logistic_of(x);
-        y[r * n + j] = bfloat16(x);
-      }
-    }
-  };
-  runtime::parallel_for(rows, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, n)), run_rows);
+// dot's kernel, then the epilogue with the reference kernels' roundings: the same bits as dot,
+// add and the activation run apart (bf16 and f16).
+template <class T>
+void dot_then_rounded_epilogue(KernelContext& ctx, const Epilogue<T>& epilogue) {
+  const Tensor d = runtime::run_kernel(OpRegistry::global().find("dot"), ctx.node_name(),
+                                       {ctx.input(0), ctx.input(1)}, ctx.attrs())[0];
+  apply_rounded_epilogue(epilogue, static_cast<const T*>(d.raw_data()),
+                         ops::out_ptr<T>(ctx.allocate_output(0)), d.size());
 }
 
 // bf16: the GEMM and its epilogue as one oneDNN matmul where oneDNN takes them (the bias added
 // and the activation applied to the f32 sum, which is rounded once); otherwise dot's kernel,
-// then the epilogue with the reference kernels' roundings (the same bits as dot, add and the
-// activation run apart).
+// then the epilogue with the reference kernels' roundings.
 void fused_dot_bf16(KernelContext& ctx, const DotLayout& l) {
   const Tensor& ta = ctx.input(0);
   const Tensor& tb = ctx.input(1);
   const Epilogue<bfloat16> epilogue = epilogue_of<bfloat16>(ctx, 2, /*allow_full_bias=*/true);
-  Tensor& out = ctx.allocate_output(0);
-  ops::onednn::MatmulEpilogue onednn;
+  ops::onednn::BiasActivation onednn;
   std::vector<bfloat16> bias_row;
   if (l.refusal.empty() && ops::onednn::lowp_matmul_supported(bf16) &&
       onednn_epilogue(epilogue, l, &onednn, &bias_row)) {
     const ops::onednn::MatmulShape s{l.batch, l.m, l.k, l.n, l.a_transposed, l.b_transposed, bf16};
-    if (ops::onednn::matmul(ctx, s, ta.raw_data(), tb.raw_data(), ops::out_ptr<bfloat16>(out),
-                            &onednn))
+    if (ops::onednn::matmul(ctx, s, ta.raw_data(), tb.raw_data(),
+                            ops::out_ptr<bfloat16>(ctx.allocate_output(0)), &onednn))
       return;
   }
-  const Tensor d = runtime::run_kernel(OpRegistry::global().find("dot"), ctx.node_name(), {ta, tb},
-                                       ctx.attrs())[0];
-  bf16_epilogue_pass(epilogue, static_cast<const bfloat16*>(d.raw_data()),
-                     ops::out_ptr<bfloat16>(out), d.size());
+  dot_then_rounded_epilogue(ctx, epilogue);
+}
+
+// f16 (no f16 matmul in oneDNN 2.6): dot's widening GEMM, f32 blocks of output rows on the
+// widened operands in their layout, each block's bias and activation applied to its f32 sums
+// before their one rounding to f16. Operands that need a copy: dot's kernel, then the epilogue
+// with the reference roundings.
+void fused_dot_f16(KernelContext& ctx, const DotLayout& l) {
+  const Epilogue<half> epilogue = epilogue_of<half>(ctx, 2, /*allow_full_bias=*/true);
+  if (!l.refusal.empty()) return dot_then_rounded_epilogue(ctx, epilogue);
+  std::vector<float> bias;
+  const Epilogue<float> wide =
+      widened_epilogue(epilogue, ctx.num_inputs() > 2 ? ctx.input(2).size() : 0, &bias);
+  auto widen = [](const Tensor& t) {
+    std::vector<float> w(t.size());
+    const half* p = static_cast<const half*>(t.raw_data());
+    runtime::parallel_for(t.size(), 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) w[i] = p[i];
+    });
+    return w;
+  };
+  const std::vector<float> a = widen(ctx.input(0)), b = widen(ctx.input(1));
+  half* y = ops::out_ptr<half>(ctx.allocate_output(0));
+  if (l.n == 0) return;
+  ops::for_each_row_block(l.batch, l.m, l.k, l.n, [&](int64_t bi, int64_t r0, int64_t r1) {
+    const int64_t rows = r1 - r0;
+    std::vector<float> block(rows * l.n, 0.0f);
+    if (l.k > 0) {
+      ops::gemm_rows(a.data() + bi * l.m * l.k, b.data() + bi * l.k * l.n, block.data(), l.m, l.k,
+                     l.n, r0, rows, l.a_transposed, l.b_transposed);
+    }
+    wide.apply(block.data(), bi * l.m + r0, rows, l.n);
+    half* dst = y + bi * l.m * l.n + r0 * l.n;
+    for (int64_t i = 0; i < rows * l.n; ++i) dst[i] = half(block[i]);
+  });
 }
 
 void fused_dot_kernel(KernelContext& ctx) {
@@ -188,6 +202,8 @@ void fused_dot_kernel(KernelContext& ctx) {
     run(double{});
   } else if (ta.dtype() == bf16) {
     fused_dot_bf16(ctx, l);
+  } else if (ta.dtype() == f16) {
+    fused_dot_f16(ctx, l);
   } else {
     ctx.fail(std::string("dtype ") + dtype_name(ta.dtype()) + " is not supported");
   }
@@ -202,6 +218,6 @@ KILN_REGISTER_OP(fused_dot)
     .kind(OpKind::kKernel)
     .non_differentiable()
     .shape_fn(fused_dot_shape);
-KILN_REGISTER_KERNEL(fused_dot).dtypes({f32, f64, bf16}).fn(fused_dot_kernel);
+KILN_REGISTER_KERNEL(fused_dot).dtypes({f32, f64, bf16, f16}).fn(fused_dot_kernel);
 
 }  // namespace kiln::compiler

@@ -1,7 +1,7 @@
 // The fused_dot kernel op: a dot (ops/linalg.cc's attributes) whose epilogue (bias add and/or an
 // activation) is applied to each block of output rows right after Eigen computes it, while the
-// block is in cache (bf16: inside oneDNN's matmul kernel). Created by the epilogue fusion pass
-// (compiler/passes/epilogue_fusion.h).
+// block is in cache (bf16: inside oneDNN's matmul kernel; f16: before the block's rounding).
+// Created by the epilogue fusion pass (compiler/passes/epilogue_fusion.h).
 #pragma once
 
 #include <string>
@@ -16,9 +16,12 @@ namespace kiln::compiler {
 // added before the activation and must be a single element, a vector along the last output
 // dimension (shape [..., 1, N]), or of the output's shape; b must have a free dimension.
 // f32 and f64: results equal dot, add, activation run by the reference kernels, bit for bit.
-// bf16: one oneDNN matmul where the host has a bf16 unit, the bias and activation applied to the
-// f32 sum before its one rounding (so within the dot's bf16 error bound of the unfused results,
-// not bit-equal); elsewhere dot's kernel then the epilogue, bit-equal to the unfused ops.
+// bf16 and f16: the bias added and the activation applied to the f32 sum before its one rounding
+// (so within the dot's error bound of the unfused results, not bit-equal); relu keeps NaN, as
+// the relu op does. bf16 runs as one oneDNN matmul where the host has a bf16 unit, elsewhere (and
+// for a full-size bias) dot's kernel then the epilogue, bit-equal to the unfused ops. f16 runs
+// Kiln's f32 GEMM blocks on the widened operands (oneDNN 2.6 has no f16 matmul), the epilogue
+// applied to each block before its rounding.
 inline constexpr const char* kFusedDotOp = "fused_dot";
 
 // Why a dot with these attributes and operand shapes would need its operands copied (the kernel

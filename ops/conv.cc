@@ -281,12 +281,12 @@ void col2im(const ConvPlan& plan, const C* patch, int64_t row, int64_t rows, int
 // The plain convolution: no epilogue, no call.
 struct NoEpilogue {};
 
-// `epilogue` (see ops/conv.h) sees each block of output rows as soon as its GEMMs are done.
+// `epilogue` (see ops/conv.h) sees each block of output rows as soon as its GEMMs are done, in
+// the compute type (f16/bf16: the f32 sums, before their one rounding).
 template <class T, class E = NoEpilogue>
 void conv_kernel(KernelContext& ctx, const E& epilogue = {}) {
   using C = ComputeType<T>;  // float for f16/bf16
   constexpr bool kHook = !std::is_same_v<E, NoEpilogue>;
-  static_assert(!kHook || std::is_same_v<T, C>, "epilogues see the output in its own type");
   using Mat = Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Strided = Eigen::OuterStride<>;
   const ConvPlan plan =
@@ -295,8 +295,9 @@ void conv_kernel(KernelContext& ctx, const E& epilogue = {}) {
   T* y = out_ptr<T>(out);
   if (plan.out_rows == 0 || plan.c_out == 0) return;
   if (plan.depth == 0) {
-    std::fill(y, y + plan.out_rows * plan.c_out, T(C(0)));
-    if constexpr (kHook) epilogue(y, 0, plan.out_rows);
+    std::vector<C> zeros(plan.out_rows * plan.c_out, C(0));
+    if constexpr (kHook) epilogue(zeros.data(), 0, plan.out_rows);
+    store_rounded(zeros.data(), plan.out_rows * plan.c_out, y);
     return;
   }
   const T* x = in_ptr<T>(ctx, 0);
@@ -573,11 +574,21 @@ std::vector<Tensor> conv_kernel_grad_gradient(const GradContext& g) {
 }  // namespace
 
 template <class T>
-void conv_forward(KernelContext& ctx, const ConvEpilogue<T>& epilogue) {
+void conv_forward(KernelContext& ctx, const ConvEpilogue<ComputeType<T>>& epilogue) {
   conv_kernel<T>(ctx, epilogue);
 }
 template void conv_forward<float>(KernelContext&, const ConvEpilogue<float>&);
 template void conv_forward<double>(KernelContext&, const ConvEpilogue<double>&);
+template void conv_forward<half>(KernelContext&, const ConvEpilogue<float>&);
+
+bool conv_forward_bf16_fused(KernelContext& ctx, const onednn::BiasActivation& fused) {
+  const ConvPlan plan =
+      make_plan(ctx, ctx.input(0).shape(), ctx.input(1).shape(), ctx.output_type(0).shape);
+  const std::optional<onednn::ConvShape> s = onednn_shape(plan, /*bf16=*/true);
+  if (!s || plan.out_rows == 0 || plan.c_out == 0 || plan.depth == 0) return false;
+  return onednn::fused_forward(ctx, *s, in_ptr<bfloat16>(ctx, 0), in_ptr<bfloat16>(ctx, 1),
+                               out_ptr<bfloat16>(ctx.allocate_output(0)), fused);
+}
 
 KILN_REGISTER_OP(convolution)
     .input("input")

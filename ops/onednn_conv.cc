@@ -1,6 +1,7 @@
 // oneDNN's f32 and bf16 convolutions behind ops/onednn_conv.h. The batch is cut into chunks of
 // whole images that Kiln's thread pool runs on single-threaded primitives, so oneDNN's OpenMP team
-// never competes with the pool for the cores; primitives are cached per shape and chunk size.
+// never competes with the pool for the cores; primitives are cached per shape, chunk size and
+// fused epilogue (a bf16 forward's bias and activation).
 #include "ops/onednn_conv.h"
 
 #include <omp.h>
@@ -15,6 +16,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ops/onednn_util.h"
@@ -36,7 +38,7 @@ std::atomic<bool>& enabled_flag() {
   return on;
 }
 
-std::atomic<int64_t> g_forward{0}, g_input_grad{0}, g_kernel_grad{0};
+std::atomic<int64_t> g_forward{0}, g_input_grad{0}, g_kernel_grad{0}, g_fused_forward{0};
 
 // KILN_ONEDNN_THREADING=omp runs each pass as one primitive over the whole batch on oneDNN's
 // own OpenMP threads instead of chunks on Kiln's pool: kept to measure the two against each
@@ -48,7 +50,6 @@ bool omp_threading() {
   }();
   return omp;
 }
-
 
 std::string shape_text(const ConvShape& s) {
   auto dims = [](std::initializer_list<int64_t> v) {
@@ -91,21 +92,28 @@ memory::desc images(int64_t n, int64_t c, const std::array<int64_t, 2>& hw, memo
   return memory::desc({n, c, hw[0], hw[1]}, t, memory::format_tag::nhwc);
 }
 
+// The parts of a forward's BiasActivation that shape its primitive (not the bias's address).
+struct Fused {
+  bool bias = false;
+  Activation activation = Activation::kNone;
+};
+
 // One pass of one shape at one chunk size: the primitive, the layout it wants the kernel (or
 // gives the kernel gradient) in, and the reorder between that layout and Kiln's.
 struct Entry {
   bool ok = false;  // false: oneDNN has no implementation, the caller's kernel runs
   dnnl::primitive prim;
-  memory::desc src, dst, weights, scratch;
+  memory::desc src, dst, weights, scratch, bias;
   bool reorders = false;  // the kernel's layout differs from Kiln's
   dnnl::reorder reorder;
 };
 
-Entry make_entry(Pass pass, const ConvShape& s, int64_t n) {
+Entry make_entry(Pass pass, const ConvShape& s, int64_t n, const Fused& fused) {
   Entry e;
   const memory::data_type t = data_type(s);
   e.src = images(n, s.c_in, s.in, t);
   e.dst = images(n, s.c_out, s.out, t);
+  if (fused.bias) e.bias = memory::desc({s.c_out}, t, memory::format_tag::x);
   const memory::desc any(weight_dims(s), t, memory::format_tag::any);
   const memory::desc any_grad(weight_dims(s), kGradType, memory::format_tag::any);
   const Dims strides = {s.strides[0], s.strides[1]};
@@ -114,10 +122,16 @@ Entry make_entry(Pass pass, const ConvShape& s, int64_t n) {
   const auto direct = dnnl::algorithm::convolution_direct;
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per call: passes may run concurrently
+  dnnl::primitive_attr forward_attr = attr;
+  add_post_op(fused.activation, forward_attr);
   try {
+    const auto training = dnnl::prop_kind::forward_training;
     const dnnl::convolution_forward::primitive_desc hint(
-        {dnnl::prop_kind::forward_training, direct, e.src, any, e.dst, strides, dilates, low, high},
-        attr, cpu_engine());
+        fused.bias ? dnnl::convolution_forward::desc(training, direct, e.src, any, e.bias, e.dst,
+                                                     strides, dilates, low, high)
+                   : dnnl::convolution_forward::desc(training, direct, e.src, any, e.dst, strides,
+                                                     dilates, low, high),
+        forward_attr, cpu_engine());
     switch (pass) {
       case Pass::kForward:
         e.prim = dnnl::convolution_forward(hint);
@@ -156,14 +170,23 @@ Entry make_entry(Pass pass, const ConvShape& s, int64_t n) {
   return e;
 }
 
-// The entry for (pass, shape, chunk of n images, threads), made on first use. A training step
-// repeats its shapes every step; the bound only keeps a process that sweeps shapes finite.
-std::shared_ptr<const Entry> entry(Pass pass, const ConvShape& s, int64_t n, int threads) {
+// The entry for (pass, shape, chunk of n images, threads, fused epilogue), made on first use. A
+// training step repeats its shapes every step; the bound only keeps a process that sweeps shapes
+// finite.
+std::shared_ptr<const Entry> entry(Pass pass, const ConvShape& s, int64_t n, int threads,
+                                   const Fused& fused) {
   static std::mutex mu;
   static std::map<std::vector<int64_t>, std::shared_ptr<const Entry>> cache;
   constexpr size_t kMaxEntries = 256;
-  std::vector<int64_t> key = {
-      static_cast<int64_t>(pass), n, threads, s.c_in, s.c_out, s.groups, s.bf16};
+  std::vector<int64_t> key = {static_cast<int64_t>(pass),
+                              n,
+                              threads,
+                              s.c_in,
+                              s.c_out,
+                              s.groups,
+                              s.bf16,
+                              fused.bias,
+                              static_cast<int64_t>(fused.activation)};
   for (const auto* a :
        {&s.in, &s.kernel, &s.out, &s.strides, &s.pad_low, &s.pad_high, &s.dilation}) {
     key.insert(key.end(), a->begin(), a->end());
@@ -174,7 +197,7 @@ std::shared_ptr<const Entry> entry(Pass pass, const ConvShape& s, int64_t n, int
     if (it != cache.end()) return it->second;
   }
   OmpThreads omp(threads);  // made outside the lock: creating a primitive takes milliseconds
-  auto made = std::make_shared<const Entry>(make_entry(pass, s, n));
+  auto made = std::make_shared<const Entry>(make_entry(pass, s, n, fused));
   std::lock_guard<std::mutex> lock(mu);
   if (cache.size() >= kMaxEntries) cache.clear();
   return cache.emplace(std::move(key), std::move(made)).first->second;
@@ -234,11 +257,12 @@ struct Entries {
   }
 };
 
-std::optional<Entries> entries(Pass pass, const ConvShape& s, const Split& sp) {
+std::optional<Entries> entries(Pass pass, const ConvShape& s, const Split& sp,
+                               const Fused& fused = {}) {
   const int threads = static_cast<int>(sp.threads);
-  Entries es{entry(pass, s, sp.images, threads), nullptr};
+  Entries es{entry(pass, s, sp.images, threads, fused), nullptr};
   const int64_t tail = sp.size(sp.chunks - 1, s.batch);
-  es.last = tail == sp.images ? es.full : entry(pass, s, tail, threads);
+  es.last = tail == sp.images ? es.full : entry(pass, s, tail, threads, fused);
   if (!es.full->ok || !es.last->ok) return std::nullopt;
   return es;
 }
@@ -335,42 +359,73 @@ bool built() { return true; }
 bool enabled() { return enabled_flag().load(std::memory_order_relaxed); }
 void set_enabled(bool on) { enabled_flag().store(on); }
 
-Counts counts() { return {g_forward.load(), g_input_grad.load(), g_kernel_grad.load()}; }
+Counts counts() {
+  return {g_forward.load(), g_input_grad.load(), g_kernel_grad.load(), g_fused_forward.load()};
+}
 
-bool forward(const KernelContext& ctx, const ConvShape& s, const void* x, const void* w, void* y,
-             const Epilogue& epilogue) {
-  if (!usable(s, epilogue)) return false;
+namespace {
+
+// The forward pass: `epilogue` (f32) called on each chunk as soon as oneDNN wrote it, or (bf16)
+// `fused`'s bias and activation inside oneDNN's kernel, its relu on each chunk right after.
+bool run_forward(const KernelContext& ctx, const ConvShape& s, const void* x, const void* w,
+                 void* y, const Epilogue& epilogue, const BiasActivation* fused) {
   const int64_t n_w = s.kernel[0] * s.kernel[1] * (s.c_in / s.groups) * s.c_out;
   if (padded(s) && !all_finite(w, n_w, s.bf16)) return false;
   const int64_t in_image = s.in[0] * s.in[1] * s.c_in, out_rows = s.out[0] * s.out[1];
   const int64_t out_image = out_rows * s.c_out;
   const Split sp = split(s, images_for_bytes(out_image * 4));  // the f32 epilogue's rows
+  const Fused kind = fused ? Fused{fused->bias != nullptr, fused->activation} : Fused{};
+  const bool relu = kind.activation == Activation::kRelu;
   bool ran = false;
   guarded(ctx, "convolution", s, [&] {
-    const std::optional<Entries> es = entries(Pass::kForward, s, sp);
+    const std::optional<Entries> es = entries(Pass::kForward, s, sp, kind);
     if (!es) return;
     const ChunkKernels kernels = chunk_kernels(*es, w, s, sp);
     for_chunks(s, sp, [&](int64_t, int64_t first, int64_t n) {
       const Entry& e = es->of(n, sp);
-      float* out = reinterpret_cast<float*>(at(y, first * out_image, s));
+      void* out = at(y, first * out_image, s);
+      std::unordered_map<int, memory> args = {
+          {DNNL_ARG_SRC, bind(e.src, at(x, first * in_image, s))},
+          {DNNL_ARG_WEIGHTS, bind(e.weights, kernels.of(n, sp))},
+          {DNNL_ARG_DST, bind(e.dst, out)},
+          {DNNL_ARG_SCRATCHPAD, bind(e.scratch, scratch_for(e.scratch))}};
+      if (kind.bias) args.emplace(DNNL_ARG_BIAS, bind(e.bias, fused->bias));
       dnnl::stream stream(cpu_engine());
-      e.prim.execute(stream, {{DNNL_ARG_SRC, bind(e.src, at(x, first * in_image, s))},
-                              {DNNL_ARG_WEIGHTS, bind(e.weights, kernels.of(n, sp))},
-                              {DNNL_ARG_DST, bind(e.dst, out)},
-                              {DNNL_ARG_SCRATCHPAD, bind(e.scratch, scratch_for(e.scratch))}});
-      if (epilogue && sp.chunks > 1) epilogue(out, first * out_rows, n * out_rows);
+      e.prim.execute(stream, args);
+      if (sp.chunks == 1) return;
+      if (epilogue) epilogue(static_cast<float*>(out), first * out_rows, n * out_rows);
+      if (relu) relu_keeping_nan(out, n * out_image, true);  // still in cache
     });
-    if (epilogue && sp.chunks == 1) {  // one chunk on oneDNN's threads: a pass over the output
+    if (sp.chunks == 1 && (epilogue || relu)) {  // one chunk on oneDNN's threads: a pass
       const int64_t rows = s.batch * out_rows;
       runtime::parallel_for(rows, std::max<int64_t>(1, (1 << 14) / s.c_out),
                             [&](int64_t b, int64_t end) {
-                              epilogue(static_cast<float*>(y) + b * s.c_out, b, end - b);
+                              if (epilogue) {
+                                epilogue(static_cast<float*>(y) + b * s.c_out, b, end - b);
+                              } else {
+                                relu_keeping_nan(at(y, b * s.c_out, s), (end - b) * s.c_out, true);
+                              }
                             });
     }
     ran = true;
   });
   if (ran) g_forward.fetch_add(1);
+  if (ran && fused) g_fused_forward.fetch_add(1);
   return ran;
+}
+
+}  // namespace
+
+bool forward(const KernelContext& ctx, const ConvShape& s, const void* x, const void* w, void* y,
+             const Epilogue& epilogue) {
+  if (!usable(s, epilogue)) return false;
+  return run_forward(ctx, s, x, w, y, epilogue, nullptr);
+}
+
+bool fused_forward(const KernelContext& ctx, const ConvShape& s, const void* x, const void* w,
+                   void* y, const BiasActivation& fused) {
+  if (!s.bf16 || !has_bf16_unit() || !usable(s)) return false;
+  return run_forward(ctx, s, x, w, y, nullptr, &fused);
 }
 
 bool input_grad(const KernelContext& ctx, const ConvShape& s, const void* dy, const void* w,

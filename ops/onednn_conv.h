@@ -27,6 +27,17 @@ struct ConvShape {
 // [batch * oh * ow, c_out] matrix, right after oneDNN wrote it (ops/conv.h's ConvEpilogue).
 using Epilogue = std::function<void(float* block, int64_t row0, int64_t rows)>;
 
+// A bf16 kernel's epilogue inside oneDNN (the compiler's fused_conv and fused_dot): a bias (one
+// bf16 value per output column, i.e. channel; none when null) added to each f32 sum, then the
+// activation, then the one rounding to bf16. tanh and logistic are oneDNN's eltwise post-ops;
+// relu is Kiln's, applied to each block right after oneDNN rounded it (the same bits, since
+// rounding commutes with relu), because oneDNN's relu turns NaN into 0 and Kiln's keeps NaN.
+enum class Activation { kNone, kRelu, kTanh, kLogistic };
+struct BiasActivation {
+  const void* bias = nullptr;
+  Activation activation = Activation::kNone;
+};
+
 // Whether Kiln was built with oneDNN.
 bool built();
 // Whether the kernels try oneDNN: built, and not switched off (by set_enabled(false), or by
@@ -42,6 +53,11 @@ void set_enabled(bool on);
 // written.
 bool forward(const KernelContext& ctx, const ConvShape& s, const void* x, const void* w, void* y,
              const Epilogue& epilogue);
+// y = activation(conv(x, w) + bias) in bf16 (s.bf16), `fused` applied inside oneDNN's kernel as
+// BiasActivation says. Declines (false) also where the host has no bf16 unit (AVX512-BF16 or
+// AMX, as oneDNN sees it: ONEDNN_MAX_CPU_ISA included).
+bool fused_forward(const KernelContext& ctx, const ConvShape& s, const void* x, const void* w,
+                   void* y, const BiasActivation& fused);
 // dx = the input gradient of conv(., w) for the output gradient dy.
 bool input_grad(const KernelContext& ctx, const ConvShape& s, const void* dy, const void* w,
                 void* dx);
@@ -53,6 +69,7 @@ bool kernel_grad(const KernelContext& ctx, const ConvShape& s, const void* x, co
 // served a convolution.
 struct Counts {
   int64_t forward = 0, input_grad = 0, kernel_grad = 0;
+  int64_t fused_forward = 0;  // of the forwards, those run by fused_forward
 };
 Counts counts();
 

@@ -35,29 +35,20 @@ std::atomic<int64_t> g_sgemms{0};
 
 const char* type_name(DType t) { return t == DType::bf16 ? "bf16" : "f16"; }
 
-// oneDNN's ISA values are bit sets, each holding the bits of the ISAs it extends.
-bool isa_has(dnnl::cpu_isa isa) {
-  const auto have = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  const auto want = static_cast<unsigned>(isa);
-  return (have & want) == want;
-}
+// A unit for the type: bf16's (ops/onednn_util.h). oneDNN 2.6 names no f16 ISA: an f16 matmul
+// is tried and taken only if oneDNN offers more than its reference implementation (it offers none
+// on CPUs in 2.6).
+bool has_unit(DType t) { return t == DType::f16 || (t == DType::bf16 && has_bf16_unit()); }
 
-// A bf16 unit: AVX512-BF16 (vdpbf16ps) or AMX. Below it oneDNN emulates bf16 with f32 FMAs,
-// which buys nothing over widening. oneDNN 2.6 names no f16 ISA: an f16 matmul is tried and taken
-// only if oneDNN offers more than its reference implementation (it offers none on CPUs in 2.6).
-bool has_unit(DType t) {
-  return t == DType::f16 || (t == DType::bf16 && isa_has(dnnl::cpu_isa::avx512_core_bf16));
-}
-
-// The parts of a MatmulEpilogue that shape a primitive (not the bias's address).
+// The parts of a BiasActivation that shape a primitive (not the bias's address).
 struct EpilogueKind {
   bool bias = false;
-  MatmulActivation activation = MatmulActivation::kNone;
+  Activation activation = Activation::kNone;
 };
 
-EpilogueKind kind_of(const MatmulEpilogue* e) {
+EpilogueKind kind_of(const BiasActivation* e) {
   if (e == nullptr) return {};
-  return {e->bias_row != nullptr, e->activation};
+  return {e->bias != nullptr, e->activation};
 }
 
 // One block of `rows` output rows: rows of A (columns of its stored transpose), all of B.
@@ -68,18 +59,6 @@ struct Entry {
   memory::desc a, b, c, bias, scratch;
 };
 
-// The activation as a oneDNN eltwise post-op, applied to the f32 result after the bias: relu
-// (alpha 0: x for x > 0, else 0 * x), tanh, logistic.
-void add_activation(MatmulActivation act, dnnl::primitive_attr& attr) {
-  if (act == MatmulActivation::kNone) return;
-  const dnnl::algorithm alg = act == MatmulActivation::kRelu   ? dnnl::algorithm::eltwise_relu
-                              : act == MatmulActivation::kTanh ? dnnl::algorithm::eltwise_tanh
-                                                               : dnnl::algorithm::eltwise_logistic;
-  dnnl::post_ops ops;
-  ops.append_eltwise(1.0f, alg, 0.0f, 0.0f);
-  attr.set_post_ops(ops);
-}
-
 Entry make_entry(const MatmulShape& s, int64_t rows, const EpilogueKind& ek) {
   Entry e;
   const auto t = s.dtype == DType::bf16 ? memory::data_type::bf16 : memory::data_type::f16;
@@ -89,7 +68,7 @@ Entry make_entry(const MatmulShape& s, int64_t rows, const EpilogueKind& ek) {
   if (ek.bias) e.bias = memory::desc({1, s.n}, t, Dims{s.n, 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per call: blocks run concurrently
-  add_activation(ek.activation, attr);
+  add_post_op(ek.activation, attr);  // relu: relu_keeping_nan on each block afterwards
   try {
     OmpThreads omp(1);  // oneDNN sizes a primitive's parallel regions when it is made
     const auto desc =
@@ -171,7 +150,7 @@ std::string shape_text(const MatmulShape& s) {
 bool lowp_matmul_supported(DType dtype) { return enabled() && supported_here(dtype); }
 
 bool matmul(const KernelContext& ctx, const MatmulShape& s, const void* a, const void* b, void* c,
-            const MatmulEpilogue* epilogue) {
+            const BiasActivation* epilogue) {
   if (!lowp_matmul_supported(s.dtype)) return false;
   if (s.batch <= 0 || s.m <= 0 || s.k <= 0 || s.n <= 0) return false;  // nothing to multiply
   const EpilogueKind ek = kind_of(epilogue);
@@ -205,8 +184,12 @@ bool matmul(const KernelContext& ctx, const MatmulShape& s, const void* a, const
             {DNNL_ARG_WEIGHTS, bind(e.b, pb + bi * s.k * s.n * kBytes)},
             {DNNL_ARG_DST, bind(e.c, pc + (bi * s.m + r0) * s.n * kBytes)},
             {DNNL_ARG_SCRATCHPAD, bind(e.scratch, scratch.data())}};
-        if (ek.bias) args.emplace(DNNL_ARG_BIAS, bind(e.bias, epilogue->bias_row));
+        if (ek.bias) args.emplace(DNNL_ARG_BIAS, bind(e.bias, epilogue->bias));
         e.prim.execute(stream, args);
+        if (ek.activation == Activation::kRelu) {  // the block, still in cache
+          relu_keeping_nan(pc + (bi * s.m + r0) * s.n * kBytes, std::min(rows, s.m - r0) * s.n,
+                           s.dtype == DType::bf16);
+        }
       } catch (const dnnl::error& err) {
         std::lock_guard<std::mutex> lock(mu);
         if (failure.empty()) failure = err.what();
@@ -218,7 +201,7 @@ bool matmul(const KernelContext& ctx, const MatmulShape& s, const void* a, const
              "): " + failure + " (" + shape_text(s) + ")");
   }
   g_matmuls.fetch_add(1);
-  if (ek.bias || ek.activation != MatmulActivation::kNone) g_fused_matmuls.fetch_add(1);
+  if (ek.bias || ek.activation != Activation::kNone) g_fused_matmuls.fetch_add(1);
   return true;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kiln/op_registry.h"
+#include "ops/onednn_conv.h"
 
 namespace kiln::ops::onednn {
 
@@ -23,26 +24,19 @@ struct MatmulShape {
   DType dtype = DType::bf16;
 };
 
-// What oneDNN applies to each f32 result of a matmul before rounding it once to the dtype: a
-// bias row (n values of the matmul's dtype, the same for every output row) added, then an
-// activation.
-enum class MatmulActivation { kNone, kRelu, kTanh, kLogistic };
-struct MatmulEpilogue {
-  const void* bias_row = nullptr;  // none: no bias add
-  MatmulActivation activation = MatmulActivation::kNone;
-};
-
 // Whether matmul() tries oneDNN for `dtype`: enabled (ops/onednn_conv.h) and the host, as oneDNN
 // sees it (ONEDNN_MAX_CPU_ISA included), has a unit for the type. Cheap: the dot kernel asks
 // before laying its operands out for oneDNN.
 bool lowp_matmul_supported(DType dtype);
 
-// Runs the GEMMs (and `epilogue`, when given, in the same kernel) and returns true, or returns
-// false without touching c when oneDNN is not supported or enabled for the dtype, or offers only
-// its reference implementation for the case. A failure inside oneDNN is reported through
-// ctx.fail (a kiln::Error naming the op and shapes).
+// Runs the GEMMs (and `epilogue`, when given, in the same kernel: a bias row of n values of the
+// matmul's dtype, the same for every output row, and the activation, applied to each f32 result
+// before its one rounding as ops/onednn_conv.h's BiasActivation says) and returns true, or
+// returns false without touching c when oneDNN is not supported or enabled for the dtype, or
+// offers only its reference implementation for the case. A failure inside oneDNN is reported
+// through ctx.fail (a kiln::Error naming the op and shapes).
 bool matmul(const KernelContext& ctx, const MatmulShape& s, const void* a, const void* b, void* c,
-            const MatmulEpilogue* epilogue = nullptr);
+            const BiasActivation* epilogue = nullptr);
 
 // An f32 block C = op(A) op(B) of `rows` x n (row stride n), run by oneDNN's sgemm on the calling
 // thread alone: A is `rows` x k (or stored transposed, k x rows) with row stride lda, B is k x n

@@ -20,10 +20,14 @@ bool input_grad(const KernelContext&, const ConvShape&, const void*, const void*
 bool kernel_grad(const KernelContext&, const ConvShape&, const void*, const void*, void*) {
   return false;
 }
+bool fused_forward(const KernelContext&, const ConvShape&, const void*, const void*, void*,
+                   const BiasActivation&) {
+  return false;
+}
 
 bool lowp_matmul_supported(DType) { return false; }
 bool matmul(const KernelContext&, const MatmulShape&, const void*, const void*, void*,
-            const MatmulEpilogue*) {
+            const BiasActivation*) {
   return false;
 }
 bool sgemm_rows(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t, int64_t,

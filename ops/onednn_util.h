@@ -1,10 +1,14 @@
 // What ops/onednn_conv.cc and ops/onednn_matmul.cc share (built only with oneDNN): the CPU
-// engine, and the calling thread's OpenMP thread count for a scope.
+// engine, the calling thread's OpenMP thread count for a scope, the ISA test, and the fused
+// kernels' epilogue as oneDNN takes it (a bias argument and an eltwise post-op) with Kiln's relu.
 #pragma once
 
 #include <omp.h>
 
+#include <cstdint>
 #include <oneapi/dnnl/dnnl.hpp>
+
+#include "ops/onednn_conv.h"
 
 namespace kiln::ops::onednn {
 
@@ -30,5 +34,43 @@ class OmpThreads {
  private:
   int saved_;
 };
+
+// Whether oneDNN dispatches to an ISA holding `isa` (its values are bit sets, each holding the
+// bits of the ISAs it extends; ONEDNN_MAX_CPU_ISA lowers what it dispatches to).
+inline bool isa_has(dnnl::cpu_isa isa) {
+  const auto have = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto want = static_cast<unsigned>(isa);
+  return (have & want) == want;
+}
+
+// A bf16 unit: AVX512-BF16 (vdpbf16ps) or AMX. Below it oneDNN emulates bf16 with f32 FMAs,
+// which buys nothing over widening.
+inline bool has_bf16_unit() { return isa_has(dnnl::cpu_isa::avx512_core_bf16); }
+
+// A BiasActivation's activation as an eltwise post-op on the f32 result, before its rounding:
+// tanh and logistic. Not relu: oneDNN's (a max with 0) turns NaN into 0, where Kiln's relu
+// (select(x <= 0, 0, x)) keeps it; relu_keeping_nan runs on the rounded result instead.
+inline void add_post_op(Activation act, dnnl::primitive_attr& attr) {
+  if (act != Activation::kTanh && act != Activation::kLogistic) return;
+  dnnl::post_ops ops;
+  ops.append_eltwise(
+      1.0f,
+      act == Activation::kTanh ? dnnl::algorithm::eltwise_tanh : dnnl::algorithm::eltwise_logistic,
+      0.0f, 0.0f);
+  attr.set_post_ops(ops);
+}
+
+// relu on n bf16 (or f16) values in place, as Kiln's relu: x <= 0 (-0 included) becomes +0, NaN
+// stays. Rounding is monotone and keeps 0, so relu(round(x)) == round(relu(x)): applied to what
+// oneDNN rounded once it gives the bits of relu applied to the f32 sum before the rounding.
+inline void relu_keeping_nan(void* p, int64_t n, bool bf16) {
+  auto* bits = static_cast<uint16_t*>(p);
+  const uint16_t inf = bf16 ? 0x7f80u : 0x7c00u;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t b = bits[i];
+    const bool negative = (b & 0x8000u) != 0 && (b & 0x7fffu) <= inf;  // -0 to -inf, not NaN
+    bits[i] = negative ? uint16_t{0} : b;
+  }
+}
 
 }  // namespace kiln::ops::onednn

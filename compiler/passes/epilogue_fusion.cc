@@ -23,12 +23,11 @@ struct Producer {
   // gradient still read its pre-activation, that measured 2-4% slower on the CNN train step
   // (benchmarks/train_step_bench cnn_b128) than leaving the bias in the activation's loop.
   bool fuse_bias_alone;
-  bool takes_bf16;  // fused_dot runs bf16 as one oneDNN matmul; fused_conv takes f32 and f64
 };
 
 const Producer* producer_of(const std::string& op) {
-  static const Producer kDot{"dot", kFusedDotOp, true, true, true};
-  static const Producer kConv{"convolution", kFusedConvOp, false, false, false};
+  static const Producer kDot{"dot", kFusedDotOp, true, true};
+  static const Producer kConv{"convolution", kFusedConvOp, false, false};
   if (op == "dot") return &kDot;
   if (op == "convolution") return &kConv;
   return nullptr;
@@ -121,12 +120,13 @@ bool EpilogueFusion::run(Module& module) {
     const std::string used_elsewhere = std::string("the ") + producer->noun +
                                        "'s result is also used elsewhere (" +
                                        std::to_string(uses[d]) + " uses)";
-    if (out.dtype != f32 && out.dtype != f64 && !(producer->takes_bf16 && out.dtype == bf16)) {
+    // The fused kernels take the floating types (bf16 and f16 with the bias and activation
+    // applied to the f32 sums before their one rounding, as compiler/fused_dot.h says).
+    if (!is_floating(out.dtype)) {
       for (int u : users[d]) {
         if (nodes[u].op != "add" && !activation_of(u, d)) continue;
         note("not fused: epilogue of " + label(nodes, d) + ": its output is " + out.str() +
-             "; the fused kernels take f32 and f64 only" +
-             (producer->takes_bf16 ? " (and bf16 for a dot)" : ""));
+             "; the fused kernels take f32, f64, bf16 and f16 only");
         break;
       }
       continue;

@@ -3,7 +3,8 @@
 // bias and activation to each block of the GEMM's output while it is in cache. Refuses, with a
 // note, when an intermediate is used elsewhere (e.g. the pre-activation the backward pass needs:
 // then only the bias is fused), when the bias does not broadcast as the kernel can add it, and
-// for dtypes other than f32 and f64.
+// for dtypes other than f32, f64, bf16 and f16. bf16 and f16 chains change bits: their bias and
+// activation apply to the f32 sums before the one rounding (compiler/fused_dot.h).
 #pragma once
 
 #include "compiler/passes/pass.h"
