@@ -459,6 +459,57 @@ TEST(LowpEpilogue, F16FusedDotRoundsOnceWithinBound) {
   std::cout << "[ path     ] f16 fused_dot: worst error / bound " << worst << "\n";
 }
 
+// Compiled, an f16 dense layer relu(x w + b) is one fused_dot kernel thunk, with the bits of the
+// eager fused_dot and within the bound of the interpreter's dot, add and relu.
+TEST(LowpEpilogue, CompiledF16DenseLayerIsOneFusedDot) {
+  std::mt19937 rng(67);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::vector<float> a(64 * 300), b(300 * 48), bias(48);
+  for (float& v : a) v = unit(rng);
+  for (float& v : b) v = unit(rng);
+  for (float& v : bias) v = 4 * unit(rng);
+  Graph g("f16_dense");
+  Tensor px = g.placeholder(f16, {64, 300}, "x"), pw = g.placeholder(f16, {300, 48}, "w");
+  Tensor pb = g.placeholder(f16, {48}, "b");
+  Tensor y = relu(matmul(px, pw) + pb);
+  const FeedList feeds = {{px, convert(Tensor::from_vector(a, {64, 300}), f16)},
+                          {pw, convert(Tensor::from_vector(b, {300, 48}), f16)},
+                          {pb, convert(Tensor::from_vector(bias, {48}), f16)}};
+  compiler::Executable exe = compiler::compile(g, {y}, feeds);
+  std::string thunks;
+  for (const std::string& th : exe.thunk_descriptions()) thunks += th + "\n";
+  ASSERT_EQ(exe.thunk_descriptions().size(), 1u) << thunks;
+  EXPECT_NE(thunks.find("kernel fused_dot"), std::string::npos) << thunks;
+  const std::vector<float> compiled = values(exe.run(feeds)[0]);
+  const Attrs attrs = {{"lhs_contract", std::vector<int64_t>{1}},
+                       {"rhs_contract", std::vector<int64_t>{0}},
+                       {"activation", std::string("relu")}};
+  EXPECT_EQ(
+      compiled,
+      values(call_op("fused_dot", {feeds[0].second, feeds[1].second, feeds[2].second}, attrs)[0]));
+  const std::vector<float> interpreted = values(g.run(feeds, y));
+  const std::vector<float> bv = values(feeds[2].second);
+  for (int64_t i = 0; i < 64; ++i)
+    for (int64_t j = 0; j < 48; ++j) {
+      Exact ex;
+      for (int64_t k = 0; k < 300; ++k) {
+        const double p = a[i * 300 + k], q = b[k * 48 + j];
+        ex.value += p * q;
+        ex.s += std::abs(p * q);
+        ex.sum_abs += std::abs(p) + std::abs(q);
+      }
+      const double x = ex.value + bv[j], want = activation_f64("relu", x);
+      const double sb = sum_bound(f16, 300, ex.s, ex.sum_abs);
+      const double bound = activation_bound(f16, "relu", sb + kU32 * (std::abs(x) + sb), want);
+      ASSERT_LE(std::abs(compiled[i * 48 + j] - want), bound) << "(" << i << "," << j << ")";
+      ASSERT_LE(
+          std::abs(interpreted[i * 48 + j] - want),
+          activation_bound(
+              f16, "relu",
+              sb + (unit_roundoff(f16) + kU32) * (std::abs(x) + sb) + half_subnormal(f16), want));
+    }
+}
+
 // ---- NaN ----
 
 // A NaN in the input reaches the outputs it feeds through relu (Kiln's relu keeps NaN; oneDNN's
