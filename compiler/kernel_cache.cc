@@ -73,6 +73,7 @@ std::string kernel_cache_key(const cpu::FusedSubgraph& sg) {
   }
   key += "|";
   for (int o : sg.outputs) key += std::to_string(o) + ",";
+  if (sg.excess_precision) key += "|excess";
   return key;
 }
 

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "kiln/execution_mode.h"
+
 namespace kiln::compiler {
 
 LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
@@ -14,6 +16,7 @@ LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
   const FusionGroup& g = plan.groups[group];
   LoweredFusion out;
   cpu::FusedSubgraph& sg = out.subgraph;
+  sg.excess_precision = allow_excess_precision();
   std::unordered_map<int64_t, int> value_of;  // node*1024+output -> subgraph value
   auto key = [](ValueRef v) { return static_cast<int64_t>(v.node) * 1024 + v.output; };
   auto is_layout = [&](int m) { return nodes[m].def && nodes[m].def->index_map; };

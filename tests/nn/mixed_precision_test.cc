@@ -103,6 +103,45 @@ TEST_F(MixedPrecision, ModelOutputsAreF32) {
   EXPECT_EQ(functional.predict(inputs(5, 4)).dtype(), f32);
 }
 
+// Model::set_outputs_in_compute_dtype: predict returns the last layer's bf16 (the same values
+// the default f32 outputs hold), training sees f32 either way (the same losses, bit for bit),
+// and saved models keep the setting.
+TEST_F(MixedPrecision, OutputsCanStayInTheComputeDtype) {
+  set_global_policy("mixed_bfloat16");
+  auto make = [] {
+    auto m = std::make_unique<Sequential>(std::vector<LayerRef>{Dense(8, "relu"), Dense(3)});
+    m->set_seed(3);
+    m->compile(optim::Adam(1e-2), SparseCategoricalCrossentropy(/*from_logits=*/true),
+               {"accuracy"});
+    return m;
+  };
+  auto kept = make(), cast = make();
+  EXPECT_FALSE(kept->outputs_in_compute_dtype());
+  Tensor x = inputs(32, 4);
+  Tensor as_f32 = kept->predict(x);
+  ASSERT_EQ(as_f32.dtype(), f32);
+  kept->set_outputs_in_compute_dtype(true);  // drops the predict step traced with the cast
+  EXPECT_TRUE(kept->outputs_in_compute_dtype());
+  Tensor as_bf16 = kept->predict(x);
+  ASSERT_EQ(as_bf16.dtype(), bf16);
+  EXPECT_EQ(convert(as_bf16, f32).to_vector<float>(), as_f32.to_vector<float>());
+  EXPECT_EQ((*kept)(x).dtype(), bf16);
+
+  FitOptions fit{.epochs = 3, .batch_size = 8, .shuffle = false, .verbose = 0};
+  History hk = kept->fit(x, labels(32, 3), fit), hc = cast->fit(x, labels(32, 3), fit);
+  EXPECT_EQ(hk.history.at("loss"), hc.history.at("loss"));
+  EXPECT_EQ(hk.history.at("accuracy"), hc.history.at("accuracy"));
+  EXPECT_EQ(kept->evaluate(x, labels(32, 3)), cast->evaluate(x, labels(32, 3)));
+
+  kept->save(path("kept.kiln"));
+  std::unique_ptr<Model> loaded = load_model(path("kept.kiln"));
+  EXPECT_TRUE(loaded->outputs_in_compute_dtype());
+  Tensor again = loaded->predict(x);
+  ASSERT_EQ(again.dtype(), bf16);
+  EXPECT_EQ(convert(again, f32).to_vector<float>(),
+            convert(kept->predict(x), f32).to_vector<float>());
+}
+
 // Trains under each policy, compiled and interpreted: the loss falls and stays finite.
 TEST_F(MixedPrecision, TrainsUnderEachPolicyCompiledAndInterpreted) {
   for (const char* policy : {"float32", "mixed_bfloat16", "mixed_float16"}) {

@@ -464,10 +464,27 @@ class Emitter {
     return it != bits_.end() ? it->second : narrow(v, t);
   }
 
+  // f32 `v` as a value of dtype t: itself when it holds bits already (a load, a rounded result),
+  // else rounded, with its bits kept for a store.
+  Value* rounded(Value* v, DType t) {
+    if (bits_.count(v)) return v;
+    Value* bits = narrow(v, t);
+    Value* w = widen(bits, t);
+    bits_[w] = bits;
+    return w;
+  }
+
   // c ? x : y of dtype t, keeping the bits of bf16/f16 operands as the reference kernels do.
   Value* select_keeping_bits(Value* c, Value* x, Value* y, DType t) {
     Value* v = b_.CreateSelect(c, x, y);
-    if (is_narrow(t)) bits_[v] = b_.CreateSelect(c, bits_of(x, t), bits_of(y, t));
+    // A value in bits_ is exactly its bits widened: with excess precision an operand may be an
+    // unrounded f32, and then the select's value is too (rounded where it is stored or read).
+    auto holds_bits = [&](Value* a) {
+      auto* k = llvm::dyn_cast<llvm::Constant>(a);
+      return bits_.count(a) > 0 || (k != nullptr && k->isNullValue());  // +0.0: a pad's fill
+    };
+    bool exact = !sg_.excess_precision || (holds_bits(x) && holds_bits(y));
+    if (is_narrow(t) && exact) bits_[v] = b_.CreateSelect(c, bits_of(x, t), bits_of(y, t));
     return v;
   }
 
@@ -520,22 +537,28 @@ class Emitter {
         vals.push_back(nullptr);
         continue;
       }
-      // bf16 and f16 compute in f32 and round each result, as their reference kernels do.
+      // bf16 and f16 compute in f32 and round each result, as their reference kernels do; with
+      // excess precision, only where the value leaves its dtype (a convert, a comparison) or is
+      // stored.
+      const bool round_args =
+          sg_.excess_precision && (n.op == EltOp::kConvert || !is_narrow(n.dtype));
+      const bool round_result = !sg_.excess_precision || n.op == EltOp::kConvert;
       std::vector<Value*> args;
       std::vector<DType> types;
       for (int a : n.args) {
-        args.push_back(vals[a]);
-        types.push_back(compute_type(sg_.dtype(a)));
+        DType t = sg_.dtype(a);
+        args.push_back(round_args && is_narrow(t) ? rounded(vals[a], t) : vals[a]);
+        types.push_back(compute_type(t));
       }
       if (n.op == EltOp::kSelect && is_narrow(n.dtype)) {  // moves bits, as its kernel does
         vals.push_back(select_keeping_bits(args[0], args[1], args[2], n.dtype));
         continue;
       }
       Value* v = emit_prim(n.op, args, types, compute_type(n.dtype));
-      if (is_narrow(n.dtype)) {  // the rounded bits, kept for a store, and their f32 value
-        Value* bits = narrow(v, n.dtype);
-        v = widen(bits, n.dtype);
-        bits_[v] = bits;
+      if (is_narrow(n.dtype) && round_result) {  // the rounded bits, kept for a store, and
+        Value* bits = narrow(v, n.dtype);         // their f32 value (always a new value: a
+        v = widen(bits, n.dtype);                 // convert between 16-bit types returns its
+        bits_[v] = bits;                          // operand, whose bits are the other type's)
       }
       vals.push_back(v);
     }

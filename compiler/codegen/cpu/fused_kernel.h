@@ -79,6 +79,11 @@ struct FusedSubgraph {
   std::vector<Node> nodes;
   std::vector<int> outputs;          // value ids
   std::vector<int64_t> reduce_axes;  // sorted axes of the iteration shape the reductions fold
+  // bf16 and f16 arithmetic inside the loop keeps its f32 result unrounded (XLA's
+  // allow_excess_precision): a 16-bit value is rounded once, where it is stored, and where an op
+  // of another dtype reads it (a convert, a comparison). Off: every node's result is rounded,
+  // as the reference kernels round each op's (the interpreter's bits).
+  bool excess_precision = false;
 
   // Builders: each returns the new value's id. add() infers the result dtype (convert takes
   // `to`) and checks arity and dtypes, throwing kiln::Error.

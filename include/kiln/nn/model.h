@@ -166,6 +166,13 @@ class Model {
   // reference interpreter. Like Keras' jit_compile.
   void set_execution_mode(ExecutionMode mode);
   ExecutionMode execution_mode() const;
+  // Under a mixed dtype policy the model's outputs are cast to f32 by default, so predict,
+  // operator() and call return f32. With true they stay in the dtype the output layers compute
+  // in (bf16 or f16: half the memory and bandwidth for inference, or the input of another
+  // low-precision model), as Keras' outputs do; the losses and metrics still read them cast to
+  // f32. Saved models keep the setting. Not while fit runs (kFailedPrecondition).
+  void set_outputs_in_compute_dtype(bool keep);
+  bool outputs_in_compute_dtype() const;
   // Step programs compiled so far (a new batch size compiles once more) and runs that reused one.
   struct CompileStats {
     int64_t compiles = 0;
@@ -252,6 +259,7 @@ class Model {
     std::vector<Call> calls;
     std::vector<std::pair<int, int>> outputs;
     uint64_t seed = 0;
+    bool outputs_in_compute_dtype = false;
   };
   Architecture architecture() const;
   // The values of these variables, read together between two of fit's steps.

@@ -421,6 +421,7 @@ Model::Architecture Model::architecture() const {
   a.input_names = input_names();
   a.input_types = impl_->input_specs;
   a.seed = impl_->seed;
+  a.outputs_in_compute_dtype = impl_->outputs_in_compute_dtype;
   if (!impl_->functional) return a;
   std::map<std::pair<int, int>, std::pair<int, int>> where;  // graph value -> (call, index)
   auto value_of = [](const Tensor& t) { return std::make_pair(t.impl()->node, t.impl()->output); };
@@ -472,6 +473,20 @@ void Model::set_execution_mode(ExecutionMode mode) {
 ExecutionMode Model::execution_mode() const {
   std::lock_guard lock(impl_->mu);
   return impl_->mode.value_or(default_execution_mode());
+}
+
+void Model::set_outputs_in_compute_dtype(bool keep) {
+  std::lock_guard lock(impl_->mu);
+  impl_->check_not_training("set_outputs_in_compute_dtype", name_);
+  if (impl_->outputs_in_compute_dtype == keep) return;
+  impl_->outputs_in_compute_dtype = keep;
+  impl_->drop(impl_->train_step);  // traced with the other outputs
+  impl_->drop(impl_->eval_step);
+  impl_->drop(impl_->predict_step);
+}
+bool Model::outputs_in_compute_dtype() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->outputs_in_compute_dtype;
 }
 
 Model::CompileStats Model::compile_stats() const {

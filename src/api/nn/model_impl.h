@@ -184,6 +184,7 @@ struct Model::Impl {
   std::optional<std::pair<int, int64_t>> resume;
   std::vector<std::pair<Variable, Tensor>> last_gradients;
   std::optional<ExecutionMode> mode;  // default_execution_mode() when unset
+  bool outputs_in_compute_dtype = false;  // Model::set_outputs_in_compute_dtype
   Model::CompileStats compile_stats;  // of steps already dropped (re-traced)
 
   // Forgets a traced step (its programs), keeping its compile counts.
@@ -209,7 +210,7 @@ struct Model::Impl {
         h = (*layer)(h, ctx);
         output_shapes[layer.get()] = h.shape();
       }
-      return {f32_output(h)};
+      return {model_output(h)};
     }
     std::map<std::pair<int, int>, Tensor> values;
     auto key = [](const Tensor& t) {
@@ -225,14 +226,18 @@ struct Model::Impl {
       values[key(call.output)] = out;
     }
     std::vector<Tensor> out;
-    for (const Tensor& o : outputs) out.push_back(f32_output(values.at(key(o))));
+    for (const Tensor& o : outputs) out.push_back(model_output(values.at(key(o))));
     return out;
   }
 
-  // A model's outputs are f32 whatever its layers compute in (mixed precision), so that the
-  // losses, the metrics and predict see f32.
+  // A model's outputs are f32 whatever its layers compute in (mixed precision), so that
+  // predict sees f32, unless set_outputs_in_compute_dtype kept them; the losses and metrics
+  // read them as f32 either way.
   static Tensor f32_output(const Tensor& y) {
     return y.dtype() == f16 || y.dtype() == bf16 ? convert(y, f32) : y;
+  }
+  Tensor model_output(const Tensor& y) const {
+    return outputs_in_compute_dtype ? y : f32_output(y);
   }
 
   // "x" for a one-input model, "x['<input name>']" otherwise.

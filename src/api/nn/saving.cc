@@ -77,6 +77,7 @@ saved::ModelDef describe(const Model& model, const Model::Architecture& arch,
   m.set_name(model.name());
   m.set_functional(arch.functional);
   m.set_seed(arch.seed);
+  m.set_outputs_in_compute_dtype(arch.outputs_in_compute_dtype);
   // Layers, each once (by name), checked to be rebuildable from their configs.
   std::map<std::string, int> layer_index;
   for (const LayerPtr& layer : arch.layers) {
@@ -220,6 +221,7 @@ struct Loader {
     std::vector<LayerRef> refs(layers.begin(), layers.end());
     auto model = std::make_unique<Sequential>(std::move(refs), m.name());
     model->set_seed(m.seed());
+    model->set_outputs_in_compute_dtype(m.outputs_in_compute_dtype());
     if (m.inputs_size() == 1) {
       TensorType t = io::internal::type_from(m.inputs(0).type(), src, "input 0");
       if (t.shape.empty()) src.corrupt("input 0 has no batch dimension");
@@ -263,6 +265,7 @@ struct Loader {
       outputs.push_back(value(m.outputs(o), "output " + std::to_string(o)));
     auto model = std::make_unique<Model>(inputs, outputs, m.name());
     model->set_seed(m.seed());
+    model->set_outputs_in_compute_dtype(m.outputs_in_compute_dtype());
     return model;
   }
 

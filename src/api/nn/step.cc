@@ -60,7 +60,7 @@ Step Model::Impl::trace(const std::vector<TensorType>& x_types,
   Tensor loss_value;
   std::vector<Tensor> output_losses;
   for (size_t o = 0; o < s.predictions.size(); ++o) {
-    Tensor l = (*losses[o])(s.ys[o], s.predictions[o]);
+    Tensor l = (*losses[o])(s.ys[o], f32_output(s.predictions[o]));
     output_losses.push_back(l);
     Tensor weighted = loss_weights[o] == 1.0 ? l : l * loss_weights[o];
     loss_value = o == 0 ? weighted : loss_value + weighted;
@@ -72,7 +72,7 @@ Step Model::Impl::trace(const std::vector<TensorType>& x_types,
   }
   for (size_t k = 0; k < metrics.size(); ++k) {
     size_t o = metric_output(k);
-    std::vector<Tensor> stats = metrics[k]->batch_stats(s.ys[o], s.predictions[o]);
+    std::vector<Tensor> stats = metrics[k]->batch_stats(s.ys[o], f32_output(s.predictions[o]));
     s.metric_stat_counts.push_back(stats.size());
     s.num_metric_stats += stats.size();
     for (Tensor& t : stats) s.fetches.push_back(t);
