@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "runtime/thread_pool.h"
+#include "src/core/cpu_isa.h"
 
 namespace kiln::compiler {
 
@@ -74,6 +75,59 @@ void check_epilogue(const InferContext& ctx, const TensorType& out, int bias_inp
     if (!why.empty()) ctx.fail(why + " (output " + out.str() + ")");
   }
 }
+
+namespace {
+
+template <class T>
+void add_bias(const Epilogue<T>& e, T* row, int64_t r, int64_t n) {
+  switch (e.kind) {
+    case BiasKind::kScalar: {
+      const T s = e.bias[0];
+      for (int64_t j = 0; j < n; ++j) row[j] = row[j] + s;
+      break;
+    }
+    case BiasKind::kVector:
+      if (e.bias_len == n) {
+        for (int64_t j = 0; j < n; ++j) row[j] = row[j] + e.bias[j];
+      } else {
+        for (int64_t j = 0; j < n; ++j) row[j] = row[j] + e.bias[j % e.bias_len];
+      }
+      break;
+    case BiasKind::kFull: {
+      const T* b = e.bias + r * n;
+      for (int64_t j = 0; j < n; ++j) row[j] = row[j] + b[j];
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+void Epilogue<T>::apply(T* c, int64_t row0, int64_t rows, int64_t n) const {
+  cpu::dispatch([&] {
+    for (int64_t i = 0; i < rows; ++i) {
+      T* row = c + i * n;
+      if (bias != nullptr) add_bias(*this, row, row0 + i, n);
+      switch (act) {
+        case Activation::kNone:
+          break;
+        case Activation::kRelu:
+          for (int64_t j = 0; j < n; ++j) row[j] = row[j] <= T(0) ? T(0) : row[j];  // as relu
+          break;
+        case Activation::kTanh:
+          for (int64_t j = 0; j < n; ++j) row[j] = tanh_of(row[j]);
+          break;
+        case Activation::kLogistic:
+          for (int64_t j = 0; j < n; ++j) row[j] = logistic_of(row[j]);
+          break;
+      }
+    }
+  });
+}
+
+template struct Epilogue<float>;
+template struct Epilogue<double>;
 
 template <class T>
 void apply_epilogue_pass(const Epilogue<T>& e, T* y, int64_t size, int64_t n) {

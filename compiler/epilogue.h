@@ -71,49 +71,9 @@ struct Epilogue {
   Activation act = Activation::kNone;
 
   // Adds the bias to rows [row0, row0 + rows) (global row numbers) of width n starting at `c`,
-  // then applies the activation.
-  void apply(T* c, int64_t row0, int64_t rows, int64_t n) const {
-    for (int64_t i = 0; i < rows; ++i) {
-      T* row = c + i * n;
-      if (bias != nullptr) add_bias(row, row0 + i, n);
-      switch (act) {
-        case Activation::kNone:
-          break;
-        case Activation::kRelu:
-          for (int64_t j = 0; j < n; ++j) row[j] = row[j] <= T(0) ? T(0) : row[j];  // as relu
-          break;
-        case Activation::kTanh:
-          for (int64_t j = 0; j < n; ++j) row[j] = tanh_of(row[j]);
-          break;
-        case Activation::kLogistic:
-          for (int64_t j = 0; j < n; ++j) row[j] = logistic_of(row[j]);
-          break;
-      }
-    }
-  }
-
- private:
-  void add_bias(T* row, int64_t r, int64_t n) const {
-    switch (kind) {
-      case BiasKind::kScalar: {
-        const T s = bias[0];
-        for (int64_t j = 0; j < n; ++j) row[j] = row[j] + s;
-        break;
-      }
-      case BiasKind::kVector:
-        if (bias_len == n) {
-          for (int64_t j = 0; j < n; ++j) row[j] = row[j] + bias[j];
-        } else {
-          for (int64_t j = 0; j < n; ++j) row[j] = row[j] + bias[j % bias_len];
-        }
-        break;
-      case BiasKind::kFull: {
-        const T* b = bias + r * n;
-        for (int64_t j = 0; j < n; ++j) row[j] = row[j] + b[j];
-        break;
-      }
-    }
-  }
+  // then applies the activation; compiled for the host's vector ISA (cpu::dispatch). T is float
+  // or double.
+  void apply(T* c, int64_t row0, int64_t rows, int64_t n) const;
 };
 
 // The epilogue of a fused kernel: its "activation" attribute and its optional bias, input

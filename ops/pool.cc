@@ -7,6 +7,7 @@
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
 #include "ops/window_util.h"
+#include "src/core/cpu_isa.h"
 
 namespace kiln {
 namespace ops {
@@ -137,15 +138,17 @@ void window_pass(const S* src, C* dst, int64_t outer, int64_t len, int64_t inner
   const int64_t grain =
       std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, inner * per_row));
   runtime::parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t b = r / out_len, o = r % out_len;
-      C* d = dst + r * inner;
-      std::fill(d, d + inner, Op::template identity<C>());
-      for (int64_t k = taps.starts[o]; k < taps.starts[o + 1]; ++k) {
-        const S* s = src + (b * len + taps.sources[k]) * inner;
-        for (int64_t j = 0; j < inner; ++j) d[j] = Op::apply(d[j], static_cast<C>(s[j]));
+    cpu::dispatch([&] {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t b = r / out_len, o = r % out_len;
+        C* d = dst + r * inner;
+        std::fill(d, d + inner, Op::template identity<C>());
+        for (int64_t k = taps.starts[o]; k < taps.starts[o + 1]; ++k) {
+          const S* s = src + (b * len + taps.sources[k]) * inner;
+          for (int64_t j = 0; j < inner; ++j) d[j] = Op::apply(d[j], static_cast<C>(s[j]));
+        }
       }
-    }
+    });
   });
 }
 
@@ -275,44 +278,53 @@ struct WindowScratch {
   std::vector<C> value;
 };
 
+// The windows of outer indices [begin, end), for for_each_window: pos, offsets and next are
+// scratch of plan.out_dims.size(), plan.taps and plan.taps entries.
+template <class C, class Start, class Window>
+void visit_windows(const ArgmaxPlan& plan, int64_t begin, int64_t end, Start& start, Window& window,
+                   std::vector<int64_t>& pos, std::vector<int64_t>& offsets,
+                   std::vector<int64_t>& next, WindowScratch<C>& scratch) {
+  const size_t m = plan.out_dims.size();
+  for (int64_t b = begin; b < end; ++b) {
+    start(b);
+    std::fill(pos.begin(), pos.end(), 0);
+    for (int64_t q = 0; q < plan.mid_out; ++q) {
+      // The taps' offsets, one dimension at a time: after dimension j, entry i of the
+      // first (taps so far) holds the offset of tap i over dimensions 0..j (row-major).
+      int64_t n = 1;
+      offsets[0] = b * plan.mid_in;
+      for (size_t j = 0; j < m; ++j) {
+        const int64_t w = plan.window[j], stride = plan.in_strides[j];
+        const int64_t* row = plan.tables[j].data() + pos[j] * w;
+        for (int64_t i = 0; i < n; ++i) {
+          for (int64_t k = 0; k < w; ++k) {
+            next[i * w + k] = offsets[i] < 0 || row[k] < 0 ? -1 : offsets[i] + row[k] * stride;
+          }
+        }
+        n *= w;
+        std::swap(offsets, next);
+      }
+      for (int64_t t = 0; t < n; ++t) offsets[t] = offsets[t] < 0 ? -1 : offsets[t] * plan.inner;
+      window((b * plan.mid_out + q) * plan.inner, offsets.data(), scratch);
+      next_index(pos, plan.out_dims);
+    }
+  }
+}
+
 // Calls window(b, out_base, offsets, scratch) for every window of every outer index b: out_base
 // is the flat output index of the window's first inner element and offsets[t] the flat operand
 // index of tap t's first inner element, or -1 for a tap on padding. Outer indices run in
-// parallel: start(b) and then all the windows of outer index b run on one thread.
+// parallel: start(b) and then all the windows of outer index b run on one thread, compiled for
+// the host's vector ISA (cpu::dispatch).
 template <class C, class Start, class Window>
 void for_each_window(const ArgmaxPlan& plan, Start&& start, Window&& window) {
-  const size_t m = plan.out_dims.size();
   const int64_t work = std::max<int64_t>(1, plan.mid_out * plan.inner * plan.taps);
   runtime::parallel_for(
       plan.outer, std::max<int64_t>(1, (int64_t{1} << 14) / work), [&](int64_t begin, int64_t end) {
-        std::vector<int64_t> pos(m), offsets(plan.taps), next(plan.taps);
+        std::vector<int64_t> pos(plan.out_dims.size()), offsets(plan.taps), next(plan.taps);
         WindowScratch<C> scratch{std::vector<int32_t>(plan.inner), std::vector<C>(plan.inner)};
-        for (int64_t b = begin; b < end; ++b) {
-          start(b);
-          std::fill(pos.begin(), pos.end(), 0);
-          for (int64_t q = 0; q < plan.mid_out; ++q) {
-            // The taps' offsets, one dimension at a time: after dimension j, entry i of the
-            // first (taps so far) holds the offset of tap i over dimensions 0..j (row-major).
-            int64_t n = 1;
-            offsets[0] = b * plan.mid_in;
-            for (size_t j = 0; j < m; ++j) {
-              const int64_t w = plan.window[j], stride = plan.in_strides[j];
-              const int64_t* row = plan.tables[j].data() + pos[j] * w;
-              for (int64_t i = 0; i < n; ++i) {
-                for (int64_t k = 0; k < w; ++k) {
-                  next[i * w + k] =
-                      offsets[i] < 0 || row[k] < 0 ? -1 : offsets[i] + row[k] * stride;
-                }
-              }
-              n *= w;
-              std::swap(offsets, next);
-            }
-            for (int64_t t = 0; t < n; ++t)
-              offsets[t] = offsets[t] < 0 ? -1 : offsets[t] * plan.inner;
-            window((b * plan.mid_out + q) * plan.inner, offsets.data(), scratch);
-            next_index(pos, plan.out_dims);
-          }
-        }
+        cpu::dispatch(
+            [&] { visit_windows(plan, begin, end, start, window, pos, offsets, next, scratch); });
       });
 }
 
