@@ -9,6 +9,7 @@
 
 #include "compiler/lowp_epilogue.h"
 #include "kiln/op_registry.h"
+#include "ops/conv.h"
 #include "ops/dot_util.h"
 #include "ops/kernel_util.h"
 #include "ops/onednn_matmul.h"
@@ -172,8 +173,7 @@ void fused_dot_f16(KernelContext& ctx, const DotLayout& l) {
                      l.n, r0, rows, l.a_transposed, l.b_transposed);
     }
     wide.apply(block.data(), bi * l.m + r0, rows, l.n);
-    half* dst = y + bi * l.m * l.n + r0 * l.n;
-    for (int64_t i = 0; i < rows * l.n; ++i) dst[i] = half(block[i]);
+    ops::round_to_f16(block.data(), rows * l.n, y + bi * l.m * l.n + r0 * l.n);
   });
 }
 

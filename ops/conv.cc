@@ -9,6 +9,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <optional>
 #include <type_traits>
@@ -335,7 +336,9 @@ void conv_kernel(KernelContext& ctx, const E& epilogue = {}) {
         yg.noalias() = p * wg;
       }
       if constexpr (kHook) epilogue(yc, r0, rows);  // while the block is in cache
-      if constexpr (!std::is_same_v<T, C>) {
+      if constexpr (std::is_same_v<T, half>) {
+        round_to_f16(yc, rows * plan.c_out, y + r0 * plan.c_out);
+      } else if constexpr (!std::is_same_v<T, C>) {
         store_rounded(yc, rows * plan.c_out, y + r0 * plan.c_out);
       }
     }
@@ -580,6 +583,22 @@ void conv_forward(KernelContext& ctx, const ConvEpilogue<ComputeType<T>>& epilog
 template void conv_forward<float>(KernelContext&, const ConvEpilogue<float>&);
 template void conv_forward<double>(KernelContext&, const ConvEpilogue<double>&);
 template void conv_forward<half>(KernelContext&, const ConvEpilogue<float>&);
+
+void round_to_f16(const float* src, int64_t n, half* dst) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t x = std::bit_cast<uint32_t>(src[i]);
+    const uint32_t sign = (x >> 16) & 0x8000u, mag = x & 0x7fffffffu;
+    const uint32_t normal = (mag + 0xfffu + ((mag >> 13) & 1u) - 0x38000000u) >> 13;
+    // Below 2^-14 (subnormal or zero): |x| in units of 2^-24, rounded to nearest even by
+    // adding 2^23 in f32 (exact scaling; the sum's ulp is 1).
+    const float units = std::bit_cast<float>(mag) * 16777216.0f + 8388608.0f;
+    const uint32_t subnormal = std::bit_cast<uint32_t>(units) - 0x4b000000u;
+    uint32_t r = mag < 0x38800000u ? subnormal : normal;
+    r = mag >= 0x477ff000u ? 0x7c00u : r;  // rounds to 65520 or more: infinity
+    r = mag > 0x7f800000u ? 0x7e00u : r;   // NaN: the quiet NaN
+    dst[i].bits = static_cast<uint16_t>(sign | r);
+  }
+}
 
 bool conv_forward_bf16_fused(KernelContext& ctx, const onednn::BiasActivation& fused) {
   const ConvPlan plan =
