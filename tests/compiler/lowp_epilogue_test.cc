@@ -415,10 +415,15 @@ TEST(LowpEpilogue, F16FusedDotRoundsOnceWithinBound) {
     for (float& v : b) v = unit(rng);
     std::vector<Tensor> in = {stored(a, c.batch, c.m, c.k, c.a_transposed, f16),
                               stored(b, c.batch, c.k, c.n, c.b_transposed, f16)};
-    std::vector<float> bias(c.bias == Bias::kVector ? c.n : 1);
+    // Every fourth vector bias is output-sized instead (fused_dot takes one; the pass never
+    // makes one).
+    const bool full = c.bias == Bias::kVector && i % 4 == 1;
+    const Shape bias_shape = full                      ? Shape{c.batch, c.m, c.n}
+                             : c.bias == Bias::kVector ? Shape{c.n}
+                                                       : Shape{};
+    std::vector<float> bias(num_elements(bias_shape));
     for (float& v : bias) v = wide(rng);
-    const Tensor bias_t =
-        convert(Tensor::from_vector(bias, c.bias == Bias::kVector ? Shape{c.n} : Shape{}), f16);
+    const Tensor bias_t = convert(Tensor::from_vector(bias, bias_shape), f16);
     bias = values(bias_t);
     if (c.bias != Bias::kNone) in.push_back(bias_t);
     const Tensor fused = call_op("fused_dot", in, dot_attrs(c))[0];
@@ -443,7 +448,10 @@ TEST(LowpEpilogue, F16FusedDotRoundsOnceWithinBound) {
             ex.s += std::abs(p * q);
             ex.sum_abs += std::abs(p) + std::abs(q);
           }
-          const double bv = c.bias == Bias::kNone ? 0 : c.bias == Bias::kScalar ? bias[0] : bias[j];
+          const double bv = c.bias == Bias::kNone     ? 0
+                            : c.bias == Bias::kScalar ? bias[0]
+                            : full                    ? bias[(bi * c.m + r) * c.n + j]
+                                                      : bias[j];
           const double x = ex.value + bv, want = activation_f64(c.act, x);
           const double sb = sum_bound(f16, c.k, ex.s, ex.sum_abs);
           const double fb = activation_bound(f16, c.act, sb + kU32 * (std::abs(x) + sb), want);
