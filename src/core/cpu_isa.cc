@@ -1,6 +1,7 @@
 // The x86-64 level of the host and the one the dispatched kernels run at (src/core/cpu_isa.h).
 #include "src/core/cpu_isa.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -48,23 +49,29 @@ Isa choose_isa(const char* env, Isa host) {
   return host;
 }
 
-Isa init_active_isa() {
+}  // namespace detail
+
+namespace {
+
+std::atomic<int> active{-1};  // the level in use; -1 until the first call
+
+}  // namespace
+
+Isa active_isa() {
+  const int v = active.load(std::memory_order_relaxed);
+  if (v >= 0) return static_cast<Isa>(v);
   static std::once_flag once;
   std::call_once(once, [] {
-    const Isa isa = choose_isa(std::getenv("KILN_CPU_ISA"), host_isa());
+    const Isa isa = detail::choose_isa(std::getenv("KILN_CPU_ISA"), host_isa());
     active.store(static_cast<int>(isa), std::memory_order_relaxed);
   });
   return static_cast<Isa>(active.load(std::memory_order_relaxed));
 }
 
-}  // namespace detail
-
 ScopedIsa::ScopedIsa(Isa isa) : previous_(active_isa()), isa_(isa > host_isa() ? host_isa() : isa) {
-  detail::active.store(static_cast<int>(isa_), std::memory_order_relaxed);
+  active.store(static_cast<int>(isa_), std::memory_order_relaxed);
 }
 
-ScopedIsa::~ScopedIsa() {
-  detail::active.store(static_cast<int>(previous_), std::memory_order_relaxed);
-}
+ScopedIsa::~ScopedIsa() { active.store(static_cast<int>(previous_), std::memory_order_relaxed); }
 
 }  // namespace kiln::cpu

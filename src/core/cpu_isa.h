@@ -3,8 +3,6 @@
 // x86-64-v3 (AVX2, FMA) and x86-64-v4 (AVX-512), with cpu::dispatch choosing a copy at run time.
 #pragma once
 
-#include <atomic>
-
 namespace kiln::cpu {
 
 enum class Isa { kX86_64 = 0, kX86_64V3 = 1, kX86_64V4 = 2 };
@@ -15,8 +13,6 @@ const char* isa_name(Isa isa);  // "x86-64", "x86-64-v3", "x86-64-v4"
 Isa host_isa();
 
 namespace detail {
-inline std::atomic<int> active{-1};
-Isa init_active_isa();
 // The level KILN_CPU_ISA=`env` (null: unset) selects on a host at `host`, warning when it
 // cannot be honoured.
 Isa choose_isa(const char* env, Isa host);
@@ -25,10 +21,7 @@ Isa choose_isa(const char* env, Isa host);
 // The level the dispatched kernels run at: the host's, or a lower one named by the environment
 // variable KILN_CPU_ISA (x86-64, x86-64-v3 or x86-64-v4). A level the host lacks, or a name
 // that is none of these, is clamped to the host's level with a warning. Read at the first call.
-inline Isa active_isa() {
-  int v = detail::active.load(std::memory_order_relaxed);
-  return v >= 0 ? static_cast<Isa>(v) : detail::init_active_isa();
-}
+Isa active_isa();
 
 // For tests: dispatched kernels run at min(isa, host_isa()) on every thread while it lives.
 class ScopedIsa {
