@@ -10,7 +10,8 @@ machine's state falls on both. --env sets a variable for the AFTER runs only (KI
 attribute a change to a path). Keys naming _ms, _us or _bytes are smaller-is-better; the
 ratio printed is always after / before of the figure as printed, and the table says which way
 is better. The load average before and after each round is printed: figures taken while other
-processes ran are not comparable.
+processes ran are not comparable. So are the CPU model and each tree's KILN_NATIVE setting (from
+its CMakeCache.txt).
 """
 import argparse
 import os
@@ -35,6 +36,29 @@ def run(build, program, env):
     return results
 
 
+def describe(build):
+    """KILN_NATIVE as the tree's CMakeCache.txt has it."""
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("KILN_NATIVE:"):
+                    return "KILN_NATIVE=" + line.strip().split("=", 1)[1]
+    except OSError:
+        pass
+    return "KILN_NATIVE unknown"
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("before")
@@ -47,6 +71,8 @@ def main():
     for kv in a.env:
         k, _, v = kv.partition("=")
         after_env[k] = v
+    print(f"{cpu_model()}, {os.cpu_count()} CPUs; before {a.before} ({describe(a.before)}), "
+          f"after {a.after} ({describe(a.after)})", file=sys.stderr)
     ratios = {}  # key -> list of after/before
     values = {}  # key -> (before list, after list)
     for r in range(a.rounds):
