@@ -144,7 +144,8 @@ Pipeline default_pipeline(Rewrites rewrites) {
   simplify.push_back(std::make_unique<Dce>());
   p.add_fixed_point(std::move(simplify), 8);
   p.add(std::make_unique<LayoutFolding>());  // not exact: after the exact group
-  p.add(std::make_unique<EpilogueFusion>());
+  // Exact pipelines fuse only f32 and f64 epilogues (bf16/f16 ones round once, not per op).
+  p.add(std::make_unique<EpilogueFusion>(/*fuse_narrow=*/rewrites == Rewrites::kAll));
   p.add(std::make_unique<Dce>());  // what the epilogues absorbed (relu's 0, the bias add)
   p.add(std::make_unique<Verify>());
   return p;

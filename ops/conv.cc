@@ -192,6 +192,32 @@ std::optional<onednn::ConvShape> onednn_shape(const ConvPlan& plan, bool bf16) {
 template <class T>
 constexpr bool kOnednnType = std::is_same_v<T, float> || std::is_same_v<T, bfloat16>;
 
+// `src` widened to f32 (exactly), in parallel.
+std::vector<float> widened(const half* src, int64_t n) {
+  std::vector<float> out(n);
+  runtime::parallel_for(n, 1 << 15, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = static_cast<float>(src[i]);
+  });
+  return out;
+}
+
+// An f16 convolution pass on oneDNN's f32 kernels (oneDNN 2.6 has no f16 convolution for
+// CPUs): operands a (na elements) and b widened to f32, `pass(a32, b32, out32)` run, and its
+// f32 result (n_out elements: f32 sums, as the f16 kernels sum) rounded once into dst. False,
+// dst untouched, where oneDNN is off or declines the pass.
+template <class Pass>
+bool f16_on_onednn(const half* a, int64_t na, const half* b, int64_t nb, half* dst,
+                   int64_t n_out, Pass&& pass) {
+  if (!onednn::enabled()) return false;
+  const std::vector<float> a32 = widened(a, na), b32 = widened(b, nb);
+  std::vector<float> out32(n_out);
+  if (!pass(a32.data(), b32.data(), out32.data())) return false;
+  runtime::parallel_for(n_out, 1 << 15, [&](int64_t begin, int64_t end) {
+    round_to_f16(out32.data() + begin, end - begin, dst + begin);
+  });
+  return true;
+}
+
 // Calls f(r, t, offset, taps) for patch rows r in [0, rows) (output positions row, row + 1,
 // ...) and runs of kernel taps [t, t + taps), where offset is the element offset of the input
 // pixel under tap t (channel 0), or -1 (and taps = 1) where the tap falls on padding or on a
@@ -307,6 +333,16 @@ void conv_kernel(KernelContext& ctx, const E& epilogue = {}) {
     if constexpr (kHook) hook = epilogue;
     const std::optional<onednn::ConvShape> s = onednn_shape(plan, !std::is_same_v<T, float>);
     if (s && onednn::forward(ctx, *s, x, in_ptr<T>(ctx, 1), y, hook)) return;
+  } else if constexpr (std::is_same_v<T, half>) {
+    const std::optional<onednn::ConvShape> s = onednn_shape(plan, /*bf16=*/false);
+    onednn::Epilogue hook;
+    if constexpr (kHook) hook = epilogue;  // on the f32 sums, before the rounding
+    if (s && f16_on_onednn(x, ctx.input(0).size(), in_ptr<T>(ctx, 1), ctx.input(1).size(), y,
+                           out.size(), [&](const float* x32, const float* w32, float* y32) {
+                             return onednn::forward(ctx, *s, x32, w32, y32, hook);
+                           })) {
+      return;
+    }
   }
   // The kernel as a [depth, c_out] row-major matrix, in the compute type.
   std::vector<C> w_storage;
@@ -436,6 +472,15 @@ void conv_input_grad_kernel(KernelContext& ctx) {
     if (s && onednn::input_grad(ctx, *s, in_ptr<T>(ctx, 0), in_ptr<T>(ctx, 1), out_ptr<T>(out))) {
       return;
     }
+  } else if constexpr (std::is_same_v<T, half>) {
+    const std::optional<onednn::ConvShape> s = onednn_shape(plan, /*bf16=*/false);
+    if (s && f16_on_onednn(in_ptr<T>(ctx, 0), ctx.input(0).size(), in_ptr<T>(ctx, 1),
+                           ctx.input(1).size(), out_ptr<T>(out), out.size(),
+                           [&](const float* dy32, const float* w32, float* dx32) {
+                             return onednn::input_grad(ctx, *s, dy32, w32, dx32);
+                           })) {
+      return;
+    }
   }
   ComputeOutput<T> result(out);
   C* dx = result.data();
@@ -488,6 +533,14 @@ void conv_kernel_grad_kernel(KernelContext& ctx) {
   if constexpr (kOnednnType<T>) {
     const std::optional<onednn::ConvShape> s = onednn_shape(plan, !std::is_same_v<T, float>);
     if (s && onednn::kernel_grad(ctx, *s, x, in_ptr<T>(ctx, 1), dw)) return;
+  } else if constexpr (std::is_same_v<T, half>) {
+    const std::optional<onednn::ConvShape> s = onednn_shape(plan, /*bf16=*/false);
+    if (s && f16_on_onednn(x, ctx.input(0).size(), in_ptr<T>(ctx, 1), ctx.input(1).size(), dw,
+                           n_w, [&](const float* x32, const float* dy32, float* dw32) {
+                             return onednn::kernel_grad(ctx, *s, x32, dy32, dw32);
+                           })) {
+      return;
+    }
   }
   std::vector<C> dy_storage;
   const C* dy = as_compute(in_ptr<T>(ctx, 1), plan.out_rows * plan.c_out, dy_storage);

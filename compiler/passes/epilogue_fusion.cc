@@ -122,11 +122,14 @@ bool EpilogueFusion::run(Module& module) {
                                        std::to_string(uses[d]) + " uses)";
     // The fused kernels take the floating types (bf16 and f16 with the bias and activation
     // applied to the f32 sums before their one rounding, as compiler/fused_dot.h says).
-    if (!is_floating(out.dtype)) {
+    const bool narrow = out.dtype == bf16 || out.dtype == f16;
+    if (!is_floating(out.dtype) || (narrow && !fuse_narrow_)) {
       for (int u : users[d]) {
         if (nodes[u].op != "add" && !activation_of(u, d)) continue;
         note("not fused: epilogue of " + label(nodes, d) + ": its output is " + out.str() +
-             "; the fused kernels take f32, f64, bf16 and f16 only");
+             (narrow ? "; a fused bf16/f16 epilogue rounds once, not per op, and this pipeline "
+                       "keeps exact rewrites only"
+                     : "; the fused kernels take f32, f64, bf16 and f16 only"));
         break;
       }
       continue;

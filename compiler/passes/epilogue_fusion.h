@@ -13,8 +13,15 @@ namespace kiln::compiler {
 
 class EpilogueFusion : public Pass {
  public:
+  // fuse_narrow false: bf16 and f16 chains are left as they are, so the pass is exact (what
+  // Rewrites::kExact pipelines run).
+  explicit EpilogueFusion(bool fuse_narrow = true) : fuse_narrow_(fuse_narrow) {}
   std::string name() const override { return "epilogue_fusion"; }
   bool run(Module& module) override;
+  bool exact() const override { return !fuse_narrow_; }
+
+ private:
+  bool fuse_narrow_;
 };
 
 }  // namespace kiln::compiler

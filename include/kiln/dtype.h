@@ -35,12 +35,47 @@ bool is_signed(DType dtype);
 //  - two floats give the wider one; f16 with bf16 gives f32.
 DType promote_types(DType a, DType b);
 
-// IEEE binary16 storage. Arithmetic is done by converting to float.
+// IEEE binary16 storage. Arithmetic is done by converting to float. Both conversions are
+// inline and branch-free (selects), so loops over half values vectorize.
 struct half {
   uint16_t bits = 0;
   half() = default;
-  half(float f);  // round to nearest even
-  operator float() const;
+  // Round to nearest even; overflow past 65520 gives inf, a NaN the quiet NaN 0x7e00 (signed).
+  half(float f) {
+    uint32_t x;
+    std::memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const uint32_t mag = x & 0x7fffffffu;
+    // Normal halves: round the mantissa at bit 13 (ties to even), then rebias the exponent.
+    const uint32_t normal = (mag + 0xfffu + ((mag >> 13) & 1u) - 0x38000000u) >> 13;
+    // Subnormal halves (and zero): the value in units of 2^-24 (exact), rounded to an integer
+    // by adding and subtracting 2^23 (to nearest even). Larger magnitudes are clamped first so
+    // the conversion stays in range.
+    const uint32_t small_mag = mag < 0x38800000u ? mag : 0x38800000u;
+    float scaled;
+    std::memcpy(&scaled, &small_mag, 4);
+    scaled *= 16777216.0f;
+    const uint32_t subnormal = static_cast<uint32_t>((scaled + 8388608.0f) - 8388608.0f);
+    uint32_t r = mag < 0x38800000u ? subnormal : normal;
+    r = mag >= 0x477ff000u ? 0x7c00u : r;  // rounds to >= 65520: infinity
+    r = mag > 0x7f800000u ? 0x7e00u : r;   // NaN
+    bits = static_cast<uint16_t>(sign | r);
+  }
+  // Exact; inf and NaN keep their payload.
+  operator float() const {
+    const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+    const uint32_t exp = (bits >> 10) & 0x1fu;
+    const uint32_t man = bits & 0x3ffu;
+    const float sub = static_cast<float>(man) * (1.0f / 16777216.0f);  // man * 2^-24, exact
+    uint32_t sub_bits;
+    std::memcpy(&sub_bits, &sub, 4);
+    uint32_t r = sign | ((exp + 112) << 23) | (man << 13);
+    r = exp == 31 ? (sign | 0x7f800000u | (man << 13)) : r;
+    r = exp == 0 ? (sign | sub_bits) : r;
+    float f;
+    std::memcpy(&f, &r, 4);
+    return f;
+  }
 };
 
 // bfloat16 storage: the upper 16 bits of an f32, rounded to nearest even.

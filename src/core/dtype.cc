@@ -54,38 +54,4 @@ DType promote_types(DType a, DType b) {
   return dtype_size(a) >= dtype_size(b) ? a : b;
 }
 
-half::half(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t mag = x & 0x7fffffffu;
-  if (mag > 0x7f800000u) {  // NaN
-    bits = static_cast<uint16_t>(sign | 0x7e00u);
-    return;
-  }
-  if (mag >= 0x477ff000u) {  // rounds to >= 65520: infinity
-    bits = static_cast<uint16_t>(sign | 0x7c00u);
-    return;
-  }
-  if (mag < 0x38800000u) {  // subnormal half (or zero): scale into integer units of 2^-24
-    float scaled = std::bit_cast<float>(mag) * 16777216.0f;  // exact
-    uint32_t r = static_cast<uint32_t>(std::nearbyint(scaled));
-    bits = static_cast<uint16_t>(sign | r);
-    return;
-  }
-  uint32_t rounded = mag + 0xfffu + ((mag >> 13) & 1u);
-  bits = static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
-}
-
-half::operator float() const {
-  uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
-  uint32_t exp = (bits >> 10) & 0x1fu;
-  uint32_t man = bits & 0x3ffu;
-  if (exp == 0) {
-    float v = static_cast<float>(man) / 16777216.0f;
-    return sign ? -v : v;
-  }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));
-  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (man << 13));
-}
-
 }  // namespace kiln

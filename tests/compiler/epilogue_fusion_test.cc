@@ -71,6 +71,34 @@ TEST(EpilogueFusionTest, DenseBiasActivationBecomesOneFusedDot) {
   }
 }
 
+// bf16/f16 epilogues round once, not per op: the pass says so (exact() false), and exact
+// pipelines (Rewrites::kExact) leave those chains unfused, with a note, and still fuse f32 ones,
+// bit-identical to the unfused graph.
+TEST(EpilogueFusionTest, ExactPipelinesFuseOnlyWideEpilogues) {
+  EXPECT_FALSE(EpilogueFusion().exact());
+  EXPECT_TRUE(EpilogueFusion(/*fuse_narrow=*/false).exact());
+  for (DType t : {bf16, f16, f32}) {
+    SCOPED_TRACE(dtype_name(t));
+    Dense d(9, 20, 30, t);
+    Tensor y = relu(matmul(d.x, d.w) + d.b);
+    Pipeline exact = default_pipeline(Rewrites::kExact);
+    CompiledGraph c = optimize(d.g, {y}, exact);
+    bool fused = false;
+    for (const auto& n : nodes_of(c.graph)) fused |= n.op == "fused_dot";
+    EXPECT_EQ(fused, t == f32) << c.graph.to_text();
+    expect_bitwise_equal(c.run(d.feeds), d.g.run(d.feeds, std::vector<Tensor>{y}));
+    Module m = make_module(d.g, {y});
+    EpilogueFusion keep_narrow(/*fuse_narrow=*/false);
+    EXPECT_EQ(keep_narrow.run(m), t == f32);
+    if (t != f32) EXPECT_THAT(notes_of(keep_narrow), HasSubstr("keeps exact rewrites only"));
+    Pipeline all = default_pipeline(Rewrites::kAll);
+    CompiledGraph c_all = optimize(d.g, {y}, all);
+    fused = false;
+    for (const auto& n : nodes_of(c_all.graph)) fused |= n.op == "fused_dot";
+    EXPECT_TRUE(fused) << "the default pipeline fuses every floating type";
+  }
+}
+
 // add(dot_a, dot_b) with one-element outputs: each dot could take the add as its bias-add (a
 // one-element addend passes as a bias), but only one may; the other stays its bias.
 TEST(EpilogueFusionTest, TwoDotsAddedTogetherFuseOnlyOneEpilogue) {

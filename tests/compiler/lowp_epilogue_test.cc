@@ -335,29 +335,41 @@ TEST(LowpEpilogue, Bf16FusedConvWithinBoundAndFallbackBitEqual) {
             << "); worst error / bound " << worst << ", fallback " << worst_fallback << "\n";
 }
 
-// f16 (no f16 convolution in oneDNN 2.6): the f32 sums of the widened operands with the bias and
-// activation applied before the one rounding, which is what f32's fused_conv on the widened
-// operands, rounded to f16, gives (oneDNN off for it: the f16 kernel sums as Kiln's own f32
-// kernel does); within the bound, as are the unfused ops.
+// f16 (no f16 convolution in oneDNN 2.6): the operands widen to f32 and f32's convolution runs
+// on them (oneDNN's where it serves the case, else Kiln's own), with the bias and activation
+// applied to the f32 sums before the one rounding: exactly what f32's fused_conv on the widened
+// operands, rounded to f16, gives, on oneDNN and switched off alike; within the bound, as are the
+// unfused ops.
 TEST(LowpEpilogue, F16FusedConvRoundsOnceWithinBound) {
   std::mt19937 rng(43);
   double worst = 0;
+  int on_onednn = 0, n = 0;
   for (const ConvCase& c : conv_cases(rng)) {
     const ConvData d = random_conv_data(c, f16, rng);
     const ConvTensors t = conv_tensors(c, d, f16);
-    const ops::onednn::Counts before = ops::onednn::counts();
-    const Tensor fused = fused_conv_op(c, t);
-    EXPECT_EQ(fused.dtype(), f16);
-    EXPECT_EQ(ops::onednn::counts().forward, before.forward) << c.str() << " ran on oneDNN";
     const ConvTensors wide{convert(t.x, f32), convert(t.w, f32),
                            c.bias == Bias::kNone ? Tensor() : convert(t.bias, f32)};
-    const std::vector<float> once =
-        with_onednn(false, [&] { return values(convert(fused_conv_op(c, wide), f16)); });
+    const int64_t before = ops::onednn::counts().forward;
+    const Tensor fused = fused_conv_op(c, t);
+    const bool f16_ran_on_onednn = ops::onednn::counts().forward > before;
+    EXPECT_EQ(fused.dtype(), f16);
+    const int64_t before32 = ops::onednn::counts().forward;
+    const std::vector<float> once = values(convert(fused_conv_op(c, wide), f16));
+    EXPECT_EQ(f16_ran_on_onednn, ops::onednn::counts().forward > before32)
+        << c.str() << ": the f16 pass did not take f32's path";
+    on_onednn += f16_ran_on_onednn;
+    ++n;
     EXPECT_EQ(values(fused), once) << c.str() << ": not the f32 epilogue rounded once";
+    const std::vector<float> off = with_onednn(false, [&] { return values(fused_conv_op(c, t)); });
+    const std::vector<float> off_once =
+        with_onednn(false, [&] { return values(convert(fused_conv_op(c, wide), f16)); });
+    EXPECT_EQ(off, off_once) << c.str() << ", oneDNN off: not the f32 epilogue rounded once";
     worst = std::max(worst, check_conv(c, d, f16, values(fused), values(unfused_conv(c, t)),
                                        "the widened kernel"));
   }
-  std::cout << "[ path     ] f16 fused_conv: worst error / bound " << worst << "\n";
+  if (ops::onednn::enabled()) EXPECT_GT(on_onednn, 0) << "no f16 case ran on oneDNN's f32 kernels";
+  std::cout << "[ path     ] f16 fused_conv: " << on_onednn << " of " << n
+            << " cases on oneDNN's f32 kernels (widened); worst error / bound " << worst << "\n";
 }
 
 // ---- dots (f16; bf16 is tests/ops/lowp_matmul_test.cc's) ----
