@@ -7,8 +7,11 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "compiler/epilogue.h"
 #include "kiln/kiln.h"
