@@ -219,8 +219,9 @@ def cpu_description():
              f"{fields.get('stepping', '?')})")
     isa = [f for f in ("avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_int8", "avx2",
                        "fma") if f in flags]
-    # Kiln's JIT targets the host CPU, and the library is built with -march=native (KILN_NATIVE):
-    # the widest vector ISA present is the one its kernels run.
+    # Kiln's JIT targets the host CPU, and its hot C++ kernels pick their copy at run time from
+    # the host's level (src/core/cpu_isa.h; or -march=native with KILN_NATIVE=ON): the widest
+    # vector ISA present is the one its kernels run.
     path = "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags else "sse"
     return model, isa, path
 
