@@ -42,10 +42,13 @@
 #include "ops/conv.h"
 #include "ops/onednn_conv.h"
 #include "ops/onednn_matmul.h"
+#include "tests/testing/lowp.h"
 #include "tests/testing/onednn.h"
 
 namespace kiln {
 namespace {
+
+using testing::stored;
 
 using testing::with_onednn;
 
@@ -386,17 +389,6 @@ struct DotCase {
   }
 };
 
-// x [batch, rows, cols] stored as itself or as [batch, cols, rows].
-Tensor stored(const std::vector<float>& x, int64_t batch, int64_t rows, int64_t cols,
-              bool transposed, DType t) {
-  if (!transposed) return convert(Tensor::from_vector(x, {batch, rows, cols}), t);
-  std::vector<float> y(x.size());
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j)
-        y[(b * cols + j) * rows + i] = x[(b * rows + i) * cols + j];
-  return convert(Tensor::from_vector(y, {batch, cols, rows}), t);
-}
 
 Attrs dot_attrs(const DotCase& c) {
   return {{"lhs_contract", std::vector<int64_t>{c.a_transposed ? 1 : 2}},

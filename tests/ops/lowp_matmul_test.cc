@@ -31,10 +31,13 @@
 #include "kiln/kiln.h"
 #include "ops/onednn_conv.h"
 #include "ops/onednn_matmul.h"
+#include "tests/testing/lowp.h"
 #include "tests/testing/onednn.h"
 
 namespace kiln {
 namespace {
+
+using testing::stored;
 
 double unit_roundoff(DType t) { return t == bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11); }
 double half_subnormal(DType t) { return t == bf16 ? std::ldexp(1.0, -134) : std::ldexp(1.0, -25); }
@@ -92,17 +95,6 @@ Operands random_operands(const Case& c, std::mt19937& rng) {
   return o;
 }
 
-// x [batch, rows, cols] stored as itself or as [batch, cols, rows], rounded to `t`.
-Tensor stored(const std::vector<float>& x, int64_t batch, int64_t rows, int64_t cols,
-              bool transposed, DType t) {
-  if (!transposed) return convert(Tensor::from_vector(x, {batch, rows, cols}), t);
-  std::vector<float> y(x.size());
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j)
-        y[(b * cols + j) * rows + i] = x[(b * rows + i) * cols + j];
-  return convert(Tensor::from_vector(y, {batch, cols, rows}), t);
-}
 
 // The product in type t through the dot kernel, as f32 values [batch, m, n].
 std::vector<float> lowp_product(const Case& c, const Operands& o, DType t) {
