@@ -9,9 +9,9 @@
 
 #include "compiler/lowp_epilogue.h"
 #include "kiln/op_registry.h"
-#include "ops/conv.h"
 #include "ops/dot_util.h"
 #include "ops/kernel_util.h"
+#include "ops/narrow.h"
 #include "ops/onednn_matmul.h"
 #include "runtime/execute.h"
 #include "runtime/thread_pool.h"
@@ -156,10 +156,7 @@ void fused_dot_f16(KernelContext& ctx, const DotLayout& l) {
       widened_epilogue(epilogue, ctx.num_inputs() > 2 ? ctx.input(2).size() : 0, &bias);
   auto widen = [](const Tensor& t) {
     std::vector<float> w(t.size());
-    const half* p = static_cast<const half*>(t.raw_data());
-    runtime::parallel_for(t.size(), 1 << 14, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) w[i] = p[i];
-    });
+    ops::parallel_widen_into(static_cast<const half*>(t.raw_data()), t.size(), w.data());
     return w;
   };
   const std::vector<float> a = widen(ctx.input(0)), b = widen(ctx.input(1));
@@ -173,7 +170,7 @@ void fused_dot_f16(KernelContext& ctx, const DotLayout& l) {
                      l.n, r0, rows, l.a_transposed, l.b_transposed);
     }
     wide.apply(block.data(), bi * l.m + r0, rows, l.n);
-    ops::round_to_f16(block.data(), rows * l.n, y + bi * l.m * l.n + r0 * l.n);
+    ops::round_into(block.data(), rows * l.n, y + bi * l.m * l.n + r0 * l.n);
   });
 }
 

@@ -195,9 +195,7 @@ constexpr bool kOnednnType = std::is_same_v<T, float> || std::is_same_v<T, bfloa
 // `src` widened to f32 (exactly), in parallel.
 std::vector<float> widened(const half* src, int64_t n) {
   std::vector<float> out(n);
-  runtime::parallel_for(n, 1 << 15, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) out[i] = static_cast<float>(src[i]);
-  });
+  parallel_widen_into(src, n, out.data());
   return out;
 }
 
@@ -206,15 +204,13 @@ std::vector<float> widened(const half* src, int64_t n) {
 // f32 result (n_out elements: f32 sums, as the f16 kernels sum) rounded once into dst. False,
 // dst untouched, where oneDNN is off or declines the pass.
 template <class Pass>
-bool f16_on_onednn(const half* a, int64_t na, const half* b, int64_t nb, half* dst,
-                   int64_t n_out, Pass&& pass) {
+bool f16_on_onednn(const half* a, int64_t na, const half* b, int64_t nb, half* dst, int64_t n_out,
+                   Pass&& pass) {
   if (!onednn::enabled()) return false;
   const std::vector<float> a32 = widened(a, na), b32 = widened(b, nb);
   std::vector<float> out32(n_out);
   if (!pass(a32.data(), b32.data(), out32.data())) return false;
-  runtime::parallel_for(n_out, 1 << 15, [&](int64_t begin, int64_t end) {
-    round_to_f16(out32.data() + begin, end - begin, dst + begin);
-  });
+  parallel_round_into(out32.data(), n_out, dst);
   return true;
 }
 
@@ -372,11 +368,8 @@ void conv_kernel(KernelContext& ctx, const E& epilogue = {}) {
         yg.noalias() = p * wg;
       }
       if constexpr (kHook) epilogue(yc, r0, rows);  // while the block is in cache
-      if constexpr (std::is_same_v<T, half>) {
-        round_to_f16(yc, rows * plan.c_out, y + r0 * plan.c_out);
-      } else if constexpr (!std::is_same_v<T, C>) {
+      if constexpr (!std::is_same_v<T, C>)
         store_rounded(yc, rows * plan.c_out, y + r0 * plan.c_out);
-      }
     }
   });
 }
@@ -535,8 +528,8 @@ void conv_kernel_grad_kernel(KernelContext& ctx) {
     if (s && onednn::kernel_grad(ctx, *s, x, in_ptr<T>(ctx, 1), dw)) return;
   } else if constexpr (std::is_same_v<T, half>) {
     const std::optional<onednn::ConvShape> s = onednn_shape(plan, /*bf16=*/false);
-    if (s && f16_on_onednn(x, ctx.input(0).size(), in_ptr<T>(ctx, 1), ctx.input(1).size(), dw,
-                           n_w, [&](const float* x32, const float* dy32, float* dw32) {
+    if (s && f16_on_onednn(x, ctx.input(0).size(), in_ptr<T>(ctx, 1), ctx.input(1).size(), dw, n_w,
+                           [&](const float* x32, const float* dy32, float* dw32) {
                              return onednn::kernel_grad(ctx, *s, x32, dy32, dw32);
                            })) {
       return;
@@ -636,22 +629,6 @@ void conv_forward(KernelContext& ctx, const ConvEpilogue<ComputeType<T>>& epilog
 template void conv_forward<float>(KernelContext&, const ConvEpilogue<float>&);
 template void conv_forward<double>(KernelContext&, const ConvEpilogue<double>&);
 template void conv_forward<half>(KernelContext&, const ConvEpilogue<float>&);
-
-void round_to_f16(const float* src, int64_t n, half* dst) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t x = std::bit_cast<uint32_t>(src[i]);
-    const uint32_t sign = (x >> 16) & 0x8000u, mag = x & 0x7fffffffu;
-    const uint32_t normal = (mag + 0xfffu + ((mag >> 13) & 1u) - 0x38000000u) >> 13;
-    // Below 2^-14 (subnormal or zero): |x| in units of 2^-24, rounded to nearest even by
-    // adding 2^23 in f32 (exact scaling; the sum's ulp is 1).
-    const float units = std::bit_cast<float>(mag) * 16777216.0f + 8388608.0f;
-    const uint32_t subnormal = std::bit_cast<uint32_t>(units) - 0x4b000000u;
-    uint32_t r = mag < 0x38800000u ? subnormal : normal;
-    r = mag >= 0x477ff000u ? 0x7c00u : r;  // rounds to 65520 or more: infinity
-    r = mag > 0x7f800000u ? 0x7e00u : r;   // NaN: the quiet NaN
-    dst[i].bits = static_cast<uint16_t>(sign | r);
-  }
-}
 
 bool conv_forward_bf16_fused(KernelContext& ctx, const onednn::BiasActivation& fused) {
   const ConvPlan plan =

@@ -25,11 +25,6 @@ using ConvEpilogue = std::function<void(T* block, int64_t row0, int64_t rows)>;
 template <class T>
 void conv_forward(KernelContext& ctx, const ConvEpilogue<ComputeType<T>>& epilogue);
 
-// dst[i] = half(src[i]), the same bits, without branches: half(float) (src/core/dtype.cc) takes
-// a branch and std::nearbyint for zeros and subnormals, which on a relu's output (zeros and
-// positive values at random) cost about 4 ns a value, more than fusing the epilogue saved.
-void round_to_f16(const float* src, int64_t n, half* dst);
-
 // The bf16 convolution on ctx with `fused` (ops/onednn_conv.h: a bias of c_out values and an
 // activation applied to the f32 sums before their one rounding) inside oneDNN's kernel, into
 // output 0. False, output 0 left unwritten, where oneDNN declines: no bf16 unit, switched off, no

@@ -4,11 +4,13 @@
 
 #include <array>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "kiln/op_registry.h"
+#include "ops/narrow.h"
 #include "runtime/thread_pool.h"
 #include "src/core/type_switch.h"
 
@@ -169,11 +171,11 @@ KernelFn typed_kernel(auto kernel) {
 }
 
 // Registers the function template `kernel` (kernel<T>(ctx)) as op's kernel for the dtypes of S.
-#define KILN_REGISTER_TYPED_KERNEL(op, S, kernel)                                    \
-  KILN_REGISTER_KERNEL(op).dtypes(dtypes_of(S)).fn(                                  \
-      typed_kernel<S>([](auto tag, KernelContext& ctx) {                             \
-        kernel<typename decltype(tag)::type>(ctx);                                   \
-      }))
+#define KILN_REGISTER_TYPED_KERNEL(op, S, kernel) \
+  KILN_REGISTER_KERNEL(op)                        \
+      .dtypes(dtypes_of(S))                       \
+      .fn(typed_kernel<S>(                        \
+          [](auto tag, KernelContext& ctx) { kernel<typename decltype(tag)::type>(ctx); }))
 
 // ---- f16/bf16 staging -------------------------------------------------------------------
 // Kernels compute in ComputeType<T> (float for f16 and bf16) and round once when storing.
@@ -184,42 +186,59 @@ template <class T, class C = ComputeType<T>>
 const C* as_compute(const T* src, int64_t n, std::vector<C>& storage) {
   if constexpr (std::is_same_v<T, C>) {
     return src;
+  } else if constexpr (std::is_same_v<C, float> &&
+                       (std::is_same_v<T, bfloat16> || std::is_same_v<T, half>)) {
+    storage.resize(n);
+    parallel_widen_into(src, n, storage.data());
+    return storage.data();
   } else {
     storage.assign(src, src + n);
     return storage.data();
   }
 }
 
-// Rounds `n` compute-type values into T.
+// Rounds `n` compute-type values into T (f32 into bf16/f16 through ops/narrow.h).
 template <class T, class C>
 void store_rounded(const C* src, int64_t n, T* dst) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
+  if constexpr (std::is_same_v<C, float> &&
+                (std::is_same_v<T, bfloat16> || std::is_same_v<T, half>)) {
+    round_into(src, n, dst);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
+  }
 }
 
 // An output written in its compute type: the tensor's own memory when T is its compute type,
-// otherwise a staging buffer that store() rounds into the tensor.
+// otherwise a staging buffer that store() rounds into the tensor (in parallel). Either way
+// data() starts uninitialised, as a new tensor does: the kernel writes every element.
 template <class T>
 class ComputeOutput {
  public:
   using C = ComputeType<T>;
   explicit ComputeOutput(Tensor& out) : out_(out) {
-    if constexpr (kStaged) staging_.resize(out.size());
+    if constexpr (kStaged) staging_.reset(new C[out.size()]);  // default-initialised
   }
   C* data() {
     if constexpr (kStaged) {
-      return staging_.data();
+      return staging_.get();
     } else {
       return out_ptr<T>(out_);
     }
   }
   void store() {
-    if constexpr (kStaged) store_rounded(staging_.data(), out_.size(), out_ptr<T>(out_));
+    if constexpr (kStaged) {
+      const int64_t n = out_.size();
+      T* dst = out_ptr<T>(out_);
+      runtime::parallel_for(n, int64_t{1} << 15, [&](int64_t b, int64_t e) {
+        store_rounded(staging_.get() + b, e - b, dst + b);
+      });
+    }
   }
 
  private:
   static constexpr bool kStaged = !std::is_same_v<T, C>;
   Tensor& out_;
-  std::vector<C> staging_;
+  std::unique_ptr<C[]> staging_;
 };
 
 }  // namespace kiln::ops

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "ops/narrow.h"
 #include "ops/onednn_conv.h"
 
 namespace kiln::ops::onednn {
@@ -49,7 +50,8 @@ inline bool has_bf16_unit() { return isa_has(dnnl::cpu_isa::avx512_core_bf16); }
 
 // A BiasActivation's activation as an eltwise post-op on the f32 result, before its rounding:
 // tanh and logistic. Not relu: oneDNN's (a max with 0) turns NaN into 0, where Kiln's relu
-// (select(x <= 0, 0, x)) keeps it; relu_keeping_nan runs on the rounded result instead.
+// (select(x <= 0, 0, x)) keeps it; relu_keeping_nan (ops/narrow.h) runs on the
+// rounded result instead.
 inline void add_post_op(Activation act, dnnl::primitive_attr& attr) {
   if (act != Activation::kTanh && act != Activation::kLogistic) return;
   dnnl::post_ops ops;
@@ -58,19 +60,6 @@ inline void add_post_op(Activation act, dnnl::primitive_attr& attr) {
       act == Activation::kTanh ? dnnl::algorithm::eltwise_tanh : dnnl::algorithm::eltwise_logistic,
       0.0f, 0.0f);
   attr.set_post_ops(ops);
-}
-
-// relu on n bf16 (or f16) values in place, as Kiln's relu: x <= 0 (-0 included) becomes +0, NaN
-// stays. Rounding is monotone and keeps 0, so relu(round(x)) == round(relu(x)): applied to what
-// oneDNN rounded once it gives the bits of relu applied to the f32 sum before the rounding.
-inline void relu_keeping_nan(void* p, int64_t n, bool bf16) {
-  auto* bits = static_cast<uint16_t*>(p);
-  const uint16_t inf = bf16 ? 0x7f80u : 0x7c00u;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint16_t b = bits[i];
-    const bool negative = (b & 0x8000u) != 0 && (b & 0x7fffu) <= inf;  // -0 to -inf, not NaN
-    bits[i] = negative ? uint16_t{0} : b;
-  }
 }
 
 }  // namespace kiln::ops::onednn

@@ -9,6 +9,7 @@
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
 #include "ops/max_min.h"
+#include "src/core/cpu_isa.h"
 
 namespace kiln {
 namespace ops {
@@ -232,21 +233,26 @@ void reduce(const Tensor& in, const std::vector<int64_t>& axes, Tensor& out) {
   if (chunks > 1) partial.reset(new Acc[units * chunks * width]);
 
   const int64_t grain = std::max<int64_t>(1, kChunk / std::max<int64_t>(1, chunk * width));
+  // Each task compiled for the host's vector ISA (cpu::dispatch): a column block's folds are
+  // independent lanes, and this source compiles without fp contraction, so every level gives
+  // the same bits.
   runtime::parallel_for(units * chunks, grain, [&](int64_t begin, int64_t end) {
-    std::array<Acc, kColumnBlock> acc;
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t u = t / chunks, c = t % chunks;
-      const int64_t g = u / blocks, j0 = (u % blocks) * kColumnBlock;
-      const int64_t w = std::min(kColumnBlock, p.inner - j0);
-      std::fill(acc.begin(), acc.begin() + w, Op::init());
-      const int64_t r0 = c * chunk, r1 = std::min(p.reduced, r0 + chunk);
-      fold_range<Op>(p, x, p.group_offset(g) + j0, w, r0, r1, acc.data());
-      if (chunks == 1) {
-        for (int64_t j = 0; j < w; ++j) y[g * p.inner + j0 + j] = Op::finish(acc[j]);
-      } else {
-        std::copy(acc.begin(), acc.begin() + w, &partial[t * width]);
+    cpu::dispatch([&] {
+      std::array<Acc, kColumnBlock> acc;
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t u = t / chunks, c = t % chunks;
+        const int64_t g = u / blocks, j0 = (u % blocks) * kColumnBlock;
+        const int64_t w = std::min(kColumnBlock, p.inner - j0);
+        std::fill(acc.begin(), acc.begin() + w, Op::init());
+        const int64_t r0 = c * chunk, r1 = std::min(p.reduced, r0 + chunk);
+        fold_range<Op>(p, x, p.group_offset(g) + j0, w, r0, r1, acc.data());
+        if (chunks == 1) {
+          for (int64_t j = 0; j < w; ++j) y[g * p.inner + j0 + j] = Op::finish(acc[j]);
+        } else {
+          std::copy(acc.begin(), acc.begin() + w, &partial[t * width]);
+        }
       }
-    }
+    });
   });
   if (chunks == 1) return;
   runtime::parallel_for(units, 1, [&](int64_t begin, int64_t end) {
@@ -376,7 +382,7 @@ std::vector<TensorType> arg_shape(const InferContext& ctx) {
 
 // ---- registrations ----------------------------------------------------------------------
 
-#define KILN_REDUCE_OP(name, kind, Op, set)                                                    \
+#define KILN_REDUCE_OP(name, kind, Op, set)                                                  \
   KILN_REGISTER_OP(name).input("x").reduction(ReduceKind::kind).shape_fn(reduce_shape(set)); \
   KILN_REGISTER_KERNEL(name).dtypes(dtypes_of(set)).fn(reduce_kernel<Op, set>())
 

@@ -1,8 +1,10 @@
 // The kernels compiled once per x86-64 level (cpu::dispatch): pooling and its gradients, the
-// random ops and the fused kernels' epilogue give the same bits at every level this host has as
-// at the baseline, on random inputs. Each test prints the levels it ran.
+// random ops, the fused kernels' epilogue and the f32 <-> bf16/f16 array conversions give the same
+// bits at every level this host has as at the baseline, on random inputs. Each test prints the
+// levels it ran.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +17,7 @@
 
 #include "compiler/epilogue.h"
 #include "kiln/kiln.h"
+#include "ops/narrow.h"
 #include "ops/philox.h"
 #include "src/core/cpu_isa.h"
 
@@ -214,6 +217,142 @@ TEST(DispatchedKernels, TheEpilogueGivesTheBaselinesBits) {
   run(float{});
   run(double{});
   print_levels("epilogue");
+}
+
+// The array conversions (ops/narrow.h) give the scalar conversions' bits (kiln/dtype.h) at every
+// level: rounding on a sweep of f32 bit patterns with every exponent and the edges (zeros,
+// subnormals of both narrow types, ties, the f16 overflow threshold, infinities, NaNs),
+// widening on every 16-bit pattern; serial and split over the pool, at odd lengths and offsets.
+TEST(DispatchedKernels, NarrowConversionsAreTheScalarConversions) {
+  std::vector<uint32_t> bits;
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 9973) bits.push_back(static_cast<uint32_t>(b));
+  for (uint32_t edge :
+       {0x00000000u, 0x00000001u, 0x00008000u, 0x00018000u, 0x007fffffu, 0x33000000u,
+        0x33000001u, 0x337fffffu, 0x387fc000u, 0x387fe000u, 0x387fffffu, 0x38800000u,
+        0x3f808000u, 0x3f818000u, 0x477fe000u, 0x477fefffu, 0x477ff000u, 0x7f7f8000u,
+        0x7f7fffffu, 0x7f800000u, 0x7f800001u, 0x7fc00000u, 0x7fffffffu})
+    for (uint32_t sign : {0u, 0x80000000u}) bits.push_back(edge | sign);
+  bits.push_back(0x3f800000u);  // an odd length
+  std::vector<float> src(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) src[i] = std::bit_cast<float>(bits[i]);
+  const int64_t n = static_cast<int64_t>(src.size());
+  std::vector<uint16_t> narrow(65536);
+  for (size_t i = 0; i < narrow.size(); ++i) narrow[i] = static_cast<uint16_t>(i);
+
+  for (Isa isa : host_levels()) {
+    cpu::ScopedIsa level(isa);
+    const std::string at = std::string(" at ") + cpu::isa_name(isa);
+    for (bool parallel : {false, true}) {
+      std::vector<bfloat16> b(n);
+      std::vector<half> h(n);
+      // From offset 1: the vector loops start unaligned.
+      if (parallel) {
+        ops::parallel_round_into(src.data() + 1, n - 1, b.data() + 1);
+        ops::parallel_round_into(src.data() + 1, n - 1, h.data() + 1);
+      } else {
+        ops::round_into(src.data() + 1, n - 1, b.data() + 1);
+        ops::round_into(src.data() + 1, n - 1, h.data() + 1);
+      }
+      int bad = 0;
+      for (int64_t i = 1; i < n; ++i) {
+        if (b[i].bits != bfloat16(src[i]).bits && bad++ < 5)
+          ADD_FAILURE() << std::hex << "bf16 of 0x" << bits[i] << at << ": 0x" << b[i].bits
+                        << ", bfloat16 gives 0x" << bfloat16(src[i]).bits;
+        if (h[i].bits != half(src[i]).bits && bad++ < 5)
+          ADD_FAILURE() << std::hex << "f16 of 0x" << bits[i] << at << ": 0x" << h[i].bits
+                        << ", half gives 0x" << half(src[i]).bits;
+      }
+      std::vector<bfloat16> nb(narrow.size());
+      std::vector<half> nh(narrow.size());
+      std::memcpy(nb.data(), narrow.data(), narrow.size() * 2);
+      std::memcpy(nh.data(), narrow.data(), narrow.size() * 2);
+      std::vector<float> wb(narrow.size()), wh(narrow.size());
+      const int64_t m = static_cast<int64_t>(narrow.size()) - 1;
+      if (parallel) {
+        ops::parallel_widen_into(nb.data() + 1, m, wb.data() + 1);
+        ops::parallel_widen_into(nh.data() + 1, m, wh.data() + 1);
+      } else {
+        ops::widen_into(nb.data() + 1, m, wb.data() + 1);
+        ops::widen_into(nh.data() + 1, m, wh.data() + 1);
+      }
+      for (int64_t i = 1; i <= m; ++i) {
+        const uint32_t gb = std::bit_cast<uint32_t>(wb[i]), gh = std::bit_cast<uint32_t>(wh[i]);
+        const uint32_t eb = std::bit_cast<uint32_t>(static_cast<float>(nb[i]));
+        const uint32_t eh = std::bit_cast<uint32_t>(static_cast<float>(nh[i]));
+        if (gb != eb && bad++ < 5)
+          ADD_FAILURE() << std::hex << "bf16 0x" << i << " widened" << at << ": 0x" << gb
+                        << ", float(bfloat16) gives 0x" << eb;
+        if (gh != eh && bad++ < 5)
+          ADD_FAILURE() << std::hex << "f16 0x" << i << " widened" << at << ": 0x" << gh
+                        << ", float(half) gives 0x" << eh;
+      }
+    }
+  }
+  print_levels("narrow conversions");
+}
+
+// relu on stored bf16/f16 values (ops/narrow.h) is Kiln's relu, select(x <= 0, +0, x), on every
+// 16-bit pattern at every level: -0 and the negatives to -inf become +0, NaNs of either sign stay.
+TEST(DispatchedKernels, ReluKeepingNanIsKilnsReluOnEveryPattern) {
+  for (Isa isa : host_levels()) {
+    cpu::ScopedIsa level(isa);
+    for (bool is_bf16 : {true, false}) {
+      std::vector<uint16_t> v(65537);
+      v[0] = 0x8001u;  // before the range: untouched
+      for (uint32_t b = 0; b < 65536; ++b) v[b + 1] = static_cast<uint16_t>(b);
+      ops::relu_keeping_nan(v.data() + 1, 65536, is_bf16);  // unaligned
+      EXPECT_EQ(v[0], 0x8001u);
+      int bad = 0;
+      for (uint32_t b = 0; b < 65536; ++b) {
+        const uint16_t in = static_cast<uint16_t>(b);
+        float x;
+        if (is_bf16) {
+          bfloat16 t;
+          t.bits = in;
+          x = t;
+        } else {
+          half t;
+          t.bits = in;
+          x = t;
+        }
+        const uint16_t want = x <= 0.0f ? uint16_t{0} : in;
+        if (v[b + 1] != want && bad++ < 5)
+          ADD_FAILURE() << std::hex << (is_bf16 ? "bf16 0x" : "f16 0x") << in << " at "
+                        << cpu::isa_name(isa) << ": 0x" << v[b + 1] << ", want 0x" << want;
+      }
+    }
+  }
+  print_levels("relu on stored 16-bit values");
+}
+
+// The reductions (sum, prod, max, min) over kept and reduced runs of every kind, the split long
+// reductions included, give the baseline's bits at every level, for the float types and i32.
+TEST(DispatchedKernels, ReductionsGiveTheBaselinesBits) {
+  std::mt19937 rng(11);
+  const std::vector<std::pair<Shape, Axes>> cases = {
+      {{37, 45}, {0}}, {{37, 45}, {1}},     {{6, 300, 19}, {0, 2}}, {{6, 300, 19}, {1}},
+      {{70001}, {0}},  {{3, 5000, 7}, {1}}, {{2, 3, 4, 5}, {}},     {{64, 13, 13, 33}, {0, 1, 2}},
+  };
+  int ran = 0;
+  for (DType dtype : {f32, f64, bf16, f16, i32}) {
+    for (const auto& [shape, axes] : cases) {
+      std::vector<double> v(num_elements(shape));
+      std::uniform_real_distribution<double> u(0.5, 1.5);  // products stay finite for a while
+      for (double& x : v) x = dtype == i32 ? std::round(u(rng) * 40 - 40) : u(rng) - 0.9;
+      const Tensor x = Tensor::from_vector(v, shape).to(dtype);
+      std::vector<double> p(num_elements(shape));
+      for (double& y : p) y = u(rng);
+      const Tensor positive = Tensor::from_vector(p, shape).to(dtype);
+      ran = expect_same_bits_at_every_level(
+          std::string(dtype_name(dtype)) + " " + shape_str(shape) + " over " + shape_str(axes),
+          [&] {
+            return std::vector<Tensor>{sum(x, axes), max(x, axes), min(x, axes),
+                                       prod(positive, axes)};
+          });
+    }
+  }
+  EXPECT_EQ(ran, static_cast<int>(host_levels().size()));
+  print_levels("reductions");
 }
 
 }  // namespace

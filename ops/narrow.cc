@@ -1,0 +1,100 @@
+// Array conversions f32 <-> bf16/f16 (ops/narrow.h), dispatched over the x86-64 levels.
+#include "ops/narrow.h"
+
+#include <bit>
+
+#include "runtime/thread_pool.h"
+#include "src/core/cpu_isa.h"
+
+namespace kiln::ops {
+
+namespace {
+
+// bfloat16(float): round to nearest even on the upper 16 bits; a NaN stays a quiet NaN.
+inline uint16_t bf16_bits(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint16_t rounded = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  const uint16_t quiet = static_cast<uint16_t>((u >> 16) | 0x40u);
+  return (u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
+}
+
+// half(float) without branches.
+inline uint16_t f16_bits(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = (x >> 16) & 0x8000u, mag = x & 0x7fffffffu;
+  const uint32_t normal = (mag + 0xfffu + ((mag >> 13) & 1u) - 0x38000000u) >> 13;
+  // Below 2^-14 (subnormal or zero): |x| in units of 2^-24, rounded to nearest even by adding
+  // 2^23 in f32 (exact scaling; the sum's ulp is 1).
+  const float units = std::bit_cast<float>(mag) * 16777216.0f + 8388608.0f;
+  const uint32_t subnormal = std::bit_cast<uint32_t>(units) - 0x4b000000u;
+  uint32_t r = mag < 0x38800000u ? subnormal : normal;
+  r = mag >= 0x477ff000u ? 0x7c00u : r;  // rounds to 65520 or more: infinity
+  r = mag > 0x7f800000u ? 0x7e00u : r;   // NaN: the quiet NaN
+  return static_cast<uint16_t>(sign | r);
+}
+
+constexpr int64_t kGrain = 1 << 15;
+
+}  // namespace
+
+void round_into(const float* src, int64_t n, bfloat16* dst) {
+  cpu::dispatch([&] {
+    const float* __restrict s = src;
+    uint16_t* __restrict d = reinterpret_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = bf16_bits(s[i]);
+  });
+}
+
+void round_into(const float* src, int64_t n, half* dst) {
+  cpu::dispatch([&] {
+    const float* __restrict s = src;
+    uint16_t* __restrict d = reinterpret_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = f16_bits(s[i]);
+  });
+}
+
+void widen_into(const bfloat16* src, int64_t n, float* dst) {
+  cpu::dispatch([&] {
+    const uint16_t* __restrict s = reinterpret_cast<const uint16_t*>(src);
+    float* __restrict d = dst;
+    for (int64_t i = 0; i < n; ++i) d[i] = std::bit_cast<float>(static_cast<uint32_t>(s[i]) << 16);
+  });
+}
+
+void widen_into(const half* src, int64_t n, float* dst) {
+  cpu::dispatch([&] {
+    const half* __restrict s = src;
+    float* __restrict d = dst;
+    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<float>(s[i]);
+  });
+}
+
+// As signed 16-bit integers, -0 to -inf are exactly the values <= -inf's bits (0x8000 to 0xff80
+// for bf16, 0x8000 to 0xfc00 for f16), and the negative NaNs lie above them: one signed
+// comparison, which vectorizes at every level (SSE2's pcmpgtw).
+void relu_keeping_nan(void* p, int64_t n, bool bf16) {
+  const int16_t minus_inf = static_cast<int16_t>(bf16 ? 0xff80u : 0xfc00u);
+  int16_t* __restrict bits = static_cast<int16_t*>(p);
+  cpu::dispatch([bits, n, minus_inf] {
+    for (int64_t i = 0; i < n; ++i) bits[i] = bits[i] <= minus_inf ? int16_t{0} : bits[i];
+  });
+}
+
+void parallel_round_into(const float* src, int64_t n, bfloat16* dst) {
+  runtime::parallel_for(n, kGrain,
+                        [&](int64_t b, int64_t e) { round_into(src + b, e - b, dst + b); });
+}
+void parallel_round_into(const float* src, int64_t n, half* dst) {
+  runtime::parallel_for(n, kGrain,
+                        [&](int64_t b, int64_t e) { round_into(src + b, e - b, dst + b); });
+}
+void parallel_widen_into(const bfloat16* src, int64_t n, float* dst) {
+  runtime::parallel_for(n, kGrain,
+                        [&](int64_t b, int64_t e) { widen_into(src + b, e - b, dst + b); });
+}
+void parallel_widen_into(const half* src, int64_t n, float* dst) {
+  runtime::parallel_for(n, kGrain,
+                        [&](int64_t b, int64_t e) { widen_into(src + b, e - b, dst + b); });
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,34 @@
+// Array loops on the 16-bit float types: conversions between f32 and bf16/f16 (bfloat16(float),
+// half(float) and their widening, kiln/dtype.h, the same bits) and relu on stored values. Exact
+// integer arithmetic, compiled for each x86-64 level (cpu::dispatch): the copies give the same
+// bits. Kernels that compute a narrow output in f32 store it through these, so that the
+// portable library converts at the host's vector width.
+#pragma once
+
+#include <cstdint>
+
+#include "kiln/dtype.h"
+
+namespace kiln::ops {
+
+// dst[i] = T(src[i]) for T bfloat16 or half, on the calling thread.
+void round_into(const float* src, int64_t n, bfloat16* dst);
+void round_into(const float* src, int64_t n, half* dst);
+
+// dst[i] = float(src[i]), on the calling thread.
+void widen_into(const bfloat16* src, int64_t n, float* dst);
+void widen_into(const half* src, int64_t n, float* dst);
+
+// The same, split over the thread pool (inline when called from a pool task).
+void parallel_round_into(const float* src, int64_t n, bfloat16* dst);
+void parallel_round_into(const float* src, int64_t n, half* dst);
+void parallel_widen_into(const bfloat16* src, int64_t n, float* dst);
+void parallel_widen_into(const half* src, int64_t n, float* dst);
+
+// relu on n bf16 (bf16 true) or f16 values in place, as Kiln's relu: x <= 0 (-0 included)
+// becomes +0, NaN stays. Rounding is monotone and keeps 0, so relu(round(x)) == round(relu(x)):
+// applied to what a kernel rounded once, it gives the bits of relu applied to the f32 sum before
+// the rounding (oneDNN's relu post-op would turn NaN into 0).
+void relu_keeping_nan(void* p, int64_t n, bool bf16);
+
+}  // namespace kiln::ops
