@@ -10,15 +10,8 @@ namespace kiln::ops {
 
 namespace {
 
-// bfloat16(float): round to nearest even on the upper 16 bits; a NaN stays a quiet NaN.
-inline uint16_t bf16_bits(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  const uint16_t rounded = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  const uint16_t quiet = static_cast<uint16_t>((u >> 16) | 0x40u);
-  return (u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
-}
-
-// half(float) without branches.
+// half(float), with the subnormal case rounded by one f32 addition (vectorizes better than
+// half(float)'s clamp and two additions).
 inline uint16_t f16_bits(float f) {
   const uint32_t x = std::bit_cast<uint32_t>(f);
   const uint32_t sign = (x >> 16) & 0x8000u, mag = x & 0x7fffffffu;

@@ -5,11 +5,36 @@
 // portable library converts at the host's vector width.
 #pragma once
 
+#include <bit>
 #include <cstdint>
+#include <type_traits>
 
 #include "kiln/dtype.h"
 
 namespace kiln::ops {
+
+// bfloat16(f)'s bits without a branch: round to nearest even on the upper 16 bits; a NaN stays
+// a quiet NaN.
+inline uint16_t bf16_bits(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint16_t rounded = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  const uint16_t quiet = static_cast<uint16_t>((u >> 16) | 0x40u);
+  return (u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
+}
+
+// T(f) for T bfloat16 or half, the same bits, without branches: for loops in dispatched
+// kernels, which should vectorize (bfloat16(float) branches on NaN).
+template <class T>
+inline T narrowed(float f) {
+  static_assert(std::is_same_v<T, bfloat16> || std::is_same_v<T, half>);
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    bfloat16 r;
+    r.bits = bf16_bits(f);
+    return r;
+  } else {
+    return half(f);
+  }
+}
 
 // dst[i] = T(src[i]) for T bfloat16 or half, on the calling thread.
 void round_into(const float* src, int64_t n, bfloat16* dst);

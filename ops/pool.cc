@@ -6,6 +6,7 @@
 
 #include "kiln/ops.h"
 #include "ops/kernel_util.h"
+#include "ops/narrow.h"
 #include "ops/window_util.h"
 #include "src/core/cpu_isa.h"
 
@@ -367,41 +368,51 @@ bool windows_disjoint(const WindowParams& p) {
 }
 
 // reduce_window_max over disjoint windows, in one pass: each window's inner row is the
-// elementwise maximum of its taps' rows (the identity where every tap is padding).
+// elementwise maximum of its taps' rows (the identity where every tap is padding). A bf16/f16
+// row is taken in f32 in the thread's scratch and rounded into the output while in cache (the
+// maximum of rounded values rounds to itself; NaNs come out quiet, as through f32 staging).
 template <class T>
 void disjoint_max_kernel(KernelContext& ctx) {
   using C = ComputeType<T>;
+  constexpr bool kNarrow = !std::is_same_v<T, C>;
   const Tensor& x = ctx.input(0);
   const Shape& out_shape = ctx.output_type(0).shape;
-  ComputeOutput<T> result(ctx.allocate_output(0));
+  T* y = out_ptr<T>(ctx.allocate_output(0));
   if (num_elements(out_shape) == 0) return;
-  C* y = result.data();
   const T* xs = in_ptr<T>(ctx, 0);
   const ArgmaxPlan plan = argmax_plan(ctx, x.shape(), out_shape);
   for_each_window<C>(
       plan, [](int64_t) {},
-      [&](int64_t out_base, const int64_t* offsets, WindowScratch<C>&) {
-        // The maximum straight into the output row, by the argmax's rule (the first NaN wins),
-        // without tracking which tap it came from.
-        C* __restrict d = y + out_base;
+      [&](int64_t out_base, const int64_t* offsets, WindowScratch<C>& s) {
+        // The maximum by the argmax's rule (the first NaN wins), without tracking which tap it
+        // came from.
+        C* __restrict d = nullptr;
+        if constexpr (kNarrow) {
+          d = s.value.data();
+        } else {
+          d = y + out_base;
+        }
         int32_t t = 0;
         while (t < plan.taps && offsets[t] < 0) ++t;
         if (t == plan.taps) {  // every tap on padding
           std::fill(d, d + plan.inner, MaxOp::identity<C>());
-          return;
-        }
-        const T* __restrict first = xs + offsets[t];
-        for (int64_t c = 0; c < plan.inner; ++c) d[c] = static_cast<C>(first[c]);
-        for (++t; t < plan.taps; ++t) {
-          if (offsets[t] < 0) continue;
-          const T* __restrict row = xs + offsets[t];
-          for (int64_t c = 0; c < plan.inner; ++c) {
-            const C v = static_cast<C>(row[c]), w = d[c];
-            d[c] = (v > w) | ((v != v) & (w == w)) ? v : w;
+        } else {
+          const T* __restrict first = xs + offsets[t];
+          for (int64_t c = 0; c < plan.inner; ++c) d[c] = static_cast<C>(first[c]);
+          for (++t; t < plan.taps; ++t) {
+            if (offsets[t] < 0) continue;
+            const T* __restrict row = xs + offsets[t];
+            for (int64_t c = 0; c < plan.inner; ++c) {
+              const C v = static_cast<C>(row[c]), w = d[c];
+              d[c] = (v > w) | ((v != v) & (w == w)) ? v : w;
+            }
           }
         }
+        if constexpr (kNarrow) {
+          T* __restrict o = y + out_base;
+          for (int64_t c = 0; c < plan.inner; ++c) o[c] = narrowed<T>(d[c]);
+        }
       });
-  result.store();
 }
 
 template <class Op>
@@ -447,57 +458,79 @@ std::vector<TensorType> max_select_shape(const InferContext& ctx) {
   return {forward_type(ctx, ctx.input(0))};
 }
 
+// reduce_window_max_grad into dx, of element type D: T itself where windows are disjoint (each
+// element is stored once, the gradient or 0, exact in T), else T's compute type (elements
+// shared by windows add up).
+template <class T, class D>
+void max_grad_windows(const KernelContext& ctx, const ArgmaxPlan& plan, const T* xs, const T* g,
+                      D* dx) {
+  using C = ComputeType<T>;
+  const int64_t slice = plan.mid_in * plan.inner;  // of one outer index, zeroed in its task
+  // Disjoint windows: every operand element receives from at most one window, so the taps' rows
+  // are stored (the gradient or 0) rather than added to, and the slice is zeroed first only
+  // where some element lies in no window.
+  const bool store = plan.disjoint;
+  const bool zero_first = !(plan.disjoint && plan.covering);
+  // relu_mask: a window whose maximum is <= 0 passes nothing (select(x <= 0, 0, dx), the
+  // gradient of a relu before the pool, which the algebraic simplifier folds in here).
+  const bool relu_mask = ctx.attrs().get_bool("relu_mask", false);
+  auto stored = [](C v) {
+    if constexpr (std::is_same_v<D, C>) {
+      return v;
+    } else {
+      return narrowed<D>(v);
+    }
+  };
+  for_each_window<C>(
+      plan,
+      [&](int64_t b) {
+        if (zero_first) std::fill(dx + b * slice, dx + (b + 1) * slice, stored(C(0)));
+      },
+      [&](int64_t out_base, const int64_t* offsets, WindowScratch<C>& s) {
+        if (!window_argmax(plan, xs, offsets, s)) return;
+        int32_t* __restrict bt = s.tap.data();
+        const T* __restrict gs = g + out_base;
+        if (relu_mask) {  // no tap is numbered -1: a masked element matches none
+          const C* __restrict bv = s.value.data();
+          for (int64_t c = 0; c < plan.inner; ++c) bt[c] = bv[c] <= C(0) ? -1 : bt[c];
+        }
+        // Tap by tap, so that each pass writes one contiguous row (a masked vector op).
+        for (int32_t t = 0; t < plan.taps; ++t) {
+          if (offsets[t] < 0) continue;
+          D* __restrict d = dx + offsets[t];
+          if (store) {
+            for (int64_t c = 0; c < plan.inner; ++c) {
+              d[c] = stored(bt[c] == t ? static_cast<C>(gs[c]) : C(0));
+            }
+          } else if constexpr (std::is_same_v<D, C>) {
+            for (int64_t c = 0; c < plan.inner; ++c) {
+              d[c] = bt[c] == t ? d[c] + static_cast<C>(gs[c]) : d[c];
+            }
+          }
+        }
+      });
+}
+
 template <class T>
 void max_grad_kernel(KernelContext& ctx) {
   using C = ComputeType<T>;
   const Tensor &x = ctx.input(0), &dy = ctx.input(1);
-  ComputeOutput<T> result(ctx.allocate_output(0));
-  C* dx = result.data();
+  Tensor& out = ctx.allocate_output(0);
   if (dy.size() == 0) {
-    std::fill(dx, dx + x.size(), C(0));
-  } else {
-    const ArgmaxPlan plan = argmax_plan(ctx, x.shape(), dy.shape());
-    const int64_t slice = plan.mid_in * plan.inner;  // of one outer index, zeroed in its task
-    const T* xs = x.data<T>().data();
-    const T* g = dy.data<T>().data();
-    // Disjoint windows: every operand element receives from at most one window, so the taps'
-    // rows are stored (the gradient or 0) rather than added to, and the slice is zeroed first
-    // only where some element lies in no window.
-    const bool store = plan.disjoint;
-    const bool zero_first = !(plan.disjoint && plan.covering);
-    // relu_mask: a window whose maximum is <= 0 passes nothing (select(x <= 0, 0, dx), the
-    // gradient of a relu before the pool, which the algebraic simplifier folds in here).
-    const bool relu_mask = ctx.attrs().get_bool("relu_mask", false);
-    for_each_window<C>(
-        plan,
-        [&](int64_t b) {
-          if (zero_first) std::fill(dx + b * slice, dx + (b + 1) * slice, C(0));
-        },
-        [&](int64_t out_base, const int64_t* offsets, WindowScratch<C>& s) {
-          if (!window_argmax(plan, xs, offsets, s)) return;
-          int32_t* __restrict bt = s.tap.data();
-          const T* __restrict gs = g + out_base;
-          if (relu_mask) {  // no tap is numbered -1: a masked element matches none
-            const C* __restrict bv = s.value.data();
-            for (int64_t c = 0; c < plan.inner; ++c) bt[c] = bv[c] <= C(0) ? -1 : bt[c];
-          }
-          // Tap by tap, so that each pass writes one contiguous row (a masked vector op).
-          for (int32_t t = 0; t < plan.taps; ++t) {
-            if (offsets[t] < 0) continue;
-            C* __restrict d = dx + offsets[t];
-            if (store) {
-              for (int64_t c = 0; c < plan.inner; ++c) {
-                d[c] = bt[c] == t ? static_cast<C>(gs[c]) : C(0);
-              }
-            } else {
-              for (int64_t c = 0; c < plan.inner; ++c) {
-                d[c] = bt[c] == t ? d[c] + static_cast<C>(gs[c]) : d[c];
-              }
-            }
-          }
-        });
+    T* dx = out_ptr<T>(out);
+    std::fill(dx, dx + x.size(), T(0));
+    return;
   }
-  result.store();
+  const ArgmaxPlan plan = argmax_plan(ctx, x.shape(), dy.shape());
+  const T* xs = x.data<T>().data();
+  const T* g = dy.data<T>().data();
+  if (std::is_same_v<T, C> || plan.disjoint) {
+    max_grad_windows(ctx, plan, xs, g, out_ptr<T>(out));
+  } else {  // overlapping windows add up in the compute type, rounded once at the end
+    ComputeOutput<T> result(out);
+    max_grad_windows(ctx, plan, xs, g, result.data());
+    result.store();
+  }
 }
 
 template <class T>

@@ -355,5 +355,46 @@ TEST(DispatchedKernels, ReductionsGiveTheBaselinesBits) {
   print_levels("reductions");
 }
 
+// The bf16/f16 pooling kernels (which write disjoint windows' maxima and gradients straight into
+// the narrow output) give the f32 kernels' results on the widened inputs, rounded once, bit for
+// bit: NaNs and padding included, for disjoint, overlapping and masked windows.
+TEST(DispatchedKernels, NarrowPoolingIsTheF32PoolingRounded) {
+  std::mt19937 rng(5);
+  const std::vector<std::pair<Shape, Attrs>> cases = {
+      {{3, 12, 10, 37}, window({1, 2, 2, 1}, {1, 2, 2, 1}, {0, 0, 0, 0}, {0, 0, 0, 0})},
+      {{2, 13, 9, 19}, window({1, 2, 2, 1}, {1, 2, 2, 1}, {0, 1, 0, 0}, {0, 0, 1, 0})},
+      {{2, 11, 9, 19}, window({1, 3, 3, 1}, {1, 2, 2, 1}, {0, 1, 1, 0}, {0, 1, 1, 0})},
+      {{4, 7, 6, 33}, window({2, 2, 3, 2}, {1, 1, 2, 2}, {1, 0, 1, 0}, {0, 1, 1, 1})},
+  };
+  for (DType dtype : {bf16, f16}) {
+    for (const auto& [shape, w] : cases) {
+      const Tensor x = random_input(rng, shape, dtype);
+      const Shape out = call_op("reduce_window_max", {x}, w)[0].shape();
+      const Tensor dy = random_input(rng, out, dtype);
+      Attrs masked = w;
+      masked.set("relu_mask", true);
+      Attrs sum_grad = w;
+      sum_grad.set("operand_shape", shape);
+      auto run = [&](DType t) {
+        const Tensor xt = x.to(t), dyt = dy.to(t);
+        return std::vector<Tensor>{
+            call_op("reduce_window_max", {xt}, w)[0],
+            call_op("reduce_window_sum", {xt}, w)[0],
+            call_op("reduce_window_max_grad", {xt, dyt}, w)[0],
+            call_op("reduce_window_max_grad", {xt, dyt}, masked)[0],
+            call_op("reduce_window_sum_grad", {dyt}, sum_grad)[0],
+        };
+      };
+      const std::vector<Tensor> narrow = run(dtype), wide = run(f32);
+      for (size_t i = 0; i < narrow.size(); ++i) {
+        EXPECT_EQ(narrow[i].dtype(), dtype);
+        EXPECT_TRUE(bytes_of(narrow[i]) == bytes_of(wide[i].to(dtype)))
+            << dtype_name(dtype) << " " << shape_str(shape) << ": output " << i
+            << " is not the f32 kernel's rounded";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln
