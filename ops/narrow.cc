@@ -73,21 +73,27 @@ void relu_keeping_nan(void* p, int64_t n, bool bf16) {
   });
 }
 
+namespace {
+
+// f over [0, n) in pieces of at least kGrain elements on the pool.
+template <class S, class D>
+void split(void (*f)(const S*, int64_t, D*), const S* src, int64_t n, D* dst) {
+  runtime::parallel_for(n, kGrain, [&](int64_t b, int64_t e) { f(src + b, e - b, dst + b); });
+}
+
+}  // namespace
+
 void parallel_round_into(const float* src, int64_t n, bfloat16* dst) {
-  runtime::parallel_for(n, kGrain,
-                        [&](int64_t b, int64_t e) { round_into(src + b, e - b, dst + b); });
+  split<float, bfloat16>(round_into, src, n, dst);
 }
 void parallel_round_into(const float* src, int64_t n, half* dst) {
-  runtime::parallel_for(n, kGrain,
-                        [&](int64_t b, int64_t e) { round_into(src + b, e - b, dst + b); });
+  split<float, half>(round_into, src, n, dst);
 }
 void parallel_widen_into(const bfloat16* src, int64_t n, float* dst) {
-  runtime::parallel_for(n, kGrain,
-                        [&](int64_t b, int64_t e) { widen_into(src + b, e - b, dst + b); });
+  split<bfloat16, float>(widen_into, src, n, dst);
 }
 void parallel_widen_into(const half* src, int64_t n, float* dst) {
-  runtime::parallel_for(n, kGrain,
-                        [&](int64_t b, int64_t e) { widen_into(src + b, e - b, dst + b); });
+  split<half, float>(widen_into, src, n, dst);
 }
 
 }  // namespace kiln::ops
