@@ -2,6 +2,7 @@
 // iteration, axis normalisation, the parallel loop, and f16/bf16 staging.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <initializer_list>
 #include <memory>
@@ -186,25 +187,21 @@ template <class T, class C = ComputeType<T>>
 const C* as_compute(const T* src, int64_t n, std::vector<C>& storage) {
   if constexpr (std::is_same_v<T, C>) {
     return src;
-  } else if constexpr (std::is_same_v<C, float> &&
-                       (std::is_same_v<T, bfloat16> || std::is_same_v<T, half>)) {
+  } else {  // bf16 or f16 into f32
     storage.resize(n);
     parallel_widen_into(src, n, storage.data());
-    return storage.data();
-  } else {
-    storage.assign(src, src + n);
     return storage.data();
   }
 }
 
-// Rounds `n` compute-type values into T (f32 into bf16/f16 through ops/narrow.h).
-template <class T, class C>
+// Stores `n` values of T's compute type into T: rounded (f32 into bf16/f16, ops/narrow.h), or
+// copied where T is its own compute type.
+template <class T, class C = ComputeType<T>>
 void store_rounded(const C* src, int64_t n, T* dst) {
-  if constexpr (std::is_same_v<C, float> &&
-                (std::is_same_v<T, bfloat16> || std::is_same_v<T, half>)) {
-    round_into(src, n, dst);
+  if constexpr (std::is_same_v<T, C>) {
+    std::copy(src, src + n, dst);
   } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(src[i]);
+    round_into(src, n, dst);
   }
 }
 
@@ -226,13 +223,7 @@ class ComputeOutput {
     }
   }
   void store() {
-    if constexpr (kStaged) {
-      const int64_t n = out_.size();
-      T* dst = out_ptr<T>(out_);
-      runtime::parallel_for(n, int64_t{1} << 15, [&](int64_t b, int64_t e) {
-        store_rounded(staging_.get() + b, e - b, dst + b);
-      });
-    }
+    if constexpr (kStaged) parallel_round_into(staging_.get(), out_.size(), out_ptr<T>(out_));
   }
 
  private:

@@ -22,18 +22,30 @@ inline uint16_t bf16_bits(float f) {
   return (u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
 }
 
+// half(f)'s bits, with the subnormal case rounded by one f32 addition (vectorizes better than
+// half(float)'s clamp and two additions).
+inline uint16_t f16_bits(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = (x >> 16) & 0x8000u, mag = x & 0x7fffffffu;
+  const uint32_t normal = (mag + 0xfffu + ((mag >> 13) & 1u) - 0x38000000u) >> 13;
+  // Below 2^-14 (subnormal or zero): |x| in units of 2^-24, rounded to nearest even by adding
+  // 2^23 in f32 (exact scaling; the sum's ulp is 1).
+  const float units = std::bit_cast<float>(mag) * 16777216.0f + 8388608.0f;
+  const uint32_t subnormal = std::bit_cast<uint32_t>(units) - 0x4b000000u;
+  uint32_t r = mag < 0x38800000u ? subnormal : normal;
+  r = mag >= 0x477ff000u ? 0x7c00u : r;  // rounds to 65520 or more: infinity
+  r = mag > 0x7f800000u ? 0x7e00u : r;   // NaN: the quiet NaN
+  return static_cast<uint16_t>(sign | r);
+}
+
 // T(f) for T bfloat16 or half, the same bits, without branches: for loops in dispatched
 // kernels, which should vectorize (bfloat16(float) branches on NaN).
 template <class T>
 inline T narrowed(float f) {
   static_assert(std::is_same_v<T, bfloat16> || std::is_same_v<T, half>);
-  if constexpr (std::is_same_v<T, bfloat16>) {
-    bfloat16 r;
-    r.bits = bf16_bits(f);
-    return r;
-  } else {
-    return half(f);
-  }
+  T r;
+  r.bits = std::is_same_v<T, bfloat16> ? bf16_bits(f) : f16_bits(f);
+  return r;
 }
 
 // dst[i] = T(src[i]) for T bfloat16 or half, on the calling thread.

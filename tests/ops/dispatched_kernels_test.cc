@@ -97,18 +97,24 @@ Attrs window(Axes w, Axes strides, Axes low, Axes high) {
   return {{"window", w}, {"strides", strides}, {"padding_low", low}, {"padding_high", high}};
 }
 
-TEST(DispatchedKernels, PoolingAndItsGradientsGiveTheBaselinesBits) {
-  std::mt19937 rng(7);
-  // NHWC with channel counts that leave vector tails: disjoint 2x2 windows, overlapping padded
-  // 3x3 windows with stride 2, and windows over every dimension.
-  const std::vector<std::pair<Shape, Attrs>> cases = {
+// NHWC pooling cases with channel counts that leave vector tails: disjoint 2x2 windows (also
+// padded, so that some element lies in no window), overlapping padded 3x3 windows with stride 2,
+// and windows over every dimension.
+const std::vector<std::pair<Shape, Attrs>>& pooling_cases() {
+  static const std::vector<std::pair<Shape, Attrs>> cases = {
       {{3, 12, 10, 37}, window({1, 2, 2, 1}, {1, 2, 2, 1}, {0, 0, 0, 0}, {0, 0, 0, 0})},
+      {{2, 13, 9, 19}, window({1, 2, 2, 1}, {1, 2, 2, 1}, {0, 1, 0, 0}, {0, 0, 1, 0})},
       {{2, 11, 9, 19}, window({1, 3, 3, 1}, {1, 2, 2, 1}, {0, 1, 1, 0}, {0, 1, 1, 0})},
       {{4, 7, 6, 33}, window({2, 2, 3, 2}, {1, 1, 2, 2}, {1, 0, 1, 0}, {0, 1, 1, 1})},
   };
+  return cases;
+}
+
+TEST(DispatchedKernels, PoolingAndItsGradientsGiveTheBaselinesBits) {
+  std::mt19937 rng(7);
   int ran = 0;
   for (DType dtype : {f32, f64, bf16}) {
-    for (const auto& [shape, w] : cases) {
+    for (const auto& [shape, w] : pooling_cases()) {
       const Tensor x = random_input(rng, shape, dtype);
       const Shape out = call_op("reduce_window_max", {x}, w)[0].shape();
       const Tensor dy = random_input(rng, out, dtype);
@@ -360,14 +366,8 @@ TEST(DispatchedKernels, ReductionsGiveTheBaselinesBits) {
 // bit: NaNs and padding included, for disjoint, overlapping and masked windows.
 TEST(DispatchedKernels, NarrowPoolingIsTheF32PoolingRounded) {
   std::mt19937 rng(5);
-  const std::vector<std::pair<Shape, Attrs>> cases = {
-      {{3, 12, 10, 37}, window({1, 2, 2, 1}, {1, 2, 2, 1}, {0, 0, 0, 0}, {0, 0, 0, 0})},
-      {{2, 13, 9, 19}, window({1, 2, 2, 1}, {1, 2, 2, 1}, {0, 1, 0, 0}, {0, 0, 1, 0})},
-      {{2, 11, 9, 19}, window({1, 3, 3, 1}, {1, 2, 2, 1}, {0, 1, 1, 0}, {0, 1, 1, 0})},
-      {{4, 7, 6, 33}, window({2, 2, 3, 2}, {1, 1, 2, 2}, {1, 0, 1, 0}, {0, 1, 1, 1})},
-  };
   for (DType dtype : {bf16, f16}) {
-    for (const auto& [shape, w] : cases) {
+    for (const auto& [shape, w] : pooling_cases()) {
       const Tensor x = random_input(rng, shape, dtype);
       const Shape out = call_op("reduce_window_max", {x}, w)[0].shape();
       const Tensor dy = random_input(rng, out, dtype);
