@@ -10,6 +10,7 @@ packages=(
   python3  # tests/tools/check_layers.py and the benchmark scripts
   clang libclang-rt-14-dev  # the fuzz targets (fuzz/, KILN_FUZZ)
   libdnnl-dev  # oneDNN: the convolutions' fast path (ops/onednn_conv.cc)
+  ocl-icd-opencl-dev  # oneDNN's CMake package requires OpenCL (a recommendation apt skips here)
   iproute2  # ip netns: tests/distribute/multi_host_test.sh runs two workers as two hosts
 )
 
