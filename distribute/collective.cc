@@ -339,18 +339,56 @@ std::string seconds_str(Seconds seconds) {
 }
 
 Error missing_error(const Call& call, int rank, int size, const std::string& backend,
-                    const std::vector<int>& missing, Seconds timeout, bool gone) {
+                    const std::vector<int>& missing, Seconds timeout, bool gone, Seconds stalled) {
+  const std::string at = where(call, rank, size, backend) + ": ";
   const std::string who =
       "rank" + std::string(missing.size() > 1 ? "s " : " ") + rank_list(missing);
-  if (gone) {
-    return Error(ErrorCode::kUnavailable,
-                 where(call, rank, size, backend) + ": " + who + " left the group before arriving");
+  const std::string deadline =
+      "; the deadline is CollectiveOptions::timeout, or KILN_COLLECTIVE_TIMEOUT seconds";
+  if (gone && !missing.empty()) {
+    return Error(ErrorCode::kUnavailable, at + who + " left the group before arriving");
   }
-  return Error(ErrorCode::kDeadlineExceeded,
-               where(call, rank, size, backend) + ": " + who + " did not arrive within " +
-                   seconds_str(timeout) +
-                   " s (died or stalled?); the deadline is CollectiveOptions::timeout, or "
-                   "KILN_COLLECTIVE_TIMEOUT seconds");
+  if (stalled.count() > 0 || missing.empty()) {
+    std::string why = stalled.count() > 0
+                          ? "this rank was itself not running for " + seconds_str(stalled) +
+                                " s (stopped, e.g. by SIGSTOP, or starved of CPU) while it waited"
+                          : "no rank is known to be missing";
+    std::string whom = missing.empty() ? "which rank is late"
+                                       : "whether " + who + ", not heard from, " +
+                                             (missing.size() > 1 ? "are" : "is") +
+                                             " late or gave up waiting for it";
+    return Error(ErrorCode::kDeadlineExceeded, at + "the " + seconds_str(timeout) +
+                                                   " s deadline passed, but " + why +
+                                                   ", so it cannot tell " + whom + deadline);
+  }
+  return Error(ErrorCode::kDeadlineExceeded, at + who + " did not arrive within " +
+                                                 seconds_str(timeout) + " s (died or stalled?)" +
+                                                 deadline);
+}
+
+DeadlineWatch::DeadlineWatch(Clock::time_point deadline, Seconds timeout, Clock::time_point now)
+    : deadline_(deadline),
+      last_look_(now),
+      stall_(std::chrono::duration_cast<Clock::duration>(
+          std::min(Seconds(1), std::max(Seconds(0.25), timeout / 2)))),
+      grace_(std::chrono::duration_cast<Clock::duration>(std::min(Seconds(1), timeout))) {}
+
+bool DeadlineWatch::expired(Clock::time_point now) {
+  const Clock::duration gap = now - last_look_;
+  const bool crossed = last_look_ < deadline_ && now >= deadline_;
+  last_look_ = now;
+  if (gap >= stall_) longest_stall_ = std::max(longest_stall_, Seconds(gap));
+  if (now < deadline_) return false;
+  // Not running when the deadline passed: what the peers sent meanwhile may not have been seen.
+  if (crossed && gap >= stall_) {
+    deadline_ = now + grace_;
+    return false;
+  }
+  return true;
+}
+
+Clock::time_point DeadlineWatch::next_look(Clock::time_point now) const {
+  return std::min(deadline_, now + stall_ / 4);
 }
 
 namespace {

@@ -30,9 +30,12 @@ std::string rank_list(const std::vector<int>& ranks);
 void check_agreement(const std::vector<Call>& calls, int rank, const std::string& backend);
 
 // The error for replicas that did not arrive (kDeadlineExceeded), or, when `gone` is true, that
-// are known to be gone (kUnavailable).
+// are known to be gone (kUnavailable). When this process itself was not running for `stalled`
+// (nonzero) during the wait, its peers may have given up waiting for it: the error says it
+// cannot tell whether `missing` are late, instead of blaming them.
 Error missing_error(const Call& call, int rank, int size, const std::string& backend,
-                    const std::vector<int>& missing, Seconds timeout, bool gone);
+                    const std::vector<int>& missing, Seconds timeout, bool gone,
+                    Seconds stalled = Seconds(0));
 
 // out[i] = op over inputs[0][i], inputs[1][i], ... (in that order), for i in [begin, end).
 // kMean sums; finish_mean divides by the number of replicas afterwards.
@@ -47,6 +50,30 @@ std::string seconds_str(Seconds seconds);
 inline Clock::time_point deadline_after(Seconds timeout) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
 }
+
+// A wait for the other replicas, by its deadline, that tells a late peer from a process that
+// was not running itself: stopped (SIGSTOP, a debugger, a paused VM) or starved of CPU across
+// its deadline, a process wakes to find the deadline passed before it has looked at what
+// arrived meanwhile, and would blame peers that were there all along. The waiter calls
+// expired(now) after each look that found replicas still missing, and looks again by
+// next_look(now). A gap between two looks of min(1 s, timeout/2) or more (0.25 s at least, so
+// that scheduling delays on a busy machine are none) counts as a stall; one across the deadline
+// earns a grace of min(1 s, timeout) of further looks.
+class DeadlineWatch {
+ public:
+  DeadlineWatch(Clock::time_point deadline, Seconds timeout, Clock::time_point now = Clock::now());
+  // Whether to give up at `now`.
+  bool expired(Clock::time_point now);
+  // When to look again at the latest: the deadline, or sooner, so that a stall is seen.
+  Clock::time_point next_look(Clock::time_point now) const;
+  // The longest stall during the wait, or zero: with one, this process cannot tell who is late.
+  Seconds stalled() const { return longest_stall_; }
+
+ private:
+  Clock::time_point deadline_, last_look_;
+  Clock::duration stall_, grace_;
+  Seconds longest_stall_{0};
+};
 
 // A call as 16 integers on the wire: kind, op, dtype, root, step, rank count, then up to ten
 // dimensions (a higher rank folds its last dimensions into the tenth).

@@ -90,7 +90,11 @@ void InProcessCollective::wait(std::unique_lock<std::mutex>& lock, Round& round,
     }
     return false;
   };
-  g.cv.wait_until(lock, deadline, [&] { return done() || g.abort || any_gone(); });
+  internal::DeadlineWatch watch(deadline, timeout());
+  const auto ready = [&] { return done() || g.abort || any_gone(); };
+  while (!g.cv.wait_until(lock, watch.next_look(internal::Clock::now()), ready)) {
+    if (watch.expired(internal::Clock::now())) break;
+  }
   if (done()) return;
   const std::vector<int> absent = missing();
   if (absent.empty()) {  // everyone arrived, but the group broke (or time ran out) meanwhile
@@ -99,8 +103,8 @@ void InProcessCollective::wait(std::unique_lock<std::mutex>& lock, Round& round,
     g.cv.notify_all();
     throw Error(ErrorCode::kUnavailable, where(call) + ": the group broke: " + why);
   }
-  Error error =
-      internal::missing_error(call, rank_, g.size, backend(), absent, timeout(), any_gone());
+  Error error = internal::missing_error(call, rank_, g.size, backend(), absent, timeout(),
+                                        any_gone(), watch.stalled());
   if (!g.abort) g.abort = error.what();
   g.cv.notify_all();
   throw error;

@@ -11,6 +11,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <condition_variable>
@@ -29,6 +30,7 @@ namespace {
 
 using internal::Call;
 using internal::Clock;
+using internal::DeadlineWatch;
 
 std::string mpi_error_string(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -149,18 +151,21 @@ class CommThread {
   CommThread(const CommThread&) = delete;
   CommThread& operator=(const CommThread&) = delete;
 
-  // `job`'s MPI return code, or nothing when it has not returned by `deadline`: the thread is
-  // then left to it (detached; the state it uses is shared, so it outlives this object) and
-  // this CommThread takes no more jobs.
-  std::optional<int> run(std::function<int()> job, Clock::time_point deadline) {
+  // `job`'s MPI return code, or nothing when it has not returned once `watch` expires: the
+  // thread is then left to it (detached; the state it uses is shared, so it outlives this
+  // object) and this CommThread takes no more jobs.
+  std::optional<int> run(std::function<int()> job, DeadlineWatch& watch) {
     std::unique_lock lock(state_->mu);
     state_->job = std::move(job);
     state_->done = false;
     state_->cv.notify_all();
-    if (!state_->cv.wait_until(lock, deadline, [&] { return state_->done; })) {
-      lock.unlock();
-      thread_.detach();
-      return std::nullopt;
+    while (
+        !state_->cv.wait_until(lock, watch.next_look(Clock::now()), [&] { return state_->done; })) {
+      if (watch.expired(Clock::now())) {
+        lock.unlock();
+        thread_.detach();
+        return std::nullopt;
+      }
     }
     return state_->rc;
   }
@@ -212,12 +217,13 @@ class MpiCollective final : public Collective {
   Tensor run(const Call& call, const Tensor& x, Clock::time_point deadline) override;
 
  private:
-  // Polls `requests` until all complete (true) or the deadline passes (false); a request that
-  // completes is set to MPI_REQUEST_NULL. Throws kUnavailable when MPI reports an error.
-  bool poll(std::vector<MPI_Request>& requests, Clock::time_point deadline,
+  // Polls `requests` until all complete (true, even past the deadline) or `watch` expires
+  // (false); a request that completes is set to MPI_REQUEST_NULL. Throws kUnavailable when MPI
+  // reports an error.
+  bool poll(std::vector<MPI_Request>& requests, DeadlineWatch& watch,
             const std::function<std::string()>& where);
   [[noreturn]] void fail(Error error);
-  std::vector<Call> exchange_calls(const Call& call, Clock::time_point deadline);
+  std::vector<Call> exchange_calls(const Call& call, DeadlineWatch& watch);
   // A tensor for a result: a spare one that nothing else holds any more, else a new one.
   Tensor output(DType dtype, const Shape& shape);
 
@@ -245,7 +251,7 @@ MpiCollective::MpiCollective(const CollectiveOptions& options) : Collective(opti
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
   // Duplicating is collective too: do it without blocking, under the deadline.
-  const Clock::time_point deadline = internal::deadline_after(timeout());
+  DeadlineWatch watch(internal::deadline_after(timeout()), timeout());
   std::vector<MPI_Request> requests(2, MPI_REQUEST_NULL);
   MPI_Comm_idup(MPI_COMM_WORLD, &data_, &requests[0]);
   MPI_Comm_idup(MPI_COMM_WORLD, &meta_, &requests[1]);
@@ -253,7 +259,7 @@ MpiCollective::MpiCollective(const CollectiveOptions& options) : Collective(opti
     return "make_mpi_collective (rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
            ")";
   };
-  if (!poll(requests, deadline, where)) {
+  if (!poll(requests, watch, where)) {
     MpiRuntime::get().mark_broken();
     throw Error(ErrorCode::kDeadlineExceeded, where() + ": not every rank joined within " +
                                                   internal::seconds_str(timeout()) + " s");
@@ -268,7 +274,7 @@ MpiCollective::MpiCollective(const CollectiveOptions& options) : Collective(opti
   std::vector<uint64_t> hosts(size_);
   requests.assign(1, MPI_REQUEST_NULL);
   MPI_Iallgather(&mine, 1, MPI_UINT64_T, hosts.data(), 1, MPI_UINT64_T, data_, &requests[0]);
-  if (!poll(requests, deadline, where)) {
+  if (!poll(requests, watch, where)) {
     MpiRuntime::get().mark_broken();
     throw Error(ErrorCode::kDeadlineExceeded,
                 where() + ": the ranks did not exchange host names within " +
@@ -290,7 +296,7 @@ MpiCollective::~MpiCollective() {
   MPI_Comm_free(&meta_);
 }
 
-bool MpiCollective::poll(std::vector<MPI_Request>& requests, Clock::time_point deadline,
+bool MpiCollective::poll(std::vector<MPI_Request>& requests, DeadlineWatch& watch,
                          const std::function<std::string()>& where) {
   std::vector<int> indices(requests.size());
   const Clock::time_point started = Clock::now();
@@ -304,8 +310,13 @@ bool MpiCollective::poll(std::vector<MPI_Request>& requests, Clock::time_point d
                                               "gone): " +
                                               mpi_error_string(rc)));
     }
-    if (completed == MPI_UNDEFINED) return true;  // no active request is left
-    if (Clock::now() >= deadline) return false;
+    // Complete, also when the last requests completed in this very call, after a deadline that
+    // passed while this process was stopped: the peers were there.
+    if (std::all_of(requests.begin(), requests.end(),
+                    [](MPI_Request r) { return r == MPI_REQUEST_NULL; })) {
+      return true;
+    }
+    if (watch.expired(Clock::now())) return false;
     // OpenMPI's non-blocking collectives advance only inside MPI_Test*, so sleeping between
     // polls stalls a transfer: spin, then yield (ranks are often oversubscribed), and sleep
     // only once the wait is long enough that a peer is probably stalled.
@@ -326,7 +337,7 @@ void MpiCollective::fail(Error error) {
   throw error;
 }
 
-std::vector<Call> MpiCollective::exchange_calls(const Call& call, Clock::time_point deadline) {
+std::vector<Call> MpiCollective::exchange_calls(const Call& call, DeadlineWatch& watch) {
   // Every rank sends its call to every other: a barrier that also tells who has not arrived.
   wire_out_ = encode(call);
   wire_in_.assign(static_cast<size_t>(size_) * kWireLength, 0);
@@ -340,14 +351,18 @@ std::vector<Call> MpiCollective::exchange_calls(const Call& call, Clock::time_po
     MPI_Isend(wire_out_.data(), kWireLength, MPI_INT64_T, r, tag, meta_, &requests[size_ + r]);
   }
   auto where = [&] { return internal::where(call, rank_, size_, backend()); };
-  if (!poll(requests, deadline, where)) {
+  if (!poll(requests, watch, where)) {
+    // Not arrived: the ranks whose call has not come; should every call have come, those this
+    // rank's own call has not reached yet.
     std::vector<int> missing;
-    for (int r = 0; r < size_; ++r) {
-      if (requests[r] != MPI_REQUEST_NULL || requests[size_ + r] != MPI_REQUEST_NULL) {
-        missing.push_back(r);
+    for (int first : {0, size_}) {  // the receives, then the sends
+      if (!missing.empty()) break;
+      for (int r = 0; r < size_; ++r) {
+        if (requests[first + r] != MPI_REQUEST_NULL) missing.push_back(r);
       }
     }
-    fail(internal::missing_error(call, rank_, size_, backend(), missing, timeout(), false));
+    fail(internal::missing_error(call, rank_, size_, backend(), missing, timeout(), false,
+                                 watch.stalled()));
   }
   std::vector<Call> calls;
   for (int r = 0; r < size_; ++r) calls.push_back(decode(wire_in_.data() + r * kWireLength));
@@ -377,7 +392,8 @@ Tensor MpiCollective::run(const Call& call, const Tensor& x, Clock::time_point d
     throw Error(ErrorCode::kUnavailable,
                 where() + ": the communicator broke at an earlier collective: " + broken_why_);
   }
-  const std::vector<Call> calls = exchange_calls(call, deadline);
+  DeadlineWatch watch(deadline, timeout());  // one for the exchange and the transfer
+  const std::vector<Call> calls = exchange_calls(call, watch);
   internal::check_agreement(calls, rank_, backend());
   if (call.kind == CollectiveKind::kBarrier) return Tensor();  // the exchange was the barrier
 
@@ -390,10 +406,10 @@ Tensor MpiCollective::run(const Call& call, const Tensor& x, Clock::time_point d
                     " elements exceed what one MPI call can move (2^31 - 1); split the tensor");
   }
   const MPI_Datatype type = mpi_type(call.dtype);
-  const MPI_Op op = call.kind == CollectiveKind::kAllReduce ||
-                            call.kind == CollectiveKind::kReduceScatter
-                        ? mpi_op(call.op, call.dtype)
-                        : MPI_OP_NULL;
+  const MPI_Op op =
+      call.kind == CollectiveKind::kAllReduce || call.kind == CollectiveKind::kReduceScatter
+          ? mpi_op(call.op, call.dtype)
+          : MPI_OP_NULL;
   // The data moves with `move(nullptr)`, the blocking call, on the communicator's thread, or
   // for small buffers with `move(&request)`, the non-blocking one, polled here: a hand-over to
   // the thread costs more than such a transfer. The job captures copies (the tensors by
@@ -437,10 +453,10 @@ Tensor MpiCollective::run(const Call& call, const Tensor& x, Clock::time_point d
       result = output(call.dtype, shape);
       move = [in = x.raw_data(), out = result.raw_mutable_data(), keep = Keep{x, result}, count,
               type, comm, counts, displacements](MPI_Request* request) {
-        return request ? MPI_Iallgatherv(in, count, type, out, counts.data(),
-                                         displacements.data(), type, comm, request)
-                       : MPI_Allgatherv(in, count, type, out, counts.data(),
-                                        displacements.data(), type, comm);
+        return request ? MPI_Iallgatherv(in, count, type, out, counts.data(), displacements.data(),
+                                         type, comm, request)
+                       : MPI_Allgatherv(in, count, type, out, counts.data(), displacements.data(),
+                                        type, comm);
       };
       break;
     }
@@ -449,7 +465,8 @@ Tensor MpiCollective::run(const Call& call, const Tensor& x, Clock::time_point d
       const bool root = rank_ == call.root;
       result = root ? x : output(call.dtype, call.shape);
       void* data = root ? const_cast<void*>(x.raw_data()) : result.raw_mutable_data();
-      move = [keep = Keep{x, result}, data, count, type, at = call.root, comm](MPI_Request* request) {
+      move = [keep = Keep{x, result}, data, count, type, at = call.root,
+              comm](MPI_Request* request) {
         return request ? MPI_Ibcast(data, count, type, at, comm, request)
                        : MPI_Bcast(data, count, type, at, comm);
       };
@@ -459,11 +476,17 @@ Tensor MpiCollective::run(const Call& call, const Tensor& x, Clock::time_point d
       break;
   }
   const auto timed_out = [&] {
+    const std::string why =
+        watch.stalled().count() > 0
+            ? "; this rank was itself not running for " + internal::seconds_str(watch.stalled()) +
+                  " s (stopped, e.g. by SIGSTOP, or starved of CPU) while it waited, so it "
+                  "cannot tell whether a peer is late"
+            : " (a peer died or stalled during it)";
     return Error(ErrorCode::kDeadlineExceeded,
                  where() + ": every rank arrived, but the transfer did not complete within " +
-                     internal::seconds_str(timeout()) +
-                     " s (a peer died or stalled during it); the deadline is "
-                     "CollectiveOptions::timeout, or KILN_COLLECTIVE_TIMEOUT seconds");
+                     internal::seconds_str(timeout()) + " s" + why +
+                     "; the deadline is CollectiveOptions::timeout, or KILN_COLLECTIVE_TIMEOUT "
+                     "seconds");
   };
   int64_t bytes = 0;
   for (const Call& c : calls) bytes += num_elements(c.shape) * dtype_size(c.dtype);
@@ -474,19 +497,19 @@ Tensor MpiCollective::run(const Call& call, const Tensor& x, Clock::time_point d
       fail(Error(ErrorCode::kUnavailable,
                  where() + ": MPI refused to start it: " + mpi_error_string(rc)));
     }
-    if (!poll(requests, deadline, where)) {
+    if (!poll(requests, watch, where)) {
       abandoned_.push_back(std::move(move));  // holds the buffers MPI may still write
       fail(timed_out());
     }
     move = nullptr;  // the result unshared again
   } else {
     const std::optional<int> rc =
-        comm_thread_->run([move = std::move(move)] { return move(nullptr); }, deadline);
+        comm_thread_->run([move = std::move(move)] { return move(nullptr); }, watch);
     if (!rc) fail(timed_out());
     if (*rc != MPI_SUCCESS) {
-      fail(Error(ErrorCode::kUnavailable, where() +
-                                              ": MPI reported an error (a peer is likely gone): " +
-                                              mpi_error_string(*rc)));
+      fail(Error(
+          ErrorCode::kUnavailable,
+          where() + ": MPI reported an error (a peer is likely gone): " + mpi_error_string(*rc)));
     }
   }
   if (call.op == ReduceOp::kMean &&

@@ -206,6 +206,24 @@ TEST(MpiCollective, AStoppedRankMakesAPeerFailWithTheDeadlineError) {
   EXPECT_LT(job.seconds, 45) << job.output;
 }
 
+// A rank stopped (SIGSTOP) while it waits for its peer, which arrives meanwhile, and resumed
+// (SIGCONT) past its deadline: the exchange completed while it was stopped, so the collective
+// succeeds; neither "rank  did not arrive" (no rank) nor the peer that was there is blamed
+// (tests/distribute/mpi_worker.cc, KILN_TEST_MODE=resumed_wait).
+TEST(MpiCollective, ARankResumedPastItsDeadlineFindsTheExchangeThatCompletedWhileItWasStopped) {
+  std::string reason;
+  if (skip_reason(&reason)) GTEST_SKIP() << reason;
+  const JobResult job =
+      run_job(2, {{"KILN_TEST_MODE", "resumed_wait"}}, {}, std::chrono::seconds(60));
+  ASSERT_TRUE(job.finished) << "the job hung:\n" << job.output;
+  EXPECT_TRUE(WIFEXITED(job.status) && WEXITSTATUS(job.status) == 0) << job.output;
+  for (int r : {0, 1}) {
+    EXPECT_NE(job.output.find("rank " + std::to_string(r) + " of 2: resumed ok"), std::string::npos)
+        << job.output;
+  }
+  EXPECT_EQ(job.output.find("error"), std::string::npos) << job.output;
+}
+
 // MultiWorkerMirroredStrategy under mpirun: every worker ends with the chief's weights (bit for
 // bit), which are within the reassociation bound of one process's; only the chief prints
 // progress.

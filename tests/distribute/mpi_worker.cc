@@ -4,6 +4,8 @@
 // with SIGKILL as it starts its s-th collective (all_reduces of KILN_TEST_KILL_ROWS rows of 3
 // in a loop, default 4); the others print the error they get. With KILN_TEST_STOP_RANK=k, rank
 // k stops itself (SIGSTOP) KILN_TEST_STOP_MS after starting a loop of 12 MB all_reduces. With
+// KILN_TEST_MODE=resumed_wait (2 ranks), rank 1 is stopped while it waits for rank 0 and resumed
+// (SIGCONT, by rank 0) past its deadline, after rank 0 arrived; both print "resumed ok". With
 // KILN_TEST_MODE=fit, the
 // workers train tests/distribute/linear_regression.h's model with MultiWorkerMirroredStrategy
 // (global batch KILN_TEST_BATCH, or KILN_TEST_WORKER1_BATCH on worker 1), each printing
@@ -15,6 +17,7 @@
 // KILN_TEST_SIGNAL_BATCH-th batch of this run; the chief prints "rank 0 of N: weights <hex of the
 // float bytes>" when training ends.
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -131,8 +134,44 @@ int run_resume() {
   return 0;
 }
 
+// KILN_TEST_MODE=resumed_wait: rank 1 (deadline 1 s) stops itself 0.3 s into a barrier; rank 0
+// (deadline 60 s) arrives at 0.6 s, while it is stopped, and resumes it at 2.5 s, past its
+// deadline. Rank 0 was there all along, so rank 1's barrier must complete: a deadline error
+// there, naming rank 0 or no rank, blames a rank that was not late.
+int run_resumed_wait() {
+  std::unique_ptr<distribute::Collective> c = distribute::make_mpi_collective();
+  const std::string me = "rank " + std::to_string(c->rank()) + " of " + std::to_string(c->size());
+  const Tensor pids =
+      c->all_gather(Tensor::from_vector<int64_t>({static_cast<int64_t>(getpid())}, {1}));
+  c->barrier();
+  using std::chrono::milliseconds;
+  std::jthread signaller;  // joined also when the barrier throws
+  if (c->rank() == 1) {
+    c->set_timeout(distribute::Seconds(1));
+    signaller = std::jthread([] {
+      std::this_thread::sleep_for(milliseconds(300));
+      raise(SIGSTOP);
+    });
+  } else {
+    c->set_timeout(distribute::Seconds(60));
+    const auto peer = static_cast<pid_t>(static_cast<const int64_t*>(pids.raw_data())[1]);
+    signaller = std::jthread([peer] {
+      std::this_thread::sleep_for(milliseconds(2500));
+      kill(peer, SIGCONT);
+    });
+    std::this_thread::sleep_for(milliseconds(600));
+  }
+  c->barrier();  // rank 1 is stopped in it
+  signaller.join();
+  c->set_timeout(distribute::Seconds(60));
+  c->barrier();
+  std::cout << me << ": resumed ok" << std::endl;
+  return 0;
+}
+
 int run() {
   const char* mode = std::getenv("KILN_TEST_MODE");
+  if (mode && std::string(mode) == "resumed_wait") return run_resumed_wait();
   if (mode && std::string(mode) == "fit") return run_fit();
   if (mode && std::string(mode) == "resume") return run_resume();
   std::unique_ptr<distribute::Collective> c = distribute::make_mpi_collective();
