@@ -257,7 +257,7 @@ TEST(MultiWorkerMpi, FitWith2And4WorkersMatchesOneProcessAndOnlyTheChiefPrints) 
   }
 }
 
-TEST(MultiWorkerMpi, AWorkerWithAnotherGlobalBatchModelOrDTypeMakesEveryWorkerFailAtStartUp) {
+TEST(MultiWorkerMpi, AWorkerWithAnotherGlobalBatchModelDTypeOrPolicyMakesEveryWorkerFailAtStartUp) {
   std::string reason;
   if (skip_reason(&reason)) GTEST_SKIP() << reason;
   const std::vector<std::pair<std::map<std::string, std::string>, std::string>> cases = {
@@ -266,7 +266,16 @@ TEST(MultiWorkerMpi, AWorkerWithAnotherGlobalBatchModelOrDTypeMakesEveryWorkerFa
       {{{"KILN_TEST_WORKER1_MODEL", "two_layers"}},
        "layers: worker 0 has Dense; worker 1 has Dense Dense"},
       {{{"KILN_TEST_WORKER1_MODEL", "f64"}},
-       "inputs: worker 0 has f32[?,6]; worker 1 has f64[?,6]"}};
+       "inputs: worker 0 has f32[?,6]; worker 1 has f64[?,6]"},
+      {{{"KILN_TEST_WORKER1_MODEL", "mixed_bfloat16"}},
+       "dtype policy: worker 0 has float32; worker 1 has mixed_bfloat16"},
+      // A Dataset's batches of 16 and 8 rows over 96 and 48 rows: 6 steps an epoch on both.
+      {{{"KILN_TEST_DATASET", "1"},
+        {"KILN_TEST_BATCH", "16"},
+        {"KILN_TEST_ROWS", "96"},
+        {"KILN_TEST_WORKER1_BATCH", "8"},
+        {"KILN_TEST_WORKER1_ROWS", "48"}},
+       "global batch: worker 0 has 16; worker 1 has 8"}};
   for (const auto& [settings, difference] : cases) {
     std::map<std::string, std::string> env = settings;
     env["KILN_COLLECTIVE_TIMEOUT"] = "60";

@@ -9,9 +9,13 @@
 // KILN_TEST_MODE=fit, the
 // workers train tests/distribute/linear_regression.h's model with MultiWorkerMirroredStrategy
 // (global batch KILN_TEST_BATCH, or KILN_TEST_WORKER1_BATCH on worker 1), each printing
-// whether its weights equal the chief's (KILN_TEST_WORKER1_MODEL=two_layers or f64: worker 1
-// trains another model or dtype), and the chief whether they are within the bound of
-// one process's (gradient buckets of KILN_TEST_BUCKET_BYTES when set). With KILN_TEST_MODE=resume,
+// whether its weights equal the chief's (KILN_TEST_WORKER1_MODEL=two_layers, f64 or
+// mixed_bfloat16: worker 1 trains another model, dtype or dtype policy), and the chief whether
+// they are within the bound of one process's (gradient buckets of KILN_TEST_BUCKET_BYTES when
+// set). With KILN_TEST_DATASET=1 they fit a Dataset of the first KILN_TEST_ROWS rows (or
+// KILN_TEST_WORKER1_ROWS on worker 1) batched at the global batch. With KILN_TEST_EXIT_RANK=k,
+// rank k leaves before fit, as KILN_TEST_EXIT says: "error" (throws a kiln::Error, which main
+// prints, exiting 2) or "kill" (SIGKILL). With KILN_TEST_MODE=resume,
 // they train it for 4 epochs with BackupAndRestore into KILN_TEST_BACKUP_DIR every 7 batches; with
 // KILN_TEST_SIGNAL_RANK=k, rank k sends itself KILN_TEST_SIGNAL (KILL or STOP) at the end of its
 // KILN_TEST_SIGNAL_BATCH-th batch of this run; the chief prints "rank 0 of N: weights <hex of the
@@ -25,10 +29,12 @@
 #include <iostream>
 #include <thread>
 
+#include "kiln/data/dataset.h"
 #include "kiln/distribute/collective.h"
 #include "kiln/distribute/multi_worker_mirrored_strategy.h"
 #include "kiln/error.h"
 #include "kiln/nn/checkpoint_callbacks.h"
+#include "kiln/nn/policy.h"
 #include "kiln/ops.h"
 #include "tests/distribute/collective_cases.h"
 #include "tests/distribute/linear_regression.h"
@@ -51,12 +57,16 @@ int run_fit() {
     strategy->set_bucket_bytes(env_int("KILN_TEST_BUCKET_BYTES", 0));
   int64_t batch = env_int("KILN_TEST_BATCH", 10);
   if (rank == 1) batch = env_int("KILN_TEST_WORKER1_BATCH", static_cast<int>(batch));
+  int64_t rows = env_int("KILN_TEST_ROWS", static_cast<int>(kRows));
+  if (rank == 1) rows = env_int("KILN_TEST_WORKER1_ROWS", static_cast<int>(rows));
   const Tensor x = uniform({kRows, kK}, 91), y = uniform({kRows, kM}, 92);
   const nn::FitOptions options = {.epochs = 2, .batch_size = batch, .shuffle = false, .verbose = 1};
-  // KILN_TEST_WORKER1_MODEL: worker 1 trains another model ("two_layers") or dtype ("f64").
+  // KILN_TEST_WORKER1_MODEL: worker 1 trains another model ("two_layers"), dtype ("f64") or
+  // dtype policy ("mixed_bfloat16").
   const char* other = rank == 1 ? std::getenv("KILN_TEST_WORKER1_MODEL") : nullptr;
   const std::string variant = other ? other : "";
   std::unique_ptr<nn::Sequential> model;
+  if (variant == "mixed_bfloat16") nn::set_global_policy(variant);  // as --dtype_policy does
   if (variant.empty()) {
     model = linear_model(strategy);
   } else {
@@ -69,7 +79,19 @@ int run_fit() {
   if (rank > 0) {  // the chief's weights must replace these
     for (Variable v : model->weights()) v.assign(uniform(v.shape(), 100 + rank));
   }
-  model->fit(variant == "f64" ? convert(x, DType::f64) : x, y, options);
+  if (env_int("KILN_TEST_EXIT_RANK", -1) == rank) {
+    const char* how = std::getenv("KILN_TEST_EXIT");
+    if (how && std::string(how) == "kill") raise(SIGKILL);
+    throw Error(ErrorCode::kNotFound, me + ": leaving at start-up (KILN_TEST_EXIT_RANK)");
+  }
+  if (std::getenv("KILN_TEST_DATASET")) {
+    model->fit(
+        data::Dataset::from_tensors({slice(x, {0, 0}, {rows, kK}), slice(y, {0, 0}, {rows, kM})})
+            .batch(batch),
+        {.epochs = 2, .shuffle = false, .verbose = 1});  // batched by the dataset, as examples/ do
+  } else {
+    model->fit(variant == "f64" ? convert(x, DType::f64) : x, y, options);
+  }
   const std::vector<double> got = parameters(*model);
   const Tensor mine = Tensor::from_vector<double>(got, {static_cast<int64_t>(got.size())});
   const Tensor chiefs = strategy->communicator().broadcast(mine, 0);

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "kiln/data/dataset.h"
 #include "kiln/distribute/multi_worker_mirrored_strategy.h"
 #include "kiln/nn/checkpoint_callbacks.h"
 #include "kiln/ops.h"
@@ -129,6 +130,61 @@ TEST(MultiWorkerMirroredStrategy, WorkersWithAnotherDTypeOrBucketSizeFailAtStart
   });
   for (int w = 0; w < 2; ++w) {
     EXPECT_NE(errors[w].find("gradient bucket bytes: worker 0 has 0; worker 1 has 64"),
+              std::string::npos)
+        << errors[w];
+  }
+}
+
+// Fitting a Dataset, the global batch compared is the rows the dataset's batches hold (not
+// FitOptions::batch_size, which a Dataset does not use): workers batching at 16 and 8 over 96
+// and 48 rows take 6 steps an epoch each and must still be refused; so must workers dividing
+// the dataset differently.
+TEST(MultiWorkerMirroredStrategy, WorkersFeedingDatasetsOfAnotherBatchOrDivisionFailAtStartUp) {
+  Tensor x = uniform({kRows, kK}, 75), y = uniform({kRows, kM}, 76);
+  auto rows = [&](int64_t n) {
+    return data::Dataset::from_tensors({slice(x, {0, 0}, {n, kK}), slice(y, {0, 0}, {n, kM})});
+  };
+  std::vector<std::string> errors = run_workers(2, [&](int w, auto strategy) {
+    auto model = linear_model(strategy);
+    model->fit(w == 0 ? rows(96).batch(16) : rows(48).batch(8), {.verbose = 0});
+  });
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_NE(errors[w].find("the 2 workers were started with different settings"),
+              std::string::npos)
+        << errors[w];
+    EXPECT_NE(errors[w].find("global batch: worker 0 has 16; worker 1 has 8"), std::string::npos)
+        << errors[w];
+    EXPECT_EQ(errors[w].find("steps per epoch"), std::string::npos) << errors[w];
+  }
+
+  errors = run_workers(2, [&](int w, auto strategy) {
+    auto model = linear_model(strategy);
+    data::Dataset d = rows(96).batch(16);
+    if (w == 0)
+      d = d.with_options({.distribute = {.auto_shard_policy = data::AutoShardPolicy::kOff}});
+    model->fit(d, {.verbose = 0});
+  });
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_NE(errors[w].find("data divided: worker 0 has auto-shard policy OFF; worker 1 has "
+                             "auto-shard policy DATA"),
+              std::string::npos)
+        << errors[w];
+  }
+}
+
+// A layer's dtype policy is part of the model: float32 and mixed_bfloat16 workers (the same
+// f32 variables and inputs) are refused.
+TEST(MultiWorkerMirroredStrategy, WorkersWithAnotherDTypePolicyFailAtStartUpNamingIt) {
+  Tensor x = uniform({kRows, kK}, 77), y = uniform({kRows, kM}, 78);
+  std::vector<std::string> errors = run_workers(2, [&](int w, auto strategy) {
+    nn::Sequential model(
+        {nn::with_options(Dense(kM), {.dtype_policy = w == 0 ? "float32" : "mixed_bfloat16"})});
+    model.build({kK});
+    model.compile(optim::SGD(kLr), MeanSquaredError(), {}, {.strategy = strategy});
+    model.fit(x, y, {.verbose = 0});
+  });
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_NE(errors[w].find("dtype policy: worker 0 has float32; worker 1 has mixed_bfloat16"),
               std::string::npos)
         << errors[w];
   }

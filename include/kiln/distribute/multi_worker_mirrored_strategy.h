@@ -13,13 +13,15 @@
 namespace kiln::distribute {
 
 // With Model::compile({.strategy = ...}) every worker runs the same program on the same data:
-// fit starts by checking that the workers agree (model, world size, global batch, input dtypes,
-// optimizer), then broadcasts the chief's (rank 0's) variables; each worker then takes its
-// consecutive part of every global batch, and all_reduces inside the compiled step (one per
-// gradient bucket, Strategy::bucket_bytes) combine the gradients (see CompileOptions). Only the
-// chief prints progress and runs the callbacks that write files (ModelCheckpoint, TensorBoard,
-// BackupAndRestore's backups); the others run the rest (EarlyStopping sees the same global logs
-// everywhere, so every worker stops together). evaluate and predict run whole on every worker.
+// fit starts by checking that the workers agree (model, dtype policies, world size, input dtypes,
+// optimizer, and what they feed a step: the global batch, a Dataset's batch rows included, the
+// steps per epoch and how the data is divided), then broadcasts the chief's (rank 0's) variables;
+// each worker then takes its consecutive part of every global batch, and all_reduces inside the
+// compiled step (one per gradient bucket, Strategy::bucket_bytes) combine the gradients (see
+// CompileOptions). Only the chief prints progress and runs the callbacks that write files
+// (ModelCheckpoint, TensorBoard, BackupAndRestore's backups); the others run the rest
+// (EarlyStopping sees the same global logs everywhere, so every worker stops together). evaluate
+// and predict run whole on every worker.
 class MultiWorkerMirroredStrategy : public Strategy {
  public:
   // The processes of MPI_COMM_WORLD (make_mpi_collective; a program started without mpirun is

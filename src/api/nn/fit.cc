@@ -18,6 +18,9 @@ class BatchSource {
   using Batch = std::pair<std::vector<Tensor>, std::vector<Tensor>>;  // inputs, targets
   virtual ~BatchSource() = default;
   virtual int64_t steps() const = 0;  // per epoch; -1 when unknown
+  // What the workers of a multi-worker strategy must agree on about what they feed a step:
+  // its global batch, the steps per epoch and how the data is divided between them.
+  virtual std::vector<std::pair<std::string, std::string>> worker_facts() const = 0;
   virtual void begin_epoch(int epoch) = 0;
   // The next batch of this epoch, or nothing at its end.
   virtual std::optional<Batch> next() = 0;
@@ -31,6 +34,11 @@ class TensorSource : public BatchSource {
                uint64_t seed)
       : xs_(std::move(xs)), ys_(std::move(ys)), batch_(batch), shuffle_(shuffle), seed_(seed) {}
   int64_t steps() const override { return (rows() + batch_ - 1) / batch_; }
+  std::vector<std::pair<std::string, std::string>> worker_facts() const override {
+    return {{"global batch", std::to_string(batch_)},
+            {"steps per epoch", std::to_string(steps())},
+            {"data divided", "by element (each worker takes its part of every batch)"}};
+  }
   void begin_epoch(int epoch) override {
     order_.resize(rows());
     std::iota(order_.begin(), order_.end(), 0);
@@ -72,11 +80,23 @@ BatchSource::Batch split_element(const data::Element& e, size_t inputs, size_t o
 
 class DatasetSource : public BatchSource {
  public:
-  DatasetSource(data::Dataset ds, size_t inputs, size_t outputs)
-      : ds_(std::move(ds)), inputs_(inputs), outputs_(outputs) {}
+  // `global_batch` and `divided`: the rows of a step and the dataset's auto-shard policy, for
+  // worker_facts.
+  DatasetSource(data::Dataset ds, size_t inputs, size_t outputs, std::string global_batch,
+                std::string divided)
+      : ds_(std::move(ds)),
+        inputs_(inputs),
+        outputs_(outputs),
+        global_batch_(std::move(global_batch)),
+        divided_(std::move(divided)) {}
   int64_t steps() const override {
     int64_t c = ds_.cardinality();
     return c >= 0 ? c : -1;
+  }
+  std::vector<std::pair<std::string, std::string>> worker_facts() const override {
+    return {{"global batch", global_batch_},
+            {"steps per epoch", steps() >= 0 ? std::to_string(steps()) : "unknown"},
+            {"data divided", divided_}};
   }
   void begin_epoch(int epoch) override { it_ = ds_.begin_epoch(epoch); }
   std::optional<Batch> next() override {
@@ -88,8 +108,15 @@ class DatasetSource : public BatchSource {
  private:
   data::Dataset ds_;
   size_t inputs_, outputs_;
+  std::string global_batch_, divided_;
   data::Iterator it_;
 };
+
+// The rows of a dataset element's first component: the batch a step takes from it.
+std::string rows_of(const std::optional<data::Element>& e) {
+  if (!e || e->empty() || (*e)[0].rank() == 0) return "none (an empty or unbatched dataset)";
+  return std::to_string((*e)[0].dim(0));
+}
 
 // Named inputs or targets in the order of `names`; a missing or unknown name is an error.
 std::vector<Tensor> by_name(const std::map<std::string, Tensor>& named,
@@ -159,10 +186,18 @@ History Model::fit(const data::Dataset& whole, const FitOptions& options) {
   // the step takes its part of each (a part that may be empty at a short last batch).
   data::Dataset dataset = whole;
   impl_->worker_batches = false;
+  // What the workers must agree on: how the dataset is divided and the global batch, the rows
+  // of the whole dataset's first element (so a worker batched or cut differently is refused);
+  // under OFF each worker batches its own data, which fit cannot compare.
+  std::string global_batch = "one process's", divided = "not divided (one process)";
+  bool read_whole = false;
   if (const distribute::Strategy* s = impl_->strategy.get()) {
     const int local = s->num_local_replicas(), workers = s->num_replicas_in_sync() / local;
     if (workers > 1) {
       data::WorkerShard shard = whole.shard_for_worker(workers, s->first_local_replica() / local);
+      divided = std::string("auto-shard policy ") + data::auto_shard_policy_name(shard.policy);
+      if (shard.policy == data::AutoShardPolicy::kOff) global_batch = "each worker's own (OFF)";
+      read_whole = shard.policy != data::AutoShardPolicy::kOff;
       if (shard.policy != data::AutoShardPolicy::kData) {
         dataset = std::move(shard.dataset);
         impl_->worker_batches = true;
@@ -175,9 +210,13 @@ History Model::fit(const data::Dataset& whole, const FitOptions& options) {
     traced = impl_->train_step != nullptr;
   }
   const size_t inputs = impl_->num_inputs(), outputs = impl_->num_outputs();
+  // Read outside the lock: a dataset's first element may take a while (files, maps).
+  std::optional<data::Element> first;
+  if (!traced) first = dataset.begin_epoch(0).next();
+  if (read_whole) {
+    global_batch = rows_of(!traced && !impl_->worker_batches ? first : whole.begin_epoch(0).next());
+  }
   if (!traced) {
-    // Read outside the lock: a dataset's first element may take a while (files, maps).
-    std::optional<data::Element> first = dataset.begin_epoch(0).next();
     if (!first) throw Error(ErrorCode::kInvalidArgument, "fit: the dataset is empty");
     auto [xs, ys] = split_element(*first, inputs, outputs);
     std::lock_guard lock(impl_->mu);
@@ -186,7 +225,7 @@ History Model::fit(const data::Dataset& whole, const FitOptions& options) {
     impl_->train_step = std::make_shared<const Step>(
         impl_->trace(types_of(xs), types_of(ys), /*training=*/true));
   }
-  DatasetSource source(dataset, inputs, outputs);
+  DatasetSource source(dataset, inputs, outputs, global_batch, divided);
   return fit_batches(source, options, /*validate_each_batch=*/true);
 }
 
@@ -209,7 +248,7 @@ History Model::fit_batches(BatchSource& source, const FitOptions& options,
   if (strategy) {
     // Before any callback: a worker started differently fails here, as every other does.
     std::lock_guard lock(impl_->mu);
-    strategy->check_consistent(impl_->worker_facts(step, options, source.steps()));
+    strategy->check_consistent(impl_->worker_facts(step, options, source.worker_facts()));
   }
   std::vector<Callback*> callbacks;
   for (const auto& c : options.callbacks) {

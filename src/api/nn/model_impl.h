@@ -340,11 +340,12 @@ struct Model::Impl {
   // Copies replica 0's variables (those `s` reads or assigns) to the other local replicas.
   void start_replicas(const Step& s);
   // What the workers of a strategy must agree on to train together (compared at fit's start):
-  // the model's layers and variables, the inputs, the optimizer, the global batch, the data
-  // order and the epochs.
-  std::vector<std::pair<std::string, std::string>> worker_facts(const Step& s,
-                                                                const FitOptions& options,
-                                                                int64_t steps_per_epoch) const;
+  // the model's layers, their dtype policies and variables, the inputs, the optimizer, the data
+  // order and the epochs, then `batches` (what fit's batch source feeds: the global batch, the
+  // steps per epoch, how the data is divided).
+  std::vector<std::pair<std::string, std::string>> worker_facts(
+      const Step& s, const FitOptions& options,
+      const std::vector<std::pair<std::string, std::string>>& batches) const;
   // Gives every worker the chief's variables (those `s` reads or assigns), optimizer
   // iterations and starting position (epoch, batch).
   void sync_from_chief(const Step& s, int& epoch, int64_t& batch);

@@ -240,26 +240,36 @@ void Model::Impl::start_replicas(const Step& s) {
 }
 
 std::vector<std::pair<std::string, std::string>> Model::Impl::worker_facts(
-    const Step& s, const FitOptions& options, int64_t steps_per_epoch) const {
-  std::string layer_types, variables, inputs;
-  for (const LayerPtr& l : layers) layer_types += (layer_types.empty() ? "" : " ") + l->type_name();
+    const Step& s, const FitOptions& options,
+    const std::vector<std::pair<std::string, std::string>>& batches) const {
+  std::string layer_types, policies, variables, inputs;
+  bool one_policy = true;
+  for (const LayerPtr& l : layers) {
+    layer_types += (layer_types.empty() ? "" : " ") + l->type_name();
+    policies += (policies.empty() ? "" : " ") + l->dtype_policy().name();
+    one_policy = one_policy && l->dtype_policy() == layers.front()->dtype_policy();
+  }
+  // "mixed_bfloat16" when every layer has it, else each layer's in order.
+  if (one_policy && !layers.empty()) policies = layers.front()->dtype_policy().name();
   for (const Variable& v : s.vars) {
     variables +=
         (variables.empty() ? "" : ", ") + v.name() + " " + TensorType{v.dtype(), v.shape()}.str();
   }
   for (const TensorType& t : input_specs) inputs += (inputs.empty() ? "" : ", ") + t.str();
-  return {{"world size", std::to_string(strategy->num_replicas_in_sync())},
-          {"layers", layer_types},
-          {"variables", variables},
-          {"inputs", inputs},
-          {"optimizer", optimizer->name() + " (learning rate " +
-                            std::to_string(optimizer->learning_rate()) + ")"},
-          {"global batch", std::to_string(options.batch_size)},
-          {"gradient bucket bytes", std::to_string(strategy->bucket_bytes())},
-          {"steps per epoch", std::to_string(steps_per_epoch)},
-          {"epochs", std::to_string(options.epochs)},
-          {"shuffle and seed", std::string(options.shuffle ? "shuffled" : "in order") + ", seed " +
-                                   std::to_string(options.seed)}};
+  std::vector<std::pair<std::string, std::string>> facts = {
+      {"world size", std::to_string(strategy->num_replicas_in_sync())},
+      {"layers", layer_types},
+      {"dtype policy", policies},
+      {"variables", variables},
+      {"inputs", inputs},
+      {"optimizer",
+       optimizer->name() + " (learning rate " + std::to_string(optimizer->learning_rate()) + ")"},
+      {"gradient bucket bytes", std::to_string(strategy->bucket_bytes())},
+      {"epochs", std::to_string(options.epochs)},
+      {"shuffle and seed", std::string(options.shuffle ? "shuffled" : "in order") + ", seed " +
+                               std::to_string(options.seed)}};
+  facts.insert(facts.end(), batches.begin(), batches.end());
+  return facts;
 }
 
 void Model::Impl::sync_from_chief(const Step& s, int& epoch, int64_t& batch) {
