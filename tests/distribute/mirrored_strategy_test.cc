@@ -5,11 +5,17 @@
 #include "kiln/distribute/mirrored_strategy.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <climits>
 #include <cmath>
+#include <mutex>
 #include <random>
+#include <set>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kiln/autodiff.h"
@@ -198,6 +204,109 @@ TEST(MirroredStrategy, AFailingReplicaIsReportedAtOnceAndTheStrategyStaysUsable)
   auto ok = strategy.run(
       [](const std::vector<Tensor>& in) { return std::vector<Tensor>{all_reduce(in[0])}; }, inputs);
   EXPECT_EQ(values(ok[1][0]), (std::vector<double>{2, 4}));
+}
+
+// The replicas other than the caller's run on threads the strategy keeps: over many runs, the
+// same n - 1 threads (by kernel thread id, which the kernel does not hand out again soon, unlike
+// std::thread::id) do the work, and replica 0 runs on the caller's thread.
+TEST(MirroredStrategy, ReplicaThreadsAreStartedOnceAndKeptAcrossRuns) {
+  constexpr int kReplicas = 3, kRuns = 20;
+  MirroredStrategy strategy(kReplicas);
+  std::mutex mu;
+  std::set<pid_t> replica_threads;
+  std::vector<std::vector<Tensor>> inputs(kReplicas, {Tensor::from_vector<float>({1}, {1})});
+  for (int run = 0; run < kRuns; ++run) {
+    auto out = strategy.run(
+        [&](const std::vector<Tensor>& in) {
+          const pid_t tid = gettid();
+          if (current_collective()->rank() == 0) {
+            EXPECT_EQ(tid, getpid()) << "replica 0 runs on the caller's (the main) thread";
+          } else {
+            std::lock_guard<std::mutex> lock(mu);
+            replica_threads.insert(tid);
+          }
+          return std::vector<Tensor>{all_reduce(in[0])};
+        },
+        inputs);
+    ASSERT_EQ(values(out[2][0]), (std::vector<double>{3})) << "run " << run;
+  }
+  EXPECT_EQ(replica_threads.size(), size_t{kReplicas - 1});
+}
+
+// More replicas than the machine could run (each is a thread with its own copy of the model)
+// is kInvalidArgument naming the count and the bound, not std::bad_alloc or std::system_error
+// when the threads or the group are made.
+TEST(MirroredStrategy, TooManyReplicasIsAnErrorNamingTheCountAndTheBound) {
+  const int bound = MirroredStrategy::max_replicas();
+  EXPECT_GE(bound, 64);
+  for (int n : {INT_MAX, 100000, bound + 1}) {
+    try {
+      MirroredStrategy strategy(n);
+      FAIL() << n << " replicas: no error";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << what;
+      EXPECT_NE(what.find(std::to_string(n)), std::string::npos) << what;
+      EXPECT_NE(what.find("at most " + std::to_string(bound)), std::string::npos) << what;
+    }
+  }
+  // The bound itself works.
+  MirroredStrategy strategy(bound);
+  std::vector<std::vector<Tensor>> inputs(bound, {Tensor::from_vector<float>({1}, {1})});
+  auto out = strategy.run(
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{all_reduce(in[0])}; }, inputs);
+  EXPECT_EQ(values(out[bound - 1][0]), (std::vector<double>{static_cast<double>(bound)}));
+}
+
+TEST(MirroredStrategy, NameCountsOneReplicaInTheSingular) {
+  EXPECT_EQ(MirroredStrategy(1).name(), "MirroredStrategy(1 replica)");
+  EXPECT_EQ(MirroredStrategy(3).name(), "MirroredStrategy(3 replicas)");
+  try {
+    MirroredStrategy(1).reduce(ReduceOp::kSum, {});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.substr(what.rfind(':')), ": 0 values for 1 replica") << what;
+  }
+}
+
+// An exception of the step's own (not a kiln::Error) reaches the caller unchanged, from any
+// replica, and the kept threads run the next step.
+TEST(MirroredStrategy, AStepsOwnExceptionReachesTheCallerAndTheThreadsStayUsable) {
+  MirroredStrategy strategy(2);
+  std::vector<std::vector<Tensor>> inputs(2, {Tensor::from_vector<float>({1}, {1})});
+  EXPECT_THROW(strategy.run(
+                   [](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+                     if (current_collective()->rank() == 1) throw std::out_of_range("mine");
+                     return in;
+                   },
+                   inputs),
+               std::out_of_range);
+  auto out = strategy.run(
+      [](const std::vector<Tensor>& in) { return std::vector<Tensor>{all_reduce(in[0])}; }, inputs);
+  EXPECT_EQ(values(out[1][0]), (std::vector<double>{2}));
+}
+
+// A run from inside one of the strategy's own replicas is refused (its threads are busy with the
+// outer run), while runs from two threads at once take turns.
+TEST(MirroredStrategy, RunsFromTwoThreadsTakeTurnsAndARunInsideAReplicaIsRefused) {
+  MirroredStrategy strategy(2);
+  std::vector<std::vector<Tensor>> inputs(2, {Tensor::from_vector<float>({1}, {1})});
+  auto sum = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{all_reduce(in[0])}; };
+  try {
+    strategy.run([&](const std::vector<Tensor>& in) { return strategy.run(sum, inputs)[0]; },
+                 inputs);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition) << e.what();
+    EXPECT_NE(std::string(e.what()).find("inside"), std::string::npos) << e.what();
+  }
+  std::vector<double> got[2];
+  std::thread other([&] { got[1] = values(strategy.run(sum, inputs)[1][0]); });
+  got[0] = values(strategy.run(sum, inputs)[1][0]);
+  other.join();
+  EXPECT_EQ(got[0], (std::vector<double>{2}));
+  EXPECT_EQ(got[1], (std::vector<double>{2}));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "kiln/distribute/collective.h"
@@ -17,21 +18,31 @@ class MirroredStrategy : public Strategy {
   // A replica's step: its inputs in, its outputs out.
   using Step = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 
-  // `num_replicas` CPU replicas (>= 1); `options` sets the collectives' deadline.
+  // `num_replicas` CPU replicas, 1 to max_replicas() (kInvalidArgument naming both otherwise);
+  // `options` sets the collectives' deadline. Replicas 1..n-1 run on threads started here and
+  // kept until the strategy is destroyed; replica 0 runs on the thread that calls run.
   explicit MirroredStrategy(int num_replicas, CollectiveOptions options = {});
+  ~MirroredStrategy() override;
+  MirroredStrategy(const MirroredStrategy&) = delete;
+  MirroredStrategy& operator=(const MirroredStrategy&) = delete;
+
+  // The most replicas one strategy takes: max(64, 4 x this machine's hardware threads).
+  static int max_replicas();
 
   int num_replicas_in_sync() const override { return num_replicas_; }
   int num_local_replicas() const override { return num_replicas_; }
   int first_local_replica() const override { return 0; }
   std::string name() const override;
   // Each run_local has a fresh in-process group, so a failed one leaves the strategy usable.
+  // Runs from several threads take turns; one from inside a replica of this strategy is
+  // kFailedPrecondition (its threads are busy with the outer run).
   void run_local(const std::function<void(int local_replica)>& fn) override;
   bool overlaps_communication() const override { return false; }
 
-  // Runs step(per_replica_inputs[r]) for every replica r at once, each on a thread of its own
-  // under a CollectiveScope of a communicator of the group, so the collective ops
-  // (kiln/distribute/ops.h) in `step`, eager or inside a kiln::function, reach the other
-  // replicas. Returns every replica's outputs, indexed [replica][output].
+  // Runs step(per_replica_inputs[r]) for every replica r at once, each on its thread under a
+  // CollectiveScope of a communicator of the group, so the collective ops (kiln/distribute/ops.h)
+  // in `step`, eager or inside a kiln::function, reach the other replicas.
+  // Returns every replica's outputs, indexed [replica][output].
   //
   // If a replica throws, run throws its error once every replica has stopped, prefixed with the
   // replica ("replica 1 of 2: ..."); a replica that fails or returns makes the others' later
@@ -53,8 +64,10 @@ class MirroredStrategy : public Strategy {
   std::vector<std::vector<Tensor>> split_batch(const std::vector<Tensor>& batch) const;
 
  private:
+  class Workers;
   int num_replicas_;
   CollectiveOptions options_;
+  std::unique_ptr<Workers> workers_;  // the threads of replicas 1..n-1
 };
 
 }  // namespace kiln::distribute
