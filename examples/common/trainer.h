@@ -58,19 +58,19 @@ struct TrainerFlags {
         checkpoint_dir(flags.str("checkpoint_dir", "")),
         checkpoint_every_steps(flags.integer("checkpoint_every_steps", 0, 0, kMaxInt64)),
         logdir(flags.str("logdir", "")),
-        strategy(distributable ? flags.str("strategy", "none") : "none"),
-        replicas(distributable ? static_cast<int>(flags.integer("replicas", 2, 1, kMaxInt)) : 1),
-        dtype_policy(flags.str("dtype_policy", "float32")),
+        strategy(distributable
+                     ? flags.choice("strategy", "none", {"none", "mirrored", "multi_worker"})
+                     : "none"),
+        replicas(distributable
+                     ? static_cast<int>(flags.integer(
+                           "replicas", 2, 1, kiln::distribute::MirroredStrategy::max_replicas()))
+                     : 1),
+        dtype_policy(flags.choice("dtype_policy", "float32",
+                                  {"float32", "mixed_bfloat16", "mixed_float16"})),
         profile(flags.integer("profile", 0, 0, 1) == 1) {
-    if (strategy != "none" && strategy != "mirrored" && strategy != "multi_worker") {
-      std::cerr << "--strategy must be none, mirrored or multi_worker, got '" << strategy << "'\n";
-      std::exit(2);
-    }
-    if (dtype_policy != "float32" && dtype_policy != "mixed_bfloat16" &&
-        dtype_policy != "mixed_float16") {
-      std::cerr << "error: --dtype_policy=" << dtype_policy
-                << " is not float32, mixed_bfloat16 or mixed_float16\n";
-      std::exit(2);
+    if (flags.given("replicas") && strategy != "mirrored") {
+      Flags::bad("--replicas=" + std::to_string(replicas) +
+                 " needs --strategy=mirrored (got --strategy=" + strategy + ")");
     }
     flags.check();
   }

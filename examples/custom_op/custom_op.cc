@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "../common/flags.h"
 #include "kiln/kiln.h"
 
 namespace {
@@ -47,7 +48,8 @@ kiln::Tensor scaled_softsign(const kiln::Tensor& x, double scale) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  examples::Flags(argc, argv).check();  // no flags: --help says so, any argument is an error
   try {
     kiln::Tensor x = kiln::Tensor::from_list<float>({-3, -1, 0, 0.5, 4, 9}, {2, 3});
 

@@ -1,9 +1,11 @@
 // The smallest tour of Kiln: eager ops, the same ops recorded into a graph, and a run.
 #include <iostream>
 
+#include "../common/flags.h"
 #include "kiln/kiln.h"
 
-int main() {
+int main(int argc, char** argv) {
+  examples::Flags(argc, argv).check();  // no flags: --help says so, any argument is an error
   std::cout << kiln::build_info() << "\n\n";
 
   // Eager: ops on concrete tensors compute immediately.

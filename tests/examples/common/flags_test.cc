@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/distribute/mirrored_strategy.h"
 #include "tests/subprocess.h"
 #include "tests/testing/temp_dir.h"
 
@@ -96,6 +97,89 @@ TEST_F(ExampleFlags, ValidTrainerValuesAreReadWhole) {
   r = run(KILN_TRAINER_FLAGS_MAIN, {"--epochs=2147483647", "--batch_size=1", "--verbose=0"});
   ASSERT_TRUE(r.exited_ok()) << r.output;
   EXPECT_THAT(r.output, HasSubstr("epochs=2147483647 batch_size=1 "));
+}
+
+// --strategy and --replicas: a strategy that does not exist, a replica count past what the
+// machine can run (once an abort: std::bad_alloc, std::system_error), and --replicas without
+// --strategy=mirrored (once silently ignored) are flag errors.
+TEST_F(ExampleFlags, StrategyAndReplicaFlagsAreChecked) {
+  const std::string bound = std::to_string(distribute::MirroredStrategy::max_replicas());
+  const std::string kReplicas = "an integer in [1, " + bound + "]";
+  expect_flag_error(KILN_TRAINER_FLAGS_MAIN, {"--strategy=threads"},
+                    "--strategy=threads is not none, mirrored or multi_worker");
+  expect_flag_error(KILN_TRAINER_FLAGS_MAIN, {"--dtype_policy=f16"},
+                    "--dtype_policy=f16 is not float32, mixed_bfloat16 or mixed_float16");
+  for (const std::string count : {"2147483647", "100000", "0"}) {
+    expect_flag_error(KILN_TRAINER_FLAGS_MAIN, {"--strategy=mirrored", "--replicas=" + count},
+                      "--replicas=" + count + " is not " + kReplicas);
+  }
+  expect_flag_error(KILN_TRAINER_FLAGS_MAIN, {"--replicas=4"},
+                    "--replicas=4 needs --strategy=mirrored (got --strategy=none)");
+  expect_flag_error(KILN_TRAINER_FLAGS_MAIN, {"--strategy=multi_worker", "--replicas=4"},
+                    "--replicas=4 needs --strategy=mirrored (got --strategy=multi_worker)");
+
+  testing_util::ProcessResult r = run(KILN_TRAINER_FLAGS_MAIN, {});
+  ASSERT_TRUE(r.exited_ok()) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("strategy=none replicas=2 dtype_policy=float32\n"));
+  r = run(KILN_TRAINER_FLAGS_MAIN,
+          {"--strategy=mirrored", "--replicas=" + bound, "--dtype_policy=mixed_bfloat16"});
+  ASSERT_TRUE(r.exited_ok()) << r.output;
+  EXPECT_THAT(r.output,
+              HasSubstr("strategy=mirrored replicas=" + bound + " dtype_policy=mixed_bfloat16\n"));
+}
+
+// Every example program that takes arguments: trainer_flags_main stands for the trainers'
+// shared flags where the trainers are not built.
+std::vector<std::string> example_programs() {
+  std::vector<std::string> programs = {KILN_TRAINER_FLAGS_MAIN};
+#ifdef KILN_KILN_DEMO
+  programs.insert(programs.end(), {KILN_KILN_DEMO, KILN_CUSTOM_OP_EXAMPLE});
+#endif
+#ifdef KILN_FASHION_MNIST_MLP
+  programs.insert(programs.end(),
+                  {KILN_FASHION_MNIST_MLP, KILN_FASHION_MNIST_CNN, KILN_FASHION_MNIST_TFRECORD_MLP,
+                   KILN_FASHION_MNIST_TO_TFRECORD});
+#endif
+  return programs;
+}
+
+// --help lists the flags with their defaults and what they accept, and exits 0 (it was a
+// malformed flag; kiln_demo and custom_op_example ignored it).
+TEST_F(ExampleFlags, EveryProgramListsItsFlagsWithHelp) {
+  for (const std::string& program : example_programs()) {
+    SCOPED_TRACE(program);
+    for (const char* help : {"--help", "-h"}) {
+      testing_util::ProcessResult r = run(program, {help});
+      EXPECT_TRUE(r.exited_ok()) << r.output;
+      EXPECT_THAT(r.output, HasSubstr("usage: "));
+      EXPECT_THAT(r.output, ::testing::Not(HasSubstr("error")));
+    }
+  }
+  // Read after a bad value too: --help wins.
+  testing_util::ProcessResult r = run(KILN_TRAINER_FLAGS_MAIN, {"--epochs=abc", "--help"});
+  ASSERT_TRUE(r.exited_ok()) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--epochs=5  an integer in [1, 2147483647]\n"));
+  EXPECT_THAT(r.output, HasSubstr("--strategy=none  none, mirrored or multi_worker\n"));
+  EXPECT_THAT(r.output, HasSubstr("--learning_rate=0.001  a finite number > 0\n"));
+#ifdef KILN_FASHION_MNIST_MLP
+  r = run(KILN_FASHION_MNIST_CNN, {"--help"});
+  EXPECT_THAT(r.output, HasSubstr("--replicas=2  an integer in [1, "));
+  r = run(KILN_FASHION_MNIST_TO_TFRECORD, {"--help"});
+  EXPECT_THAT(r.output, HasSubstr("--limit=0  an integer in [0, 9223372036854775807]\n"));
+#endif
+#ifdef KILN_KILN_DEMO
+  r = run(KILN_KILN_DEMO, {"--help"});
+  EXPECT_THAT(r.output, HasSubstr("takes no flags"));
+#endif
+}
+
+// An argument a program does not know is an error (exit 2), not ignored.
+TEST_F(ExampleFlags, EveryProgramRefusesArgumentsItDoesNotKnow) {
+  for (const std::string& program : example_programs()) {
+    expect_flag_error(program, {"--no_such_flag=1"}, "unknown flag --no_such_flag");
+    expect_flag_error(program, {"stray"}, "unexpected argument 'stray'");
+    expect_flag_error(program, {"--help=1"}, "unknown flag --help");
+  }
 }
 
 // The example programs themselves, with the values reported wrong: a bad value stops them with

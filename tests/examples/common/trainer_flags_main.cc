@@ -6,12 +6,14 @@
 
 int main(int argc, char** argv) {
   examples::Flags parsed(argc, argv);
-  const examples::TrainerFlags flags(parsed, /*default_batch_size=*/64);
+  const examples::TrainerFlags flags(parsed, /*default_batch_size=*/64, /*distributable=*/true);
   std::printf(
       "epochs=%d batch_size=%lld learning_rate=%g seed=%llu train_limit=%lld verbose=%d "
       "checkpoint_every_steps=%lld\n",
       flags.epochs, static_cast<long long>(flags.batch_size), flags.learning_rate,
       static_cast<unsigned long long>(flags.seed), static_cast<long long>(flags.train_limit),
       flags.verbose, static_cast<long long>(flags.checkpoint_every_steps));
+  std::printf("strategy=%s replicas=%d dtype_policy=%s\n", flags.strategy.c_str(), flags.replicas,
+              flags.dtype_policy.c_str());
   return 0;
 }
