@@ -202,6 +202,9 @@ class CommThread {
 // polled on the caller's thread rather than the blocking one on the communicator's thread (a
 // hand-over costs 10-20 us; measured by benchmarks/allreduce_vs_mpi.cc).
 constexpr int64_t kPolledBytes = 64 << 10;
+// The tag of the notice a rank sends its peers as its communicator closes (the calls' tags are
+// below 30000).
+constexpr int kLeaveTag = 30001;
 
 class MpiCollective final : public Collective {
  public:
@@ -219,9 +222,12 @@ class MpiCollective final : public Collective {
  private:
   // Polls `requests` until all complete (true, even past the deadline) or `watch` expires
   // (false); a request that completes is set to MPI_REQUEST_NULL. Throws kUnavailable when MPI
-  // reports an error.
+  // reports an error. Calls `between` (when set) between tests.
   bool poll(std::vector<MPI_Request>& requests, DeadlineWatch& watch,
-            const std::function<std::string()>& where);
+            const std::function<std::string()>& where,
+            const std::function<void()>& between = nullptr);
+  // The first peer whose communicator closed (its leave notice came), or -1.
+  int peer_left();
   [[noreturn]] void fail(Error error);
   std::vector<Call> exchange_calls(const Call& call, DeadlineWatch& watch);
   // A tensor for a result: a spare one that nothing else holds any more, else a new one.
@@ -232,6 +238,8 @@ class MpiCollective final : public Collective {
   int rank_ = 0, size_ = 1, local_rank_ = 0;
   bool broken_ = false;
   std::string broken_why_;
+  MPI_Request leave_request_ = MPI_REQUEST_NULL;  // for a peer's leave notice
+  int left_ = -1;
   // Buffers MPI may still write after a failure are kept here, never freed while MPI runs.
   std::vector<int64_t> wire_in_;
   Wire wire_out_{};
@@ -281,6 +289,7 @@ MpiCollective::MpiCollective(const CollectiveOptions& options) : Collective(opti
                     internal::seconds_str(timeout()) + " s");
   }
   for (int r = 0; r < rank_; ++r) local_rank_ += hosts[r] == mine;
+  MPI_Irecv(nullptr, 0, MPI_BYTE, MPI_ANY_SOURCE, kLeaveTag, meta_, &leave_request_);
 }
 
 MpiCollective::~MpiCollective() {
@@ -292,12 +301,26 @@ MpiCollective::~MpiCollective() {
     return;
   }
   comm_thread_.reset();
+  // Tells the peers this rank leaves: one still waiting for its call then fails at once rather
+  // than at its deadline, while this process may wait in MPI_Finalize for it (a rank killed
+  // outright is mpirun's to notice). Empty messages, freed: they complete by themselves.
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    MPI_Request notice = MPI_REQUEST_NULL;
+    MPI_Isend(nullptr, 0, MPI_BYTE, r, kLeaveTag, meta_, &notice);
+    MPI_Request_free(&notice);
+  }
+  if (leave_request_ != MPI_REQUEST_NULL) {
+    MPI_Cancel(&leave_request_);
+    MPI_Wait(&leave_request_, MPI_STATUS_IGNORE);
+  }
   MPI_Comm_free(&data_);
   MPI_Comm_free(&meta_);
 }
 
 bool MpiCollective::poll(std::vector<MPI_Request>& requests, DeadlineWatch& watch,
-                         const std::function<std::string()>& where) {
+                         const std::function<std::string()>& where,
+                         const std::function<void()>& between) {
   std::vector<int> indices(requests.size());
   const Clock::time_point started = Clock::now();
   for (int attempt = 0;; ++attempt) {
@@ -316,6 +339,7 @@ bool MpiCollective::poll(std::vector<MPI_Request>& requests, DeadlineWatch& watc
                     [](MPI_Request r) { return r == MPI_REQUEST_NULL; })) {
       return true;
     }
+    if (between) between();
     if (watch.expired(Clock::now())) return false;
     // OpenMPI's non-blocking collectives advance only inside MPI_Test*, so sleeping between
     // polls stalls a transfer: spin, then yield (ranks are often oversubscribed), and sleep
@@ -328,6 +352,16 @@ bool MpiCollective::poll(std::vector<MPI_Request>& requests, DeadlineWatch& watc
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
+}
+
+int MpiCollective::peer_left() {
+  if (left_ < 0 && leave_request_ != MPI_REQUEST_NULL) {
+    int came = 0;
+    MPI_Status status;
+    MPI_Test(&leave_request_, &came, &status);
+    if (came) left_ = status.MPI_SOURCE;
+  }
+  return left_;
 }
 
 void MpiCollective::fail(Error error) {
@@ -351,7 +385,22 @@ std::vector<Call> MpiCollective::exchange_calls(const Call& call, DeadlineWatch&
     MPI_Isend(wire_out_.data(), kWireLength, MPI_INT64_T, r, tag, meta_, &requests[size_ + r]);
   }
   auto where = [&] { return internal::where(call, rank_, size_, backend()); };
-  if (!poll(requests, watch, where)) {
+  // A peer that left before sending its call never will. Its call, had it sent one, came before
+  // its notice (messages from one rank match in order), so test for it once more first.
+  auto fail_if_left = [&] {
+    const int left = peer_left();
+    if (left < 0 || requests[left] == MPI_REQUEST_NULL) return;
+    int came = 0;
+    MPI_Test(&requests[left], &came, MPI_STATUS_IGNORE);
+    if (came) return;
+    fail(Error(ErrorCode::kUnavailable,
+               where() + ": rank " + std::to_string(left) +
+                   " left the job without joining it (its communicator or "
+                   "MultiWorkerMirroredStrategy was destroyed: its process failed or ended; see "
+                   "rank " +
+                   std::to_string(left) + "'s output)"));
+  };
+  if (!poll(requests, watch, where, fail_if_left)) {
     // Not arrived: the ranks whose call has not come; should every call have come, those this
     // rank's own call has not reached yet.
     std::vector<int> missing;

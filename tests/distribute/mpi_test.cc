@@ -1,6 +1,7 @@
 // The MPI collectives under mpirun: tests/distribute/mpi_worker.cc checks every collective on 2
 // and 4 ranks; a rank that kills itself mid-job makes the survivors fail with the deadline error;
 // MultiWorkerMirroredStrategy trains on 2 and 4 workers and refuses workers started differently;
+// a worker leaving at start-up ends the job at once, with an error naming it;
 // a worker killed (SIGKILL) or stopped (SIGSTOP) mid-training ends the job within the deadline,
 // and running it again resumes from BackupAndRestore's backup to an uninterrupted run's weights.
 #include <fcntl.h>
@@ -297,6 +298,41 @@ TEST(MultiWorkerMpi, AWorkerWithAnotherGlobalBatchModelDTypeOrPolicyMakesEveryWo
     EXPECT_EQ(count(difference), 2) << job.output;
     EXPECT_LT(job.seconds, 60) << job.output;
   }
+}
+
+// A worker leaving during start-up, before fit's consistency check, under the default 5-minute
+// deadline: an error (its communicator closes as the error unwinds, then the process exits)
+// makes the waiting worker fail at once naming it, and the job end; a SIGKILL makes mpirun end
+// the job itself, naming the rank and the signal. mpirun's --timeout of 60 s bounds the job:
+// a survivor waiting out its deadline would end it with mpirun's time-limit message instead.
+TEST(MultiWorkerMpi, AWorkerLeavingAtStartUpEndsTheJobWithAnErrorNamingIt) {
+  std::string reason;
+  if (skip_reason(&reason)) GTEST_SKIP() << reason;
+  const std::map<std::string, std::string> env = {
+      {"KILN_COLLECTIVE_TIMEOUT", "300"}, {"KILN_TEST_MODE", "fit"}, {"KILN_TEST_EXIT_RANK", "1"}};
+  auto with = [&](const char* how) {
+    std::map<std::string, std::string> e = env;
+    e["KILN_TEST_EXIT"] = how;
+    return e;
+  };
+  const JobResult error = run_job(2, with("error"), {"--timeout", "60"}, std::chrono::seconds(120));
+  ASSERT_TRUE(error.finished) << error.output;
+  EXPECT_TRUE(WIFEXITED(error.status) && WEXITSTATUS(error.status) != 0) << error.output;
+  EXPECT_NE(error.output.find("error not found: rank 1 of 2: leaving at start-up"),
+            std::string::npos)
+      << error.output;
+  EXPECT_NE(error.output.find("error unavailable: all_gather step 1 (rank 0 of 2, mpi): rank 1 "
+                              "left the job without joining it"),
+            std::string::npos)
+      << error.output;
+  EXPECT_EQ(error.output.find("time limit"), std::string::npos) << error.output;
+
+  const JobResult killed = run_job(2, with("kill"), {"--timeout", "60"}, std::chrono::seconds(120));
+  ASSERT_TRUE(killed.finished) << killed.output;
+  EXPECT_TRUE(WIFEXITED(killed.status) && WEXITSTATUS(killed.status) != 0) << killed.output;
+  EXPECT_NE(killed.output.find("process rank 1 with PID"), std::string::npos) << killed.output;
+  EXPECT_NE(killed.output.find("exited on signal 9"), std::string::npos) << killed.output;
+  EXPECT_EQ(killed.output.find("time limit"), std::string::npos) << killed.output;
 }
 
 // The line of `output` starting at `what`, or "".
