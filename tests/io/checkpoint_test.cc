@@ -211,6 +211,17 @@ TEST_F(CheckpointTest, MissingFilesAreReported) {
   EXPECT_THAT(e.what(), HasSubstr("cannot open the data file"));
 }
 
+TEST_F(CheckpointTest, AFileOfAnotherKindIsNamed) {
+  RecordWriter w(path("data.tfrecord"));
+  w.write("a record");
+  w.close();
+  Error e = thrown_error([&] { load_checkpoint(path("data.tfrecord")); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_THAT(e.what(), HasSubstr("load_checkpoint: " + path("data.tfrecord") +
+                                  " is a TFRecord file whose first record (at offset 0) is not a "
+                                  "checkpoint"));
+}
+
 TEST_F(CheckpointTest, AbsurdOffsetsLengthsAndShapesFailBeforeAnyRead) {
   const std::string prefix =
       save_checkpoint(path("c"), {{"w", Tensor::from_vector<float>({1, 2})}});

@@ -298,6 +298,24 @@ TEST_F(SavedModelTest, MissingModelsAreNotFound) {
   EXPECT_THAT(e.what(), HasSubstr("no saved model in"));
 }
 
+// Given a file, or a directory of something else, load_model says what it was given.
+TEST_F(SavedModelTest, AWholeModelOrCheckpointIsNamedNotJustNotADirectory) {
+  nn::Sequential model({nn::Dense(2)});
+  model.build({3});
+  model.save(path("m.kiln"));
+  Error e = thrown_error([&] { load_model(path("m.kiln")); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_THAT(e.what(), HasSubstr("load_model: " + path("m.kiln") +
+                                  " is a Kiln model (.kiln), not an exported model directory; "
+                                  "load it with nn::load_model"));
+  const std::string prefix = save_checkpoint(path("ck/ckpt-1"), model.state());
+  e = thrown_error([&] { describe_saved_model(prefix + ".index"); });
+  EXPECT_THAT(e.what(), HasSubstr(prefix + ".index is a checkpoint index, not an exported model"));
+  e = thrown_error([&] { load_model(path("ck")); });
+  EXPECT_THAT(e.what(), HasSubstr("no saved model in " + path("ck")));
+  EXPECT_THAT(e.what(), HasSubstr("it is a checkpoint directory"));
+}
+
 TEST_F(SavedModelTest, CorruptAndMissingFilesAreErrorsNeverCrashes) {
   auto model = trained_model();
   const std::string v = save_model(*model, path("m"), {4});

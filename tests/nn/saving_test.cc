@@ -7,7 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kiln/io/checkpoint.h"
 #include "kiln/io/saved_model.h"
+#include "kiln/io/summary.h"
+#include "kiln/io/tfrecord.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 #include "tests/testing/temp_dir.h"
@@ -217,6 +220,103 @@ TEST_F(Saving, BadFilesAreClearErrors) {
       EXPECT_THAT(e.what(), HasSubstr(f));
     }
   }
+}
+
+// What load_model was given, when it is not a whole model: it names the kind of file and what
+// to do with it, instead of loading an empty model or failing on the contents.
+TEST_F(Saving, ACheckpointIsNamedNotLoadedAsAModel) {
+  Sequential m({Dense(2)});
+  m.build({3});
+  m.compile(optim::SGD(0.1), MeanSquaredError());
+  // As ModelCheckpoint and BackupAndRestore write them, and one with no tensors or metadata
+  // (which loaded as an empty model that compiled, fit and saved again).
+  const std::string full =
+      io::save_checkpoint(path("ck/ckpt-5"), m.state(), {{"epoch", int64_t{1}}});
+  const std::string empty = io::save_checkpoint(path("empty/ckpt"), {});
+  for (const std::string& prefix : {full, empty}) {
+    SCOPED_TRACE(prefix);
+    const std::string index = prefix + ".index";
+    try {
+      load_model(index);
+      FAIL() << "loaded a checkpoint index as a model";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_THAT(e.what(), HasSubstr("load_model: " + index +
+                                      " is a checkpoint index, not a Kiln model (.kiln)"));
+      EXPECT_THAT(e.what(), HasSubstr("io::load_checkpoint(\"" + prefix + "\")"));
+    }
+    const std::string data = io::read_checkpoint_index(prefix).data_path;
+    const std::string e = error_of([&] { load_model(data); });
+    EXPECT_THAT(e, HasSubstr(data + " is a checkpoint data file, not a Kiln model (.kiln)"));
+    EXPECT_THAT(e, HasSubstr("io::load_checkpoint(\"" + prefix + "\")"));
+  }
+  EXPECT_THAT(error_of([&] { load_model(path("ck")); }),
+              HasSubstr(path("ck") + " is a checkpoint directory, not a Kiln model (.kiln)"));
+}
+
+TEST_F(Saving, OtherFilesSayWhatTheyAreNotAFormatVersion) {
+  Sequential m({Dense(2)});
+  m.build({3});
+  std::string events;
+  {
+    io::EventWriter w(path("logs"));
+    w.add_scalar("loss", 0.5, 1);
+    events = w.path();
+  }
+  io::RecordWriter records(path("data.tfrecord"));
+  records.write("some record");
+  records.close();
+  const std::string exported = io::save_model(m, path("export"), {3});
+  std::ofstream(path("notes.txt")) << "not a model at all\n";
+  const struct {
+    std::string file, says;
+  } cases[] = {
+      {events, events + " is a TensorBoard event file, not a Kiln model (.kiln)"},
+      {path("data.tfrecord"), path("data.tfrecord") + " is a TFRecord file whose first record "
+                                                      "(at offset 0) is not a Kiln model"},
+      {path("export"), path("export") + " is an exported model, not a Kiln model (.kiln); "
+                                        "load it with io::load_model"},
+      {exported + "/saved_model.pb", "is an exported model's graph, not a Kiln model (.kiln)"},
+      {path("notes.txt"), path("notes.txt") + " is not a Kiln model (.kiln), or is damaged: "
+                                              "it is not a TFRecord file"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.file);
+    const std::string e = error_of([&] { load_model(c.file); });
+    EXPECT_THAT(e, HasSubstr(c.says));
+    EXPECT_THAT(e, testing::Not(HasSubstr("format version")));
+  }
+}
+
+TEST_F(Saving, BytesAfterACompleteModelAreReportedAsSuch) {
+  Sequential m({Dense(2)});
+  m.build({3});
+  m.save(path("m.kiln"));
+  std::string bytes;
+  {
+    std::ifstream in(path("m.kiln"), std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  auto write = [&](const std::string& name, const std::string& data) {
+    std::ofstream(path(name), std::ios::binary) << data;
+    return path(name);
+  };
+  const std::string n = std::to_string(bytes.size());
+  std::string e = error_of([&] { load_model(write("twice.kiln", bytes + bytes)); });
+  EXPECT_THAT(e, HasSubstr("twice.kiln: the model ends at offset " + n + " but " + n +
+                           " more bytes follow: another Kiln model (two files concatenated?)"));
+  EXPECT_THAT(e, testing::Not(HasSubstr("truncated")));
+  e = error_of([&] { load_model(write("tail.kiln", bytes + "xyz")); });
+  EXPECT_THAT(e,
+              HasSubstr("tail.kiln: the model ends at offset " + n + " but 3 more bytes follow"));
+  // Cut at a record boundary: records are missing, and that is what it says.
+  io::RecordReader reader(path("m.kiln"));
+  reader.next();
+  reader.next();
+  const uint64_t cut = reader.offset();
+  e = error_of([&] { load_model(write("cut.kiln", bytes.substr(0, cut))); });
+  EXPECT_THAT(e, HasSubstr("cut.kiln: truncated: the file ends at offset " + std::to_string(cut) +
+                           " after 1 of the model's 2 tensor records"));
 }
 
 TEST_F(Saving, OptimizersSchedulesAndLossesRoundTripThroughTheirConfigs) {

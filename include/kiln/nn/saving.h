@@ -19,12 +19,20 @@
 //
 // The file is written to a temporary file and renamed into place: a reader sees the previous
 // file or the complete new one, never a half-written one. Every record is CRC-checked; a
-// corrupt or truncated file is kDataLoss naming the file and what is wrong.
+// corrupt or truncated file, or bytes after the model's last record, is kDataLoss naming the
+// file and what is wrong. A file of another kind (a checkpoint's index or data file, an
+// exported model, a TensorBoard event file, other TFRecords) is kInvalidArgument naming what it
+// is and how to read it.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "kiln/attrs.h"
 #include "kiln/nn/model.h"
 
 namespace kiln::nn {
@@ -37,6 +45,31 @@ struct LoadOptions {
 };
 // A Sequential model comes back as a Sequential.
 std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options = {});
+
+// What a whole-model file holds, as kiln-inspect prints it (Keras' model.summary() plus the
+// compile configuration). Read by loading the model, so every class the file names must be
+// registered in this program; the errors are load_model's.
+struct ModelFileInfo {
+  std::string path, model_name, kiln_version;
+  bool functional = false;
+  int64_t tensor_records = 0;  // weights, optimizer slots and state
+  struct Layer {
+    std::string name, class_name, dtype_policy;
+    std::optional<TensorType> output;  // of its last call; none before the model is built
+    int64_t params = 0;
+  };
+  std::vector<Layer> layers;  // each once, in the model's order
+  // By name, the batch dimension unknown; empty for a Sequential model saved before build.
+  std::vector<std::pair<std::string, TensorType>> inputs, outputs;
+  int64_t params = 0, trainable_params = 0;
+  std::string optimizer;  // empty: saved uncompiled
+  Attrs optimizer_config;
+  int64_t iterations = 0;
+  std::vector<std::pair<std::string, Attrs>> losses;  // one per output (or one for all)
+  std::vector<std::string> metrics;  // for every output, or by output as "<output>/<metric>"
+  std::vector<double> loss_weights;
+};
+ModelFileInfo describe_model_file(const std::string& path);
 
 }  // namespace kiln::nn
 

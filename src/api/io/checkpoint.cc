@@ -20,6 +20,7 @@
 
 #include "src/api/io/crc32c.h"
 #include "src/api/io/file_io.h"
+#include "src/api/io/file_kind.h"
 #include "src/api/io/proto/checkpoint.pb.h"
 #include "src/api/io/tensor_codec.h"
 
@@ -339,6 +340,13 @@ CheckpointIndex read_checkpoint_index(const std::string& path) {
   const std::string prefix = load_prefix(path, "load_checkpoint");
   const std::string index_path = prefix + ".index";
   if (!exists(index_path)) {
+    // Given a file of another kind: say what it is.
+    std::error_code ec;
+    if (fs::is_regular_file(path, ec)) {
+      const internal::FileKind kind = internal::file_kind(path);
+      if (kind != internal::FileKind::kCheckpointIndex)
+        internal::wrong_kind("load_checkpoint", path, kind, "a checkpoint");
+    }
     fail(ErrorCode::kNotFound,
          "load_checkpoint: no checkpoint at '" + prefix + "' (" + index_path + " does not exist)");
   }
@@ -348,6 +356,15 @@ CheckpointIndex read_checkpoint_index(const std::string& path) {
   };
   if (records.size() != 1) {
     corrupt("expected one index record, found " + std::to_string(records.size()));
+  }
+  switch (const internal::FileKind kind = internal::record_kind(records[0])) {
+    case internal::FileKind::kWholeModel:
+    case internal::FileKind::kExportedGraph:
+    case internal::FileKind::kEventFile:
+    case internal::FileKind::kExamples:
+      internal::wrong_kind("load_checkpoint", index_path, kind, "a checkpoint index");
+    default:
+      break;
   }
   proto::CheckpointIndex index;
   if (!index.ParseFromString(records[0])) corrupt("the index record is not a CheckpointIndex");

@@ -21,6 +21,7 @@
 #include "kiln/version.h"
 #include "src/core/tensor_impl.h"
 #include "src/api/io/file_io.h"
+#include "src/api/io/file_kind.h"
 #include "src/api/io/proto_codec.h"
 #include "src/api/io/proto/saved_model.pb.h"
 #include "src/api/io/tensor_codec.h"
@@ -69,7 +70,7 @@ struct VersionDir {
 VersionDir find_version(const std::string& dir, int64_t version, const char* who) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
-    fail(ErrorCode::kNotFound, std::string(who) + ": " + dir + " is not a directory");
+    internal::wrong_kind(who, dir, internal::file_kind(dir), "an exported model directory");
   }
   if (version == 0 && fs::exists(fs::path(dir) / kGraphFile, ec)) {  // a version directory
     const std::string name = fs::path(dir).lexically_normal().filename().string();
@@ -80,8 +81,14 @@ VersionDir find_version(const std::string& dir, int64_t version, const char* who
   }
   std::vector<int64_t> versions = versions_in(dir);
   if (versions.empty()) {
-    fail(ErrorCode::kNotFound, std::string(who) + ": no saved model in " + dir +
-                                   " (no numbered version directories, no " + kGraphFile + ")");
+    const bool checkpoints = internal::file_kind(dir) == internal::FileKind::kCheckpointDir;
+    fail(ErrorCode::kNotFound,
+         std::string(who) + ": no saved model in " + dir +
+             " (no numbered version directories, no " + kGraphFile + ")" +
+             (checkpoints
+                  ? "; it is a checkpoint directory: restore it with io::load_checkpoint(\"" + dir +
+                        "\")"
+                  : ""));
   }
   if (version == 0) version = versions.back();
   if (!std::binary_search(versions.begin(), versions.end(), version)) {

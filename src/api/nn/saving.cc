@@ -2,6 +2,7 @@
 // optimizer slot as records of one file (src/api/io/proto/whole_model.proto).
 #include "kiln/nn/saving.h"
 
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
@@ -13,6 +14,7 @@
 #include "kiln/optim.h"
 #include "kiln/version.h"
 #include "src/api/io/file_io.h"
+#include "src/api/io/file_kind.h"
 #include "src/api/io/proto/whole_model.pb.h"
 #include "src/api/io/proto_codec.h"
 
@@ -20,6 +22,7 @@ namespace kiln::nn {
 namespace {
 
 namespace saved = proto::saved;
+using io::internal::FileKind;
 using io::internal::Source;
 
 constexpr uint32_t kFormatVersion = 1;
@@ -180,11 +183,55 @@ namespace {
 
 struct Loader {
   Source src;
-  saved::ModelDef m;
+  saved::ModelDef& m;
   std::vector<LayerPtr> layers;
 
   Attrs attrs(const saved::ObjectDef& o, const std::string& where) const {
     return io::internal::attrs_from(o.config(), src, where);
+  }
+
+  // Record 0 (the ModelDef, into m), then its num_tensors tensor records, and nothing after
+  // them; a file of another kind is named as such (io::internal::file_kind).
+  std::map<std::string, Tensor> read_records() {
+    const FileKind kind = io::internal::file_kind(src.file);
+    if (kind != FileKind::kWholeModel) {
+      io::internal::wrong_kind("load_model", src.file, kind, "a Kiln model (.kiln)");
+    }
+    io::RecordReader reader(src.file);
+    std::string record;
+    if (!reader.next(record) || !m.ParseFromString(record)) src.corrupt("the file changed");
+    if (m.format_version() != kFormatVersion) {
+      src.corrupt("unsupported format version " + std::to_string(m.format_version()) +
+                  " (this Kiln reads version " + std::to_string(kFormatVersion) + ")");
+    }
+    std::map<std::string, Tensor> values;
+    for (uint32_t r = 1; r <= m.num_tensors(); ++r) {
+      if (!reader.next(record)) {
+        src.corrupt("truncated: the file ends at offset " + std::to_string(reader.offset()) +
+                    " after " + std::to_string(r - 1) + " of the model's " +
+                    std::to_string(m.num_tensors()) + " tensor records");
+      }
+      saved::NamedTensor t;
+      const std::string where = "record " + std::to_string(r);
+      if (!t.ParseFromString(record)) src.corrupt(where + " is not a tensor");
+      if (!values.emplace(t.name(), io::internal::tensor_from(t.value(), src, where)).second)
+        src.corrupt(where + ": tensor '" + t.name() + "' appears twice");
+    }
+    const uint64_t end = reader.offset();
+    std::string what;
+    try {
+      if (!reader.next(record)) return values;
+      what = io::internal::record_kind(record) == FileKind::kWholeModel
+                 ? "another Kiln model (two files concatenated?)"
+                 : "TFRecord records that are not part of it";
+    } catch (const Error&) {
+      what = "bytes that are not a TFRecord record";
+    }
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(src.file, ec);
+    src.corrupt("the model ends at offset " + std::to_string(end) + " but " +
+                (ec ? std::string("more bytes") : std::to_string(size - end) + " more bytes") +
+                " follow: " + what);
   }
 
   void make_layers() {
@@ -283,30 +330,11 @@ struct Loader {
   }
 };
 
-}  // namespace
-
-std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
-  Loader l{Source{path}, {}, {}};
-  std::vector<std::string> records = io::read_records(path);
-  if (records.empty() || !l.m.ParseFromString(records[0])) {
-    l.src.corrupt("the first record is not a saved model (is this a file Model::save wrote?)");
-  }
-  if (l.m.format_version() != kFormatVersion) {
-    l.src.corrupt("unsupported format version " + std::to_string(l.m.format_version()) +
-                  " (this Kiln reads version " + std::to_string(kFormatVersion) + ")");
-  }
-  if (records.size() != 1 + static_cast<size_t>(l.m.num_tensors())) {
-    l.src.corrupt("expected " + std::to_string(l.m.num_tensors()) + " tensor records, found " +
-                  std::to_string(records.size() - 1) + " (truncated?)");
-  }
-  std::map<std::string, Tensor> saved_values;
-  for (size_t r = 1; r < records.size(); ++r) {
-    saved::NamedTensor t;
-    const std::string where = "record " + std::to_string(r);
-    if (!t.ParseFromString(records[r])) l.src.corrupt(where + " is not a tensor");
-    if (!saved_values.emplace(t.name(), io::internal::tensor_from(t.value(), l.src, where)).second)
-      l.src.corrupt(where + ": tensor '" + t.name() + "' appears twice");
-  }
+// Loads `path` into a model, leaving its ModelDef in `m`.
+std::unique_ptr<Model> load(const std::string& path, const LoadOptions& options,
+                            saved::ModelDef& m) {
+  Loader l{Source{path}, m, {}};
+  std::map<std::string, Tensor> saved_values = l.read_records();
   l.make_layers();
   std::unique_ptr<Model> model = l.m.functional() ? l.functional() : l.sequential();
   const bool compile = options.compile && l.m.compiled();
@@ -339,6 +367,93 @@ std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& op
     }
   }
   return model;
+}
+
+// Each layer's output type (of its last call), found by calling the loaded model's layers
+// again on symbolic inputs, as the model calls them; empty before the model is built.
+std::map<std::string, TensorType> layer_outputs(const Model::Architecture& arch) {
+  std::map<std::string, TensorType> out;
+  if (arch.input_types.empty()) return out;
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < arch.input_types.size(); ++i) {
+    const TensorType& t = arch.input_types[i];
+    inputs.push_back(
+        Input(Shape(t.shape.begin() + 1, t.shape.end()), t.dtype, arch.input_names[i]));
+  }
+  if (!arch.functional) {
+    Tensor h = inputs.at(0);
+    for (const LayerPtr& layer : arch.layers) {
+      h = (*layer)(h);
+      out[layer->name()] = {h.dtype(), h.shape()};
+    }
+    return out;
+  }
+  std::vector<Tensor> calls;
+  for (const Model::Architecture::Call& call : arch.calls) {
+    std::vector<Tensor> ins;
+    for (const auto& [from, index] : call.inputs)
+      ins.push_back(from < 0 ? inputs[index] : calls[from]);
+    const LayerPtr& layer = arch.layers[call.layer];
+    calls.push_back((*layer)(ins));
+    out[layer->name()] = {calls.back().dtype(), calls.back().shape()};
+  }
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& path, const LoadOptions& options) {
+  saved::ModelDef m;
+  return load(path, options, m);
+}
+
+ModelFileInfo describe_model_file(const std::string& path) {
+  saved::ModelDef m;
+  std::unique_ptr<Model> model = load(path, {}, m);
+  ModelFileInfo info;
+  info.path = path;
+  info.model_name = model->name();
+  info.kiln_version = m.kiln_version();
+  info.functional = m.functional();
+  info.tensor_records = m.num_tensors();
+  const Model::Architecture arch = model->architecture();
+  const std::map<std::string, TensorType> outputs = layer_outputs(arch);
+  std::set<std::string> layers_done;
+  for (const LayerPtr& layer : arch.layers) {
+    if (!layers_done.insert(layer->name()).second) continue;
+    ModelFileInfo::Layer& l = info.layers.emplace_back();
+    l.name = layer->name();
+    l.class_name = layer->type_name();
+    l.dtype_policy = layer->dtype_policy().name();
+    l.params = layer->count_params();
+    if (auto it = outputs.find(l.name); it != outputs.end()) l.output = it->second;
+  }
+  std::set<const void*> seen;
+  for (const Variable& v : model->weights()) {
+    if (!seen.insert(v.id()).second) continue;
+    info.params += num_elements(v.shape());
+    if (v.trainable()) info.trainable_params += num_elements(v.shape());
+  }
+  if (!arch.input_types.empty()) {
+    for (size_t i = 0; i < arch.input_types.size(); ++i)
+      info.inputs.emplace_back(arch.input_names[i], arch.input_types[i]);
+    const Model::InferenceGraph graph = model->inference_graph();
+    const std::vector<std::string> names = model->output_names();
+    for (size_t o = 0; o < graph.outputs.size(); ++o) {
+      info.outputs.emplace_back(o < names.size() ? names[o] : graph.output_names[o],
+                                TensorType{graph.outputs[o].dtype(), graph.outputs[o].shape()});
+    }
+  }
+  const Model::CompileConfig compiled = model->compile_config();
+  if (compiled.optimizer) {
+    info.optimizer = compiled.optimizer->name();
+    info.optimizer_config = compiled.optimizer->config();
+    info.iterations = compiled.optimizer->iterations();
+    for (const auto& loss : compiled.losses) info.losses.push_back({loss->name(), loss->config()});
+    info.metrics = compiled.metrics;
+    info.loss_weights = compiled.loss_weights;
+  }
+  return info;
 }
 
 }  // namespace kiln::nn
