@@ -1,16 +1,19 @@
-// Model's thread-safety contract: predict and evaluate on other threads while fit trains see
-// the weights from between two steps, never disturb fit, and a second concurrent fit is refused.
+// Model's thread-safety contract: predict, evaluate and save on other threads while fit trains
+// see the weights from between two steps, never disturb fit, and a second concurrent fit is
+// refused.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <mutex>
 #include <set>
 #include <thread>
 
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
+#include "tests/testing/temp_dir.h"
 
 namespace kiln::nn {
 namespace {
@@ -160,6 +163,80 @@ TEST(ModelThreads, PredictAndEvaluateDuringFitSeeWholeStepsAndLeaveFitUnchanged)
   RecordProperty("predictions", static_cast<int>(predictions.size()));
   RecordProperty("evaluations", static_cast<int>(evaluations.size()));
   RecordProperty("reads_during_fit", during_fit);
+}
+
+// A model's state() as plain numbers, to compare bit for bit.
+std::map<std::string, std::vector<double>> numbers(const std::map<std::string, Tensor>& state) {
+  std::map<std::string, std::vector<double>> out;
+  for (const auto& [name, value] : state) out[name] = value.to_vector<double>();
+  return out;
+}
+
+// Records the whole state (weights, optimizer slots, iterations) fit leaves before its first step
+// and after each; after the fifth step it waits until `saves` has grown by 6, so that some saves
+// surely happen while fit runs.
+class RecordStates : public Callback {
+ public:
+  explicit RecordStates(std::atomic<int>& saves) : saves_(saves) {}
+  void on_train_begin(Logs&) override { states.push_back(numbers(model()->state())); }
+  void on_train_batch_end(int64_t, Logs&) override {
+    states.push_back(numbers(model()->state()));
+    if (states.size() != 6) return;
+    for (int start = saves_; saves_ < start + 6;) std::this_thread::yield();
+  }
+  std::vector<std::map<std::string, std::vector<double>>> states;
+
+ private:
+  std::atomic<int>& saves_;
+};
+
+TEST(ModelThreads, SaveDuringFitWritesTheStateOfOneStepEveryTime) {
+  const std::filesystem::path dir = testing_util::per_test_dir("model_threads");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto [x, y] = blobs(256, 3);
+  auto model = make_model();
+  model->build({4});  // saves before fit starts hold the weights too
+  // Compiled, fit lends the variables (and Adam's slots) to each step, which updates them in place.
+  model->set_execution_mode(ExecutionMode::kCompiled);
+  std::atomic<int> saves{0};
+  auto record = std::make_shared<RecordStates>(saves);
+  FitOptions options{.epochs = 4, .batch_size = 2, .seed = 7, .verbose = 0};
+  options.callbacks = {record};
+  std::atomic<bool> done{false};
+  std::thread trainer([&] {
+    model->fit(x, y, options);
+    done = true;
+  });
+  constexpr int kMaxSaves = 300;
+  std::vector<std::string> saved, errors;
+  while (!done && saves < kMaxSaves) {
+    const std::string path = (dir / ("save_" + std::to_string(saves) + ".kiln")).string();
+    try {
+      model->save(path);
+      saved.push_back(path);
+    } catch (const std::exception& e) {
+      errors.push_back(e.what());
+    }
+    ++saves;
+  }
+  trainer.join();
+
+  EXPECT_THAT(errors, ::testing::IsEmpty()) << errors.size() << " of " << saves << " saves failed";
+  ASSERT_EQ(record->states.size(), 1u + 4u * 128u);
+  // Each file holds the state between two steps, whole: weights, slots and iteration count of
+  // the same step.
+  int unmatched = 0, during_fit = 0;
+  for (const std::string& path : saved) {
+    std::map<std::string, std::vector<double>> loaded = numbers(load_model(path)->state());
+    auto it = std::find(record->states.begin(), record->states.end(), loaded);
+    unmatched += it == record->states.end();
+    during_fit += it != record->states.end() && it + 1 != record->states.end();
+  }
+  EXPECT_EQ(unmatched, 0) << "of " << saved.size() << " saves";
+  EXPECT_GE(during_fit, 6);  // at least those made while fit waited after its fifth step
+  RecordProperty("saves", static_cast<int>(saved.size()));
+  std::filesystem::remove_all(dir);
 }
 
 // Calls `during` on another thread while fit is between its first two steps.

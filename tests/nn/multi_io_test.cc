@@ -4,15 +4,33 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "kiln/data/dataset.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
+#include "tests/testing/temp_dir.h"
 
 namespace kiln::nn {
 namespace {
 
+using ::testing::AllOf;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
+
+// Collects the warnings given while it lives.
+class CaptureWarnings {
+ public:
+  CaptureWarnings()
+      : previous_(set_warning_handler([this](const std::string& m) { messages.push_back(m); })) {}
+  ~CaptureWarnings() { set_warning_handler(previous_); }
+  std::vector<std::string> messages;
+
+ private:
+  WarningHandler previous_;
+};
 
 // Two inputs (a: 4 features, b: 3), two outputs: "score" (regression on both) and "klass"
 // (3-way classification from a alone through a shared trunk).
@@ -87,6 +105,133 @@ TEST(MultiIO, FitLearnsBothOutputsAndLogsEachLoss) {
   ASSERT_EQ(p.size(), 2u);
   EXPECT_EQ(p[0].shape(), (Shape{256, 1}));
   EXPECT_EQ(p[1].shape(), (Shape{256, 3}));
+}
+
+// As Keras, a flat metric list applies to every output; "accuracy" has no class to count for
+// the regression output (mean squared error), so it is left out there, with a warning.
+TEST(MultiIO, AFlatMetricListSkipsAnOutputItDoesNotFitWithAWarning) {
+  TwoByTwo t;
+  Data d = make_data(64);
+  std::vector<std::string> outs = t.model->output_names();
+  CaptureWarnings warnings;
+  compile_it(*t.model);
+  EXPECT_THAT(warnings.messages,
+              ElementsAre(AllOf(HasSubstr("compile: model 'two_by_two'"),
+                                HasSubstr("output '" + outs[0] + "'"), HasSubstr("'accuracy'"),
+                                HasSubstr("mean_squared_error"), HasSubstr("not computed"))));
+  History h = t.model->fit({d.a, d.b}, {d.score, d.klass},
+                           {.epochs = 1, .batch_size = 16, .seed = 3, .verbose = 0});
+  EXPECT_EQ(h.history.count(outs[0] + "_accuracy"), 0u);
+  EXPECT_EQ(h.history.count(outs[1] + "_accuracy"), 1u);
+  auto r = t.model->evaluate({d.a, d.b}, {d.score, d.klass});
+  EXPECT_EQ(r.count(outs[0] + "_accuracy"), 0u);
+  EXPECT_EQ(r.count(outs[1] + "_accuracy"), 1u);
+}
+
+// Keras' metrics={"out_a": [...], ...}: each output gets its own list; one not named gets none.
+TEST(MultiIO, MetricsByOutputApplyToThatOutputOnly) {
+  TwoByTwo t;
+  Data d = make_data(64);
+  std::vector<std::string> outs = t.model->output_names();
+  CaptureWarnings warnings;
+  t.model->compile(optim::Adam(0.02), {MeanSquaredError(), SparseCategoricalCrossentropy(true)},
+                   {{outs[0], {"mse"}}, {outs[1], {"accuracy", "sparse_categorical_accuracy"}}});
+  EXPECT_THAT(warnings.messages, IsEmpty());
+  History h = t.model->fit({d.a, d.b}, {d.score, d.klass},
+                           {.epochs = 1, .batch_size = 16, .seed = 3, .verbose = 0});
+  auto r = t.model->evaluate({d.a, d.b}, {d.score, d.klass});
+  auto keys_of = [](const auto& logs) {
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : logs) keys.push_back(key);
+    return keys;
+  };
+  for (const auto& keys : {keys_of(h.history), keys_of(r)}) {
+    EXPECT_THAT(keys, UnorderedElementsAre("loss", outs[0] + "_loss", outs[0] + "_mse",
+                                           outs[1] + "_loss", outs[1] + "_accuracy",
+                                           outs[1] + "_sparse_categorical_accuracy"));
+  }
+  // The regression output's mse is its loss.
+  EXPECT_NEAR(r[outs[0] + "_mse"], r[outs[0] + "_loss"], 1e-5 * r[outs[0] + "_loss"]);
+
+  // Only one output named: the other has no metric.
+  t.model->compile(optim::Adam(0.02), {MeanSquaredError(), SparseCategoricalCrossentropy(true)},
+                   {{outs[1], {"accuracy"}}});
+  r = t.model->evaluate({d.a, d.b}, {d.score, d.klass});
+  EXPECT_EQ(r.count(outs[1] + "_accuracy"), 1u);
+  EXPECT_EQ(r.size(), 4u);  // loss, the outputs' losses, klass' accuracy
+}
+
+TEST(MultiIO, AMetricThatDoesNotFitTheOutputItIsGivenForIsAClearError) {
+  TwoByTwo t;
+  Data d = make_data(32);
+  std::vector<std::string> outs = t.model->output_names();
+  auto message = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      return e.what();
+    }
+    return "no error";
+  };
+  auto compile_with = [&](MetricNames metrics) {
+    t.model->compile(optim::SGD(), {MeanSquaredError(), SparseCategoricalCrossentropy(true)},
+                     std::move(metrics));
+  };
+  compile_with({{outs[1], {"accuracy"}}});
+  EXPECT_THAT(message([&] { compile_with({{outs[0], {"accuracy"}}}); }),
+              AllOf(HasSubstr("compile: model 'two_by_two': metric 'accuracy' does not fit "
+                              "output '" + outs[0] + "' (loss mean_squared_error)"),
+                    HasSubstr("no class to count"), HasSubstr("'mse'")));
+  EXPECT_THAT(message([&] { compile_with({{outs[0], {"sparse_categorical_accuracy"}}}); }),
+              AllOf(HasSubstr("metric 'sparse_categorical_accuracy' does not fit output '" +
+                              outs[0] + "'"),
+                    HasSubstr("one score per example (output shape (None, 1))")));
+  EXPECT_THAT(message([&] { compile_with({{outs[1], {"auc"}}}); }),
+              AllOf(HasSubstr("metric 'auc' does not fit output '" + outs[1] +
+                              "' (loss sparse_categorical_crossentropy)"),
+                    HasSubstr("class indices")));
+  EXPECT_THAT(message([&] { compile_with({{"nope", {"mse"}}}); }),
+              HasSubstr("metrics are given for output 'nope', which model 'two_by_two' does not "
+                        "have (its outputs: " + outs[0] + ", " + outs[1] + ")"));
+  // Refused, the model keeps the compile before.
+  auto r = t.model->evaluate({d.a, d.b}, {d.score, d.klass});
+  EXPECT_EQ(r.count(outs[1] + "_accuracy"), 1u);
+  EXPECT_EQ(r.size(), 4u);
+  // A named accuracy is taken at its word: the targets may be classes after all.
+  compile_with({{outs[0], {"binary_accuracy"}}});
+
+  // A single output's metric list is for that output alone.
+  Sequential regression({Dense(1)}, "regression");
+  EXPECT_THAT(message([&] { regression.compile(optim::SGD(), MeanSquaredError(), {"accuracy"}); }),
+              HasSubstr("compile: model 'regression': metric 'accuracy' does not fit output "
+                        "'dense' (loss mean_squared_error)"));
+  EXPECT_THAT(message([&] { regression.compile(optim::SGD(), Huber(), {"acc"}); }),
+              HasSubstr("(loss huber)"));
+}
+
+TEST(MultiIO, MetricsByOutputSurviveSaveAndLoad) {
+  const std::filesystem::path dir = testing_util::per_test_dir("multi_io");
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "two.kiln").string();
+  TwoByTwo t;
+  Data d = make_data(32);
+  std::vector<std::string> outs = t.model->output_names();
+  const MetricNames metrics = {{outs[0], {"mse"}},
+                               {outs[1], {"accuracy", "sparse_categorical_accuracy"}}};
+  t.model->compile(optim::SGD(), {MeanSquaredError(), SparseCategoricalCrossentropy(true)},
+                   metrics);
+  t.model->save(path);
+  std::unique_ptr<Model> loaded = load_model(path);
+  EXPECT_EQ(loaded->compile_config().metrics, metrics);
+  EXPECT_EQ(loaded->evaluate({d.a, d.b}, {d.score, d.klass}),
+            t.model->evaluate({d.a, d.b}, {d.score, d.klass}));
+  // A flat list stays flat.
+  t.model->compile(optim::SGD(), {MeanSquaredError(), SparseCategoricalCrossentropy(true)},
+                   {"mse"});
+  t.model->save(path);
+  EXPECT_EQ(load_model(path)->compile_config().metrics, MetricNames({"mse"}));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(MultiIO, LossWeightsScaleEachOutputsShareOfTheTotal) {

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -75,6 +77,39 @@ struct CompileOptions {
   Ref<distribute::Strategy> strategy;
 };
 
+// compile's metrics, as Keras takes them: names for every output ({"accuracy"}), or names by
+// output ({{"price", {"mse"}}, {"label", {"accuracy"}}}, Keras' metrics={"price": [...], ...}; an
+// output not named gets none). A metric that does not fit an output is kInvalidArgument naming
+// the output, the metric and the loss: "accuracy" where the loss is a regression loss
+// (mean_squared_error, huber: there is no class to count; name binary_, categorical_ or
+// sparse_categorical_accuracy when the targets are classes after all), or a categorical
+// accuracy on an output of one unit. From a flat list on a model of several outputs, such a
+// metric is left out for that output alone, with a warning (kiln::warn), and computed for the
+// others.
+class MetricNames {
+ public:
+  using ByOutput = std::map<std::string, std::vector<std::string>>;
+  MetricNames() = default;
+  // string_view, not string: {"out", {"mse"}} is then never taken for one string (from a range).
+  MetricNames(std::initializer_list<std::string_view> names)
+      : every_output_(names.begin(), names.end()) {}
+  MetricNames(std::vector<std::string> names)  // NOLINT: implicit
+      : every_output_(std::move(names)) {}
+  MetricNames(std::initializer_list<ByOutput::value_type> by_output)
+      : by_output_(by_output), per_output_(true) {}
+  MetricNames(ByOutput by_output)  // NOLINT: implicit
+      : by_output_(std::move(by_output)), per_output_(true) {}
+  bool per_output() const { return per_output_; }
+  const std::vector<std::string>& every_output() const { return every_output_; }
+  const ByOutput& by_output() const { return by_output_; }
+  bool operator==(const MetricNames&) const = default;
+
+ private:
+  std::vector<std::string> every_output_;
+  ByOutput by_output_;
+  bool per_output_ = false;
+};
+
 // Tensors by name, {{"a", xa}, {"b", xb}}: a model's inputs or targets (a class rather than a
 // std::map so that a braced list of tensors {xa, xb} is never taken for one).
 class NamedTensors {
@@ -96,24 +131,25 @@ struct History {
 Tensor Input(const Shape& shape, DType dtype = f32, const std::string& name = "input");
 
 // Threads. A serving thread may call predict, evaluate (or operator() on a concrete batch),
-// state() and summary() while fit trains on another, as with Keras and PyTorch. Each such call
-// reads the weights as they are between two of fit's steps (one consistent set for the whole
-// call, never a mix of two steps), and fit is not disturbed: its weights, losses, metrics and
-// random numbers are bit-identical to those of a run alone. A read waits at most for the step
-// in progress; fit takes one uncontended lock per step, and copies a weight instead of updating
-// it in place only while a read still holds its previous value. load_state from another thread
-// lands between two steps. A second fit while one runs, compile() and Sequential::add() during
-// fit throw kiln::Error. The rest (build, set_seed, set_execution_mode, resume_at, optimizer(),
-// and the Variables of weights() or layers()) is for fit's own thread and its callbacks; from
-// other threads read the weights through state() or predict.
+// state(), save() and summary() while fit trains on another, as with Keras and PyTorch. Each such
+// call reads the weights (save and state() also the optimizer's) as they are between two of fit's
+// steps (one consistent set for the whole call, never a mix of two steps), and fit is not
+// disturbed: its weights, losses, metrics and random numbers are bit-identical to those of a run
+// alone. A read waits at most for the step in progress; fit takes one uncontended lock per step,
+// and copies a weight instead of updating it in place only while a read still holds its previous
+// value. load_state from another thread lands between two steps. A second fit while one runs,
+// compile() and Sequential::add() during fit throw kiln::Error. The rest (build, set_seed,
+// set_execution_mode, resume_at, optimizer(), and the Variables of weights() or layers()) is for
+// fit's own thread and its callbacks; from other threads read the weights through state() or
+// predict.
 //
 // Several inputs and outputs (functional models, as Keras'): Model({in_a, in_b}, {out_1, out_2}).
 // Inputs are named by their nn::Input, outputs by the layer that makes them (input_names(),
 // output_names()). fit, evaluate and predict take one tensor per input (and per output) as
 // lists in that order or as maps by name; a Dataset's elements hold the inputs, then the
-// targets. compile takes one loss per output (or one for all) and optional loss_weights; fit
-// minimises the weighted sum and logs it as "loss", each output's as "<output>_loss", and each
-// metric per output as "<output>_<metric>".
+// targets. compile takes one loss per output (or one for all), metrics for every output or by
+// output (MetricNames) and optional loss_weights; fit minimises the weighted sum and logs it as
+// "loss", each output's as "<output>_loss", and each metric of an output as "<output>_<metric>".
 class Model {
  public:
   // Functional: outputs computed from inputs by calling layers on symbolic tensors.
@@ -124,18 +160,18 @@ class Model {
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
-  void compile(optim::OptimizerRef optimizer, LossRef loss, std::vector<std::string> metrics = {},
+  void compile(optim::OptimizerRef optimizer, LossRef loss, MetricNames metrics = {},
                CompileOptions options = {});
-  // Per output: losses (one applies to every output), metrics (each for every output) and
-  // the weights of the outputs' losses in the total (default 1 each; finite and >= 0).
-  void compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
-               std::vector<std::string> metrics, std::vector<double> loss_weights = {},
-               CompileOptions options = {});
+  // Per output: losses (one applies to every output), metrics (a list for every output, or
+  // lists by output name: MetricNames) and the weights of the outputs' losses in the total
+  // (default 1 each; finite and >= 0).
+  void compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses, MetricNames metrics,
+               std::vector<double> loss_weights = {}, CompileOptions options = {});
   // What compile was given (for saving): null optimizer and no losses before compile.
   struct CompileConfig {
     std::shared_ptr<optim::Optimizer> optimizer;
     std::vector<std::shared_ptr<Loss>> losses;
-    std::vector<std::string> metrics;
+    MetricNames metrics;
     std::vector<double> loss_weights;
   };
   CompileConfig compile_config() const;
@@ -262,8 +298,6 @@ class Model {
     bool outputs_in_compute_dtype = false;
   };
   Architecture architecture() const;
-  // The values of these variables, read together between two of fit's steps.
-  std::vector<Tensor> read_variables(const std::vector<Variable>& variables) const;
 
   // The input type the model was built for ([?, features...]); nullopt before build, the first
   // fit or predict (a functional model knows it from its Input).

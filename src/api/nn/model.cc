@@ -438,14 +438,6 @@ Model::Architecture Model::architecture() const {
   return a;
 }
 
-std::vector<Tensor> Model::read_variables(const std::vector<Variable>& variables) const {
-  std::lock_guard lock(impl_->mu);  // between two of fit's steps
-  std::vector<Tensor> out;
-  out.reserve(variables.size());
-  for (const Variable& v : variables) out.push_back(v.value());
-  return out;
-}
-
 std::optional<TensorType> Model::input_type() const {
   std::lock_guard lock(impl_->mu);
   if (impl_->input_specs.empty()) return std::nullopt;
@@ -503,14 +495,93 @@ Model::CompileStats Model::compile_stats() const {
 
 // ---- compile / fit / evaluate / predict ---------------------------------------------------
 
-void Model::compile(optim::OptimizerRef optimizer, LossRef loss, std::vector<std::string> metrics,
+namespace {
+
+// Why metric `metric` cannot measure an output trained with `loss` whose predictions have shape
+// `shape` (empty when not known yet), or "" when it can.
+std::string metric_misfit(const std::string& metric, const Loss* loss, const Shape& shape) {
+  const bool accuracy = metric == "accuracy" || metric == "acc";
+  const bool regression =
+      dynamic_cast<const MeanSquaredError*>(loss) || dynamic_cast<const Huber*>(loss);
+  if (accuracy && regression) {
+    return "a regression loss leaves no class to count (use 'mse' for this output, or name "
+           "binary_accuracy, categorical_accuracy or sparse_categorical_accuracy if its targets "
+           "are classes)";
+  }
+  if (metric == "auc" && dynamic_cast<const SparseCategoricalCrossentropy*>(loss)) {
+    return "auc scores each label element against one prediction, and these labels are class "
+           "indices (use accuracy)";
+  }
+  const bool categorical =
+      metric == "sparse_categorical_accuracy" || metric == "categorical_accuracy" ||
+      (accuracy && (dynamic_cast<const SparseCategoricalCrossentropy*>(loss) ||
+                    dynamic_cast<const CategoricalCrossentropy*>(loss)));
+  if (categorical && !shape.empty() && shape.back() == 1) {
+    return "one score per example (output shape " + shape_spec(shape) +
+           ") is no distribution over classes (use binary_accuracy)";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<std::vector<std::string>> Model::Impl::metrics_by_output(
+    const MetricNames& given, const std::string& model, std::vector<std::string>& warnings) const {
+  const std::vector<std::string> names =
+      functional ? output_names
+                 : std::vector<std::string>{layers.empty() ? "output" : layers.back()->name()};
+  if (given.per_output()) {
+    for (const auto& [name, list] : given.by_output()) {
+      if (std::find(names.begin(), names.end(), name) != names.end()) continue;
+      std::string known;
+      for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+      throw Error(ErrorCode::kInvalidArgument, "compile: metrics are given for output '" + name +
+                                                   "', which model '" + model +
+                                                   "' does not have (its outputs: " + known + ")");
+    }
+  }
+  std::vector<std::vector<std::string>> out(names.size());
+  for (size_t o = 0; o < names.size(); ++o) {
+    static const std::vector<std::string> kNone;
+    auto listed = given.by_output().find(names[o]);
+    const std::vector<std::string>& list =
+        !given.per_output()                 ? given.every_output()
+        : listed != given.by_output().end() ? listed->second
+                                            : kNone;
+    Shape shape;
+    if (functional) {
+      shape = outputs[o].shape();
+    } else if (!layers.empty() && output_shapes.count(layers.back().get())) {
+      shape = output_shapes.at(layers.back().get());
+    }
+    std::vector<std::string> kept;
+    for (const std::string& metric : list) {
+      const std::string misfit = metric_misfit(metric, losses[o].get(), shape);
+      if (misfit.empty()) {
+        kept.push_back(metric);
+        continue;
+      }
+      const std::string what = "compile: model '" + model + "': metric '" + metric +
+                               "' does not fit output '" + names[o] + "' (loss " +
+                               losses[o]->name() + "): " + misfit;
+      // A flat list is for every output: it may be meant for some of them only.
+      if (given.per_output() || names.size() == 1) throw Error(ErrorCode::kInvalidArgument, what);
+      warnings.push_back(what + "; it is not computed for that output (to choose each output's "
+                                "metrics, give them by output name)");
+    }
+    out[o] = std::move(kept);
+  }
+  return out;
+}
+
+void Model::compile(optim::OptimizerRef optimizer, LossRef loss, MetricNames metrics,
                     CompileOptions options) {
   compile(std::move(optimizer), std::vector<LossRef>{std::move(loss)}, std::move(metrics), {},
           std::move(options));
 }
 
 void Model::compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
-                    std::vector<std::string> metrics, std::vector<double> loss_weights,
+                    MetricNames metrics, std::vector<double> loss_weights,
                     CompileOptions options) {
   if (!optimizer || losses.empty()) {
     throw Error(ErrorCode::kInvalidArgument, "compile: an optimizer and a loss are required");
@@ -537,19 +608,22 @@ void Model::compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
                   "compile: loss weights must be finite and >= 0, got " + std::to_string(w));
     }
   }
-  std::lock_guard lock(impl_->mu);
+  std::unique_lock lock(impl_->mu);
   impl_->check_not_training("compile", name_);
   std::vector<std::shared_ptr<Loss>> shared;
   for (const LossRef& l : losses) shared.push_back(l.get());
   auto old_losses = std::exchange(impl_->losses, shared);
-  auto old_names = std::exchange(impl_->metric_names, metrics);
+  auto old_metrics = impl_->output_metrics;
+  std::vector<std::string> warnings;
   try {
+    impl_->output_metrics = impl_->metrics_by_output(metrics, name_, warnings);
     impl_->metrics = impl_->make_metrics();  // checks the names
   } catch (...) {
     impl_->losses = std::move(old_losses);
-    impl_->metric_names = std::move(old_names);
+    impl_->output_metrics = std::move(old_metrics);
     throw;
   }
+  impl_->metrics_given = std::move(metrics);
   impl_->optimizer = optimizer.get();
   // As Keras: f16 compute needs loss scaling, so the optimizer is wrapped in one.
   const bool computes_in_f16 =
@@ -563,6 +637,8 @@ void Model::compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
   impl_->replica_values.clear();
   impl_->drop(impl_->train_step);
   impl_->drop(impl_->eval_step);
+  lock.unlock();
+  for (const std::string& w : warnings) kiln::warn(w);
 }
 
 Model::CompileConfig Model::compile_config() const {
@@ -570,7 +646,7 @@ Model::CompileConfig Model::compile_config() const {
   CompileConfig c;
   c.optimizer = impl_->optimizer;
   c.losses = impl_->losses;
-  c.metrics = impl_->metric_names;
+  c.metrics = impl_->metrics_given;
   c.loss_weights = impl_->loss_weights;
   return c;
 }

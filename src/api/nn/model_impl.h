@@ -158,23 +158,37 @@ struct Model::Impl {
   std::vector<std::map<const void*, Tensor>> replica_values;
   std::vector<std::shared_ptr<Loss>> losses;  // one per output
   std::vector<double> loss_weights;           // one per output
-  std::vector<std::string> metric_names;      // evaluate makes its own metrics from them
-  std::vector<std::unique_ptr<Metric>> metrics;  // fit's: each name for each output in turn
+  MetricNames metrics_given;                  // as compile was given them
+  // The names of each output's metrics (those that fit it); evaluate makes its own from them.
+  std::vector<std::vector<std::string>> output_metrics;
+  std::vector<std::unique_ptr<Metric>> metrics;  // fit's: each output's in turn
 
   size_t num_outputs() const { return functional ? outputs.size() : 1; }
   size_t num_inputs() const { return functional ? inputs.size() : 1; }
   // Metric k of make_metrics() applies to this output.
-  size_t metric_output(size_t k) const { return k / std::max<size_t>(1, metric_names.size()); }
+  size_t metric_output(size_t k) const {
+    size_t o = 0;
+    while (o + 1 < output_metrics.size() && k >= output_metrics[o].size())
+      k -= output_metrics[o++].size();
+    return o;
+  }
   // A log key for output `o`: "loss" -> "dense_1_loss" when the model has several outputs.
   std::string output_key(size_t o, const std::string& what) const {
     return num_outputs() > 1 ? output_names[o] + "_" + what : what;
   }
   std::vector<std::unique_ptr<Metric>> make_metrics() const {
     std::vector<std::unique_ptr<Metric>> made;
-    for (size_t o = 0; o < num_outputs(); ++o)
-      for (const std::string& m : metric_names) made.push_back(make_metric(m, losses[o].get()));
+    for (size_t o = 0; o < output_metrics.size(); ++o)
+      for (const std::string& m : output_metrics[o])
+        made.push_back(make_metric(m, losses[o].get()));
     return made;
   }
+  // Each output's metric names from compile's (with `losses` set): a flat list applies to every
+  // output, a metric that does not fit an output is an error, or, from a flat list on a model of
+  // several outputs, left out for that output with a message added to `warnings`.
+  std::vector<std::vector<std::string>> metrics_by_output(const MetricNames& given,
+                                                          const std::string& model,
+                                                          std::vector<std::string>& warnings) const;
   // Held by the calls running them too: compile() or add() may drop a step an evaluate runs.
   std::shared_ptr<const Step> train_step, eval_step, predict_step;
 

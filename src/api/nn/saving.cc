@@ -13,6 +13,7 @@
 #include "kiln/nn/layer_registry.h"
 #include "kiln/optim.h"
 #include "kiln/version.h"
+#include "src/api/nn/model_impl.h"
 #include "src/api/io/file_io.h"
 #include "src/api/io/file_kind.h"
 #include "src/api/io/proto/whole_model.pb.h"
@@ -138,7 +139,10 @@ saved::ModelDef describe(const Model& model, const Model::Architecture& arch,
       }
       set_object(c->add_losses(), loss->name(), loss->config(), "loss");
     }
-    for (const std::string& metric : compiled.metrics) c->add_metrics(metric);
+    // Metrics for every output by name ("accuracy"), by output as "<output>/<metric>".
+    for (const std::string& metric : compiled.metrics.every_output()) c->add_metrics(metric);
+    for (const auto& [output, metrics] : compiled.metrics.by_output())
+      for (const std::string& metric : metrics) c->add_metrics(output + "/" + metric);
     for (double w : compiled.loss_weights) c->add_loss_weights(w);
   }
   return m;
@@ -146,36 +150,50 @@ saved::ModelDef describe(const Model& model, const Model::Architecture& arch,
 
 }  // namespace
 
-void save_model(const Model& model, const std::string& path) {
+void save_model(const Model& model, const std::string& path) { model.save(path); }
+
+void Model::save(const std::string& path) const {
   if (path.empty()) throw Error(ErrorCode::kInvalidArgument, "save_model: the path is empty");
-  const Model::Architecture arch = model.architecture();
-  const Model::CompileConfig compiled = model.compile_config();
-  saved::ModelDef m = describe(model, arch, compiled);
-  VariableTable table = variable_table(arch, compiled.optimizer.get());
-  std::vector<Tensor> values = model.read_variables(table.variables);
-  std::vector<Variable> optimizer_state;  // a loss scale
-  if (compiled.optimizer) optimizer_state = compiled.optimizer->variables();
-  m.set_num_tensors(
-      static_cast<uint32_t>(values.size() + (compiled.optimizer ? 1 : 0) + optimizer_state.size()));
+  const Architecture arch = architecture();
+  const CompileConfig compiled = compile_config();
+  saved::ModelDef m = describe(*this, arch, compiled);
+  // The variables, the optimizer's slots, iteration count and own variables, read together
+  // between two of fit's steps: fit lends them to each step (even a slot's shape cannot be read
+  // meanwhile), so the file holds the state after one whole step. Released under the lock as
+  // well: fit's next step may then update their buffers in place (see Impl::Snapshot).
+  struct Values {
+    std::mutex& mu;
+    std::vector<std::pair<std::string, Tensor>> named;
+    ~Values() {
+      std::lock_guard lock(mu);
+      named.clear();
+    }
+  } values{impl_->mu, {}};
+  {
+    std::lock_guard lock(impl_->mu);
+    VariableTable table = variable_table(arch, compiled.optimizer.get());
+    for (size_t i = 0; i < table.keys.size(); ++i)
+      values.named.emplace_back(table.keys[i], table.variables[i].value());
+    if (compiled.optimizer) {
+      values.named.emplace_back("optimizer/iterations",
+                                Tensor::scalar<int64_t>(compiled.optimizer->iterations()));
+      for (const Variable& v : compiled.optimizer->variables())  // a loss scale
+        values.named.emplace_back(v.name(), v.value());
+    }
+  }
+  m.set_num_tensors(static_cast<uint32_t>(values.named.size()));
 
   io::internal::OutputFile file(path, io::internal::OutputFile::Mode::kAtomic,
                                 io::Compression::kNone, "save_model");
   io::internal::write_record(file, m.SerializeAsString());
-  auto write_tensor = [&](const std::string& key, const Tensor& value) {
+  for (const auto& [key, value] : values.named) {
     saved::NamedTensor t;
     t.set_name(key);
     io::internal::set_tensor(t.mutable_value(), value);
     io::internal::write_record(file, t.SerializeAsString());
-  };
-  for (size_t i = 0; i < values.size(); ++i) write_tensor(table.keys[i], values[i]);
-  if (compiled.optimizer) {
-    write_tensor("optimizer/iterations", Tensor::scalar<int64_t>(compiled.optimizer->iterations()));
-    for (const Variable& v : optimizer_state) write_tensor(v.name(), v.value());
   }
   file.close();
 }
-
-void Model::save(const std::string& path) const { save_model(*this, path); }
 
 // ---- load -------------------------------------------------------------------------------------
 
@@ -316,6 +334,25 @@ struct Loader {
     return model;
   }
 
+  // The metrics describe() wrote: names for every output, or "<output>/<metric>" by output (an
+  // output's name may hold a '/', a metric's never does).
+  MetricNames metrics(const saved::CompileDef& c) const {
+    std::vector<std::string> every_output;
+    MetricNames::ByOutput by_output;
+    for (const std::string& entry : c.metrics()) {
+      const size_t slash = entry.rfind('/');
+      if (slash == std::string::npos) {
+        every_output.push_back(entry);
+      } else {
+        by_output[entry.substr(0, slash)].push_back(entry.substr(slash + 1));
+      }
+    }
+    if (!every_output.empty() && !by_output.empty())
+      src.corrupt("the metrics mix names for every output with names by output");
+    if (by_output.empty()) return every_output;
+    return by_output;
+  }
+
   void compile(Model& model) {
     const saved::CompileDef& c = m.compile();
     std::shared_ptr<optim::Optimizer> opt = optim::optimizer_from_config(
@@ -325,7 +362,7 @@ struct Loader {
       losses.emplace_back(loss_from_config(c.losses(i).class_name(),
                                            attrs(c.losses(i), "loss " + std::to_string(i))));
     }
-    model.compile(opt, std::move(losses), {c.metrics().begin(), c.metrics().end()},
+    model.compile(opt, std::move(losses), metrics(c),
                   {c.loss_weights().begin(), c.loss_weights().end()});
   }
 };
