@@ -487,7 +487,10 @@ ModelFileInfo describe_model_file(const std::string& path) {
     info.optimizer_config = compiled.optimizer->config();
     info.iterations = compiled.optimizer->iterations();
     for (const auto& loss : compiled.losses) info.losses.push_back({loss->name(), loss->config()});
-    info.metrics = compiled.metrics;
+    for (const std::string& metric : compiled.metrics.every_output())
+      info.metrics.push_back(metric);
+    for (const auto& [output, metrics] : compiled.metrics.by_output())
+      for (const std::string& metric : metrics) info.metrics.push_back(output + "/" + metric);
     info.loss_weights = compiled.loss_weights;
   }
   return info;
