@@ -142,7 +142,7 @@ void reduce_to_root_kernel(KernelContext& ctx) {
   if (root < 0 || root >= comm.size()) {
     // The same on every replica, before any of them waits on the others.
     ctx.fail("root " + std::to_string(root) + " is not a rank of " + std::to_string(comm.size()) +
-             " replicas");
+             (comm.size() == 1 ? " replica" : " replicas"));
   }
   Tensor sum = comm.all_reduce(ctx.input(0), ReduceOp::kSum);
   if (comm.rank() == root) {

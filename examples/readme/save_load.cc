@@ -15,8 +15,9 @@ int main() {
   kiln::Tensor price = Dense(1)(joined);
   kiln::Tensor label = Dense(3)(joined);
   Model model({age, text}, {price, label}, "listing");
+  std::vector<std::string> out = model.output_names();  // {"dense_1", "dense_2"}
   model.compile(kiln::optim::Adam(0.01), {MeanSquaredError(), SparseCategoricalCrossentropy(true)},
-                {"accuracy"}, /*loss_weights=*/{1.0, 0.5});
+                {{out[1], {"accuracy"}}}, /*loss_weights=*/{1.0, 0.5});  // metrics per output
 
   kiln::Tensor x_age = kiln::random_uniform({256, 1}, 1);
   kiln::Tensor x_text = kiln::convert(kiln::random_uniform({256, 8}, 2, 0, 100), kiln::i32);
