@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "kiln/data/dataset.h"
+#include "kiln/io/tfrecord.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 #include "tests/testing/temp_dir.h"
@@ -231,6 +232,46 @@ TEST(MultiIO, MetricsByOutputSurviveSaveAndLoad) {
                    {"mse"});
   t.model->save(path);
   EXPECT_EQ(load_model(path)->compile_config().metrics, MetricNames({"mse"}));
+  std::filesystem::remove_all(dir);
+}
+
+// A file written before compile checked metrics against outputs (accuracy on a regression
+// output, which always read 0) still loads: the metric is dropped with a warning naming it.
+TEST(MultiIO, AnOlderFilesMetricThatDoesNotFitIsDroppedWithAWarningOnLoad) {
+  const std::filesystem::path dir = testing_util::per_test_dir("multi_io_old_metric");
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "old.kiln").string(), old = (dir / "older.kiln").string();
+  Sequential model({Dense(1)});
+  model.build({3});
+  model.compile(optim::SGD(), MeanSquaredError(), {"auc"});
+  model.save(path);
+  // Rewrite the metric's name in the model's first record, as an older Kiln would have saved it.
+  {
+    io::RecordReader reader(path);
+    io::RecordWriter writer(old);
+    bool first = true;
+    for (std::optional<std::string> record; (record = reader.next());) {
+      if (first) {
+        const size_t at = record->find("auc");
+        ASSERT_NE(at, std::string::npos);
+        ASSERT_EQ(record->find("auc", at + 1), std::string::npos);
+        record->replace(at, 3, "acc");
+        first = false;
+      }
+      writer.write(*record);
+    }
+    writer.close();
+  }
+  CaptureWarnings warnings;
+  std::unique_ptr<Model> loaded = load_model(old);
+  ASSERT_EQ(warnings.messages.size(), 1u);
+  EXPECT_THAT(warnings.messages[0], HasSubstr("metric 'acc' does not fit output"));
+  Tensor x = random_normal({8, 3}, 1), y = random_normal({8, 1}, 2);
+  auto logs = loaded->evaluate(x, y);
+  EXPECT_EQ(logs.count("acc") + logs.count("accuracy"), 0u);
+  EXPECT_EQ(logs.count("loss"), 1u);
+  // Compiling with it by hand is still an error.
+  EXPECT_THROW(loaded->compile(optim::SGD(), MeanSquaredError(), {"acc"}), Error);
   std::filesystem::remove_all(dir);
 }
 

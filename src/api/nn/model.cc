@@ -565,7 +565,8 @@ std::vector<std::vector<std::string>> Model::Impl::metrics_by_output(
                                "' does not fit output '" + names[o] + "' (loss " +
                                losses[o]->name() + "): " + misfit;
       // A flat list is for every output: it may be meant for some of them only.
-      if (given.per_output() || names.size() == 1) throw Error(ErrorCode::kInvalidArgument, what);
+      if ((given.per_output() || names.size() == 1) && !LoadingSavedModel::active)
+        throw Error(ErrorCode::kInvalidArgument, what);
       warnings.push_back(what + "; it is not computed for that output (to choose each output's "
                                 "metrics, give them by output name)");
     }

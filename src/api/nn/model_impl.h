@@ -127,6 +127,16 @@ inline uint64_t mix_seed(uint64_t seed, uint64_t step) {
   return (z ^ (z >> 31)) & 0x7fffffffffffffffULL;
 }
 
+// While a saved model is compiled again on load (src/api/nn/saving.cc), a metric that does not
+// fit its output is dropped with a warning instead of failing compile: files written before that
+// check (accuracy on a regression output, always 0) still load.
+struct LoadingSavedModel {
+  LoadingSavedModel() { active = true; }
+  ~LoadingSavedModel() { active = false; }
+  LoadingSavedModel(const LoadingSavedModel&) = delete;
+  static inline thread_local bool active = false;
+};
+
 struct Model::Impl {
   // Guards everything below that fit, evaluate and predict share (the traced steps, shapes,
   // compile state) and the weights while fit's step lends, updates and assigns them: a read

@@ -362,6 +362,7 @@ struct Loader {
       losses.emplace_back(loss_from_config(c.losses(i).class_name(),
                                            attrs(c.losses(i), "loss " + std::to_string(i))));
     }
+    LoadingSavedModel loading;  // an older file's misfit metric is a warning, not an error
     model.compile(opt, std::move(losses), metrics(c),
                   {c.loss_weights().begin(), c.loss_weights().end()});
   }
