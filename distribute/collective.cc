@@ -377,10 +377,12 @@ bool DeadlineWatch::expired(Clock::time_point now) {
   const Clock::duration gap = now - last_look_;
   const bool crossed = last_look_ < deadline_ && now >= deadline_;
   last_look_ = now;
-  if (gap >= stall_) longest_stall_ = std::max(longest_stall_, Seconds(gap));
   if (now < deadline_) return false;
   // Not running when the deadline passed: what the peers sent meanwhile may not have been seen.
+  // A stall that ended before the deadline is no such doubt: the looks after it saw what came in
+  // meanwhile (and counting it would make a busy machine's scheduling delays blur the blame).
   if (crossed && gap >= stall_) {
+    longest_stall_ = std::max(longest_stall_, Seconds(gap));
     deadline_ = now + grace_;
     return false;
   }

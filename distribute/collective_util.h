@@ -57,8 +57,9 @@ inline Clock::time_point deadline_after(Seconds timeout) {
 // arrived meanwhile, and would blame peers that were there all along. The waiter calls
 // expired(now) after each look that found replicas still missing, and looks again by
 // next_look(now). A gap between two looks of min(1 s, timeout/2) or more (0.25 s at least, so
-// that scheduling delays on a busy machine are none) counts as a stall; one across the deadline
-// earns a grace of min(1 s, timeout) of further looks.
+// that scheduling delays on a busy machine are none) across the deadline counts as a stall and
+// earns a grace of min(1 s, timeout) of further looks; a gap that ended before the deadline does
+// not, since the looks after it saw what arrived meanwhile.
 class DeadlineWatch {
  public:
   DeadlineWatch(Clock::time_point deadline, Seconds timeout, Clock::time_point now = Clock::now());
@@ -66,7 +67,8 @@ class DeadlineWatch {
   bool expired(Clock::time_point now);
   // When to look again at the latest: the deadline, or sooner, so that a stall is seen.
   Clock::time_point next_look(Clock::time_point now) const;
-  // The longest stall during the wait, or zero: with one, this process cannot tell who is late.
+  // The longest stall across the deadline, or zero: with one, this process cannot tell who is
+  // late.
   Seconds stalled() const { return longest_stall_; }
 
  private:

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <climits>
 #include <condition_variable>
 #include <cstring>
@@ -203,8 +204,11 @@ class CommThread {
 // hand-over costs 10-20 us; measured by benchmarks/allreduce_vs_mpi.cc).
 constexpr int64_t kPolledBytes = 64 << 10;
 // The tag of the notice a rank sends its peers as its communicator closes (the calls' tags are
-// below 30000).
-constexpr int kLeaveTag = 30001;
+// below 30000): one per generation of communicators (the ranks create them in the same order).
+// OpenMPI may give a later communicator a freed one's context id and hand it the messages that
+// arrived for the old one meanwhile; a notice from an earlier generation then never matches.
+int leave_tag(int64_t generation) { return 30001 + static_cast<int>(generation % 2000); }
+std::atomic<int64_t> communicators_created{0};
 
 class MpiCollective final : public Collective {
  public:
@@ -240,6 +244,7 @@ class MpiCollective final : public Collective {
   std::string broken_why_;
   MPI_Request leave_request_ = MPI_REQUEST_NULL;  // for a peer's leave notice
   int left_ = -1;
+  const int leave_tag_ = leave_tag(communicators_created++);
   // Buffers MPI may still write after a failure are kept here, never freed while MPI runs.
   std::vector<int64_t> wire_in_;
   Wire wire_out_{};
@@ -289,7 +294,7 @@ MpiCollective::MpiCollective(const CollectiveOptions& options) : Collective(opti
                     internal::seconds_str(timeout()) + " s");
   }
   for (int r = 0; r < rank_; ++r) local_rank_ += hosts[r] == mine;
-  MPI_Irecv(nullptr, 0, MPI_BYTE, MPI_ANY_SOURCE, kLeaveTag, meta_, &leave_request_);
+  MPI_Irecv(nullptr, 0, MPI_BYTE, MPI_ANY_SOURCE, leave_tag_, meta_, &leave_request_);
 }
 
 MpiCollective::~MpiCollective() {
@@ -307,7 +312,7 @@ MpiCollective::~MpiCollective() {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     MPI_Request notice = MPI_REQUEST_NULL;
-    MPI_Isend(nullptr, 0, MPI_BYTE, r, kLeaveTag, meta_, &notice);
+    MPI_Isend(nullptr, 0, MPI_BYTE, r, leave_tag_, meta_, &notice);
     MPI_Request_free(&notice);
   }
   if (leave_request_ != MPI_REQUEST_NULL) {
