@@ -183,13 +183,14 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (arg.size() > 1 && arg[0] == '-') {
-      std::fprintf(stderr, "kiln-inspect: unknown option '%s'\n%s", arg.c_str(), kUsage);
+      std::fprintf(stderr, "kiln-inspect: error: unknown option '%s'\n%s", arg.c_str(), kUsage);
       return 2;
     }
     paths.push_back(arg);
   }
   if (paths.size() != 1) {
-    std::fprintf(stderr, "kiln-inspect: expected one path, got %zu\n%s", paths.size(), kUsage);
+    std::fprintf(stderr, "kiln-inspect: error: expected one path, got %zu\n%s", paths.size(),
+                 kUsage);
     return 2;
   }
   const std::string path = paths[0];

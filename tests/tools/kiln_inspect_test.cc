@@ -110,7 +110,7 @@ TEST_F(KilnInspect, HelpPrintsUsageAndUnknownFlagsAreRejected) {
   testing_util::ProcessResult bad =
       testing_util::run_process({KILN_INSPECT, "--frobnicate"}, path("log"));
   EXPECT_EQ(WEXITSTATUS(bad.status), 2) << bad.output;
-  EXPECT_THAT(bad.output, HasSubstr("kiln-inspect: unknown option '--frobnicate'"));
+  EXPECT_THAT(bad.output, HasSubstr("kiln-inspect: error: unknown option '--frobnicate'"));
   testing_util::ProcessResult none = testing_util::run_process({KILN_INSPECT}, path("log"));
   EXPECT_EQ(WEXITSTATUS(none.status), 2);
   EXPECT_THAT(none.output, HasSubstr("usage: kiln-inspect"));

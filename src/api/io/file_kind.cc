@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <system_error>
 
 #include "kiln/error.h"
 #include "kiln/io/tfrecord.h"
@@ -146,6 +148,10 @@ FileKind file_kind(const std::string& path) {
 
   char head[21] = {};
   std::ifstream in(path, std::ios::binary);
+  if (!in.is_open()) {  // unreadable (permissions): not to be taken for an empty file
+    throw Error(ErrorCode::kNotFound, path + ": cannot open the file: " +
+                                          std::error_code(errno, std::generic_category()).message());
+  }
   in.read(head, sizeof head);
   const std::string_view start(head, static_cast<size_t>(in.gcount()));
   if (start.empty()) return FileKind::kEmpty;
