@@ -12,6 +12,7 @@
 #include "kiln/nn/losses.h"
 #include "kiln/nn/model.h"
 #include "kiln/warning.h"
+#include "tests/testing/warnings.h"
 
 namespace kiln::nn {
 namespace {
@@ -21,17 +22,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-// Collects the warnings given while it lives.
-class CaptureWarnings {
- public:
-  CaptureWarnings()
-      : previous_(set_warning_handler([this](const std::string& m) { messages.push_back(m); })) {}
-  ~CaptureWarnings() { set_warning_handler(previous_); }
-  std::vector<std::string> messages;
-
- private:
-  WarningHandler previous_;
-};
+using testing_util::CaptureWarnings;
 
 // 8 examples of 2 features; labels alternate 0, 1.
 Tensor features() { return Tensor::from_vector(std::vector<float>(16, 0.5f), {8, 2}); }

@@ -11,6 +11,7 @@
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/warnings.h"
 
 namespace kiln::nn {
 namespace {
@@ -21,17 +22,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
 
-// Collects the warnings given while it lives.
-class CaptureWarnings {
- public:
-  CaptureWarnings()
-      : previous_(set_warning_handler([this](const std::string& m) { messages.push_back(m); })) {}
-  ~CaptureWarnings() { set_warning_handler(previous_); }
-  std::vector<std::string> messages;
-
- private:
-  WarningHandler previous_;
-};
+using testing_util::CaptureWarnings;
 
 // Two inputs (a: 4 features, b: 3), two outputs: "score" (regression on both) and "klass"
 // (3-way classification from a alone through a shared trunk).
