@@ -137,8 +137,10 @@ Tensor Input(const Shape& shape, DType dtype = f32, const std::string& name = "i
 // disturbed: its weights, losses, metrics and random numbers are bit-identical to those of a run
 // alone. A read waits at most for the step in progress; fit takes one uncontended lock per step,
 // and copies a weight instead of updating it in place only while a read still holds its previous
-// value. load_state from another thread lands between two steps. A second fit while one runs,
-// compile() and Sequential::add() during fit throw kiln::Error. The rest (build, set_seed,
+// value (under a MirroredStrategy, whose replica threads serve one run at a time, a step also
+// waits for a predict or evaluate batch in progress). load_state from another thread lands
+// between two steps. A second fit while one runs, compile() and Sequential::add() during fit
+// throw kiln::Error. The rest (build, set_seed,
 // set_execution_mode, resume_at, optimizer(), and the Variables of weights() or layers()) is for
 // fit's own thread and its callbacks; from other threads read the weights through state() or
 // predict.
