@@ -33,9 +33,12 @@ test: deps
 	$(MAKE) build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(TEST_JOBS)
 
+# The fast tier: the ctests that are no gtest case (their names have no '.') outside the slow
+# labels, then the gtest cases but the exhaustive sweeps, in TEST_JOBS shard processes.
 check: deps
 	$(MAKE) build
-	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(TEST_JOBS) -LE '$(SLOW_LABELS)'
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(TEST_JOBS) -LE '$(SLOW_LABELS)' -E '\.'
+	./scripts/check_gtests.sh $(BUILD_DIR) $(TEST_JOBS)
 
 clean:
 	rm -rf $(BUILD_DIR)
