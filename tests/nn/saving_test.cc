@@ -59,6 +59,15 @@ class Saving : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string read(const std::string& name) const {
+    std::ifstream in(path(name), std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+  // Writes `data` as the file `name` in the test's directory; returns its path.
+  std::string write(const std::string& name, const std::string& data) const {
+    std::ofstream(path(name), std::ios::binary) << data;
+    return path(name);
+  }
   std::filesystem::path dir_;
 };
 
@@ -190,15 +199,7 @@ TEST_F(Saving, BadFilesAreClearErrors) {
   m.build({3});
   m.compile(optim::Adam(), MeanSquaredError());
   m.save(path("m.kiln"));
-  std::string bytes;
-  {
-    std::ifstream in(path("m.kiln"), std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  auto write = [&](const std::string& name, const std::string& data) {
-    std::ofstream(path(name), std::ios::binary) << data;
-    return path(name);
-  };
+  const std::string bytes = read("m.kiln");
   try {
     load_model(path("missing.kiln"));
     FAIL();
@@ -292,15 +293,7 @@ TEST_F(Saving, BytesAfterACompleteModelAreReportedAsSuch) {
   Sequential m({Dense(2)});
   m.build({3});
   m.save(path("m.kiln"));
-  std::string bytes;
-  {
-    std::ifstream in(path("m.kiln"), std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  auto write = [&](const std::string& name, const std::string& data) {
-    std::ofstream(path(name), std::ios::binary) << data;
-    return path(name);
-  };
+  const std::string bytes = read("m.kiln");
   const std::string n = std::to_string(bytes.size());
   std::string e = error_of([&] { load_model(write("twice.kiln", bytes + bytes)); });
   EXPECT_THAT(e, HasSubstr("twice.kiln: the model ends at offset " + n + " but " + n +
