@@ -15,6 +15,20 @@ import sys
 import time
 
 RESULT = re.compile(r"^RESULT (\w+)=(\S+)(?: reason=(.*))?$")
+# A bundled trainer's last line (examples/common/trainer.h): read under --trainer.
+TRAINER_RESULT = re.compile(r"^result: .*\bexamples=(\d+) epoch_seconds=([0-9.,]+)$")
+
+
+def trainer_results(name, examples, epoch_seconds):
+    """A trainer's figures from its result line: examples per second over the epochs after the
+    first (the median epoch; the first also traces and compiles the step) and the first
+    epoch's seconds."""
+    seconds = [float(v) for v in epoch_seconds.split(",")]
+    steady = sorted(seconds[1:] or seconds)
+    n = len(steady)
+    median = steady[n // 2] if n % 2 else 0.5 * (steady[n // 2 - 1] + steady[n // 2])
+    return {f"kiln_trainer_{name}_examples_per_s": int(examples) / median,
+            f"kiln_trainer_{name}_first_epoch_s": seconds[0]}
 INFO = re.compile(r"^INFO (\w+)=(.*)$")  # a text fact about the run (the path a kernel took)
 
 
@@ -32,6 +46,9 @@ def main():
     p.add_argument("--round", type=int, required=True)
     p.add_argument("--label", required=True, help="names the run (program, case, settings)")
     p.add_argument("--rename", default="", help="OLD:NEW prefix rename of the RESULT keys")
+    p.add_argument("--trainer", default="",
+                   help="NAME: the command is a bundled trainer; its result line gives "
+                        "kiln_trainer_NAME_examples_per_s, _first_epoch_s and _peak_rss_mib")
     p.add_argument("command", nargs=argparse.REMAINDER)
     a = p.parse_args()
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
@@ -42,6 +59,10 @@ def main():
     for line in child.stdout:
         sys.stdout.write(line)
         sys.stdout.flush()
+        t = TRAINER_RESULT.match(line.strip()) if a.trainer else None
+        if t:
+            results.update(trainer_results(a.trainer, *t.groups()))
+            continue
         m = RESULT.match(line.strip())
         if not m:
             i = INFO.match(line.strip())
@@ -60,10 +81,14 @@ def main():
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.monotonic() - start
     other = max(0.0, busy_cpu_seconds() - busy_before - usage.ru_utime - usage.ru_stime)
+    peak_rss_mib = usage.ru_maxrss / 1024  # Linux reports kilobytes
+    if a.trainer:
+        results[f"kiln_trainer_{a.trainer}_peak_rss_mib"] = round(peak_rss_mib, 1)
     record = {
         "round": a.round, "label": a.label, "exit_status": os.waitstatus_to_exitcode(status),
         "wall_s": round(wall, 3), "own_cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
-        "other_cpu_s": round(other, 3), "results": results, "reasons": reasons,
+        "other_cpu_s": round(other, 3), "peak_rss_mib": round(peak_rss_mib, 1),
+        "results": results, "reasons": reasons,
         "info": info,
     }
     with open(a.out, "a") as f:

@@ -18,7 +18,9 @@ from datetime import datetime, timezone
 
 
 def lower_is_better(key):
-    return key.endswith("_ms") or key.endswith("_us")
+    """Times and memory; not rates (..._per_s)."""
+    return key.endswith(("_ms", "_us", "_mib")) or (key.endswith("_s") and
+                                                    not key.endswith("_per_s"))
 
 
 def ratio(target, num, den, *also):
@@ -45,6 +47,19 @@ RATIOS = {
     # Issue #12's other batch sizes (no targets: the speed-up should not be tuned to one).
     **{f"{c}_vs_libtorch": ratio("", f"kiln_{c}_examples_per_s", f"torch_{c}_examples_per_s")
        for c in ("mlp_b32", "mlp_b256", "cnn_b32", "cnn_b256")},
+    # Issue #27: the bundled trainers run as a user runs them (examples/fashion_mnist_{mlp,cnn}
+    # with --batch_size and --epochs: reshuffled every epoch, batches gathered, the whole fit)
+    # against LibTorch doing the same (libtorch_bench trainer_*: randperm, index_select, the
+    # step), examples per second over the epochs after the first; and their peak resident
+    # memory (Kiln / LibTorch: lower is better).
+    **{f"trainer_{c}_vs_libtorch": ratio(
+        target, f"kiln_trainer_{c}_examples_per_s", f"torch_trainer_{c}_examples_per_s",
+        f"kiln_trainer_{c}_first_epoch_s", f"torch_trainer_{c}_first_epoch_s")
+       for c, target in (("mlp_b64", ">= 2.5"), ("mlp_b256", ">= 1.5"), ("mlp_b1024", ">= 1.5"),
+                         ("cnn_b32", ">= 1.5"), ("cnn_b128", ">= 2"))},
+    **{f"trainer_{c}_peak_rss_vs_libtorch": ratio(
+        "<= 1", f"kiln_trainer_{c}_peak_rss_mib", f"torch_trainer_{c}_peak_rss_mib")
+       for c in ("mlp_b64", "mlp_b256", "mlp_b1024", "cnn_b32", "cnn_b128")},
     # Where each trainer's fit() goes (step_breakdown_bench, kiln::profiler): shares of the wall
     # time of one fit() in GEMMs/convolutions, fused loops, other kernels, the compiled step's
     # host work and outside the step (input pipeline, fit's loop); they add up to 1.
@@ -250,8 +265,8 @@ def main():
                  "other_cores": round(noise_of(r), 3)} for r in discarded],
             "peer": a.peers or None,
             "note": "ratios are Kiln / baseline (higher is better) except "
-                    "compile_ms_mlp_train_step and the fit_*_pipeline_vs_tensors step-time "
-                    "ratios (lower is better); each is the median over the rounds where both "
+                    "compile_ms_mlp_train_step, the fit_*_pipeline_vs_tensors step-time "
+                    "ratios and the trainer_*_peak_rss_vs_libtorch ratios (lower is better); each is the median over the rounds where both "
                     "its figures were kept, with the range and the number of kept rounds",
         },
         "raw": {},

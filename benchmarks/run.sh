@@ -52,11 +52,11 @@ echo "== building in $build (Release, KILN_BENCH_PEERS=$peers_cmake)"
 # A fresh build directory gets the benchmarks only; an existing one (--build-dir build, the
 # `make build` tree) keeps its other settings and gains the benchmarks and peers.
 fresh=(); [[ -e $build/CMakeCache.txt ]] || fresh=(-G Ninja -DCMAKE_BUILD_TYPE=Release
-  -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=OFF)
+  -DKILN_BUILD_TESTS=OFF)
 cmake -S "$root" -B "$build" "${fresh[@]}" -DKILN_BUILD_BENCHMARKS=ON \
   -DKILN_BENCH_PEERS="$peers_cmake" >/dev/null
 targets=(train_step_bench compile_bench sgemm_bench pipeline_bench fit_pipeline_bench
-  lowp_gemm_bench)
+  lowp_gemm_bench fashion_mnist_mlp fashion_mnist_cnn)
 if [[ $peers == on ]]; then targets+=(libtorch_bench); fi
 # Built only where Kiln has its MPI backend (and run only where mpirun is).
 if ninja -C "$build" -t targets all | grep -q '^allreduce_vs_mpi:'; then
@@ -69,14 +69,15 @@ runs="$root/benchmarks/runs.jsonl"  # every run of this invocation, with its noi
 rm -f "$runs"
 # Runs one program in round $r under benchmarks/measure.py: its output is echoed, its RESULT
 # lines and the CPU time other processes used meanwhile go to $runs.
-# `run LABEL [--rename OLD:NEW] COMMAND...`; --rename renames the prefix of its RESULT keys.
+# `run LABEL [--rename OLD:NEW] [--trainer NAME] COMMAND...`; --rename renames the prefix of
+# its RESULT keys; --trainer reads a bundled trainer's result line (measure.py).
 run() {
   local label="$1" extra=()
   shift
-  if [[ $1 == --rename ]]; then
-    extra=(--rename "$2")
+  while [[ $1 == --rename || $1 == --trainer ]]; do
+    extra+=("$1" "$2")
     shift 2
-  fi
+  done
   python3 "$root/benchmarks/measure.py" --out "$runs" --round "$r" --label "$label" \
     "${extra[@]}" -- "$@" ||
     echo "run.sh: $label failed in round $r (kept in $runs, discarded by report.py)" >&2
@@ -91,7 +92,8 @@ torch() {
   local variant policy threads
   for variant in default:2 passive:2 default:1; do
     policy=${variant%:*} threads=${variant#*:}
-    local env=(OMP_NUM_THREADS=$threads KILN_PEER_THREADS=$threads)
+    local env=(OMP_NUM_THREADS=$threads KILN_PEER_THREADS=$threads
+      KILN_TRAINER_EPOCHS=${trainer_epochs:-3})
     [[ $policy == passive ]] && env+=(OMP_WAIT_POLICY=passive)
     if [[ -e $openmp_blas/libblas.so.3 ]]; then
       env+=("LD_LIBRARY_PATH=$openmp_blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
@@ -113,6 +115,16 @@ for ((r = 1; r <= rounds; ++r)); do
     cnn_b256; do
     run "train_step_bench $c" "$bin/train_step_bench" "$c"
     if [[ $peers == on ]]; then torch "$c"; fi
+  done
+  # Issue #27: the bundled trainers as a user runs them (whole epochs: reshuffled, batches
+  # gathered), and LibTorch doing the same work (libtorch_bench trainer_*), for CASE:EPOCHS
+  # epochs each; the figures are the median epoch after the first.
+  for case_epochs in mlp_b64:4 mlp_b256:4 mlp_b1024:6 cnn_b32:2 cnn_b128:2; do
+    c=${case_epochs%:*} trainer_epochs=${case_epochs#*:}
+    batch=${c#*_b} model=${c%_b*}
+    run "trainer $c" --trainer "$c" "$build/examples/fashion_mnist_$model" \
+      --batch_size="$batch" --epochs="$trainer_epochs" --verbose=0
+    if [[ $peers == on ]]; then torch "trainer_$c"; fi
   done
   # Model::fit under the reference interpreter, for the public API's compiled/interpreted ratio.
   run "train_step_bench mlp_b64 KILN_INTERPRET=1" --rename kiln_:interpreted_kiln_ \

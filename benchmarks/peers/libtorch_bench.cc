@@ -6,18 +6,22 @@
 // eltwise_compute_chain (sgemm_bench's two chains over 16M floats); bf16_gemm_2048
 // (lowp_gemm_bench's); mlp_b1024_bf16 and cnn_b256_bf16 (train_step_bench's, issue #16): the MLP
 // at batch 1024 and the CNN at batch 256 under CPU autocast to bf16 against the same model in
-// f32, fit calls alternated. Prints `RESULT torch_<case>_...` lines, and INFO lines for the ISA
-// path (ATen's vector ISA from show_config(), and oneDNN's, which LibTorch's bf16 linear and
-// convolution run on).
+// f32, fit calls alternated; trainer_mlp_b64 ... trainer_cnn_b128 (issue #27): whole epochs on
+// Fashion-MNIST as the bundled trainers run them (whole_trainer). Prints `RESULT
+// torch_<case>_...` lines, and INFO lines for the ISA path (ATen's vector ISA from
+// show_config(), and oneDNN's, which LibTorch's bf16 linear and convolution run on).
 #include <ATen/Version.h>
 #include <ATen/autocast_mode.h>
+#include <sys/resource.h>
 #include <torch/torch.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -111,18 +115,137 @@ struct Trainer {
   double examples() const { return static_cast<double>(batch * steps); }
 };
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Fashion-MNIST as the bundled trainers read it: the IDX files of the Debian package
+// dataset-fashion-mnist (gzip or not: gzread reads both), pixels scaled to [0, 1].
+struct FashionMnist {
+  torch::Tensor x_train, y_train, x_test, y_test;
+};
+
+std::vector<uint8_t> read_idx(const std::string& dir, const std::string& name, int rank,
+                              std::vector<int64_t>* dims) {
+  std::string path = dir + "/" + name + ".gz";
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) {
+    path = dir + "/" + name;
+    f = gzopen(path.c_str(), "rb");
+  }
+  if (!f) throw std::runtime_error("cannot open " + dir + "/" + name + "[.gz]");
+  auto read_exact = [&](void* p, size_t n) {
+    if (gzread(f, p, static_cast<unsigned>(n)) != static_cast<int>(n)) {
+      gzclose(f);
+      throw std::runtime_error(path + ": truncated");
+    }
+  };
+  unsigned char header[4];
+  read_exact(header, 4);
+  if (header[0] != 0 || header[1] != 0 || header[2] != 8 || header[3] != rank) {
+    gzclose(f);
+    throw std::runtime_error(path + ": not an IDX file of unsigned bytes of rank " +
+                             std::to_string(rank));
+  }
+  int64_t total = 1;
+  for (int d = 0; d < rank; ++d) {
+    unsigned char b[4];
+    read_exact(b, 4);
+    dims->push_back((int64_t{b[0]} << 24) | (b[1] << 16) | (b[2] << 8) | b[3]);
+    total *= dims->back();
+  }
+  std::vector<uint8_t> data(static_cast<size_t>(total));
+  read_exact(data.data(), data.size());
+  gzclose(f);
+  return data;
+}
+
+FashionMnist load_fashion_mnist(bool cnn) {
+  const char* env = std::getenv("KILN_FASHION_MNIST_DIR");
+  const std::string dir = env ? env : "/usr/share/datasets/fashion-mnist";
+  auto images = [&](const std::string& name) {
+    std::vector<int64_t> dims;
+    std::vector<uint8_t> bytes = read_idx(dir, name, 3, &dims);
+    torch::Tensor x = torch::from_blob(bytes.data(), {dims[0], dims[1] * dims[2]}, torch::kUInt8)
+                          .to(torch::kFloat32)
+                          .div_(255.0f);
+    return cnn ? x.view({dims[0], 1, dims[1], dims[2]}).contiguous() : x;
+  };
+  auto labels = [&](const std::string& name) {
+    std::vector<int64_t> dims;
+    std::vector<uint8_t> bytes = read_idx(dir, name, 1, &dims);
+    return torch::from_blob(bytes.data(), {dims[0]}, torch::kUInt8).to(torch::kLong);
+  };
+  return {images("train-images-idx3-ubyte"), labels("train-labels-idx1-ubyte"),
+          images("t10k-images-idx3-ubyte"), labels("t10k-labels-idx1-ubyte")};
+}
+
+double peak_rss_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux reports kilobytes
+}
+
+// A bundled trainer's work in LibTorch, as a LibTorch user writes it (and as the independent
+// program ../shared/peers/train_torch.cpp does): every epoch a fresh permutation, each batch
+// gathered with index_select (the last partial batch kept), then zero_grad, forward, cross
+// entropy, backward and Adam's step; the loss read back every 50 steps. `epochs` timed epochs;
+// the figures are the examples per second of the median epoch after the first (as
+// benchmarks/measure.py reads Kiln's trainers), the first epoch's seconds, the peak resident
+// memory, and the test accuracy (evaluated in batches of 1000 under NoGradGuard).
+template <class Model>
+void whole_trainer(const std::string& name, bool cnn, int64_t batch, int epochs) {
+  const FashionMnist data = load_fashion_mnist(cnn);
+  auto model = std::make_shared<Model>();
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(1e-3));
+  const int64_t n = data.x_train.size(0);
+  std::vector<double> seconds;
+  double loss_sum = 0;
+  for (int e = 0; e < epochs; ++e) {
+    model->train();
+    const auto start = std::chrono::steady_clock::now();
+    torch::Tensor perm = torch::randperm(n, torch::kLong);
+    int64_t step = 0;
+    for (int64_t i = 0; i < n; i += batch, ++step) {
+      torch::Tensor idx = perm.slice(0, i, std::min(i + batch, n));
+      torch::Tensor xb = data.x_train.index_select(0, idx), yb = data.y_train.index_select(0, idx);
+      adam.zero_grad();
+      torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(xb), yb);
+      loss.backward();
+      adam.step();
+      if (step % 50 == 0) loss_sum += loss.item<double>();
+    }
+    seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  model->eval();
+  torch::NoGradGuard no_grad;
+  int64_t correct = 0;
+  for (int64_t i = 0; i < data.x_test.size(0); i += 1000) {
+    torch::Tensor out = model->forward(data.x_test.slice(0, i, i + 1000));
+    correct += out.argmax(1).eq(data.y_test.slice(0, i, i + 1000)).sum().item<int64_t>();
+  }
+  std::printf("%s: %d epochs of %lld examples, batch %lld, test accuracy %.4f, epoch seconds",
+              name.c_str(), epochs, static_cast<long long>(n), static_cast<long long>(batch),
+              static_cast<double>(correct) / static_cast<double>(data.x_test.size(0)));
+  for (double s : seconds) std::printf(" %.3f", s);
+  std::printf(" (sampled loss %.4g)\n", loss_sum);
+  std::vector<double> steady(seconds.size() > 1 ? seconds.begin() + 1 : seconds.begin(),
+                             seconds.end());
+  kiln::bench::result("torch_" + name + "_examples_per_s",
+                      static_cast<double>(n) / median(std::move(steady)));
+  kiln::bench::result("torch_" + name + "_first_epoch_s", seconds[0]);
+  kiln::bench::result("torch_" + name + "_peak_rss_mib", peak_rss_mib());
+}
+
 // Examples per second, the best of several timed blocks of epochs.
 template <class Model>
 double train_examples_per_s(std::shared_ptr<Model> model, std::vector<int64_t> example,
                             int64_t batch, int64_t steps) {
   Trainer<Model> t(std::move(model), std::move(example), batch, steps);
   return t.examples() / kiln::bench::best_seconds_per_call([&] { t.epoch(); });
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // train_step_bench's bf16_vs_f32 in LibTorch: the model in f32 and a copy under bf16 autocast,
@@ -243,7 +366,9 @@ int main(int argc, char** argv) {
   const auto cases = kiln::bench::selected_cases(
       argc, argv,
       kiln::bench::trainer_case_names({"eltwise_chain", "eltwise_compute_chain", "bf16_gemm_2048",
-                                       "mlp_b1024_bf16", "cnn_b256_bf16"}));
+                                       "mlp_b1024_bf16", "cnn_b256_bf16", "trainer_mlp_b64",
+                                       "trainer_mlp_b256", "trainer_mlp_b1024", "trainer_cnn_b32",
+                                       "trainer_cnn_b128"}));
   if (cases.empty()) return 2;
   // KILN_PEER_THREADS (run.sh): LibTorch's intra-op threads, 2 (the host's cores) by default;
   // run.sh also tries 1, which can win on small batches where a second thread costs more in
@@ -259,6 +384,23 @@ int main(int argc, char** argv) {
           t->cnn ? train_examples_per_s(std::make_shared<Cnn>(), {1, 28, 28}, t->batch, t->steps)
                  : train_examples_per_s(std::make_shared<Mlp>(), {784}, t->batch, t->steps);
       kiln::bench::result("torch_" + c + "_examples_per_s", eps);
+    } else if (c.rfind("trainer_", 0) == 0) {
+      // trainer_{mlp,cnn}_b<batch>, for KILN_TRAINER_EPOCHS epochs (run.sh: as many as the
+      // Kiln trainer it is compared with; 3 by default).
+      const bool cnn = c.rfind("trainer_cnn_", 0) == 0;
+      const int64_t batch = std::atoll(c.substr(c.find("_b") + 2).c_str());
+      const char* epochs_env = std::getenv("KILN_TRAINER_EPOCHS");
+      const int epochs = epochs_env ? std::max(1, std::atoi(epochs_env)) : 3;
+      try {
+        if (cnn) {
+          whole_trainer<Cnn>(c, cnn, batch, epochs);
+        } else {
+          whole_trainer<Mlp>(c, cnn, batch, epochs);
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "libtorch_bench %s: %s\n", c.c_str(), e.what());
+        return 1;
+      }
     } else if (c == "eltwise_chain") {
       auto [ops, builtin] = eltwise_chain_ms();
       kiln::bench::result("torch_eltwise_chain_ms", ops);

@@ -149,9 +149,35 @@ inline std::string replica_report(const kiln::nn::Sequential& model,
          ", weights " + (same ? "identical" : "DIFFER");
 }
 
+// The wall time of each epoch of a fit, from its start to its end (the first includes tracing
+// and compiling the step).
+class EpochTimer : public kiln::nn::Callback {
+ public:
+  void on_epoch_begin(int, kiln::nn::Logs&) override { start_ = Clock::now(); }
+  void on_epoch_end(int, kiln::nn::Logs&) override {
+    seconds_.push_back(std::chrono::duration<double>(Clock::now() - start_).count());
+  }
+  // "0.912,0.604,...": milliseconds resolution.
+  std::string text() const {
+    std::string out;
+    char buf[32];
+    for (double s : seconds_) {
+      std::snprintf(buf, sizeof buf, "%s%.3f", out.empty() ? "" : ",", s);
+      out += buf;
+    }
+    return out;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point start_;
+  std::vector<double> seconds_;
+};
+
 // Trains `model` (compiled by the caller) with the flags' callbacks on an input pipeline that
 // is reshuffled every epoch (reproducibly for the seed), batched, and prepared on a background
-// thread while the previous step trains; then prints the test accuracy and the training time.
+// thread while the previous step trains; then prints the test accuracy, the training time, the
+// training examples and each epoch's seconds (benchmarks/run.sh reads them from this line).
 // Under a strategy it also prints replica_report's line; under several workers only the chief
 // prints.
 inline void train_and_report(kiln::nn::Sequential& model, const TrainerFlags& flags,
@@ -164,9 +190,12 @@ inline void train_and_report(kiln::nn::Sequential& model, const TrainerFlags& fl
                                   .shuffle(data.x_train.dim(0), flags.seed)
                                   .batch(flags.batch_size)
                                   .prefetch(kiln::data::kAutotune);
+  std::vector<kiln::nn::CallbackRef> callbacks = flags.callbacks();
+  auto timer = std::make_shared<EpochTimer>();
+  callbacks.push_back(timer);
   model.fit(train, {.epochs = flags.epochs,
                     .seed = flags.seed,
-                    .callbacks = flags.callbacks(),
+                    .callbacks = callbacks,
                     .verbose = flags.verbose});
   double train_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -180,8 +209,11 @@ inline void train_and_report(kiln::nn::Sequential& model, const TrainerFlags& fl
 
   auto scores = model.evaluate(data.x_test, data.y_test, eval_batch_size);
   if (!chief) return;
-  std::printf("result: test_accuracy=%.4f test_loss=%.4f train_seconds=%.1f\n", scores["accuracy"],
-              scores["loss"], train_seconds);
+  std::printf(
+      "result: test_accuracy=%.4f test_loss=%.4f train_seconds=%.1f examples=%lld "
+      "epoch_seconds=%s\n",
+      scores["accuracy"], scores["loss"], train_seconds,
+      static_cast<long long>(data.x_train.dim(0)), timer->text().c_str());
 }
 
 }  // namespace examples

@@ -1,10 +1,12 @@
 // The bundled Fashion-MNIST trainers under --strategy=mirrored --replicas=2, briefly (one epoch of
 // 512 examples): each trains on two CPU replicas that end with identical weights and reports its
-// test accuracy; and the CNN trainer's --profile=1. Skipped without the Fashion-MNIST data.
+// test accuracy; the CNN trainer's --profile=1; the MLP's result line. Skipped without the
+// Fashion-MNIST data.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <regex>
 #include <string>
 
 #include "kiln/data/fashion_mnist.h"
@@ -64,6 +66,30 @@ TEST(TrainerProfile, TheCnnTrainerPrintsItsStepsProfile) {
   EXPECT_THAT(r.output, HasSubstr("gemm/conv"));
   EXPECT_THAT(r.output, HasSubstr("kernel fused_conv"));
   EXPECT_THAT(r.output, HasSubstr("result: test_accuracy="));
+}
+
+// The result line ends with the training examples and each epoch's seconds, which
+// benchmarks/measure.py reads (--trainer) for the whole-trainer figures.
+TEST(TrainerResult, TheResultLineGivesTheExamplesAndEachEpochsSeconds) {
+  const std::string dir = data::default_fashion_mnist_dir();
+  if (!std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz") &&
+      !std::filesystem::exists(dir + "/train-images-idx3-ubyte")) {
+    GTEST_SKIP() << "Fashion-MNIST not found in " << dir << " (install dataset-fashion-mnist)";
+  }
+  const std::filesystem::path log = testing_util::per_test_dir("trainer_result");
+  std::filesystem::create_directories(log);
+  const testing_util::ProcessResult r = testing_util::run_process(
+      {KILN_FASHION_MNIST_MLP, "--epochs=3", "--train_limit=320", "--batch_size=64",
+       "--verbose=0"},
+      (log / "out").string());
+  std::filesystem::remove_all(log);
+  ASSERT_TRUE(r.exited_ok()) << r.output;
+  const std::regex line(
+      R"(result: test_accuracy=[0-9.]+ test_loss=[0-9.]+ train_seconds=[0-9.]+ examples=320 )"
+      R"(epoch_seconds=([0-9]+\.[0-9]{3}),([0-9]+\.[0-9]{3}),([0-9]+\.[0-9]{3})\n)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, line)) << r.output;
+  for (int e = 1; e <= 3; ++e) EXPECT_GT(std::stod(m[e].str()), 0.0) << m[0];
 }
 #endif
 
