@@ -10,11 +10,13 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
 
 RESULT = re.compile(r"^RESULT (\w+)=(\S+)(?: reason=(.*))?$")
+INFO = re.compile(r"^INFO (\w+)=(.*)$")  # a text fact about the run (the path a kernel took)
 # A bundled trainer's last line (examples/common/trainer.h): read under --trainer.
 TRAINER_RESULT = re.compile(r"^result: .*\bexamples=(\d+) epoch_seconds=([0-9.,]+)$")
 
@@ -24,12 +26,9 @@ def trainer_results(name, examples, epoch_seconds):
     first (the median epoch; the first also traces and compiles the step) and the first
     epoch's seconds."""
     seconds = [float(v) for v in epoch_seconds.split(",")]
-    steady = sorted(seconds[1:] or seconds)
-    n = len(steady)
-    median = steady[n // 2] if n % 2 else 0.5 * (steady[n // 2 - 1] + steady[n // 2])
+    median = statistics.median(seconds[1:] or seconds)
     return {f"kiln_trainer_{name}_examples_per_s": int(examples) / median,
             f"kiln_trainer_{name}_first_epoch_s": seconds[0]}
-INFO = re.compile(r"^INFO (\w+)=(.*)$")  # a text fact about the run (the path a kernel took)
 
 
 def busy_cpu_seconds():

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "kiln/data/fashion_mnist.h"
 #include "tests/subprocess.h"
@@ -19,19 +20,33 @@ namespace {
 using ::testing::HasSubstr;
 
 #ifdef KILN_FASHION_MNIST_CNN
-void expect_trains_on_two_mirrored_replicas(const std::string& trainer) {
+// Why the trainers cannot run here (no Fashion-MNIST data), or empty.
+std::string missing_fashion_mnist() {
   const std::string dir = data::default_fashion_mnist_dir();
-  if (!std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz") &&
-      !std::filesystem::exists(dir + "/train-images-idx3-ubyte")) {
-    GTEST_SKIP() << "Fashion-MNIST not found in " << dir << " (install dataset-fashion-mnist)";
+  if (std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz") ||
+      std::filesystem::exists(dir + "/train-images-idx3-ubyte")) {
+    return "";
   }
-  const std::filesystem::path log = testing_util::per_test_dir("trainer_strategy");
+  return "Fashion-MNIST not found in " + dir + " (install dataset-fashion-mnist)";
+}
+
+// Runs a trainer (argv) with its output in a per-test directory `name`, removed afterwards.
+testing_util::ProcessResult run_trainer(const std::vector<std::string>& argv,
+                                        const std::string& name) {
+  const std::filesystem::path log = testing_util::per_test_dir(name);
   std::filesystem::create_directories(log);
-  const testing_util::ProcessResult r =
-      testing_util::run_process({trainer, "--strategy=mirrored", "--replicas=2", "--epochs=1",
-                                 "--train_limit=512", "--batch_size=64", "--verbose=0"},
-                                (log / "out").string());
+  testing_util::ProcessResult r = testing_util::run_process(argv, (log / "out").string());
   std::filesystem::remove_all(log);
+  return r;
+}
+
+void expect_trains_on_two_mirrored_replicas(const std::string& trainer) {
+  if (const std::string missing = missing_fashion_mnist(); !missing.empty())
+    GTEST_SKIP() << missing;
+  const testing_util::ProcessResult r =
+      run_trainer({trainer, "--strategy=mirrored", "--replicas=2", "--epochs=1",
+                   "--train_limit=512", "--batch_size=64", "--verbose=0"},
+                  "trainer_strategy");
   ASSERT_TRUE(r.exited_ok()) << trainer << ":\n" << r.output;
   EXPECT_THAT(r.output,
               HasSubstr("strategy: MirroredStrategy(2 replicas): 2 local replicas, weights "
@@ -49,18 +64,12 @@ TEST(TrainerStrategy, TheMlpTrainsOnTwoMirroredReplicasThatStayIdentical) {
 
 // --profile=1 prints the training step's profile: its runs (8 batches of 64) and its kinds.
 TEST(TrainerProfile, TheCnnTrainerPrintsItsStepsProfile) {
-  const std::string dir = data::default_fashion_mnist_dir();
-  if (!std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz") &&
-      !std::filesystem::exists(dir + "/train-images-idx3-ubyte")) {
-    GTEST_SKIP() << "Fashion-MNIST not found in " << dir << " (install dataset-fashion-mnist)";
-  }
-  const std::filesystem::path log = testing_util::per_test_dir("trainer_profile");
-  std::filesystem::create_directories(log);
-  const testing_util::ProcessResult r = testing_util::run_process(
-      {KILN_FASHION_MNIST_CNN, "--profile=1", "--epochs=1", "--train_limit=512",
-       "--batch_size=64", "--verbose=0"},
-      (log / "out").string());
-  std::filesystem::remove_all(log);
+  if (const std::string missing = missing_fashion_mnist(); !missing.empty())
+    GTEST_SKIP() << missing;
+  const testing_util::ProcessResult r =
+      run_trainer({KILN_FASHION_MNIST_CNN, "--profile=1", "--epochs=1", "--train_limit=512",
+                   "--batch_size=64", "--verbose=0"},
+                  "trainer_profile");
   ASSERT_TRUE(r.exited_ok()) << r.output;
   EXPECT_THAT(r.output, HasSubstr("profile of 'step':\n  8 runs,"));
   EXPECT_THAT(r.output, HasSubstr("gemm/conv"));
@@ -71,18 +80,11 @@ TEST(TrainerProfile, TheCnnTrainerPrintsItsStepsProfile) {
 // The result line ends with the training examples and each epoch's seconds, which
 // benchmarks/measure.py reads (--trainer) for the whole-trainer figures.
 TEST(TrainerResult, TheResultLineGivesTheExamplesAndEachEpochsSeconds) {
-  const std::string dir = data::default_fashion_mnist_dir();
-  if (!std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz") &&
-      !std::filesystem::exists(dir + "/train-images-idx3-ubyte")) {
-    GTEST_SKIP() << "Fashion-MNIST not found in " << dir << " (install dataset-fashion-mnist)";
-  }
-  const std::filesystem::path log = testing_util::per_test_dir("trainer_result");
-  std::filesystem::create_directories(log);
-  const testing_util::ProcessResult r = testing_util::run_process(
-      {KILN_FASHION_MNIST_MLP, "--epochs=3", "--train_limit=320", "--batch_size=64",
-       "--verbose=0"},
-      (log / "out").string());
-  std::filesystem::remove_all(log);
+  if (const std::string missing = missing_fashion_mnist(); !missing.empty())
+    GTEST_SKIP() << missing;
+  const testing_util::ProcessResult r = run_trainer(
+      {KILN_FASHION_MNIST_MLP, "--epochs=3", "--train_limit=320", "--batch_size=64", "--verbose=0"},
+      "trainer_result");
   ASSERT_TRUE(r.exited_ok()) << r.output;
   const std::regex line(
       R"(result: test_accuracy=[0-9.]+ test_loss=[0-9.]+ train_seconds=[0-9.]+ examples=320 )"
