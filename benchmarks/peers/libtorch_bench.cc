@@ -12,6 +12,7 @@
 // show_config(), and oneDNN's, which LibTorch's bf16 linear and convolution run on).
 #include <ATen/Version.h>
 #include <ATen/autocast_mode.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <torch/torch.h>
 #include <zlib.h>
@@ -373,6 +374,18 @@ int main(int argc, char** argv) {
   // KILN_PEER_THREADS (run.sh): LibTorch's intra-op threads, 2 (the host's cores) by default;
   // run.sh also tries 1, which can win on small batches where a second thread costs more in
   // hand-overs than it brings.
+  // LibTorch's CPU tensors come from malloc. glibc hands every block above its mmap threshold
+  // (128 KiB, raised only when such a block is freed and only up to 32 MiB) to the kernel on free,
+  // so a process whose history never raised it maps and faults in every activation afresh each
+  // step: the CNN peer took 4.7 M page faults and 3-4x the time of the independent program
+  // (../shared/peers/train_torch.cpp), whose data loading happened to raise it (issue #27). Fixed
+  // thresholds keep freed blocks in the heap, as jemalloc or tcmalloc (PyTorch's CPU tuning
+  // guide) would; KILN_PEER_GLIBC_MALLOC_DEFAULTS=1 keeps glibc's defaults to show the difference.
+  if (!std::getenv("KILN_PEER_GLIBC_MALLOC_DEFAULTS")) {
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    std::printf("INFO peer malloc: mmap threshold 256 MiB, trim threshold 1 GiB\n");
+  }
   const char* threads_env = std::getenv("KILN_PEER_THREADS");
   torch::set_num_threads(threads_env ? std::max(1, std::atoi(threads_env)) : 2);
   torch::manual_seed(0);
