@@ -279,53 +279,74 @@ struct WindowScratch {
   std::vector<C> value;
 };
 
-// The windows of outer indices [begin, end), for for_each_window: pos, offsets and next are
-// scratch of plan.out_dims.size(), plan.taps and plan.taps entries.
-template <class C, class Start, class Window>
-void visit_windows(const ArgmaxPlan& plan, int64_t begin, int64_t end, Start& start, Window& window,
-                   std::vector<int64_t>& pos, std::vector<int64_t>& offsets,
-                   std::vector<int64_t>& next, WindowScratch<C>& scratch) {
-  const size_t m = plan.out_dims.size();
-  for (int64_t b = begin; b < end; ++b) {
-    start(b);
-    std::fill(pos.begin(), pos.end(), 0);
-    for (int64_t q = 0; q < plan.mid_out; ++q) {
-      // The taps' offsets, one dimension at a time: after dimension j, entry i of the
-      // first (taps so far) holds the offset of tap i over dimensions 0..j (row-major).
-      int64_t n = 1;
-      offsets[0] = b * plan.mid_in;
-      for (size_t j = 0; j < m; ++j) {
-        const int64_t w = plan.window[j], stride = plan.in_strides[j];
-        const int64_t* row = plan.tables[j].data() + pos[j] * w;
-        for (int64_t i = 0; i < n; ++i) {
-          for (int64_t k = 0; k < w; ++k) {
-            next[i * w + k] = offsets[i] < 0 || row[k] < 0 ? -1 : offsets[i] + row[k] * stride;
-          }
-        }
-        n *= w;
-        std::swap(offsets, next);
+// The operand offsets of the taps of the window at mid position pos, relative to the start of
+// its outer index's slice and in elements (times inner), into offsets[0, plan.taps); -1 for a
+// tap on padding. next is scratch of plan.taps entries.
+void list_taps(const ArgmaxPlan& plan, const std::vector<int64_t>& pos, int64_t* offsets,
+               int64_t* next) {
+  // One dimension at a time: after dimension j, entry i of the first (taps so far) holds the
+  // offset of tap i over dimensions 0..j (row-major).
+  int64_t n = 1;
+  int64_t* cur = offsets;
+  cur[0] = 0;
+  for (size_t j = 0; j < plan.out_dims.size(); ++j) {
+    const int64_t w = plan.window[j], stride = plan.in_strides[j];
+    const int64_t* row = plan.tables[j].data() + pos[j] * w;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t k = 0; k < w; ++k) {
+        next[i * w + k] = cur[i] < 0 || row[k] < 0 ? -1 : cur[i] + row[k] * stride;
       }
-      for (int64_t t = 0; t < n; ++t) offsets[t] = offsets[t] < 0 ? -1 : offsets[t] * plan.inner;
-      window((b * plan.mid_out + q) * plan.inner, offsets.data(), scratch);
-      next_index(pos, plan.out_dims);
     }
+    n *= w;
+    std::swap(cur, next);
   }
+  for (int64_t t = 0; t < n; ++t) offsets[t] = cur[t] < 0 ? -1 : cur[t] * plan.inner;
 }
 
-// Calls window(b, out_base, offsets, scratch) for every window of every outer index b: out_base
-// is the flat output index of the window's first inner element and offsets[t] the flat operand
-// index of tap t's first inner element, or -1 for a tap on padding. Outer indices run in
-// parallel: start(b) and then all the windows of outer index b run on one thread, compiled for
-// the host's vector ISA (cpu::dispatch).
+// Calls window(out_base, in_base, offsets, scratch) for every window of every outer index b:
+// out_base is the flat output index of the window's first inner element, in_base the flat
+// operand index where b's slice starts, and offsets[t] the offset from in_base of tap t's first
+// inner element, or -1 for a tap on padding. Outer indices run in parallel: start(b) and then
+// all the windows of outer index b run on one thread, compiled for the host's vector ISA
+// (cpu::dispatch). The windows' taps are listed once for all outer indices (the per-window
+// bookkeeping cost more than a 2x2 window's work over 32 channels) unless the list would be
+// large (many overlapping windows of many taps); then each window lists its own.
 template <class C, class Start, class Window>
 void for_each_window(const ArgmaxPlan& plan, Start&& start, Window&& window) {
+  constexpr int64_t kMaxListed = int64_t{1} << 20;  // 8 MiB of offsets
+  const bool listed = plan.mid_out * plan.taps <= kMaxListed;
+  std::vector<int64_t> list;
+  if (listed) {
+    list.resize(plan.mid_out * plan.taps);
+    std::vector<int64_t> pos(plan.out_dims.size()), next(plan.taps);
+    for (int64_t q = 0; q < plan.mid_out; ++q, next_index(pos, plan.out_dims)) {
+      list_taps(plan, pos, list.data() + q * plan.taps, next.data());
+    }
+  }
   const int64_t work = std::max<int64_t>(1, plan.mid_out * plan.inner * plan.taps);
   runtime::parallel_for(
       plan.outer, std::max<int64_t>(1, (int64_t{1} << 14) / work), [&](int64_t begin, int64_t end) {
-        std::vector<int64_t> pos(plan.out_dims.size()), offsets(plan.taps), next(plan.taps);
         WindowScratch<C> scratch{std::vector<int32_t>(plan.inner), std::vector<C>(plan.inner)};
-        cpu::dispatch(
-            [&] { visit_windows(plan, begin, end, start, window, pos, offsets, next, scratch); });
+        std::vector<int64_t> pos, offsets, next;
+        if (!listed) pos.resize(plan.out_dims.size()), offsets.resize(plan.taps), next.resize(plan.taps);
+        cpu::dispatch([&] {
+          for (int64_t b = begin; b < end; ++b) {
+            start(b);
+            const int64_t in_base = b * plan.mid_in * plan.inner;
+            const int64_t out_base = b * plan.mid_out * plan.inner;
+            if (listed) {
+              for (int64_t q = 0; q < plan.mid_out; ++q) {
+                window(out_base + q * plan.inner, in_base, list.data() + q * plan.taps, scratch);
+              }
+              continue;
+            }
+            std::fill(pos.begin(), pos.end(), 0);
+            for (int64_t q = 0; q < plan.mid_out; ++q, next_index(pos, plan.out_dims)) {
+              list_taps(plan, pos, offsets.data(), next.data());
+              window(out_base + q * plan.inner, in_base, offsets.data(), scratch);
+            }
+          }
+        });
       });
 }
 
@@ -383,7 +404,7 @@ void disjoint_max_kernel(KernelContext& ctx) {
   const ArgmaxPlan plan = argmax_plan(ctx, x.shape(), out_shape);
   for_each_window<C>(
       plan, [](int64_t) {},
-      [&](int64_t out_base, const int64_t* offsets, WindowScratch<C>& s) {
+      [&](int64_t out_base, int64_t in_base, const int64_t* offsets, WindowScratch<C>& s) {
         // The maximum by the argmax's rule (the first NaN wins), without tracking which tap it
         // came from.
         C* __restrict d = nullptr;
@@ -392,16 +413,17 @@ void disjoint_max_kernel(KernelContext& ctx) {
         } else {
           d = y + out_base;
         }
+        const T* xb = xs + in_base;
         int32_t t = 0;
         while (t < plan.taps && offsets[t] < 0) ++t;
         if (t == plan.taps) {  // every tap on padding
           std::fill(d, d + plan.inner, MaxOp::identity<C>());
         } else {
-          const T* __restrict first = xs + offsets[t];
+          const T* __restrict first = xb + offsets[t];
           for (int64_t c = 0; c < plan.inner; ++c) d[c] = static_cast<C>(first[c]);
           for (++t; t < plan.taps; ++t) {
             if (offsets[t] < 0) continue;
-            const T* __restrict row = xs + offsets[t];
+            const T* __restrict row = xb + offsets[t];
             for (int64_t c = 0; c < plan.inner; ++c) {
               const C v = static_cast<C>(row[c]), w = d[c];
               d[c] = (v > w) | ((v != v) & (w == w)) ? v : w;
@@ -486,8 +508,8 @@ void max_grad_windows(const KernelContext& ctx, const ArgmaxPlan& plan, const T*
       [&](int64_t b) {
         if (zero_first) std::fill(dx + b * slice, dx + (b + 1) * slice, stored(C(0)));
       },
-      [&](int64_t out_base, const int64_t* offsets, WindowScratch<C>& s) {
-        if (!window_argmax(plan, xs, offsets, s)) return;
+      [&](int64_t out_base, int64_t in_base, const int64_t* offsets, WindowScratch<C>& s) {
+        if (!window_argmax(plan, xs + in_base, offsets, s)) return;
         int32_t* __restrict bt = s.tap.data();
         const T* __restrict gs = g + out_base;
         if (relu_mask) {  // no tap is numbered -1: a masked element matches none
@@ -497,7 +519,7 @@ void max_grad_windows(const KernelContext& ctx, const ArgmaxPlan& plan, const T*
         // Tap by tap, so that each pass writes one contiguous row (a masked vector op).
         for (int32_t t = 0; t < plan.taps; ++t) {
           if (offsets[t] < 0) continue;
-          D* __restrict d = dx + offsets[t];
+          D* __restrict d = dx + in_base + offsets[t];
           if (store) {
             for (int64_t c = 0; c < plan.inner; ++c) {
               d[c] = stored(bt[c] == t ? static_cast<C>(gs[c]) : C(0));
@@ -545,16 +567,16 @@ void max_select_kernel(KernelContext& ctx) {
   const ArgmaxPlan plan = argmax_plan(ctx, x.shape(), out.shape());
   for_each_window<C>(
       plan, [](int64_t) {},
-      [&](int64_t out_base, const int64_t* offsets, WindowScratch<C>& s) {
+      [&](int64_t out_base, int64_t in_base, const int64_t* offsets, WindowScratch<C>& s) {
         T* __restrict d = y + out_base;
-        if (!window_argmax(plan, xs, offsets, s)) {
+        if (!window_argmax(plan, xs + in_base, offsets, s)) {
           std::fill(d, d + plan.inner, T(0));
           return;
         }
         const int32_t* __restrict bt = s.tap.data();
         for (int32_t t = 0; t < plan.taps; ++t) {
           if (offsets[t] < 0) continue;
-          const T* __restrict vs = values + offsets[t];
+          const T* __restrict vs = values + in_base + offsets[t];
           for (int64_t c = 0; c < plan.inner; ++c) d[c] = bt[c] == t ? vs[c] : d[c];
         }
       });
