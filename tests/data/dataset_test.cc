@@ -372,6 +372,48 @@ TEST(DatasetBatch, StacksEveryComponent) {
   EXPECT_EQ(b[1][0].to_vector<float>(), (std::vector<float>{5, 6}));
 }
 
+// batch over an in-memory source (read in order or through shuffle's index buffer) gathers the
+// rows straight into the batch; a map in between makes it stack element by element. Both give
+// the same batches: every component, the last partial batch, drop_remainder, zero-sized rows.
+TEST(DatasetBatch, GatheredRowsEqualStackedElements) {
+  std::vector<float> xs(23 * 3);
+  std::iota(xs.begin(), xs.end(), 0.0f);
+  std::vector<int64_t> ys(23);
+  std::iota(ys.begin(), ys.end(), 100);
+  const Dataset in_memory = Dataset::from_tensors(
+      {Tensor::from_vector(xs, {23, 3}), Tensor::from_vector(ys), zeros({23, 0})});
+  const Dataset streamed = in_memory.map([](Element e) { return e; });
+  auto same_batches = [](const Dataset& a, const Dataset& b, int64_t epoch) {
+    std::vector<Element> ea = collect(a, epoch), eb = collect(b, epoch);
+    ASSERT_EQ(ea.size(), eb.size());
+    for (size_t i = 0; i < ea.size(); ++i) {
+      ASSERT_EQ(ea[i].size(), 3u);
+      EXPECT_EQ(ea[i][0].shape(), eb[i][0].shape()) << "batch " << i;
+      EXPECT_EQ(ea[i][0].to_vector<float>(), eb[i][0].to_vector<float>()) << "batch " << i;
+      EXPECT_EQ(ea[i][1].to_vector<int64_t>(), eb[i][1].to_vector<int64_t>()) << "batch " << i;
+      EXPECT_EQ(ea[i][2].shape(), eb[i][2].shape()) << "batch " << i;
+    }
+  };
+  for (int64_t n : {1, 5, 23, 40}) {
+    for (bool drop : {false, true}) {
+      same_batches(in_memory.batch(n, drop), streamed.batch(n, drop), 0);
+      for (int64_t epoch : {0, 1}) {
+        same_batches(in_memory.shuffle(7, 3).batch(n, drop), streamed.shuffle(7, 3).batch(n, drop),
+                     epoch);
+      }
+    }
+  }
+  // The gathered batches hold the rows the shuffled elements hold.
+  std::vector<Element> b = collect(in_memory.shuffle(23, 1).batch(10));
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[2][0].shape(), (Shape{3, 3}));
+  const std::vector<float> x = b[1][0].to_vector<float>();
+  const std::vector<int64_t> y = b[1][1].to_vector<int64_t>();
+  for (size_t r = 0; r < y.size(); ++r) {
+    EXPECT_EQ(x[r * 3], static_cast<float>((y[r] - 100) * 3)) << "row " << r;
+  }
+}
+
 TEST(DatasetBatch, RejectsMismatchedDtypesAndComponentCounts) {
   Dataset dtypes = range(4).map([](Element e) {
     return Element{e[0].item<int64_t>() == 1 ? Tensor::scalar(1.0f) : Tensor::scalar(1)};

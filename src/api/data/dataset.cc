@@ -52,6 +52,11 @@ Element DatasetNode::element_at(int64_t) const {
               "Dataset: element_at on a node without random access (" + describe() + ")");
 }
 
+Element DatasetNode::gather_rows(const std::vector<int64_t>&) const {
+  throw Error(ErrorCode::kInternal,
+              "Dataset: gather_rows on a node that does not gather rows (" + describe() + ")");
+}
+
 namespace {
 
 class EmptyNode : public DatasetNode {
@@ -217,13 +222,26 @@ class ShuffleNode : public DatasetNode {
         ShuffleBuffer<int64_t> buffer;
         Indices(NodePtr in, size_t capacity, uint64_t seed)
             : input(std::move(in)), size(input->cardinality()), buffer(capacity, seed) {}
-        std::optional<Element> next() override {
-          std::optional<int64_t> i = buffer.next([&]() -> std::optional<int64_t> {
+        std::optional<int64_t> next_row() {
+          return buffer.next([&]() -> std::optional<int64_t> {
             if (next_index == size) return std::nullopt;
             return next_index++;
           });
+        }
+        std::optional<Element> next() override {
+          std::optional<int64_t> i = next_row();
           if (!i) return std::nullopt;
           return input->element_at(*i);
+        }
+        const DatasetNode* row_source() const override {
+          return input->gathers_rows() ? input.get() : nullptr;
+        }
+        void next_indices(int64_t n, std::vector<int64_t>& out) override {
+          for (int64_t k = 0; k < n; ++k) {
+            std::optional<int64_t> i = next_row();
+            if (!i) return;
+            out.push_back(*i);
+          }
         }
       };
       return std::make_unique<Indices>(input_, capacity, seed);

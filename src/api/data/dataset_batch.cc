@@ -113,10 +113,25 @@ class BatchNode : public DatasetNode {
       bool drop_remainder = false;
       Combine combine = nullptr;
       std::optional<Element> next() override {
+        if (combine == stack_batch && input && input->row_source()) return gathered();
         std::vector<Element> elements = next_group(input, n, drop_remainder);
         if (elements.empty()) return std::nullopt;
         return combine(elements);
       }
+      // The rows of an in-memory source, copied once, into the batch (IteratorImpl::row_source).
+      std::optional<Element> gathered() {
+        runtime::ThreadPool::yield_to_tasks();  // made by a pool worker: the step's kernels first
+        const DatasetNode* source = input->row_source();
+        indices.clear();
+        input->next_indices(n, indices);
+        if (static_cast<int64_t>(indices.size()) < n && drop_remainder) indices.clear();
+        if (indices.empty()) {
+          input.reset();
+          return std::nullopt;
+        }
+        return source->gather_rows(indices);
+      }
+      std::vector<int64_t> indices;
     };
     auto it = std::make_unique<It>();
     it->input = input_->make_iterator(epoch);

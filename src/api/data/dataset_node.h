@@ -17,10 +17,21 @@ namespace kiln::data::detail {
 using NodePtr = std::shared_ptr<const DatasetNode>;
 
 // One epoch's walk over a node. After next() throws, it is not called again.
+class DatasetNode;
+
 class IteratorImpl {
  public:
   virtual ~IteratorImpl() = default;
   virtual std::optional<Element> next() = 0;
+  // The node whose rows this iterator's elements are, when each element is element_at(i) of a
+  // node that gathers rows (DatasetNode::gathers_rows: an in-memory source, read in order or
+  // through shuffle's index buffer); null otherwise. Then next_indices(n, out) replaces n calls
+  // of next(): it appends the indices of the next elements, n or fewer at the end, and batch
+  // gathers the rows straight into the batch instead of making each element.
+  virtual const DatasetNode* row_source() const { return nullptr; }
+  virtual void next_indices(int64_t n, std::vector<int64_t>& out) {
+    (void)n, (void)out;
+  }
 };
 
 class DatasetNode {
@@ -39,6 +50,11 @@ class DatasetNode {
   // source), so that shuffle can keep indices in its buffer instead of elements.
   virtual bool random_access() const { return false; }
   virtual Element element_at(int64_t index) const;
+  // Whether gather_rows is implemented: the elements at `indices`, each component stacked along
+  // a new dimension 0, as batch would stack them (a random-access node whose elements all
+  // share their components' dtypes and shapes).
+  virtual bool gathers_rows() const { return false; }
+  virtual Element gather_rows(const std::vector<int64_t>& indices) const;
 };
 
 // How a dataset read from a list of files was made (Dataset's recipe): its source over other

@@ -31,6 +31,10 @@ class TensorSliceNode : public DatasetNode, public std::enable_shared_from_this<
         if (index >= node->cardinality()) return std::nullopt;
         return node->element_at(index++);
       }
+      const DatasetNode* row_source() const override { return node.get(); }
+      void next_indices(int64_t n, std::vector<int64_t>& out) override {
+        for (; n > 0 && index < node->cardinality(); --n) out.push_back(index++);
+      }
     };
     auto it = std::make_unique<It>();
     it->node = shared_from_this();
@@ -38,6 +42,27 @@ class TensorSliceNode : public DatasetNode, public std::enable_shared_from_this<
   }
   int64_t cardinality() const override { return tensors_[0].dim(0); }
   bool random_access() const override { return true; }
+  bool gathers_rows() const override { return true; }
+  Element gather_rows(const std::vector<int64_t>& indices) const override {
+    Element e;
+    e.reserve(tensors_.size());
+    for (const Tensor& t : tensors_) {
+      Shape shape = t.shape();
+      shape[0] = static_cast<int64_t>(indices.size());
+      Tensor batch = Tensor::empty(t.dtype(), std::move(shape));
+      const size_t row_bytes = t.nbytes() / static_cast<size_t>(t.dim(0));
+      if (row_bytes > 0) {
+        const auto* from = static_cast<const uint8_t*>(t.raw_data());
+        auto* to = static_cast<uint8_t*>(batch.raw_mutable_data());
+        for (int64_t i : indices) {
+          std::memcpy(to, from + i * row_bytes, row_bytes);
+          to += row_bytes;
+        }
+      }
+      e.push_back(std::move(batch));
+    }
+    return e;
+  }
   Element element_at(int64_t index) const override {
     Element e;
     e.reserve(tensors_.size());
