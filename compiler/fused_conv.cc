@@ -6,10 +6,14 @@
 // the epilogue applied to the f32 sums before their one rounding.
 #include "compiler/fused_conv.h"
 
+#include <atomic>
+#include <vector>
+
 #include "compiler/lowp_epilogue.h"
 #include "kiln/op_registry.h"
 #include "ops/conv.h"
 #include "ops/kernel_util.h"
+#include "src/core/cpu_isa.h"
 #include "runtime/execute.h"
 
 namespace kiln::compiler {
@@ -27,6 +31,59 @@ std::vector<TensorType> fused_conv_shape(const InferContext& ctx) {
       conv.shape_fn(InferContext(ctx.op(), ctx.node_name(), operands, ctx.attrs()));
   check_epilogue(ctx, out[0], 2, /*allow_full_bias=*/false);
   return out;
+}
+
+// fused_conv's output, then its max pool's.
+std::vector<TensorType> fused_conv_pool_shape(const InferContext& ctx) {
+  std::vector<TensorType> out = fused_conv_shape(ctx);
+  if (!ctx.attrs().has("pool")) ctx.fail("needs the attribute pool: [window rows, window columns]");
+  const std::vector<int64_t>& pool = ctx.attrs().get_ints("pool");
+  const Shape& y = out[0].shape;
+  if (pool.size() != 2 || pool[0] < 1 || pool[1] < 1 || y.size() != 4) {
+    ctx.fail("pool " + ops::ints_str(pool) + " must be two window sizes of at least 1 over the " +
+             "spatial dimensions of a 4-d output (the output is " + out[0].str() + ")");
+  }
+  if (!is_floating(out[0].dtype) || out[0].dtype == bf16 || out[0].dtype == f16) {
+    ctx.fail("pool: the fused max pool takes f32 and f64 outputs, not " + out[0].str());
+  }
+  Shape pooled = y;
+  for (int i = 0; i < 2; ++i) {
+    if (y[1 + i] == kUnknownDim) continue;
+    if (y[1 + i] < pool[i]) {
+      ctx.fail("pool " + ops::ints_str(pool) + " is larger than the output " + out[0].str());
+    }
+    pooled[1 + i] = y[1 + i] / pool[i];
+  }
+  out.push_back({out[0].dtype, pooled});
+  return out;
+}
+
+// Output 1 of a fused_conv with "pool" [ph, pw]: the max of each disjoint, unpadded ph x pw
+// window of output 0 image `b` (NHWC), by reduce_window_max's rule (the first NaN in row-major
+// window order wins), so the same bits as that op on output 0.
+template <class T>
+void pool_image(const T* y, T* pooled, const Shape& ys, const std::vector<int64_t>& pool, int64_t b) {
+  const int64_t oh = ys[1], ow = ys[2], c = ys[3], ph = oh / pool[0], pw = ow / pool[1];
+  const T* image = y + b * oh * ow * c;
+  T* out = pooled + b * ph * pw * c;
+  cpu::dispatch([&] {
+    for (int64_t i = 0; i < ph; ++i) {
+      for (int64_t j = 0; j < pw; ++j) {
+        T* __restrict d = out + (i * pw + j) * c;
+        const T* first = image + (i * pool[0] * ow + j * pool[1]) * c;
+        for (int64_t k = 0; k < c; ++k) d[k] = first[k];
+        for (int64_t u = 0; u < pool[0]; ++u) {
+          for (int64_t v = u == 0 ? 1 : 0; v < pool[1]; ++v) {
+            const T* __restrict row = first + (u * ow + v) * c;
+            for (int64_t k = 0; k < c; ++k) {
+              const T x = row[k], w = d[k];
+              d[k] = (x > w) | ((x != x) & (w == w)) ? x : w;
+            }
+          }
+        }
+      }
+    }
+  });
 }
 
 // bf16: the convolution, its bias and its activation as one oneDNN kernel where the host has a
@@ -65,8 +122,29 @@ void fused_conv_kernel(KernelContext& ctx) {
     using T = decltype(tag);
     const Epilogue<T> e = epilogue_of<T>(ctx, 2, /*allow_full_bias=*/false);
     const int64_t c_out = e.bias_len;  // the output's last dimension
-    ops::conv_forward<T>(
-        ctx, [&](T* block, int64_t row0, int64_t rows) { e.apply(block, row0, rows, c_out); });
+    if (ctx.outputs().size() == 1) {
+      ops::conv_forward<T>(
+          ctx, [&](T* block, int64_t row0, int64_t rows) { e.apply(block, row0, rows, c_out); });
+      return;
+    }
+    // With a fused max pool, each image is pooled by the thread whose block completes its rows,
+    // right after the epilogue, while they are in cache: the pool does not read the whole
+    // output back from memory (blocks are whole images on oneDNN's path, row ranges on Kiln's).
+    const Shape& ys = ctx.output_type(0).shape;
+    const std::vector<int64_t>& pool = ctx.attrs().get_ints("pool");
+    T* pooled = ops::out_ptr<T>(ctx.allocate_output(1));
+    const int64_t image_rows = ys[1] * ys[2];
+    std::vector<std::atomic<int64_t>> rows_done(static_cast<size_t>(ys[0]));
+    ops::conv_forward<T>(ctx, [&](T* block, int64_t row0, int64_t rows) {
+      e.apply(block, row0, rows, c_out);
+      // Every row comes exactly once, each block in the buffer that holds the whole output then.
+      const T* y = block - row0 * c_out;
+      for (int64_t b = row0 / image_rows; b * image_rows < row0 + rows; ++b) {
+        const int64_t n =
+            std::min(row0 + rows, (b + 1) * image_rows) - std::max(row0, b * image_rows);
+        if (rows_done[b].fetch_add(n) + n == image_rows) pool_image(y, pooled, ys, pool, b);
+      }
+    });
   };
   const DType t = ctx.input(0).dtype();
   if (t == f32) {
@@ -92,5 +170,15 @@ KILN_REGISTER_OP(fused_conv)
     .non_differentiable()
     .shape_fn(fused_conv_shape);
 KILN_REGISTER_KERNEL(fused_conv).dtypes({f32, f64, bf16, f16}).fn(fused_conv_kernel);
+
+KILN_REGISTER_OP(fused_conv_pool)
+    .input("input")
+    .input("kernel")
+    .optional_input("bias")
+    .outputs(2)
+    .kind(OpKind::kKernel)
+    .non_differentiable()
+    .shape_fn(fused_conv_pool_shape);
+KILN_REGISTER_KERNEL(fused_conv_pool).dtypes({f32, f64}).fn(fused_conv_kernel);
 
 }  // namespace kiln::compiler

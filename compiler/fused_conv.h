@@ -25,6 +25,16 @@ namespace kiln::compiler {
 // reference roundings, bit-equal to the unfused ops.
 inline constexpr const char* kFusedConvOp = "fused_conv";
 
+// fused_conv_pool(input, kernel[, bias]): fused_conv's attributes plus "pool" [ph, pw]; output 0
+// is fused_conv's, output 1 its max pool over disjoint, unpadded ph x pw windows of the two
+// spatial dimensions of an NHWC output (reduce_window_max with window and strides [1, ph, pw, 1],
+// the rows and columns left over dropped, as Keras's 'valid' MaxPool2D does). Each image is
+// pooled right after the epilogue wrote its last rows, while they are in cache, instead of by a
+// kernel that reads the whole output back from memory. f32 and f64; output 1 equals
+// reduce_window_max on output 0 bit for bit (the first NaN of a window wins). Created by the
+// epilogue fusion pass for a fused convolution whose output feeds such a pool.
+inline constexpr const char* kFusedConvPoolOp = "fused_conv_pool";
+
 // Why `bias` cannot be the bias of a fused_conv with output type `out`, or "".
 std::string fused_conv_bias_refusal(const TensorType& bias, const TensorType& out);
 

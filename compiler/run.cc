@@ -78,7 +78,7 @@ double us_since(ProfileClock::time_point t0) {
 
 bool is_gemm_or_conv(const std::string& op) {
   return op == "dot" || op == "fused_dot" || op.rfind("convolution", 0) == 0 ||
-         op == "fused_conv";
+         op.rfind("fused_conv", 0) == 0;
 }
 
 }  // namespace

@@ -35,6 +35,7 @@ const Producer* producer_of(const std::string& op) {
 
 struct Match {
   int dot = -1, add = -1, act_node = -1, end = -1;
+  int pool = -1;  // a max pool of a convolution's epilogue output, fused as its output 1
   int mask = -1;  // relu's x <= 0, rewritten to read the fused output
   ValueRef bias{-1, 0};
   Activation act = Activation::kNone;
@@ -42,6 +43,21 @@ struct Match {
 
 std::string label(const std::vector<detail::Node>& nodes, int id) {
   return std::string("%") + std::to_string(id) + " " + nodes[id].name + " (" + nodes[id].op + ")";
+}
+
+// The [ph, pw] of a reduce_window_max that a fused_conv can take as its output 1: NHWC windows
+// over the two spatial dimensions only, disjoint (strides equal to the window) and unpadded; the
+// empty list otherwise.
+std::vector<int64_t> fusable_pool(const detail::Node& n) {
+  if (n.op != "reduce_window_max" || n.outputs.size() != 1) return {};
+  const std::vector<int64_t>& window = n.attrs.get_ints("window");
+  if (window.size() != 4 || window[0] != 1 || window[3] != 1) return {};
+  if (n.attrs.get_ints("strides") != window) return {};
+  for (const char* pad : {"padding_low", "padding_high"}) {
+    for (int64_t p : n.attrs.get_ints(pad))
+      if (p != 0) return {};
+  }
+  return {window[1], window[2]};
 }
 
 bool is_zero_scalar(const detail::Node& n) {
@@ -215,7 +231,19 @@ bool EpilogueFusion::run(Module& module) {
            ": it is already the epilogue of another " + producer->noun);
       continue;
     }
-    for (int id : {m.add, m.act_node, m.mask, m.end})
+    // A convolution's max pool (f32, f64) is computed image by image right after the epilogue
+    // (compiler/fused_conv.h): it then reads the output while it is in cache.
+    if (dot.op == "convolution" && (out.dtype == f32 || out.dtype == f64)) {
+      for (int u : users[m.end]) {
+        const TensorType& y = nodes[m.end].outputs[0];
+        if (!fusable_pool(nodes[u]).empty() && !claimed[u] && y.shape.size() == 4 &&
+            nodes[u].inputs[0] == ValueRef{m.end, 0}) {
+          m.pool = u;
+          break;
+        }
+      }
+    }
+    for (int id : {m.add, m.act_node, m.mask, m.end, m.pool})
       if (id >= 0) claimed[id] = 1;
     matches.push_back(m);
   }
@@ -223,11 +251,12 @@ bool EpilogueFusion::run(Module& module) {
 
   // The fused node stands where the chain ends, or at relu's mask, which comes before the
   // select and is rewritten to read the fused output.
-  std::vector<int> match_at(n, -1);
+  std::vector<int> match_at(n, -1), pool_of(n, -1), fused_at(matches.size(), -1);
   std::vector<char> absorbed(n, 0), emitted(n, 0);
   for (size_t i = 0; i < matches.size(); ++i) {
     const Match& m = matches[i];
     match_at[m.mask >= 0 ? m.mask : m.end] = static_cast<int>(i);
+    if (m.pool >= 0) pool_of[m.pool] = static_cast<int>(i);
     absorbed[m.dot] = 1;
     if (m.add >= 0 && m.add != m.end) absorbed[m.add] = 1;
   }
@@ -236,6 +265,10 @@ bool EpilogueFusion::run(Module& module) {
     if (emitted[id]) continue;
     if (absorbed[id]) {
       rw.drop(id);
+      continue;
+    }
+    if (pool_of[id] >= 0) {  // the max pool is the fused node's output 1
+      rw.alias(id, {ValueRef{fused_at[pool_of[id]], 1}});
       continue;
     }
     if (match_at[id] < 0) {
@@ -252,7 +285,13 @@ bool EpilogueFusion::run(Module& module) {
     fused.attrs = dot.attrs;
     fused.attrs.set("activation", std::string(activation_name(m.act)));
     fused.outputs = nodes[m.end].outputs;
+    if (m.pool >= 0) {
+      fused.op = kFusedConvPoolOp;
+      fused.attrs.set("pool", fusable_pool(nodes[m.pool]));
+      fused.outputs.push_back(nodes[m.pool].outputs[0]);
+    }
     const int f = rw.replace(m.end, std::move(fused));
+    fused_at[match_at[id]] = f;
     if (m.mask >= 0) {
       detail::Node mask = nodes[m.mask];
       mask.inputs = {ValueRef{f, 0}, rw.map(mask.inputs[1])};

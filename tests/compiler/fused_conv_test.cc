@@ -15,6 +15,9 @@
 #include "compiler/executable.h"
 #include "compiler/passes/epilogue_fusion.h"
 #include "kiln/kiln.h"
+#include "kiln/op_registry.h"
+#include "ops/onednn_conv.h"
+#include "ops/kernel_util.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/mlp_step.h"
 
@@ -265,6 +268,112 @@ TEST(FusedConvTest, CompiledConvLayerUsesFusedConv) {
   std::string thunks;
   for (const std::string& t : e.thunk_descriptions()) thunks += t + "\n";
   EXPECT_THAT(thunks, HasSubstr("kernel fused_conv")) << thunks;
+  expect_bitwise_equal(e.run(l.feeds), l.g.run(l.feeds, std::vector<Tensor>{y}));
+}
+
+// ---- fused_conv_pool: the max pool of a fused convolution's output, image by image ----
+
+// Runs the pass on conv -> bias -> relu -> max_pool2d(pool, valid) and expects one
+// fused_conv_pool whose two outputs equal the unfused graph's bit for bit, on oneDNN's chunks of
+// whole images and on Kiln's own row blocks (which cut images), with NaNs in the input.
+void expect_pool_fused(Shape in, Shape kernel, Axes pool, DType t, bool with_nans) {
+  SCOPED_TRACE(shape_str(in) + " * " + shape_str(kernel) + " pool " + ops::ints_str(pool) + " " +
+               dtype_name(t) + (with_nans ? " with NaNs" : ""));
+  ConvLayer l(in, kernel, {kernel.back()}, t);
+  if (with_nans) {
+    std::vector<double> x = l.feeds[0].second.to_vector<double>();
+    for (size_t i = 0; i < x.size(); i += 37) x[i] = std::nan("");
+    l.feeds[0].second = convert(Tensor::from_vector(x, in), t);
+  }
+  Tensor pre = relu(conv(l.x, l.w) + l.b);
+  Tensor pooled = max_pool2d(pre, pool);
+  Module m = make_module(l.g, {pooled, pre});
+  EpilogueFusion pass;
+  EXPECT_TRUE(pass.run(m)) << notes_of(pass);
+  EXPECT_EQ(count_op(m, "fused_conv_pool"), 1) << ops_of(m);
+  EXPECT_EQ(count_op(m, "reduce_window_max"), 0) << ops_of(m);
+  const detail::Node* f = find_op(m, "fused_conv_pool");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->attrs.get_ints("pool"), pool);
+  for (bool onednn : {true, false}) {  // each path against the unfused ops on the same path
+    SCOPED_TRACE(onednn ? "oneDNN" : "Kiln's own convolution");
+    const bool was = ops::onednn::enabled();
+    ops::onednn::set_enabled(onednn);
+    const std::vector<Tensor> got = run_module(m, l.feeds);
+    const std::vector<Tensor> want = l.g.run(l.feeds, std::vector<Tensor>{pooled, pre});
+    ops::onednn::set_enabled(was);
+    expect_bitwise_equal(got, want);
+  }
+}
+
+TEST(FusedConvPoolTest, ConvReluMaxPoolIsBitIdentical) {
+  // The CNN trainer's two layers (26 -> 13; 11 -> 5, a row and a column left over), a 3x3
+  // window, and a 1x1 one; 4 images of 19 x 17 outputs span several row blocks and threads.
+  expect_pool_fused({3, 28, 28, 1}, {3, 3, 1, 32}, {2, 2}, f32, false);
+  expect_pool_fused({5, 13, 13, 32}, {3, 3, 32, 64}, {2, 2}, f32, true);
+  expect_pool_fused({4, 21, 19, 8}, {3, 3, 8, 16}, {3, 2}, f32, true);
+  expect_pool_fused({2, 9, 8, 3}, {2, 2, 3, 5}, {1, 1}, f64, true);
+  expect_pool_fused({2, 10, 10, 3}, {3, 3, 3, 4}, {2, 3}, f64, false);
+}
+
+TEST(FusedConvPoolTest, OtherPoolsAndTypesStayApart) {
+  ConvLayer l({2, 12, 12, 3}, {3, 3, 3, 4}, {4});
+  Tensor pre = relu(conv(l.x, l.w) + l.b);
+  const std::vector<Tensor> apart = {
+      max_pool2d(pre, {2, 2}, {1, 1}),       // overlapping windows
+      max_pool2d(pre, {3, 3}, {}, "same"),   // padded
+      avg_pool2d(pre, {2, 2}),               // not a max
+  };
+  for (const Tensor& y : apart) {
+    Module m = make_module(l.g, {y});
+    EpilogueFusion pass;
+    EXPECT_TRUE(pass.run(m)) << notes_of(pass);
+    EXPECT_EQ(count_op(m, "fused_conv_pool"), 0) << ops_of(m);
+    EXPECT_EQ(count_op(m, "fused_conv"), 1) << ops_of(m);
+    expect_bitwise_equal(run_module(m, l.feeds), l.g.run(l.feeds, std::vector<Tensor>{y}));
+  }
+  // bf16 keeps its pool apart (the fused pool takes f32 and f64).
+  ConvLayer h({2, 12, 12, 3}, {3, 3, 3, 4}, {4}, bf16);
+  Tensor y = max_pool2d(relu(conv(h.x, h.w) + h.b), {2, 2});
+  Module m = make_module(h.g, {y});
+  EpilogueFusion pass(/*fuse_narrow=*/true);
+  pass.run(m);
+  EXPECT_EQ(count_op(m, "fused_conv_pool"), 0) << ops_of(m);
+}
+
+TEST(FusedConvPoolTest, OpChecksItsPoolAttribute) {
+  Tensor x = random_tensor({1, 6, 6, 2}, 1, f32), w = random_tensor({3, 3, 2, 3}, 2, f32);
+  auto call = [&](const Attrs& a) { return call_op("fused_conv_pool", {x, w}, a); };
+  Attrs attrs = {{"activation", std::string("relu")}};
+  try {
+    call(attrs);
+    ADD_FAILURE() << "no pool attribute accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("needs the attribute pool"));
+  }
+  attrs.set("pool", Axes{5, 2});  // the 4 x 4 output has no 5-row window
+  try {
+    call(attrs);
+    ADD_FAILURE() << "a window larger than the output accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("larger than the output f32[1,4,4,3]"));
+  }
+  attrs.set("pool", Axes{2, 2});
+  const std::vector<Tensor> out = call(attrs);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].shape(), (Shape{1, 2, 2, 3}));
+  EXPECT_TRUE(testing::bitwise_equal(out[1], max_pool2d(relu(conv(x, w)), {2, 2})));
+}
+
+// Compiled: the CNN's layer runs as one fused_conv_pool kernel thunk.
+TEST(FusedConvPoolTest, CompiledConvPoolLayerUsesFusedConvPool) {
+  ConvLayer l({4, 28, 28, 1}, {3, 3, 1, 32}, {32});
+  Tensor y = max_pool2d(relu(conv2d(l.x, l.w, {1, 1}, "valid") + l.b), {2, 2});
+  Executable e = compile(l.g, {y}, l.feeds);
+  std::string thunks;
+  for (const std::string& t : e.thunk_descriptions()) thunks += t + "\n";
+  EXPECT_THAT(thunks, HasSubstr("kernel fused_conv_pool")) << thunks;
+  EXPECT_THAT(thunks, ::testing::Not(HasSubstr("reduce_window_max"))) << thunks;
   expect_bitwise_equal(e.run(l.feeds), l.g.run(l.feeds, std::vector<Tensor>{y}));
 }
 

@@ -399,6 +399,9 @@ inline const std::map<std::string, NaiveFn>& naive_references() {
       {"convolution", [](In x, const Attrs& a) { return n::convolution(x[0], x[1], a); }},
       {"fused_conv",
        [](In x, const Attrs& a) { return n::epilogue(n::convolution(x[0], x[1], a), x, a); }},
+      // Output 0 (the references check a node's first output; op_modes_test compares both).
+      {"fused_conv_pool",
+       [](In x, const Attrs& a) { return n::epilogue(n::convolution(x[0], x[1], a), x, a); }},
       {"convolution_input_grad",
        [](In x, const Attrs& a) { return n::convolution_input_grad(x[0], x[1], a); }},
       {"convolution_kernel_grad",

@@ -282,11 +282,16 @@ class Builder {
   // rank 2 to [1, n, c]: the op accepts no spatial dimension, but its gradient ops do not):
   // per spatial dimension a kernel of 1-3 taps, stride 1-2, padding 0-1 per side, now and then a
   // kernel or input dilation of 2; groups divide the channels. Then sometimes a bias and a relu
-  // (the compiler's fused_conv pattern).
+  // (the compiler's fused_conv pattern), and a max pool (fused_conv_pool).
   Tensor make_conv(const Tensor& x) {
     Tensor v = is_floating(x.dtype()) ? x : convert(x, f32);
     if (v.rank() < 2) v = reshape(v, {1, num_elements(x.shape()), 1});
     if (v.rank() == 2) v = reshape(v, {1, v.shape()[0], v.shape()[1]});
+    // Now and then a 1-d case as 2-d (NHWC with W = 1), where a 2-d max pool may follow; chosen
+    // by the shape, not a draw, so that the graphs of every other seed stay as they were.
+    if (v.rank() == 3 && (v.shape()[1] + v.shape()[2]) % 4 == 1) {
+      v = reshape(v, {v.shape()[0], v.shape()[1], 1, v.shape()[2]});
+    }
     const Shape& s = v.shape();
     const size_t d = s.size() - 2;
     const int64_t c_in = s.back();
@@ -319,7 +324,13 @@ class Builder {
     Tensor w = coin() ? parameter(t, kernel) : constant(t, kernel);
     Tensor y = conv(v, w, o);
     if (coin()) y = y + (coin() ? parameter(t, {c_out}) : constant(t, {c_out}));
-    return coin() ? relu(y) : y;
+    if (coin()) y = relu(y);
+    // Now and then Keras's 'valid' MaxPool2D of a 2-d convolution (the fused_conv_pool pattern),
+    // again chosen by the shape.
+    if (y.rank() == 4 && y.shape()[1] >= 2 && (y.shape()[1] + c_out) % 2 == 0) {
+      y = max_pool2d(y, {2, y.shape()[2] >= 2 ? 1 + c_out % 2 : 1});
+    }
+    return y;
   }
 
   // A window reduction of x: Keras max or average pooling when x is a rank-4 float (NHWC),

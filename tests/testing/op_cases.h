@@ -405,6 +405,15 @@ inline const std::vector<OpCase>& compiler_op_cases() {
        {in({1, 3, 4, 3, 2}), in({2, 2, 2, 2, 2}), in({})},
        {{"activation", std::string("logistic")}},
        "3d_scalar_bias_logistic"},
+      // fused_conv_pool: fused_conv and its max pool over disjoint windows (a row left over)
+      {"fused_conv_pool",
+       {in({2, 7, 6, 3}), in({2, 2, 3, 4}), in({4})},
+       {{"activation", std::string("relu")}, {"pool", Axes{2, 2}}},
+       "bias_relu_2x2"},
+      {"fused_conv_pool",
+       {in({1, 8, 9, 2}), in({3, 2, 2, 3})},
+       {{"strides", Axes{1, 2}}, {"activation", std::string("none")}, {"pool", Axes{3, 2}}},
+       "strided_3x2"},
   };
   return kCases;
 }
