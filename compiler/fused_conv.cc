@@ -13,8 +13,9 @@
 #include "kiln/op_registry.h"
 #include "ops/conv.h"
 #include "ops/kernel_util.h"
-#include "src/core/cpu_isa.h"
+#include "ops/window_util.h"
 #include "runtime/execute.h"
+#include "src/core/cpu_isa.h"
 
 namespace kiln::compiler {
 
@@ -43,7 +44,7 @@ std::vector<TensorType> fused_conv_pool_shape(const InferContext& ctx) {
     ctx.fail("pool " + ops::ints_str(pool) + " must be two window sizes of at least 1 over the " +
              "spatial dimensions of a 4-d output (the output is " + out[0].str() + ")");
   }
-  if (!is_floating(out[0].dtype) || out[0].dtype == bf16 || out[0].dtype == f16) {
+  if (out[0].dtype != f32 && out[0].dtype != f64) {
     ctx.fail("pool: the fused max pool takes f32 and f64 outputs, not " + out[0].str());
   }
   Shape pooled = y;
@@ -62,7 +63,8 @@ std::vector<TensorType> fused_conv_pool_shape(const InferContext& ctx) {
 // window of output 0 image `b` (NHWC), by reduce_window_max's rule (the first NaN in row-major
 // window order wins), so the same bits as that op on output 0.
 template <class T>
-void pool_image(const T* y, T* pooled, const Shape& ys, const std::vector<int64_t>& pool, int64_t b) {
+void pool_image(const T* y, T* pooled, const Shape& ys, const std::vector<int64_t>& pool,
+                int64_t b) {
   const int64_t oh = ys[1], ow = ys[2], c = ys[3], ph = oh / pool[0], pw = ow / pool[1];
   const T* image = y + b * oh * ow * c;
   T* out = pooled + b * ph * pw * c;
@@ -76,8 +78,7 @@ void pool_image(const T* y, T* pooled, const Shape& ys, const std::vector<int64_
           for (int64_t v = u == 0 ? 1 : 0; v < pool[1]; ++v) {
             const T* __restrict row = first + (u * ow + v) * c;
             for (int64_t k = 0; k < c; ++k) {
-              const T x = row[k], w = d[k];
-              d[k] = (x > w) | ((x != x) & (w == w)) ? x : w;
+              d[k] = ops::takes_max(row[k], d[k]) ? row[k] : d[k];
             }
           }
         }

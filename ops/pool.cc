@@ -328,7 +328,11 @@ void for_each_window(const ArgmaxPlan& plan, Start&& start, Window&& window) {
       plan.outer, std::max<int64_t>(1, (int64_t{1} << 14) / work), [&](int64_t begin, int64_t end) {
         WindowScratch<C> scratch{std::vector<int32_t>(plan.inner), std::vector<C>(plan.inner)};
         std::vector<int64_t> pos, offsets, next;
-        if (!listed) pos.resize(plan.out_dims.size()), offsets.resize(plan.taps), next.resize(plan.taps);
+        if (!listed) {
+          pos.resize(plan.out_dims.size());
+          offsets.resize(plan.taps);
+          next.resize(plan.taps);
+        }
         cpu::dispatch([&] {
           for (int64_t b = begin; b < end; ++b) {
             start(b);
@@ -371,7 +375,7 @@ bool window_argmax(const ArgmaxPlan& plan, const T* x, const int64_t* offsets,
     const T* __restrict xs = x + offsets[t];
     for (int64_t c = 0; c < plan.inner; ++c) {
       const C v = static_cast<C>(xs[c]), w = bv[c];
-      const bool take = (v > w) | ((v != v) & (w == w));
+      const bool take = takes_max(v, w);
       bt[c] = take ? t : bt[c];
       bv[c] = take ? v : w;
     }
@@ -426,7 +430,7 @@ void disjoint_max_kernel(KernelContext& ctx) {
             const T* __restrict row = xb + offsets[t];
             for (int64_t c = 0; c < plan.inner; ++c) {
               const C v = static_cast<C>(row[c]), w = d[c];
-              d[c] = (v > w) | ((v != v) & (w == w)) ? v : w;
+              d[c] = takes_max(v, w) ? v : w;
             }
           }
         }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/op_registry.h"
@@ -48,6 +49,18 @@ void keras_padding(const std::string& op, const std::string& padding, const Shap
 // window arithmetic, so the loops that read it have none.
 std::vector<int64_t> window_table(int64_t n, int64_t out, int64_t taps, int64_t stride, int64_t low,
                                   int64_t dilation = 1, int64_t lhs_dilation = 1);
+
+// Whether v takes over from w as a window's maximum, reduce_window_max's rule: a greater value,
+// or the first NaN (a NaN, once taken, stays). Every kernel that must give that op's bits
+// (ops/pool.cc, compiler/fused_conv.cc's pooled output) decides with it.
+template <class C>
+inline bool takes_max(C v, C w) {
+  if constexpr (std::is_floating_point_v<C>) {
+    return (v > w) | ((v != v) & (w == w));
+  } else {
+    return v > w;
+  }
+}
 
 // Steps a multi-index (row-major, last dimension fastest) to the next position; returns true
 // when it wraps around to all zeros.

@@ -235,8 +235,7 @@ bool EpilogueFusion::run(Module& module) {
     // (compiler/fused_conv.h): it then reads the output while it is in cache.
     if (dot.op == "convolution" && (out.dtype == f32 || out.dtype == f64)) {
       for (int u : users[m.end]) {
-        const TensorType& y = nodes[m.end].outputs[0];
-        if (!fusable_pool(nodes[u]).empty() && !claimed[u] && y.shape.size() == 4 &&
+        if (!fusable_pool(nodes[u]).empty() && !claimed[u] &&
             nodes[u].inputs[0] == ValueRef{m.end, 0}) {
           m.pool = u;
           break;

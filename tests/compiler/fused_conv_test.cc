@@ -16,8 +16,8 @@
 #include "compiler/passes/epilogue_fusion.h"
 #include "kiln/kiln.h"
 #include "kiln/op_registry.h"
-#include "ops/onednn_conv.h"
 #include "ops/kernel_util.h"
+#include "ops/onednn_conv.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/mlp_step.h"
 
@@ -320,9 +320,9 @@ TEST(FusedConvPoolTest, OtherPoolsAndTypesStayApart) {
   ConvLayer l({2, 12, 12, 3}, {3, 3, 3, 4}, {4});
   Tensor pre = relu(conv(l.x, l.w) + l.b);
   const std::vector<Tensor> apart = {
-      max_pool2d(pre, {2, 2}, {1, 1}),       // overlapping windows
-      max_pool2d(pre, {3, 3}, {}, "same"),   // padded
-      avg_pool2d(pre, {2, 2}),               // not a max
+      max_pool2d(pre, {2, 2}, {1, 1}),      // overlapping windows
+      max_pool2d(pre, {3, 3}, {}, "same"),  // padded
+      avg_pool2d(pre, {2, 2}),              // not a max
   };
   for (const Tensor& y : apart) {
     Module m = make_module(l.g, {y});

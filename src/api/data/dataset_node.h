@@ -16,9 +16,9 @@ namespace kiln::data::detail {
 
 using NodePtr = std::shared_ptr<const DatasetNode>;
 
-// One epoch's walk over a node. After next() throws, it is not called again.
 class DatasetNode;
 
+// One epoch's walk over a node. After next() throws, it is not called again.
 class IteratorImpl {
  public:
   virtual ~IteratorImpl() = default;
@@ -29,9 +29,7 @@ class IteratorImpl {
   // of next(): it appends the indices of the next elements, n or fewer at the end, and batch
   // gathers the rows straight into the batch instead of making each element.
   virtual const DatasetNode* row_source() const { return nullptr; }
-  virtual void next_indices(int64_t n, std::vector<int64_t>& out) {
-    (void)n, (void)out;
-  }
+  virtual void next_indices(int64_t n, std::vector<int64_t>& out) { (void)n, (void)out; }
 };
 
 class DatasetNode {
