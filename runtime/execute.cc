@@ -33,7 +33,7 @@ std::vector<TensorType> infer_types(const OpDef& def, const std::string& node_na
     if (msg.rfind(def.name + ":", 0) != 0) ctx.fail(msg, e.code());
     throw;
   }
-  if (static_cast<int>(out.size()) != def.num_outputs) {
+  if (def.num_outputs != kVariadicOutputs && static_cast<int>(out.size()) != def.num_outputs) {
     ctx.fail("shape function returned " + std::to_string(out.size()) + " outputs, the op has " +
                  std::to_string(def.num_outputs),
              ErrorCode::kInternal);
@@ -99,9 +99,24 @@ void run_prepared_kernel(const KernelDef& kernel, const OpDef& def, const std::s
 
 namespace kiln {
 
-std::vector<Tensor> call_op(const std::string& op, const std::vector<Tensor>& inputs,
+std::vector<Tensor> call_op(const std::string& op, const std::vector<Tensor>& given,
                             const Attrs& attrs) {
   const OpDef& def = OpRegistry::global().find(op);
+  // While a function is traced as a sub-graph, values of the graphs enclosing it are captured:
+  // the op reads a placeholder of the sub-graph standing for each.
+  std::vector<Tensor> captured;
+  if (const auto& tracing = detail::default_graph(); tracing && tracing->parent) {
+    for (size_t i = 0; i < given.size(); ++i) {
+      const Tensor& t = given[i];
+      if (!t.defined() || !t.is_symbolic() || t.impl()->graph == tracing ||
+          !detail::encloses(t.impl()->graph.get(), tracing.get())) {
+        continue;
+      }
+      if (captured.empty()) captured = given;
+      captured[i] = detail::capture(tracing, t);
+    }
+  }
+  const std::vector<Tensor>& inputs = captured.empty() ? given : captured;
   std::shared_ptr<detail::GraphImpl> graph;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined()) {
@@ -153,7 +168,8 @@ std::vector<Tensor> call_op(const std::string& op, const std::vector<Tensor>& in
   node.name = graph->unique_name(op);  // unchanged unless another thread raced us
   int id = graph->add_node(std::move(node));
   std::vector<Tensor> outs;
-  for (int i = 0; i < def.num_outputs; ++i) {
+  const int num_outputs = static_cast<int>(graph->nodes[id].outputs.size());
+  for (int i = 0; i < num_outputs; ++i) {
     outs.push_back(graph->value(id, i));
     outs.back().impl()->graph = graph;
   }

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -12,8 +13,10 @@
 
 namespace kiln {
 
+struct SubGraph;  // kiln/graph.h: a traced function (a branch of cond, the body of a loop)
+
 using AttrValue = std::variant<int64_t, double, bool, std::string, DType, std::vector<int64_t>,
-                               std::vector<double>, Tensor>;
+                               std::vector<double>, Tensor, std::shared_ptr<const SubGraph>>;
 
 class Attrs {
  public:
@@ -35,6 +38,7 @@ class Attrs {
   const std::vector<int64_t>& get_ints(const std::string& name) const;
   const std::vector<double>& get_floats(const std::string& name) const;
   const Tensor& get_tensor(const std::string& name) const;
+  const SubGraph& get_subgraph(const std::string& name) const;
 
   int64_t get_int(const std::string& name, int64_t fallback) const {
     return has(name) ? get_int(name) : fallback;

@@ -21,6 +21,10 @@ namespace kiln {
 // and node when a differentiable op on the way has no gradient rule.
 std::vector<Tensor> gradients(const Tensor& y, const std::vector<Tensor>& xs,
                               const Tensor& dy = {});
+// The same for several ys of one graph (tf.gradients): the gradients of sum_i <ys[i], dys[i]>.
+// dys is empty (ones for every y) or one per y (an undefined one means ones).
+std::vector<Tensor> gradients(const std::vector<Tensor>& ys, const std::vector<Tensor>& xs,
+                              const std::vector<Tensor>& dys = {});
 
 using DifferentiableFn = std::function<Tensor(const std::vector<Tensor>&)>;
 

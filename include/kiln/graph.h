@@ -102,4 +102,20 @@ class Graph {
   std::shared_ptr<detail::GraphImpl> impl_;
 };
 
+// A function traced into a graph of its own: a branch of cond, the body of while_loop or scan
+// (kiln/control_flow.h). The node holding it feeds `params` from its inputs, in order, and
+// takes its outputs from `results`. Params after the function's own arguments stand for the
+// values of enclosing graphs the function used (its captures), which the node takes as its
+// last inputs. Immutable once traced; nodes share it through attributes.
+struct SubGraph {
+  Graph graph;
+  std::vector<Tensor> params;   // placeholders of `graph`
+  std::vector<Tensor> results;  // values of `graph`
+
+  std::vector<TensorType> param_types() const;
+  std::vector<TensorType> result_types() const;
+  // The graph as text, its nested sub-graphs indented under the nodes holding them.
+  std::string to_text() const;
+};
+
 }  // namespace kiln

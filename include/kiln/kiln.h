@@ -3,6 +3,7 @@
 
 #include "kiln/attrs.h"
 #include "kiln/autodiff.h"
+#include "kiln/control_flow.h"
 #include "kiln/device.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"

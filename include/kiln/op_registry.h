@@ -97,12 +97,14 @@ enum class OpKind {
   kKernel,   // matmul, convolution, gather, custom ops: served by a registered kernel
 };
 
+inline constexpr int kVariadicOutputs = -1;
+
 struct OpDef {
   std::string name;
   std::vector<std::string> inputs;  // input names
   bool variadic = false;            // the last input repeats (concatenate)
   int optional_inputs = 0;          // how many trailing inputs may be left out
-  int num_outputs = 1;
+  int num_outputs = 1;               // kVariadicOutputs: as many as the shape function says
   OpKind kind = OpKind::kKernel;
   ShapeFn shape_fn;
   GradientFn gradient;
@@ -174,6 +176,7 @@ class OpBuilder {
   OpBuilder& variadic_input(std::string name);
   OpBuilder& optional_input(std::string name);  // trailing inputs a call may leave out
   OpBuilder& outputs(int n);
+  OpBuilder& variadic_outputs() { return outputs(kVariadicOutputs); }
   OpBuilder& kind(OpKind kind);
   // The op's elemental form: one primitive applied to the inputs in order, or a composition.
   // Either makes the op kCodegen.

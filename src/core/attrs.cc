@@ -3,12 +3,14 @@
 
 #include <sstream>
 
+#include "kiln/graph.h"
+
 namespace kiln {
 namespace {
 
 const char* kind_name(const AttrValue& v) {
   static const char* names[] = {"int", "float", "bool", "string", "dtype", "ints", "floats",
-                                "tensor"};
+                                "tensor", "subgraph"};
   return names[v.index()];
 }
 
@@ -55,6 +57,11 @@ std::string value_str(const AttrValue& v) {
       std::string s = t.str();  // "tensor(..., dtype=...)": keep the values only
       return s.substr(7, s.rfind(", dtype=") - 7);
     }
+    std::string operator()(const std::shared_ptr<const SubGraph>& g) const {
+      if (!g) return "subgraph(null)";
+      return "subgraph(" + g->graph.name() + ", " + std::to_string(g->graph.num_nodes()) +
+             " nodes)";
+    }
   };
   return std::visit(Visitor{}, v);
 }
@@ -86,6 +93,12 @@ const std::vector<double>& Attrs::get_floats(const std::string& name) const {
 }
 const Tensor& Attrs::get_tensor(const std::string& name) const {
   return get_as<Tensor>(values_, name, "a tensor");
+}
+
+const SubGraph& Attrs::get_subgraph(const std::string& name) const {
+  const auto& g = get_as<std::shared_ptr<const SubGraph>>(values_, name, "a subgraph");
+  if (!g) throw Error(ErrorCode::kInvalidArgument, "attribute '" + name + "' is a null subgraph");
+  return *g;
 }
 
 std::string Attrs::str() const {

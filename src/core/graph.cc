@@ -1,5 +1,7 @@
 // Graph recording: unique scoped names, placeholders, constants, inspection and dumps.
 #include <sstream>
+#include <utility>
+#include <variant>
 
 #include "kiln/graph.h"
 #include "kiln/op_registry.h"
@@ -37,6 +39,39 @@ Tensor GraphImpl::value(int node, int output) {
 std::shared_ptr<GraphImpl>& default_graph() {
   thread_local std::shared_ptr<GraphImpl> graph;
   return graph;
+}
+
+bool encloses(const GraphImpl* ancestor, const GraphImpl* g) {
+  for (const GraphImpl* p = g->parent.get(); p; p = p->parent.get())
+    if (p == ancestor) return true;
+  return false;
+}
+
+Tensor capture(const std::shared_ptr<GraphImpl>& g, const Tensor& outer) {
+  const auto& from = outer.impl()->graph;
+  if (from == g) return outer;
+  if (!g->parent || !encloses(from.get(), g.get())) {
+    throw Error(ErrorCode::kFailedPrecondition,
+                "a value of graph '" + from->name + "' is used in graph '" + g->name +
+                    "', which it does not enclose");
+  }
+  Tensor in_parent = capture(g->parent, outer);
+  const ValueRef ref{in_parent.impl()->node, in_parent.impl()->output};
+  for (const auto& [value, placeholder] : g->captures) {
+    if (value.impl()->node == ref.node && value.impl()->output == ref.output) return placeholder;
+  }
+  std::string name;
+  {
+    std::lock_guard lock(g->parent->mu);
+    name = "captured_" + g->parent->nodes.at(ref.node).name;
+  }
+  for (char& c : name)
+    if (c == '/') c = '.';
+  auto scopes = std::exchange(g->scopes, {});
+  Tensor p = Graph(g).placeholder(in_parent.dtype(), in_parent.shape(), name);
+  g->scopes = std::move(scopes);
+  g->captures.emplace_back(in_parent, p);
+  return p;
 }
 
 }  // namespace detail
@@ -146,13 +181,13 @@ Tensor Graph::value(int id, int output) const {
   return t;
 }
 
-std::string Graph::to_text() const {
-  std::lock_guard lock(impl_->mu);
-  std::ostringstream os;
-  os << "graph " << impl_->name << " {\n";
-  for (size_t i = 0; i < impl_->nodes.size(); ++i) {
-    const detail::Node& n = impl_->nodes[i];
-    os << "  %" << i << " = " << n.name << " = " << n.op << "(";
+namespace {
+
+void append_text(std::ostringstream& os, const detail::GraphImpl& g, const std::string& indent) {
+  std::lock_guard lock(g.mu);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const detail::Node& n = g.nodes[i];
+    os << indent << "  %" << i << " = " << n.name << " = " << n.op << "(";
     for (size_t j = 0; j < n.inputs.size(); ++j) {
       os << (j ? ", " : "") << "%" << n.inputs[j].node;
       if (n.inputs[j].output) os << ":" << n.inputs[j].output;
@@ -163,10 +198,48 @@ std::string Graph::to_text() const {
     os << " -> ";
     for (size_t j = 0; j < n.outputs.size(); ++j) os << (j ? ", " : "") << n.outputs[j].str();
     os << "\n";
+    for (const auto& [name, value] : n.attrs.values()) {
+      const auto* sub = std::get_if<std::shared_ptr<const SubGraph>>(&value);
+      if (!sub || !*sub) continue;
+      const SubGraph& body = **sub;
+      os << indent << "    " << name << ": graph " << body.graph.name() << "(";
+      for (size_t k = 0; k < body.params.size(); ++k)
+        os << (k ? ", " : "") << "%" << body.params[k].impl()->node;
+      os << ") -> (";
+      for (size_t k = 0; k < body.results.size(); ++k) {
+        os << (k ? ", " : "") << "%" << body.results[k].impl()->node;
+        if (body.results[k].impl()->output) os << ":" << body.results[k].impl()->output;
+      }
+      os << ") {\n";
+      append_text(os, *body.graph.impl(), indent + "    ");
+      os << indent << "    }\n";
+    }
   }
+}
+
+}  // namespace
+
+std::string Graph::to_text() const {
+  std::ostringstream os;
+  os << "graph " << impl_->name << " {\n";
+  append_text(os, *impl_, "");
   os << "}\n";
   return os.str();
 }
+
+std::vector<TensorType> SubGraph::param_types() const {
+  std::vector<TensorType> out;
+  for (const Tensor& p : params) out.push_back({p.dtype(), p.shape()});
+  return out;
+}
+
+std::vector<TensorType> SubGraph::result_types() const {
+  std::vector<TensorType> out;
+  for (const Tensor& r : results) out.push_back({r.dtype(), r.shape()});
+  return out;
+}
+
+std::string SubGraph::to_text() const { return graph.to_text(); }
 
 std::string Graph::to_dot() const {
   std::lock_guard lock(impl_->mu);

@@ -58,6 +58,11 @@ struct GraphImpl {
   std::unordered_map<std::string, int> by_name;
   std::vector<std::string> scopes;
   mutable std::mutex mu;
+  // While a function is traced into this graph as a sub-graph (kiln/control_flow.h): the graph
+  // its node will be recorded in, and the values of enclosing graphs used so far, each with the
+  // placeholder standing for it here (see capture()).
+  std::shared_ptr<GraphImpl> parent;
+  std::vector<std::pair<Tensor, Tensor>> captures;  // (value of parent, placeholder here)
 
   // "<scopes>/<base>", made unique by a numeric suffix ("dot", "dot_1", ...).
   std::string unique_name(const std::string& base);
@@ -67,6 +72,12 @@ struct GraphImpl {
 
 // The graph that op functions on concrete inputs record into on this thread, if any.
 std::shared_ptr<GraphImpl>& default_graph();
+
+// Whether `ancestor` encloses `g` (is its parent, or its parent's, ...) while `g` is traced.
+bool encloses(const GraphImpl* ancestor, const GraphImpl* g);
+// The placeholder of `g` standing for `outer`, a value of a graph enclosing `g`: made on first
+// use (and, through every graph in between, captured there too), then reused.
+Tensor capture(const std::shared_ptr<GraphImpl>& g, const Tensor& outer);
 
 
 }  // namespace kiln::detail

@@ -19,6 +19,7 @@ RULES = [
     ("include/kiln/data/", "api.data"), ("include/kiln/io/", "api.io"),
     ("include/kiln/optim.h", "api.optim"),
     ("include/kiln/function.h", "api.function"), ("include/kiln/autodiff.h", "api.function"),
+    ("include/kiln/control_flow.h", "api.function"),
     ("include/kiln/ops.h", "ops"),
     ("include/kiln/", "core"),
     ("src/core/", "core"), ("runtime/", "runtime"), ("ops/", "ops"), ("compiler/", "compiler"),

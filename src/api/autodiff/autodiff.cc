@@ -120,35 +120,51 @@ std::vector<Tensor> apply_rule(Graph g, const NodeInfo& n, const std::vector<Ten
 
 }  // namespace
 
-std::vector<Tensor> gradients(const Tensor& y, const std::vector<Tensor>& xs, const Tensor& dy) {
-  if (!y.defined()) fail("y is an undefined tensor");
-  if (!y.is_symbolic()) {
-    fail("y is a concrete tensor; it must be a symbolic value recorded in a graph",
-         ErrorCode::kFailedPrecondition);
+std::vector<Tensor> gradients(const std::vector<Tensor>& ys, const std::vector<Tensor>& xs,
+                              const std::vector<Tensor>& dys) {
+  if (ys.empty()) fail("ys is empty");
+  if (!dys.empty() && dys.size() != ys.size()) {
+    fail("dys has " + std::to_string(dys.size()) + " tensors for " + std::to_string(ys.size()) +
+         " ys");
   }
-  Graph g = y.graph();
+  for (size_t i = 0; i < ys.size(); ++i) {
+    const std::string what = ys.size() == 1 ? "y" : "ys[" + std::to_string(i) + "]";
+    if (!ys[i].defined()) fail(what + " is an undefined tensor");
+    if (!ys[i].is_symbolic()) {
+      fail(what + " is a concrete tensor; it must be a symbolic value recorded in a graph",
+           ErrorCode::kFailedPrecondition);
+    }
+    if (!is_floating(ys[i].dtype())) {
+      fail(what + " must be floating-point to be differentiated, got " +
+           TensorType{ys[i].dtype(), ys[i].shape()}.str());
+    }
+  }
+  Graph g = ys[0].graph();
+  for (size_t i = 1; i < ys.size(); ++i) require_value_of(g, ys[i], "ys[" + std::to_string(i) + "]");
   for (size_t i = 0; i < xs.size(); ++i)
     require_value_of(g, xs[i], "xs[" + std::to_string(i) + "]");
-  if (!is_floating(y.dtype())) {
-    fail("y must be floating-point to be differentiated, got " +
-         TensorType{y.dtype(), y.shape()}.str());
-  }
 
-  const ValueRef target = ref_of(y);
+  int last = 0;
+  for (const Tensor& y : ys) last = std::max(last, ref_of(y).node);
   std::vector<NodeInfo> nodes;
-  for (int id = 0; id <= target.node; ++id) nodes.push_back(g.node(id));
+  for (int id = 0; id <= last; ++id) nodes.push_back(g.node(id));
   const Carries carries = find_carriers(nodes, xs);
 
   auto scope = g.name_scope("gradients");
   auto recording = g.as_default();
   std::vector<std::vector<Tensor>> grads(nodes.size());  // [node][output], summed
   for (const NodeInfo& n : nodes) grads[n.id].resize(n.outputs.size());
-  if (dy.defined() || carries[target.node][target.output]) {
-    Tensor seed = seed_for(g, y, dy);
-    if (carries[target.node][target.output]) grads[target.node][target.output] = seed;
+  for (size_t i = 0; i < ys.size(); ++i) {
+    const ValueRef target = ref_of(ys[i]);
+    const Tensor dy = dys.empty() ? Tensor() : dys[i];
+    if (!dy.defined() && !carries[target.node][target.output]) continue;
+    Tensor seed = seed_for(g, ys[i], dy);
+    if (!carries[target.node][target.output]) continue;
+    Tensor& total = grads[target.node][target.output];
+    total = total.defined() ? add(total, seed) : seed;
   }
 
-  for (int id = target.node; id >= 0; --id) {
+  for (int id = last; id >= 0; --id) {
     const NodeInfo& n = nodes[id];
     bool reached = std::any_of(grads[id].begin(), grads[id].end(),
                                [](const Tensor& t) { return t.defined(); });
@@ -168,10 +184,14 @@ std::vector<Tensor> gradients(const Tensor& y, const std::vector<Tensor>& xs, co
   std::vector<Tensor> out;
   for (const Tensor& x : xs) {
     ValueRef r = ref_of(x);
-    bool reached = r.node <= target.node && grads[r.node][r.output].defined();
+    bool reached = r.node <= last && grads[r.node][r.output].defined();
     out.push_back(reached ? grads[r.node][r.output] : zeros_like(x));
   }
   return out;
+}
+
+std::vector<Tensor> gradients(const Tensor& y, const std::vector<Tensor>& xs, const Tensor& dy) {
+  return gradients(std::vector<Tensor>{y}, xs, std::vector<Tensor>{dy});
 }
 
 std::pair<Tensor, std::vector<Tensor>> value_and_grad(const DifferentiableFn& f,

@@ -14,6 +14,7 @@ namespace kiln::io::internal {
 
 void set_type(proto::saved::TensorTypeDef* out, const TensorType& type);
 void set_tensor(proto::saved::TensorValue* out, const Tensor& t);
+void set_subgraph(proto::saved::SubGraphDef* out, const SubGraph& sub);
 // `node` names the owner of the attribute in the error for a symbolic tensor.
 void set_attr(proto::saved::AttrDef* out, const std::string& name, const AttrValue& value,
               const std::string& node);
@@ -29,6 +30,8 @@ TensorType type_from(const proto::saved::TensorTypeDef& t, const Source& src,
                      const std::string& where);
 Tensor tensor_from(const proto::saved::TensorValue& t, const Source& src,
                    const std::string& where);
+std::shared_ptr<const SubGraph> subgraph_from(const proto::saved::SubGraphDef& def,
+                                              const Source& src, const std::string& where);
 Attrs attrs_from(const google::protobuf::RepeatedPtrField<proto::saved::AttrDef>& list,
                  const Source& src, const std::string& where);
 

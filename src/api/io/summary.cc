@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "kiln/graph.h"
 #include "src/api/io/file_io.h"
 #include "src/api/io/proto/event.pb.h"
 #include "src/api/io/proto/graph.pb.h"
@@ -99,6 +100,8 @@ proto::AttrValue attr_value(const AttrValue& value) {
           out.mutable_list()->mutable_i()->Add(v.begin(), v.end());
         } else if constexpr (std::is_same_v<T, std::vector<double>>) {
           for (double d : v) out.mutable_list()->add_f(static_cast<float>(d));
+        } else if constexpr (std::is_same_v<T, std::shared_ptr<const SubGraph>>) {
+          out.set_s("subgraph " + (v ? v->graph.name() : std::string("(null)")));
         } else {  // a Tensor: its values when small, else its type
           if (!v.defined()) {
             out.set_s("undefined");

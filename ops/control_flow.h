@@ -1,0 +1,36 @@
+// The control-flow ops cond, while and scan (kiln/control_flow.h builds them): their type
+// rules and the loops that run them. A loop calls its sub-graphs through a SubRunner, so the
+// reference kernels (which interpret the sub-graphs) and the compiler's control-flow thunks
+// (which run them compiled, compiler/control_flow.cc) share one implementation of the
+// semantics.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "kiln/graph.h"
+#include "kiln/op_registry.h"
+
+namespace kiln::ops {
+
+// The result types of `sub` when its params have `params`' types (more concrete than those it
+// was traced with, e.g. a batch dimension known only at run time).
+std::vector<TensorType> infer_subgraph(const SubGraph& sub, const std::vector<TensorType>& params,
+                                       const std::string& node);
+
+// Runs one sub-graph: takes its params' values (in order, moved in so a compiled body may
+// update loop-carried buffers in place) and returns its results.
+using SubRunner = std::function<std::vector<Tensor>(std::vector<Tensor>&& args)>;
+
+// The sub-graph attributes each op holds, in the order the runners below take them.
+//   cond:  "then_branch", "else_branch"
+//   while: "cond", "body"
+//   scan:  "body"
+void run_cond(KernelContext& ctx, const SubRunner& then_branch, const SubRunner& else_branch);
+void run_while(KernelContext& ctx, const SubRunner& cond, const SubRunner& body);
+void run_scan(KernelContext& ctx, const SubRunner& body);
+
+// Whether `op` is one of the control-flow ops (its node holds sub-graphs).
+bool is_control_flow(const std::string& op);
+
+}  // namespace kiln::ops
