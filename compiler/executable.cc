@@ -12,12 +12,14 @@
 #include <unordered_map>
 
 #include "compiler/codegen/cpu/fusion_target.h"
+#include "compiler/control_flow.h"
 #include "compiler/dump.h"
 #include "compiler/executable_impl.h"
 #include "compiler/kernel_cache.h"
 #include "compiler/lowering.h"
 #include "compiler/pipeline.h"
 #include "compiler/schedule.h"
+#include "ops/control_flow.h"
 #include "runtime/execute.h"
 #include "runtime/feeds.h"
 
@@ -196,10 +198,14 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
     for (const ValueRef& in : node.inputs) t.inputs.push_back(in);
     std::vector<TensorType> in_types;
     for (const ValueRef& in : node.inputs) in_types.push_back(im.types[in.node][in.output]);
-    try {
-      t.kernel = &runtime::find_cpu_kernel(*node.def, in_types, im.types[id]);
-    } catch (const Error&) {
-      // no kernel for these dtypes: the run reports it
+    if (ops::is_control_flow(node.op)) {
+      t.kernel = control_flow_kernel(node, in_types, im.control_flow_kernels, &t.description);
+    } else {
+      try {
+        t.kernel = &runtime::find_cpu_kernel(*node.def, in_types, im.types[id]);
+      } catch (const Error&) {
+        // no kernel for these dtypes: the run reports it
+      }
     }
     unit_of[id] = static_cast<int>(units.size());
     units.push_back(std::move(t));

@@ -85,6 +85,7 @@ struct Executable::Impl {
   std::vector<std::pair<int, Tensor>> constants;  // slot, value
   std::vector<int> fetched;                       // slot of each requested output
   std::vector<cpu::FusedKernel> kernels;
+  std::vector<std::unique_ptr<KernelDef>> control_flow_kernels;  // compiler/control_flow.h
   std::vector<Thunk> thunks;
   std::vector<Alias> aliases;
   std::vector<int> alias_of_slot;  // by slot: the donation whose feed it is, or -1

@@ -73,6 +73,18 @@ bool is_control_flow(const std::string& op) {
 
 std::vector<TensorType> infer_subgraph(const SubGraph& sub, const std::vector<TensorType>& params,
                                        const std::string& node) {
+  for (size_t i = 0; i < sub.params.size() + sub.results.size(); ++i) {
+    const bool param = i < sub.params.size();
+    const Tensor& t = param ? sub.params[i] : sub.results[i - sub.params.size()];
+    if (!t.defined() || !t.is_symbolic() || !(t.graph() == sub.graph) ||
+        (param && sub.graph.node(t.impl()->node).op != "placeholder")) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  node + ": sub-graph '" + sub.graph.name() + "': " +
+                      (param ? "param " + std::to_string(i) + " is not a placeholder"
+                             : "result " + std::to_string(i - sub.params.size()) + " is not a value") +
+                      " of its graph");
+    }
+  }
   if (params == sub.param_types()) return sub.result_types();
   const std::shared_ptr<detail::GraphImpl>& g = sub.graph.impl();
   std::vector<detail::Node> nodes;

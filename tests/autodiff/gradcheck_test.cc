@@ -59,7 +59,7 @@ std::vector<GradCheck> all_checks() {
 // <dz, op(args)[k]>, in f64 on the host (eagerly: the same oracle for both modes).
 double weighted_output(const OpCase& c, const std::vector<Tensor>& args, int k,
                        const std::vector<double>& dz) {
-  std::vector<double> z = call_op(c.op, args, c.attrs)[k].to_vector<double>();
+  std::vector<double> z = call_op(c.op, args, attrs_for(c, args))[k].to_vector<double>();
   double total = 0;
   for (size_t i = 0; i < z.size(); ++i) total += dz[i] * z[i];
   return total;
@@ -138,11 +138,11 @@ void check_case(const GradCheck& p) {
     wrt.push_back(params.back());
     wrt_index.push_back(i);
   }
-  std::vector<Tensor> outputs = call_op(c.op, params, c.attrs);
+  std::vector<Tensor> outputs = call_op(c.op, params, attrs_for(c, params));
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (!is_floating(outputs[k].dtype())) continue;
     Tensor dz = random_input(
-        {call_op(c.op, args, c.attrs)[k].shape(), range(-1, 1), outputs[k].dtype()}, rng);
+        {call_op(c.op, args, attrs_for(c, args))[k].shape(), range(-1, 1), outputs[k].dtype()}, rng);
     std::vector<double> dzv = dz.to_vector<double>();
     // Fed, not a constant: the compiler would fold every rule that does not read the inputs
     // (those of linear ops) at compile time with the reference kernels.
@@ -234,8 +234,8 @@ TEST(GradientRules, EveryCaseHasALargerVariant) {
     for (const Input& input : big.inputs) large_args.push_back(random_input(input, rng));
     for (const Tensor& t : small_args) small.push_back(t.shape());
     for (const Tensor& t : large_args) large.push_back(t.shape());
-    for (const Tensor& t : call_op(c.op, small_args, c.attrs)) small.push_back(t.shape());
-    for (const Tensor& t : call_op(big.op, large_args, big.attrs)) large.push_back(t.shape());
+    for (const Tensor& t : call_op(c.op, small_args, attrs_for(c, small_args))) small.push_back(t.shape());
+    for (const Tensor& t : call_op(big.op, large_args, attrs_for(big, large_args))) large.push_back(t.shape());
     ASSERT_EQ(big.op, c.op);
     ASSERT_EQ(small.size(), large.size()) << case_name(c);
     bool grows = false, all_scalars = true;

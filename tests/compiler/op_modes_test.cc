@@ -69,7 +69,7 @@ void check_modes(const OpCase& c, DType dtype, bool fused) {
                (fused ? ", between a producer and a consumer" : ", alone"));
   std::vector<Tensor> args = case_inputs(c, dtype);
   // Eagerly, for the output types (the consumer's feeds need their shapes).
-  std::vector<Tensor> eager = call_op(c.op, args, c.attrs);
+  std::vector<Tensor> eager = call_op(c.op, args, attrs_for(c, args));
 
   Graph g("op_modes");
   FeedList feeds;
@@ -93,9 +93,9 @@ void check_modes(const OpCase& c, DType dtype, bool fused) {
   std::vector<Tensor> outputs;
   if (params.empty()) {  // iota: nothing symbolic to record from, so record into g explicitly
     auto guard = g.as_default();
-    outputs = call_op(c.op, params, c.attrs);
+    outputs = call_op(c.op, params, attrs_for(c, params));
   } else {
-    outputs = call_op(c.op, params, c.attrs);
+    outputs = call_op(c.op, params, attrs_for(c, params));
   }
   if (fused) {
     std::mt19937_64 rng(7);

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <ostream>
 #include <random>
 #include <string>
@@ -48,7 +50,72 @@ struct OpCase {
   std::string label = "";  // tells apart several cases of one op
   double step = 1e-6;      // gradcheck: of the central differences
   double tol = 1e-6;       // gradcheck: |rule - differences| <= tol * (1 + |differences|)
+  // Set for ops whose attributes depend on the input types (the control-flow ops' sub-graphs
+  // are traced for them): the attributes for these inputs, used instead of `attrs`.
+  std::function<Attrs(const std::vector<TensorType>&)> typed_attrs = nullptr;
 };
+
+// The attributes of case `c` for these arguments.
+inline Attrs attrs_for(const OpCase& c, const std::vector<Tensor>& args) {
+  if (!c.typed_attrs) return c.attrs;
+  std::vector<TensorType> types;
+  for (const Tensor& a : args) types.push_back({a.dtype(), a.shape()});
+  return c.typed_attrs(types);
+}
+
+// A sub-graph of f over params of these types (the control-flow ops' cases).
+inline std::shared_ptr<const SubGraph> subgraph_of(
+    const std::string& name, const std::vector<TensorType>& params,
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& f) {
+  auto sub = std::make_shared<SubGraph>();
+  sub->graph = Graph(name);
+  for (const TensorType& t : params) sub->params.push_back(sub->graph.placeholder(t.dtype, t.shape));
+  auto guard = sub->graph.as_default();
+  sub->results = f(sub->params);
+  for (Tensor& r : sub->results)
+    if (!r.is_symbolic()) r = sub->graph.constant(r);
+  return sub;
+}
+
+// cond: pred ? sin(x) * w : x * x + w.
+inline Attrs cond_case_attrs(const std::vector<TensorType>& in) {
+  std::vector<TensorType> params(in.begin() + 1, in.end());
+  Attrs a;
+  a.set("then_branch", subgraph_of("then", params, [](const std::vector<Tensor>& p) {
+          return std::vector<Tensor>{sin(p[0]) * p[1]};
+        }));
+  a.set("else_branch", subgraph_of("else", params, [](const std::vector<Tensor>& p) {
+          return std::vector<Tensor>{p[0] * p[0] + p[1]};
+        }));
+  return a;
+}
+
+// scan over (carry h, xs x, captured w): h' = tanh(h w + x), y = h' * x.
+inline Attrs scan_case_attrs(const std::vector<TensorType>& in, bool reverse, bool remat) {
+  std::vector<TensorType> params = in;
+  params[1].shape.erase(params[1].shape.begin());
+  Attrs a;
+  a.set("body", subgraph_of("body", params, [](const std::vector<Tensor>& p) {
+          Tensor h = tanh(matmul(p[0], p[2]) + p[1]);
+          return std::vector<Tensor>{h, h * p[1]};
+        }));
+  a.set("num_carry", int64_t{1}).set("num_xs", int64_t{1}).set("length", in[1].shape[0]);
+  a.set("reverse", reverse).set("remat", remat).set("unroll", int64_t{1});
+  return a;
+}
+
+// while (at most 3 steps, cond always true) over (x, captured w): x' = tanh(x * w) + x / 2.
+inline Attrs while_case_attrs(const std::vector<TensorType>& in) {
+  Attrs a;
+  a.set("cond", subgraph_of("cond", in, [](const std::vector<Tensor>&) {
+          return std::vector<Tensor>{Tensor::scalar(true)};
+        }));
+  a.set("body", subgraph_of("body", in, [](const std::vector<Tensor>& p) {
+          return std::vector<Tensor>{tanh(p[0] * p[1]) + p[0] / 2.0};
+        }));
+  a.set("num_vars", int64_t{1}).set("max_iterations", int64_t{3});
+  return a;
+}
 
 // The gradient table (tests/autodiff/gradcheck_test.cc): one line per case, at least one case
 // per differentiable op.
@@ -265,6 +332,13 @@ inline const std::vector<OpCase>& differentiable_cases() {
        {{"lhs_contract", Axes{0}}, {"rhs_contract", Axes{0}}},
        "vectors"},
       {"dot", {in({2}), in({3})}, {{"lhs_contract", Axes{}}, {"rhs_contract", Axes{}}}, "outer"},
+      // ---- control flow (ops/control_flow.cc; gradients in src/api/function/control_flow.cc)
+      {"cond", {pred({}), in({3}), in({3})}, {}, "", 1e-6, 1e-6, cond_case_attrs},
+      {"scan", {in({2, 3}), in({4, 2, 3}), in({3, 3})}, {}, "", 1e-6, 1e-6,
+       [](const std::vector<TensorType>& t) { return scan_case_attrs(t, false, false); }},
+      {"scan", {in({2, 3}), in({4, 2, 3}), in({3, 3})}, {}, "reverse_remat", 1e-6, 1e-6,
+       [](const std::vector<TensorType>& t) { return scan_case_attrs(t, true, true); }},
+      {"while", {in({2}), in({2})}, {}, "", 1e-6, 1e-6, while_case_attrs},
   };
   return kCases;
 }
