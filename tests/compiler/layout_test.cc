@@ -419,9 +419,11 @@ TEST(LayoutTest, IsNotExactAndRunsOnlyInTheFullPipeline) {
   // After the exact fixed-point group, before the dot epilogue fusion.
   EXPECT_EQ(
       all.pass_names(),
-      "verify constant_folding algebraic_simplifier cse dce layout epilogue_fusion dce verify");
+      "verify constant_folding algebraic_simplifier cse merge_augmented_scans dce layout "
+      "epilogue_fusion dce verify");
   EXPECT_EQ(exact.pass_names(),
-            "verify constant_folding algebraic_simplifier cse dce epilogue_fusion dce verify");
+            "verify constant_folding algebraic_simplifier cse merge_augmented_scans dce "
+            "epilogue_fusion dce verify");
 
   Graph g{"pipeline"};
   Tensor x = g.placeholder(f32, {6, 4}, "x");

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <random>
 
 #include "compiler/executable.h"
 #include "kiln/control_flow.h"
+#include "kiln/io/saved_model.h"
 #include "kiln/kiln.h"
 #include "tests/testing/values.h"
 
@@ -414,6 +416,31 @@ TEST(CompiledControlFlow, TheGradientsForwardScanReplacesTheOriginal) {
       << ::testing::PrintToString(exe.thunk_descriptions());
   Ts got = exe.run(feeds), want = g.run(feeds, fetches);
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(allclose(got[i], want[i], 1e-12, 1e-12)) << i;
+}
+
+TEST(SavedControlFlow, ASavedModelKeepsItsSubGraphs) {
+  Graph g("cf_model");
+  Tensor x = g.placeholder(f32, {3, 2}), w = g.placeholder(f32, {2});
+  Tensor y;
+  {
+    auto guard = g.as_default();
+    ScanResult r = scan([&](const Ts& c, const Ts& row) {
+      Ts b = cond(sum(row[0]) > scalar_like(0, row[0]), [&](const Ts& o) { return Ts{o[0] * w}; },
+                  [](const Ts& o) { return Ts{-o[0]}; }, {row[0]});
+      return std::make_pair(Ts{c[0] + b[0]}, Ts{b[0]});
+    }, {zeros({2})}, {x});
+    y = r.carry[0] + sum(r.ys[0], {0});
+  }
+  const std::string dir = ::testing::TempDir() + "/kiln_saved_control_flow";
+  std::filesystem::remove_all(dir);
+  io::save_graph({"cf_model", g, {{"x", x}, {"w", w}}, {{"y", y}}, {}}, dir);
+  io::LoadedModel m = io::load_model(dir);
+  EXPECT_NE(m.graph().to_text().find("body: graph"), std::string::npos) << m.graph().to_text();
+  Tensor xv = test_values::values({3, 2}, {1, 2, -3, -4, 5, -1}), wv = test_values::values({2}, {2, 3});
+  Tensor want = g.run({{x, xv}, {w, wv}}, y);
+  std::map<std::string, Tensor> got = m.run("serving_default", {{"x", xv}, {"w", wv}});
+  EXPECT_TRUE(allclose(got.at("y"), want, 1e-6, 1e-6));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
