@@ -22,7 +22,8 @@ CompiledSub compile_sub(const std::shared_ptr<const SubGraph>& sub,
     feeds.emplace_back(sub->params[i], Tensor::empty(params[i].dtype, params[i].shape));
   std::vector<Donation> donations;
   for (size_t i = 0; i < carried; ++i) donations.push_back({sub->params[i], static_cast<int>(i)});
-  auto exe = std::make_shared<const Executable>(compile(sub->graph, sub->results, feeds, donations));
+  auto exe =
+      std::make_shared<const Executable>(compile(sub->graph, sub->results, feeds, donations));
   return {sub, std::move(exe)};
 }
 
@@ -30,7 +31,8 @@ ops::SubRunner runner(const CompiledSub& c) {
   return [c](std::vector<Tensor>&& args) {
     FeedList feeds;
     feeds.reserve(args.size());
-    for (size_t i = 0; i < args.size(); ++i) feeds.emplace_back(c.sub->params[i], std::move(args[i]));
+    for (size_t i = 0; i < args.size(); ++i)
+      feeds.emplace_back(c.sub->params[i], std::move(args[i]));
     return c.exe->run_donating(std::move(feeds));
   };
 }
@@ -71,8 +73,8 @@ const KernelDef* control_flow_kernel(const detail::Node& node,
     for (size_t j = nc; j < nc + nx; ++j) params[j].shape.erase(params[j].shape.begin());
     CompiledSub b = compile_sub(sub_of(node, "body"), params, nc);
     kernel->fn = [b](KernelContext& ctx) { ops::run_scan(ctx, runner(b)); };
-    *description = "scan(length " + std::to_string(node.attrs.get_int("length")) + ", body: " +
-                   thunks_of(b) + ")";
+    *description = "scan(length " + std::to_string(node.attrs.get_int("length")) +
+                   ", body: " + thunks_of(b) + ")";
   } else {
     throw Error(ErrorCode::kInternal, "control_flow_kernel: '" + node.op + "' is not control flow");
   }

@@ -14,15 +14,6 @@
 namespace kiln::ops {
 namespace {
 
-bool compatible(const TensorType& a, const TensorType& b) {
-  if (a.dtype != b.dtype || a.shape.size() != b.shape.size()) return false;
-  for (size_t i = 0; i < a.shape.size(); ++i) {
-    if (a.shape[i] != b.shape[i] && a.shape[i] != kUnknownDim && b.shape[i] != kUnknownDim)
-      return false;
-  }
-  return true;
-}
-
 // Checks that `args` fit the params of sub-graph `attr`.
 void check_params(const InferContext& ctx, const std::string& attr,
                   const std::vector<TensorType>& args) {
@@ -33,7 +24,7 @@ void check_params(const InferContext& ctx, const std::string& attr,
   }
   for (size_t i = 0; i < args.size(); ++i) {
     TensorType want{sub.params[i].dtype(), sub.params[i].shape()};
-    if (!compatible(want, args[i])) {
+    if (!types_compatible(want, args[i])) {
       ctx.fail(attr + "'s parameter " + std::to_string(i) + " is " + want.str() +
                ", the node gives " + args[i].str());
     }
@@ -41,7 +32,8 @@ void check_params(const InferContext& ctx, const std::string& attr,
 }
 
 std::vector<TensorType> slice(const std::vector<TensorType>& v, size_t begin, size_t end) {
-  return {v.begin() + static_cast<std::ptrdiff_t>(begin), v.begin() + static_cast<std::ptrdiff_t>(end)};
+  return {v.begin() + static_cast<std::ptrdiff_t>(begin),
+          v.begin() + static_cast<std::ptrdiff_t>(end)};
 }
 
 // Row t of x (its first dimension), sharing x's storage.
@@ -67,6 +59,15 @@ void check_result(const KernelContext& ctx, const char* what, size_t i, const Te
 
 }  // namespace
 
+bool types_compatible(const TensorType& a, const TensorType& b) {
+  if (a.dtype != b.dtype || a.shape.size() != b.shape.size()) return false;
+  for (size_t i = 0; i < a.shape.size(); ++i) {
+    if (a.shape[i] != b.shape[i] && a.shape[i] != kUnknownDim && b.shape[i] != kUnknownDim)
+      return false;
+  }
+  return true;
+}
+
 bool is_control_flow(const std::string& op) {
   return op == "cond" || op == "while" || op == "scan";
 }
@@ -78,11 +79,12 @@ std::vector<TensorType> infer_subgraph(const SubGraph& sub, const std::vector<Te
     const Tensor& t = param ? sub.params[i] : sub.results[i - sub.params.size()];
     if (!t.defined() || !t.is_symbolic() || !(t.graph() == sub.graph) ||
         (param && sub.graph.node(t.impl()->node).op != "placeholder")) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  node + ": sub-graph '" + sub.graph.name() + "': " +
-                      (param ? "param " + std::to_string(i) + " is not a placeholder"
-                             : "result " + std::to_string(i - sub.params.size()) + " is not a value") +
-                      " of its graph");
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          node + ": sub-graph '" + sub.graph.name() + "': " +
+              (param ? "param " + std::to_string(i) + " is not a placeholder"
+                     : "result " + std::to_string(i - sub.params.size()) + " is not a value") +
+              " of its graph");
     }
   }
   if (params == sub.param_types()) return sub.result_types();
@@ -136,7 +138,7 @@ KILN_REGISTER_OP(cond)
                  std::to_string(b.size()) + " values");
       }
       for (size_t i = 0; i < a.size(); ++i) {
-        if (!compatible(a[i], b[i])) {
+        if (!types_compatible(a[i], b[i])) {
           ctx.fail("result " + std::to_string(i) + " is " + a[i].str() + " in then_branch but " +
                    b[i].str() + " in else_branch");
         }
@@ -177,7 +179,7 @@ KILN_REGISTER_OP(while)
                  std::to_string(vars.size()) + " loop variables");
       }
       for (size_t i = 0; i < b.size(); ++i) {
-        if (!compatible(b[i], vars[i])) {
+        if (!types_compatible(b[i], vars[i])) {
           ctx.fail("loop variable " + std::to_string(i) + " is " + vars[i].str() +
                    " before the body and " + b[i].str() + " after it");
         }
@@ -189,7 +191,8 @@ void run_while(KernelContext& ctx, const SubRunner& cond, const SubRunner& body)
   const int64_t num_vars = ctx.attrs().get_int("num_vars");
   const int64_t max_iterations = ctx.attrs().get_int("max_iterations", -1);
   std::vector<Tensor> vars, captured;
-  for (int i = 0; i < ctx.num_inputs(); ++i) (i < num_vars ? vars : captured).push_back(ctx.input(i));
+  for (int i = 0; i < ctx.num_inputs(); ++i)
+    (i < num_vars ? vars : captured).push_back(ctx.input(i));
   for (int64_t step = 0; max_iterations < 0 || step < max_iterations; ++step) {
     std::vector<Tensor> args = vars;
     args.insert(args.end(), captured.begin(), captured.end());
@@ -232,7 +235,7 @@ KILN_REGISTER_OP(scan)
       }
       std::vector<TensorType> out = slice(ctx.inputs(), 0, nc);
       for (int64_t i = 0; i < nc; ++i) {
-        if (!compatible(r[i], out[i])) {
+        if (!types_compatible(r[i], out[i])) {
           ctx.fail("carry " + std::to_string(i) + " is " + out[i].str() + " before the body and " +
                    r[i].str() + " after it");
         }
@@ -252,7 +255,8 @@ void run_scan(KernelContext& ctx, const SubRunner& body) {
   const int num_out = static_cast<int>(ctx.outputs().size());
   std::vector<Tensor> carry, captured;
   for (int64_t i = 0; i < nc; ++i) carry.push_back(ctx.input(static_cast<int>(i)));
-  for (int i = static_cast<int>(nc + nx); i < ctx.num_inputs(); ++i) captured.push_back(ctx.input(i));
+  for (int i = static_cast<int>(nc + nx); i < ctx.num_inputs(); ++i)
+    captured.push_back(ctx.input(i));
   std::vector<char*> ys;
   std::vector<size_t> row_bytes;
   for (int k = static_cast<int>(nc); k < num_out; ++k) {
@@ -263,7 +267,8 @@ void run_scan(KernelContext& ctx, const SubRunner& body) {
   for (int64_t s = 0; s < length; ++s) {
     const int64_t t = reverse ? length - 1 - s : s;
     std::vector<Tensor> args = std::move(carry);
-    for (int64_t j = 0; j < nx; ++j) args.push_back(row_view(ctx.input(static_cast<int>(nc + j)), t));
+    for (int64_t j = 0; j < nx; ++j)
+      args.push_back(row_view(ctx.input(static_cast<int>(nc + j)), t));
     args.insert(args.end(), captured.begin(), captured.end());
     std::vector<Tensor> r = body(std::move(args));
     carry.assign(std::make_move_iterator(r.begin()), std::make_move_iterator(r.begin() + nc));

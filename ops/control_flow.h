@@ -18,6 +18,10 @@ namespace kiln::ops {
 std::vector<TensorType> infer_subgraph(const SubGraph& sub, const std::vector<TensorType>& params,
                                        const std::string& node);
 
+// Whether a and b can be the same type: equal dtypes and ranks, and each dimension equal or
+// unknown (kUnknownDim) in one of them.
+bool types_compatible(const TensorType& a, const TensorType& b);
+
 // Runs one sub-graph: takes its params' values (in order, moved in so a compiled body may
 // update loop-carried buffers in place) and returns its results.
 using SubRunner = std::function<std::vector<Tensor>(std::vector<Tensor>&& args)>;

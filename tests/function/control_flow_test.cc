@@ -1,5 +1,7 @@
 // cond, while_loop, scan and fori_loop: eager, traced (interpreted and compiled) and their
 // gradients against central finite differences; captures, nesting, type errors.
+#include "kiln/control_flow.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include <random>
 
 #include "compiler/executable.h"
-#include "kiln/control_flow.h"
 #include "kiln/io/saved_model.h"
 #include "kiln/kiln.h"
 #include "tests/testing/values.h"
@@ -20,9 +21,13 @@ using test_values::expect_error;
 using test_values::expect_values;
 using Ts = std::vector<Tensor>;
 
-Tensor f64s(Shape shape, std::vector<double> v) { return test_values::values(std::move(shape), std::move(v), f64); }
+Tensor f64s(Shape shape, std::vector<double> v) {
+  return test_values::values(std::move(shape), std::move(v), f64);
+}
 
-Tensor random_f64(Shape shape, uint64_t seed) { return random_normal(std::move(shape), seed, 0, 1, f64); }
+Tensor random_f64(Shape shape, uint64_t seed) {
+  return random_normal(std::move(shape), seed, 0, 1, f64);
+}
 
 // Runs f traced into a graph, interpreted and compiled, and checks both against eager f.
 void expect_traced_matches_eager(const std::function<Ts(const Ts&)>& f, const Ts& args,
@@ -85,8 +90,16 @@ TEST(Cond, EagerRunsOnlyTheBranchTaken) {
   int calls_true = 0, calls_false = 0;
   Tensor x = f64s({2}, {1, 2});
   Ts out = cond(
-      Tensor::scalar(true), [&](const Ts& o) { ++calls_true; return Ts{o[0] * 2.0}; },
-      [&](const Ts& o) { ++calls_false; return Ts{o[0] - 1.0}; }, {x});
+      Tensor::scalar(true),
+      [&](const Ts& o) {
+        ++calls_true;
+        return Ts{o[0] * 2.0};
+      },
+      [&](const Ts& o) {
+        ++calls_false;
+        return Ts{o[0] - 1.0};
+      },
+      {x});
   expect_values(out[0], {2}, {2, 4});
   EXPECT_EQ(calls_true, 1);
   EXPECT_EQ(calls_false, 0);
@@ -95,8 +108,14 @@ TEST(Cond, EagerRunsOnlyTheBranchTaken) {
 TEST(Cond, TracedRecordsOneNodeWithBothBranches) {
   auto f = [](const Ts& a) {
     return cond(
-        sum(a[0]) > scalar_like(0, a[0]), [](const Ts& o) { return Ts{o[0] * 2.0, o[1]}; },
-        [](const Ts& o) { return Ts{-o[0], o[1] + 1.0}; }, {a[0], a[1]});
+        sum(a[0]) > scalar_like(0, a[0]),
+        [](const Ts& o) {
+          return Ts{o[0] * 2.0, o[1]};
+        },
+        [](const Ts& o) {
+          return Ts{-o[0], o[1] + 1.0};
+        },
+        {a[0], a[1]});
   };
   expect_traced_matches_eager(f, {f64s({3}, {1, 2, 3}), f64s({}, {5})});
   expect_traced_matches_eager(f, {f64s({3}, {-1, -2, 0}), f64s({}, {5})});
@@ -128,17 +147,33 @@ TEST(Cond, BranchesThatDisagreeAreAnErrorNamingTheResult) {
   Graph g("g");
   Tensor x = g.placeholder(f32, {2});
   auto guard = g.as_default();
-  expect_error([&] {
-    cond(Tensor::scalar(true), [](const Ts& o) { return Ts{o[0]}; },
-         [](const Ts& o) { return Ts{concatenate({o[0], o[0]}, 0)}; }, {x});
-  }, ErrorCode::kInvalidArgument, "result 0 is f32[2] from true_fn but f32[4] from false_fn");
-  expect_error([&] {
-    cond(Tensor::scalar(true), [](const Ts& o) { return Ts{o[0]}; },
-         [](const Ts& o) { return Ts{o[0], o[0]}; }, {x});
-  }, ErrorCode::kInvalidArgument, "true_fn returns 1 values, false_fn 2");
-  expect_error([&] {
-    cond(Tensor::scalar(1.0f), [](const Ts& o) { return o; }, [](const Ts& o) { return o; }, {x});
-  }, ErrorCode::kInvalidArgument, "the predicate must be a bool scalar, got f32[]");
+  expect_error(
+      [&] {
+        cond(
+            Tensor::scalar(true), [](const Ts& o) { return Ts{o[0]}; },
+            [](const Ts& o) {
+              return Ts{concatenate({o[0], o[0]}, 0)};
+            },
+            {x});
+      },
+      ErrorCode::kInvalidArgument, "result 0 is f32[2] from true_fn but f32[4] from false_fn");
+  expect_error(
+      [&] {
+        cond(
+            Tensor::scalar(true), [](const Ts& o) { return Ts{o[0]}; },
+            [](const Ts& o) {
+              return Ts{o[0], o[0]};
+            },
+            {x});
+      },
+      ErrorCode::kInvalidArgument, "true_fn returns 1 values, false_fn 2");
+  expect_error(
+      [&] {
+        cond(
+            Tensor::scalar(1.0f), [](const Ts& o) { return o; }, [](const Ts& o) { return o; },
+            {x});
+      },
+      ErrorCode::kInvalidArgument, "the predicate must be a bool scalar, got f32[]");
 }
 
 // ---- while_loop --------------------------------------------------------------------------
@@ -146,7 +181,10 @@ TEST(Cond, BranchesThatDisagreeAreAnErrorNamingTheResult) {
 TEST(WhileLoop, SumsUntilTheConditionFails) {
   auto f = [](const Ts& a) {
     return while_loop([](const Ts& v) { return v[0] < scalar_like(10, v[0]); },
-                      [](const Ts& v) { return Ts{v[0] + 1.0, v[1] + v[0]}; }, {a[0], a[1]});
+                      [](const Ts& v) {
+                        return Ts{v[0] + 1.0, v[1] + v[0]};
+                      },
+                      {a[0], a[1]});
   };
   Ts eager = f({Tensor::scalar<int64_t>(0), Tensor::scalar<int64_t>(0)});
   EXPECT_EQ(eager[0].item<int64_t>(), 10);
@@ -169,24 +207,32 @@ TEST(WhileLoop, MaximumIterationsStopsTheLoop) {
 TEST(WhileLoop, ABodyChangingAShapeIsAnErrorNamingTheVariable) {
   auto body = [](const Ts& v) { return Ts{v[0], concatenate({v[1], v[1]}, 0)}; };
   auto cond_fn = [](const Ts& v) { return v[0] < scalar_like(3, v[0]); };
-  expect_error([&] { while_loop(cond_fn, body, {Tensor::scalar(0.0), zeros({2})}); },
-               ErrorCode::kInvalidArgument,
-               "loop variable 1 is f32[2] before the body and f32[4] after it");
+  expect_error(
+      [&] {
+        while_loop(cond_fn, body, {Tensor::scalar(0.0), zeros({2})});
+      },
+      ErrorCode::kInvalidArgument, "loop variable 1 is f32[2] before the body and f32[4] after it");
   Graph g("g");
   Tensor x = g.placeholder(f32, {2});
   auto guard = g.as_default();
-  expect_error([&] { while_loop(cond_fn, body, {Tensor::scalar(0.0), x}); },
-               ErrorCode::kInvalidArgument,
-               "loop variable 1 is f32[2] before the body and f32[4] after it");
+  expect_error(
+      [&] {
+        while_loop(cond_fn, body, {Tensor::scalar(0.0), x});
+      },
+      ErrorCode::kInvalidArgument, "loop variable 1 is f32[2] before the body and f32[4] after it");
 }
 
 TEST(WhileLoop, WithoutMaximumIterationsIsNotDifferentiable) {
-  expect_error([] {
-    grad([](const Ts& a) {
-      return while_loop([](const Ts& v) { return sum(v[0]) < scalar_like(10, v[0]); },
-                        [](const Ts& v) { return Ts{v[0] * 2.0}; }, {a[0]})[0];
-    }, {f64s({1}, {1})});
-  }, ErrorCode::kUnimplemented, "has no maximum_iterations, so it is not differentiable");
+  expect_error(
+      [] {
+        grad(
+            [](const Ts& a) {
+              return while_loop([](const Ts& v) { return sum(v[0]) < scalar_like(10, v[0]); },
+                                [](const Ts& v) { return Ts{v[0] * 2.0}; }, {a[0]})[0];
+            },
+            {f64s({1}, {1})});
+      },
+      ErrorCode::kUnimplemented, "has no maximum_iterations, so it is not differentiable");
 }
 
 // ---- scan -----------------------------------------------------------------------------------
@@ -220,27 +266,36 @@ TEST(Scan, CarriesAndStacksOutputs) {
 TEST(Scan, WithoutXsTakesALengthAndZeroStepsGiveEmptyOutputs) {
   ScanOptions o;
   o.length = 3;
-  ScanResult r = scan(
-      [](const Ts& c, const Ts&) { return std::make_pair(Ts{c[0] * 3.0}, Ts{c[0]}); },
-      {f64s({}, {1})}, {}, o);
+  ScanResult r =
+      scan([](const Ts& c, const Ts&) { return std::make_pair(Ts{c[0] * 3.0}, Ts{c[0]}); },
+           {f64s({}, {1})}, {}, o);
   EXPECT_EQ(r.carry[0].item<double>(), 27);
   expect_values(r.ys[0], {3}, {1, 3, 9});
   r = scan(cumulative, {f64s({2}, {1, 2})}, {Tensor::empty(f64, {0, 2})});
   expect_values(r.carry[0], {2}, {1, 2});
   EXPECT_EQ(r.ys[0].shape(), (Shape{0, 2}));
-  expect_error([] { scan(cumulative, {f64s({2}, {1, 2})}, {}); }, ErrorCode::kInvalidArgument,
-               "with no xs, give ScanOptions::length");
+  expect_error(
+      [] {
+        scan(cumulative, {f64s({2}, {1, 2})}, {});
+      },
+      ErrorCode::kInvalidArgument, "with no xs, give ScanOptions::length");
   auto grows = [](const Ts& c, const Ts&) {
     return std::make_pair(Ts{concatenate({c[0], c[0]}, 0)}, Ts{});
   };
-  expect_error([&] { scan(grows, {f64s({2}, {1, 2})}, {f64s({2, 2}, {1, 2, 3, 4})}); },
-               ErrorCode::kInvalidArgument,
-               "carry 0 is f64[2] before the step function and f64[4] after it");
+  expect_error(
+      [&] {
+        scan(grows, {f64s({2}, {1, 2})}, {f64s({2, 2}, {1, 2, 3, 4})});
+      },
+      ErrorCode::kInvalidArgument,
+      "carry 0 is f64[2] before the step function and f64[4] after it");
 }
 
 TEST(ForiLoop, RunsTheBodyWithTheIndex) {
   auto f = [](const Ts& a) {
-    return fori_loop(2, 6, [](const Tensor& i, const Ts& v) { return Ts{v[0] + convert(i, f64) * v[1], v[1]}; },
+    return fori_loop(2, 6,
+                     [](const Tensor& i, const Ts& v) {
+                       return Ts{v[0] + convert(i, f64) * v[1], v[1]};
+                     },
                      {a[0], a[1]});
   };
   Ts out = f({f64s({}, {0}), f64s({}, {2})});
@@ -264,9 +319,13 @@ TEST(ControlFlow, Nests) {
               {o[0]}, {o[1]});
           return Ts{r.carry[0], r.ys[0]};
         },
-        [&](const Ts& o) { return Ts{o[0], sum(o[1], {1})}; }, {a[0], a[3]});
+        [&](const Ts& o) {
+          return Ts{o[0], sum(o[1], {1})};
+        },
+        {a[0], a[3]});
   };
-  Ts args = {f64s({2}, {1, 2}), f64s({2}, {1.5, 2}), Tensor::scalar(true), f64s({3, 2}, {1, 0, 0, 1, 1, 1})};
+  Ts args = {f64s({2}, {1, 2}), f64s({2}, {1.5, 2}), Tensor::scalar(true),
+             f64s({3, 2}, {1, 0, 0, 1, 1, 1})};
   expect_traced_matches_eager(f, args);
   args[2] = Tensor::scalar(false);
   expect_traced_matches_eager(f, args);
@@ -279,8 +338,9 @@ TEST(ControlFlowGradients, Cond) {
     expect_gradients_match(
         [take](const Ts& a) {
           Tensor w = a[1];
-          Ts r = cond(Tensor::scalar(take), [&](const Ts& o) { return Ts{sin(o[0]) * w}; },
-                      [&](const Ts& o) { return Ts{o[0] * o[0] + exp(w)}; }, {a[0]});
+          Ts r = cond(
+              Tensor::scalar(take), [&](const Ts& o) { return Ts{sin(o[0]) * w}; },
+              [&](const Ts& o) { return Ts{o[0] * o[0] + exp(w)}; }, {a[0]});
           return sum(r[0]);
         },
         {random_f64({3}, 5), random_f64({3}, 6)});
@@ -312,7 +372,8 @@ TEST(ControlFlowGradients, ScanSavingResidualsAndRecomputing) {
 TEST(ControlFlowGradients, ForiLoopAndWhileWithMaximumIterations) {
   expect_gradients_match(
       [](const Ts& a) {
-        Ts v = fori_loop(0, 3, [&](const Tensor&, const Ts& u) { return Ts{sin(u[0]) * a[1]}; }, {a[0]});
+        Ts v = fori_loop(0, 3, [&](const Tensor&, const Ts& u) { return Ts{sin(u[0]) * a[1]}; },
+                         {a[0]});
         return sum(v[0]);
       },
       {random_f64({3}, 7), random_f64({3}, 8)});
@@ -321,7 +382,9 @@ TEST(ControlFlowGradients, ForiLoopAndWhileWithMaximumIterations) {
   expect_gradients_match(
       [&](const Ts& a) {
         Ts v = while_loop([](const Ts& u) { return u[1] < scalar_like(4, u[1]); },
-                          [&](const Ts& u) { return Ts{u[0] * a[1] + 0.1, u[1] + 1.0}; },
+                          [&](const Ts& u) {
+                            return Ts{u[0] * a[1] + 0.1, u[1] + 1.0};
+                          },
                           {a[0], Tensor::scalar<int64_t>(0)}, o);
         return sum(v[0]);
       },
@@ -358,9 +421,8 @@ TEST(ControlFlowGradients, NestedLoopsAndALoopInsideACond) {
 // ---- compiled -------------------------------------------------------------------------------
 
 int count_of(const std::vector<std::string>& lines, const std::string& prefix) {
-  return static_cast<int>(std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
-    return l.rfind(prefix, 0) == 0;
-  }));
+  return static_cast<int>(std::count_if(
+      lines.begin(), lines.end(), [&](const std::string& l) { return l.rfind(prefix, 0) == 0; }));
 }
 
 TEST(CompiledControlFlow, BodiesAreCompiledSubPrograms) {
@@ -370,12 +432,15 @@ TEST(CompiledControlFlow, BodiesAreCompiledSubPrograms) {
   ScanResult r;
   {
     auto guard = g.as_default();
-    r = scan([&](const Ts& c, const Ts& x) {
-      Tensor h = tanh(matmul(c[0], w) + x[0]);
-      return std::make_pair(Ts{h}, Ts{h * 2.0f});
-    }, {h0}, {xs});
+    r = scan(
+        [&](const Ts& c, const Ts& x) {
+          Tensor h = tanh(matmul(c[0], w) + x[0]);
+          return std::make_pair(Ts{h}, Ts{h * 2.0f});
+        },
+        {h0}, {xs});
   }
-  FeedList feeds = {{h0, random_normal({2, 3}, 1)}, {xs, random_normal({5, 2, 3}, 2)},
+  FeedList feeds = {{h0, random_normal({2, 3}, 1)},
+                    {xs, random_normal({5, 2, 3}, 2)},
                     {w, random_normal({3, 3}, 3)}};
   compiler::Executable exe = compiler::compile(g, {r.carry[0], r.ys[0]}, feeds);
   std::vector<std::string> thunks = exe.thunk_descriptions();
@@ -396,16 +461,18 @@ TEST(CompiledControlFlow, TheGradientsForwardScanReplacesTheOriginal) {
   Ts grads;
   {
     auto guard = g.as_default();
-    ScanResult r = scan([&](const Ts& c, const Ts& x) {
-      Tensor h = tanh(matmul(c[0], w) + x[0]);
-      return std::make_pair(Ts{h}, Ts{h * x[0]});
-    }, {h0}, {xs});
+    ScanResult r = scan(
+        [&](const Ts& c, const Ts& x) {
+          Tensor h = tanh(matmul(c[0], w) + x[0]);
+          return std::make_pair(Ts{h}, Ts{h * x[0]});
+        },
+        {h0}, {xs});
     loss = sum(r.carry[0]) + sum(r.ys[0]);
     grads = gradients(loss, {h0, xs, w});
   }
   Ts fetches = {loss, grads[0], grads[1], grads[2]};
-  FeedList feeds = {{h0, random_f64({2, 3}, 1)}, {xs, random_f64({4, 2, 3}, 2)},
-                    {w, random_f64({3, 3}, 3)}};
+  FeedList feeds = {
+      {h0, random_f64({2, 3}, 1)}, {xs, random_f64({4, 2, 3}, 2)}, {w, random_f64({3, 3}, 3)}};
   // Recorded: the scan, its augmented copy and the backward scan. Compiled: the copy runs
   // in the original's place.
   int recorded = 0;
@@ -424,11 +491,14 @@ TEST(SavedControlFlow, ASavedModelKeepsItsSubGraphs) {
   Tensor y;
   {
     auto guard = g.as_default();
-    ScanResult r = scan([&](const Ts& c, const Ts& row) {
-      Ts b = cond(sum(row[0]) > scalar_like(0, row[0]), [&](const Ts& o) { return Ts{o[0] * w}; },
-                  [](const Ts& o) { return Ts{-o[0]}; }, {row[0]});
-      return std::make_pair(Ts{c[0] + b[0]}, Ts{b[0]});
-    }, {zeros({2})}, {x});
+    ScanResult r = scan(
+        [&](const Ts& c, const Ts& row) {
+          Ts b = cond(
+              sum(row[0]) > scalar_like(0, row[0]), [&](const Ts& o) { return Ts{o[0] * w}; },
+              [](const Ts& o) { return Ts{-o[0]}; }, {row[0]});
+          return std::make_pair(Ts{c[0] + b[0]}, Ts{b[0]});
+        },
+        {zeros({2})}, {x});
     y = r.carry[0] + sum(r.ys[0], {0});
   }
   const std::string dir = ::testing::TempDir() + "/kiln_saved_control_flow";
@@ -436,7 +506,8 @@ TEST(SavedControlFlow, ASavedModelKeepsItsSubGraphs) {
   io::save_graph({"cf_model", g, {{"x", x}, {"w", w}}, {{"y", y}}, {}}, dir);
   io::LoadedModel m = io::load_model(dir);
   EXPECT_NE(m.graph().to_text().find("body: graph"), std::string::npos) << m.graph().to_text();
-  Tensor xv = test_values::values({3, 2}, {1, 2, -3, -4, 5, -1}), wv = test_values::values({2}, {2, 3});
+  Tensor xv = test_values::values({3, 2}, {1, 2, -3, -4, 5, -1}),
+         wv = test_values::values({2}, {2, 3});
   Tensor want = g.run({{x, xv}, {w, wv}}, y);
   std::map<std::string, Tensor> got = m.run("serving_default", {{"x", xv}, {"w", wv}});
   EXPECT_TRUE(allclose(got.at("y"), want, 1e-6, 1e-6));

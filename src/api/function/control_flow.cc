@@ -13,6 +13,7 @@
 #include "kiln/graph.h"
 #include "kiln/op_registry.h"
 #include "kiln/ops.h"
+#include "ops/control_flow.h"
 #include "src/core/tensor_impl.h"
 
 namespace kiln {
@@ -32,15 +33,6 @@ std::vector<TensorType> types_of(const std::vector<Tensor>& ts) {
   std::vector<TensorType> out;
   for (const Tensor& t : ts) out.push_back(type_of(t));
   return out;
-}
-
-bool compatible(const TensorType& a, const TensorType& b) {
-  if (a.dtype != b.dtype || a.shape.size() != b.shape.size()) return false;
-  for (size_t i = 0; i < a.shape.size(); ++i) {
-    if (a.shape[i] != b.shape[i] && a.shape[i] != kUnknownDim && b.shape[i] != kUnknownDim)
-      return false;
-  }
-  return true;
 }
 
 bool same_value(const Tensor& a, const Tensor& b) {
@@ -100,7 +92,8 @@ Traced trace(const std::string& where, const std::string& name,
   }
   for (size_t i = 0; i < results.size(); ++i) {
     Tensor& r = results[i];
-    if (!r.defined()) fail(where, name + " returned an undefined tensor as result " + std::to_string(i));
+    if (!r.defined())
+      fail(where, name + " returned an undefined tensor as result " + std::to_string(i));
     if (!r.is_symbolic()) {
       r = t.sub->graph.constant(r, "result" + std::to_string(i));
     } else if (r.impl()->graph != impl) {
@@ -130,8 +123,9 @@ std::vector<Tensor> unify_captures(std::vector<Traced*> traced) {
     }
   }
   for (Traced* t : traced) {
-    std::vector<Tensor> params(t->sub->params.begin(),
-                               t->sub->params.begin() + static_cast<std::ptrdiff_t>(t->explicit_params));
+    std::vector<Tensor> params(
+        t->sub->params.begin(),
+        t->sub->params.begin() + static_cast<std::ptrdiff_t>(t->explicit_params));
     for (const Tensor& c : all) {
       Tensor p;
       for (size_t k = 0; k < t->captured.size(); ++k)
@@ -212,7 +206,8 @@ std::vector<Tensor> concat(std::vector<Tensor> a, const std::vector<Tensor>& b) 
 }
 
 std::vector<Tensor> part(const std::vector<Tensor>& v, size_t begin, size_t end) {
-  return {v.begin() + static_cast<std::ptrdiff_t>(begin), v.begin() + static_cast<std::ptrdiff_t>(end)};
+  return {v.begin() + static_cast<std::ptrdiff_t>(begin),
+          v.begin() + static_cast<std::ptrdiff_t>(end)};
 }
 
 // Row t of x's first dimension, copied.
@@ -224,16 +219,18 @@ Tensor row(const Tensor& x, int64_t t) {
   return out;
 }
 
-void check_carried(const std::string& where, const char* what, const std::vector<TensorType>& before,
-                   const std::vector<Tensor>& after, const char* fn_name) {
+void check_carried(const std::string& where, const char* what,
+                   const std::vector<TensorType>& before, const std::vector<Tensor>& after,
+                   const char* fn_name) {
   if (after.size() != before.size()) {
     fail(where, std::string(fn_name) + " returns " + std::to_string(after.size()) + " " + what +
                     "s for " + std::to_string(before.size()));
   }
   for (size_t i = 0; i < before.size(); ++i) {
     if (!after[i].defined())
-      fail(where, std::string(fn_name) + " returned an undefined " + what + " " + std::to_string(i));
-    if (!compatible(before[i], type_of(after[i]))) {
+      fail(where,
+           std::string(fn_name) + " returned an undefined " + what + " " + std::to_string(i));
+    if (!ops::types_compatible(before[i], type_of(after[i]))) {
       fail(where, std::string(what) + " " + std::to_string(i) + " is " + before[i].str() +
                       " before the " + fn_name + " and " + type_of(after[i]).str() +
                       " after it: loop-carried values keep their dtype and shape");
@@ -271,7 +268,7 @@ std::vector<Tensor> cond(const Tensor& pred, const BranchFn& true_fn, const Bran
                     std::to_string(rb.size()));
   }
   for (size_t i = 0; i < ra.size(); ++i) {
-    if (!compatible(type_of(ra[i]), type_of(rb[i]))) {
+    if (!ops::types_compatible(type_of(ra[i]), type_of(rb[i]))) {
       fail(where, "result " + std::to_string(i) + " is " + type_of(ra[i]).str() +
                       " from true_fn but " + type_of(rb[i]).str() +
                       " from false_fn: both branches return the same dtypes and shapes");
@@ -292,7 +289,8 @@ std::vector<Tensor> while_loop(const LoopCondFn& cond_fn, const BranchFn& body_f
   if (!cond_fn || !body_fn) fail(where, "cond_fn or body_fn is empty");
   check_defined(where, loop_vars, "loop variable");
   if (options.maximum_iterations && *options.maximum_iterations < 0) {
-    fail(where, "maximum_iterations must be >= 0, got " + std::to_string(*options.maximum_iterations));
+    fail(where,
+         "maximum_iterations must be >= 0, got " + std::to_string(*options.maximum_iterations));
   }
   const std::vector<TensorType> types = types_of(loop_vars);
   auto parent = recording_graph(loop_vars);
@@ -301,7 +299,8 @@ std::vector<Tensor> while_loop(const LoopCondFn& cond_fn, const BranchFn& body_f
     for (int64_t i = 0; !options.maximum_iterations || i < *options.maximum_iterations; ++i) {
       Tensor c = cond_fn(vars);
       check_pred(where, c, "cond_fn's result");
-      if (c.is_symbolic()) fail(where, "cond_fn returned a symbolic value for concrete loop variables");
+      if (c.is_symbolic())
+        fail(where, "cond_fn returned a symbolic value for concrete loop variables");
       if (!c.item<bool>()) break;
       std::vector<Tensor> next = body_fn(vars);
       check_carried(where, "loop variable", types, next, "body");
@@ -332,7 +331,8 @@ int64_t scan_length(const std::string& where, const std::vector<Tensor>& xs,
   std::optional<int64_t> length = options.length;
   for (size_t j = 0; j < xs.size(); ++j) {
     const Shape& s = xs[j].shape();
-    if (s.empty()) fail(where, "xs " + std::to_string(j) + " is a scalar; scan steps over xs' first dimension");
+    if (s.empty())
+      fail(where, "xs " + std::to_string(j) + " is a scalar; scan steps over xs' first dimension");
     if (s[0] == kUnknownDim) {
       fail(where, "xs " + std::to_string(j) + " is " + type_of(xs[j]).str() +
                       ": the number of steps (its first dimension) must be known while recording");
@@ -381,7 +381,8 @@ ScanResult scan(const ScanFn& fn, const std::vector<Tensor>& init, const std::ve
   const int64_t length = scan_length(where, xs, options);
   const std::vector<TensorType> carry_types = types_of(init);
   std::vector<TensorType> params = carry_types;
-  for (const Tensor& x : xs) params.push_back({x.dtype(), Shape(x.shape().begin() + 1, x.shape().end())});
+  for (const Tensor& x : xs)
+    params.push_back({x.dtype(), Shape(x.shape().begin() + 1, x.shape().end())});
   const size_t nc = init.size(), nx = xs.size();
   size_t num_ys = 0;
   auto step = [&](const std::vector<Tensor>& args) {
@@ -422,7 +423,8 @@ ScanResult scan(const ScanFn& fn, const std::vector<Tensor>& init, const std::ve
     ScanResult out{init, {}};
     for (size_t k = nc; k < b.sub->results.size(); ++k) {
       Shape shape = b.sub->results[k].shape();
-      if (std::count(shape.begin(), shape.end(), kUnknownDim)) fail(where, "an output's shape depends on the steps, and there are none");
+      if (std::count(shape.begin(), shape.end(), kUnknownDim))
+        fail(where, "an output's shape depends on the steps, and there are none");
       shape.insert(shape.begin(), 0);
       out.ys.push_back(Tensor::empty(b.sub->results[k].dtype(), shape));
     }
@@ -500,9 +502,8 @@ std::vector<Tensor> cond_gradient(const GradContext& g) {
       return gradients(ys, xs, gys);
     };
   };
-  std::vector<Tensor> grads =
-      cond(g.inputs[0], branch_gradient(then_branch), branch_gradient(else_branch),
-           concat(operands, dys));
+  std::vector<Tensor> grads = cond(g.inputs[0], branch_gradient(then_branch),
+                                   branch_gradient(else_branch), concat(operands, dys));
   for (size_t j = 0; j < wrt.size(); ++j) out[1 + wrt[j]] = grads[j];
   return out;
 }
@@ -530,7 +531,8 @@ std::vector<Tensor> scan_gradient(const GradContext& g) {
   for (size_t i = 0; i < nc; ++i)
     if (is_floating(g.inputs[i].dtype())) float_carry.push_back(i);
   for (size_t k = 0; k < ny; ++k)
-    if (g.output_grads[nc + k].defined() && is_floating(g.outputs[nc + k].dtype())) with_grad.push_back(k);
+    if (g.output_grads[nc + k].defined() && is_floating(g.outputs[nc + k].dtype()))
+      with_grad.push_back(k);
   bool any_seed = !with_grad.empty();
   for (size_t i : float_carry) any_seed |= g.output_grads[i].defined();
   if (wrt.empty() || !any_seed || (float_carry.empty() && with_grad.empty())) return out;
@@ -549,22 +551,22 @@ std::vector<Tensor> scan_gradient(const GradContext& g) {
     jparams.push_back(t);
   }
   std::vector<Tensor> primal_results;  // the body's results inside the joint step
-  Traced joint = trace("scan gradient", "scan_joint", nullptr, jparams,
-                       [&](const std::vector<Tensor>& p) {
-                         std::vector<Tensor> results = inline_subgraph(body, part(p, 0, ni));
-                         primal_results = results;
-                         std::vector<Tensor> ys, xs, dys;
-                         for (size_t j = 0; j < float_carry.size(); ++j) {
-                           ys.push_back(results[float_carry[j]]);
-                           dys.push_back(p[ni + j]);
-                         }
-                         for (size_t j = 0; j < with_grad.size(); ++j) {
-                           ys.push_back(results[nc + with_grad[j]]);
-                           dys.push_back(p[ni + float_carry.size() + j]);
-                         }
-                         for (size_t i : wrt) xs.push_back(p[i]);
-                         return gradients(ys, xs, dys);
-                       });
+  Traced joint =
+      trace("scan gradient", "scan_joint", nullptr, jparams, [&](const std::vector<Tensor>& p) {
+        std::vector<Tensor> results = inline_subgraph(body, part(p, 0, ni));
+        primal_results = results;
+        std::vector<Tensor> ys, xs, dys;
+        for (size_t j = 0; j < float_carry.size(); ++j) {
+          ys.push_back(results[float_carry[j]]);
+          dys.push_back(p[ni + j]);
+        }
+        for (size_t j = 0; j < with_grad.size(); ++j) {
+          ys.push_back(results[nc + with_grad[j]]);
+          dys.push_back(p[ni + float_carry.size() + j]);
+        }
+        for (size_t i : wrt) xs.push_back(p[i]);
+        return gradients(ys, xs, dys);
+      });
   const SubGraph& J = *joint.sub;
   std::vector<detail::Node> jn;
   {
@@ -609,14 +611,16 @@ std::vector<Tensor> scan_gradient(const GradContext& g) {
   for (const Tensor& r : primal_results) fwd_roots.push_back(ref_of(r));
   fwd_roots.insert(fwd_roots.end(), saved.begin(), saved.end());
   std::vector<bool> fwd_needed = needed_for(J, fwd_roots);
-  const std::vector<TensorType> fparams(jparams.begin(), jparams.begin() + static_cast<std::ptrdiff_t>(ni));
-  Traced fwd = trace("scan gradient", body.graph.name() + "_with_residuals", detail::default_graph(), fparams,
-                     [&](const std::vector<Tensor>& p) {
+  const std::vector<TensorType> fparams(jparams.begin(),
+                                        jparams.begin() + static_cast<std::ptrdiff_t>(ni));
+  Traced fwd = trace("scan gradient", body.graph.name() + "_with_residuals",
+                     detail::default_graph(), fparams, [&](const std::vector<Tensor>& p) {
                        std::vector<std::vector<Tensor>> values(jn.size());
                        for (size_t i = 0; i < ni; ++i) values[J.params[i].impl()->node] = {p[i]};
                        replay(J, values, &fwd_needed);
                        std::vector<Tensor> results;
-                       for (const ValueRef& r : fwd_roots) results.push_back(values[r.node].at(r.output));
+                       for (const ValueRef& r : fwd_roots)
+                         results.push_back(values[r.node].at(r.output));
                        return results;
                      });
   Attrs fa = a;
@@ -671,14 +675,16 @@ std::vector<Tensor> scan_gradient(const GradContext& g) {
           values[J.params[ni + nfc + j].impl()->node] = {x[k++]};
         replay(J, values, &bwd_want);
         std::vector<Tensor> grads;
-        for (const Tensor& r : J.results) grads.push_back(values[r.impl()->node].at(r.impl()->output));
+        for (const Tensor& r : J.results)
+          grads.push_back(values[r.impl()->node].at(r.impl()->output));
         // grads: one per wrt input, in order.
         std::vector<Tensor> next, dx;
         size_t w = 0;
         std::vector<Tensor> by_input(ni);
         for (size_t i : wrt) by_input[i] = grads[w++];
         for (size_t i : float_carry) next.push_back(by_input[i]);
-        for (size_t c = 0; c < float_caps.size(); ++c) next.push_back(add(carry[nfc + c], by_input[float_caps[c]]));
+        for (size_t c = 0; c < float_caps.size(); ++c)
+          next.push_back(add(carry[nfc + c], by_input[float_caps[c]]));
         for (size_t i : wrt)
           if (i >= nc && i < nc + nx) dx.push_back(by_input[i]);
         return std::make_pair(next, dx);
@@ -706,7 +712,8 @@ std::vector<Tensor> while_gradient(const GradContext& g) {
   const SubGraph& cond_sub = g.attrs().get_subgraph("cond");
   const SubGraph& body_sub = g.attrs().get_subgraph("body");
   const size_t nv = g.attrs().get_int("num_vars");
-  const std::vector<Tensor> vars = part(g.inputs, 0, nv), caps = part(g.inputs, nv, g.inputs.size());
+  const std::vector<Tensor> vars = part(g.inputs, 0, nv),
+                            caps = part(g.inputs, nv, g.inputs.size());
   std::vector<Tensor> out(g.inputs.size());
   std::vector<Tensor> ys, dys, xs;
   std::vector<size_t> wrt;
@@ -728,7 +735,10 @@ std::vector<Tensor> while_gradient(const GradContext& g) {
         std::vector<Tensor> v = part(carry, 0, nv);
         Tensor go = logical_and(carry[nv], inline_subgraph(cond_sub, concat(v, caps)).at(0));
         std::vector<Tensor> next = cond(
-            go, [&](const std::vector<Tensor>& ops) { return inline_subgraph(body_sub, concat(ops, caps)); },
+            go,
+            [&](const std::vector<Tensor>& ops) {
+              return inline_subgraph(body_sub, concat(ops, caps));
+            },
             [](const std::vector<Tensor>& ops) { return ops; }, v);
         next.push_back(go);
         return std::make_pair(next, std::vector<Tensor>{});
