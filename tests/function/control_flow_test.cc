@@ -485,6 +485,18 @@ TEST(CompiledControlFlow, TheGradientsForwardScanReplacesTheOriginal) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(allclose(got[i], want[i], 1e-12, 1e-12)) << i;
 }
 
+TEST(CompiledControlFlow, VariablesReadInsideABodyInAFunction) {
+  Variable w(Tensor::from_vector<float>({0.5f, 2.0f}), "w");
+  auto f = kiln::function([&](const Tensor& x) {
+    return fori_loop(0, 3, [&](const Tensor&, const Ts& v) { return Ts{v[0] * w.value()}; }, {x})[0];
+  });
+  Tensor x = Tensor::from_vector<float>({1, 1});
+  expect_values(f(x), {2}, {0.125, 8});
+  w.assign(Tensor::from_vector<float>({1.0f, 3.0f}));  // read again at the next call
+  expect_values(f(x), {2}, {1, 27});
+  EXPECT_EQ(f.stats().traces, 1);
+}
+
 TEST(SavedControlFlow, ASavedModelKeepsItsSubGraphs) {
   Graph g("cf_model");
   Tensor x = g.placeholder(f32, {3, 2}), w = g.placeholder(f32, {2});

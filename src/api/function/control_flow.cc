@@ -384,12 +384,10 @@ ScanResult scan(const ScanFn& fn, const std::vector<Tensor>& init, const std::ve
   for (const Tensor& x : xs)
     params.push_back({x.dtype(), Shape(x.shape().begin() + 1, x.shape().end())});
   const size_t nc = init.size(), nx = xs.size();
-  size_t num_ys = 0;
   auto step = [&](const std::vector<Tensor>& args) {
     auto [carry, ys] = fn(part(args, 0, nc), part(args, nc, nc + nx));
     check_carried(where, "carry", carry_types, carry, "step function");
     check_defined(where, ys, "output");
-    num_ys = ys.size();
     return concat(std::move(carry), ys);
   };
 
@@ -440,7 +438,6 @@ ScanResult scan(const ScanFn& fn, const std::vector<Tensor>& init, const std::ve
   attrs.set("unroll", options.unroll);
   attrs.set("remat", options.remat);
   std::vector<Tensor> out = call_op("scan", concat(concat(init, xs), captured), attrs);
-  (void)num_ys;
   return {part(out, 0, nc), part(out, nc, out.size())};
 }
 
