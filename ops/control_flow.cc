@@ -36,7 +36,16 @@ std::vector<TensorType> slice(const std::vector<TensorType>& v, size_t begin, si
           v.begin() + static_cast<std::ptrdiff_t>(end)};
 }
 
-// Row t of x (its first dimension), sharing x's storage.
+void check_result(const KernelContext& ctx, const char* what, size_t i, const Tensor& got,
+                  const TensorType& want, int64_t step) {
+  if (got.dtype() == want.dtype && got.shape() == want.shape) return;
+  ctx.fail(std::string(what) + " " + std::to_string(i) + " is " +
+           TensorType{got.dtype(), got.shape()}.str() + " at step " + std::to_string(step) +
+           ", but " + want.str() + " before: loop-carried values keep their dtype and shape");
+}
+
+}  // namespace
+
 Tensor row_view(const Tensor& x, int64_t t) {
   Shape shape(x.shape().begin() + 1, x.shape().end());
   const size_t row = x.shape()[0] == 0 ? 0 : x.nbytes() / static_cast<size_t>(x.shape()[0]);
@@ -48,16 +57,6 @@ Tensor row_view(const Tensor& x, int64_t t) {
       std::shared_ptr<void>(storage), static_cast<char*>(storage->data) + row * t, row);
   return Tensor(std::move(impl));
 }
-
-void check_result(const KernelContext& ctx, const char* what, size_t i, const Tensor& got,
-                  const TensorType& want, int64_t step) {
-  if (got.dtype() == want.dtype && got.shape() == want.shape) return;
-  ctx.fail(std::string(what) + " " + std::to_string(i) + " is " +
-           TensorType{got.dtype(), got.shape()}.str() + " at step " + std::to_string(step) +
-           ", but " + want.str() + " before: loop-carried values keep their dtype and shape");
-}
-
-}  // namespace
 
 bool types_compatible(const TensorType& a, const TensorType& b) {
   if (a.dtype != b.dtype || a.shape.size() != b.shape.size()) return false;

@@ -22,6 +22,9 @@ std::vector<TensorType> infer_subgraph(const SubGraph& sub, const std::vector<Te
 // unknown (kUnknownDim) in one of them.
 bool types_compatible(const TensorType& a, const TensorType& b);
 
+// Row t of x's first dimension (a view sharing x's storage): scan's step through its xs.
+Tensor row_view(const Tensor& x, int64_t t);
+
 // Runs one sub-graph: takes its params' values (in order, moved in so a compiled body may
 // update loop-carried buffers in place) and returns its results.
 using SubRunner = std::function<std::vector<Tensor>(std::vector<Tensor>&& args)>;

@@ -35,13 +35,11 @@ bool augments(const detail::Node& aug, const detail::Node& scan) {
 bool MergeAugmentedScans::run(Module& module) {
   const std::vector<detail::Node>& nodes = nodes_of(module.graph);
   std::map<int, int> merged_into;  // original scan -> its augmented copy
-  std::map<int, int> taken;        // augmented copy -> the original it replaces
   for (int m = 0; m < static_cast<int>(nodes.size()); ++m) {
     if (nodes[m].op != "scan" || !sub_attr(nodes[m], "augments")) continue;
     for (int n = 0; n < m; ++n) {
       if (merged_into.count(n) || !augments(nodes[m], nodes[n])) continue;
       merged_into[n] = m;
-      taken[m] = n;
       break;
     }
   }

@@ -210,15 +210,6 @@ std::vector<Tensor> part(const std::vector<Tensor>& v, size_t begin, size_t end)
           v.begin() + static_cast<std::ptrdiff_t>(end)};
 }
 
-// Row t of x's first dimension, copied.
-Tensor row(const Tensor& x, int64_t t) {
-  Shape shape(x.shape().begin() + 1, x.shape().end());
-  Tensor out = Tensor::empty(x.dtype(), shape);
-  std::memcpy(out.raw_mutable_data(), static_cast<const char*>(x.raw_data()) + out.nbytes() * t,
-              out.nbytes());
-  return out;
-}
-
 void check_carried(const std::string& where, const char* what,
                    const std::vector<TensorType>& before, const std::vector<Tensor>& after,
                    const char* fn_name) {
@@ -399,7 +390,7 @@ ScanResult scan(const ScanFn& fn, const std::vector<Tensor>& init, const std::ve
     for (int64_t s = 0; s < length; ++s) {
       const int64_t t = options.reverse ? length - 1 - s : s;
       std::vector<Tensor> args = carry;
-      for (const Tensor& x : xs) args.push_back(row(x, t));
+      for (const Tensor& x : xs) args.push_back(ops::row_view(x, t));
       std::vector<Tensor> r = step(args);
       carry = part(r, 0, nc);
       std::vector<Tensor> ys = part(r, nc, r.size());
@@ -517,7 +508,7 @@ std::vector<Tensor> scan_gradient(const GradContext& g) {
   const Attrs& a = g.attrs();
   const SubGraph& body = a.get_subgraph("body");
   const size_t nc = a.get_int("num_carry"), nx = a.get_int("num_xs");
-  const size_t ni = g.inputs.size(), ncap = ni - nc - nx, ny = g.outputs.size() - nc;
+  const size_t ni = g.inputs.size(), ny = g.outputs.size() - nc;
   const bool reverse = a.get_bool("reverse", false), remat = a.get_bool("remat", false);
   std::vector<Tensor> out(ni);
 
@@ -532,7 +523,7 @@ std::vector<Tensor> scan_gradient(const GradContext& g) {
       with_grad.push_back(k);
   bool any_seed = !with_grad.empty();
   for (size_t i : float_carry) any_seed |= g.output_grads[i].defined();
-  if (wrt.empty() || !any_seed || (float_carry.empty() && with_grad.empty())) return out;
+  if (wrt.empty() || !any_seed) return out;
 
   // The joint step, traced on its own.
   std::vector<TensorType> jparams;
@@ -713,11 +704,11 @@ std::vector<Tensor> while_gradient(const GradContext& g) {
                             caps = part(g.inputs, nv, g.inputs.size());
   std::vector<Tensor> out(g.inputs.size());
   std::vector<Tensor> ys, dys, xs;
-  std::vector<size_t> wrt;
+  std::vector<size_t> wrt, with_grad;  // floating inputs; loop variables with a gradient
   for (size_t k = 0; k < nv; ++k) {
     if (g.output_grads[k].defined() && is_floating(g.outputs[k].dtype())) {
+      with_grad.push_back(k);
       dys.push_back(g.output_grads[k]);
-      ys.push_back(Tensor());  // filled below
     }
   }
   for (size_t i = 0; i < g.inputs.size(); ++i)
@@ -741,9 +732,7 @@ std::vector<Tensor> while_gradient(const GradContext& g) {
         return std::make_pair(next, std::vector<Tensor>{});
       },
       concat(vars, {Tensor::scalar(true)}), {}, o);
-  ys.clear();
-  for (size_t k = 0; k < nv; ++k)
-    if (g.output_grads[k].defined() && is_floating(g.outputs[k].dtype())) ys.push_back(r.carry[k]);
+  for (size_t k : with_grad) ys.push_back(r.carry[k]);
   for (size_t i : wrt) xs.push_back(g.inputs[i]);
   std::vector<Tensor> grads = gradients(ys, xs, dys);
   for (size_t j = 0; j < wrt.size(); ++j) out[wrt[j]] = grads[j];
