@@ -397,7 +397,9 @@ KILN_REGISTER_GRADIENT(transpose, [](const GradContext& ctx) -> Grads {
 });
 
 // ---- slice ------------------------------------------------------------------------------
-// x[start:limit:strides] per dimension, with 0 <= start <= limit <= size and strides >= 1.
+// x[start:limit:strides] per dimension, with 0 <= start <= limit <= size and strides >= 1. A limit
+// of kUnknownDim takes the whole dimension (start 0, stride 1), known or not: a loop body traced
+// for a batch of any size slices its other dimensions this way.
 
 namespace {
 std::vector<int64_t> slice_strides(const Attrs& attrs, size_t rank) {
@@ -435,6 +437,13 @@ KILN_REGISTER_OP(slice).input("x").index_map(slice_map).shape_fn([](const InferC
     if (strides[d] < 1) {
       ctx.fail("stride " + std::to_string(strides[d]) + where + " is not positive");
     }
+    if (limit[d] == kUnknownDim) {
+      if (start[d] != 0 || strides[d] != 1) {
+        ctx.fail("a whole dimension (limit -1) needs start 0 and stride 1" + where);
+      }
+      out[d] = x.shape[d];
+      continue;
+    }
     if (start[d] < 0) ctx.fail("start " + std::to_string(start[d]) + where + " is negative");
     if (start[d] > limit[d]) {
       ctx.fail("start " + std::to_string(start[d]) + " is greater than limit " +
@@ -461,10 +470,12 @@ Grads slice_gradient(const GradContext& ctx) {
   const Tensor& x = ctx.inputs[0];
   const Shape &xs = x.shape(), &zs = ctx.outputs[0].shape();
   const std::vector<int64_t>& start = ctx.attrs().get_ints("start");
+  const std::vector<int64_t>& limit = ctx.attrs().get_ints("limit");
   const std::vector<int64_t> strides = slice_strides(ctx.attrs(), xs.size());
   const size_t r = xs.size();
   Axes low(r, 0), high(r, 0), interior(r, 0), unknown;
   for (size_t d = 0; d < r; ++d) {
+    if (limit[d] == kUnknownDim) continue;  // the whole dimension: no padding
     if (xs[d] == kUnknownDim) {
       unknown.push_back(static_cast<int64_t>(d));
       continue;

@@ -112,7 +112,8 @@ class Simplifier {
         n.attrs.has("strides") ? n.attrs.get_ints("strides") : std::vector<int64_t>{};
     if (start.size() != shape.size() || limit.size() != shape.size()) return false;
     for (size_t d = 0; d < shape.size(); ++d) {
-      if (start[d] != 0 || limit[d] != shape[d] || shape[d] < 0) return false;
+      if (start[d] != 0 || (limit[d] != shape[d] && limit[d] != kUnknownDim) || shape[d] < 0)
+        return false;
       if (!strides.empty() && strides[d] != 1) return false;
     }
     return true;

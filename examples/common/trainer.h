@@ -47,10 +47,11 @@ struct TrainerFlags {
 
   // Reads the flags (with these defaults) and rejects unknown ones and bad values (exit 2),
   // before any data is loaded. --strategy and --replicas only where `distributable`.
-  TrainerFlags(Flags& flags, int64_t default_batch_size, bool distributable = false)
+  TrainerFlags(Flags& flags, int64_t default_batch_size, bool distributable = false,
+               double default_learning_rate = 1e-3)
       : epochs(static_cast<int>(flags.integer("epochs", 5, 1, kMaxInt))),
         batch_size(flags.integer("batch_size", default_batch_size, 1, kMaxInt)),
-        learning_rate(flags.positive("learning_rate", 1e-3)),
+        learning_rate(flags.positive("learning_rate", default_learning_rate)),
         seed(static_cast<uint64_t>(flags.integer("seed", 1, 0, kMaxInt64))),
         data_dir(flags.str("data_dir", kiln::data::default_fashion_mnist_dir())),
         train_limit(flags.integer("train_limit", 0, 0, kMaxInt64)),

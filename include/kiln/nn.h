@@ -18,6 +18,7 @@
 #include "kiln/nn/reshaping_layers.h"
 #include "kiln/nn/saving.h"
 #include "kiln/nn/pooling_layers.h"
+#include "kiln/nn/recurrent_layers.h"
 #include "kiln/nn/tensorboard.h"
 #include "kiln/nn/wrapper_layers.h"
 #include "kiln/optim.h"

@@ -137,7 +137,8 @@ Tensor transpose(const Tensor& x);  // reverses the dimensions
 Tensor flatten(const Tensor& x, int64_t start_axis = 0, int64_t end_axis = -1);
 Tensor expand_dims(const Tensor& x, int64_t axis);
 Tensor squeeze(const Tensor& x, Axes axes);
-// x[start:limit:strides] per dimension.
+// x[start:limit:strides] per dimension; a limit of kUnknownDim (-1) takes the whole dimension
+// (with start 0 and stride 1), also one whose size is unknown while recording.
 Tensor slice(const Tensor& x, Axes start, Axes limit, Axes strides = {});
 Tensor concatenate(const std::vector<Tensor>& xs, int64_t axis);
 // Pads with `value`: low/high per dimension, and interior (between elements).

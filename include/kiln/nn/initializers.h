@@ -57,5 +57,8 @@ Initializer glorot_uniform();  // U(-l, l), l = sqrt(6 / (fan_in + fan_out))
 Initializer glorot_normal();   // truncated normal, stddev = sqrt(2 / (fan_in + fan_out)) / .8796
 Initializer he_uniform();      // l = sqrt(6 / fan_in)
 Initializer he_normal();       // truncated normal, stddev = sqrt(2 / fan_in) / .8796
+// A (semi-)orthogonal matrix times `gain`: the weight flattened to [prod(shape[:-1]), shape[-1]]
+// has orthonormal columns (tall) or rows (wide). Keras' default for recurrent kernels.
+Initializer orthogonal_init(double gain = 1.0);
 
 }  // namespace kiln::nn

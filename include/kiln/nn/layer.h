@@ -44,6 +44,12 @@ class CallContext {
   void update(const Variable& v, const Tensor& new_value);
   const std::vector<std::pair<Variable, Tensor>>& updates() const { return updates_; }
 
+  // Keras' masks. A value may carry a [batch, steps] bool mask, true at the steps that hold
+  // data: an Embedding(mask_zero) or Masking layer sets it, a layer that supports masking passes
+  // it on, and a recurrent layer skips the steps it marks false. Undefined when none.
+  Tensor mask_of(const Tensor& value) const;
+  void set_mask(const Tensor& value, const Tensor& mask);
+
  private:
   bool training_;
   Tensor seed_;
@@ -51,6 +57,7 @@ class CallContext {
   int64_t seed_calls_ = 0;
   std::function<Tensor(const Variable&)> resolve_;
   std::vector<std::pair<Variable, Tensor>> updates_;
+  std::vector<std::pair<Tensor, Tensor>> masks_;  // (value, its mask)
 };
 
 // Per-layer settings beyond a layer's own arguments, given with with_options below.
@@ -76,6 +83,10 @@ class Layer {
   // functional model definition.
   Tensor operator()(const Tensor& x);
   Tensor operator()(const std::vector<Tensor>& xs);
+  // Every output of a layer that has several (an RNN with return_state: its output, then its
+  // final states); operator() gives the first. Eager, traced or recorded, as operator() is.
+  std::vector<Tensor> outputs(const std::vector<Tensor>& xs, CallContext& ctx);
+  std::vector<Tensor> outputs(const std::vector<Tensor>& xs);
 
   // Keras class name ("Dense", "Conv2D"), shown by summary().
   virtual std::string type_name() const = 0;
@@ -88,6 +99,16 @@ class Layer {
   virtual Attrs config() const { return {}; }
   virtual void build(const std::vector<Shape>& input_shapes) {}
   virtual Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) = 0;
+  // A layer of several outputs overrides this (and makes call() give the first).
+  virtual std::vector<Tensor> call_outputs(const std::vector<Tensor>& inputs, CallContext& ctx) {
+    return {call(inputs, ctx)};
+  }
+  // The mask of this layer's (first) output, from its inputs and its first input's mask
+  // (CallContext::mask_of). By default a layer that supports masking passes `mask` on and any
+  // other drops it; Embedding(mask_zero), Masking and the recurrent layers make their own.
+  virtual Tensor compute_mask(const std::vector<Tensor>& inputs, const Tensor& mask) const;
+  // Whether the layer keeps its input's steps, so that their mask applies to its output.
+  bool supports_masking() const { return supports_masking_; }
 
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
@@ -110,10 +131,11 @@ class Layer {
   // builds `child` for `input_shapes` unless it is built, seeding its initializers from this
   // layer's seed, and makes the child's weights part of this layer's weights().
   void build_child(Layer& child, const std::vector<Shape>& input_shapes);
+  bool supports_masking_ = false;  // set by the constructors of layers that keep the steps
 
  private:
   void build_once(const std::vector<Tensor>& xs);
-  Tensor call_in_policy(const std::vector<Tensor>& xs, CallContext& ctx);
+  std::vector<Tensor> call_in_policy(const std::vector<Tensor>& xs, CallContext& ctx);
   std::string name_;
   Policy policy_;
   bool built_ = false;

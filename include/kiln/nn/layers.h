@@ -119,19 +119,23 @@ class AveragePool2D : public Layer {
 };
 
 // Integer ids [batch, ...] -> vectors [batch, ..., output_dim]; ids out of range are errors.
+// With mask_zero, id 0 is padding: the output carries the mask ids != 0 (CallContext::mask_of),
+// so that a recurrent layer after it skips the padded steps.
 class Embedding : public Layer {
  public:
   Embedding(int64_t input_dim, int64_t output_dim,
-            Initializer init = random_uniform_init(-0.05, 0.05));
+            Initializer init = random_uniform_init(-0.05, 0.05), bool mask_zero = false);
   std::string type_name() const override { return "Embedding"; }
   std::shared_ptr<Layer> clone() const override { return std::make_shared<Embedding>(*this); }
   Attrs config() const override;
   void build(const std::vector<Shape>& input_shapes) override;
   Tensor call(const std::vector<Tensor>& inputs, CallContext& ctx) override;
+  Tensor compute_mask(const std::vector<Tensor>& inputs, const Tensor& mask) const override;
 
  private:
   int64_t input_dim_, output_dim_;
   Initializer init_;
+  bool mask_zero_;
   Variable table_;
 };
 

@@ -14,7 +14,7 @@ namespace kiln::nn::detail {
 struct FunctionalCall {
   LayerPtr layer;
   std::vector<Tensor> inputs;  // values of functional_graph()
-  Tensor output;
+  std::vector<Tensor> outputs;  // one, or several (Layer::outputs)
 };
 
 // The graph every nn::Input lives in (one per thread), and the layer calls recorded on it.

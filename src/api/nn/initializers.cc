@@ -1,11 +1,14 @@
 // Weight initializers (Keras semantics), deterministic in their seed: constants, uniform,
-// normal, truncated normal and the variance-scaling family (Glorot, He).
+// normal, truncated normal, the variance-scaling family (Glorot, He) and orthogonal.
 #include "kiln/nn/initializers.h"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
+
+#define EIGEN_DONT_PARALLELIZE
+#include <Eigen/QR>
 
 #include "kiln/graph.h"
 #include "kiln/ops.h"
@@ -170,6 +173,36 @@ Initializer glorot_normal() { return variance_scaling_normal("glorot_normal", 1,
 Initializer he_uniform() { return variance_scaling_uniform("he_uniform", 2, FanMode::kIn); }
 Initializer he_normal() { return variance_scaling_normal("he_normal", 2, FanMode::kIn); }
 
+Initializer orthogonal_init(double gain) {
+  return eager("orthogonal", {{"gain", gain}}, [gain](const Shape& shape, DType dtype,
+                                                        uint64_t seed) {
+    require_floating("orthogonal_init", dtype);
+    if (shape.size() < 2) {
+      fail("orthogonal_init: needs a shape of rank 2 or more, got " + shape_str(shape));
+    }
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
+    const int64_t cols = shape.back();
+    if (rows == 0 || cols == 0) return zeros(shape, dtype);
+    // Q of a tall normal matrix, its columns' signs fixed by R's diagonal so that Q is uniformly
+    // distributed; transposed when the weight is wide (Keras' Orthogonal).
+    const int64_t tall = std::max(rows, cols), narrow = std::min(rows, cols);
+    std::vector<double> z = random_normal({tall, narrow}, seed, 0, 1, f64).to_vector<double>();
+    Eigen::Map<Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> a(
+        z.data(), tall, narrow);
+    Eigen::HouseholderQR<Eigen::MatrixXd> qr(a);
+    Eigen::MatrixXd q = qr.householderQ() * Eigen::MatrixXd::Identity(tall, narrow);
+    const Eigen::MatrixXd r = qr.matrixQR().topRows(narrow).triangularView<Eigen::Upper>();
+    for (int64_t j = 0; j < narrow; ++j)
+      if (r(j, j) < 0) q.col(j) = -q.col(j);
+    std::vector<double> out(static_cast<size_t>(rows * cols));
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        out[i * cols + j] = gain * (rows >= cols ? q(i, j) : q(j, i));
+    return Tensor::from_vector(out, shape).to(dtype);
+  });
+}
+
 Tensor Initializer::operator()(const Shape& shape, DType dtype, uint64_t seed) const {
   if (!fn_) fail("an empty Initializer was called (give the layer an initializer)");
   return fn_(shape, dtype, seed);
@@ -192,9 +225,10 @@ Initializer initializer_from_config(const std::string& name, const Attrs& config
   if (name == "glorot_normal") return glorot_normal();
   if (name == "he_uniform") return he_uniform();
   if (name == "he_normal") return he_normal();
+  if (name == "orthogonal") return orthogonal_init(config.get_float("gain"));
   fail("unknown initializer '" + name +
        "' (known: zeros, ones, constant, random_uniform, random_normal, truncated_normal, "
-       "glorot_uniform, glorot_normal, he_uniform, he_normal, custom)");
+       "glorot_uniform, glorot_normal, he_uniform, he_normal, orthogonal, custom)");
 }
 
 }  // namespace kiln::nn

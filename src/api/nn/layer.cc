@@ -33,6 +33,23 @@ Tensor CallContext::next_seed() {
   return seed_ + Tensor::scalar<int64_t>(seed_calls_ * kStride);
 }
 
+Tensor CallContext::mask_of(const Tensor& value) const {
+  if (!value.defined()) return Tensor();
+  for (const auto& [v, mask] : masks_)
+    if (v.impl() == value.impl()) return mask;
+  return Tensor();
+}
+
+void CallContext::set_mask(const Tensor& value, const Tensor& mask) {
+  for (auto& [v, m] : masks_) {
+    if (v.impl() == value.impl()) {
+      m = mask;
+      return;
+    }
+  }
+  masks_.emplace_back(value, mask);  // keeps `value` alive: its identity is the key
+}
+
 void CallContext::update(const Variable& v, const Tensor& new_value) {
   const bool recast =
       new_value.dtype() != v.dtype() && is_floating(new_value.dtype()) && is_floating(v.dtype());
@@ -53,28 +70,45 @@ void Layer::set_options(const LayerOptions& options) {
   if (options.dtype_policy) policy_ = *options.dtype_policy;
 }
 
-// Keras' autocasting: floating inputs to the compute dtype, variables read in it.
-Tensor Layer::call_in_policy(const std::vector<Tensor>& xs, CallContext& ctx) {
+// Keras' autocasting: floating inputs to the compute dtype, variables read in it. The first
+// input's mask follows it through the cast, and the output's is recorded after the call.
+std::vector<Tensor> Layer::call_in_policy(const std::vector<Tensor>& xs, CallContext& ctx) {
   const DType compute = policy_.compute_dtype();
+  const Tensor mask = ctx.mask_of(xs[0]);
   std::vector<Tensor> cast = xs;
   for (Tensor& x : cast) {
     const DType d = x.defined() ? x.dtype() : compute;
     if (d != compute && (d == f32 || narrow(d))) x = convert(x, compute);
   }
+  if (mask.defined() && cast[0].impl() != xs[0].impl()) ctx.set_mask(cast[0], mask);
   struct Restore {
     CallContext& ctx;
     DType previous;
     ~Restore() { ctx.set_compute_dtype(previous); }
   } restore{ctx, ctx.set_compute_dtype(compute)};
-  return call(cast, ctx);
+  std::vector<Tensor> out = call_outputs(cast, ctx);
+  if (out.empty()) {
+    throw Error(ErrorCode::kInternal, "layer '" + name_ + "' returned no outputs");
+  }
+  Tensor out_mask = compute_mask(cast, mask);
+  if (out_mask.defined()) ctx.set_mask(out[0], out_mask);
+  return out;
 }
 
-Tensor Layer::operator()(const std::vector<Tensor>& xs, CallContext& ctx) {
+Tensor Layer::compute_mask(const std::vector<Tensor>&, const Tensor& mask) const {
+  return supports_masking_ ? mask : Tensor();
+}
+
+std::vector<Tensor> Layer::outputs(const std::vector<Tensor>& xs, CallContext& ctx) {
   if (xs.empty()) {
     throw Error(ErrorCode::kInvalidArgument, "layer '" + name_ + "' called with no inputs");
   }
   build_once(xs);
   return call_in_policy(xs, ctx);
+}
+
+Tensor Layer::operator()(const std::vector<Tensor>& xs, CallContext& ctx) {
+  return outputs(xs, ctx)[0];
 }
 
 Tensor Layer::operator()(const Tensor& x, CallContext& ctx) {
@@ -83,11 +117,13 @@ Tensor Layer::operator()(const Tensor& x, CallContext& ctx) {
 
 Tensor Layer::operator()(const Tensor& x) { return (*this)(std::vector<Tensor>{x}); }
 
-Tensor Layer::operator()(const std::vector<Tensor>& xs) {
+Tensor Layer::operator()(const std::vector<Tensor>& xs) { return outputs(xs)[0]; }
+
+std::vector<Tensor> Layer::outputs(const std::vector<Tensor>& xs) {
   bool symbolic = !xs.empty() && xs[0].defined() && xs[0].is_symbolic();
   if (!symbolic) {
     CallContext ctx(/*training=*/false);
-    return (*this)(xs, ctx);
+    return outputs(xs, ctx);
   }
   Graph& fg = detail::functional_graph();
   for (const Tensor& x : xs) {
@@ -99,10 +135,10 @@ Tensor Layer::operator()(const std::vector<Tensor>& xs) {
     }
   }
   build_once(xs);
-  // Record the call; the symbolic output gives downstream layers their shapes.
+  // Record the call; the symbolic outputs give downstream layers their shapes.
   CallContext ctx(/*training=*/false, Tensor::scalar<int64_t>(0),
                   [](const Variable& v) { return v.value(); });
-  Tensor out;
+  std::vector<Tensor> out;
   {
     auto guard = fg.as_default();
     out = call_in_policy(xs, ctx);

@@ -68,6 +68,7 @@ Dense::Dense(int64_t units, std::string act, bool use_bias, Initializer kernel_i
              Initializer bias_init)
     : Layer("dense"), units_(units), activation_(std::move(act)), use_bias_(use_bias),
       kernel_init_(std::move(kernel_init)), bias_init_(std::move(bias_init)) {
+  supports_masking_ = true;
   if (units <= 0) {
     throw Error(ErrorCode::kInvalidArgument,
                 "Dense: units must be positive, got " + std::to_string(units));
@@ -89,6 +90,7 @@ Tensor Dense::call(const std::vector<Tensor>& inputs, CallContext& ctx) {
 // ---- Dropout, Activation, Flatten ---------------------------------------------------------
 
 Dropout::Dropout(double rate) : Layer("dropout"), rate_(rate) {
+  supports_masking_ = true;
   if (!(rate >= 0 && rate < 1)) {
     throw Error(ErrorCode::kInvalidArgument,
                 "Dropout: rate must be in [0, 1), got " + std::to_string(rate));
@@ -100,6 +102,7 @@ Tensor Dropout::call(const std::vector<Tensor>& inputs, CallContext& ctx) {
 }
 
 Activation::Activation(std::string act) : Layer("activation"), activation_(std::move(act)) {
+  supports_masking_ = true;
   activation(activation_);
 }
 
@@ -171,8 +174,9 @@ Tensor AveragePool2D::call(const std::vector<Tensor>& inputs, CallContext&) {
 
 // ---- Embedding ----------------------------------------------------------------------------
 
-Embedding::Embedding(int64_t input_dim, int64_t output_dim, Initializer init)
-    : Layer("embedding"), input_dim_(input_dim), output_dim_(output_dim), init_(std::move(init)) {
+Embedding::Embedding(int64_t input_dim, int64_t output_dim, Initializer init, bool mask_zero)
+    : Layer("embedding"), input_dim_(input_dim), output_dim_(output_dim), init_(std::move(init)),
+      mask_zero_(mask_zero) {
   if (input_dim <= 0 || output_dim <= 0) {
     throw Error(ErrorCode::kInvalidArgument, "Embedding: input_dim and output_dim must be > 0");
   }
@@ -188,10 +192,17 @@ Tensor Embedding::call(const std::vector<Tensor>& inputs, CallContext& ctx) {
   return gather(ctx.read(table_), ids, 0);
 }
 
+Tensor Embedding::compute_mask(const std::vector<Tensor>& inputs, const Tensor&) const {
+  if (!mask_zero_) return Tensor();
+  return not_equal(inputs[0], zeros_like(inputs[0]));
+}
+
 // ---- normalization ------------------------------------------------------------------------
 
 LayerNormalization::LayerNormalization(double epsilon)
-    : Layer("layer_normalization"), epsilon_(epsilon) {}
+    : Layer("layer_normalization"), epsilon_(epsilon) {
+  supports_masking_ = true;
+}
 
 void LayerNormalization::build(const std::vector<Shape>& shapes) {
   int64_t d = last_dim(shapes, name());
@@ -209,7 +220,9 @@ Tensor LayerNormalization::call(const std::vector<Tensor>& inputs, CallContext& 
 }
 
 BatchNormalization::BatchNormalization(double momentum, double epsilon)
-    : Layer("batch_normalization"), momentum_(momentum), epsilon_(epsilon) {}
+    : Layer("batch_normalization"), momentum_(momentum), epsilon_(epsilon) {
+  supports_masking_ = true;
+}
 
 void BatchNormalization::build(const std::vector<Shape>& shapes) {
   int64_t d = last_dim(shapes, name());
@@ -338,7 +351,7 @@ Attrs AveragePool2D::config() const {
 }
 
 Attrs Embedding::config() const {
-  Attrs c{{"input_dim", input_dim_}, {"output_dim", output_dim_}};
+  Attrs c{{"input_dim", input_dim_}, {"output_dim", output_dim_}, {"mask_zero", mask_zero_}};
   put_initializer(c, "embeddings_initializer", init_);
   return c;
 }
@@ -381,7 +394,8 @@ KILN_REGISTER_LAYER("AveragePooling2D", [](const Attrs& c) {
 KILN_REGISTER_LAYER("Embedding", [](const Attrs& c) {
   return std::make_shared<Embedding>(
       c.get_int("input_dim"), c.get_int("output_dim"),
-      get_initializer(c, "embeddings_initializer", random_uniform_init(-0.05, 0.05)));
+      get_initializer(c, "embeddings_initializer", random_uniform_init(-0.05, 0.05)),
+      c.get_bool("mask_zero", false));
 });
 KILN_REGISTER_LAYER("LayerNormalization", [](const Attrs& c) {
   return std::make_shared<LayerNormalization>(c.get_float("epsilon"));

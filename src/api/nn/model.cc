@@ -2,6 +2,8 @@
 // inference graph and the architecture. Steps are traced in step.cc, the loops run in fit.cc.
 #include "kiln/nn/model.h"
 
+#include <algorithm>
+
 #include "src/api/nn/model_impl.h"
 
 namespace kiln::nn {
@@ -62,14 +64,17 @@ Model::Model(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outpu
   const auto& all = detail::functional_calls();
   std::vector<detail::FunctionalCall> kept;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (!needed.count(value_of(it->output))) continue;
+    if (std::none_of(it->outputs.begin(), it->outputs.end(),
+                     [&](const Tensor& o) { return needed.count(value_of(o)) > 0; }))
+      continue;
     kept.push_back(*it);
     for (const Tensor& in : it->inputs) needed.insert(value_of(in));
   }
   // Every value the calls read must come from a call or be an input: a plain op between layers
   // (kiln::mean(layer(x))) is not replayed when the model traces its steps.
   std::set<std::pair<int, int>> made = input_values;
-  for (const auto& c : kept) made.insert(value_of(c.output));
+  for (const auto& c : kept)
+    for (const Tensor& o : c.outputs) made.insert(value_of(o));
   for (const auto& value : needed) {
     if (made.count(value)) continue;
     const NodeInfo node = fg.node(value.first);
@@ -120,7 +125,7 @@ Model::Model(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outpu
       taken[unique] = c.layer.get();
     }
     impl_->layers.push_back(c.layer);
-    impl_->output_shapes[c.layer.get()] = c.output.shape();  // summary() needs no build
+    impl_->output_shapes[c.layer.get()] = c.outputs[0].shape();  // summary() needs no build
   }
   for (const Tensor& in : inputs) {
     impl_->input_specs.push_back({in.dtype(), in.shape()});
@@ -135,7 +140,8 @@ Model::Model(const std::vector<Tensor>& inputs, const std::vector<Tensor>& outpu
   for (const Tensor& out : outputs) {
     std::string name;
     for (const auto& c : impl_->calls)
-      if (value_of(c.output) == value_of(out)) name = c.layer->name();
+      for (const Tensor& o : c.outputs)
+        if (value_of(o) == value_of(out)) name = c.layer->name();
     if (name.empty()) {
       throw Error(ErrorCode::kInvalidArgument,
                   "Model '" + name_ + "': an output is an nn::Input itself; outputs must come "
@@ -432,7 +438,9 @@ Model::Architecture Model::architecture() const {
     call.layer = c;  // layers holds one entry per call
     for (const Tensor& in : impl_->calls[c].inputs) call.inputs.push_back(where.at(value_of(in)));
     a.calls.push_back(std::move(call));
-    where[value_of(impl_->calls[c].output)] = {static_cast<int>(c), 0};
+    const std::vector<Tensor>& outs = impl_->calls[c].outputs;
+    for (size_t k = 0; k < outs.size(); ++k)
+      where[value_of(outs[k])] = {static_cast<int>(c), static_cast<int>(k)};
   }
   for (const Tensor& out : impl_->outputs) a.outputs.push_back(where.at(value_of(out)));
   return a;

@@ -245,9 +245,9 @@ struct Model::Impl {
       std::vector<Tensor> ins;
       for (const Tensor& t : call.inputs) ins.push_back(values.at(key(t)));
       auto scope = layer_scope(ins[0], *call.layer);
-      Tensor out = (*call.layer)(ins, ctx);
-      output_shapes[call.layer.get()] = out.shape();
-      values[key(call.output)] = out;
+      std::vector<Tensor> outs = call.layer->outputs(ins, ctx);
+      output_shapes[call.layer.get()] = outs.at(0).shape();
+      for (size_t k = 0; k < call.outputs.size(); ++k) values[key(call.outputs[k])] = outs.at(k);
     }
     std::vector<Tensor> out;
     for (const Tensor& o : outputs) out.push_back(model_output(values.at(key(o))));
@@ -410,7 +410,7 @@ struct Model::Impl {
   std::string output_activation(size_t o) const {
     const Layer* last = functional || layers.empty() ? nullptr : layers.back().get();
     for (const auto& call : calls) {
-      const auto& a = call.output.impl();
+      const auto& a = call.outputs[0].impl();
       const auto& b = outputs[o].impl();
       if (a && b && a->node == b->node && a->output == b->output) last = call.layer.get();
     }

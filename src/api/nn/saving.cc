@@ -303,17 +303,21 @@ struct Loader {
       inputs.push_back(
           Input(Shape(t.shape.begin() + 1, t.shape.end()), t.dtype, m.inputs(i).name()));
     }
-    std::vector<Tensor> outputs_of_calls;
+    std::vector<std::vector<Tensor>> outputs_of_calls;
     auto value = [&](const saved::ValueDef& v, const std::string& where) -> Tensor {
       if (v.call() == -1) {
         if (v.index() < 0 || v.index() >= static_cast<int>(inputs.size()))
           src.corrupt(where + " refers to input " + std::to_string(v.index()));
         return inputs[v.index()];
       }
-      if (v.call() < 0 || v.call() >= static_cast<int>(outputs_of_calls.size()) || v.index() != 0)
+      if (v.call() < 0 || v.call() >= static_cast<int>(outputs_of_calls.size()))
         src.corrupt(where + " refers to call " + std::to_string(v.call()) +
                     " (not an earlier one)");
-      return outputs_of_calls[v.call()];
+      const std::vector<Tensor>& outs = outputs_of_calls[v.call()];
+      if (v.index() < 0 || v.index() >= static_cast<int>(outs.size()))
+        src.corrupt(where + " refers to output " + std::to_string(v.index()) + " of call " +
+                    std::to_string(v.call()) + ", which has " + std::to_string(outs.size()));
+      return outs[v.index()];
     };
     for (int c = 0; c < m.calls_size(); ++c) {
       const saved::CallDef& call = m.calls(c);
@@ -323,7 +327,7 @@ struct Loader {
       if (call.inputs_size() == 0) src.corrupt(where + " has no inputs");
       std::vector<Tensor> ins;
       for (const saved::ValueDef& v : call.inputs()) ins.push_back(value(v, where));
-      outputs_of_calls.push_back((*layers[call.layer()])(ins));
+      outputs_of_calls.push_back(layers[call.layer()]->outputs(ins));
     }
     std::vector<Tensor> outputs;
     for (int o = 0; o < m.outputs_size(); ++o)
@@ -426,14 +430,14 @@ std::map<std::string, TensorType> layer_outputs(const Model::Architecture& arch)
     }
     return out;
   }
-  std::vector<Tensor> calls;
+  std::vector<std::vector<Tensor>> calls;
   for (const Model::Architecture::Call& call : arch.calls) {
     std::vector<Tensor> ins;
     for (const auto& [from, index] : call.inputs)
-      ins.push_back(from < 0 ? inputs[index] : calls[from]);
+      ins.push_back(from < 0 ? inputs[index] : calls[from].at(index));
     const LayerPtr& layer = arch.layers[call.layer];
-    calls.push_back((*layer)(ins));
-    out[layer->name()] = {calls.back().dtype(), calls.back().shape()};
+    calls.push_back(layer->outputs(ins));
+    out[layer->name()] = {calls.back()[0].dtype(), calls.back()[0].shape()};
   }
   return out;
 }

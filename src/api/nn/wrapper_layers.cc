@@ -51,6 +51,7 @@ Tensor split_steps(const Tensor& y, const Tensor& x, const Layer& layer) {
 
 SpatialDropout::SpatialDropout(std::string name, int64_t spatial_rank, double rate)
     : Layer(std::move(name)), spatial_rank_(spatial_rank), rate_(rate) {
+  supports_masking_ = true;
   if (!(rate >= 0 && rate < 1)) {
     throw Error(ErrorCode::kInvalidArgument, "SpatialDropout" + std::to_string(spatial_rank) +
                                                  "D: rate must be in [0, 1), got " +

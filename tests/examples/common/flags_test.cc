@@ -137,8 +137,8 @@ std::vector<std::string> example_programs() {
 #endif
 #ifdef KILN_FASHION_MNIST_MLP
   programs.insert(programs.end(),
-                  {KILN_FASHION_MNIST_MLP, KILN_FASHION_MNIST_CNN, KILN_FASHION_MNIST_TFRECORD_MLP,
-                   KILN_FASHION_MNIST_TO_TFRECORD});
+                  {KILN_FASHION_MNIST_MLP, KILN_FASHION_MNIST_CNN, KILN_FASHION_MNIST_LSTM,
+                   KILN_FASHION_MNIST_TFRECORD_MLP, KILN_FASHION_MNIST_TO_TFRECORD});
 #endif
   return programs;
 }
