@@ -44,6 +44,10 @@ RATIOS = {
         ">= 1.5", "kiln_mlp_b1024_examples_per_s", "torch_mlp_b1024_examples_per_s"),
     "cnn_b128_vs_libtorch": ratio(
         ">= 2", "kiln_cnn_b128_examples_per_s", "torch_cnn_b128_examples_per_s"),
+    # Issue #28: examples/fashion_mnist_lstm's model (LSTM(128) over 28 steps, Dense(10)), batch
+    # 128, against torch::nn::LSTM with the same sizes and optimizer.
+    "lstm_b128_vs_libtorch": ratio(
+        ">= 1.5", "kiln_lstm_b128_examples_per_s", "torch_lstm_b128_examples_per_s"),
     # Issue #12's other batch sizes (no targets: the speed-up should not be tuned to one).
     **{f"{c}_vs_libtorch": ratio("", f"kiln_{c}_examples_per_s", f"torch_{c}_examples_per_s")
        for c in ("mlp_b32", "mlp_b256", "cnn_b32", "cnn_b256")},

@@ -1,6 +1,7 @@
 // Training throughput (examples/s) through the public API, nn::Model::fit on synthetic data:
-// the MLP 784-128-10 (ReLU, dropout 0.2) at batch 64 and 1024 and the fashion_mnist_cnn model at
-// batch 128, sparse softmax cross-entropy and Adam; fit runs whatever path it runs by default
+// the MLP 784-128-10 (ReLU, dropout 0.2) at batch 64 and 1024, the fashion_mnist_cnn model at
+// batch 128 and the fashion_mnist_lstm model at batch 128 (lstm_b128: LSTM(128) over 28 steps of
+// 28, Dense(10)), sparse softmax cross-entropy and Adam; fit runs whatever path it runs by default
 // (KILN_INTERPRET=1 selects the interpreter). The baseline in the same run is the MLP's
 // first-layer GEMM alone. Prints `RESULT kiln_<case>_examples_per_s=...` for benchmarks/run.sh,
 // which sets these against benchmarks/peers/libtorch_bench.
@@ -27,6 +28,7 @@ namespace {
 using namespace kiln;
 
 using bench::cnn;
+using bench::lstm;
 using bench::mlp;
 
 // A model compiled for training on synthetic data, `steps` batches per fit() call (no shuffling,
@@ -125,7 +127,7 @@ double first_gemm_examples_per_s(int64_t batch) {
 
 int main(int argc, char** argv) {
   const auto cases = bench::selected_cases(
-      argc, argv, bench::trainer_case_names({"mlp_b1024_bf16", "cnn_b256_bf16"}));
+      argc, argv, bench::trainer_case_names({"mlp_b1024_bf16", "cnn_b256_bf16", "lstm_b128"}));
   if (cases.empty()) return 2;
   for (const std::string& c : cases) {
     if (const bench::TrainerCase* t = bench::find_trainer_case(c)) {
@@ -140,6 +142,11 @@ int main(int argc, char** argv) {
       std::printf("%s: %.0f examples/s; the step takes %.1fx its first-layer GEMM\n", c.c_str(),
                   step, gemm / step);
       bench::result("kiln_" + c + "_first_gemm_examples_per_s", gemm);
+    } else if (c == "lstm_b128") {
+      // examples/fashion_mnist_lstm's model (issue #28), 8 batches of 128 per fit() call.
+      const double step = train_examples_per_s(lstm(), {28, 28}, 128, 8);
+      std::printf("%s: %.0f examples/s\n", c.c_str(), step);
+      bench::result("kiln_" + c + "_examples_per_s", step);
     } else if (c == "mlp_b1024_bf16") {
       bf16_vs_f32(c, mlp, {784}, 1024, 8, 15);
     } else if (c == "cnn_b256_bf16") {

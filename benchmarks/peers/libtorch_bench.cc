@@ -7,7 +7,8 @@
 // (lowp_gemm_bench's); mlp_b1024_bf16 and cnn_b256_bf16 (train_step_bench's, issue #16): the MLP
 // at batch 1024 and the CNN at batch 256 under CPU autocast to bf16 against the same model in
 // f32, fit calls alternated; trainer_mlp_b64 ... trainer_cnn_b128 (issue #27): whole epochs on
-// Fashion-MNIST as the bundled trainers run them (whole_trainer). Prints `RESULT
+// Fashion-MNIST as the bundled trainers run them (whole_trainer); lstm_b128 (issue #28): the
+// fashion_mnist_lstm model, 8 batches of 128 per timed call. Prints `RESULT
 // torch_<case>_...` lines, and INFO lines for the ISA path (ATen's vector ISA from
 // show_config(), and oneDNN's, which LibTorch's bf16 linear and convolution run on).
 #include <ATen/Version.h>
@@ -62,6 +63,22 @@ struct Cnn : torch::nn::Module {
     torch::Tensor h = torch::max_pool2d(torch::relu(conv1(x)), 2);
     h = torch::max_pool2d(torch::relu(conv2(h)), 2);
     return fc2(torch::relu(fc1(h.flatten(1))));
+  }
+};
+
+// examples/fashion_mnist_lstm's model: torch::nn::LSTM (one layer, 128 units, batch first) over
+// 28 steps of 28 features, then a Linear(128, 10) on the last step's output. LibTorch runs it on
+// its fused CPU LSTM (at::lstm: the input projection of all steps at once, one GEMM per step).
+struct Lstm : torch::nn::Module {
+  torch::nn::LSTM lstm{torch::nn::LSTMOptions(28, 128).batch_first(true)};
+  torch::nn::Linear fc{128, 10};
+  Lstm() {
+    register_module("lstm", lstm);
+    register_module("fc", fc);
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor seq = std::get<0>(lstm(x));  // [batch, 28, 128]
+    return fc(seq.select(1, seq.size(1) - 1));
   }
 };
 
@@ -369,7 +386,7 @@ int main(int argc, char** argv) {
       kiln::bench::trainer_case_names({"eltwise_chain", "eltwise_compute_chain", "bf16_gemm_2048",
                                        "mlp_b1024_bf16", "cnn_b256_bf16", "trainer_mlp_b64",
                                        "trainer_mlp_b256", "trainer_mlp_b1024", "trainer_cnn_b32",
-                                       "trainer_cnn_b128"}));
+                                       "trainer_cnn_b128", "lstm_b128"}));
   if (cases.empty()) return 2;
   // KILN_PEER_THREADS (run.sh): LibTorch's intra-op threads, 2 (the host's cores) by default;
   // run.sh also tries 1, which can win on small batches where a second thread costs more in
@@ -414,6 +431,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "libtorch_bench %s: %s\n", c.c_str(), e.what());
         return 1;
       }
+    } else if (c == "lstm_b128") {
+      kiln::bench::result("torch_" + c + "_examples_per_s",
+                          train_examples_per_s(std::make_shared<Lstm>(), {28, 28}, 128, 8));
     } else if (c == "eltwise_chain") {
       auto [ops, builtin] = eltwise_chain_ms();
       kiln::bench::result("torch_eltwise_chain_ms", ops);

@@ -135,11 +135,39 @@ TEST(Initializers, HeNormalHasTargetStddev) {
   EXPECT_LE(std::max(-s.min, s.max), 2 * target / kTruncatedStddev + 1e-6);
 }
 
+// Tall weights have orthonormal columns, wide ones orthonormal rows (Keras' Orthogonal), times
+// the gain; the same seed gives the same matrix, another seed another.
+TEST(Initializers, OrthogonalTallAndWide) {
+  auto gram = [](const Tensor& w, bool rows) {
+    return rows ? matmul(w, transpose(w)) : matmul(transpose(w), w);
+  };
+  auto identity = [](int64_t n, double scale) {
+    std::vector<float> v(n * n, 0);
+    for (int64_t i = 0; i < n; ++i) v[i * n + i] = static_cast<float>(scale);
+    return Tensor::from_vector(v, {n, n});
+  };
+  const Tensor tall = orthogonal_init()({12, 5}, f32, 3);
+  EXPECT_TRUE(allclose(gram(tall, false), identity(5, 1), 1e-5, 1e-5));
+  const Tensor wide = orthogonal_init(2.0)({4, 16}, f32, 3);
+  EXPECT_TRUE(allclose(gram(wide, true), identity(4, 4), 1e-5, 1e-5));
+  const Tensor square = orthogonal_init()({6, 6}, f64, 9);
+  EXPECT_TRUE(allclose(gram(square, true), identity(6, 1).to(f64), 1e-12, 1e-12));
+  EXPECT_TRUE(allclose(orthogonal_init()({12, 5}, f32, 3), tall, 0, 0));
+  EXPECT_FALSE(allclose(orthogonal_init()({12, 5}, f32, 4), tall, 1e-3, 1e-3));
+  // Rank 3: the leading dimensions flatten into rows.
+  const Tensor conv = orthogonal_init()({2, 3, 4}, f32, 5);
+  EXPECT_TRUE(allclose(gram(reshape(conv, {6, 4}), false), identity(4, 1), 1e-5, 1e-5));
+  EXPECT_THROW(orthogonal_init()({5}, f32, 0), Error);
+  const Initializer back = initializer_from_config("orthogonal", orthogonal_init(0.5).config());
+  EXPECT_TRUE(allclose(back({3, 3}, f32, 1), orthogonal_init(0.5)({3, 3}, f32, 1), 0, 0));
+}
+
 TEST(Initializers, StayConcreteWhileAGraphIsRecording) {
   // Layers build their weights while a step is traced.
   Graph g;
   auto guard = g.as_default();
-  for (const Initializer& init : {zeros_init(), constant_init(2), glorot_uniform(), he_normal()}) {
+  for (const Initializer& init :
+       {zeros_init(), constant_init(2), glorot_uniform(), he_normal(), orthogonal_init()}) {
     Tensor t = init({3, 2}, f32, 1);
     EXPECT_FALSE(t.is_symbolic());
     EXPECT_EQ(t.size(), 6);

@@ -242,6 +242,28 @@ TEST(Slice, WholeTensorSharesStorage) {
   EXPECT_EQ(slice(x, {0, 0}, {4, 4}).raw_data(), x.raw_data());
 }
 
+// A limit of -1 takes the whole dimension, also one of unknown size while recording: the
+// result's shape follows the input's when the graph runs, and the gradient pads only the others.
+TEST(Slice, WholeDimensionLimit) {
+  Tensor x = counting<float>({3, 4});
+  Tensor y = slice(x, {0, 1}, {kUnknownDim, 3});
+  EXPECT_EQ(y.shape(), (Shape{3, 2}));
+  EXPECT_EQ(values<float>(y), (std::vector<float>{1, 2, 5, 6, 9, 10}));
+  Graph g;
+  Tensor p, grad;
+  {
+    auto guard = g.as_default();
+    p = g.placeholder(f32, {kUnknownDim, 4}, "p");
+    Tensor z = slice(p, {0, 1}, {kUnknownDim, 3});
+    EXPECT_EQ(z.shape(), (Shape{kUnknownDim, 2}));
+    grad = gradients(sum(z * z), {p})[0];
+  }
+  const Tensor dx = g.run({{p, x}}, grad);
+  EXPECT_EQ(values<float>(dx), (std::vector<float>{0, 2, 4, 0, 0, 10, 12, 0, 0, 18, 20, 0}));
+  EXPECT_THAT(error_of([&] { slice(x, {1, 0}, {kUnknownDim, 4}); }),
+              HasSubstr("a whole dimension (limit -1) needs start 0 and stride 1"));
+}
+
 TEST(Slice, OutOfBoundsThrows) {
   Tensor x = counting<float>({4, 5});
   EXPECT_THAT(error_of([&] {
