@@ -48,6 +48,12 @@ RATIOS = {
     # 128, against torch::nn::LSTM with the same sizes and optimizer.
     "lstm_b128_vs_libtorch": ratio(
         ">= 1.5", "kiln_lstm_b128_examples_per_s", "torch_lstm_b128_examples_per_s"),
+    # Issue #28: a compiled scan over 256 steps of one small fused kernel, per step, against
+    # the same kernel called from a host loop (scan_overhead_bench; lower is better).
+    **{f"scan_overhead_n{n}_vs_host_loop": value(
+        "<= 1", f"kiln_scan_overhead_n{n}_scan_vs_host_loop",
+        f"kiln_scan_overhead_n{n}_scan_us_per_step", f"kiln_scan_overhead_n{n}_host_loop_us_per_step")
+       for n in (64, 4096)},
     # Issue #12's other batch sizes (no targets: the speed-up should not be tuned to one).
     **{f"{c}_vs_libtorch": ratio("", f"kiln_{c}_examples_per_s", f"torch_{c}_examples_per_s")
        for c in ("mlp_b32", "mlp_b256", "cnn_b32", "cnn_b256")},

@@ -134,6 +134,8 @@ for ((r = 1; r <= rounds; ++r)); do
   # the step's host work, and outside the step (input pipeline, fit's loop).
   run step_breakdown_bench "$bin/step_breakdown_bench"
   run compile_bench "$bin/compile_bench"
+  # Issue #28: a compiled scan's per-step cost against the same body stepped from a host loop.
+  run scan_overhead_bench "$bin/scan_overhead_bench"
   run sgemm_bench "$bin/sgemm_bench"
   run lowp_gemm_bench "$bin/lowp_gemm_bench"
   if [[ $peers == on ]]; then torch bf16_gemm_2048; fi
