@@ -497,6 +497,105 @@ TEST(CompiledControlFlow, VariablesReadInsideABodyInAFunction) {
   EXPECT_EQ(f.stats().traces, 1);
 }
 
+// Variables assigned inside bodies behave as in the function around them: a loop carries the
+// variable from step to step, a cond gives it from the branch taken, and the function assigns
+// the result after each call; compiled and interpreted alike.
+TEST(ControlFlowVariables, AssignedInsideLoopsAndBranchesOfAFunction) {
+  for (ExecutionMode mode : {ExecutionMode::kCompiled, ExecutionMode::kInterpreted}) {
+    SCOPED_TRACE(mode == ExecutionMode::kCompiled ? "compiled" : "interpreted");
+    Variable total(zeros({2}), "total"), count(Tensor::scalar<float>(0), "count");
+    FunctionOptions options;
+    options.mode = mode;
+    auto f = kiln::function(
+        [&](const Tensor& xs) {
+          // scan: total += row at every step; the carry is the row count.
+          ScanResult r = scan(
+              [&](const Ts& c, const Ts& row) {
+                total.assign(total.value() + row[0]);
+                return std::make_pair(Ts{c[0] + 1.0f}, Ts{total.value()});
+              },
+              {Tensor::scalar<float>(0)}, {xs});
+          // fori_loop: count += i for i in [0, 4).
+          fori_loop(0, 4, [&](const Tensor& i, const Ts& v) {
+            count.assign(count.value() + convert(i, f32));
+            return v;
+          }, {});
+          // cond: doubles total only when it is positive in its first element.
+          cond(sum(slice(total.value(), {0}, {1})) > scalar_like(0, total.value()),
+               [&](const Ts&) {
+                 total.assign(total.value() * 2.0f);
+                 return Ts{};
+               },
+               [](const Ts&) { return Ts{}; }, {});
+          return Ts{r.carry[0], r.ys[0]};
+        },
+        options);
+    const Tensor xs = Tensor::from_vector<float>({1, -1, 2, -2, 3, -3}, {3, 2});
+    Ts out = f(xs);
+    expect_values(out[0], {}, {3});
+    expect_values(out[1], {3, 2}, {1, -1, 3, -3, 6, -6});  // the running totals
+    expect_values(total.value(), {2}, {12, -12});           // (1 + 2 + 3) * 2
+    expect_values(count.value(), {}, {6});
+    f(xs);  // the variables carry on from where the last call left them
+    expect_values(total.value(), {2}, {36, -36});  // (12 + 6) * 2
+    expect_values(count.value(), {}, {12});
+    EXPECT_EQ(f.stats().traces, 1);
+    // Starting negative, the cond leaves total alone.
+    total.assign(Tensor::from_vector<float>({-10, 10}));
+    f(xs);
+    expect_values(total.value(), {2}, {-4, 4});
+  }
+}
+
+TEST(ControlFlowVariables, WhileLoopsReadAndAssignInTheirBody) {
+  Variable v(Tensor::scalar<float>(1), "v");
+  auto f = kiln::function([&](const Tensor& limit) {
+    // Doubles v while it is below the limit; the loop variable counts the steps.
+    return while_loop([&](const Ts&) { return v.value() < limit; },
+                      [&](const Ts& n) {
+                        v.assign(v.value() * 2.0f);
+                        return Ts{n[0] + 1};
+                      },
+                      {Tensor::scalar<int32_t>(0)})[0];
+  });
+  expect_values(f(Tensor::scalar<float>(20)), {}, {5});
+  expect_values(v.value(), {}, {32});
+  expect_values(f(Tensor::scalar<float>(100)), {}, {2});
+  expect_values(v.value(), {}, {128});
+  // A condition may not assign.
+  auto g = kiln::function([&](const Tensor& x) {
+    return while_loop(
+        [&](const Ts& n) {
+          v.assign(v.value() + 1.0f);
+          return n[0] < x;
+        },
+        [](const Ts& n) { return Ts{n[0] + 1.0f}; }, {zeros_like(x)})[0];
+  });
+  expect_error([&] { g(Tensor::scalar<float>(3)); }, ErrorCode::kInvalidArgument,
+               "cond_fn: assigns variable 'v'; a loop's condition may read variables but not "
+               "assign them");
+}
+
+TEST(ControlFlowVariables, NestedLoopsAssignTheSameVariableAndItsGradientFlows) {
+  Variable acc(Tensor::scalar<double>(0), "acc");
+  auto f = kiln::function([&](const Tensor& x) {
+    fori_loop(0, 3, [&](const Tensor&, const Ts& v) {
+      scan([&](const Ts& c, const Ts& row) {
+        acc.assign(acc.value() + row[0] * x);
+        return std::make_pair(c, Ts{});
+      }, {}, {arange(1, 3, 1, f64)});
+      return v;
+    }, {});
+    // The assigned value is differentiable like any other: d(acc)/dx.
+    Tensor final_acc = acc.value();
+    return Ts{final_acc, gradients(final_acc, {x})[0]};
+  });
+  Ts out = f(Tensor::scalar<double>(2));
+  expect_values(out[0], {}, {18});  // 3 * (1 + 2) * 2
+  expect_values(out[1], {}, {9});
+  expect_values(acc.value(), {}, {18});
+}
+
 TEST(SavedControlFlow, ASavedModelKeepsItsSubGraphs) {
   Graph g("cf_model");
   Tensor x = g.placeholder(f32, {3, 2}), w = g.placeholder(f32, {2});

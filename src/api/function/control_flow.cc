@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <unordered_map>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "kiln/ops.h"
 #include "ops/control_flow.h"
 #include "src/core/tensor_impl.h"
+#include "src/core/variable_capture.h"
 
 namespace kiln {
 namespace {
@@ -139,6 +141,117 @@ std::vector<Tensor> unify_captures(std::vector<Traced*> traced) {
   return all;
 }
 
+// ---- variables read and assigned inside traced bodies -------------------------------------
+// Inside kiln::function a variable assigned in a branch or loop body becomes a value the node
+// carries: a loop carries it from step to step (its value before the loop is the initial one)
+// and gives it back as an output, and a cond gives it as an output of both branches (the value
+// before the cond from a branch that leaves it alone). The enclosing trace then assigns that
+// output. The bodies are traced once to find the variables they assign and, if any, again with
+// those threaded through.
+
+// The capture installed while a body is traced: reads of a threaded variable give its param
+// (or its latest assignment in this body), others go to the enclosing capture; assignments are
+// recorded.
+class BodyCapture : public detail::VariableCapture {
+ public:
+  BodyCapture(detail::VariableCapture* outer, const std::vector<Variable>& threaded,
+              const std::vector<Tensor>& params)
+      : outer_(outer), threaded_(threaded), params_(params) {}
+
+  const Tensor& read(const Variable& v) override {
+    for (auto& [var, value] : assigned_)
+      if (var == v) return value;
+    for (size_t k = 0; k < threaded_.size() && k < params_.size(); ++k)
+      if (threaded_[k] == v) return params_[k];
+    outer_reads_.push_back(outer_->read(v));  // a value of an enclosing graph: captured on use
+    return outer_reads_.back();
+  }
+
+  void assign(const Variable& v, const Tensor& value) override {
+    for (auto& [var, current] : assigned_) {
+      if (var == v) {
+        current = value;
+        return;
+      }
+    }
+    assigned_.emplace_back(v, value);
+  }
+
+  const std::vector<std::pair<Variable, Tensor>>& assigned() const { return assigned_; }
+
+  // Each threaded variable's value at the end of the body.
+  std::vector<Tensor> values() {
+    std::vector<Tensor> out;
+    for (const Variable& v : threaded_) out.push_back(read(v));
+    return out;
+  }
+
+ private:
+  detail::VariableCapture* outer_;
+  const std::vector<Variable>& threaded_;
+  std::vector<Tensor> params_;  // per threaded variable (loops); empty for cond's branches
+  std::vector<std::pair<Variable, Tensor>> assigned_;
+  std::deque<Tensor> outer_reads_;  // stable addresses: read returns references
+};
+
+// The variables a node threads through, found by tracing its bodies. `outer` is the capture of
+// the trace the node is recorded in (null outside kiln::function: nothing is threaded, and an
+// assignment of a symbolic value fails as it does anywhere else).
+struct Threading {
+  detail::VariableCapture* outer = detail::variable_capture();
+  std::vector<Variable> threaded;  // the second trace's
+  std::vector<Variable> found;     // assigned by the bodies traced so far
+
+  // Runs `body` with a BodyCapture for `params` (the threaded variables' params, or none) and
+  // returns the threaded variables' values after it, appended to what `body` returns.
+  // `no_assign` (a while_loop's condition): an assignment is an error naming it.
+  std::vector<Tensor> run(const std::vector<Tensor>& params,
+                          const std::function<std::vector<Tensor>()>& body,
+                          const std::string& no_assign = "") {
+    if (!outer) return body();
+    BodyCapture capture(outer, threaded, params);
+    std::vector<Tensor> out;
+    {
+      detail::VariableCaptureScope scope(&capture);
+      out = body();
+    }
+    if (!no_assign.empty()) {
+      if (!capture.assigned().empty()) {
+        fail(no_assign, "assigns variable '" + capture.assigned()[0].first.name() +
+                            "'; a loop's condition may read variables but not assign them "
+                            "(assign in its body)");
+      }
+      return out;
+    }
+    for (const auto& [v, value] : capture.assigned())
+      if (std::find(found.begin(), found.end(), v) == found.end()) found.push_back(v);
+    std::vector<Tensor> values = capture.values();
+    out.insert(out.end(), values.begin(), values.end());
+    return out;
+  }
+  // Whether the bodies assigned variables that are not threaded yet: trace them again.
+  bool retrace() {
+    if (found.size() == threaded.size()) return false;
+    threaded = found;
+    return true;
+  }
+  // The threaded variables' values where the node is recorded.
+  std::vector<Tensor> initial() const {
+    std::vector<Tensor> out;
+    for (const Variable& v : threaded) out.push_back(v.value());
+    return out;
+  }
+  std::vector<TensorType> types() const {
+    std::vector<TensorType> out;
+    for (const Variable& v : threaded) out.push_back({v.dtype(), v.shape()});
+    return out;
+  }
+  // Assigns the node's outputs for the threaded variables.
+  void assign(const std::vector<Tensor>& values) const {
+    for (size_t k = 0; k < threaded.size(); ++k) Variable(threaded[k]).assign(values.at(k));
+  }
+};
+
 // ---- replaying a sub-graph into the graph being recorded ----------------------------------
 
 // Records the nodes of `sub` that `wanted` selects (all when null) into the default graph, in
@@ -205,6 +318,11 @@ std::vector<Tensor> concat(std::vector<Tensor> a, const std::vector<Tensor>& b) 
   return a;
 }
 
+std::vector<TensorType> concat_types(std::vector<TensorType> a, const std::vector<TensorType>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 std::vector<Tensor> part(const std::vector<Tensor>& v, size_t begin, size_t end) {
   return {v.begin() + static_cast<std::ptrdiff_t>(begin),
           v.begin() + static_cast<std::ptrdiff_t>(end)};
@@ -250,8 +368,15 @@ std::vector<Tensor> cond(const Tensor& pred, const BranchFn& true_fn, const Bran
   if (!parent) return pred.item<bool>() ? true_fn(operands) : false_fn(operands);
 
   const std::vector<TensorType> types = types_of(operands);
-  Traced a = trace(where, "true_fn", parent, types, true_fn);
-  Traced b = trace(where, "false_fn", parent, types, false_fn);
+  Threading vars;
+  Traced a, b;
+  do {
+    a = trace(where, "true_fn", parent, types,
+              [&](const std::vector<Tensor>& x) { return vars.run({}, [&] { return true_fn(x); }); });
+    b = trace(where, "false_fn", parent, types, [&](const std::vector<Tensor>& x) {
+      return vars.run({}, [&] { return false_fn(x); });
+    });
+  } while (vars.retrace());
   const auto& ra = a.sub->results;
   const auto& rb = b.sub->results;
   if (ra.size() != rb.size()) {
@@ -269,7 +394,10 @@ std::vector<Tensor> cond(const Tensor& pred, const BranchFn& true_fn, const Bran
   Attrs attrs;
   attrs.set("then_branch", std::shared_ptr<const SubGraph>(a.sub));
   attrs.set("else_branch", std::shared_ptr<const SubGraph>(b.sub));
-  return call_op("cond", concat(concat({pred}, operands), captured), attrs);
+  std::vector<Tensor> out = call_op("cond", concat(concat({pred}, operands), captured), attrs);
+  const size_t n = out.size() - vars.threaded.size();
+  vars.assign(part(out, n, out.size()));
+  return part(out, 0, n);
 }
 
 // ---- while_loop ---------------------------------------------------------------------------
@@ -299,18 +427,35 @@ std::vector<Tensor> while_loop(const LoopCondFn& cond_fn, const BranchFn& body_f
     }
     return vars;
   }
-  Traced c = trace(where, options.name + "_cond", parent, types,
-                   [&](const std::vector<Tensor>& v) { return std::vector<Tensor>{cond_fn(v)}; });
-  check_pred(where, c.sub->results.at(0), "cond_fn's result");
-  Traced b = trace(where, options.name + "_body", parent, types, body_fn);
-  check_carried(where, "loop variable", types, b.sub->results, "body");
+  const size_t n = loop_vars.size();
+  Threading vars;
+  Traced c, b;
+  do {
+    const std::vector<TensorType> all = concat_types(types, vars.types());
+    c = trace(where, options.name + "_cond", parent, all, [&](const std::vector<Tensor>& v) {
+      return vars.run(
+          part(v, n, v.size()), [&] { return std::vector<Tensor>{cond_fn(part(v, 0, n))}; },
+          where + ": cond_fn");
+    });
+    check_pred(where, c.sub->results.at(0), "cond_fn's result");
+    b = trace(where, options.name + "_body", parent, all, [&](const std::vector<Tensor>& v) {
+      return vars.run(part(v, n, v.size()), [&] {
+        std::vector<Tensor> next = body_fn(part(v, 0, n));
+        check_carried(where, "loop variable", types, next, "body");
+        return next;
+      });
+    });
+  } while (vars.retrace());
   std::vector<Tensor> captured = unify_captures({&c, &b});
   Attrs attrs;
   attrs.set("cond", std::shared_ptr<const SubGraph>(c.sub));
   attrs.set("body", std::shared_ptr<const SubGraph>(b.sub));
-  attrs.set("num_vars", static_cast<int64_t>(loop_vars.size()));
+  attrs.set("num_vars", static_cast<int64_t>(n + vars.threaded.size()));
   if (options.maximum_iterations) attrs.set("max_iterations", *options.maximum_iterations);
-  return call_op("while", concat(loop_vars, captured), attrs);
+  std::vector<Tensor> out =
+      call_op("while", concat(concat(loop_vars, vars.initial()), captured), attrs);
+  vars.assign(part(out, n, out.size()));
+  return part(out, 0, n);
 }
 
 // ---- scan ---------------------------------------------------------------------------------
@@ -375,10 +520,18 @@ ScanResult scan(const ScanFn& fn, const std::vector<Tensor>& init, const std::ve
   for (const Tensor& x : xs)
     params.push_back({x.dtype(), Shape(x.shape().begin() + 1, x.shape().end())});
   const size_t nc = init.size(), nx = xs.size();
+  Threading vars;
+  // args: the carry, the threaded variables, this step's rows of xs.
   auto step = [&](const std::vector<Tensor>& args) {
-    auto [carry, ys] = fn(part(args, 0, nc), part(args, nc, nc + nx));
-    check_carried(where, "carry", carry_types, carry, "step function");
-    check_defined(where, ys, "output");
+    const size_t nv = vars.threaded.size();
+    std::vector<Tensor> ys;
+    std::vector<Tensor> carry = vars.run(part(args, nc, nc + nv), [&] {
+      auto [c, y] = fn(part(args, 0, nc), part(args, nc + nv, nc + nv + nx));
+      check_carried(where, "carry", carry_types, c, "step function");
+      check_defined(where, y, "output");
+      ys = std::move(y);
+      return c;
+    });
     return concat(std::move(carry), ys);
   };
 
@@ -407,10 +560,16 @@ ScanResult scan(const ScanFn& fn, const std::vector<Tensor>& init, const std::ve
   // Traced (eagerly with no steps too: the trace gives the ys' types).
   std::shared_ptr<GraphImpl> eager_graph;
   if (!parent) parent = eager_graph = std::make_shared<GraphImpl>("scan_types");
-  Traced b = trace(where, options.name + "_body", parent, params, step);
+  Traced b;
+  do {
+    std::vector<TensorType> all = concat_types(carry_types, vars.types());
+    all.insert(all.end(), params.begin() + static_cast<std::ptrdiff_t>(nc), params.end());
+    b = trace(where, options.name + "_body", parent, all, step);
+  } while (vars.retrace());
+  const size_t nv = vars.threaded.size();
   if (eager_graph) {
     ScanResult out{init, {}};
-    for (size_t k = nc; k < b.sub->results.size(); ++k) {
+    for (size_t k = nc + nv; k < b.sub->results.size(); ++k) {
       Shape shape = b.sub->results[k].shape();
       if (std::count(shape.begin(), shape.end(), kUnknownDim))
         fail(where, "an output's shape depends on the steps, and there are none");
@@ -422,14 +581,16 @@ ScanResult scan(const ScanFn& fn, const std::vector<Tensor>& init, const std::ve
   std::vector<Tensor> captured = unify_captures({&b});
   Attrs attrs;
   attrs.set("body", std::shared_ptr<const SubGraph>(b.sub));
-  attrs.set("num_carry", static_cast<int64_t>(nc));
+  attrs.set("num_carry", static_cast<int64_t>(nc + nv));
   attrs.set("num_xs", static_cast<int64_t>(nx));
   attrs.set("length", length);
   attrs.set("reverse", options.reverse);
   attrs.set("unroll", options.unroll);
   attrs.set("remat", options.remat);
-  std::vector<Tensor> out = call_op("scan", concat(concat(init, xs), captured), attrs);
-  return {part(out, 0, nc), part(out, nc, out.size())};
+  std::vector<Tensor> out =
+      call_op("scan", concat(concat(concat(init, vars.initial()), xs), captured), attrs);
+  vars.assign(part(out, nc, nc + nv));
+  return {part(out, 0, nc), part(out, nc + nv, out.size())};
 }
 
 // ---- fori_loop ----------------------------------------------------------------------------
@@ -647,6 +808,7 @@ std::vector<Tensor> scan_gradient(const GradContext& g) {
   ScanOptions bo;
   bo.reverse = !reverse;
   bo.unroll = a.get_int("unroll", 1);
+  bo.length = a.get_int("length");  // a scan with no outputs and no residuals has no xs
   bo.name = "scan_gradient";
   ScanResult back = scan(
       [&](const std::vector<Tensor>& carry, const std::vector<Tensor>& x) {
