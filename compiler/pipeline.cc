@@ -16,6 +16,7 @@
 #include "compiler/passes/epilogue_fusion.h"
 #include "compiler/passes/layout.h"
 #include "compiler/passes/merge_scans.h"
+#include "compiler/passes/unroll.h"
 #include "compiler/passes/verify.h"
 #include "kiln/error.h"
 
@@ -143,6 +144,7 @@ Pipeline default_pipeline(Rewrites rewrites) {
   simplify.push_back(std::make_unique<AlgebraicSimplifier>());
   simplify.push_back(std::make_unique<Cse>());
   simplify.push_back(std::make_unique<MergeAugmentedScans>());
+  simplify.push_back(std::make_unique<UnrollLoops>());  // after the merge: it changes bodies
   simplify.push_back(std::make_unique<Dce>());
   p.add_fixed_point(std::move(simplify), 8);
   p.add(std::make_unique<LayoutFolding>());  // not exact: after the exact group

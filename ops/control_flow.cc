@@ -67,6 +67,61 @@ bool types_compatible(const TensorType& a, const TensorType& b) {
   return true;
 }
 
+// ---- replaying a sub-graph into the graph being recorded ----------------------------------
+
+void replay(const SubGraph& sub, std::vector<std::vector<Tensor>>& values,
+            const std::vector<bool>* wanted) {
+  std::vector<detail::Node> nodes;
+  {
+    std::lock_guard lock(sub.graph.impl()->mu);
+    nodes = sub.graph.impl()->nodes;
+  }
+  Graph target(detail::default_graph());
+  for (size_t id = 0; id < nodes.size(); ++id) {
+    if (!values[id].empty() || (wanted && !(*wanted)[id])) continue;
+    const detail::Node& n = nodes[id];
+    if (n.op == "placeholder") {
+      throw Error(ErrorCode::kInternal, "control flow: sub-graph '" + sub.graph.name() +
+                                            "' has an unmapped placeholder '" + n.name + "'");
+    }
+    if (n.op == "constant") {
+      values[id] = {target.constant(n.attrs.get_tensor("value"))};
+      continue;
+    }
+    std::vector<Tensor> inputs;
+    for (const ValueRef& in : n.inputs) inputs.push_back(values[in.node].at(in.output));
+    values[id] = call_op(n.op, inputs, n.attrs);
+  }
+}
+
+std::vector<bool> needed_for(const SubGraph& sub, const std::vector<ValueRef>& roots) {
+  std::lock_guard lock(sub.graph.impl()->mu);
+  const auto& nodes = sub.graph.impl()->nodes;
+  std::vector<bool> needed(nodes.size(), false);
+  std::vector<int> stack;
+  for (const ValueRef& r : roots) stack.push_back(r.node);
+  while (!stack.empty()) {
+    int id = stack.back();
+    stack.pop_back();
+    if (needed[id]) continue;
+    needed[id] = true;
+    for (const ValueRef& in : nodes[id].inputs) stack.push_back(in.node);
+  }
+  return needed;
+}
+
+std::vector<Tensor> inline_subgraph(const SubGraph& sub, const std::vector<Tensor>& args) {
+  std::vector<std::vector<Tensor>> values(sub.graph.num_nodes());
+  for (size_t i = 0; i < sub.params.size(); ++i) values[sub.params[i].impl()->node] = {args.at(i)};
+  std::vector<ValueRef> roots;
+  for (const Tensor& r : sub.results) roots.push_back({r.impl()->node, r.impl()->output});
+  std::vector<bool> needed = needed_for(sub, roots);
+  replay(sub, values, &needed);
+  std::vector<Tensor> out;
+  for (const Tensor& r : sub.results) out.push_back(values[r.impl()->node].at(r.impl()->output));
+  return out;
+}
+
 bool is_control_flow(const std::string& op) {
   return op == "cond" || op == "while" || op == "scan";
 }

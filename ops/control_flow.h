@@ -37,6 +37,21 @@ void run_cond(KernelContext& ctx, const SubRunner& then_branch, const SubRunner&
 void run_while(KernelContext& ctx, const SubRunner& cond, const SubRunner& body);
 void run_scan(KernelContext& ctx, const SubRunner& body);
 
+// ---- replaying a sub-graph into the graph being recorded (the default graph) ----
+
+// Records the nodes of `sub` that `wanted` selects (all when null) into the default graph, in
+// order. `values` holds, per node, the values standing for its outputs: filled in for the
+// params (and anything else mapped) beforehand, and for each replayed node here.
+void replay(const SubGraph& sub, std::vector<std::vector<Tensor>>& values,
+            const std::vector<bool>* wanted);
+
+// Which nodes of `sub` the values `roots` depend on.
+std::vector<bool> needed_for(const SubGraph& sub, const std::vector<ValueRef>& roots);
+
+// `sub` applied to `args` in the default graph: the nodes its results need, recorded in order;
+// returns the values standing for its results.
+std::vector<Tensor> inline_subgraph(const SubGraph& sub, const std::vector<Tensor>& args);
+
 // Whether `op` is one of the control-flow ops (its node holds sub-graphs).
 bool is_control_flow(const std::string& op);
 

@@ -1,6 +1,8 @@
 // Module bookkeeping shared by all passes: purity of a node and the graph Rewriter.
 #include "compiler/passes/pass.h"
 
+#include <variant>
+
 #include "kiln/error.h"
 
 namespace kiln::compiler {
@@ -41,7 +43,14 @@ std::string module_text(const Module& module) {
 
 bool is_pure(const detail::Node& node) {
   if (node.op == "placeholder" || node.op.rfind("random_", 0) == 0) return false;
-  return node.def == nullptr || !node.def->stateful;
+  if (node.def != nullptr && node.def->stateful) return false;
+  for (const auto& [name, value] : node.attrs.values()) {
+    const auto* sub = std::get_if<std::shared_ptr<const SubGraph>>(&value);
+    if (sub == nullptr || *sub == nullptr) continue;
+    for (const detail::Node& inner : nodes_of((*sub)->graph))
+      if (inner.op != "placeholder" && !is_pure(inner)) return false;
+  }
+  return true;
 }
 
 detail::Node constant_node(const std::string& name, const Tensor& value) {

@@ -60,7 +60,8 @@ class Pass {
 // The nodes of a graph (read-only).
 const std::vector<detail::Node>& nodes_of(const Graph& graph);
 
-// False for placeholders, random ops and ops registered stateful: their results may not be
+// False for placeholders, random ops, ops registered stateful, and nodes holding a sub-graph
+// with any of those (a placeholder of a sub-graph is its param): their results may not be
 // computed at compile time nor shared between two nodes.
 bool is_pure(const detail::Node& node);
 
@@ -79,6 +80,9 @@ class Rewriter {
   // The new-graph node producing the new value of old input `i` of old node `id`.
   const detail::Node& input_node(int id, int i) const;
   const TensorType& new_type(ValueRef v) const;
+  // The graph being built: a pass may record ops into it (with it as the default graph) and
+  // alias old nodes to the values they give.
+  Graph graph() const { return Graph(out_); }
 
   // Copies old node `id` with its inputs remapped; returns its new id.
   int keep(int id);

@@ -52,7 +52,9 @@ std::vector<Tensor> while_loop(const LoopCondFn& cond_fn, const BranchFn& body_f
 
 struct ScanOptions {
   bool reverse = false;  // step from the last row of the xs to the first (ys keep xs' order)
-  // Steps per iteration of the compiled loop (a body unrolled this many times; 1: none).
+  // Steps per iteration of the compiled loop (a body unrolled this many times; 1: none; the
+  // whole length or more: no loop at all). The compiler also unrolls small loops on its own
+  // (compiler/passes/unroll.h). Unrolling never changes the values, only the code.
   int64_t unroll = 1;
   // The number of steps when there are no xs (with xs it must equal their first dimension).
   std::optional<int64_t> length;

@@ -1,6 +1,7 @@
 // Random control flow: the random graphs of random_graph.h as the bodies of scan and while
 // loops and as a branch of cond, run by the interpreter (sub-graphs interpreted) and compiled
-// (sub-graphs compiled with their own passes and fusion), outputs and gradients compared.
+// (sub-graphs compiled with their own passes and fusion; scans unrolled, fully or by a factor),
+// outputs and gradients compared.
 #include <gtest/gtest.h>
 
 #include "compiler/executable.h"
@@ -73,6 +74,9 @@ BuiltGraph wrap(BuiltGraph body, Kind kind, uint32_t seed) {
     attrs.set("num_xs", static_cast<int64_t>(body.feeds.size() - 1));
     attrs.set("length", int64_t{kLength});
     attrs.set("reverse", seed % 2 == 0);
+    // Every third scan unrolled by 2 (one iteration of two steps, one step inlined); the others
+    // run as a loop or, when their body is small, are unrolled fully (compiler/passes/unroll.h).
+    attrs.set("unroll", int64_t{seed % 3 == 0 ? 2 : 1});
     out.outputs = call_op("scan", inputs, attrs);
   } else if (kind == Kind::kWhile) {
     Tensor counter = body.graph.placeholder(i64, {}, "counter");

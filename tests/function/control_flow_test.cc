@@ -455,7 +455,7 @@ TEST(CompiledControlFlow, BodiesAreCompiledSubPrograms) {
 
 TEST(CompiledControlFlow, TheGradientsForwardScanReplacesTheOriginal) {
   Graph g("g");
-  Tensor h0 = g.placeholder(f64, {2, 3}), xs = g.placeholder(f64, {4, 2, 3});
+  Tensor h0 = g.placeholder(f64, {2, 3}), xs = g.placeholder(f64, {6, 2, 3});
   Tensor w = g.placeholder(f64, {3, 3});
   Tensor loss;
   Ts grads;
@@ -472,7 +472,7 @@ TEST(CompiledControlFlow, TheGradientsForwardScanReplacesTheOriginal) {
   }
   Ts fetches = {loss, grads[0], grads[1], grads[2]};
   FeedList feeds = {
-      {h0, random_f64({2, 3}, 1)}, {xs, random_f64({4, 2, 3}, 2)}, {w, random_f64({3, 3}, 3)}};
+      {h0, random_f64({2, 3}, 1)}, {xs, random_f64({6, 2, 3}, 2)}, {w, random_f64({3, 3}, 3)}};
   // Recorded: the scan, its augmented copy and the backward scan. Compiled: the copy runs
   // in the original's place.
   int recorded = 0;
