@@ -151,7 +151,8 @@ bool UnrollLoops::run(Module& module) {
       std::vector<std::unique_ptr<Graph::NameScope>> scopes;
       for (size_t b = 0, e; b <= n.name.size(); b = e + 1) {
         e = std::min(n.name.find('/', b), n.name.size());
-        if (e > b) scopes.push_back(std::make_unique<Graph::NameScope>(out, n.name.substr(b, e - b)));
+        if (e > b)
+          scopes.push_back(std::make_unique<Graph::NameScope>(out, n.name.substr(b, e - b)));
       }
       if (k == s.length) {
         auto [last, ys] = inline_steps(s, carry, xs, 0, captures, 0, s.length);

@@ -417,13 +417,14 @@ TEST(LayoutTest, IsNotExactAndRunsOnlyInTheFullPipeline) {
   EXPECT_FALSE(all.exact());
   EXPECT_TRUE(exact.exact());
   // After the exact fixed-point group, before the dot epilogue fusion.
-  EXPECT_EQ(
-      all.pass_names(),
-      "verify constant_folding algebraic_simplifier cse merge_augmented_scans dce layout "
-      "epilogue_fusion dce verify");
-  EXPECT_EQ(exact.pass_names(),
-            "verify constant_folding algebraic_simplifier cse merge_augmented_scans dce "
+  EXPECT_EQ(all.pass_names(),
+            "verify constant_folding algebraic_simplifier cse merge_augmented_scans unroll_loops "
+            "dce layout "
             "epilogue_fusion dce verify");
+  EXPECT_EQ(
+      exact.pass_names(),
+      "verify constant_folding algebraic_simplifier cse merge_augmented_scans unroll_loops dce "
+      "epilogue_fusion dce verify");
 
   Graph g{"pipeline"};
   Tensor x = g.placeholder(f32, {6, 4}, "x");

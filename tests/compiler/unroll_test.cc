@@ -15,8 +15,8 @@
 namespace kiln::compiler {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::expect_bitwise_equal;
+using ::testing::HasSubstr;
 using testing::notes_of;
 using testing::run_module;
 using Ts = std::vector<Tensor>;
@@ -135,9 +135,9 @@ TEST(UnrollLoopsTest, LeavesALoopWhoseBodyDrawsRandomNumbers) {
   Ts out;
   {
     auto guard = g.as_default();
-    out = fori_loop(0, 2, [&](const Tensor&, const Ts& v) {
-      return Ts{v[0] + random_uniform({4}, seed)};
-    }, {x0});
+    out = fori_loop(
+        0, 2, [&](const Tensor&, const Ts& v) { return Ts{v[0] + random_uniform({4}, seed)}; },
+        {x0});
   }
   Module m = make_module(g, out);
   UnrollLoops pass;
@@ -154,9 +154,9 @@ TEST(UnrollLoopsTest, NestedSmallLoopsAreUnrolledByTheCompilerAndComputeTheSameV
     auto guard = g.as_default();
     ScanResult outer = scan(
         [&](const Ts& c, const Ts& x) {
-          Ts inner = fori_loop(0, 3, [&](const Tensor& i, const Ts& v) {
-            return Ts{v[0] * x[0] + convert(i, f64)};
-          }, {c[0]});
+          Ts inner = fori_loop(
+              0, 3, [&](const Tensor& i, const Ts& v) { return Ts{v[0] * x[0] + convert(i, f64)}; },
+              {c[0]});
           return std::make_pair(Ts{inner[0]}, Ts{sin(inner[0])});
         },
         {x0}, {xs});
