@@ -11,6 +11,7 @@ packages=(
   clang libclang-rt-14-dev  # the fuzz targets (fuzz/, KILN_FUZZ)
   libdnnl-dev  # oneDNN: the convolutions' fast path (ops/onednn_conv.cc)
   ocl-icd-opencl-dev  # oneDNN's CMake package requires OpenCL (a recommendation apt skips here)
+  libcpp-httplib-dev rapidjson-dev pkg-config  # kiln-serve (serving/): HTTP server, JSON
   iproute2  # ip netns: tests/distribute/multi_host_test.sh runs two workers as two hosts
 )
 

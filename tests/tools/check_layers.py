@@ -4,6 +4,7 @@ folders"): a file may include only files of its own layer or a lower one. Run wi
 repository root as the argument; exits 1 listing every inversion.
 
     core < runtime < ops < compiler < distribute < api (autodiff, function < optim < io, data < nn)
+         < serving
 
 and the programs on top (tools, examples, tests, benchmarks, fuzz) may include anything.
 --self-test checks that an inverted include is reported."""
@@ -26,14 +27,14 @@ RULES = [
     ("distribute/", "distribute"),
     ("src/api/autodiff/", "api.function"), ("src/api/function/", "api.function"),
     ("src/api/optim/", "api.optim"), ("src/api/io/", "api.io"), ("src/api/data/", "api.data"),
-    ("src/api/nn/", "api.nn"), ("src/version.cc", "core"),
+    ("src/api/nn/", "api.nn"), ("src/version.cc", "core"), ("serving/", "serving"),
 ]
 ORDER = ["core", "runtime", "ops", "compiler", "distribute", "api.function", "api.optim",
-         "api.io", "api.data", "api.nn"]
+         "api.io", "api.data", "api.nn", "serving"]
 # io and data are side by side: neither includes the other... except that the data pipeline
 # reads TFRecord files, so data may include io.
 RANK = {name: i for i, name in enumerate(ORDER)}
-SOURCE_DIRS = ["include", "src", "runtime", "ops", "compiler", "distribute"]
+SOURCE_DIRS = ["include", "src", "runtime", "ops", "compiler", "distribute", "serving"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 

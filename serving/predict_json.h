@@ -1,0 +1,53 @@
+// TF Serving's REST predict format (api_rest.md): a request body decoded into a signature's
+// input tensors, and output tensors encoded as the response body. Row ("instances") and
+// columnar ("inputs") requests, named or single inputs and outputs, {"b64": ...} values and
+// the NaN / Infinity / -Infinity tokens.
+//
+// Kiln has no string dtype: a {"b64": "..."} value is bytes, decoded into the innermost
+// dimension of a u8 input (an image's raw pixels, say); a u8 output whose name ends in
+// "_bytes" is returned as {"b64": ...} values, one per innermost row.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "kiln/io/saved_model.h"
+#include "kiln/tensor.h"
+
+namespace kiln::serving {
+
+enum class RequestFormat { kRow, kColumnar };
+
+struct PredictRequest {
+  std::string signature_name;  // the one asked for, or "serving_default"
+  RequestFormat format = RequestFormat::kRow;
+  std::map<std::string, Tensor> inputs;  // by the signature's input names, each batched
+};
+
+// Decodes a predict body against the model's signatures. Every input of the signature must be
+// given, no other, each with the signature's dtype (JSON numbers are converted to it) and
+// inner dimensions. Throws kiln::Error: kInvalidArgument naming the input, the expected and
+// the given shape or dtype (or the JSON offset of a syntax error); kNotFound for an unknown
+// signature.
+PredictRequest parse_predict_request(std::string_view body,
+                                     const std::map<std::string, io::SignatureInfo>& signatures);
+
+// The response body for `outputs`: {"predictions": ...} for a row request (a list of values
+// per example for one output, of objects for several, which must then share their first
+// dimension), {"outputs": ...} for a columnar one (the value, or an object by name).
+std::string format_predict_response(const std::map<std::string, Tensor>& outputs,
+                                    RequestFormat format);
+
+// {"error": "<message>"}, the message escaped.
+std::string error_json(std::string_view message);
+
+// `s` as a JSON string literal, quotes included.
+std::string json_string(std::string_view s);
+
+// Standard base64 (RFC 4648, with padding; decoding also accepts the URL-safe alphabet and
+// missing padding). decode throws kInvalidArgument naming the offending offset.
+std::string base64_encode(std::string_view bytes);
+std::string base64_decode(std::string_view text);
+
+}  // namespace kiln::serving

@@ -1,0 +1,116 @@
+// TF Serving's REST endpoints over a model manager: status, metadata, predict (row and
+// columnar, by version and label), and the HTTP status of each kind of bad request; after
+// every bad request the model still answers.
+#include "serving/rest_api.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "kiln/nn.h"
+#include "tests/testing/temp_dir.h"
+
+namespace kiln::serving {
+namespace {
+
+using ::testing::HasSubstr;
+
+class RestApiTest : public testing_util::TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+    for (float w : {1.0f, 2.0f}) {
+      nn::Sequential model({nn::Dense(2, "", false)});
+      model.build({3});
+      for (Variable v : model.weights()) v.assign(full(v.value().shape(), w));
+      io::save_model(model, path("m"), {3});
+    }
+    ModelSpec s{.name = "m", .base_path = path("m")};
+    s.policy.kind = VersionPolicy::Kind::kAll;
+    s.labels = {{"stable", 1}};
+    mm_ = std::make_unique<ModelManager>(std::vector<ModelSpec>{s});
+    mm_->poll();
+  }
+  HttpReply get(const std::string& path) { return handle_rest(*mm_, "GET", path, ""); }
+  HttpReply post(const std::string& path, const std::string& body) {
+    return handle_rest(*mm_, "POST", path, body);
+  }
+  void expect_still_serving() {
+    HttpReply r = post("/v1/models/m:predict", R"({"instances": [[1, 1, 1]]})");
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.body, R"({"predictions": [[6, 6]]})");
+  }
+  std::unique_ptr<ModelManager> mm_;
+};
+
+TEST_F(RestApiTest, StatusAndMetadata) {
+  HttpReply r = get("/v1/models/m");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"model_version_status": [{"version": "2", "state": "AVAILABLE", "status": )"
+                    R"({"error_code": "OK", "error_message": ""}}, {"version": "1", "state": )"
+                    R"("AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]})");
+  r = get("/v1/models/m/labels/stable");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_THAT(r.body, HasSubstr(R"("version": "1")"));
+  r = get("/v1/models/m/versions/2/metadata");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_THAT(r.body,
+              HasSubstr(R"("model_spec": {"name": "m", "signature_name": "", "version": "2"})"));
+  EXPECT_THAT(
+      r.body,
+      HasSubstr(
+          R"("x": {"dtype": "DT_FLOAT", "tensor_shape": {"dim": [{"size": "-1", "name": ""}, {"size": "3", "name": ""}])"));
+  EXPECT_THAT(r.body, HasSubstr(R"("method_name": "tensorflow/serving/predict")"));
+}
+
+TEST_F(RestApiTest, PredictsInRowAndColumnarFormByVersionAndLabel) {
+  expect_still_serving();  // the newest version: kernel of 2s
+  HttpReply r = post("/v1/models/m/versions/1:predict", R"({"inputs": [[1, 2, 3], [0, 0, 1]]})");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"outputs": [[6, 6], [1, 1]]})");
+  r = post("/v1/models/m/labels/stable:predict",
+           R"({"signature_name": "serving_default", "instances": [{"x": [1, 1, 1]}]})");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"predictions": [[3, 3]]})");
+}
+
+TEST_F(RestApiTest, BadRequestsGetTheRightStatusAndTheServerKeepsServing) {
+  struct Case {
+    std::string method, path, body;
+    int status;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"POST", "/v1/models/m:predict", "{\"instances\": [[1, 1", 400, "not valid JSON"},
+      {"POST", "/v1/models/m:predict", R"({"instances": [[1, 1]]})", 400,
+       "input 'x' has shape [1,2], but the signature wants f32[-1,3]"},
+      {"POST", "/v1/models/m:predict", R"({"instances": [[true, 1, 1]]})", 400,
+       "input 'x' is f32, but a boolean was given"},
+      {"POST", "/v1/models/m:predict", R"({"instances": [[1, 1, 1], [1, 1]]})", 400, "ragged"},
+      {"POST", "/v1/models/m:predict", R"({"inputs": {"x": [[1,1,1]], "y": [1]}})", 400,
+       "input 'y' is not one of the signature's inputs"},
+      {"POST", "/v1/models/nope:predict", R"({"instances": [[1, 1, 1]]})", 404,
+       "model 'nope' is not served here"},
+      {"POST", "/v1/models/m/versions/7:predict", R"({"instances": [[1, 1, 1]]})", 404,
+       "Specific(m, 7)"},
+      {"POST", "/v1/models/m/labels/beta:predict", R"({"instances": [[1, 1, 1]]})", 404,
+       "no version label 'beta'"},
+      {"POST", "/v1/models/m:predict", R"({"signature_name": "s", "instances": [[1, 1, 1]]})", 404,
+       "signature 's' is not one of the model's"},
+      {"POST", "/v1/models/m:classify", "{}", 404, "':classify' is not supported"},
+      {"GET", "/v1/models/m:predict", "", 405, "takes a POST"},
+      {"POST", "/v1/models/m", "", 405, "takes a GET"},
+      {"GET", "/v1/models/m/versions/x", "", 404, "version 'x' is not a number"},
+      {"GET", "/v1/models/m/versions/9", "", 404, "Could not find version 9"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.method + " " + c.path + " " + c.body);
+    HttpReply r = handle_rest(*mm_, c.method, c.path, c.body);
+    EXPECT_EQ(r.status, c.status);
+    EXPECT_THAT(r.body, HasSubstr(c.says));
+    EXPECT_EQ(r.body.rfind("{\"error\": ", 0), 0u) << r.body;
+    expect_still_serving();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::serving
