@@ -34,6 +34,7 @@ struct TrainerFlags {
   std::string checkpoint_dir;      // backups: a killed run started again resumes
   int64_t checkpoint_every_steps;  // 0: a backup per epoch
   std::string logdir;              // TensorBoard logs, when set
+  std::string export_dir;          // the trained model exported here for kiln-serve, when set
   // Data-parallel training, for trainers that offer it: "none", "mirrored" (--replicas CPU
   // replicas in this process) or "multi_worker" (one worker per process of `mpirun -np N`).
   // --batch_size stays the global batch.
@@ -59,6 +60,7 @@ struct TrainerFlags {
         checkpoint_dir(flags.str("checkpoint_dir", "")),
         checkpoint_every_steps(flags.integer("checkpoint_every_steps", 0, 0, kMaxInt64)),
         logdir(flags.str("logdir", "")),
+        export_dir(flags.str("export_dir", "")),
         strategy(distributable
                      ? flags.choice("strategy", "none", {"none", "mirrored", "multi_worker"})
                      : "none"),
@@ -215,6 +217,9 @@ inline void train_and_report(kiln::nn::Sequential& model, const TrainerFlags& fl
       "epoch_seconds=%s\n",
       scores["accuracy"], scores["loss"], train_seconds,
       static_cast<long long>(data.x_train.dim(0)), timer->text().c_str());
+  // TF Serving's layout: <export_dir>/<version>/, the next version each run.
+  if (!flags.export_dir.empty())
+    std::cout << "exported: " << kiln::io::save_model(model, flags.export_dir) << "\n";
 }
 
 }  // namespace examples
