@@ -24,7 +24,7 @@ std::pair<time_t, time_t> split(double seconds) {
 
 }  // namespace
 
-HttpServer::HttpServer(const ModelManager& models, HttpOptions options)
+HttpServer::HttpServer(const ModelManager& models, HttpOptions options, Batcher* batcher)
     : impl_(std::make_unique<Impl>()), options_(std::move(options)) {
   httplib::Server& s = impl_->server;
   const int threads = std::max(1, options_.threads);
@@ -36,8 +36,8 @@ HttpServer::HttpServer(const ModelManager& models, HttpOptions options)
   s.set_write_timeout(ws, wu);
   s.set_keep_alive_timeout(static_cast<time_t>(std::ceil(options_.keep_alive_seconds)));
   s.set_tcp_nodelay(true);
-  auto handler = [&models](const httplib::Request& req, httplib::Response& res) {
-    HttpReply reply = handle_rest(models, req.method, req.path, req.body);
+  auto handler = [&models, batcher](const httplib::Request& req, httplib::Response& res) {
+    HttpReply reply = handle_rest(models, req.method, req.path, req.body, batcher);
     res.status = reply.status;
     res.set_content(reply.body, "application/json");
   };

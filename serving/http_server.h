@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "serving/batcher.h"
 #include "serving/model_manager.h"
 
 namespace kiln::serving {
@@ -24,7 +25,8 @@ struct HttpOptions {
 
 class HttpServer {
  public:
-  HttpServer(const ModelManager& models, HttpOptions options);
+  // With a batcher, predictions go through it.
+  HttpServer(const ModelManager& models, HttpOptions options, Batcher* batcher = nullptr);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -1,34 +1,20 @@
 // Versions found on disk, loaded, warmed up, served and unloaded (serving/model_manager.h).
 #include "serving/model_manager.h"
 
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/text_format.h>
-
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "kiln/error.h"
 #include "kiln/ops.h"
 #include "serving/proto/model_server_config.pb.h"
+#include "serving/text_proto.h"
 
 namespace kiln::serving {
 namespace fs = std::filesystem;
 
 namespace {
-
-class ParseErrors : public google::protobuf::io::ErrorCollector {
- public:
-  void AddError(int line, int column, const std::string& message) override {
-    if (first.empty())
-      first = "line " + std::to_string(line + 1) + ", column " + std::to_string(column + 1) + ": " +
-              message;
-  }
-  std::string first;
-};
 
 // The numeric version directories under `base`, each with its saved_model.pb (a version being
 // written is a temporary directory, renamed into place when complete).
@@ -104,14 +90,7 @@ const char* state_name(VersionState s) {
 
 std::vector<ModelSpec> parse_model_config(const std::string& text, const std::string& where) {
   tensorflow::serving::ModelServerConfig config;
-  google::protobuf::TextFormat::Parser parser;
-  ParseErrors errors;
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &config)) {
-    throw Error(
-        ErrorCode::kInvalidArgument,
-        "model config " + where + ": " + (errors.first.empty() ? "parse error" : errors.first));
-  }
+  parse_text_proto(text, &config, "model config " + where);
   std::vector<ModelSpec> specs;
   std::set<std::string> names;
   for (const auto& c : config.model_config_list().config()) {
@@ -142,11 +121,7 @@ std::vector<ModelSpec> parse_model_config(const std::string& text, const std::st
 }
 
 std::vector<ModelSpec> read_model_config_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(ErrorCode::kNotFound, "model config file '" + path + "' cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_model_config(text.str(), "'" + path + "'");
+  return parse_model_config(read_config_file(path, "model config file"), "'" + path + "'");
 }
 
 ModelManager::ModelManager(std::vector<ModelSpec> specs) {

@@ -150,14 +150,16 @@ int http_status_of(ErrorCode code) {
 }
 
 HttpReply handle_rest(const ModelManager& models, const std::string& method,
-                      const std::string& path, const std::string& body) {
+                      const std::string& path, const std::string& body, Batcher* batcher) {
   try {
     const Target t = parse_path(path);
     if (t.verb == "predict") {
       if (method != "POST") return {405, error_json(":predict takes a POST request")};
       std::shared_ptr<const Servable> s = models.get(t.model, t.version, t.label);
       PredictRequest req = parse_predict_request(body, s->model_handle.signatures());
-      std::map<std::string, Tensor> out = s->model_handle.run(req.signature_name, req.inputs);
+      std::map<std::string, Tensor> out =
+          batcher ? batcher->run(s, req.signature_name, std::move(req.inputs))
+                  : s->model_handle.run(req.signature_name, req.inputs);
       return {200, format_predict_response(out, req.format)};
     }
     if (method != "GET") return {405, error_json(path + " takes a GET request")};

@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "serving/batcher.h"
 #include "serving/model_manager.h"
 
 namespace kiln::serving {
@@ -18,8 +19,9 @@ struct HttpReply {
   std::string body;
 };
 
+// With a batcher, predictions go through it (merged with concurrent requests).
 HttpReply handle_rest(const ModelManager& models, const std::string& method,
-                      const std::string& path, const std::string& body);
+                      const std::string& path, const std::string& body, Batcher* batcher = nullptr);
 
 // The HTTP status for a kiln::Error code.
 int http_status_of(ErrorCode code);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -20,7 +21,8 @@ constexpr const char* kUsage =
     "usage: kiln-serve --model_name=NAME --model_base_path=DIR | --model_config_file=FILE\n"
     "  [--rest_api_port=8501] [--rest_api_host=0.0.0.0] [--rest_api_num_threads=16]\n"
     "  [--rest_api_timeout_in_ms=10000] [--max_request_bytes=67108864]\n"
-    "  [--file_system_poll_wait_seconds=1] [--warmup_batch_sizes=1,8]\n";
+    "  [--file_system_poll_wait_seconds=1] [--warmup_batch_sizes=1,8]\n"
+    "  [--enable_batching=true [--batching_parameters_file=FILE]]\n";
 
 std::map<std::string, std::string> parse_flags(int argc, char** argv) {
   static const char* known[] = {"model_name",
@@ -106,6 +108,21 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "kiln-serve: the gRPC API (--port) is not built yet; serving REST only\n");
 
+    std::unique_ptr<kiln::serving::Batcher> batcher;
+    if (flags.count("enable_batching") && flags["enable_batching"] == "true") {
+      kiln::serving::BatchingOptions options;
+      if (flags.count("batching_parameters_file"))
+        options = kiln::serving::read_batching_parameters_file(flags["batching_parameters_file"]);
+      batcher = std::make_unique<kiln::serving::Batcher>(options);
+      // Warm-up compiles the batch sizes a batch can have.
+      std::vector<int64_t> sizes = options.allowed_batch_sizes;
+      if (sizes.empty()) sizes = {1, options.max_batch_size};
+      if (!flags.count("warmup_batch_sizes"))
+        for (auto& s : specs) s.warmup_batch_sizes = sizes;
+    } else if (flags.count("batching_parameters_file")) {
+      throw kiln::Error(kiln::ErrorCode::kInvalidArgument,
+                        "--batching_parameters_file needs --enable_batching=true");
+    }
     kiln::serving::ModelManager models(specs);
     models.poll();
     for (const std::string& name : models.models()) {
@@ -124,7 +141,7 @@ int main(int argc, char** argv) {
     http.read_timeout_seconds = http.write_timeout_seconds =
         number(flags, "rest_api_timeout_in_ms", 10000) / 1000;
     http.max_body_bytes = static_cast<size_t>(number(flags, "max_request_bytes", 64 << 20));
-    kiln::serving::HttpServer server(models, http);
+    kiln::serving::HttpServer server(models, http, batcher.get());
     server.bind();
     std::fprintf(stderr, "kiln-serve: REST API at http://%s:%d/v1/models/\n", http.host.c_str(),
                  server.port());

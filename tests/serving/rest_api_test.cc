@@ -112,5 +112,14 @@ TEST_F(RestApiTest, BadRequestsGetTheRightStatusAndTheServerKeepsServing) {
   }
 }
 
+TEST_F(RestApiTest, PredictionsThroughTheBatcherAreTheSame) {
+  Batcher batcher({.max_batch_size = 4, .batch_timeout_micros = 100});
+  HttpReply r = handle_rest(*mm_, "POST", "/v1/models/m/versions/1:predict",
+                            R"({"inputs": [[1, 2, 3], [0, 0, 1]]})", &batcher);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"outputs": [[6, 6], [1, 1]]})");
+  EXPECT_EQ(batcher.stats().requests, 1);
+}
+
 }  // namespace
 }  // namespace kiln::serving
