@@ -35,6 +35,9 @@ HttpServer::HttpServer(const ModelManager& models, HttpOptions options, Batcher*
   auto [ws, wu] = split(options_.write_timeout_seconds);
   s.set_write_timeout(ws, wu);
   s.set_keep_alive_timeout(static_cast<time_t>(std::ceil(options_.keep_alive_seconds)));
+  // cpp-httplib closes a connection after 5 requests by default; clients reconnecting that
+  // often overflow its small listen backlog (dropped SYNs cost a second each).
+  s.set_keep_alive_max_count(options_.keep_alive_max_requests);
   s.set_tcp_nodelay(true);
   auto handler = [&models, batcher](const httplib::Request& req, httplib::Response& res) {
     HttpReply reply = handle_rest(models, req.method, req.path, req.body, batcher);

@@ -20,6 +20,7 @@ struct HttpOptions {
   double read_timeout_seconds = 10;   // a client that stops sending is dropped after this
   double write_timeout_seconds = 10;  // ... or stops reading
   double keep_alive_seconds = 30;
+  size_t keep_alive_max_requests = 100000;  // per connection
   int threads = 16;
 };
 
