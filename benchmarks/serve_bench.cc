@@ -56,7 +56,10 @@ Load run_load(int port, int clients, double seconds, const std::string& body) {
         auto r = client.Post("/v1/models/mlp:predict", body, "application/json");
         const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
         if (!r || r->status != 200) {
-          ++failed;
+          if (failed++ < 3)
+            std::fprintf(stderr, "failed request: %s\n",
+                         r ? ("HTTP " + std::to_string(r->status) + " " + r->body).c_str()
+                           : httplib::to_string(r.error()).c_str());
           continue;
         }
         latencies[static_cast<size_t>(c)].push_back(us);
