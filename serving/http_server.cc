@@ -24,7 +24,8 @@ std::pair<time_t, time_t> split(double seconds) {
 
 }  // namespace
 
-HttpServer::HttpServer(const ModelManager& models, HttpOptions options, Batcher* batcher)
+HttpServer::HttpServer(const ModelManager& models, HttpOptions options, Batcher* batcher,
+                       Metrics* metrics)
     : impl_(std::make_unique<Impl>()), options_(std::move(options)) {
   httplib::Server& s = impl_->server;
   const int threads = std::max(1, options_.threads);
@@ -39,12 +40,14 @@ HttpServer::HttpServer(const ModelManager& models, HttpOptions options, Batcher*
   // often overflow its small listen backlog (dropped SYNs cost a second each).
   s.set_keep_alive_max_count(options_.keep_alive_max_requests);
   s.set_tcp_nodelay(true);
-  auto handler = [&models, batcher](const httplib::Request& req, httplib::Response& res) {
-    HttpReply reply = handle_rest(models, req.method, req.path, req.body, batcher);
+  auto handler = [&models, batcher, metrics](const httplib::Request& req, httplib::Response& res) {
+    HttpReply reply = handle_rest(models, req.method, req.path, req.body, batcher, metrics);
     res.status = reply.status;
-    res.set_content(reply.body, "application/json");
+    const bool text = req.path == "/monitoring/prometheus/metrics" && reply.status == 200;
+    res.set_content(reply.body, text ? "text/plain; version=0.0.4" : "application/json");
   };
   s.Get(R"(/v1/.*)", handler);
+  s.Get("/monitoring/prometheus/metrics", handler);
   s.Post(R"(/v1/.*)", handler);
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "serving/batcher.h"
+#include "serving/metrics.h"
 #include "serving/model_manager.h"
 
 namespace kiln::serving {
@@ -27,7 +28,8 @@ struct HttpOptions {
 class HttpServer {
  public:
   // With a batcher, predictions go through it.
-  HttpServer(const ModelManager& models, HttpOptions options, Batcher* batcher = nullptr);
+  HttpServer(const ModelManager& models, HttpOptions options, Batcher* batcher = nullptr,
+             Metrics* metrics = nullptr);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -2,6 +2,7 @@
 #include "serving/rest_api.h"
 
 #include <charconv>
+#include <chrono>
 #include <optional>
 
 #include "kiln/error.h"
@@ -149,13 +150,23 @@ int http_status_of(ErrorCode code) {
   }
 }
 
-HttpReply handle_rest(const ModelManager& models, const std::string& method,
-                      const std::string& path, const std::string& body, Batcher* batcher) {
+namespace {
+
+// What a request was about, for the metrics.
+struct Seen {
+  std::string model, version, api = "other";
+};
+
+HttpReply respond(const ModelManager& models, const std::string& method, const std::string& path,
+                  const std::string& body, Batcher* batcher, Seen& seen) {
   try {
     const Target t = parse_path(path);
+    seen.model = t.model;
+    seen.api = t.verb.empty() ? "status" : t.verb;
     if (t.verb == "predict") {
       if (method != "POST") return {405, error_json(":predict takes a POST request")};
       std::shared_ptr<const Servable> s = models.get(t.model, t.version, t.label);
+      seen.version = std::to_string(s->version);
       PredictRequest req = parse_predict_request(body, s->model_handle.signatures());
       std::map<std::string, Tensor> out =
           batcher ? batcher->run(s, req.signature_name, std::move(req.inputs))
@@ -163,13 +174,38 @@ HttpReply handle_rest(const ModelManager& models, const std::string& method,
       return {200, format_predict_response(out, req.format)};
     }
     if (method != "GET") return {405, error_json(path + " takes a GET request")};
-    if (t.verb == "metadata") return {200, metadata_json(*models.get(t.model, t.version, t.label))};
+    if (t.verb == "metadata") {
+      std::shared_ptr<const Servable> s = models.get(t.model, t.version, t.label);
+      seen.version = std::to_string(s->version);
+      return {200, metadata_json(*s)};
+    }
     return {200, status_json(models.status(t.model, t.version, t.label))};
   } catch (const Error& e) {
     return {http_status_of(e.code()), error_json(e.what())};
   } catch (const std::exception& e) {
     return {500, error_json(e.what())};
   }
+}
+
+}  // namespace
+
+HttpReply handle_rest(const ModelManager& models, const std::string& method,
+                      const std::string& path, const std::string& body, Batcher* batcher,
+                      Metrics* metrics) {
+  if (path == "/monitoring/prometheus/metrics") {
+    if (method != "GET") return {405, error_json(path + " takes a GET request")};
+    if (!metrics) return {404, error_json("this server keeps no metrics")};
+    return {200, metrics->prometheus_text(models, batcher)};
+  }
+  const auto start = std::chrono::steady_clock::now();
+  Seen seen;
+  HttpReply reply = respond(models, method, path, body, batcher, seen);
+  if (metrics) {
+    metrics->record(
+        seen.model, seen.version, seen.api, reply.status,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return reply;
 }
 
 }  // namespace kiln::serving

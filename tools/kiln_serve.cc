@@ -141,7 +141,8 @@ int main(int argc, char** argv) {
     http.read_timeout_seconds = http.write_timeout_seconds =
         number(flags, "rest_api_timeout_in_ms", 10000) / 1000;
     http.max_body_bytes = static_cast<size_t>(number(flags, "max_request_bytes", 64 << 20));
-    kiln::serving::HttpServer server(models, http, batcher.get());
+    kiln::serving::Metrics metrics;
+    kiln::serving::HttpServer server(models, http, batcher.get(), &metrics);
     server.bind();
     std::fprintf(stderr, "kiln-serve: REST API at http://%s:%d/v1/models/\n", http.host.c_str(),
                  server.port());

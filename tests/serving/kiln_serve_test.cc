@@ -62,6 +62,13 @@ TEST_F(KilnServeTest, ServesRequestsReloadsAndStopsCleanlyOnSigterm) {
   ASSERT_TRUE(predict);
   EXPECT_EQ(predict->body, R"({"predictions": [[3, 3]]})");
 
+  auto metrics = client.Get("/monitoring/prometheus/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_THAT(
+      metrics->body,
+      HasSubstr(
+          R"(kiln_serving_requests_total{model="mnist",version="1",api="predict",status="200"} 1)"));
+
   auto big = client.Post("/v1/models/mnist:predict", std::string(10000, ' '), "application/json");
   ASSERT_TRUE(big);
   EXPECT_EQ(big->status, 413);

@@ -121,5 +121,42 @@ TEST_F(RestApiTest, PredictionsThroughTheBatcherAreTheSame) {
   EXPECT_EQ(batcher.stats().requests, 1);
 }
 
+TEST_F(RestApiTest, PrometheusMetricsCountRequestsAndTimeThem) {
+  Metrics metrics;
+  Batcher batcher({.max_batch_size = 4, .batch_timeout_micros = 100});
+  auto call = [&](const std::string& method, const std::string& path, const std::string& body) {
+    return handle_rest(*mm_, method, path, body, &batcher, &metrics);
+  };
+  EXPECT_EQ(call("POST", "/v1/models/m:predict", R"({"instances": [[1, 1, 1]]})").status, 200);
+  EXPECT_EQ(call("POST", "/v1/models/m:predict", R"({"instances": [[1, 1, 1]]})").status, 200);
+  EXPECT_EQ(call("POST", "/v1/models/m:predict", R"({"instances": [[1, 1]]})").status, 400);
+  EXPECT_EQ(call("GET", "/v1/models/nope", "").status, 404);
+  HttpReply r = call("GET", "/monitoring/prometheus/metrics", "");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_THAT(r.body, HasSubstr("# TYPE kiln_serving_requests_total counter\n"));
+  EXPECT_THAT(
+      r.body,
+      HasSubstr(
+          R"(kiln_serving_requests_total{model="m",version="2",api="predict",status="200"} 2)"));
+  EXPECT_THAT(
+      r.body,
+      HasSubstr(
+          R"(kiln_serving_requests_total{model="m",version="2",api="predict",status="400"} 1)"));
+  EXPECT_THAT(
+      r.body,
+      HasSubstr(
+          R"(kiln_serving_requests_total{model="nope",version="",api="status",status="404"} 1)"));
+  EXPECT_THAT(
+      r.body,
+      HasSubstr(
+          R"(kiln_serving_request_latency_seconds_bucket{model="m",version="2",le="+Inf"} 3)"));
+  EXPECT_THAT(r.body,
+              HasSubstr(R"(kiln_serving_request_latency_seconds_count{model="m",version="2"} 3)"));
+  EXPECT_THAT(r.body, HasSubstr(R"(kiln_serving_versions_available{model="m"} 2)"));
+  EXPECT_THAT(r.body, HasSubstr("kiln_serving_load_failures_total 0\n"));
+  EXPECT_THAT(r.body, HasSubstr("kiln_serving_batched_requests_total 2\n"));
+  EXPECT_THAT(r.body, HasSubstr("kiln_serving_queued_rows 0\n"));
+}
+
 }  // namespace
 }  // namespace kiln::serving
