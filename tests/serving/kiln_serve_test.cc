@@ -1,12 +1,14 @@
 // kiln-serve as a process: started on a model directory, called over loopback HTTP (status,
-// predict, a body over the size limit, a client that stalls mid-request), a new version picked
-// up by polling, and SIGTERM ending it with exit status 0.
+// predict, metrics, a body over the size limit, a client that stalls mid-request), a new version
+// picked up by polling and a corrupt one refused with no request failing, SIGTERM ending it with
+// exit status 0, and a restart after SIGKILL.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <filesystem>
 #include <regex>
 #include <thread>
 
@@ -17,6 +19,7 @@
 namespace kiln::serving {
 namespace {
 
+namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 class KilnServeTest : public testing_util::TempDirTest {
@@ -100,10 +103,47 @@ TEST_F(KilnServeTest, ServesRequestsReloadsAndStopsCleanlyOnSigterm) {
   }
   EXPECT_TRUE(switched) << read_file(log_);
 
+  // A corrupt version 3 arrives and version 2's directory goes, under load: not one request
+  // fails; version 3 shows in the status with its error, and version 2 (loaded) keeps serving,
+  // since no version the policy wants has loaded.
+  fs::create_directories(path("m/3/variables"));
+  testing_util::write_file(path("m/3/saved_model.pb"), "corrupt");
+  fs::remove_all(path("m/2"));
+  for (int i = 0; i < 40; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    auto r = client.Post("/v1/models/mnist:predict", R"({"instances": [[1, 1, 1]]})",
+                         "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->body, R"({"predictions": [[6, 6]]})");
+  }
+  auto v3 = client.Get("/v1/models/mnist/versions/3");
+  ASSERT_TRUE(v3);
+  EXPECT_THAT(v3->body, HasSubstr(R"("state": "END")"));
+  EXPECT_THAT(v3->body, HasSubstr("saved_model.pb"));
+
   kill(pid_, SIGTERM);
   testing_util::ProcessResult done = testing_util::wait_process(pid_, log_);
   EXPECT_TRUE(done.exited_ok()) << done.output;
   EXPECT_THAT(done.output, HasSubstr("kiln-serve: stopped"));
+}
+
+TEST_F(KilnServeTest, KilledWithSigkillItServesAgainWhenRestarted) {
+  save_version(1);
+  int port = start();
+  ASSERT_GT(port, 0) << read_file(log_);
+  kill(pid_, SIGKILL);
+  testing_util::ProcessResult killed = testing_util::wait_process(pid_, log_);
+  EXPECT_TRUE(killed.killed_by(SIGKILL));
+  port = start();  // the same model directory, no manual steps
+  ASSERT_GT(port, 0) << read_file(log_);
+  httplib::Client client("127.0.0.1", port);
+  auto r =
+      client.Post("/v1/models/mnist:predict", R"({"instances": [[1, 1, 1]]})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, R"({"predictions": [[3, 3]]})");
+  kill(pid_, SIGTERM);
+  EXPECT_TRUE(testing_util::wait_process(pid_, log_).exited_ok());
 }
 
 TEST_F(KilnServeTest, BadFlagsAndAMissingModelAreClearErrors) {
