@@ -5,6 +5,7 @@
 #include <rapidjson/document.h>
 #include <rapidjson/error/en.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -176,14 +177,11 @@ void check_input(const std::string& name, const Tensor& t, const TensorType& wan
   }
 }
 
-Tensor decode(const std::string& name, const Value& v, const TensorType& want, Shape outer,
-              size_t depth, const std::vector<const Value*>& rows) {
+// The input `name` from `values` (each at nesting `depth` below the known dimensions `outer`).
+Tensor decode(const std::string& name, const TensorType& want,
+              const std::vector<const Value*>& values, Shape outer, size_t depth) {
   Collector c(name, want.dtype, std::move(outer));
-  if (rows.empty()) {
-    c.add(v, depth);
-  } else {
-    for (const Value* r : rows) c.add(*r, depth);
-  }
+  for (const Value* v : values) c.add(*v, depth);
   Tensor t = c.tensor();
   check_input(name, t, want);
   return t;
@@ -361,12 +359,9 @@ PredictRequest parse_predict_request(std::string_view body,
                 "): each instance must be an object naming them");
       }
       const auto& [name, type] = *want.begin();
-      std::vector<const Value*> all;
-      for (const Value& r : inst.GetArray()) {
+      for (const Value& r : inst.GetArray())
         if (r.IsObject() && !is_b64(r)) invalid("instances mix objects and values");
-        all.push_back(&r);
-      }
-      req.inputs[name] = decode(name, inst, type, batch, 1, all);
+      req.inputs[name] = decode(name, type, {&inst}, {}, 0);
       return req;
     }
     for (rapidjson::SizeType i = 0; i < inst.Size(); ++i) {
@@ -379,7 +374,7 @@ PredictRequest parse_predict_request(std::string_view body,
     for (const auto& [name, type] : want) {
       std::vector<const Value*> col;
       for (const Value& r : inst.GetArray()) col.push_back(&r[name.c_str()]);
-      req.inputs[name] = decode(name, inst, type, batch, 1, col);
+      req.inputs[name] = decode(name, type, col, batch, 1);
     }
     return req;
   }
@@ -390,7 +385,7 @@ PredictRequest parse_predict_request(std::string_view body,
     for (auto m = in.MemberBegin(); m != in.MemberEnd(); ++m) given.push_back(m->name.GetString());
     check_names(given, want, "");
     for (const auto& [name, type] : want)
-      req.inputs[name] = decode(name, in[name.c_str()], type, {}, 0, {});
+      req.inputs[name] = decode(name, type, {&in[name.c_str()]}, {}, 0);
     return req;
   }
   if (want.size() != 1) {
@@ -398,7 +393,7 @@ PredictRequest parse_predict_request(std::string_view body,
             "): \"inputs\" must be an object naming them");
   }
   const auto& [name, type] = *want.begin();
-  req.inputs[name] = decode(name, in, type, {}, 0, {});
+  req.inputs[name] = decode(name, type, {&in}, {}, 0);
   return req;
 }
 

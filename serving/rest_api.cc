@@ -1,6 +1,7 @@
 // TF Serving's REST endpoints (serving/rest_api.h).
 #include "serving/rest_api.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <optional>

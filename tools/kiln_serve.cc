@@ -100,7 +100,14 @@ int main(int argc, char** argv) {
       const std::string& list = flags["warmup_batch_sizes"];
       for (size_t b = 0, e; b < list.size(); b = e + 1) {
         e = std::min(list.find(',', b), list.size());
-        sizes.push_back(std::stoll(list.substr(b, e - b)));
+        const std::string item = list.substr(b, e - b);
+        char* end = nullptr;
+        const long long v = std::strtoll(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || v < 1)
+          throw kiln::Error(
+              kiln::ErrorCode::kInvalidArgument,
+              "--warmup_batch_sizes=" + list + ": '" + item + "' is not a positive batch size");
+        sizes.push_back(v);
       }
       for (auto& s : specs) s.warmup_batch_sizes = sizes;
     }

@@ -49,17 +49,16 @@ struct Scan {
 };
 
 // Steps [begin, end) of the scan inlined into the graph being recorded, in the scan's order,
-// from `carry`; xs row t is row t - xs_offset of `xs`. Returns the carry after them and, per
-// output, its rows in time order.
+// from `carry`, reading row t of each xs. Returns the carry after them and, per output, its
+// rows in time order.
 std::pair<Ts, std::vector<Ts>> inline_steps(const Scan& s, Ts carry, const Ts& xs,
-                                            int64_t xs_offset, const Ts& captures, int64_t begin,
-                                            int64_t end) {
+                                            const Ts& captures, int64_t begin, int64_t end) {
   const size_t ny = s.body->results.size() - static_cast<size_t>(s.nc);
   std::vector<Ts> ys(ny, Ts(static_cast<size_t>(end - begin)));
   for (int64_t i = 0; i < end - begin; ++i) {
     const int64_t t = s.reverse ? end - 1 - i : begin + i;
     Ts args = std::move(carry);
-    for (const Tensor& x : xs) args.push_back(row(x, t - xs_offset));
+    for (const Tensor& x : xs) args.push_back(row(x, t));
     args.insert(args.end(), captures.begin(), captures.end());
     Ts r = ops::inline_subgraph(*s.body, args);
     carry.assign(r.begin(), r.begin() + s.nc);
@@ -84,7 +83,7 @@ std::shared_ptr<const SubGraph> unrolled_body(const Scan& s, int64_t k, const st
   const Ts& p = sub->params;
   Ts carry(p.begin(), p.begin() + s.nc), xs(p.begin() + s.nc, p.begin() + s.nc + s.nx),
       captures(p.begin() + s.nc + s.nx, p.end());
-  auto [last, ys] = inline_steps(s, std::move(carry), xs, 0, captures, 0, k);
+  auto [last, ys] = inline_steps(s, std::move(carry), xs, captures, 0, k);
   sub->results = std::move(last);
   for (const Ts& y : ys) sub->results.push_back(stack_rows(y));
   return sub;
@@ -155,7 +154,7 @@ bool UnrollLoops::run(Module& module) {
           scopes.push_back(std::make_unique<Graph::NameScope>(out, n.name.substr(b, e - b)));
       }
       if (k == s.length) {
-        auto [last, ys] = inline_steps(s, carry, xs, 0, captures, 0, s.length);
+        auto [last, ys] = inline_steps(s, carry, xs, captures, 0, s.length);
         results = std::move(last);
         for (const Ts& y : ys) results.push_back(stack_rows(y));
       } else {
@@ -186,13 +185,13 @@ bool UnrollLoops::run(Module& module) {
         Ts loop;
         std::pair<Ts, std::vector<Ts>> rest;
         if (s.reverse) {
-          rest = inline_steps(s, carry, xs, 0, captures, main, s.length);
+          rest = inline_steps(s, carry, xs, captures, main, s.length);
           loop = run_loop(rest.first);
           results.assign(loop.begin(), loop.begin() + s.nc);
         } else {
           loop = run_loop(carry);
-          rest = inline_steps(s, Ts(loop.begin(), loop.begin() + s.nc), xs, 0, captures, main,
-                              s.length);
+          rest =
+              inline_steps(s, Ts(loop.begin(), loop.begin() + s.nc), xs, captures, main, s.length);
           results = rest.first;
         }
         for (size_t j = 0; j < rest.second.size(); ++j) {
