@@ -11,7 +11,9 @@ packages=(
   clang libclang-rt-14-dev  # the fuzz targets (fuzz/, KILN_FUZZ)
   libdnnl-dev  # oneDNN: the convolutions' fast path (ops/onednn_conv.cc)
   ocl-icd-opencl-dev  # oneDNN's CMake package requires OpenCL (a recommendation apt skips here)
-  libcpp-httplib-dev rapidjson-dev pkg-config  # kiln-serve (serving/): HTTP server, JSON
+  # kiln-serve (serving/): REST server (libevent's evhttp), JSON, the gRPC API and its code
+  # generator; cpp-httplib is the tests' and serve_bench's HTTP client.
+  libevent-dev rapidjson-dev pkg-config libgrpc++-dev protobuf-compiler-grpc libcpp-httplib-dev
   iproute2  # ip netns: tests/distribute/multi_host_test.sh runs two workers as two hosts
 )
 

@@ -1,7 +1,10 @@
-// The REST API (serving/rest_api.h) behind an HTTP/1.1 server (cpp-httplib: Debian's
-// libcpp-httplib-dev, a thread pool over blocking sockets), with the limits a public endpoint
-// needs: request body size (413 beyond it), per-connection read and write timeouts, keep-alive
-// limits, and a bounded worker pool.
+// The REST API (serving/rest_api.h) behind an HTTP/1.1 server on libevent's evhttp (Debian's
+// libevent-dev; TF Serving's own HTTP server is built on it too). One event loop owns every
+// socket, so idle connections, slow senders and clients that never read cost a few kilobytes
+// each, not a thread; predict requests run on a pool of worker threads and their replies go
+// back through the loop. The limits a public endpoint needs: request body and header sizes
+// (413 beyond them), a per-connection timeout (a client that stops sending, stops reading, or
+// idles on a keep-alive connection that long is dropped), a bounded worker pool.
 #pragma once
 
 #include <cstddef>
@@ -18,11 +21,9 @@ struct HttpOptions {
   std::string host = "0.0.0.0";
   int port = 8501;  // 0: any free port (see port())
   size_t max_body_bytes = 64 << 20;
-  double read_timeout_seconds = 10;   // a client that stops sending is dropped after this
-  double write_timeout_seconds = 10;  // ... or stops reading
-  double keep_alive_seconds = 30;
-  size_t keep_alive_max_requests = 100000;  // per connection
-  int threads = 16;
+  size_t max_header_bytes = 64 << 10;
+  double timeout_seconds = 30;  // reading a request, writing a reply, or idle between requests
+  int threads = 16;             // workers running predict requests
 };
 
 class HttpServer {
@@ -37,15 +38,15 @@ class HttpServer {
   // Binds the port; throws kiln::Error (kUnavailable) naming host and port when it cannot.
   void bind();
   int port() const { return port_; }
-  // Serves until stop() (from another thread or a signal handler's thread).
+  // Serves until stop() (from any thread).
   void serve();
-  // Stops accepting; requests being handled finish first.
+  // Stops accepting, then lets serve() return once the requests in flight have been answered
+  // (or after the timeout, for a client that does not read its reply). Thread-safe.
   void stop();
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  HttpOptions options_;
   int port_ = 0;
 };
 

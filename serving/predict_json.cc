@@ -166,24 +166,13 @@ std::string type_str(const TensorType& t) {
   return s + shape_str(t.shape);
 }
 
-// Checks a decoded input against the signature's type (rank and every known dimension).
-void check_input(const std::string& name, const Tensor& t, const TensorType& want) {
-  bool ok = t.shape().size() == want.shape.size();
-  for (size_t i = 0; ok && i < want.shape.size(); ++i)
-    ok = want.shape[i] == kUnknownDim || want.shape[i] == t.shape()[i];
-  if (!ok) {
-    invalid("input '" + name + "' has shape " + shape_str(t.shape()) +
-            ", but the signature wants " + type_str(want));
-  }
-}
-
 // The input `name` from `values` (each at nesting `depth` below the known dimensions `outer`).
 Tensor decode(const std::string& name, const TensorType& want,
               const std::vector<const Value*>& values, Shape outer, size_t depth) {
   Collector c(name, want.dtype, std::move(outer));
   for (const Value* v : values) c.add(*v, depth);
   Tensor t = c.tensor();
-  check_input(name, t, want);
+  check_input_shape(name, t, want);
   return t;
 }
 
@@ -191,19 +180,6 @@ std::string names_of(const std::map<std::string, TensorType>& m) {
   std::string s;
   for (const auto& [k, v] : m) s += (s.empty() ? "'" : ", '") + k + "'";
   return s;
-}
-
-void check_names(const std::vector<std::string>& given,
-                 const std::map<std::string, TensorType>& want, const std::string& where) {
-  for (const std::string& g : given) {
-    if (!want.count(g))
-      invalid(where + "input '" + g + "' is not one of the signature's inputs (" + names_of(want) +
-              ")");
-  }
-  for (const auto& [k, v] : want) {
-    if (std::find(given.begin(), given.end(), k) == given.end())
-      invalid(where + "input '" + k + "' (" + type_str(v) + ") is missing");
-  }
 }
 
 // ---- output ---------------------------------------------------------------------------------
@@ -279,6 +255,41 @@ Tensor printable(const Tensor& t) {
 
 }  // namespace
 
+const io::SignatureInfo& find_signature(const std::map<std::string, io::SignatureInfo>& signatures,
+                                        const std::string& name) {
+  auto sig = signatures.find(name);
+  if (sig == signatures.end()) {
+    std::string known;
+    for (const auto& [k, v] : signatures) known += (known.empty() ? "'" : ", '") + k + "'";
+    throw Error(ErrorCode::kNotFound,
+                "signature '" + name + "' is not one of the model's (" + known + ")");
+  }
+  return sig->second;
+}
+
+void check_input_names(const std::vector<std::string>& given,
+                       const std::map<std::string, TensorType>& want, const std::string& where) {
+  for (const std::string& g : given) {
+    if (!want.count(g))
+      invalid(where + "input '" + g + "' is not one of the signature's inputs (" + names_of(want) +
+              ")");
+  }
+  for (const auto& [k, v] : want) {
+    if (std::find(given.begin(), given.end(), k) == given.end())
+      invalid(where + "input '" + k + "' (" + type_str(v) + ") is missing");
+  }
+}
+
+void check_input_shape(const std::string& name, const Tensor& t, const TensorType& want) {
+  bool ok = t.shape().size() == want.shape.size();
+  for (size_t i = 0; ok && i < want.shape.size(); ++i)
+    ok = want.shape[i] == kUnknownDim || want.shape[i] == t.shape()[i];
+  if (!ok) {
+    invalid("input '" + name + "' has shape " + shape_str(t.shape()) +
+            ", but the signature wants " + type_str(want));
+  }
+}
+
 std::string json_string(std::string_view s) {
   std::string out = "\"";
   for (unsigned char c : s) {
@@ -332,14 +343,8 @@ PredictRequest parse_predict_request(std::string_view body,
     if (!doc["signature_name"].IsString()) invalid("\"signature_name\" must be a string");
     req.signature_name = doc["signature_name"].GetString();
   }
-  auto sig = signatures.find(req.signature_name);
-  if (sig == signatures.end()) {
-    std::string known;
-    for (const auto& [k, v] : signatures) known += (known.empty() ? "'" : ", '") + k + "'";
-    throw Error(ErrorCode::kNotFound,
-                "signature '" + req.signature_name + "' is not one of the model's (" + known + ")");
-  }
-  const std::map<std::string, TensorType>& want = sig->second.inputs;
+  const std::map<std::string, TensorType>& want =
+      find_signature(signatures, req.signature_name).inputs;
   const bool rows = doc.HasMember("instances"), columns = doc.HasMember("inputs");
   if (rows == columns) invalid("the request must have exactly one of \"instances\" and \"inputs\"");
   for (auto m = doc.MemberBegin(); m != doc.MemberEnd(); ++m) {
@@ -369,7 +374,7 @@ PredictRequest parse_predict_request(std::string_view body,
       if (!r.IsObject() || is_b64(r)) invalid("instances mix objects and values");
       std::vector<std::string> given;
       for (auto m = r.MemberBegin(); m != r.MemberEnd(); ++m) given.push_back(m->name.GetString());
-      check_names(given, want, "instance " + std::to_string(i) + ": ");
+      check_input_names(given, want, "instance " + std::to_string(i) + ": ");
     }
     for (const auto& [name, type] : want) {
       std::vector<const Value*> col;
@@ -383,7 +388,7 @@ PredictRequest parse_predict_request(std::string_view body,
   if (in.IsObject() && !is_b64(in)) {
     std::vector<std::string> given;
     for (auto m = in.MemberBegin(); m != in.MemberEnd(); ++m) given.push_back(m->name.GetString());
-    check_names(given, want, "");
+    check_input_names(given, want, "");
     for (const auto& [name, type] : want)
       req.inputs[name] = decode(name, type, {&in[name.c_str()]}, {}, 0);
     return req;

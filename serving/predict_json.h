@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kiln/io/saved_model.h"
 #include "kiln/tensor.h"
@@ -38,6 +39,17 @@ PredictRequest parse_predict_request(std::string_view body,
 // dimension), {"outputs": ...} for a columnar one (the value, or an object by name).
 std::string format_predict_response(const std::map<std::string, Tensor>& outputs,
                                     RequestFormat format);
+
+// The checks every predict API makes (REST here, gRPC in serving/grpc_server.h), throwing
+// kiln::Error. find_signature: kNotFound naming the signatures there are. check_input_names:
+// kInvalidArgument naming an input that is not the signature's or one it lacks (`where`
+// prefixes the message). check_input_shape: kInvalidArgument naming the input, its shape and
+// the signature's type, when the rank or a known dimension differs.
+const io::SignatureInfo& find_signature(const std::map<std::string, io::SignatureInfo>& signatures,
+                                        const std::string& name);
+void check_input_names(const std::vector<std::string>& given,
+                       const std::map<std::string, TensorType>& want, const std::string& where);
+void check_input_shape(const std::string& name, const Tensor& t, const TensorType& want);
 
 // {"error": "<message>"}, the message escaped.
 std::string error_json(std::string_view message);

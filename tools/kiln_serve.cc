@@ -3,6 +3,8 @@
 //   kiln-serve --model_config_file=FILE (TF Serving's ModelServerConfig, text format)
 // New versions under a base path are loaded and warmed up before they serve; SIGTERM or SIGINT
 // stops accepting, finishes the requests in flight and exits 0.
+#include <sys/resource.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -20,7 +22,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: kiln-serve --model_name=NAME --model_base_path=DIR | --model_config_file=FILE\n"
     "  [--rest_api_port=8501] [--rest_api_host=0.0.0.0] [--rest_api_num_threads=16]\n"
-    "  [--rest_api_timeout_in_ms=10000] [--max_request_bytes=67108864]\n"
+    "  [--rest_api_timeout_in_ms=30000] [--max_request_bytes=67108864]\n"
     "  [--file_system_poll_wait_seconds=1] [--warmup_batch_sizes=1,8]\n"
     "  [--enable_batching=true [--batching_parameters_file=FILE]]\n";
 
@@ -35,6 +37,8 @@ std::map<std::string, std::string> parse_flags(int argc, char** argv) {
                                 "max_request_bytes",
                                 "file_system_poll_wait_seconds",
                                 "warmup_batch_sizes",
+                                "enable_batching",
+                                "batching_parameters_file",
                                 "port"};
   std::map<std::string, std::string> flags;
   for (int i = 1; i < argc; ++i) {
@@ -77,6 +81,11 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that goes away is an error on its socket only
+  // Every connection is a descriptor: allow as many as the hard limit does (often 1024 soft).
+  if (rlimit files{}; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
   try {
     auto flags = parse_flags(argc, argv);
     std::vector<kiln::serving::ModelSpec> specs;
@@ -145,8 +154,7 @@ int main(int argc, char** argv) {
     http.port = static_cast<int>(number(flags, "rest_api_port", 8501));
     if (flags.count("rest_api_host")) http.host = flags["rest_api_host"];
     http.threads = static_cast<int>(number(flags, "rest_api_num_threads", 16));
-    http.read_timeout_seconds = http.write_timeout_seconds =
-        number(flags, "rest_api_timeout_in_ms", 10000) / 1000;
+    http.timeout_seconds = number(flags, "rest_api_timeout_in_ms", 30000) / 1000;
     http.max_body_bytes = static_cast<size_t>(number(flags, "max_request_bytes", 64 << 20));
     kiln::serving::Metrics metrics;
     kiln::serving::HttpServer server(models, http, batcher.get(), &metrics);
