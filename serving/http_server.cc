@@ -20,6 +20,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "kiln/error.h"
@@ -93,8 +94,10 @@ struct HttpServer::Impl {
   evhttp* http = nullptr;
   evhttp_bound_socket* bound = nullptr;
 
-  // Loop thread only.
-  int in_flight = 0;  // requests taken, reply not yet written out (or dropped)
+  // Loop thread only. in_flight: requests taken whose reply is not yet written out, and whose
+  // connection is still open (a closed connection's requests are done: nobody reads them).
+  int in_flight = 0;
+  std::unordered_map<evhttp_connection*, int> pending;  // in_flight by connection
   bool stopping = false;
   event* deadline = nullptr;  // stop()'s limit on waiting for in-flight requests
 
@@ -138,19 +141,41 @@ struct HttpServer::Impl {
     bool text;
   };
 
-  static void finished(evhttp_request*, void* arg) {
+  void taken(evhttp_request* req) {
+    evhttp_connection* conn = evhttp_request_get_connection(req);
+    auto [it, fresh] = pending.try_emplace(conn, 0);
+    if (fresh) evhttp_connection_set_closecb(conn, &Impl::closed, this);
+    ++it->second;
+    ++in_flight;
+  }
+
+  // The reply is written out (evhttp calls this with the connection still open).
+  static void finished(evhttp_request* req, void* arg) {
     Impl* impl = static_cast<Impl*>(arg);
-    --impl->in_flight;
+    auto it = impl->pending.find(evhttp_request_get_connection(req));
+    if (it != impl->pending.end() && it->second > 0) {
+      --it->second;
+      --impl->in_flight;
+    }
+    impl->maybe_exit();
+  }
+
+  // A connection closed (by its client, a timeout, or after its last reply): its requests are
+  // over, answered or not.
+  static void closed(evhttp_connection* conn, void* arg) {
+    Impl* impl = static_cast<Impl*>(arg);
+    auto it = impl->pending.find(conn);
+    if (it == impl->pending.end()) return;
+    impl->in_flight -= it->second;
+    impl->pending.erase(it);
     impl->maybe_exit();
   }
 
   void send(evhttp_request* req, const HttpReply& reply, bool text) {
-    if (evhttp_request_get_connection(req) == nullptr) {
-      // The client went away: evhttp frees the detached request in send_reply.
-      --in_flight;
-    } else {
+    // A request whose client went away is detached from its connection (already counted out
+    // by closed()); evhttp frees it in send_reply.
+    if (evhttp_request_get_connection(req) != nullptr)
       evhttp_request_set_on_complete_cb(req, &Impl::finished, this);
-    }
     evkeyvalq* headers = evhttp_request_get_output_headers(req);
     evhttp_add_header(headers, "Content-Type",
                       text ? "text/plain; version=0.0.4" : "application/json");
@@ -181,7 +206,7 @@ struct HttpServer::Impl {
     evbuffer* in = evhttp_request_get_input_buffer(req);
     std::string body(evbuffer_get_length(in), '\0');
     evbuffer_copyout(in, body.data(), body.size());
-    ++impl->in_flight;
+    impl->taken(req);
     const bool text = path == "/monitoring/prometheus/metrics";
     if (impl->stopping) {
       impl->send(req, {503, error_json("the server is shutting down")}, false);

@@ -1,5 +1,5 @@
-// kiln-serve: serves models written by kiln::io::save_model over TF Serving's REST API.
-//   kiln-serve --model_name=NAME --model_base_path=DIR [--rest_api_port=8501]
+// kiln-serve: serves models written by kiln::io::save_model over TF Serving's gRPC and REST APIs.
+//   kiln-serve --model_name=NAME --model_base_path=DIR [--port=8500] [--rest_api_port=8501]
 //   kiln-serve --model_config_file=FILE (TF Serving's ModelServerConfig, text format)
 // New versions under a base path are loaded and warmed up before they serve; SIGTERM or SIGINT
 // stops accepting, finishes the requests in flight and exits 0.
@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "kiln/error.h"
+#include "serving/grpc_server.h"
 #include "serving/http_server.h"
 #include "serving/model_manager.h"
 
@@ -21,6 +22,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: kiln-serve --model_name=NAME --model_base_path=DIR | --model_config_file=FILE\n"
+    "  [--port=8500] [--grpc_max_threads=16] [--grpc_host=0.0.0.0]\n"
     "  [--rest_api_port=8501] [--rest_api_host=0.0.0.0] [--rest_api_num_threads=16]\n"
     "  [--rest_api_timeout_in_ms=30000] [--max_request_bytes=67108864]\n"
     "  [--file_system_poll_wait_seconds=1] [--warmup_batch_sizes=1,8]\n"
@@ -39,7 +41,9 @@ std::map<std::string, std::string> parse_flags(int argc, char** argv) {
                                 "warmup_batch_sizes",
                                 "enable_batching",
                                 "batching_parameters_file",
-                                "port"};
+                                "port",
+                                "grpc_host",
+                                "grpc_max_threads"};
   std::map<std::string, std::string> flags;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -120,9 +124,6 @@ int main(int argc, char** argv) {
       }
       for (auto& s : specs) s.warmup_batch_sizes = sizes;
     }
-    if (flags.count("port") && flags["port"] != "0")
-      std::fprintf(stderr,
-                   "kiln-serve: the gRPC API (--port) is not built yet; serving REST only\n");
 
     std::unique_ptr<kiln::serving::Batcher> batcher;
     if (flags.count("enable_batching") && flags["enable_batching"] == "true") {
@@ -157,6 +158,14 @@ int main(int argc, char** argv) {
     http.timeout_seconds = number(flags, "rest_api_timeout_in_ms", 30000) / 1000;
     http.max_body_bytes = static_cast<size_t>(number(flags, "max_request_bytes", 64 << 20));
     kiln::serving::Metrics metrics;
+    kiln::serving::GrpcOptions grpc;
+    grpc.port = static_cast<int>(number(flags, "port", 8500));
+    if (flags.count("grpc_host")) grpc.host = flags["grpc_host"];
+    grpc.max_threads = static_cast<int>(number(flags, "grpc_max_threads", 16));
+    grpc.max_message_bytes = http.max_body_bytes;
+    kiln::serving::GrpcServer grpc_server(models, grpc, batcher.get(), &metrics);
+    grpc_server.start();
+    std::fprintf(stderr, "kiln-serve: gRPC API at %s:%d\n", grpc.host.c_str(), grpc_server.port());
     kiln::serving::HttpServer server(models, http, batcher.get(), &metrics);
     server.bind();
     std::fprintf(stderr, "kiln-serve: REST API at http://%s:%d/v1/models/\n", http.host.c_str(),
@@ -166,11 +175,13 @@ int main(int argc, char** argv) {
       sigwait(&signals, &sig);
       std::fprintf(stderr, "kiln-serve: signal %d: finishing requests in flight\n", sig);
       server.stop();
+      grpc_server.stop(http.timeout_seconds);
     });
     server.serve();
     // serve() returned: stopped by the signal thread (or the socket failed; then end it too).
     pthread_kill(waiter.native_handle(), SIGTERM);
     waiter.join();
+    grpc_server.stop(http.timeout_seconds);
     models.stop();
     std::fprintf(stderr, "kiln-serve: stopped\n");
     return 0;

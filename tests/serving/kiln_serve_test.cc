@@ -8,11 +8,18 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/tcp.h>
+#include <sys/resource.h>
+
+#include <cstring>
 #include <filesystem>
 #include <regex>
 #include <thread>
 
 #include "kiln/nn.h"
+#include "serving/proto/prediction_service.grpc.pb.h"
 #include "tests/subprocess.h"
 #include "tests/testing/temp_dir.h"
 
@@ -30,22 +37,55 @@ class KilnServeTest : public testing_util::TempDirTest {
     for (Variable v : model.weights()) v.assign(full(v.value().shape(), w));
     io::save_model(model, path("m"), {3});
   }
-  // Starts the server on a free port; returns the port (0 when it did not start).
-  int start() {
+  // Starts the server on free ports; returns the REST port (0 when it did not start) and sets
+  // grpc_port_.
+  int start(std::vector<std::string> extra = {}) {
     log_ = path("serve.log");
-    pid_ = testing_util::spawn_process(
-        {KILN_SERVE, "--model_name=mnist", "--model_base_path=" + path("m"), "--rest_api_port=0",
-         "--file_system_poll_wait_seconds=0.2", "--rest_api_timeout_in_ms=1000",
-         "--max_request_bytes=4096"},
-        log_);
+    std::vector<std::string> args = {KILN_SERVE,
+                                     "--model_name=mnist",
+                                     "--model_base_path=" + path("m"),
+                                     "--rest_api_port=0",
+                                     "--port=0",
+                                     "--file_system_poll_wait_seconds=0.2",
+                                     "--rest_api_timeout_in_ms=1000",
+                                     "--max_request_bytes=4096"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = testing_util::spawn_process(args, log_);
     if (!testing_util::wait_for_output(pid_, log_, "/v1/models/", std::chrono::seconds(60)))
       return 0;
     std::smatch m;
     std::string out = read_file(log_);
+    if (!std::regex_search(out, m, std::regex(R"(gRPC API at [0-9.]+:(\d+))"))) return 0;
+    grpc_port_ = std::stoi(m[1]);
     if (!std::regex_search(out, m, std::regex(R"(http://[0-9.]+:(\d+)/)"))) return 0;
     return std::stoi(m[1]);
   }
+  // A gRPC Predict of [[x, x, x]]: the first output's values, empty on failure.
+  std::vector<float> grpc_predict(float x) {
+    auto stub = tensorflow::serving::PredictionService::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(grpc_port_), grpc::InsecureChannelCredentials()));
+    tensorflow::serving::PredictRequest req;
+    req.mutable_model_spec()->set_name("mnist");
+    tensorflow::TensorProto& t = (*req.mutable_inputs())["x"];
+    t.set_dtype(tensorflow::DT_FLOAT);
+    t.mutable_tensor_shape()->add_dim()->set_size(1);
+    t.mutable_tensor_shape()->add_dim()->set_size(3);
+    for (int i = 0; i < 3; ++i) t.add_float_val(x);
+    tensorflow::serving::PredictResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    grpc::Status s = stub->Predict(&ctx, req, &resp);
+    if (!s.ok() || resp.outputs().empty()) {
+      ADD_FAILURE() << s.error_message();
+      return {};
+    }
+    const std::string& c = resp.outputs().begin()->second.tensor_content();
+    std::vector<float> out(c.size() / sizeof(float));
+    std::memcpy(out.data(), c.data(), c.size());
+    return out;
+  }
   pid_t pid_ = -1;
+  int grpc_port_ = 0;
   std::string log_;
 };
 
@@ -64,6 +104,7 @@ TEST_F(KilnServeTest, ServesRequestsReloadsAndStopsCleanlyOnSigterm) {
       client.Post("/v1/models/mnist:predict", R"({"instances": [[1, 1, 1]]})", "application/json");
   ASSERT_TRUE(predict);
   EXPECT_EQ(predict->body, R"({"predictions": [[3, 3]]})");
+  EXPECT_EQ(grpc_predict(2), (std::vector<float>{6, 6}));
 
   auto metrics = client.Get("/monitoring/prometheus/metrics");
   ASSERT_TRUE(metrics);
@@ -144,6 +185,79 @@ TEST_F(KilnServeTest, KilledWithSigkillItServesAgainWhenRestarted) {
   EXPECT_EQ(r->body, R"({"predictions": [[3, 3]]})");
   kill(pid_, SIGTERM);
   EXPECT_TRUE(testing_util::wait_process(pid_, log_).exited_ok());
+}
+
+// A loopback TCP connection to `port` (-1 when it cannot connect).
+int connect_to(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST_F(KilnServeTest, IdleSlowAndNonReadingClientsDoNotStopOthersBeingServed) {
+  rlimit files{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
+  if (files.rlim_max < 1100) GTEST_SKIP() << "the hard limit on open files is below 1100";
+  files.rlim_cur = files.rlim_max;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &files), 0);
+  save_version(1);
+  const int port = start({"--rest_api_timeout_in_ms=60000", "--enable_batching=true"});
+  ASSERT_GT(port, 0) << read_file(log_);
+  auto served = [&] {
+    httplib::Client client("127.0.0.1", port);
+    client.set_read_timeout(30, 0);
+    auto r = client.Post("/v1/models/mnist:predict", R"({"instances": [[1, 1, 1]]})",
+                         "application/json");
+    return r && r->status == 200 && r->body == R"({"predictions": [[3, 3]]})";
+  };
+  ASSERT_TRUE(served());
+
+  std::vector<int> idle;  // 1000 connections that send nothing
+  for (int i = 0; i < 1000; ++i) {
+    const int fd = connect_to(port);
+    ASSERT_GE(fd, 0) << "connection " << i << ": " << std::strerror(errno);
+    idle.push_back(fd);
+  }
+  // One that sends its headers a byte at a time (and is still sending).
+  const int slow = connect_to(port);
+  ASSERT_GE(slow, 0);
+  const std::string head = "POST /v1/models/mnist:predict HTTP/1.1\r\nHost: x\r\n";
+  for (char c : head) ASSERT_EQ(send(slow, &c, 1, 0), 1);
+  // One that asks for many replies and never reads them: its socket buffers fill up.
+  const int deaf = connect_to(port);
+  ASSERT_GE(deaf, 0);
+  int small = 4096;
+  setsockopt(deaf, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  fcntl(deaf, F_SETFL, O_NONBLOCK);
+  std::string burst;
+  for (int i = 0; i < 2000; ++i) burst += "GET /monitoring/prometheus/metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  size_t sent = 0;
+  for (int tries = 0; sent < burst.size() && tries < 1000; ++tries) {
+    const ssize_t n = send(deaf, burst.data() + sent, burst.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) sent += static_cast<size_t>(n);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(served()) << "request " << i << "\n" << read_file(log_);
+  EXPECT_EQ(grpc_predict(1), (std::vector<float>{3, 3}));
+  auto status = httplib::Client("127.0.0.1", port).Get("/v1/models/mnist");
+  ASSERT_TRUE(status);
+  EXPECT_EQ(status->status, 200);
+
+  for (int fd : idle) close(fd);
+  close(slow);
+  close(deaf);
+  ASSERT_TRUE(served());
+  kill(pid_, SIGTERM);
+  testing_util::ProcessResult done = testing_util::wait_process(pid_, log_);
+  EXPECT_TRUE(done.exited_ok()) << done.output;
 }
 
 TEST_F(KilnServeTest, BadFlagsAndAMissingModelAreClearErrors) {
