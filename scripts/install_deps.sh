@@ -14,6 +14,7 @@ packages=(
   # kiln-serve (serving/): REST server (libevent's evhttp), JSON, the gRPC API and its code
   # generator; cpp-httplib is the tests' and serve_bench's HTTP client.
   libevent-dev rapidjson-dev pkg-config libgrpc++-dev protobuf-compiler-grpc libcpp-httplib-dev
+  curl  # the README's REST calls, run by tests/e2e/serving_client_test.sh
   iproute2  # ip netns: tests/distribute/multi_host_test.sh runs two workers as two hosts
 )
 
