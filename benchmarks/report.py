@@ -54,13 +54,24 @@ RATIOS = {
         "<= 1", f"kiln_scan_overhead_n{n}_scan_vs_host_loop",
         f"kiln_scan_overhead_n{n}_scan_us_per_step", f"kiln_scan_overhead_n{n}_host_loop_us_per_step")
        for n in (64, 4096)},
-    # Issue #29: kiln-serve's REST throughput with batching over without, 64 clients sending
-    # single-example requests (serve_bench), and the microseconds the server adds at 1 client
-    # over an in-process predict (REST; the issue's < 200 us target is for gRPC, not built yet).
+    # Issue #29: kiln-serve's throughput with batching over without, 64 clients sending
+    # single-example requests for the MLP (serve_bench), over REST and gRPC; the same over gRPC
+    # for the CNN, whose compute weighs more against the RPC's cost; and the microseconds each
+    # API adds at 1 client over an in-process predict (the issue's < 200 us target is gRPC's).
     "serve_batched_vs_unbatched": value(
         ">= 3", "kiln_serve_batched_vs_unbatched_c64",
         "kiln_serve_rest_batched_c64_requests_per_s", "kiln_serve_rest_unbatched_c64_requests_per_s"),
+    "serve_grpc_batched_vs_unbatched": value(
+        ">= 3", "kiln_serve_grpc_batched_vs_unbatched_c64",
+        "kiln_serve_grpc_batched_c64_requests_per_s", "kiln_serve_grpc_unbatched_c64_requests_per_s"),
+    "serve_grpc_cnn_batched_vs_unbatched": value(
+        "", "kiln_serve_grpc_cnn_batched_vs_unbatched_c64",
+        "kiln_serve_grpc_cnn_batched_c64_requests_per_s",
+        "kiln_serve_grpc_cnn_unbatched_c64_requests_per_s"),
     "serve_overhead_vs_inprocess_us": value(
+        "< 200", "kiln_serve_grpc_overhead_us", "kiln_serve_grpc_unbatched_c1_p50_us",
+        "kiln_serve_inprocess_p50_us"),
+    "serve_rest_overhead_vs_inprocess_us": value(
         "", "kiln_serve_rest_overhead_us", "kiln_serve_rest_unbatched_c1_p50_us",
         "kiln_serve_inprocess_p50_us"),
     # Issue #12's other batch sizes (no targets: the speed-up should not be tuned to one).

@@ -136,7 +136,7 @@ for ((r = 1; r <= rounds; ++r)); do
   run compile_bench "$bin/compile_bench"
   # Issue #28: a compiled scan's per-step cost against the same body stepped from a host loop.
   run scan_overhead_bench "$bin/scan_overhead_bench"
-  # Issue #29: kiln-serve's REST API under 1, 8 and 64 closed-loop clients on loopback.
+  # Issue #29: kiln-serve's REST and gRPC APIs under 1, 8 and 64 closed-loop clients on loopback.
   run serve_bench "$bin/serve_bench"
   run sgemm_bench "$bin/sgemm_bench"
   run lowp_gemm_bench "$bin/lowp_gemm_bench"

@@ -296,6 +296,11 @@ void GrpcServer::start() {
   grpc::ResourceQuota quota("kiln-serve");
   quota.SetMaxThreads(std::max(2, s.options.max_threads));
   builder.SetResourceQuota(quota);
+  // gRPC's sync server ends a thread that finds more than MAX_POLLERS threads idle, and starts
+  // one when fewer than MIN_POLLERS poll. Requests that wait in the batcher come and go in
+  // bursts of a batch: with the default (2) it would end and start threads every batch.
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
+                              std::max(2, s.options.max_threads));
   builder.RegisterService(static_cast<tfs::PredictionService::Service*>(&s.services));
   builder.RegisterService(static_cast<tfs::ModelService::Service*>(&s.services));
   s.server = builder.BuildAndStart();
