@@ -8,8 +8,13 @@
 // 64 clients (median and range over alternating rounds), and the microseconds each API adds at
 // 1 client over an in-process predict of one example. Prints `RESULT kiln_serve_...` lines
 // for benchmarks/run.sh.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -281,6 +286,47 @@ int main(int argc, char** argv) {
     std::printf("1 client: %s p50 %.0f us, in-process predict p50 %.0f us: the server adds %.0f us\n",
                 api.c_str(), p50, local_p50, p50 - local_p50);
     kiln::bench::result("kiln_serve_" + api + "_overhead_us", p50 - local_p50);
+  }
+
+  // 1000 idle connections held open on the REST server: 1 client's p50 with them over without
+  // (the event loop should not care), alternating rounds.
+  {
+    rlimit files{};
+    getrlimit(RLIMIT_NOFILE, &files);
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+    serving::HttpServer server(models, {.host = "127.0.0.1", .port = 0});
+    server.bind();
+    std::thread t([&] { server.serve(); });
+    std::vector<double> ratios;
+    int idle_open = 0;
+    for (int round = 0; round < 3; ++round) {
+      const double without = run_load(1, 1.0, rest_client(server.port(), body, reported)).p50_us;
+      std::vector<int> idle;
+      for (int i = 0; i < 1000; ++i) {
+        const int fd = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_port = htons(static_cast<uint16_t>(server.port()));
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (fd < 0) break;
+        if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+          close(fd);
+          break;
+        }
+        idle.push_back(fd);
+      }
+      idle_open = static_cast<int>(idle.size());
+      const double with = run_load(1, 1.0, rest_client(server.port(), body, reported)).p50_us;
+      for (int fd : idle) close(fd);
+      ratios.push_back(with / without);
+    }
+    server.stop();
+    t.join();
+    std::sort(ratios.begin(), ratios.end());
+    std::printf("rest, 1 client, p50 with %d idle connections over none: %.2f (%.2f-%.2f)\n",
+                idle_open, ratios[1], ratios[0], ratios[2]);
+    kiln::bench::result("kiln_serve_rest_p50_1000_idle_vs_none", ratios[1]);
   }
   std::filesystem::remove_all(dir);
   return 0;

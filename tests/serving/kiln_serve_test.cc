@@ -141,6 +141,8 @@ TEST_F(KilnServeTest, ServesRequestsReloadsAndStopsCleanlyOnSigterm) {
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;  // never a failed request during the reload
     switched = r->body == R"({"predictions": [[6, 6]]})";
+    const std::vector<float> g = grpc_predict(1);  // nor a failed gRPC call
+    EXPECT_TRUE(g == std::vector<float>({3, 3}) || g == std::vector<float>({6, 6})) << g.size();
   }
   EXPECT_TRUE(switched) << read_file(log_);
 
@@ -157,6 +159,7 @@ TEST_F(KilnServeTest, ServesRequestsReloadsAndStopsCleanlyOnSigterm) {
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
     EXPECT_EQ(r->body, R"({"predictions": [[6, 6]]})");
+    if (i % 4 == 0) EXPECT_EQ(grpc_predict(1), (std::vector<float>{6, 6}));  // gRPC too
   }
   auto v3 = client.Get("/v1/models/mnist/versions/3");
   ASSERT_TRUE(v3);
