@@ -1,6 +1,6 @@
 // A 12-op elementwise chain over 16M floats, y = erf(max(tanh(x*a+b)*logistic(x) + exp(-x*x), b))
 // plus the bool output y > b, three ways in the same run: one JIT-compiled fused kernel
-// (compiler/codegen/cpu), the eager op-by-op chain, and a STREAM-triad loop a[i] = b[i] + s*c[i]
+// (compiler/cpu), the eager op-by-op chain, and a STREAM-triad loop a[i] = b[i] + s*c[i]
 // (all on the thread pool). Prints the fused kernel's effective GB/s (bytes of its inputs and
 // outputs per run / time) as a ratio to the triad's GB/s, and the speed-up over eager. The
 // transcendental chain is compute-bound (three exps, erf, three divisions per element); a
@@ -20,15 +20,15 @@
 #include <string>
 #include <vector>
 
-#include "compiler/codegen/cpu/fused_kernel.h"
+#include "compiler/cpu/fused_kernel.h"
 #include "compiler/executable.h"
 #include "kiln/kiln.h"
 #include "runtime/thread_pool.h"
 
 namespace {
 
-using kiln::compiler::cpu::EltOp;
-using kiln::compiler::cpu::FusedSubgraph;
+using kiln::compiler::EltOp;
+using kiln::compiler::FusedSubgraph;
 
 constexpr int64_t kN = int64_t{1} << 24;
 constexpr float kA = 0.75f, kB = 0.125f;

@@ -37,7 +37,7 @@
 #endif
 
 #include "benchmarks/bench_util.h"
-#include "compiler/codegen/cpu/fused_kernel.h"
+#include "compiler/cpu/fused_kernel.h"
 #include "compiler/executable.h"
 #include "kiln/kiln.h"
 #include "runtime/thread_pool.h"
@@ -45,8 +45,8 @@
 namespace {
 
 using namespace kiln;
-using compiler::cpu::EltOp;
-using compiler::cpu::FusedSubgraph;
+using compiler::EltOp;
+using compiler::FusedSubgraph;
 
 void sgemm() {
   constexpr int64_t kN = 1024;

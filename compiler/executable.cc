@@ -11,11 +11,11 @@
 #include <set>
 #include <unordered_map>
 
-#include "compiler/codegen/cpu/fusion_target.h"
+#include "compiler/cpu/fusion_target.h"
 #include "compiler/control_flow.h"
 #include "compiler/dump.h"
 #include "compiler/executable_impl.h"
-#include "compiler/kernel_cache.h"
+#include "compiler/cpu/kernel_cache.h"
 #include "compiler/lowering.h"
 #include "compiler/pipeline.h"
 #include "compiler/schedule.h"
@@ -148,7 +148,7 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
   std::vector<Thunk> units;
   // Lower every group, then JIT all of them together (one LLVM module; cached kernels reused).
   std::vector<LoweredFusion> lowered(plan.groups.size());
-  std::vector<cpu::FusedSubgraph> subgraphs;
+  std::vector<FusedSubgraph> subgraphs;
   std::vector<int> lowered_groups;
   for (int gi = 0; gi < static_cast<int>(plan.groups.size()); ++gi) {
     try {

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "compiler/codegen/cpu/fused_kernel.h"
+#include "compiler/cpu/fused_kernel.h"
 #include "compiler/executable.h"
 #include "compiler/schedule.h"
 #include "kiln/op_registry.h"

@@ -15,7 +15,7 @@ LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
                                  const std::vector<std::vector<TensorType>>& types) {
   const FusionGroup& g = plan.groups[group];
   LoweredFusion out;
-  cpu::FusedSubgraph& sg = out.subgraph;
+  FusedSubgraph& sg = out.subgraph;
   sg.excess_precision = allow_excess_precision();
   std::unordered_map<int64_t, int> value_of;  // node*1024+output -> subgraph value
   auto key = [](ValueRef v) { return static_cast<int64_t>(v.node) * 1024 + v.output; };
@@ -84,7 +84,7 @@ LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
       value_of[key({m, 0})] = sg.add_reduce(*def->reduction, args.at(0), nodes[m].attrs.get_ints("axes"));
       continue;
     }
-    cpu::SubgraphBuilder b(sg);
+    SubgraphBuilder b(sg);
     int v = def ? b.apply_op(*def, args, nodes[m].attrs) : ElementalBuilder::kRefused;
     if (v == ElementalBuilder::kRefused) {
       throw Error(ErrorCode::kInternal, "lower_fusion_group: %" + std::to_string(m) + " (" +

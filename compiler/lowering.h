@@ -1,19 +1,19 @@
 // Lowering of a fusion group (compiler/passes/fusion.h) to the CPU emitter's FusedSubgraph:
 // the one place that maps graph values onto a kernel's inputs and outputs (compiled through
-// compiler/kernel_cache.h).
+// compiler/cpu/kernel_cache.h).
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "compiler/codegen/cpu/fused_kernel.h"
+#include "compiler/fused_subgraph.h"
 #include "compiler/passes/fusion.h"
 #include "src/core/tensor_impl.h"
 
 namespace kiln::compiler {
 
 struct LoweredFusion {
-  cpu::FusedSubgraph subgraph;
+  FusedSubgraph subgraph;
   std::vector<ValueRef> inputs;  // the graph values fed to the subgraph's inputs, in order
   std::vector<int> outputs;      // the nodes the subgraph's outputs stand for, in order
   std::string ops;               // "add,mul,exp": the members' ops, for descriptions

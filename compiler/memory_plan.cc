@@ -14,7 +14,7 @@ namespace kiln::compiler {
 // not read the slot through an index map (a transposed or sliced read).
 bool overwrites_safely(const Thunk& t, const cpu::FusedKernel& kernel, int slot) {
   if (!kernel.in_place_safe()) return false;  // reductions
-  const std::vector<cpu::FusedSubgraph::Input>& inputs = kernel.subgraph().inputs;
+  const std::vector<FusedSubgraph::Input>& inputs = kernel.subgraph().inputs;
   for (size_t k = 0; k < t.in.size() && k < inputs.size(); ++k)
     if (t.in[k] == slot && inputs[k].map) return false;
   return true;

@@ -1,6 +1,6 @@
 // The scalar meaning of maximum and minimum, written once for the reference kernels
 // (elementwise maximum/minimum, clamp, reduce_max/reduce_min) and the compiled code's own
-// combining step; the code generator emits the same rules (compiler/codegen/cpu).
+// combining step; the code generator emits the same rules (compiler/cpu).
 #pragma once
 
 #include <cmath>

@@ -52,7 +52,7 @@ std::vector<int64_t> window_table(int64_t n, int64_t out, int64_t taps, int64_t 
 
 // Whether v takes over from w as a window's maximum, reduce_window_max's rule: a greater value,
 // or the first NaN (a NaN, once taken, stays). Every kernel that must give that op's bits
-// (ops/pool.cc, compiler/fused_conv.cc's pooled output) decides with it.
+// (ops/pool.cc, compiler/cpu/fused_conv.cc's pooled output) decides with it.
 template <class C>
 inline bool takes_max(C v, C w) {
   if constexpr (std::is_floating_point_v<C>) {

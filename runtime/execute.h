@@ -31,7 +31,7 @@ void run_prepared_kernel(const KernelDef& kernel, const OpDef& def, const std::s
                          const std::vector<TensorType>& out_types, std::vector<Tensor>* outputs);
 
 // A second way to run an op eagerly: returns true and sets `outputs` when it ran the op, false
-// to leave it to run_kernel. The compiler installs one (compiler/eager.cc) that runs large
+// to leave it to run_kernel. The compiler installs one (compiler/cpu/eager.cc) that runs large
 // elementwise ops through its JIT'd kernel cache; call_op consults it in compiled mode only.
 using EagerRunner = bool (*)(const OpDef& def, const std::vector<Tensor>& inputs,
                              const Attrs& attrs, std::vector<Tensor>* outputs);

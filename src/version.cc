@@ -1,7 +1,7 @@
 // kiln::version() and kiln::build_info().
 #include "kiln/version.h"
 
-#include "compiler/host_cpu.h"
+#include "compiler/cpu/host_cpu.h"
 #include "kiln/device.h"
 #include "runtime/thread_pool.h"
 #include "src/core/cpu_isa.h"

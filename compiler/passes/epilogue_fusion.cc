@@ -6,8 +6,8 @@
 
 #include <optional>
 
-#include "compiler/fused_conv.h"
-#include "compiler/fused_dot.h"
+#include "compiler/cpu/fused_conv.h"
+#include "compiler/cpu/fused_dot.h"
 
 namespace kiln::compiler {
 namespace {
@@ -137,7 +137,7 @@ bool EpilogueFusion::run(Module& module) {
                                        "'s result is also used elsewhere (" +
                                        std::to_string(uses[d]) + " uses)";
     // The fused kernels take the floating types (bf16 and f16 with the bias and activation
-    // applied to the f32 sums before their one rounding, as compiler/fused_dot.h says).
+    // applied to the f32 sums before their one rounding, as compiler/cpu/fused_dot.h says).
     const bool narrow = out.dtype == bf16 || out.dtype == f16;
     if (!is_floating(out.dtype) || (narrow && !fuse_narrow_)) {
       for (int u : users[d]) {
@@ -232,7 +232,7 @@ bool EpilogueFusion::run(Module& module) {
       continue;
     }
     // A convolution's max pool (f32, f64) is computed image by image right after the epilogue
-    // (compiler/fused_conv.h): it then reads the output while it is in cache.
+    // (compiler/cpu/fused_conv.h): it then reads the output while it is in cache.
     if (dot.op == "convolution" && (out.dtype == f32 || out.dtype == f64)) {
       for (int u : users[m.end]) {
         if (!fusable_pool(nodes[u]).empty() && !claimed[u] &&

@@ -33,7 +33,7 @@ class FusionDecision {
   std::string why_;
 };
 
-// What the pass asks of the backend it fuses for (the CPU's: compiler/codegen/cpu/fusion_target.h).
+// What the pass asks of the backend it fuses for (the CPU's: compiler/cpu/fusion_target.h).
 class FusionTarget {
  public:
   virtual ~FusionTarget() = default;

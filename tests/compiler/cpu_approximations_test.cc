@@ -13,7 +13,7 @@
 #include <limits>
 #include <vector>
 
-#include "compiler/codegen/cpu/fused_kernel.h"
+#include "compiler/cpu/fused_kernel.h"
 #include "kiln/kiln.h"
 
 namespace kiln::compiler::cpu {

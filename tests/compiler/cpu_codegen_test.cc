@@ -1,4 +1,4 @@
-// The CPU loop-fusion codegen (compiler/codegen/cpu): each compiled kernel is compared with the
+// The CPU loop-fusion codegen (compiler/cpu): each compiled kernel is compared with the
 // reference interpreter running the same ops as a kiln::Graph, per op and dtype, with
 // broadcasting, long chains, odd and zero sizes, [begin, end) splits, special values and errors.
 #include <gmock/gmock.h>
@@ -12,7 +12,7 @@
 #include <random>
 #include <sstream>
 
-#include "compiler/codegen/cpu/fused_kernel.h"
+#include "compiler/cpu/fused_kernel.h"
 #include "kiln/kiln.h"
 
 namespace kiln::compiler::cpu {

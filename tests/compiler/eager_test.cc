@@ -4,8 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "compiler/eager.h"
-#include "compiler/kernel_cache.h"
+#include "compiler/cpu/eager.h"
+#include "compiler/cpu/kernel_cache.h"
 #include "kiln/kiln.h"
 
 namespace kiln::compiler {
@@ -83,9 +83,9 @@ TEST_F(EagerCompiled, ErrorsAreTheOpsOwn) {
 
 TEST(KernelCacheKey, FlatKernelsIgnoreSizesOthersDoNot) {
   auto flat = [](Shape a, Shape b) {
-    cpu::FusedSubgraph sg;
+    FusedSubgraph sg;
     int x = sg.add_input(f32, a), y = sg.add_input(f32, b);
-    sg.add_output(sg.add(cpu::EltOp::kMul, {x, y}));
+    sg.add_output(sg.add(EltOp::kMul, {x, y}));
     return kernel_cache_key(sg);
   };
   EXPECT_EQ(flat({8}, {8}), flat({2, 50}, {2, 50}));
@@ -96,18 +96,18 @@ TEST(KernelCacheKey, FlatKernelsIgnoreSizesOthersDoNot) {
 
 TEST(KernelCache, BatchCompilesEachStructureOnceAndIsolatesFailures) {
   auto chain = [](Shape shape) {
-    cpu::FusedSubgraph sg;
+    FusedSubgraph sg;
     int x = sg.add_input(f32, shape), s = sg.add_input(f32, {});
     // A structure no other test compiles: logistic(x * s) - x.
-    int y = sg.add(cpu::EltOp::kSub, {sg.add(cpu::EltOp::kLogistic,
-                                             {sg.add(cpu::EltOp::kMul, {x, s})}), x});
+    int y = sg.add(EltOp::kSub, {sg.add(EltOp::kLogistic,
+                                             {sg.add(EltOp::kMul, {x, s})}), x});
     sg.add_output(y);
     return sg;
   };
-  cpu::FusedSubgraph bad;  // inputs that cannot broadcast
-  bad.add_output(bad.add(cpu::EltOp::kAdd, {bad.add_input(f32, {2}), bad.add_input(f32, {3})}));
-  cpu::FusedSubgraph other;
-  other.add_output(other.add(cpu::EltOp::kCos, {other.add_input(f32, {5})}));
+  FusedSubgraph bad;  // inputs that cannot broadcast
+  bad.add_output(bad.add(EltOp::kAdd, {bad.add_input(f32, {2}), bad.add_input(f32, {3})}));
+  FusedSubgraph other;
+  other.add_output(other.add(EltOp::kCos, {other.add_input(f32, {5})}));
 
   KernelCacheStats before = kernel_cache_stats();
   std::vector<std::string> errors;

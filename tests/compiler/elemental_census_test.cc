@@ -11,7 +11,7 @@
 #include <random>
 #include <set>
 
-#include "compiler/codegen/cpu/fused_kernel.h"
+#include "compiler/cpu/fused_kernel.h"
 #include "compiler/executable.h"
 #include "kiln/kiln.h"
 #include "runtime/execute.h"
@@ -231,11 +231,11 @@ TEST(ElementalCensus, EveryElementalFormMatchesItsReferenceKernelBitForBit) {
       } catch (const Error&) {
         continue;  // the op does not take these dtypes at all
       }
-      cpu::FusedSubgraph sg;
+      FusedSubgraph sg;
       sg.name = "census_" + name;
       std::vector<int> args;
       for (const TensorType& t : in_types) args.push_back(sg.add_input(t.dtype, t.shape));
-      cpu::SubgraphBuilder b(sg);
+      SubgraphBuilder b(sg);
       int v = b.apply_op(def, args, trial.attrs);
       if (v == ElementalBuilder::kRefused) continue;  // the emitter does not compute it
       sg.add_output(v);

@@ -1,10 +1,10 @@
-// The fused_conv op (compiler/fused_conv.h) and the epilogue fusion pass on convolutions: which
+// The fused_conv op (compiler/cpu/fused_conv.h) and the epilogue fusion pass on convolutions: which
 // conv -> add(bias) -> activation chains fuse, the refusals and their notes, and results.
 // Tolerance: none. fused_conv runs the convolution's own kernel (the same oneDNN chunks, or im2col
 // blocks and Eigen products) and applies the reference kernels' bias-add and activation formulas
 // to each block, so every result must be bit-identical to convolution -> add -> activation run op
 // by op.
-#include "compiler/fused_conv.h"
+#include "compiler/cpu/fused_conv.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -5,7 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "compiler/codegen/cpu/fusion_target.h"
+#include "compiler/cpu/fusion_target.h"
 #include "compiler/executable.h"
 #include "compiler/passes/pass.h"
 #include "kiln/kiln.h"

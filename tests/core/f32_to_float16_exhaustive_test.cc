@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/codegen/cpu/fused_kernel.h"
+#include "compiler/cpu/fused_kernel.h"
 #include "kiln/function.h"
 #include "kiln/ops.h"
 #include "runtime/thread_pool.h"
@@ -156,8 +156,8 @@ std::vector<Path> tensor_paths() {
   for (DType to : {f16, bf16}) {
     std::optional<compiler::cpu::FusedKernel> kernel;
     try {
-      compiler::cpu::FusedSubgraph sg;
-      sg.add_output(sg.add(compiler::cpu::EltOp::kConvert, {sg.add_input(f32, {kChunk})}, to));
+      compiler::FusedSubgraph sg;
+      sg.add_output(sg.add(compiler::EltOp::kConvert, {sg.add_input(f32, {kChunk})}, to));
       kernel.emplace(compiler::cpu::compile_elementwise(sg));
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kUnimplemented) << e.what();

@@ -16,8 +16,8 @@
 #include <random>
 #include <vector>
 
-#include "compiler/codegen/cpu/fused_kernel.h"
-#include "compiler/eager.h"
+#include "compiler/cpu/fused_kernel.h"
+#include "compiler/cpu/eager.h"
 #include "kiln/function.h"
 #include "kiln/kiln.h"
 #include "ops/approximations.h"
@@ -26,7 +26,7 @@
 namespace kiln {
 namespace {
 
-using compiler::cpu::EltOp;
+using compiler::EltOp;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -95,7 +95,7 @@ struct Found {
 // scalar definition, built with the library's flags) and, unless `neg_abs`, in ulps with the
 // double-precision reference.
 Found sweep(const Approximation& a, int64_t lo, int64_t hi, bool neg_abs = false) {
-  compiler::cpu::FusedSubgraph sg;
+  compiler::FusedSubgraph sg;
   // 1 MiB of f32: the largest block the host allocator caches, so each chunk's tensors reuse
   // the last one's memory (4 MiB went to the system and back, page faults every chunk).
   constexpr int64_t kChunk = int64_t{1} << 18;

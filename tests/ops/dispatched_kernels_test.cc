@@ -15,7 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "compiler/epilogue.h"
+#include "compiler/cpu/epilogue.h"
 #include "kiln/kiln.h"
 #include "ops/narrow.h"
 #include "ops/philox.h"

@@ -264,7 +264,7 @@ TEST(LowpMatmul, NanInAnOperandReachesItsOutputs) {
   }
 }
 
-// ---- bf16 fused_dot (compiler/fused_dot.h): the matmul, its bias and its activation in one
+// ---- bf16 fused_dot (compiler/cpu/fused_dot.h): the matmul, its bias and its activation in one
 // oneDNN kernel, which adds the bias to the f32 sum s and applies the activation before the one
 // rounding; the unfused ops round s, then the sum with the bias, then the activation.
 // The bound, against r = act(exact + bias) in f64, with B the dot's bound above (it already

@@ -453,7 +453,7 @@ inline const std::vector<OpCase>& compiler_op_cases() {
                  {"activation", std::string(activation)}};
   };
   static const std::vector<OpCase> kCases = {
-      // fused_dot (compiler/fused_dot.cc): dot + optional bias + activation in one kernel
+      // fused_dot (compiler/cpu/fused_dot.cc): dot + optional bias + activation in one kernel
       {"fused_dot", {in({3, 4}), in({4, 5})}, dims({1}, {0}, "none")},
       {"fused_dot", {in({3, 4}), in({4, 5}), in({5})}, dims({1}, {0}, "relu"), "bias_relu"},
       {"fused_dot", {in({2, 4}), in({4, 3}), in({2, 3})}, dims({1}, {0}, "tanh"), "full_bias_tanh"},
@@ -461,7 +461,7 @@ inline const std::vector<OpCase>& compiler_op_cases() {
        {in({4, 3}), in({4, 2}), in({})},
        dims({0}, {0}, "logistic"),
        "transposed_scalar_bias_logistic"},
-      // fused_conv (compiler/fused_conv.cc): convolution + optional bias + activation
+      // fused_conv (compiler/cpu/fused_conv.cc): convolution + optional bias + activation
       {"fused_conv", {in({2, 5, 5, 3}), in({3, 3, 3, 4})}, {{"activation", std::string("none")}}},
       {"fused_conv",
        {in({2, 6, 5, 4}), in({2, 3, 2, 6}), in({6})},

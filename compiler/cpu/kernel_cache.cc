@@ -1,6 +1,6 @@
 // The fused-kernel cache: a bounded LRU map from structural keys to JIT'd functions (and the
 // JIT sessions that own their code). Compiles outside the lock; the first result stored wins.
-#include "compiler/kernel_cache.h"
+#include "compiler/cpu/kernel_cache.h"
 
 #include <algorithm>
 #include <list>
@@ -38,7 +38,7 @@ Cache& cache() {
 
 }  // namespace
 
-std::string kernel_cache_key(const cpu::FusedSubgraph& sg) {
+std::string kernel_cache_key(const FusedSubgraph& sg) {
   Shape out = sg.iteration_shape();
   const bool flat = !sg.has_reductions() && cpu::is_flat_loop(sg, out);
   const int64_t n = num_elements(out);
@@ -66,7 +66,7 @@ std::string kernel_cache_key(const cpu::FusedSubgraph& sg) {
   }
   key += "|";
   for (const auto& node : sg.nodes) {
-    key += node.reduce ? reduce_kind_name(*node.reduce) : cpu::elt_op_name(node.op);
+    key += node.reduce ? reduce_kind_name(*node.reduce) : elt_op_name(node.op);
     key += "(";
     for (int a : node.args) key += std::to_string(a) + ",";
     key += std::string(")") + dtype_name(node.dtype) + ";";
@@ -80,7 +80,7 @@ std::string kernel_cache_key(const cpu::FusedSubgraph& sg) {
 namespace {
 
 // The kernel of a cache entry for `sg` (whose key matched).
-cpu::FusedKernel from_entry(const cpu::FusedSubgraph& sg, const Entry& e) {
+cpu::FusedKernel from_entry(const FusedSubgraph& sg, const Entry& e) {
   Shape shape = sg.iteration_shape();
   // As compile_elementwise decides it (the key never lets sizes vary for reductions).
   bool flat = cpu::is_flat_loop(sg, shape) || shape.empty() || num_elements(shape) == 0;
@@ -104,7 +104,7 @@ void store(Cache& c, const std::string& key, const cpu::FusedKernel& kernel) {
 
 }  // namespace
 
-std::vector<cpu::FusedKernel> cached_kernels(const std::vector<cpu::FusedSubgraph>& sgs,
+std::vector<cpu::FusedKernel> cached_kernels(const std::vector<FusedSubgraph>& sgs,
                                              std::vector<std::string>* errors) {
   const size_t n = sgs.size();
   std::vector<cpu::FusedKernel> kernels(n);
@@ -139,7 +139,7 @@ std::vector<cpu::FusedKernel> cached_kernels(const std::vector<cpu::FusedSubgrap
     }
   }
   if (!missing.empty()) {
-    std::vector<cpu::FusedSubgraph> batch;
+    std::vector<FusedSubgraph> batch;
     for (size_t i : missing) batch.push_back(sgs[i]);
     // One module per pool thread (each its own LLVM context and JIT session), compiled in
     // parallel: kernels dealt round-robin by size so the parts take about as long.
@@ -156,7 +156,7 @@ std::vector<cpu::FusedKernel> cached_kernels(const std::vector<cpu::FusedSubgrap
     runtime::parallel_for(parts, 1, [&](int64_t begin, int64_t end) {
       DumpScope dump(dump_dir);  // on a pool thread: the compile's directory
       for (int64_t p = begin; p < end; ++p) {
-        std::vector<cpu::FusedSubgraph> sub;
+        std::vector<FusedSubgraph> sub;
         for (size_t k : part_of[p]) sub.push_back(batch[k]);
         try {
           std::vector<cpu::FusedKernel> got = cpu::compile_elementwise(sub);
@@ -193,7 +193,7 @@ std::vector<cpu::FusedKernel> cached_kernels(const std::vector<cpu::FusedSubgrap
   return kernels;
 }
 
-cpu::FusedKernel cached_kernel(const cpu::FusedSubgraph& sg) {
+cpu::FusedKernel cached_kernel(const FusedSubgraph& sg) {
   std::vector<std::string> errors;
   std::vector<cpu::FusedKernel> k = cached_kernels({sg}, &errors);
   if (!errors[0].empty()) {

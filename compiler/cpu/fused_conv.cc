@@ -1,15 +1,15 @@
-// The fused_conv kernel op (compiler/fused_conv.h): registration, shape function, and the CPU
+// The fused_conv kernel op (compiler/cpu/fused_conv.h): registration, shape function, and the CPU
 // kernel. f32/f64: the convolution's own kernel (ops/conv.h: oneDNN's chunks or Kiln's GEMM
 // blocks, so the same bits) with Kiln's bias and activation applied to each block of output rows
 // as soon as it is done (not oneDNN's post-ops: oneDNN's relu turns NaN into 0). bf16: one oneDNN
 // convolution with the bias and activation in its kernel; f16: Kiln's widened GEMM blocks with
 // the epilogue applied to the f32 sums before their one rounding.
-#include "compiler/fused_conv.h"
+#include "compiler/cpu/fused_conv.h"
 
 #include <atomic>
 #include <vector>
 
-#include "compiler/lowp_epilogue.h"
+#include "compiler/cpu/lowp_epilogue.h"
 #include "kiln/op_registry.h"
 #include "ops/conv.h"
 #include "ops/kernel_util.h"

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "compiler/epilogue.h"
+#include "compiler/cpu/epilogue.h"
 #include "kiln/graph.h"
 
 namespace kiln::compiler {

@@ -1,5 +1,5 @@
 // Host CPU detection through LLVM.
-#include "compiler/host_cpu.h"
+#include "compiler/cpu/host_cpu.h"
 
 #include <llvm/ADT/StringMap.h>
 #include <llvm/Config/llvm-config.h>

@@ -1,6 +1,6 @@
 // LLVM's side of the CPU fused kernels, after the emitter: the host's target machine, the O3
 // pipeline, KILN_DUMP's .ll/.opt.ll/.s files and the ORC LLJIT session. Internal to
-// compiler/codegen/cpu (LLVM types), used by elemental_emitter.cc.
+// compiler/cpu (LLVM types), used by elemental_emitter.cc.
 #pragma once
 
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>

@@ -1,6 +1,6 @@
-// The fused kernels' epilogue (compiler/epilogue.h): activation names, the bias's broadcast
+// The fused kernels' epilogue (compiler/cpu/epilogue.h): activation names, the bias's broadcast
 // kinds and the shape-function checks fused_dot and fused_conv share.
-#include "compiler/epilogue.h"
+#include "compiler/cpu/epilogue.h"
 
 #include <algorithm>
 

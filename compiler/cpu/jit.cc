@@ -1,6 +1,6 @@
 // LLVM's side of the CPU fused kernels, after the emitter (elemental_emitter.cc): the host's
 // target machine, the O3 pipeline, KILN_DUMP's .ll/.opt.ll/.s files and the ORC LLJIT session.
-#include "compiler/codegen/cpu/jit.h"
+#include "compiler/cpu/jit.h"
 
 #include <llvm/ADT/StringMap.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>

@@ -1,5 +1,5 @@
-// The bf16/f16 epilogue helpers of the fused kernels (compiler/lowp_epilogue.h).
-#include "compiler/lowp_epilogue.h"
+// The bf16/f16 epilogue helpers of the fused kernels (compiler/cpu/lowp_epilogue.h).
+#include "compiler/cpu/lowp_epilogue.h"
 
 #include <algorithm>
 

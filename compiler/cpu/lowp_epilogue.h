@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "compiler/epilogue.h"
+#include "compiler/cpu/epilogue.h"
 #include "ops/onednn_conv.h"
 
 namespace kiln::compiler {

@@ -35,8 +35,8 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
-#include "compiler/codegen/cpu/fused_kernel.h"
-#include "compiler/codegen/cpu/jit.h"
+#include "compiler/cpu/fused_kernel.h"
+#include "compiler/cpu/jit.h"
 #include "kiln/error.h"
 #include "ops/approximations.h"
 

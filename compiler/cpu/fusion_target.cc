@@ -1,11 +1,11 @@
 // The CPU fusion target: a node can be emitted when its elemental form builds into a
 // FusedSubgraph for its concrete dtypes; a reduction when the emitter folds its dtype and axes.
-#include "compiler/codegen/cpu/fusion_target.h"
+#include "compiler/cpu/fusion_target.h"
 
 #include <cstdlib>
 #include <string>
 
-#include "compiler/codegen/cpu/fused_kernel.h"
+#include "compiler/cpu/fused_kernel.h"
 
 namespace kiln::compiler::cpu {
 namespace {

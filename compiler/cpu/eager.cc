@@ -4,9 +4,9 @@
 // kernel per (op, dtypes, scalar operands) serves every size. Smaller ops, broadcasting ops
 // and everything else keep their reference kernels: a JIT compile (~10 ms) would cost more
 // than it saves there.
-#include "compiler/eager.h"
+#include "compiler/cpu/eager.h"
 
-#include "compiler/kernel_cache.h"
+#include "compiler/cpu/kernel_cache.h"
 #include "runtime/execute.h"
 
 namespace kiln::compiler {
@@ -26,11 +26,11 @@ bool run_eager(const OpDef& def, const std::vector<Tensor>& inputs, const Attrs&
   // Validates the inputs with the op's own messages, and gives the result's type.
   std::vector<TensorType> out_types = runtime::infer_types(def, def.name, in_types, attrs);
   if (out_types.size() != 1 || num_elements(out_types[0].shape) != n) return false;
-  cpu::FusedSubgraph sg;
+  FusedSubgraph sg;
   sg.name = "eager_" + def.name;
   std::vector<int> args;
   for (const TensorType& t : in_types) args.push_back(sg.add_input(t.dtype, t.shape));
-  cpu::SubgraphBuilder b(sg);
+  SubgraphBuilder b(sg);
   int v = b.apply_op(def, args, attrs);
   if (v == ElementalBuilder::kRefused) return false;  // a dtype the emitter does not compute
   if (sg.dtype(v) != out_types[0].dtype || sg.iteration_shape() != out_types[0].shape) return false;

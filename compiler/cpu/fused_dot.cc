@@ -1,13 +1,13 @@
-// The fused_dot kernel op (compiler/fused_dot.h): registration, shape function, and the CPU
+// The fused_dot kernel op (compiler/cpu/fused_dot.h): registration, shape function, and the CPU
 // kernel, a GEMM over blocks of output rows (ops::gemm_rows on the same blocks as dot's
 // reference kernel, so the same bits) with the bias and activation applied to each block as soon as
 // it is done; bf16 as one oneDNN matmul with the epilogue in its kernel (ops/onednn_matmul.h);
 // f16 as f32 GEMM blocks on the widened operands, the epilogue applied before the one rounding.
-#include "compiler/fused_dot.h"
+#include "compiler/cpu/fused_dot.h"
 
 #include <algorithm>
 
-#include "compiler/lowp_epilogue.h"
+#include "compiler/cpu/lowp_epilogue.h"
 #include "kiln/op_registry.h"
 #include "ops/dot_util.h"
 #include "ops/kernel_util.h"

@@ -1,4 +1,4 @@
-// Eager dispatch through the compiler (compiler/eager.cc installs the runtime's eager runner).
+// Eager dispatch through the compiler (compiler/cpu/eager.cc installs the runtime's eager runner).
 #pragma once
 
 #include <cstdint>

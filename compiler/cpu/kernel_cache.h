@@ -8,24 +8,24 @@
 #include <string>
 #include <vector>
 
-#include "compiler/codegen/cpu/fused_kernel.h"
+#include "compiler/cpu/fused_kernel.h"
 
 namespace kiln::compiler {
 
 // The kernel for `sg`, compiled on a miss (cpu::compile_elementwise). Throws kiln::Error.
-cpu::FusedKernel cached_kernel(const cpu::FusedSubgraph& sg);
+cpu::FusedKernel cached_kernel(const FusedSubgraph& sg);
 
 // Kernels for several subgraphs; the misses are compiled together in one LLVM module (one
 // optimisation pipeline and one JIT session, much cheaper than one each). Inside a compile that
 // dumps (KILN_DUMP, compiler/dump.h), every kernel is compiled afresh into the compile's dump. A
 // subgraph that cannot be compiled gets an empty kernel (fn() == nullptr) and its error in
 // (*errors)[i].
-std::vector<cpu::FusedKernel> cached_kernels(const std::vector<cpu::FusedSubgraph>& sgs,
+std::vector<cpu::FusedKernel> cached_kernels(const std::vector<FusedSubgraph>& sgs,
                                              std::vector<std::string>* errors);
 
 // The cache key of `sg`: its ops, dtypes and wiring, plus for each input whether it is a single
 // element (flat kernels) or all shapes (other kernels).
-std::string kernel_cache_key(const cpu::FusedSubgraph& sg);
+std::string kernel_cache_key(const FusedSubgraph& sg);
 
 struct KernelCacheStats {
   int64_t hits = 0;
