@@ -139,8 +139,8 @@ void plan_donations(Impl& im, const std::vector<int>& def, const std::vector<int
     if (d >= 0) {
       Thunk& t = im.thunks[d];
       bool direct = eff < d;  // the old value is dead before the output is computed
-      if (!direct && eff == d && t.fused >= 0 && overwrites_safely(t, im.kernels[t.fused], f)) {
-        const Shape& shape = im.kernels[t.fused].shape();
+      if (!direct && eff == d && t.fused >= 0 && overwrites_safely(t, *im.kernels[t.fused], f)) {
+        const Shape& shape = im.kernels[t.fused]->shape();
         direct = im.slots[o].type.shape == shape && im.slots[f].type.shape == shape;
       }
       if (direct) {

@@ -11,11 +11,11 @@
 #include <set>
 #include <unordered_map>
 
-#include "compiler/cpu/fusion_target.h"
 #include "compiler/control_flow.h"
+#include "compiler/cpu/fusion_target.h"
+#include "compiler/cpu/kernel_cache.h"
 #include "compiler/dump.h"
 #include "compiler/executable_impl.h"
-#include "compiler/cpu/kernel_cache.h"
 #include "compiler/lowering.h"
 #include "compiler/pipeline.h"
 #include "compiler/schedule.h"
@@ -84,6 +84,10 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
   return compile(graph, outputs, feeds, {});
 }
 
+// The host's backend is the CPU's: this file is the one in the compiler that names a backend
+// (the passes ask the FusionTarget; lowering builds target-independent subgraphs).
+const FusionTarget& host_fusion_target() { return cpu::fusion_target(); }
+
 namespace {
 
 // Runs the fusion pass for the CPU over the optimized graph, now that its types are concrete;
@@ -95,7 +99,7 @@ FusionPlan fuse(const CompiledGraph& cg, const std::vector<std::vector<TensorTyp
   module.outputs = fetched;
   module.types = types;
   module.needed = needed;
-  auto pass = std::make_unique<Fusion>(cpu::fusion_target());
+  auto pass = std::make_unique<Fusion>(host_fusion_target());
   Fusion* fusion = pass.get();
   Pipeline pipeline("lower");
   pipeline.add(std::move(pass));
@@ -152,7 +156,7 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
   std::vector<int> lowered_groups;
   for (int gi = 0; gi < static_cast<int>(plan.groups.size()); ++gi) {
     try {
-      lowered[gi] = lower_fusion_group(gi, plan, nodes, im.types);
+      lowered[gi] = lower_fusion_group(host_fusion_target(), gi, plan, nodes, im.types);
       lowered[gi].subgraph.name = "fused_" + std::to_string(subgraphs.size());
       subgraphs.push_back(lowered[gi].subgraph);
       lowered_groups.push_back(gi);
@@ -171,7 +175,7 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
       continue;  // its nodes get kernel thunks below
     }
     Thunk t;
-    im.kernels.push_back(std::move(compiled[k]));
+    im.kernels.push_back(std::make_shared<cpu::FusedKernel>(std::move(compiled[k])));
     t.fused = static_cast<int>(im.kernels.size()) - 1;
     t.inputs = std::move(lowered[gi].inputs);
     t.outputs = std::move(lowered[gi].outputs);

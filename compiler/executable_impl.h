@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "compiler/cpu/fused_kernel.h"
 #include "compiler/executable.h"
+#include "compiler/fused_subgraph.h"
 #include "compiler/schedule.h"
 #include "kiln/op_registry.h"
 #include "src/core/host_allocator.h"
@@ -84,7 +84,7 @@ struct Executable::Impl {
   std::vector<int> feed_slot;                     // by original node id (kNotFed: none)
   std::vector<std::pair<int, Tensor>> constants;  // slot, value
   std::vector<int> fetched;                       // slot of each requested output
-  std::vector<cpu::FusedKernel> kernels;
+  std::vector<std::shared_ptr<const CompiledFusion>> kernels;  // by the backend
   std::vector<std::unique_ptr<KernelDef>> control_flow_kernels;  // compiler/control_flow.h
   std::vector<Thunk> thunks;
   std::vector<Alias> aliases;
@@ -117,7 +117,7 @@ using Where = Executable::Impl::Where;
 void note_globally_profiled(const Impl& im);
 
 // memory_plan.cc: slots, liveness and the arena plan.
-bool overwrites_safely(const Thunk& t, const cpu::FusedKernel& kernel, int slot);
+bool overwrites_safely(const Thunk& t, const CompiledFusion& kernel, int slot);
 void assign_slots(Impl& im, const std::vector<int>& placeholders,
                   const std::vector<std::pair<int, std::vector<Tensor>>>& constants,
                   const std::vector<ValueRef>& fetched);

@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "compiler/passes/fusion.h"
 #include "kiln/error.h"
 
 namespace kiln::compiler {
@@ -27,32 +28,28 @@ bool is_float_only(EltOp op) {
 bool is_compare(EltOp op) { return op >= EltOp::kEq && op <= EltOp::kGe; }
 bool is_logical(EltOp op) { return op == EltOp::kNot || op == EltOp::kAnd || op == EltOp::kOr; }
 
-// bf16 and f16 compute in f32, each result rounded to its dtype, as their reference kernels do.
-bool is_narrow(DType t) { return t == bf16 || t == f16; }
-bool supported_dtype(DType t) {
-  return t == f32 || t == f64 || t == i32 || t == i64 || t == bool_ || is_narrow(t);
-}
-
 [[noreturn]] void fail(const FusedSubgraph& sg, const std::string& msg,
                        ErrorCode code = ErrorCode::kInvalidArgument) {
   throw Error(code, "fused subgraph (" + sg.name + "): " + msg);
 }
 
 // Why `op` cannot take operands of dtypes `ts` (convert: to `to`), or "" with the result's
-// dtype in *out.
+// dtype in *out. With a target, also what its loops compute on (storage, compute and narrow
+// dtypes); without one, the typing rules only.
 std::string dtype_refusal(EltOp op, const std::vector<DType>& ts, DType to, DType* out,
-                          ErrorCode* code) {
+                          ErrorCode* code, const FusionTarget* target) {
   const std::string name = elt_op_name(op);
   *code = ErrorCode::kUnimplemented;
   for (DType t : ts) {
-    if (!(op == EltOp::kConvert ? storage_dtype(t) : supported_dtype(t)))
+    if (target && !(op == EltOp::kConvert ? target->storage_dtype(t) : target->compute_dtype(t)))
       return name + ": dtype " + dtype_name(t) + " is not supported";
   }
   if (op == EltOp::kConvert) {
-    if (!storage_dtype(to)) return std::string("convert: dtype ") + dtype_name(to) + " is not supported";
-    // The reference kernel rounds an f64, i32 or i64 to bf16/f16 once; through f32 it would
-    // round twice.
-    if (is_narrow(to) && (ts[0] == f64 || ts[0] == i32 || ts[0] == i64))
+    if (target && !target->storage_dtype(to))
+      return std::string("convert: dtype ") + dtype_name(to) + " is not supported";
+    // The reference kernel rounds an f64, i32 or i64 to bf16/f16 once; through the wider type
+    // the loop computes a narrow dtype in, it would round twice.
+    if (target && target->narrow_dtype(to) && (ts[0] == f64 || ts[0] == i32 || ts[0] == i64))
       return std::string("convert: ") + dtype_name(ts[0]) + " to " + dtype_name(to) +
              " rounds once from the wide value (left to the kernel)";
     *out = to;
@@ -74,7 +71,7 @@ std::string dtype_refusal(EltOp op, const std::vector<DType>& ts, DType to, DTyp
   if (is_logical(op) != (t == bool_))
     return name + (t == bool_ ? ": bool operands are not supported" : ": needs bool operands, got ") +
            (t == bool_ ? "" : dtype_name(t));
-  if (is_float_only(op) && t != f32 && t != f64 && !is_narrow(t)) {
+  if (is_float_only(op) && !is_floating(t)) {
     *code = ErrorCode::kUnimplemented;
     return name + ": needs a floating-point operand, got " + dtype_name(t);
   }
@@ -84,10 +81,6 @@ std::string dtype_refusal(EltOp op, const std::vector<DType>& ts, DType to, DTyp
 
 }  // namespace
 
-// 8-bit integers are loaded, stored and converted, not computed on: enough to fuse the u8
-// pixels -> f32 conversion that starts most image pipelines into the arithmetic after it.
-bool storage_dtype(DType t) { return supported_dtype(t) || t == u8 || t == i8; }
-
 DType accumulator_dtype(ReduceKind kind, DType dtype) {
   const bool folds_products = kind == ReduceKind::kSum || kind == ReduceKind::kProd;
   const bool narrow = dtype == bf16 || dtype == f16;
@@ -95,21 +88,6 @@ DType accumulator_dtype(ReduceKind kind, DType dtype) {
   return narrow ? f32 : dtype;
 }
 
-std::string reduction_layout_refusal(const Shape& shape, const std::vector<int64_t>& axes) {
-  // Tags of the non-unit dimensions, outer to inner: the reduced ones must be one run.
-  int runs = 0;
-  bool prev_reduced = false;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    bool r = std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
-    if (r && !prev_reduced) ++runs;
-    prev_reduced = r;
-  }
-  if (runs > 1)
-    return "reduced axes " + shape_str(axes) + " of " + shape_str(shape) +
-           " are not adjacent (kept dimensions between them)";
-  return "";
-}
 
 int FusedSubgraph::add_input(DType dtype, Shape shape) {
   if (!nodes.empty()) fail(*this, "inputs must be added before nodes");
@@ -208,7 +186,7 @@ int SubgraphBuilder::apply(Prim prim, const std::vector<int>& args, DType to) {
   }
   DType t = f32;
   ErrorCode code;
-  if (std::string why = dtype_refusal(prim, ts, to, &t, &code); !why.empty())
+  if (std::string why = dtype_refusal(prim, ts, to, &t, &code, target_); !why.empty())
     return refuse(std::move(why), code);
   sg_.nodes.push_back({prim, args, t, std::nullopt});
   return sg_.num_values() - 1;
@@ -226,7 +204,7 @@ int SubgraphBuilder::apply_op(const OpDef& def, const std::vector<int>& args, co
 }
 
 int FusedSubgraph::add(EltOp op, std::vector<int> args, DType to) {
-  SubgraphBuilder b(*this);
+  SubgraphBuilder b(*this, nullptr);
   int v = b.apply(op, args, to);
   if (v == ElementalBuilder::kRefused) fail(*this, b.refusal(), b.refusal_code());
   return v;
@@ -236,9 +214,6 @@ int FusedSubgraph::add_reduce(ReduceKind kind, int arg, std::vector<int64_t> axe
   const char* name = reduce_kind_name(kind);
   DType t = dtype(arg);
   if (is_reduction(arg)) fail(*this, std::string(name) + ": its argument is a reduction");
-  if (t != f32 && t != f64 && t != i32 && t != i64 && !is_narrow(t))
-    fail(*this, std::string(name) + ": dtype " + dtype_name(t) + " is not supported",
-         ErrorCode::kUnimplemented);
   if (has_reductions() && axes != reduce_axes)
     fail(*this, std::string(name) + ": axes " + shape_str(axes) + " differ from " +
                     shape_str(reduce_axes) + ", which the other reductions fold");
@@ -288,11 +263,11 @@ Shape FusedSubgraph::iteration_shape() const {
   return out;
 }
 
-void FusedSubgraph::validate() const {
+void FusedSubgraph::validate(const FusionTarget& target) const {
   if (inputs.empty()) fail(*this, "a fused subgraph needs at least one input");
   if (outputs.empty()) fail(*this, "a fused subgraph needs at least one output");
   for (const Input& in : inputs) {
-    if (!storage_dtype(in.dtype))
+    if (!target.storage_dtype(in.dtype))
       fail(*this, std::string("input dtype ") + dtype_name(in.dtype) + " is not supported",
            ErrorCode::kUnimplemented);
     if (!is_fully_defined(in.shape))
@@ -327,11 +302,16 @@ void FusedSubgraph::validate() const {
     if (n.reduce) {
       if (n.args.size() != 1 || n.dtype != ts[0])
         fail(*this, "reduction node " + std::to_string(id) + " is malformed");
+      if (!target.reduce_dtype(n.dtype))
+        fail(*this, std::string(reduce_kind_name(*n.reduce)) + ": dtype " + dtype_name(n.dtype) +
+                        " is not supported",
+             ErrorCode::kUnimplemented);
       continue;
     }
     DType inferred = n.dtype;
     ErrorCode code;
-    if (std::string why = dtype_refusal(n.op, ts, n.dtype, &inferred, &code); !why.empty())
+    if (std::string why = dtype_refusal(n.op, ts, n.dtype, &inferred, &code, &target);
+        !why.empty())
       fail(*this, why, code);
     if (inferred != n.dtype)
       fail(*this, "node " + std::to_string(id) + " (" + elt_op_name(n.op) + ") has dtype " +
@@ -345,7 +325,7 @@ void FusedSubgraph::validate() const {
           (i > 0 && reduce_axes[i] <= reduce_axes[i - 1]))
         fail(*this, "reduce axes " + shape_str(reduce_axes) + " are not sorted axes of " +
                         shape_str(shape));
-    std::string why = reduction_layout_refusal(shape, reduce_axes);
+    std::string why = target.reduction_layout_refusal(shape, reduce_axes);
     if (!why.empty()) fail(*this, why, ErrorCode::kUnimplemented);
   }
 }

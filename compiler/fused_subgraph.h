@@ -6,6 +6,7 @@
 // through its FusionTarget (compiler/passes/fusion.h) before a subgraph is built.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 #include "kiln/graph.h"
 #include "kiln/op_registry.h"
 #include "kiln/shape.h"
+#include "kiln/tensor.h"
 
 namespace kiln::compiler {
 
@@ -32,9 +34,7 @@ inline int elt_op_arity(EltOp op) { return prim_arity(op); }
 // answer; `dtype` itself otherwise.
 DType accumulator_dtype(ReduceKind kind, DType dtype);
 
-// Whether generated loops load and store dtype t: every dtype they compute on (f32, f64, i32,
-// i64, bool; bf16 and f16 in f32) and the 8-bit integers, which they only convert.
-bool storage_dtype(DType t);
+class FusionTarget;  // compiler/passes/fusion.h: what a backend's loops compute on
 
 // A loop fusion. Values are numbered: inputs first (0 .. inputs.size()-1), then each node in
 // order; a node's args refer to inputs or earlier nodes. Every elementwise value is evaluated
@@ -86,7 +86,9 @@ struct FusedSubgraph {
   bool excess_precision = false;
 
   // Builders: each returns the new value's id. add() infers the result dtype (convert takes
-  // `to`) and checks arity and dtypes, throwing kiln::Error.
+  // `to`) and checks arity and the typing rules (operand dtypes agree, logic on bool, floating
+  // ops on floating types), throwing kiln::Error; whether a backend computes those dtypes is
+  // validate()'s question (or SubgraphBuilder's, given the target).
   int add_input(DType dtype, Shape shape);
   // An input read through `map` (strides over `shape`) from a buffer of shape `source`; throws
   // kiln::Error when the view reaches outside the buffer.
@@ -113,16 +115,17 @@ struct FusedSubgraph {
   Shape reduced_shape() const;
   // The shape and dtype of output `i`.
   TensorType output_type(int i) const;
-  // Checks everything compile_elementwise relies on; throws kiln::Error (kInvalidArgument,
-  // or kUnimplemented for a dtype the emitter does not support).
-  void validate() const;
+  // Checks everything an emitter relies on, with `target`'s answers for dtypes and reduction
+  // layouts; throws kiln::Error (kInvalidArgument, or kUnimplemented for a dtype or layout the
+  // target does not support).
+  void validate(const FusionTarget& target) const;
 };
 
-// Builds ops' elemental forms (kiln/elemental.h) into a subgraph. A primitive the emitter cannot
-// compute for its dtypes is refused, not thrown: fusion asks before it decides.
+// Builds ops' elemental forms (kiln/elemental.h) into a subgraph. A primitive `target`'s loops
+// cannot compute for its dtypes is refused, not thrown: fusion asks before it decides.
 class SubgraphBuilder final : public ElementalBuilder {
  public:
-  explicit SubgraphBuilder(FusedSubgraph& sg) : sg_(sg) {}
+  SubgraphBuilder(FusedSubgraph& sg, const FusionTarget& target) : sg_(sg), target_(&target) {}
   int apply(Prim prim, const std::vector<int>& args, DType to = f32) override;
   DType dtype(int value) const override { return sg_.dtype(value); }
   const std::string& refusal() const override { return refusal_; }
@@ -132,14 +135,28 @@ class SubgraphBuilder final : public ElementalBuilder {
   int apply_op(const OpDef& def, const std::vector<int>& args, const Attrs& attrs);
 
  private:
+  friend struct FusedSubgraph;  // add(): the typing rules only, no target
+  SubgraphBuilder(FusedSubgraph& sg, std::nullptr_t) : sg_(sg), target_(nullptr) {}
   int refuse(std::string why, ErrorCode code = ErrorCode::kInvalidArgument);
   FusedSubgraph& sg_;
+  const FusionTarget* target_;
   std::string refusal_;
   ErrorCode code_ = ErrorCode::kInvalidArgument;
 };
 
-// Why the emitter cannot reduce `shape` over `axes` (sorted, in range), or "": the reduced
-// axes must form one run once size-1 dimensions are dropped.
-std::string reduction_layout_refusal(const Shape& shape, const std::vector<int64_t>& axes);
+// A subgraph a backend compiled, as the executable runs it (the CPU's: cpu::FusedKernel,
+// compiler/cpu/fused_kernel.h).
+class CompiledFusion {
+ public:
+  virtual ~CompiledFusion() = default;
+  virtual const FusedSubgraph& subgraph() const = 0;
+  virtual const Shape& shape() const = 0;  // the iteration shape
+  // Whether an output may share its buffer with a plain input of the same size.
+  virtual bool in_place_safe() const = 0;
+  // Inputs must match the subgraph's dtypes and shapes. Outputs are resized to
+  // subgraph().outputs; an output that is undefined or not of its type is allocated, otherwise
+  // written in place.
+  virtual void run(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) const = 0;
+};
 
 }  // namespace kiln::compiler

@@ -10,7 +10,7 @@
 
 namespace kiln::compiler {
 
-LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
+LoweredFusion lower_fusion_group(const FusionTarget& target, int group, const FusionPlan& plan,
                                  const std::vector<detail::Node>& nodes,
                                  const std::vector<std::vector<TensorType>>& types) {
   const FusionGroup& g = plan.groups[group];
@@ -84,7 +84,7 @@ LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
       value_of[key({m, 0})] = sg.add_reduce(*def->reduction, args.at(0), nodes[m].attrs.get_ints("axes"));
       continue;
     }
-    SubgraphBuilder b(sg);
+    SubgraphBuilder b(sg, target);
     int v = def ? b.apply_op(*def, args, nodes[m].attrs) : ElementalBuilder::kRefused;
     if (v == ElementalBuilder::kRefused) {
       throw Error(ErrorCode::kInternal, "lower_fusion_group: %" + std::to_string(m) + " (" +

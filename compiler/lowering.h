@@ -1,6 +1,6 @@
-// Lowering of a fusion group (compiler/passes/fusion.h) to the CPU emitter's FusedSubgraph:
-// the one place that maps graph values onto a kernel's inputs and outputs (compiled through
-// compiler/cpu/kernel_cache.h).
+// Lowering of a fusion group (compiler/passes/fusion.h) to a FusedSubgraph (compiler/
+// fused_subgraph.h): the one place that maps graph values onto a kernel's inputs and outputs.
+// The executable compiles the subgraphs with its backend.
 #pragma once
 
 #include <string>
@@ -19,9 +19,10 @@ struct LoweredFusion {
   std::string ops;               // "add,mul,exp": the members' ops, for descriptions
 };
 
-// Builds the subgraph of `plan.groups[group]` over `nodes` with concrete `types`. Throws
-// kiln::Error when the group cannot be expressed (the caller leaves it to reference kernels).
-LoweredFusion lower_fusion_group(int group, const FusionPlan& plan,
+// Builds the subgraph of `plan.groups[group]` over `nodes` with concrete `types`, for the
+// backend `target` (the one the plan was made for). Throws kiln::Error when the group cannot be
+// expressed (the caller leaves it to reference kernels).
+LoweredFusion lower_fusion_group(const FusionTarget& target, int group, const FusionPlan& plan,
                                  const std::vector<detail::Node>& nodes,
                                  const std::vector<std::vector<TensorType>>& types);
 

@@ -12,7 +12,7 @@ namespace kiln::compiler {
 // Whether fused thunk `t` reads `slot` only at the element it writes, so an output of the
 // slot's shape may overwrite it: a loop over elementwise primitives (no reductions) that does
 // not read the slot through an index map (a transposed or sliced read).
-bool overwrites_safely(const Thunk& t, const cpu::FusedKernel& kernel, int slot) {
+bool overwrites_safely(const Thunk& t, const CompiledFusion& kernel, int slot) {
   if (!kernel.in_place_safe()) return false;  // reductions
   const std::vector<FusedSubgraph::Input>& inputs = kernel.subgraph().inputs;
   for (size_t k = 0; k < t.in.size() && k < inputs.size(); ++k)
@@ -100,15 +100,15 @@ void plan_memory(Impl& im) {
   }
   // In place: a fused elementwise output over an arena input of its shape and size.
   for (const Thunk& t : im.thunks) {
-    if (t.fused < 0 || !im.kernels[t.fused].in_place_safe()) continue;
-    const Shape& shape = im.kernels[t.fused].shape();
+    if (t.fused < 0 || !im.kernels[t.fused]->in_place_safe()) continue;
+    const Shape& shape = im.kernels[t.fused]->shape();
     for (int o : t.out) {
       const Impl::Slot& out = im.slots[o];
       if (arena_index[o] < 0 || out.type.shape != shape) continue;
       for (int i : t.in) {
         const Impl::Slot& in = im.slots[i];
         if (arena_index[i] >= 0 && in.type.shape == shape && in.bytes == out.bytes &&
-            overwrites_safely(t, im.kernels[t.fused], i))
+            overwrites_safely(t, *im.kernels[t.fused], i))
           values[arena_index[o]].in_place_candidates.push_back(arena_index[i]);
       }
     }

@@ -168,7 +168,7 @@ std::vector<Tensor> run_steps(const Impl& im, const FeedList& feeds, FeedList* d
       }
       const auto started = profile ? ProfileClock::now() : ProfileClock::time_point{};
       if (t.fused >= 0) {
-        im.kernels[t.fused].run(ins, &outs);
+        im.kernels[t.fused]->run(ins, &outs);
         if (profile) {
           const double us = us_since(started);
           profile->fused_loops_us += us;

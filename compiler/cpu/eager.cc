@@ -7,6 +7,7 @@
 #include "compiler/cpu/eager.h"
 
 #include "compiler/cpu/kernel_cache.h"
+#include "compiler/cpu/fusion_target.h"
 #include "runtime/execute.h"
 
 namespace kiln::compiler {
@@ -30,7 +31,7 @@ bool run_eager(const OpDef& def, const std::vector<Tensor>& inputs, const Attrs&
   sg.name = "eager_" + def.name;
   std::vector<int> args;
   for (const TensorType& t : in_types) args.push_back(sg.add_input(t.dtype, t.shape));
-  SubgraphBuilder b(sg);
+  SubgraphBuilder b(sg, cpu::fusion_target());
   int v = b.apply_op(def, args, attrs);
   if (v == ElementalBuilder::kRefused) return false;  // a dtype the emitter does not compute
   if (sg.dtype(v) != out_types[0].dtype || sg.iteration_shape() != out_types[0].shape) return false;

@@ -36,6 +36,7 @@
 #include <llvm/Target/TargetMachine.h>
 
 #include "compiler/cpu/fused_kernel.h"
+#include "compiler/cpu/fusion_target.h"
 #include "compiler/cpu/jit.h"
 #include "kiln/error.h"
 #include "ops/approximations.h"
@@ -1180,7 +1181,7 @@ std::vector<FusedKernel> compile_elementwise(const std::vector<FusedSubgraph>& s
   std::vector<Shape> shapes;
   std::vector<char> flats;
   for (const FusedSubgraph& sg : sgs) {
-    sg.validate();
+    sg.validate(fusion_target());
     shapes.push_back(sg.iteration_shape());
     const Shape& shape = shapes.back();
     flats.push_back(is_flat_loop(sg, shape) || shape.empty() || num_elements(shape) == 0);

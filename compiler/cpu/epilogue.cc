@@ -1,5 +1,5 @@
-// The fused kernels' epilogue (compiler/cpu/epilogue.h): activation names, the bias's broadcast
-// kinds and the shape-function checks fused_dot and fused_conv share.
+// The fused kernels' epilogue (compiler/cpu/epilogue.h): the shape-function checks fused_dot
+// and fused_conv share.
 #include "compiler/cpu/epilogue.h"
 
 #include <algorithm>
@@ -8,58 +8,6 @@
 #include "src/core/cpu_isa.h"
 
 namespace kiln::compiler {
-
-const char* activation_name(Activation a) {
-  switch (a) {
-    case Activation::kNone:
-      return "none";
-    case Activation::kRelu:
-      return "relu";
-    case Activation::kTanh:
-      return "tanh";
-    case Activation::kLogistic:
-      return "logistic";
-  }
-  return "none";
-}
-
-std::optional<Activation> activation_from_name(std::string_view name) {
-  for (Activation a :
-       {Activation::kNone, Activation::kRelu, Activation::kTanh, Activation::kLogistic})
-    if (name == activation_name(a)) return a;
-  return std::nullopt;
-}
-
-std::optional<Activation> unary_activation(std::string_view op) {
-  if (op == "tanh") return Activation::kTanh;
-  if (op == "logistic") return Activation::kLogistic;
-  return std::nullopt;
-}
-
-std::optional<BiasKind> bias_kind(const Shape& bias, const Shape& out, bool allow_full,
-                                  std::string* why) {
-  if (bias.size() > out.size()) {
-    *why = "its rank is above the output's";
-    return std::nullopt;
-  }
-  int64_t n = num_elements(bias);
-  if (n == 1 && is_fully_defined(bias)) return BiasKind::kScalar;
-  if (allow_full && bias == out) return BiasKind::kFull;
-  bool vector = !bias.empty() && !out.empty() && bias.back() == out.back() && bias.back() >= 0;
-  for (size_t i = 0; vector && i + 1 < bias.size(); ++i) vector = bias[i] == 1;
-  if (vector) return BiasKind::kVector;
-  *why = allow_full ? "it is neither one element, a vector along the last dimension, nor the "
-                      "output's shape"
-                    : "it is neither one element nor a vector along the last (channel) dimension";
-  return std::nullopt;
-}
-
-std::string bias_refusal(const TensorType& bias, const TensorType& out, bool allow_full) {
-  if (bias.dtype != out.dtype) return "bias dtype differs from the output's";
-  std::string why;
-  if (!bias_kind(bias.shape, out.shape, allow_full, &why)) return "bias " + bias.str() + ": " + why;
-  return "";
-}
 
 void check_epilogue(const InferContext& ctx, const TensorType& out, int bias_input,
                     bool allow_full_bias) {

@@ -10,29 +10,12 @@
 #include <string_view>
 #include <type_traits>
 
+#include "compiler/fused_ops.h"
 #include "kiln/graph.h"
 #include "kiln/op_registry.h"
 #include "ops/approximations.h"
 
 namespace kiln::compiler {
-
-enum class Activation { kNone, kRelu, kTanh, kLogistic };
-const char* activation_name(Activation a);
-std::optional<Activation> activation_from_name(std::string_view name);
-// The activation an elementwise op name stands for ("tanh", "logistic"; relu is
-// select(x <= 0, 0, x), two nodes, and is matched by the pass).
-std::optional<Activation> unary_activation(std::string_view op);
-
-// How a bias broadcasts onto an output of N columns (its last dimension): one element, a vector
-// along the last dimension (shape [..., 1, N]), or the output's own shape.
-enum class BiasKind { kScalar, kVector, kFull };
-
-// The bias's kind, or nullopt with the reason in *why; kFull only when allow_full.
-std::optional<BiasKind> bias_kind(const Shape& bias, const Shape& out, bool allow_full,
-                                  std::string* why);
-
-// Why `bias` cannot be the bias of a fused op with output type `out`, or "".
-std::string bias_refusal(const TensorType& bias, const TensorType& out, bool allow_full);
 
 // Shape-function checks shared by the fused ops: the output is f32, f64, bf16 or f16, the
 // "activation" attribute names an activation, and the optional bias (input `bias_input`) fits

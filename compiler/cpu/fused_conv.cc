@@ -19,10 +19,6 @@
 
 namespace kiln::compiler {
 
-std::string fused_conv_bias_refusal(const TensorType& bias, const TensorType& out) {
-  return bias_refusal(bias, out, /*allow_full=*/false);
-}
-
 namespace {
 
 std::vector<TensorType> fused_conv_shape(const InferContext& ctx) {

@@ -23,7 +23,7 @@ namespace kiln::compiler {
 // results, not bit-equal; relu keeps NaN (x <= 0 becomes 0) as the relu op does. bf16 without a
 // bf16 unit, or where oneDNN declines: the convolution's kernel, then the epilogue with the
 // reference roundings, bit-equal to the unfused ops.
-inline constexpr const char* kFusedConvOp = "fused_conv";
+// (The op name is kFusedConvOp, compiler/fused_ops.h.)
 
 // fused_conv_pool(input, kernel[, bias]): fused_conv's attributes plus "pool" [ph, pw]; output 0
 // is fused_conv's, output 1 its max pool over disjoint, unpadded ph x pw windows of the two
@@ -33,9 +33,7 @@ inline constexpr const char* kFusedConvOp = "fused_conv";
 // kernel that reads the whole output back from memory. f32 and f64; output 1 equals
 // reduce_window_max on output 0 bit for bit (the first NaN of a window wins). Created by the
 // epilogue fusion pass for a fused convolution whose output feeds such a pool.
-inline constexpr const char* kFusedConvPoolOp = "fused_conv_pool";
+// (The op name is kFusedConvPoolOp, compiler/fused_ops.h.)
 
-// Why `bias` cannot be the bias of a fused_conv with output type `out`, or "".
-std::string fused_conv_bias_refusal(const TensorType& bias, const TensorType& out);
 
 }  // namespace kiln::compiler

@@ -22,7 +22,7 @@ namespace kiln::compiler {
 // for a full-size bias) dot's kernel then the epilogue, bit-equal to the unfused ops. f16 runs
 // Kiln's f32 GEMM blocks on the widened operands (oneDNN 2.6 has no f16 matmul), the epilogue
 // applied to each block before its rounding.
-inline constexpr const char* kFusedDotOp = "fused_dot";
+// (The op name is kFusedDotOp, compiler/fused_ops.h.)
 
 // Why a dot with these attributes and operand shapes would need its operands copied (the kernel
 // then runs the dot first and the epilogue as a second pass), or "".

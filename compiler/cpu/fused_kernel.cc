@@ -21,6 +21,30 @@ namespace {
 
 }  // namespace
 
+bool compute_dtype(DType t) {
+  return t == f32 || t == f64 || t == i32 || t == i64 || t == bool_ || t == bf16 || t == f16;
+}
+
+// 8-bit integers are loaded, stored and converted, not computed on: enough to fuse the u8
+// pixels -> f32 conversion that starts most image pipelines into the arithmetic after it.
+bool storage_dtype(DType t) { return compute_dtype(t) || t == u8 || t == i8; }
+
+std::string reduction_layout_refusal(const Shape& shape, const std::vector<int64_t>& axes) {
+  // Tags of the non-unit dimensions, outer to inner: the reduced ones must be one run.
+  int runs = 0;
+  bool prev_reduced = false;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool r = std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
+    if (r && !prev_reduced) ++runs;
+    prev_reduced = r;
+  }
+  if (runs > 1)
+    return "reduced axes " + shape_str(axes) + " of " + shape_str(shape) +
+           " are not adjacent (kept dimensions between them)";
+  return "";
+}
+
 bool is_flat_loop(const FusedSubgraph& sg, const Shape& out_shape) {
   int64_t n = num_elements(out_shape);
   for (const FusedSubgraph::Input& in : sg.inputs) {

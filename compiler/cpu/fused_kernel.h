@@ -18,12 +18,12 @@ namespace kiln::compiler::cpu {
 // storing the iteration-shaped outputs it passes over).
 using KernelFn = void (*)(void** inputs, void** outputs, int64_t begin, int64_t end);
 
-class FusedKernel {
+class FusedKernel final : public CompiledFusion {
  public:
   FusedKernel() = default;
 
-  const FusedSubgraph& subgraph() const { return subgraph_; }
-  const Shape& shape() const { return shape_; }  // the iteration shape
+  const FusedSubgraph& subgraph() const override { return subgraph_; }
+  const Shape& shape() const override { return shape_; }  // the iteration shape
   int64_t num_elements() const { return num_elements_; }
   // The [begin, end) domain the kernel is called over: output elements of a loop fusion, of the
   // reduced shape for a reduction fusion (each folds the reduced axes).
@@ -34,7 +34,7 @@ class FusedKernel {
   // column reduction initialises its output row before reading the inputs).
   // (A mapped or piece input reads other elements than the one written: an output may share
   // the buffer of a plain input only.)
-  bool in_place_safe() const { return !subgraph_.has_reductions(); }
+  bool in_place_safe() const override { return !subgraph_.has_reductions(); }
   KernelFn fn() const { return fn_; }
   double compile_ms() const { return compile_ms_; }  // emit + optimise + JIT
   const std::shared_ptr<void>& jit_owner() const { return jit_; }  // owns fn()'s code
@@ -43,7 +43,7 @@ class FusedKernel {
   // Runs over the thread pool. Inputs must match the subgraph's dtypes and shapes. Outputs are
   // resized to subgraph().outputs; an output that is undefined or not of output_type(i) is
   // allocated, otherwise written in place.
-  void run(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) const;
+  void run(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) const override;
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
 
   // Reduction kernels: `kernel_part` folds only positions [lo, hi) of the outermost reduced
@@ -96,6 +96,16 @@ FusedKernel compile_elementwise(const FusedSubgraph& sg);
 // of them (their code lives as long as any of the returned kernels). Each kernel's
 // compile_ms() is its share of the total. Throws kiln::Error if any fails.
 std::vector<FusedKernel> compile_elementwise(const std::vector<FusedSubgraph>& sgs);
+
+// The CPU emitter's dtypes (its FusionTarget's answers, compiler/cpu/fusion_target.h): it
+// computes on f32, f64, i32, i64, bool, and bf16 and f16 in f32 (each result rounded to its
+// dtype, as their reference kernels do); it also loads, stores and converts u8 and i8.
+bool compute_dtype(DType t);
+bool storage_dtype(DType t);
+
+// Why the emitter cannot reduce `shape` over `axes` (sorted, in range), or "": the reduced
+// axes must form one run once size-1 dimensions are dropped.
+std::string reduction_layout_refusal(const Shape& shape, const std::vector<int64_t>& axes);
 
 // True when every input is either of the full output shape or a single element: the kernel
 // is then one flat loop that LLVM vectorizes. (Otherwise rows of the last dimension.)

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "compiler/cpu/fused_dot.h"
 #include "compiler/cpu/fused_kernel.h"
 
 namespace kiln::compiler::cpu {
@@ -15,7 +16,7 @@ FusionDecision layout_reads(DType t) {
   // For measuring what index maps are worth in one process (benchmarks/index_map_bench.cc).
   if (const char* off = std::getenv("KILN_FUSE_LAYOUT"); off && std::string(off) == "0")
     return FusionDecision::forbid("KILN_FUSE_LAYOUT=0");
-  if (!storage_dtype(t))
+  if (!cpu::storage_dtype(t))
     return FusionDecision::forbid(std::string("dtype ") + dtype_name(t) + " is not supported");
   return FusionDecision::allow();
 }
@@ -32,7 +33,7 @@ class CpuFusionTarget final : public FusionTarget {
     FusedSubgraph sg;
     std::vector<int> args;
     for (const TensorType& t : inputs) args.push_back(sg.add_input(t.dtype, t.shape));
-    SubgraphBuilder b(sg);
+    SubgraphBuilder b(sg, *this);
     int v = b.apply_op(*node.def, args, node.attrs);
     if (v == ElementalBuilder::kRefused)
       return FusionDecision::forbid("unsupported dtypes: " + b.refusal());
@@ -78,8 +79,7 @@ class CpuFusionTarget final : public FusionTarget {
                                     " inputs");
     const TensorType& x = inputs[0];
     if (!is_fully_defined(x.shape)) return FusionDecision::forbid("unknown input dimension");
-    if (x.dtype != f32 && x.dtype != f64 && x.dtype != i32 && x.dtype != i64 &&
-        x.dtype != bf16 && x.dtype != f16)
+    if (!reduce_dtype(x.dtype))
       return FusionDecision::forbid(std::string("dtype ") + dtype_name(x.dtype) +
                                     " is not supported");
     if (!node.attrs.has("axes")) return FusionDecision::forbid("no axes attribute");
@@ -92,6 +92,27 @@ class CpuFusionTarget final : public FusionTarget {
     std::string why = reduction_layout_refusal(x.shape, axes);
     return why.empty() ? FusionDecision::allow() : FusionDecision::forbid(why);
   }
+
+  bool compute_dtype(DType t) const override { return cpu::compute_dtype(t); }
+  bool storage_dtype(DType t) const override { return cpu::storage_dtype(t); }
+  bool narrow_dtype(DType t) const override { return t == bf16 || t == f16; }
+  bool reduce_dtype(DType t) const override {
+    return t == f32 || t == f64 || t == i32 || t == i64 || narrow_dtype(t);
+  }
+  std::string reduction_layout_refusal(const Shape& shape,
+                                       const std::vector<int64_t>& axes) const override {
+    return cpu::reduction_layout_refusal(shape, axes);
+  }
+
+  // fused_dot and fused_conv take the floating types (bf16 and f16 with the bias and
+  // activation applied to the f32 sums before their one rounding: compiler/cpu/fused_dot.h).
+  bool epilogue_dtype(DType t) const override { return is_floating(t); }
+  std::string fused_dot_layout_refusal(const Shape& a, const Shape& b,
+                                       const Attrs& attrs) const override {
+    return compiler::fused_dot_layout_refusal(a, b, attrs);
+  }
+  // The pool is computed image by image right after the epilogue (compiler/cpu/fused_conv.h).
+  bool conv_pool_dtype(DType t) const override { return t == f32 || t == f64; }
 };
 
 }  // namespace

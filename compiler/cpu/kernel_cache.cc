@@ -8,6 +8,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "compiler/cpu/fusion_target.h"
 #include "compiler/dump.h"
 #include "runtime/thread_pool.h"
 
@@ -120,7 +121,7 @@ std::vector<cpu::FusedKernel> cached_kernels(const std::vector<FusedSubgraph>& s
     std::unordered_map<std::string, size_t> pending;
     for (size_t i = 0; i < n; ++i) {
       try {
-        sgs[i].validate();
+        sgs[i].validate(cpu::fusion_target());
         keys[i] = kernel_cache_key(sgs[i]);
       } catch (const Error& e) {
         (*errors)[i] = e.what();

@@ -6,8 +6,7 @@
 
 #include <optional>
 
-#include "compiler/cpu/fused_conv.h"
-#include "compiler/cpu/fused_dot.h"
+#include "compiler/fused_ops.h"
 
 namespace kiln::compiler {
 namespace {
@@ -136,16 +135,16 @@ bool EpilogueFusion::run(Module& module) {
     const std::string used_elsewhere = std::string("the ") + producer->noun +
                                        "'s result is also used elsewhere (" +
                                        std::to_string(uses[d]) + " uses)";
-    // The fused kernels take the floating types (bf16 and f16 with the bias and activation
-    // applied to the f32 sums before their one rounding, as compiler/cpu/fused_dot.h says).
-    const bool narrow = out.dtype == bf16 || out.dtype == f16;
-    if (!is_floating(out.dtype) || (narrow && !fuse_narrow_)) {
+    // The backend's fused kernels take some dtypes (the CPU's: the floating types, bf16 and f16
+    // with the bias and activation applied to the f32 sums before their one rounding).
+    const bool narrow = target_->narrow_dtype(out.dtype);
+    if (!target_->epilogue_dtype(out.dtype) || (narrow && !fuse_narrow_)) {
       for (int u : users[d]) {
         if (nodes[u].op != "add" && !activation_of(u, d)) continue;
         note("not fused: epilogue of " + label(nodes, d) + ": its output is " + out.str() +
              (narrow ? "; a fused bf16/f16 epilogue rounds once, not per op, and this pipeline "
                        "keeps exact rewrites only"
-                     : "; the fused kernels take f32, f64, bf16 and f16 only"));
+                     : "; the backend's fused kernels do not take it"));
         break;
       }
       continue;
@@ -188,8 +187,9 @@ bool EpilogueFusion::run(Module& module) {
     if (m.add < 0 && m.act_node < 0) continue;
     std::string layout = dot.op != "dot"
                              ? std::string()
-                             : fused_dot_layout_refusal(type(dot.inputs[0]).shape,
-                                                        type(dot.inputs[1]).shape, dot.attrs);
+                             : target_->fused_dot_layout_refusal(type(dot.inputs[0]).shape,
+                                                                 type(dot.inputs[1]).shape,
+                                                                 dot.attrs);
     if (!layout.empty()) {
       note("not fused: epilogue of " + label(nodes, d) + ": " + layout);
       continue;
@@ -231,9 +231,9 @@ bool EpilogueFusion::run(Module& module) {
            ": it is already the epilogue of another " + producer->noun);
       continue;
     }
-    // A convolution's max pool (f32, f64) is computed image by image right after the epilogue
-    // (compiler/cpu/fused_conv.h): it then reads the output while it is in cache.
-    if (dot.op == "convolution" && (out.dtype == f32 || out.dtype == f64)) {
+    // A convolution's max pool (the CPU's: f32, f64) is computed image by image right after the
+    // epilogue: it then reads the output while it is in cache.
+    if (dot.op == "convolution" && target_->conv_pool_dtype(out.dtype)) {
       for (int u : users[m.end]) {
         if (!fusable_pool(nodes[u]).empty() && !claimed[u] &&
             nodes[u].inputs[0] == ValueRef{m.end, 0}) {

@@ -53,7 +53,37 @@ class FusionTarget {
   virtual FusionDecision can_piece(const detail::Node& node,
                                    const std::vector<TensorType>& inputs,
                                    const std::vector<TensorType>& outputs) const = 0;
+
+  // What generated loops compute on: asked by SubgraphBuilder while it builds a FusedSubgraph
+  // (compiler/fused_subgraph.h) and by FusedSubgraph::validate, which know no backend.
+  // Dtypes a loop computes on (arithmetic, comparisons, logic).
+  virtual bool compute_dtype(DType t) const = 0;
+  // Dtypes a loop loads, stores and converts (at least the compute dtypes).
+  virtual bool storage_dtype(DType t) const = 0;
+  // Dtypes a loop computes in a wider type and rounds back to their own (bf16 and f16 in f32
+  // on CPU): a convert into one from a value wider than that type would round twice, so the
+  // builder refuses it.
+  virtual bool narrow_dtype(DType t) const = 0;
+  // Dtypes a loop folds in a reduction.
+  virtual bool reduce_dtype(DType t) const = 0;
+  // Why a loop cannot fold `shape` over `axes` (sorted, in range), or "".
+  virtual std::string reduction_layout_refusal(const Shape& shape,
+                                               const std::vector<int64_t>& axes) const = 0;
+
+  // The fused ops the epilogue fusion pass may create (compiler/fused_ops.h).
+  // Output dtypes the backend's fused dot and convolution take.
+  virtual bool epilogue_dtype(DType t) const = 0;
+  // Why the backend's fused dot cannot take a dot of these operand shapes and attributes
+  // without copying its operands, or "".
+  virtual std::string fused_dot_layout_refusal(const Shape& a, const Shape& b,
+                                               const Attrs& attrs) const = 0;
+  // Output dtypes for which a fused convolution also computes its max pool (fused_conv_pool).
+  virtual bool conv_pool_dtype(DType t) const = 0;
 };
+
+// The fusion target of the host's backend (the CPU's), for passes built without one. Defined
+// by compiler/executable.cc, the one file of the compiler that names a backend.
+const FusionTarget& host_fusion_target();
 
 struct FusionGroup {
   std::vector<int> nodes;    // node ids, ascending (a topological order)

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "compiler/cpu/fused_kernel.h"
+#include "compiler/cpu/fusion_target.h"
 #include "kiln/kiln.h"
 
 namespace kiln::compiler::cpu {
@@ -598,15 +599,30 @@ TEST(CpuCodegen, Errors) {
     FusedSubgraph sg;
     sg.add(EltOp::kAdd, {sg.add_input(f32, {3})});
   }, ErrorCode::kInvalidArgument, "add takes 2 args, got 1");
+  // What the CPU computes on is the target's question: the subgraph is built (typing only) and
+  // compiling it refuses, as the CPU target's SubgraphBuilder refuses to build it.
   expect_error([] {  // 8-bit integers are loaded, stored and converted, not computed on
     FusedSubgraph sg;
     int x = sg.add_input(u8, {3});
     sg.add_output(sg.add(EltOp::kAdd, {x, x}));
+    compile_elementwise(sg);
   }, ErrorCode::kUnimplemented, "add: dtype u8 is not supported");
   expect_error([] {  // f64 -> bf16 rounds once from the f64 in its kernel
     FusedSubgraph sg;
     sg.add_output(sg.add(EltOp::kConvert, {sg.add_input(f64, {3})}, bf16));
+    compile_elementwise(sg);
   }, ErrorCode::kUnimplemented, "rounds once from the wide value");
+  {
+    FusedSubgraph sg;
+    int x = sg.add_input(u8, {3});
+    SubgraphBuilder b(sg, fusion_target());
+    EXPECT_EQ(b.apply(EltOp::kAdd, {x, x}), ElementalBuilder::kRefused);
+    EXPECT_EQ(b.refusal(), "add: dtype u8 is not supported");
+    EXPECT_EQ(b.refusal_code(), ErrorCode::kUnimplemented);
+    EXPECT_EQ(sg.nodes.size(), 0u);
+    int y = b.apply(EltOp::kConvert, {x}, f32);  // loaded and converted: fine
+    EXPECT_EQ(sg.dtype(y), f32);
+  }
   expect_error([] {
     FusedSubgraph sg;
     int x = sg.add_input(f32, {3});

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "compiler/cpu/fused_kernel.h"
+#include "compiler/cpu/fusion_target.h"
 #include "compiler/executable.h"
 #include "kiln/kiln.h"
 #include "runtime/execute.h"
@@ -235,7 +236,7 @@ TEST(ElementalCensus, EveryElementalFormMatchesItsReferenceKernelBitForBit) {
       sg.name = "census_" + name;
       std::vector<int> args;
       for (const TensorType& t : in_types) args.push_back(sg.add_input(t.dtype, t.shape));
-      SubgraphBuilder b(sg);
+      SubgraphBuilder b(sg, cpu::fusion_target());
       int v = b.apply_op(def, args, trial.attrs);
       if (v == ElementalBuilder::kRefused) continue;  // the emitter does not compute it
       sg.add_output(v);

@@ -1,4 +1,4 @@
-// The fused kernels' epilogues in bf16 and f16 (compiler/cpu/fused_conv.h, compiler/cpu/fused_dot.h):
+// The fused kernels' epilogues in bf16 and f16 (compiler/cpu/fused_conv.h, fused_dot.h):
 // act(conv(x, w) + bias) and act(a b + bias) with the bias and activation applied to the f32 sums
 // before their one rounding, on random shapes (1-d and 2-d, strides, padding, dilation, groups;
 // transposed and batched GEMMs), every bias kind and activation, eagerly, compiled and

@@ -7,7 +7,11 @@ repository root as the argument; exits 1 listing every inversion.
          < serving
 
 and the programs on top (tools, examples, tests, benchmarks, fuzz) may include anything.
---self-test checks that an inverted include is reported."""
+Two more rules: the compiler outside compiler/cpu/ includes the CPU backend (compiler/cpu/)
+only from compiler/executable.cc, the one file that names a backend; and every public header
+(include/kiln/) has a row of its own below, none falls back to a default layer.
+--self-test checks that an inverted include, a backend include and a header without a row are
+reported."""
 import os
 import re
 import sys
@@ -22,7 +26,11 @@ RULES = [
     ("include/kiln/function.h", "api.function"), ("include/kiln/autodiff.h", "api.function"),
     ("include/kiln/control_flow.h", "api.function"),
     ("include/kiln/ops.h", "ops"),
-    ("include/kiln/", "core"),
+    ("include/kiln/profiler.h", "api.function"),
+    ("include/kiln/distribute/", "distribute"),
+    *((f"include/kiln/{name}.h", "core") for name in (
+        "attrs", "device", "dtype", "elemental", "error", "execution_mode", "graph",
+        "op_registry", "ref", "shape", "tensor", "variable", "version", "warning")),
     ("src/core/", "core"), ("runtime/", "runtime"), ("ops/", "ops"), ("compiler/", "compiler"),
     ("distribute/", "distribute"),
     ("src/api/autodiff/", "api.function"), ("src/api/function/", "api.function"),
@@ -34,6 +42,9 @@ ORDER = ["core", "runtime", "ops", "compiler", "distribute", "api.function", "ap
 # io and data are side by side: neither includes the other... except that the data pipeline
 # reads TFRecord files, so data may include io.
 RANK = {name: i for i, name in enumerate(ORDER)}
+# The files of the compiler (outside its backends) that may include a backend.
+BACKEND_DIR = "compiler/cpu/"
+BACKEND_INCLUDERS = {"compiler/executable.cc"}
 SOURCE_DIRS = ["include", "src", "runtime", "ops", "compiler", "distribute", "serving"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
@@ -61,12 +72,23 @@ def inversions(files):
             continue
         for inc in INCLUDE.findall(text):
             target = resolve(inc)
+            if (path.startswith("compiler/") and not path.startswith(BACKEND_DIR)
+                    and target.startswith(BACKEND_DIR) and path not in BACKEND_INCLUDERS):
+                out.append(f"{path} includes {inc}: only compiler/executable.cc names a backend "
+                           "(ask the FusionTarget, compiler/passes/fusion.h)")
+                continue
             theirs = layer_of(target)
             if theirs is None or theirs == mine:
                 continue
             if RANK[theirs] > RANK[mine]:
                 out.append(f"{path} includes {inc}: layer {mine} must not include {theirs}")
     return out
+
+
+def missing_rows(files):
+    """Public headers (include/kiln/...) that no rule places in a layer."""
+    return [f"{path} has no layer row in check_layers.py's RULES"
+            for path in sorted(files) if path.startswith("include/kiln/") and layer_of(path) is None]
 
 
 def read_tree(root):
@@ -87,12 +109,20 @@ def main():
         bad = inversions({"ops/x.cc": '#include "kiln/nn/model.h"\n',
                           "runtime/y.cc": '#include "compiler/z.h"\n',
                           "src/api/io/w.cc": '#include "src/api/nn/functional.h"\n',
-                          "ops/fine.cc": '#include "src/core/tensor_impl.h"\n'})
-        assert len(bad) == 3, bad
-        print("check_layers self-test: an inverted include is reported")
+                          "ops/fine.cc": '#include "src/core/tensor_impl.h"\n',
+                          "compiler/passes/p.cc": '#include "compiler/cpu/fused_kernel.h"\n',
+                          "compiler/executable.cc": '#include "compiler/cpu/kernel_cache.h"\n',
+                          "compiler/cpu/q.cc": '#include "compiler/cpu/jit.h"\n'})
+        assert len(bad) == 4, bad
+        assert any("compiler/passes/p.cc" in b for b in bad), bad
+        missing = missing_rows({"include/kiln/new_thing.h": "", "include/kiln/tensor.h": ""})
+        assert len(missing) == 1 and "new_thing" in missing[0], missing
+        print("check_layers self-test: an inverted include, a backend include and a public "
+              "header without a row are reported")
         return 0
     root = sys.argv[1] if len(sys.argv) > 1 else "."
-    bad = inversions(read_tree(root))
+    tree = read_tree(root)
+    bad = missing_rows(tree) + inversions(tree)
     for line in bad:
         print(line)
     if bad:
