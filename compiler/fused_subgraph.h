@@ -1,9 +1,9 @@
 // The fused-loop IR, target-independent: a FusedSubgraph describes a DAG of elementwise ops
 // over NumPy-broadcast inputs, optionally ending in reductions, written with the op registry's
 // primitives (kiln/elemental.h); SubgraphBuilder builds ops' elemental forms into one. A backend
-// compiles subgraphs into kernels (the CPU's: compiler/cpu/fused_kernel.h). The dtype and
-// layout rules here are what every emitter supports today; a backend that differs answers
-// through its FusionTarget (compiler/passes/fusion.h) before a subgraph is built.
+// compiles subgraphs into kernels (the CPU's: compiler/cpu/fused_kernel.h) and runs them as
+// CompiledFusions. The IR checks its typing rules itself; which dtypes and reduction layouts a
+// backend's loops handle it asks that backend's FusionTarget (compiler/passes/fusion.h).
 #pragma once
 
 #include <cstddef>
@@ -21,7 +21,6 @@
 #include "kiln/tensor.h"
 
 namespace kiln::compiler {
-
 
 // The IR's elementwise primitives are kiln::Prim (kiln/elemental.h): ops reach them through
 // their registered elemental forms, never by name.
@@ -71,8 +70,8 @@ struct FusedSubgraph {
   struct Node {
     EltOp op;
     std::vector<int> args;
-    DType dtype;                        // the result dtype
-    std::optional<ReduceKind> reduce;   // set: a reduction of args[0] (op is then unused)
+    DType dtype;                       // the result dtype
+    std::optional<ReduceKind> reduce;  // set: a reduction of args[0] (op is then unused)
   };
   std::string name = "fused";
   std::vector<Input> inputs;
