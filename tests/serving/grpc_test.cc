@@ -14,6 +14,7 @@
 
 #include "kiln/nn.h"
 #include "serving/proto/prediction_service.grpc.pb.h"
+#include "tests/serving/two_versions.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kiln::serving {
@@ -40,17 +41,7 @@ class GrpcTest : public testing_util::TempDirTest {
  protected:
   void SetUp() override {
     TempDirTest::SetUp();
-    for (float w : {1.0f, 2.0f}) {
-      nn::Sequential model({nn::Dense(2, "", false)});
-      model.build({3});
-      for (Variable v : model.weights()) v.assign(full(v.value().shape(), w));
-      io::save_model(model, path("m"), {3});
-    }
-    ModelSpec s{.name = "m", .base_path = path("m")};
-    s.policy.kind = VersionPolicy::Kind::kAll;
-    s.labels = {{"stable", 1}};
-    mm_ = std::make_unique<ModelManager>(std::vector<ModelSpec>{s});
-    mm_->poll();
+    mm_ = testing_util::two_versions(path("m"));
   }
 
   tfs::PredictRequest request(std::vector<float> x = {1, 1, 1}, int64_t rows = 1) {
@@ -253,26 +244,29 @@ TEST_F(GrpcTest, ServerAnswersStubsAndSurvivesATruncatedMessage) {
   EXPECT_EQ(values_of(resp.outputs().begin()->second), (std::vector<float>{6, 6}));
 
   // A truncated PredictRequest (cut inside the input tensor), sent as raw bytes.
-  std::string bytes = request().SerializeAsString();
   grpc::GenericStub generic(channel);
-  grpc::ClientContext ctx;
-  grpc::Slice slice(bytes.data(), bytes.size() - 5);
-  grpc::ByteBuffer sent(&slice, 1), received;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  grpc::Status truncated;
-  generic.UnaryCall(&ctx, "/tensorflow.serving.PredictionService/Predict", {}, &sent, &received,
-                    [&](grpc::Status s) {
-                      std::lock_guard<std::mutex> lock(mu);
-                      truncated = s;
-                      done = true;
-                      cv.notify_all();
-                    });
-  {
+  // A call of `method` with `bytes` as the message, as a stub would send it: its status.
+  auto raw_call = [&generic](const std::string& method, const std::string& bytes) {
+    grpc::ClientContext ctx;
+    grpc::Slice slice(bytes.data(), bytes.size());
+    grpc::ByteBuffer sent(&slice, 1), received;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    grpc::Status status;
+    generic.UnaryCall(&ctx, method, {}, &sent, &received, [&](grpc::Status s) {
+      std::lock_guard<std::mutex> lock(mu);
+      status = s;
+      done = true;
+      cv.notify_all();
+    });
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return done; });
-  }
+    return status;
+  };
+  const std::string bytes = request().SerializeAsString();
+  grpc::Status truncated =
+      raw_call("/tensorflow.serving.PredictionService/Predict", bytes.substr(0, bytes.size() - 5));
   EXPECT_FALSE(truncated.ok());
   EXPECT_NE(truncated.error_code(), grpc::StatusCode::UNAVAILABLE);  // answered, not dropped
   ASSERT_TRUE(call(request(), &resp).ok());
@@ -294,23 +288,8 @@ TEST_F(GrpcTest, ServerAnswersStubsAndSurvivesATruncatedMessage) {
   grpc::ClientContext sctx;
   ASSERT_TRUE(model_stub->GetModelStatus(&sctx, sreq, &sresp).ok());
   EXPECT_EQ(sresp.model_version_status_size(), 2);
-  grpc::ClientContext cctx;
-  grpc::ByteBuffer empty_reply;
-  grpc::Slice none("", 0);
-  grpc::ByteBuffer empty(&none, 1);
-  done = false;
-  generic.UnaryCall(&cctx, "/tensorflow.serving.PredictionService/Classify", {}, &empty,
-                    &empty_reply, [&](grpc::Status s) {
-                      std::lock_guard<std::mutex> lock(mu);
-                      truncated = s;
-                      done = true;
-                      cv.notify_all();
-                    });
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done; });
-  }
-  EXPECT_EQ(truncated.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(raw_call("/tensorflow.serving.PredictionService/Classify", "").error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
 
   const std::string text = metrics.prometheus_text(*mm_, nullptr);
   EXPECT_THAT(text, HasSubstr(R"(api="grpc_predict",status="200"})"));

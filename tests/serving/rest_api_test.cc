@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "kiln/nn.h"
+#include "tests/serving/two_versions.h"
 #include "tests/testing/temp_dir.h"
 
 namespace kiln::serving {
@@ -18,17 +19,7 @@ class RestApiTest : public testing_util::TempDirTest {
  protected:
   void SetUp() override {
     TempDirTest::SetUp();
-    for (float w : {1.0f, 2.0f}) {
-      nn::Sequential model({nn::Dense(2, "", false)});
-      model.build({3});
-      for (Variable v : model.weights()) v.assign(full(v.value().shape(), w));
-      io::save_model(model, path("m"), {3});
-    }
-    ModelSpec s{.name = "m", .base_path = path("m")};
-    s.policy.kind = VersionPolicy::Kind::kAll;
-    s.labels = {{"stable", 1}};
-    mm_ = std::make_unique<ModelManager>(std::vector<ModelSpec>{s});
-    mm_->poll();
+    mm_ = testing_util::two_versions(path("m"));
   }
   HttpReply get(const std::string& path) { return handle_rest(*mm_, "GET", path, ""); }
   HttpReply post(const std::string& path, const std::string& body) {
