@@ -3,6 +3,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -289,7 +290,10 @@ GrpcServer::~GrpcServer() { stop(0); }
 void GrpcServer::start() {
   Impl& s = *impl_;
   grpc::ServerBuilder builder;
-  const std::string address = s.options.host + ":" + std::to_string(s.options.port);
+  // An IPv6 address goes in brackets ("[::]:8500").
+  const bool v6 = s.options.host.find(':') != std::string::npos && s.options.host[0] != '[';
+  const std::string address = (v6 ? "[" + s.options.host + "]" : s.options.host) + ":" +
+                              std::to_string(s.options.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(s.options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(s.options.max_message_bytes));

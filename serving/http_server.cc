@@ -3,8 +3,9 @@
 // Threads: the event loop (serve()'s caller) accepts, reads and parses requests and writes
 // replies; status, metadata and metrics are answered there (they only read the manager's
 // tables); predict requests go to the worker pool, and a worker hands its reply back to the
-// loop with event_base_once (libevent's structures belong to the loop's thread). A request
-// whose client went away meanwhile is detached by evhttp and freed when the reply is sent.
+// loop with event_base_once (libevent's structures belong to the loop's thread). evhttp reads
+// nothing more on a connection while its request is with a worker; a client that went away is
+// noticed when its reply is written.
 #include "serving/http_server.h"
 
 #include <event2/buffer.h>
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -99,7 +101,8 @@ struct HttpServer::Impl {
   int in_flight = 0;
   std::unordered_map<evhttp_connection*, int> pending;  // in_flight by connection
   bool stopping = false;
-  event* deadline = nullptr;  // stop()'s limit on waiting for in-flight requests
+  event* deadline = nullptr;  // stop()'s limit on waiting for replies being written
+  int with_workers = 0;       // requests handed to the pool whose reply is not back yet
 
   // The worker pool.
   std::mutex mu;
@@ -188,6 +191,7 @@ struct HttpServer::Impl {
 
   static void send_pending(evutil_socket_t, short, void* arg) {
     std::unique_ptr<Pending> p(static_cast<Pending*>(arg));
+    --p->impl->with_workers;
     p->impl->send(p->req, p->reply, p->text);
   }
 
@@ -209,6 +213,7 @@ struct HttpServer::Impl {
     impl->taken(req);
     const bool text = path == "/monitoring/prometheus/metrics";
     if (impl->stopping) {
+      evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
       impl->send(req, {503, error_json("the server is shutting down")}, false);
       return;
     }
@@ -217,6 +222,7 @@ struct HttpServer::Impl {
                  text);
       return;
     }
+    ++impl->with_workers;
     impl->submit([impl, req, method, path = std::move(path), body = std::move(body)] {
       auto p = std::make_unique<Pending>(Pending{
           impl, req, handle_rest(impl->models, method, path, body, impl->batcher, impl->metrics),
@@ -231,8 +237,16 @@ struct HttpServer::Impl {
     if (stopping && in_flight == 0) event_base_loopexit(base, nullptr);
   }
 
+  // The stop deadline: replies still being written (to clients that do not read) are cut off;
+  // predicts still running are waited for (their replies are written, then the loop ends).
   static void on_deadline(evutil_socket_t, short, void* arg) {
-    event_base_loopexit(static_cast<Impl*>(arg)->base, nullptr);
+    Impl* impl = static_cast<Impl*>(arg);
+    if (impl->with_workers > 0) {
+      const timeval again{0, 100000};
+      evtimer_add(impl->deadline, &again);
+      return;
+    }
+    event_base_loopexit(impl->base, nullptr);
   }
 
   static void begin_stop(evutil_socket_t, short, void* arg) {
@@ -260,7 +274,10 @@ HttpServer::HttpServer(const ModelManager& models, HttpOptions options, Batcher*
   Impl& s = *impl_;
   s.base = event_base_new();
   s.http = s.base ? evhttp_new(s.base) : nullptr;
-  if (!s.http) throw Error(ErrorCode::kInternal, "kiln-serve: cannot create an event loop");
+  if (!s.http) {
+    if (s.base) event_base_free(s.base);
+    throw Error(ErrorCode::kInternal, "kiln-serve: cannot create an event loop");
+  }
   evhttp_set_max_body_size(s.http, static_cast<ev_ssize_t>(s.options.max_body_bytes));
   evhttp_set_max_headers_size(s.http, static_cast<ev_ssize_t>(s.options.max_header_bytes));
   const timeval timeout = to_timeval(s.options.timeout_seconds);

@@ -127,6 +127,11 @@ Tensor tensor_from_proto(const tensorflow::TensorProto& p, const std::string& na
     shape.push_back(d.size());
   }
   const std::string who = what(name, p, shape);
+  int64_t elements = 1;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(elements, d, &elements))
+      invalid(who + " has more elements than a tensor can hold");
+  }
   if (p.dtype() == tensorflow::DT_STRING) return strings_from_proto(p, shape, who);
   const DType dtype = kiln_dtype(p.dtype(), who);
   const int64_t n = num_elements(shape);

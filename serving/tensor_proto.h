@@ -2,8 +2,9 @@
 //
 // Reading accepts every encoding a TF client sends: `tensor_content` (raw little-endian
 // elements) or the typed list for the dtype (float_val, int_val, half_val, ...), a list shorter
-// than the shape repeating its last value (an empty one: zeros), as TensorFlow's own parser
-// does. DT_STRING has no Kiln dtype: a string tensor of shape S becomes a u8 tensor of shape
+// than the shape repeating its last value (an empty one: zeros), as TensorFlow's parser does.
+// Stricter than TensorFlow: a list longer than the shape is an error (TensorFlow drops the
+// extra values), and a DT_STRING list must hold one string per element. DT_STRING has no Kiln dtype: a string tensor of shape S becomes a u8 tensor of shape
 // S + [n], its strings' bytes (all of length n), as REST's {"b64": ...} values do.
 // Writing uses `tensor_content`; a u8 output whose name ends in "_bytes" is written as a
 // DT_STRING tensor of its innermost rows.

@@ -75,6 +75,15 @@ double number(const std::map<std::string, std::string>& f, const std::string& ke
   return v;
 }
 
+// A TCP port: a whole number in [0, 65535] (0: any free port).
+int port_flag(const std::map<std::string, std::string>& f, const std::string& key, int fallback) {
+  const double v = number(f, key, fallback);
+  if (v != static_cast<double>(static_cast<int>(v)) || v > 65535)
+    throw kiln::Error(kiln::ErrorCode::kInvalidArgument,
+                      "--" + key + "=" + f.at(key) + " is not a port (a whole number 0-65535)");
+  return static_cast<int>(v);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -152,14 +161,14 @@ int main(int argc, char** argv) {
     models.start_polling(number(flags, "file_system_poll_wait_seconds", 1));
 
     kiln::serving::HttpOptions http;
-    http.port = static_cast<int>(number(flags, "rest_api_port", 8501));
+    http.port = port_flag(flags, "rest_api_port", 8501);
     if (flags.count("rest_api_host")) http.host = flags["rest_api_host"];
     http.threads = static_cast<int>(number(flags, "rest_api_num_threads", 16));
     http.timeout_seconds = number(flags, "rest_api_timeout_in_ms", 30000) / 1000;
     http.max_body_bytes = static_cast<size_t>(number(flags, "max_request_bytes", 64 << 20));
     kiln::serving::Metrics metrics;
     kiln::serving::GrpcOptions grpc;
-    grpc.port = static_cast<int>(number(flags, "port", 8500));
+    grpc.port = port_flag(flags, "port", 8500);
     if (flags.count("grpc_host")) grpc.host = flags["grpc_host"];
     grpc.max_threads = static_cast<int>(number(flags, "grpc_max_threads", 16));
     grpc.max_message_bytes = http.max_body_bytes;

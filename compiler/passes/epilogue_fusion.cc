@@ -137,14 +137,16 @@ bool EpilogueFusion::run(Module& module) {
                                        std::to_string(uses[d]) + " uses)";
     // The backend's fused kernels take some dtypes (the CPU's: the floating types, bf16 and f16
     // with the bias and activation applied to the f32 sums before their one rounding).
+    const bool takes = target_->epilogue_dtype(out.dtype);
     const bool narrow = target_->narrow_dtype(out.dtype);
-    if (!target_->epilogue_dtype(out.dtype) || (narrow && !fuse_narrow_)) {
+    if (!takes || (narrow && !fuse_narrow_)) {
       for (int u : users[d]) {
         if (nodes[u].op != "add" && !activation_of(u, d)) continue;
         note("not fused: epilogue of " + label(nodes, d) + ": its output is " + out.str() +
-             (narrow ? "; a fused bf16/f16 epilogue rounds once, not per op, and this pipeline "
-                       "keeps exact rewrites only"
-                     : "; the backend's fused kernels do not take it"));
+             (!takes ? "; the backend's fused kernels do not take " +
+                           std::string(dtype_name(out.dtype))
+                     : "; a fused bf16/f16 epilogue rounds once, not per op, and this pipeline "
+                       "keeps exact rewrites only"));
         break;
       }
       continue;

@@ -272,6 +272,12 @@ TEST_F(KilnServeTest, BadFlagsAndAMissingModelAreClearErrors) {
                                 path("b.log"));
   EXPECT_FALSE(r.exited_ok());
   EXPECT_THAT(r.output, HasSubstr("model config file '" + path("none.conf") + "' cannot be read"));
+  save_version(1);
+  r = testing_util::run_process(
+      {KILN_SERVE, "--model_base_path=" + path("m"), "--rest_api_port=0", "--port=70000"},
+      path("c.log"));
+  EXPECT_FALSE(r.exited_ok());
+  EXPECT_THAT(r.output, HasSubstr("--port=70000 is not a port (a whole number 0-65535)"));
 }
 
 }  // namespace
