@@ -22,6 +22,7 @@
 #include "ops/control_flow.h"
 #include "runtime/execute.h"
 #include "runtime/feeds.h"
+#include "src/core/graph_walk.h"
 
 namespace kiln::compiler {
 
@@ -127,19 +128,12 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
   std::unordered_map<int, Tensor> fed = map_feeds(cg, nodes, feeds, "compile");
 
   std::vector<ValueRef> fetched;
-  std::vector<bool> needed(n, false);
-  std::vector<int> stack;
+  std::vector<int> roots;
   for (const Tensor& t : cg.outputs) {
     fetched.push_back({t.impl()->node, t.impl()->output});
-    stack.push_back(t.impl()->node);
+    roots.push_back(t.impl()->node);
   }
-  while (!stack.empty()) {
-    int id = stack.back();
-    stack.pop_back();
-    if (needed[id]) continue;
-    needed[id] = true;
-    for (const ValueRef& in : nodes[id].inputs) stack.push_back(in.node);
-  }
+  const std::vector<bool> needed = detail::ancestors(nodes, roots);
   std::vector<int> placeholders;
   infer_node_types(im, needed, fed, placeholders);
 

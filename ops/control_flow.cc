@@ -9,6 +9,7 @@
 
 #include "ops/kernel_util.h"
 #include "runtime/execute.h"
+#include "src/core/graph_walk.h"
 #include "src/core/tensor_impl.h"
 
 namespace kiln::ops {
@@ -96,18 +97,9 @@ void replay(const SubGraph& sub, std::vector<std::vector<Tensor>>& values,
 
 std::vector<bool> needed_for(const SubGraph& sub, const std::vector<ValueRef>& roots) {
   std::lock_guard lock(sub.graph.impl()->mu);
-  const auto& nodes = sub.graph.impl()->nodes;
-  std::vector<bool> needed(nodes.size(), false);
-  std::vector<int> stack;
-  for (const ValueRef& r : roots) stack.push_back(r.node);
-  while (!stack.empty()) {
-    int id = stack.back();
-    stack.pop_back();
-    if (needed[id]) continue;
-    needed[id] = true;
-    for (const ValueRef& in : nodes[id].inputs) stack.push_back(in.node);
-  }
-  return needed;
+  std::vector<int> ids;
+  for (const ValueRef& r : roots) ids.push_back(r.node);
+  return detail::ancestors(sub.graph.impl()->nodes, ids);
 }
 
 std::vector<Tensor> inline_subgraph(const SubGraph& sub, const std::vector<Tensor>& args) {

@@ -19,6 +19,7 @@
 #include "kiln/io/tfrecord.h"
 #include "kiln/op_registry.h"
 #include "kiln/version.h"
+#include "src/core/graph_walk.h"
 #include "src/core/tensor_impl.h"
 #include "src/api/io/file_io.h"
 #include "src/api/io/file_kind.h"
@@ -311,15 +312,12 @@ std::string save_graph(const ExportedGraph& ig, const std::string& dir) {
   for (const auto& [name, t] : ig.inputs) input_nodes.insert(t.impl()->node);
 
   // The nodes the outputs need, in recording (topological) order.
-  std::vector<bool> needed(g.num_nodes(), false);
-  std::vector<int> stack;
-  for (const auto& [name, t] : ig.outputs) stack.push_back(t.impl()->node);
-  while (!stack.empty()) {
-    const int id = stack.back();
-    stack.pop_back();
-    if (needed[id]) continue;
-    needed[id] = true;
-    for (const ValueRef& in : g.node(id).inputs) stack.push_back(in.node);
+  std::vector<int> roots;
+  for (const auto& [name, t] : ig.outputs) roots.push_back(t.impl()->node);
+  std::vector<bool> needed;
+  {
+    std::lock_guard lock(g.impl()->mu);
+    needed = detail::ancestors(g.impl()->nodes, roots);
   }
   std::map<int, std::string> variable_keys;  // placeholder node -> checkpoint key
   std::map<std::string, Tensor> values;
