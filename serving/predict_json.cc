@@ -243,10 +243,6 @@ void append_block(std::string& out, const Tensor& t, size_t dim, int64_t offset,
   out += ']';
 }
 
-bool is_bytes_output(const std::string& name, const Tensor& t) {
-  return t.dtype() == u8 && !t.shape().empty() && name.size() >= 6 &&
-         name.compare(name.size() - 6, 6, "_bytes") == 0;
-}
 
 // f16 and bf16 are written as f32.
 Tensor printable(const Tensor& t) {
@@ -288,6 +284,11 @@ void check_input_shape(const std::string& name, const Tensor& t, const TensorTyp
     invalid("input '" + name + "' has shape " + shape_str(t.shape()) +
             ", but the signature wants " + type_str(want));
   }
+}
+
+bool is_bytes_output(const std::string& name, const Tensor& t) {
+  return t.dtype() == u8 && !t.shape().empty() && name.size() >= 6 &&
+         name.compare(name.size() - 6, 6, "_bytes") == 0;
 }
 
 std::string json_string(std::string_view s) {

@@ -51,6 +51,10 @@ void check_input_names(const std::vector<std::string>& given,
                        const std::map<std::string, TensorType>& want, const std::string& where);
 void check_input_shape(const std::string& name, const Tensor& t, const TensorType& want);
 
+// Whether output `name` is written as bytes (REST: {"b64": ...}; gRPC: DT_STRING), one value per
+// innermost row: a u8 output, not a scalar, whose name ends in "_bytes".
+bool is_bytes_output(const std::string& name, const Tensor& t);
+
 // {"error": "<message>"}, the message escaped.
 std::string error_json(std::string_view message);
 

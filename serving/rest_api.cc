@@ -8,6 +8,7 @@
 
 #include "kiln/error.h"
 #include "serving/predict_json.h"
+#include "serving/tensor_proto.h"
 
 namespace kiln::serving {
 namespace {
@@ -64,35 +65,11 @@ Target parse_path(const std::string& path) {
   return t;
 }
 
-const char* tf_dtype(DType d) {
-  switch (d) {
-    case f32:
-      return "DT_FLOAT";
-    case f64:
-      return "DT_DOUBLE";
-    case f16:
-      return "DT_HALF";
-    case bf16:
-      return "DT_BFLOAT16";
-    case i8:
-      return "DT_INT8";
-    case u8:
-      return "DT_UINT8";
-    case i32:
-      return "DT_INT32";
-    case i64:
-      return "DT_INT64";
-    case bool_:
-      return "DT_BOOL";
-  }
-  return "DT_INVALID";
-}
-
 std::string tensor_infos(const std::map<std::string, TensorType>& m) {
   std::string out = "{";
   bool first = true;
   for (const auto& [name, type] : m) {
-    out += (first ? "" : ", ") + json_string(name) + ": {\"dtype\": \"" + tf_dtype(type.dtype) +
+    out += (first ? "" : ", ") + json_string(name) + ": {\"dtype\": \"" + tf_dtype_name(type.dtype) +
            "\", \"tensor_shape\": {\"dim\": [";
     for (size_t i = 0; i < type.shape.size(); ++i)
       out += (i ? ", " : "") + std::string("{\"size\": \"") + std::to_string(type.shape[i]) +

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "serving/predict_json.h"
 
 namespace kiln::serving {
 namespace {
@@ -134,7 +135,7 @@ Tensor tensor_from_proto(const tensorflow::TensorProto& p, const std::string& na
   }
   if (p.dtype() == tensorflow::DT_STRING) return strings_from_proto(p, shape, who);
   const DType dtype = kiln_dtype(p.dtype(), who);
-  const int64_t n = num_elements(shape);
+  const int64_t n = elements;
   const size_t nbytes = static_cast<size_t>(n) * dtype_size(dtype);
   if (!p.tensor_content().empty()) {
     if (p.tensor_content().size() != nbytes)
@@ -176,8 +177,7 @@ Tensor tensor_from_proto(const tensorflow::TensorProto& p, const std::string& na
 
 void tensor_to_proto(const Tensor& t, const std::string& name, tensorflow::TensorProto* p) {
   const Shape& s = t.shape();
-  const bool as_strings = t.dtype() == u8 && !s.empty() && name.size() >= 6 &&
-                          name.compare(name.size() - 6, 6, "_bytes") == 0;
+  const bool as_strings = is_bytes_output(name, t);
   const size_t dims = as_strings ? s.size() - 1 : s.size();
   for (size_t i = 0; i < dims; ++i) p->mutable_tensor_shape()->add_dim()->set_size(s[i]);
   const char* data = static_cast<const char*>(t.raw_data());
