@@ -4,7 +4,7 @@ folders"): a file may include only files of its own layer or a lower one. Run wi
 repository root as the argument; exits 1 listing every inversion.
 
     core < runtime < ops < compiler < distribute < api (autodiff, function < optim < io, data < nn)
-         < serving
+         < interop (ONNX) < serving
 
 and the programs on top (tools, examples, tests, benchmarks, fuzz) may include anything.
 Two more rules: the compiler outside compiler/cpu/ includes the CPU backend (compiler/cpu/)
@@ -28,6 +28,7 @@ RULES = [
     ("include/kiln/ops.h", "ops"),
     ("include/kiln/profiler.h", "api.function"),
     ("include/kiln/distribute/", "distribute"),
+    ("include/kiln/onnx.h", "interop"),
     *((f"include/kiln/{name}.h", "core") for name in (
         "attrs", "device", "dtype", "elemental", "error", "execution_mode", "graph",
         "op_registry", "ref", "shape", "tensor", "variable", "version", "warning")),
@@ -35,17 +36,19 @@ RULES = [
     ("distribute/", "distribute"),
     ("src/api/autodiff/", "api.function"), ("src/api/function/", "api.function"),
     ("src/api/optim/", "api.optim"), ("src/api/io/", "api.io"), ("src/api/data/", "api.data"),
-    ("src/api/nn/", "api.nn"), ("src/version.cc", "core"), ("serving/", "serving"),
+    ("src/api/nn/", "api.nn"), ("src/version.cc", "core"), ("interop/", "interop"),
+    ("serving/", "serving"),
 ]
 ORDER = ["core", "runtime", "ops", "compiler", "distribute", "api.function", "api.optim",
-         "api.io", "api.data", "api.nn", "serving"]
+         "api.io", "api.data", "api.nn", "interop", "serving"]
 # io and data are side by side: neither includes the other... except that the data pipeline
 # reads TFRecord files, so data may include io.
 RANK = {name: i for i, name in enumerate(ORDER)}
 # The files of the compiler (outside its backends) that may include a backend.
 BACKEND_DIR = "compiler/cpu/"
 BACKEND_INCLUDERS = {"compiler/executable.cc"}
-SOURCE_DIRS = ["include", "src", "runtime", "ops", "compiler", "distribute", "serving"]
+SOURCE_DIRS = ["include", "src", "runtime", "ops", "compiler", "distribute", "interop",
+               "serving"]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
