@@ -38,7 +38,9 @@ const Shape& static_shape(const NodeContext& c, const Tensor& x);
   X(LogSoftmax13) X(Hardmax1) X(Hardmax13) X(Conv) X(ConvTranspose) X(MaxPool) X(AveragePool)   \
   X(GlobalAveragePool) X(GlobalMaxPool) X(BatchNormalization) X(InstanceNormalization)          \
   X(LayerNormalization) X(LRN) X(MeanVarianceNormalization) X(NegativeLogLikelihoodLoss)        \
-  X(SoftmaxCrossEntropyLoss)
+  X(SoftmaxCrossEntropyLoss)                                                                    \
+  /* onnx_convert_index.cc */                                                                   \
+  X(GatherElements) X(GatherND) X(ScatterElements) X(Scatter) X(ScatterND)
 
 #define KILN_ONNX_DECLARE(name) std::vector<Tensor> convert_##name(const NodeContext& c);
 KILN_ONNX_CONVERTERS(KILN_ONNX_DECLARE)

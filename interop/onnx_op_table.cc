@@ -91,6 +91,13 @@ const std::vector<OpEntry>& table() {
       ROW("MeanVarianceNormalization", 9, "axes", MeanVarianceNormalization),
       ROW("NegativeLogLikelihoodLoss", 12, "ignore_index,reduction", NegativeLogLikelihoodLoss),
       ROW("SoftmaxCrossEntropyLoss", 12, "ignore_index,reduction", SoftmaxCrossEntropyLoss),
+      // indexing
+      ROW("GatherElements", 11, "axis", GatherElements),
+      ROW("GatherND", 11, "", GatherND), ROW("GatherND", 12, "batch_dims", GatherND),
+      ROW("ScatterElements", 11, "axis", ScatterElements),
+      ROW("ScatterElements", 16, "axis,reduction", ScatterElements),
+      ROW("Scatter", 9, "axis", Scatter), ROW("ScatterND", 11, "", ScatterND),
+      ROW("ScatterND", 16, "reduction", ScatterND),
   };
   return rows;
 }
