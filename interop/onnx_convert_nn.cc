@@ -84,9 +84,16 @@ Window window_of(const NodeContext& c, const Shape& in, const Axes& kernel) {
 
 Axes spatial(const Shape& s) { return Axes(s.begin() + 2, s.end()); }
 
-Tensor channel_param(const Tensor& p, int64_t rank) {  // (C) -> (C, 1, ..., 1) for NC...
-  Shape shape{p.shape().at(0)};
-  for (int64_t i = 2; i < rank; ++i) shape.push_back(1);
+// Input i, a per-channel (C) vector of x = input 0 (N, C, ...), as (C, 1, ..., 1).
+Tensor channel_param(const NodeContext& c, int i) {
+  const Tensor& x = c.input(0);
+  const Tensor& p = c.input(i);
+  if (x.rank() < 2 || p.rank() != 1 || p.dim(0) != x.dim(1)) {
+    c.invalid("input " + std::to_string(i) + " is " + shape_str(p.shape()) +
+              ", not one value per channel of input 0, " + shape_str(x.shape()));
+  }
+  Shape shape{p.dim(0)};
+  for (int64_t d = 2; d < x.rank(); ++d) shape.push_back(1);
   return reshape(p, shape);
 }
 
@@ -356,9 +363,8 @@ Vec convert_BatchNormalization(const NodeContext& c) {
   if (c.attr_int("training_mode", 0) || c.wants_output(1) || c.wants_output(2))
     c.unsupported("training mode (batch statistics)");
   const Tensor& x = c.input(0);
-  const int64_t r = x.rank();
-  Tensor scale = channel_param(c.input(1), r), bias = channel_param(c.input(2), r);
-  Tensor m = channel_param(c.input(3), r), v = channel_param(c.input(4), r);
+  Tensor scale = channel_param(c, 1), bias = channel_param(c, 2);
+  Tensor m = channel_param(c, 3), v = channel_param(c, 4);
   Tensor inv = rsqrt(add(v, s(c.attr_float("epsilon", 1e-5f), v)));
   return {add(mul(mul(sub(x, m), inv), scale), bias)};
 }
@@ -372,7 +378,7 @@ Vec convert_InstanceNormalization(const NodeContext& c) {
   Tensor centered = sub(x, m);
   Tensor var = mean(square(centered), axes, true);
   Tensor y = mul(centered, rsqrt(add(var, s(c.attr_float("epsilon", 1e-5f), x))));
-  return {add(mul(y, channel_param(c.input(1), r)), channel_param(c.input(2), r))};
+  return {add(mul(y, channel_param(c, 1)), channel_param(c, 2))};
 }
 
 // Normalizes over the axes from `axis` to the end; Mean and InvStdDev keep those axes as 1s.

@@ -206,6 +206,11 @@ class Importer {
       return poison(node);
     } catch (const Error& e) {
       fail(e.code(), "import_model: " + name_ + ": " + where + ": " + e.what());
+    } catch (const std::exception& e) {
+      // A malformed node the converter's own checks missed (an index past a shape's rank):
+      // still the model's fault, and never a crash.
+      fail(ErrorCode::kInvalidArgument,
+           "import_model: " + name_ + ": " + where + ": malformed node (" + e.what() + ")");
     }
     for (int i = 0; i < node.output_size(); ++i) {
       if (node.output(i).empty()) continue;
