@@ -40,7 +40,9 @@ const Shape& static_shape(const NodeContext& c, const Tensor& x);
   X(LayerNormalization) X(LRN) X(MeanVarianceNormalization) X(NegativeLogLikelihoodLoss)        \
   X(SoftmaxCrossEntropyLoss)                                                                    \
   /* onnx_convert_index.cc */                                                                   \
-  X(GatherElements) X(GatherND) X(ScatterElements) X(Scatter) X(ScatterND)
+  X(GatherElements) X(GatherND) X(ScatterElements) X(Scatter) X(ScatterND)                     \
+  /* onnx_convert_resize.cc */                                                                  \
+  X(Resize) X(Upsample)
 
 #define KILN_ONNX_DECLARE(name) std::vector<Tensor> convert_##name(const NodeContext& c);
 KILN_ONNX_CONVERTERS(KILN_ONNX_DECLARE)

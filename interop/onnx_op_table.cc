@@ -98,6 +98,16 @@ const std::vector<OpEntry>& table() {
       ROW("ScatterElements", 16, "axis,reduction", ScatterElements),
       ROW("Scatter", 9, "axis", Scatter), ROW("ScatterND", 11, "", ScatterND),
       ROW("ScatterND", 16, "reduction", ScatterND),
+      ROW("Resize", 10, "mode", Resize),
+      ROW("Resize", 11,
+          "coordinate_transformation_mode,cubic_coeff_a,exclude_outside,extrapolation_value,mode,"
+          "nearest_mode",
+          Resize),
+      ROW("Resize", 18,
+          "antialias,axes,coordinate_transformation_mode,cubic_coeff_a,exclude_outside,"
+          "extrapolation_value,keep_aspect_ratio_policy,mode,nearest_mode",
+          Resize),
+      ROW("Upsample", 7, "mode,scales", Upsample), ROW("Upsample", 9, "mode", Upsample),
   };
   return rows;
 }
