@@ -40,7 +40,7 @@ const Shape& static_shape(const NodeContext& c, const Tensor& x);
   X(LayerNormalization) X(LRN) X(MeanVarianceNormalization) X(NegativeLogLikelihoodLoss)        \
   X(SoftmaxCrossEntropyLoss)                                                                    \
   /* onnx_convert_index.cc */                                                                   \
-  X(GatherElements) X(GatherND) X(ScatterElements) X(Scatter) X(ScatterND)                     \
+  X(GatherElements) X(GatherND) X(ScatterElements) X(Scatter) X(ScatterND) X(Einsum)           \
   /* onnx_convert_resize.cc */                                                                  \
   X(Resize) X(Upsample)
 

@@ -97,7 +97,7 @@ const std::vector<OpEntry>& table() {
       ROW("ScatterElements", 11, "axis", ScatterElements),
       ROW("ScatterElements", 16, "axis,reduction", ScatterElements),
       ROW("Scatter", 9, "axis", Scatter), ROW("ScatterND", 11, "", ScatterND),
-      ROW("ScatterND", 16, "reduction", ScatterND),
+      ROW("ScatterND", 16, "reduction", ScatterND), ROW("Einsum", 12, "equation", Einsum),
       ROW("Resize", 10, "mode", Resize),
       ROW("Resize", 11,
           "coordinate_transformation_mode,cubic_coeff_a,exclude_outside,extrapolation_value,mode,"
