@@ -4,7 +4,7 @@ file(READ ${SOURCE_DIR}/README.md readme)
 set(quoted
   examples/readme/eager.cc examples/readme/graph.cc examples/readme/function.cc
   examples/readme/custom_op.cc
-  examples/readme/train.cc examples/readme/save_load.cc
+  examples/readme/train.cc examples/readme/save_load.cc examples/readme/onnx.cc
   examples/cmake_project/CMakeLists.txt)
 foreach(path ${quoted})
   file(READ ${SOURCE_DIR}/${path} text)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -50,6 +51,9 @@ class Model {
   // variables (ImportOptions::initializers_as_variables) are read at every run. Throws
   // kiln::Error for a missing input or one whose dtype or shape is not the model's.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const;
+  std::vector<Tensor> run(std::initializer_list<Tensor> inputs) const {  // run({x, w})
+    return run(std::vector<Tensor>(inputs));
+  }
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) const;
 
   // Compiled or interpreted: default_execution_mode() unless set for this handle.
