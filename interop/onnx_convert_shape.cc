@@ -350,12 +350,67 @@ Vec convert_OneHot(const NodeContext& c) {
   return {where(hot, on, off)};
 }
 
+// `len` elements of the sequence that repeats y (period `period` along `axis`) from `start`.
+Tensor periodic_window(const Tensor& y, int64_t axis, int64_t period, int64_t start, int64_t len) {
+  std::vector<Tensor> pieces;
+  const Shape& s = y.shape();
+  for (start %= period; len > 0; start = 0) {
+    const int64_t take = std::min(len, period - start);
+    Axes lo(s.size(), 0), hi(s);
+    lo[axis] = start;
+    hi[axis] = start + take;
+    pieces.push_back(slice(y, lo, hi));
+    len -= take;
+  }
+  return pieces.size() == 1 ? pieces[0] : concatenate(pieces, axis);
+}
+
+// Pads one axis by repeating the edge, reflecting without the edge, or wrapping around; the
+// reflected and wrapped extensions are periodic, so pads of any length are slices of repeats.
+Tensor pad_axis(const NodeContext& c, const Tensor& x, int64_t axis, int64_t low, int64_t high,
+                const std::string& mode) {
+  if (low == 0 && high == 0) return x;
+  const int64_t n = x.shape()[axis];
+  if (n == 0) c.invalid("mode '" + mode + "' cannot pad an empty dimension");
+  Tensor y = x;  // one period of the extension
+  int64_t period = n;
+  if (mode == "edge" || (mode == "reflect" && n == 1)) {
+    Shape one(x.shape());
+    Axes lo(one.size(), 0), hi(one);
+    lo[axis] = n - 1;
+    const Tensor last = slice(x, lo, hi);
+    lo[axis] = 0;
+    hi[axis] = 1;
+    const Tensor first = slice(x, lo, hi);
+    std::vector<Tensor> parts;
+    one[axis] = low;
+    if (low > 0) parts.push_back(broadcast_to(first, one));
+    parts.push_back(x);
+    one[axis] = high;
+    if (high > 0) parts.push_back(broadcast_to(last, one));
+    return concatenate(parts, axis);
+  }
+  if (mode == "reflect") {  // x, then x reversed without its ends: period 2n - 2
+    Axes lo(x.rank(), 0), hi(x.shape());
+    lo[axis] = 1;
+    hi[axis] = n - 1;
+    y = concatenate({x, slice(reverse(x, {axis}), lo, hi)}, axis);
+    period = 2 * n - 2;
+  }
+  std::vector<Tensor> parts;
+  if (low > 0) parts.push_back(periodic_window(y, axis, period, period - low % period, low));
+  parts.push_back(x);
+  if (high > 0) parts.push_back(periodic_window(y, axis, period, n, high));
+  return concatenate(parts, axis);
+}
+
 Vec pad_with(const NodeContext& c, const std::vector<int64_t>& pads, double value) {
   const Tensor& x = c.input(0);
   const int64_t r = x.rank();
   if (static_cast<int64_t>(pads.size()) != 2 * r) c.invalid("pads must hold 2 * rank values");
   const std::string mode = c.attr_string("mode", "constant");
-  if (mode != "constant") c.unsupported("mode '" + mode + "'");
+  if (mode != "constant" && mode != "edge" && mode != "reflect" && mode != "wrap")
+    c.invalid("mode '" + mode + "'");
   Axes low(pads.begin(), pads.begin() + r), high(pads.begin() + r, pads.end());
   Tensor y = x;
   // Negative pads crop.
@@ -376,17 +431,33 @@ Vec pad_with(const NodeContext& c, const std::vector<int64_t>& pads, double valu
       if (limit[i] == kUnknownDim) limit[i] = static_shape(c, x)[i];
     y = slice(y, start, limit);
   }
-  return {pad(y, low, high, value)};
+  if (mode == "constant") return {pad(y, low, high, value)};
+  static_shape(c, y);
+  for (int64_t i = 0; i < r; ++i) y = pad_axis(c, y, i, low[i], high[i], mode);
+  return {y};
 }
 
 Vec convert_Pad2(const NodeContext& c) {
   return pad_with(c, c.attr_ints("pads"), c.attr_float("value", 0));
 }
 
+// Opset 18 adds `axes`: the pads then name only those axes.
 Vec convert_Pad11(const NodeContext& c) {
   double value = 0;
   if (c.has_input(2)) value = c.constant_input(2, "constant_value").item<double>();
-  return pad_with(c, c.ints_input(1, "pads"), value);
+  std::vector<int64_t> pads = c.ints_input(1, "pads");
+  if (!c.has_input(3)) return pad_with(c, pads, value);
+  const std::vector<int64_t> axes = c.ints_input(3, "axes");
+  const int64_t r = c.input(0).rank();
+  const size_t na = axes.size();
+  if (pads.size() != 2 * na) c.invalid("pads must hold 2 values per axis in axes");
+  std::vector<int64_t> full(2 * r, 0);
+  for (size_t i = 0; i < na; ++i) {
+    const int64_t a = normalize_axis(c, axes[i], r);
+    full[a] = pads[i];
+    full[r + a] = pads[na + i];
+  }
+  return pad_with(c, full, value);
 }
 
 // Inference: the identity, and a mask of trues. Training mode (random masks) is not imported.
