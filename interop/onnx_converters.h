@@ -42,7 +42,9 @@ const Shape& static_shape(const NodeContext& c, const Tensor& x);
   /* onnx_convert_index.cc */                                                                   \
   X(GatherElements) X(GatherND) X(ScatterElements) X(Scatter) X(ScatterND) X(Einsum)           \
   /* onnx_convert_resize.cc */                                                                  \
-  X(Resize) X(Upsample)
+  X(Resize) X(Upsample)                                                                         \
+  /* onnx_convert_quant.cc */                                                                   \
+  X(QuantizeLinear) X(DequantizeLinear) X(DynamicQuantizeLinear)
 
 #define KILN_ONNX_DECLARE(name) std::vector<Tensor> convert_##name(const NodeContext& c);
 KILN_ONNX_CONVERTERS(KILN_ONNX_DECLARE)

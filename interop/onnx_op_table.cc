@@ -108,6 +108,13 @@ const std::vector<OpEntry>& table() {
           "extrapolation_value,keep_aspect_ratio_policy,mode,nearest_mode",
           Resize),
       ROW("Upsample", 7, "mode,scales", Upsample), ROW("Upsample", 9, "mode", Upsample),
+      // quantization
+      ROW("QuantizeLinear", 10, "", QuantizeLinear),
+      ROW("QuantizeLinear", 13, "axis", QuantizeLinear),
+      ROW("QuantizeLinear", 19, "axis,saturate", QuantizeLinear),
+      ROW("DequantizeLinear", 10, "", DequantizeLinear),
+      ROW("DequantizeLinear", 13, "axis", DequantizeLinear),
+      ROW("DynamicQuantizeLinear", 11, "", DynamicQuantizeLinear),
   };
   return rows;
 }
