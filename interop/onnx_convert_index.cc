@@ -44,12 +44,10 @@ Tensor wrap_indices(const NodeContext& c, const Tensor& indices, const std::vect
 
 // The flat offset into data (shape `ds`) of each element position of idx: its value along
 // `axis`, its own coordinate along the others (GatherElements and ScatterElements).
-Tensor element_offsets(const NodeContext& c, const Tensor& indices, const Shape& ds,
-                       int64_t axis) {
+Tensor element_offsets(const NodeContext& c, const Tensor& indices, const Shape& ds, int64_t axis) {
   const Shape& is = static_shape(c, indices);
   if (is.size() != ds.size()) {
-    c.invalid("the indices " + shape_str(is) + " must have the rank of the data " +
-              shape_str(ds));
+    c.invalid("the indices " + shape_str(is) + " must have the rank of the data " + shape_str(ds));
   }
   for (size_t d = 0; d < is.size(); ++d) {
     if (static_cast<int64_t>(d) != axis && is[d] > ds[d])
@@ -78,8 +76,8 @@ Tensor nd_offsets(const NodeContext& c, const Tensor& indices, const Shape& ds, 
   }
   for (int64_t d = 0; d < b; ++d) {
     if (is[d] != ds[d])
-      c.invalid("the batch dimensions of indices " + shape_str(is) + " and data " +
-                shape_str(ds) + " differ");
+      c.invalid("the batch dimensions of indices " + shape_str(is) + " and data " + shape_str(ds) +
+                " differ");
   }
   const Shape lead(is.begin(), is.end() - 1);
   const Shape indexed(ds.begin(), ds.begin() + b + k);
@@ -220,8 +218,10 @@ Tensor sum_unused(const Tensor& x, Labels& labels, const Labels& keep) {
   Axes axes;
   Labels kept;
   for (size_t i = 0; i < labels.size(); ++i) {
-    if (contains(keep, labels[i])) kept.push_back(labels[i]);
-    else axes.push_back(static_cast<int64_t>(i));
+    if (contains(keep, labels[i]))
+      kept.push_back(labels[i]);
+    else
+      axes.push_back(static_cast<int64_t>(i));
   }
   labels = kept;
   return axes.empty() ? x : sum(x, axes);
@@ -266,15 +266,14 @@ Vec convert_ScatterND(const NodeContext& c) {
   want.insert(want.end(), ds.begin() + used, ds.end());
   const Tensor& updates = c.input(2);
   if (static_shape(c, updates) != want) {
-    c.invalid("the updates " + shape_str(updates.shape()) + " must have shape " +
-              shape_str(want) + " (the indices' leading dimensions, then the data's unindexed)");
+    c.invalid("the updates " + shape_str(updates.shape()) + " must have shape " + shape_str(want) +
+              " (the indices' leading dimensions, then the data's unindexed)");
   }
   const int64_t m = product(offs.shape()), r = product(ds, used);
   const Tensor out = scatter_rows(c, reshape(x, {product(ds, 0, used), r}), reshape(offs, {m}),
                                   reshape(updates, {m, r}), c.attr_string("reduction", "none"));
   return {reshape(out, ds)};
 }
-
 
 // Operands in turn: diagonals of repeated labels, sums over labels nothing else needs, then a
 // dot with the running result that contracts the labels shared and no longer needed.
@@ -340,7 +339,8 @@ Vec convert_Einsum(const NodeContext& c) {
   // Labels needed after operand i: the output's and those of later operands.
   auto needed_after = [&](size_t i) {
     Labels keep = out;
-    for (size_t j = i + 1; j < xs.size(); ++j) keep.insert(keep.end(), labels[j].begin(), labels[j].end());
+    for (size_t j = i + 1; j < xs.size(); ++j)
+      keep.insert(keep.end(), labels[j].begin(), labels[j].end());
     return keep;
   };
   Labels acc_labels = labels[0];
@@ -379,7 +379,8 @@ Vec convert_Einsum(const NodeContext& c) {
   }
   acc = sum_unused(acc, acc_labels, out);
   Axes perm;
-  for (int l : out) perm.push_back(std::find(acc_labels.begin(), acc_labels.end(), l) - acc_labels.begin());
+  for (int l : out)
+    perm.push_back(std::find(acc_labels.begin(), acc_labels.end(), l) - acc_labels.begin());
   return {transpose(acc, perm)};
 }
 

@@ -25,8 +25,8 @@ struct Interp {
 
 // Output position x of an axis in input coordinates. `scale` is the axis's scale, `out` its
 // integer output length; [lo, hi] the crop of tf_crop_and_resize.
-double source_coord(const Interp& p, int64_t x, int64_t in, int64_t out, double scale,
-                    double lo, double hi) {
+double source_coord(const Interp& p, int64_t x, int64_t in, int64_t out, double scale, double lo,
+                    double hi) {
   // The reference uses the unrounded output length in_size * scale here.
   const double width = scale * static_cast<double>(in);
   const double xd = static_cast<double>(x), last = static_cast<double>(in - 1);
@@ -59,10 +59,14 @@ double cubic_kernel(double d, double a) {
 std::vector<double> tap_weights(const Interp& p, double ratio, double scale) {
   if (p.mode == "nearest") {
     bool up;  // the tap after floor(x)
-    if (ratio == 1 || p.nearest == "ceil") up = true;
-    else if (p.nearest == "floor") up = false;
-    else if (p.nearest == "round_prefer_ceil") up = ratio >= 0.5;
-    else up = ratio > 0.5;
+    if (ratio == 1 || p.nearest == "ceil")
+      up = true;
+    else if (p.nearest == "floor")
+      up = false;
+    else if (p.nearest == "round_prefer_ceil")
+      up = ratio >= 0.5;
+    else
+      up = ratio > 0.5;
     return {up ? 0.0 : 1.0, up ? 1.0 : 0.0};
   }
   const double s = p.antialias ? std::min(scale, 1.0) : 1.0;
@@ -101,7 +105,8 @@ Taps axis_taps(const Interp& p, int64_t in, int64_t out, double scale, double lo
     // The n nearest positions of the input padded by n / 2 edge copies (ties to the lower).
     const int64_t pad = (n + 1) / 2;
     const int64_t start = std::clamp<int64_t>(
-        static_cast<int64_t>(std::ceil(src + static_cast<double>(pad) - n / 2.0)), 0, in + 2 * pad - n);
+        static_cast<int64_t>(std::ceil(src + static_cast<double>(pad) - n / 2.0)), 0,
+        in + 2 * pad - n);
     std::vector<int64_t> idx(n);
     for (int64_t j = 0; j < n; ++j) idx[j] = start + j - pad;
     if (p.exclude_outside && p.mode != "nearest") {
@@ -133,8 +138,10 @@ bool is_identity(const Taps& t, int64_t in, int64_t out) {
     float on = 0;
     for (int64_t j = 0; j < t.n; ++j) {
       const float w = t.weight[x * t.n + j];
-      if (t.index[x * t.n + j] == x) on += w;
-      else if (w != 0) return false;
+      if (t.index[x * t.n + j] == x)
+        on += w;
+      else if (w != 0)
+        return false;
     }
     if (on != 1.0f) return false;
   }
