@@ -12,8 +12,9 @@
 //
 // How a case is imported: graph inputs take the shapes of the case's data, and when the import
 // needs the value of an input (the shape of a Reshape, the axes of a ReduceSum at opset 18, the
-// starts of a Slice, the ratio of a Dropout), the case is imported again with its scalar inputs
-// and its integer vectors bound as ImportOptions::static_inputs, as a user would fix them.
+// starts of a Slice, the scales of a Resize), the case is imported again with the inputs the
+// error names bound as ImportOptions::static_inputs, as a user would fix them (or, when it names
+// a value computed from inputs, with its scalar and integer-vector inputs bound).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -144,20 +145,34 @@ Outcome run_case(const fs::path& dir) {
       kiln::onnx::ImportOptions options;
       for (size_t i = 0; i < inputs.size(); ++i) options.input_shapes[names[i]] = inputs[i].shape();
       std::optional<kiln::onnx::Model> model;
-      try {
-        model = kiln::onnx::import_model((dir / "model.onnx").string(), options);
-      } catch (const kiln::Error& e) {
-        if (e.code() != kiln::ErrorCode::kUnimplemented) throw;
-        bool bound = false;
-        for (size_t i = 0; i < inputs.size(); ++i) {
-          if (inputs[i].rank() == 0 || (!kiln::is_floating(inputs[i].dtype()) &&
-                                        inputs[i].rank() == 1)) {
-            options.static_inputs[names[i]] = inputs[i];
-            bound = true;
+      // Imports; when a value is needed while importing, binds the inputs the error names
+      // and tries again (every problem is listed at once, so a second round rarely adds any).
+      for (int round = 0; !model; ++round) {
+        try {
+          model = kiln::onnx::import_model((dir / "model.onnx").string(), options);
+        } catch (const kiln::Error& e) {
+          if (e.code() != kiln::ErrorCode::kUnimplemented || round == 8) throw;
+          const std::string what = e.what();
+          bool bound = false;
+          for (size_t i = 0; i < inputs.size(); ++i) {
+            if (!options.static_inputs.count(names[i]) &&
+                what.find("('" + names[i] + "'") != std::string::npos) {
+              options.static_inputs[names[i]] = inputs[i];
+              bound = true;
+            }
           }
+          // A value computed from inputs (a window's length from its size input): bind the
+          // inputs that can be such values, scalars and integer vectors.
+          for (size_t i = 0; !bound && i < inputs.size(); ++i) {
+            const bool shape_like = inputs[i].rank() == 0 ||
+                                    (!kiln::is_floating(inputs[i].dtype()) && inputs[i].rank() == 1);
+            if (shape_like && !options.static_inputs.count(names[i])) {
+              options.static_inputs[names[i]] = inputs[i];
+              bound = true;
+            }
+          }
+          if (!bound) throw;
         }
-        if (!bound) throw;
-        model = kiln::onnx::import_model((dir / "model.onnx").string(), options);
       }
       std::map<std::string, Tensor> feeds;
       for (size_t i = 0; i < inputs.size(); ++i) {

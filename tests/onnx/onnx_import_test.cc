@@ -6,12 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kiln/autodiff.h"
 #include "kiln/error.h"
+#include "kiln/hub.h"
 #include "kiln/io/saved_model.h"
+#include "kiln/nn.h"
 #include "kiln/onnx.h"
 #include "kiln/ops.h"
 #include "onnx/onnx_pb.h"
@@ -428,6 +432,86 @@ TEST(OnnxTensorProto, ReadsTestDataAndRejectsBadFiles) {
   EXPECT_THAT(error_of([&] { onnx::read_tensor_proto((dir / "s.pb").string()); }).what(),
               HasSubstr("STRING"));
   std::filesystem::remove_all(dir);
+}
+
+
+// ---- kiln::hub ------------------------------------------------------------------------------
+
+class Hub : public testing_util::TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+    const char* old = std::getenv("KILN_HUB_CACHE");
+    saved_cache_ = old ? std::optional<std::string>(old) : std::nullopt;
+    setenv("KILN_HUB_CACHE", path("cache").c_str(), 1);
+  }
+  void TearDown() override {
+    if (saved_cache_) setenv("KILN_HUB_CACHE", saved_cache_->c_str(), 1);
+    else unsetenv("KILN_HUB_CACHE");
+    TempDirTest::TearDown();
+  }
+  std::optional<std::string> saved_cache_;
+};
+
+TEST_F(Hub, ResolvesPathsFileUrlsAndTheCache) {
+  const std::string file = write_file("mlp.onnx", mlp_model());
+  EXPECT_EQ(hub::cache_dir(), path("cache"));
+  EXPECT_EQ(hub::resolve(file), file);
+  EXPECT_EQ(hub::resolve("file://" + file), file);
+  std::filesystem::create_directories(path("cache/vision/extractor/1"));
+  EXPECT_EQ(hub::resolve("vision/extractor/1"), path("cache/vision/extractor/1"));
+
+  // http(s): the cached copy when there is one; otherwise no download, and where to put it.
+  Error e = error_of([] { hub::resolve("https://models.example/vision/mlp.onnx"); });
+  EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
+  EXPECT_THAT(e.what(), HasSubstr(path("cache/models.example/vision/mlp.onnx")));
+  std::filesystem::create_directories(path("cache/models.example/vision"));
+  testing_util::write_file(path("cache/models.example/vision/mlp.onnx"), mlp_model());
+  EXPECT_EQ(hub::resolve("https://models.example/vision/mlp.onnx?download=1"),
+            path("cache/models.example/vision/mlp.onnx"));
+
+  EXPECT_EQ(error_of([] { hub::resolve("no/such/model"); }).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(error_of([] { hub::resolve("https://host/../../etc/passwd"); }).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_of([] { hub::resolve("s3://bucket/model"); }).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_of([] { hub::resolve(""); }).code(), ErrorCode::kInvalidArgument);
+}
+
+// An ONNX model as the frozen base of a new Kiln model: the base computes what the file says,
+// fit trains only the head; trainable, the base's weights move too.
+TEST_F(Hub, OnnxModelBecomesALayerFrozenOrFineTuned) {
+  const std::string file = write_file("mlp.onnx", mlp_model());
+  for (bool trainable : {false, true}) {
+    SCOPED_TRACE(trainable ? "trainable" : "frozen");
+    std::shared_ptr<nn::GraphLayer> base = hub::layer("file://" + file, trainable);
+    EXPECT_EQ(base->name(), "mlp");
+    const std::vector<float> xs = batch_of(4);
+    expect_near((*base)(Tensor::from_vector(xs, {4, 4})).to_vector<float>(),
+                mlp_reference(xs, 4));
+    nn::Sequential model({base, nn::Dense(2)});
+    model.compile(optim::Adam(0.05), nn::SparseCategoricalCrossentropy(true));
+    model.build({4});
+    ASSERT_EQ(base->weights().size(), 2u);
+    const std::vector<float> w_before = base->weights()[0].value().to_vector<float>();
+    const Tensor x = random_uniform({32, 4}, 1, -1, 1);
+    const Tensor y = convert(random_uniform({32}, 2, 0, 2), i32);
+    model.fit(x, y, {.epochs = 3, .batch_size = 8, .seed = 1, .verbose = 0});
+    EXPECT_EQ(base->weights()[0].value().to_vector<float>() != w_before, trainable);
+    EXPECT_EQ(model.trainable_weights().size(), trainable ? 4u : 2u);
+  }
+}
+
+TEST_F(Hub, LoadsSavedModelDirectories) {
+  nn::Sequential base({nn::Dense(3, "relu")});
+  base.build({4});
+  const std::string version = io::save_model(base, path("cache/kiln/dense/"), {4});
+  const io::ExportedGraph g = hub::load("kiln/dense");
+  EXPECT_EQ(g.variables.size(), 2u);
+  std::shared_ptr<nn::GraphLayer> layer = hub::layer(version);
+  EXPECT_EQ(layer->name(), "dense");  // the model's folder, not its version number
+  const Tensor x = random_uniform({2, 4}, 3);
+  EXPECT_EQ((*layer)(x).to_vector<float>(), base.predict(x).to_vector<float>());
 }
 
 }  // namespace

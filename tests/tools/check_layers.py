@@ -28,7 +28,7 @@ RULES = [
     ("include/kiln/ops.h", "ops"),
     ("include/kiln/profiler.h", "api.function"),
     ("include/kiln/distribute/", "distribute"),
-    ("include/kiln/onnx.h", "interop"),
+    ("include/kiln/onnx.h", "interop"), ("include/kiln/hub.h", "interop"),
     *((f"include/kiln/{name}.h", "core") for name in (
         "attrs", "device", "dtype", "elemental", "error", "execution_mode", "graph",
         "op_registry", "ref", "shape", "tensor", "variable", "version", "warning")),

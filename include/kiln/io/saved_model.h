@@ -86,6 +86,11 @@ class LoadedModel {
   };
   CompileStats compile_stats() const;
 
+  // A signature as an ExportedGraph (its inputs and outputs by name, in name order; every
+  // variable a Variable holding its loaded value), to build on: nn::GraphLayer uses it as a
+  // layer of a new model, save_graph writes it again. kNotFound for an unknown signature.
+  ExportedGraph exported(const std::string& signature = "serving_default") const;
+
   const SavedModelInfo& info() const;
   const std::map<std::string, SignatureInfo>& signatures() const { return info().signatures; }
   const Graph& graph() const;

@@ -428,6 +428,23 @@ struct LoadedModel::Impl {
   mutable compiler::CompileCache programs{kCompiledPrograms};
 };
 
+ExportedGraph LoadedModel::exported(const std::string& signature) const {
+  auto it = impl_->signatures.find(signature);
+  if (it == impl_->signatures.end()) {
+    std::string known;
+    for (const auto& [name, sig] : impl_->signatures) known += (known.empty() ? "" : ", ") + name;
+    fail(ErrorCode::kNotFound, "LoadedModel::exported: " + impl_->info.path +
+                                   " has no signature '" + signature + "' (it has: " + known + ")");
+  }
+  const Impl::Signature& sig = it->second;
+  ExportedGraph e{impl_->info.model_name, impl_->graph, {}, {}, {}};
+  for (const auto& [name, t] : sig.inputs) e.inputs.push_back({name, t});
+  for (const auto& [name, t] : sig.outputs) e.outputs.push_back({name, t});
+  for (const auto& [placeholder, value] : sig.variables)
+    e.variables.push_back({Variable(value, placeholder.name()), placeholder});
+  return e;
+}
+
 SavedModelInfo describe_saved_model(const std::string& dir, int64_t version) {
   ParsedModel parsed = read_saved_model(dir, version, "describe_saved_model");
   SavedModelInfo info = info_from(parsed);
