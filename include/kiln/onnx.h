@@ -81,4 +81,35 @@ Model import_model_from_string(const std::string& bytes, const ImportOptions& op
 // A serialized ONNX TensorProto (a test data set's input_0.pb) as a tensor.
 Tensor read_tensor_proto(const std::string& path);
 
+// ---- export -------------------------------------------------------------------------------
+// A Kiln inference graph (an io::ExportedGraph: nn::Model::inference_graph, a traced function, an
+// imported model) as an ONNX model of the default domain. Each Kiln op becomes ONNX nodes through
+// one table (interop/onnx_export.cc); variables become initializers holding their current
+// values, as do constants. Kiln is channels-last: a convolution or windowed reduction exports
+// as transposes to NCHW around ONNX's Conv or pool.
+
+struct ExportOptions {
+  // The default domain's opset, 13 to 17 (what the ONNX 1.12 checker knows).
+  int64_t opset = 17;
+  // The model's producer_version; Kiln's version when empty (producer_name is "kiln").
+  std::string producer_version;
+  // Names for the dimensions of inputs and outputs, by signature name and axis: ONNX's
+  // dim_param, so that runtimes know which sizes vary together. "" leaves an axis as the graph
+  // has it. By default an input's unknown first dimension is "batch", its other unknown ones
+  // "<input>_<axis>", and outputs' unknown dimensions are left unnamed.
+  std::map<std::string, std::vector<std::string>> dim_names;
+};
+
+// Writes `graph` (the nodes its outputs need) to `path` as an ONNX ModelProto. The file is
+// written beside `path` under a temporary name and renamed into place, so a failed export leaves
+// no file, or the old one. Errors throw kiln::Error: kUnimplemented listing every node (its name
+// and op, with why) that has no ONNX form, all at once; kInvalidArgument for an opset out of
+// range or a graph that needs a placeholder that is neither an input nor a variable; kInternal
+// (or the file layer's codes) when the file cannot be written.
+void export_model(const io::ExportedGraph& graph, const std::string& path,
+                  const ExportOptions& options = {});
+// The same as a serialized ModelProto in memory.
+std::string export_model_to_string(const io::ExportedGraph& graph,
+                                   const ExportOptions& options = {});
+
 }  // namespace kiln::onnx
