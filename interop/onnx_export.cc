@@ -168,7 +168,9 @@ class NodeEmitter {
     return initializer(Tensor::from_vector(v, {static_cast<int64_t>(v.size())}));
   }
   // A scalar of `dtype`.
-  std::string scalar(double v, DType dtype) { return initializer(convert(Tensor::scalar(v), dtype)); }
+  std::string scalar(double v, DType dtype) {
+    return initializer(convert(Tensor::scalar(v), dtype));
+  }
   std::string initializer(const Tensor& value) {
     const std::string name = b_.unique_value(node_.name + "/const");
     b_.add_initializer(name, value);
@@ -291,8 +293,7 @@ void emit_dot(NodeEmitter& e) {
   const int64_t nb = static_cast<int64_t>(lb.size());
   const Ints leading = iota_ints(0, nb);
   const bool matmul =
-      lc.size() == 1 && rc.size() == 1 && lb == leading && rbatch == leading &&
-      lc[0] == ra - 1 &&
+      lc.size() == 1 && rc.size() == 1 && lb == leading && rbatch == leading && lc[0] == ra - 1 &&
       (nb == 0 ? (rb <= 2 && rc[0] == 0) : (ra == nb + 2 && rb == nb + 2 && rc[0] == nb));
   if (matmul) {
     e.add("MatMul", {e.in(0), e.in(1)}, e.out());
@@ -347,7 +348,8 @@ void emit_broadcast(NodeEmitter& e) {
   Ints order(dims.size());  // x's dimensions by the output dimension they map to
   std::iota(order.begin(), order.end(), 0);
   auto norm = [r](int64_t d) { return d < 0 ? d + r : d; };
-  std::sort(order.begin(), order.end(), [&](int64_t i, int64_t j) { return norm(dims[i]) < norm(dims[j]); });
+  std::sort(order.begin(), order.end(),
+            [&](int64_t i, int64_t j) { return norm(dims[i]) < norm(dims[j]); });
   std::string x = e.in(0);
   if (!is_identity(order)) {
     ::onnx::NodeProto* t = e.add("Transpose", {x});
@@ -385,7 +387,8 @@ void emit_slice(NodeEmitter& e) {
   const Shape& x = e.in_type(0).shape;
   Ints axes, starts, ends, steps;
   for (size_t d = 0; d < start.size(); ++d) {
-    const bool whole = limit[d] == kUnknownDim || (start[d] == 0 && strides[d] == 1 && limit[d] == x[d]);
+    const bool whole =
+        limit[d] == kUnknownDim || (start[d] == 0 && strides[d] == 1 && limit[d] == x[d]);
     if (whole) continue;
     axes.push_back(static_cast<int64_t>(d));
     starts.push_back(start[d]);
@@ -448,29 +451,68 @@ std::string transposed(NodeEmitter& e, const std::string& x, const Ints& perm) {
   return t->output(0);
 }
 
-// convolution: Conv between transposes; an HWIO kernel that is an initializer becomes an OIHW
-// one, otherwise a Transpose.
-void emit_convolution(NodeEmitter& e) {
-  const int64_t d = static_cast<int64_t>(e.in_type(1).shape.size()) - 2;
-  const Ints lhs_dilation = attr_ints_or(e.attrs(), "lhs_dilation", Ints(d, 1));
-  if (std::any_of(lhs_dilation.begin(), lhs_dilation.end(), [](int64_t v) { return v != 1; }))
-    e.unsupported("input dilation (a transposed convolution), which ONNX's Conv lacks");
-  const Ints pads = concat(e.attrs().get_ints("padding_low"), e.attrs().get_ints("padding_high"));
-  if (std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p < 0; }))
-    e.unsupported("negative padding, which ONNX's Conv lacks");
-  const Ints kernel_perm = concat({d + 1, d}, iota_ints(0, d));
-  std::string w;
-  if (const Tensor* value = e.builder().initializer_value(e.in(1))) {
-    w = e.initializer(transpose(*value, kernel_perm));
-  } else {
-    w = transposed(e, e.in(1), kernel_perm);
+// A kernel for ONNX: `value`, reversed along `flip` and transposed by `perm`; folded into a
+// new initializer when the kernel is one, otherwise Slice and Transpose nodes.
+std::string onnx_kernel(NodeEmitter& e, const std::string& kernel, const Ints& flip,
+                        const Ints& perm) {
+  if (const Tensor* value = e.builder().initializer_value(kernel))
+    return e.initializer(transpose(flip.empty() ? *value : reverse(*value, flip), perm));
+  std::string k = kernel;
+  if (!flip.empty()) {
+    const Ints starts(flip.size(), -1), steps(flip.size(), -1);
+    const Ints ends(flip.size(), std::numeric_limits<int64_t>::min());
+    k = e.value("Slice", {k, e.ints(starts), e.ints(ends), e.ints(flip), e.ints(steps)});
   }
-  ::onnx::NodeProto* conv = e.add("Conv", {transposed(e, e.in(0), to_channels_first(d)), w});
-  set_attr(conv, "strides", e.attrs().get_ints("strides"));
-  set_attr(conv, "pads", pads);
-  set_attr(conv, "dilations", attr_ints_or(e.attrs(), "dilation", Ints(d, 1)));
-  set_attr(conv, "group", e.attrs().get_int("groups", 1));
+  return transposed(e, k, perm);
+}
+
+// convolution: Conv between transposes, the HWIO kernel made OIHW. With input dilation (Kiln's
+// transposed convolution) and stride 1, ConvTranspose: Kiln correlates the dilated input with
+// its kernel K; ConvTranspose scatters with W = K flipped, so W is K flipped back, [in, out, k],
+// and ONNX's pads crop what Kiln's padding leaves out of the full result.
+void emit_convolution(NodeEmitter& e) {
   const Shape& k = e.in_type(1).shape;
+  const int64_t d = static_cast<int64_t>(k.size()) - 2;
+  const Ints lhs_dilation = attr_ints_or(e.attrs(), "lhs_dilation", Ints(d, 1));
+  const Ints strides = e.attrs().get_ints("strides");
+  const Ints dilation = attr_ints_or(e.attrs(), "dilation", Ints(d, 1));
+  const Ints low = e.attrs().get_ints("padding_low"), high = e.attrs().get_ints("padding_high");
+  const int64_t groups = e.attrs().get_int("groups", 1);
+  const Ints spatial = iota_ints(0, d);
+  const bool transposed_conv = lhs_dilation != Ints(d, 1);
+  ::onnx::NodeProto* conv;
+  const std::string x = transposed(e, e.in(0), to_channels_first(d));
+  if (!transposed_conv) {
+    if (std::any_of(low.begin(), low.end(), [](int64_t p) { return p < 0; }) ||
+        std::any_of(high.begin(), high.end(), [](int64_t p) { return p < 0; }))
+      e.unsupported("negative padding, which ONNX's Conv lacks");
+    conv = e.add("Conv", {x, onnx_kernel(e, e.in(1), {}, concat({d + 1, d}, spatial))});
+    set_attr(conv, "strides", strides);
+    set_attr(conv, "pads", concat(low, high));
+    set_attr(conv, "group", groups);
+  } else {
+    if (strides != Ints(d, 1) || groups != 1)
+      e.unsupported("input dilation with strides " + ints_str(strides) + " and groups " +
+                    std::to_string(groups) + " (ONNX's ConvTranspose needs 1 and 1)");
+    if (!is_fully_defined(Shape(k.begin(), k.begin() + d)))
+      e.unsupported("a transposed convolution whose kernel size is not known");
+    Ints pads_begin, pads_end, output_padding;
+    for (int64_t i = 0; i < d; ++i) {
+      const int64_t span = (k[i] - 1) * dilation[i] + 1;
+      if (low[i] > span - 1 || low[i] < 0 || high[i] < 0)
+        e.unsupported("padding " + ints_str(low) + " / " + ints_str(high) +
+                      " of a transposed convolution outside [0, kernel span)");
+      pads_begin.push_back(span - 1 - low[i]);
+      pads_end.push_back(std::max<int64_t>(0, span - 1 - high[i]));
+      output_padding.push_back(std::max<int64_t>(0, high[i] - (span - 1)));
+    }
+    conv =
+        e.add("ConvTranspose", {x, onnx_kernel(e, e.in(1), spatial, concat({d, d + 1}, spatial))});
+    set_attr(conv, "strides", lhs_dilation);
+    set_attr(conv, "pads", concat(pads_begin, pads_end));
+    if (output_padding != Ints(d, 0)) set_attr(conv, "output_padding", output_padding);
+  }
+  set_attr(conv, "dilations", dilation);
   if (is_fully_defined(Shape(k.begin(), k.begin() + d)))
     set_attr(conv, "kernel_shape", Ints(k.begin(), k.begin() + d));
   set_attr(e.add("Transpose", {conv->output(0)}, e.out()), "perm", to_channels_last(d));
@@ -486,19 +528,23 @@ Emit pool(bool max) {
     const Ints strides = attr_ints_or(e.attrs(), "strides", Ints(r, 1));
     const Ints low = attr_ints_or(e.attrs(), "padding_low", Ints(r, 0));
     const Ints high = attr_ints_or(e.attrs(), "padding_high", Ints(r, 0));
-    Ints kept, windowed;
-    for (int64_t i = 0; i < r; ++i) {
-      const bool trivial = window[i] == 1 && strides[i] == 1 && low[i] == 0 && high[i] == 0;
-      (trivial ? kept : windowed).push_back(i);
-    }
-    if (windowed.empty()) {
+    Ints trivial;
+    for (int64_t i = 0; i < r; ++i)
+      if (window[i] == 1 && strides[i] == 1 && low[i] == 0 && high[i] == 0) trivial.push_back(i);
+    if (static_cast<int64_t>(trivial.size()) == r) {
       e.add("Identity", {e.in(0)}, e.out());
       return;
     }
-    if (kept.size() != 2) {
-      e.unsupported("a window over " + std::to_string(windowed.size()) + " of " +
+    if (trivial.size() < 2) {
+      e.unsupported("a window over " + std::to_string(r - trivial.size()) + " of " +
                     std::to_string(r) + " dimensions; ONNX pools all but two (batch, channels)");
     }
+    // The first and last dimensions the window leaves alone are ONNX's batch and channels; the
+    // rest are pooled (with a window of 1 where Kiln's is trivial).
+    const Ints kept = {trivial.front(), trivial.back()};
+    Ints windowed;
+    for (int64_t i = 0; i < r; ++i)
+      if (i != kept[0] && i != kept[1]) windowed.push_back(i);
     if (!max && !is_floating(e.in_type(0).dtype))
       e.unsupported("a windowed sum of " + e.in_type(0).str() + " (AveragePool takes floats)");
     const Ints perm = concat(kept, windowed);
@@ -512,8 +558,7 @@ Emit pool(bool max) {
     if (!max) {
       set_attr(p, "count_include_pad", 1);
       const Ints size = pick(window, windowed);
-      const double taps =
-          std::accumulate(size.begin(), size.end(), 1.0, std::multiplies<double>());
+      const double taps = std::accumulate(size.begin(), size.end(), 1.0, std::multiplies<double>());
       y = e.value("Mul", {y, e.scalar(taps, e.in_type(0).dtype)});
     }
     if (moved) {
@@ -524,7 +569,10 @@ Emit pool(bool max) {
   };
 }
 
+// Kiln op -> its emitter. An op not here (random ops, control flow, collectives, the gradient
+// ops, custom ops) is reported by name.
 const std::unordered_map<std::string, Emit>& table() {
+  // clang-format off
   static const std::unordered_map<std::string, Emit> t = {
       // elementwise
       {"neg", same("Neg")}, {"abs", same("Abs")}, {"exp", same("Exp")}, {"log", same("Log")},
@@ -554,6 +602,7 @@ const std::unordered_map<std::string, Emit>& table() {
       {"dot", emit_dot}, {"convolution", emit_convolution},
       {"reduce_window_max", pool(true)}, {"reduce_window_sum", pool(false)},
   };
+  // clang-format on
   return t;
 }
 
@@ -568,8 +617,10 @@ void set_value_info(::onnx::ValueInfoProto* v, const std::string& name, const Te
   for (size_t i = 0; i < type.shape.size(); ++i) {
     auto* dim = shape->add_dim();
     const std::string& named = i < dim_names.size() ? dim_names[i] : std::string();
-    if (!named.empty()) dim->set_dim_param(named);
-    else if (type.shape[i] != kUnknownDim) dim->set_dim_value(type.shape[i]);
+    if (!named.empty())
+      dim->set_dim_param(named);
+    else if (type.shape[i] != kUnknownDim)
+      dim->set_dim_value(type.shape[i]);
   }
 }
 
@@ -634,7 +685,8 @@ class Exporter {
     std::vector<int> roots;
     for (const auto& [name, t] : g_.outputs) {
       if (!t.defined() || t.impl()->graph != g_.graph.impl())
-        fail(ErrorCode::kInvalidArgument, where() + "output '" + name + "' is not a value of the graph");
+        fail(ErrorCode::kInvalidArgument,
+             where() + "output '" + name + "' is not a value of the graph");
       roots.push_back(t.impl()->node);
     }
     std::lock_guard lock(g_.graph.impl()->mu);
@@ -692,9 +744,8 @@ class Exporter {
   void export_node(const NodeInfo& node) {
     if (node.op == "placeholder") {
       if (!inputs_.count(node.id) && !variables_.count(node.id)) {
-        fail(ErrorCode::kInvalidArgument,
-             where() + "the outputs need placeholder '" + node.name +
-                 "', which is neither an input nor a variable");
+        fail(ErrorCode::kInvalidArgument, where() + "the outputs need placeholder '" + node.name +
+                                              "', which is neither an input nor a variable");
       }
       return;
     }
@@ -745,9 +796,10 @@ class Exporter {
       for (const auto& i : n.input()) used.insert(i);
     for (const auto& o : graph->output()) used.insert(o.name());
     auto* inits = graph->mutable_initializer();
-    inits->erase(std::remove_if(inits->begin(), inits->end(),
-                                [&](const ::onnx::TensorProto& t) { return !used.count(t.name()); }),
-                 inits->end());
+    inits->erase(
+        std::remove_if(inits->begin(), inits->end(),
+                       [&](const ::onnx::TensorProto& t) { return !used.count(t.name()); }),
+        inits->end());
   }
 
   const io::ExportedGraph& g_;
