@@ -1,11 +1,8 @@
 // kiln::onnx::export_model: a Kiln inference graph as an ONNX ModelProto. One table maps each Kiln
 // op to a function emitting its ONNX nodes; variables and constants become initializers.
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <functional>
 #include <limits>
-#include <map>
 #include <numeric>
 #include <set>
 #include <unordered_map>
@@ -87,7 +84,8 @@ Ints iota_ints(int64_t from, int64_t to) {
 // The ONNX graph being built: unique value and node names, initializers and their values.
 class Builder {
  public:
-  explicit Builder(::onnx::GraphProto* graph) : graph_(graph) {}
+  Builder(::onnx::GraphProto* graph, int64_t opset) : graph_(graph), opset_(opset) {}
+  int64_t opset() const { return opset_; }
 
   // `base`, or `base` with the first free numeric suffix.
   std::string unique_value(const std::string& base) { return unique(values_, base); }
@@ -127,6 +125,7 @@ class Builder {
   }
 
   ::onnx::GraphProto* graph_;
+  int64_t opset_;
   std::set<std::string> values_, nodes_;
   std::unordered_map<std::string, Tensor> initializer_values_;
 };
@@ -330,6 +329,7 @@ void emit_reshape(NodeEmitter& e) {
   if (zero) {  // a 0 is a size, not "copy the input's"
     if (std::count(shape.begin(), shape.end(), -1) > 0)
       e.unsupported("reshape to a shape with both a 0 and an inferred dimension");
+    if (e.builder().opset() < 14) e.unsupported("reshape to a size 0 needs opset 14 (allowzero)");
     set_attr(n, "allowzero", 1);
   }
 }
@@ -644,7 +644,7 @@ int64_t ir_version_for(int64_t opset) { return opset >= 15 ? 8 : 7; }
 class Exporter {
  public:
   Exporter(const io::ExportedGraph& graph, const ExportOptions& options)
-      : g_(graph), options_(options), b_(model_.mutable_graph()) {}
+      : g_(graph), options_(options), b_(model_.mutable_graph(), options.opset) {}
 
   ::onnx::ModelProto run() {
     if (options_.opset < 13 || options_.opset > 17) {

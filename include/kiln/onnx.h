@@ -104,8 +104,9 @@ struct ExportOptions {
 // written beside `path` under a temporary name and renamed into place, so a failed export leaves
 // no file, or the old one. Errors throw kiln::Error: kUnimplemented listing every node (its name
 // and op, with why) that has no ONNX form, all at once; kInvalidArgument for an opset out of
-// range or a graph that needs a placeholder that is neither an input nor a variable; kInternal
-// (or the file layer's codes) when the file cannot be written.
+// range or a graph that needs a placeholder that is neither an input nor a variable; kNotFound
+// for a directory that does not exist and kFailedPrecondition for a file that cannot be written
+// or renamed into place.
 void export_model(const io::ExportedGraph& graph, const std::string& path,
                   const ExportOptions& options = {});
 // The same as a serialized ModelProto in memory.
