@@ -44,7 +44,9 @@ const Shape& static_shape(const NodeContext& c, const Tensor& x);
   /* onnx_convert_resize.cc */                                                                  \
   X(Resize) X(Upsample)                                                                         \
   /* onnx_convert_quant.cc */                                                                   \
-  X(QuantizeLinear) X(DequantizeLinear) X(DynamicQuantizeLinear)
+  X(QuantizeLinear) X(DequantizeLinear) X(DynamicQuantizeLinear)                               \
+  /* onnx_convert_rnn.cc */                                                                     \
+  X(RNN) X(GRU) X(LSTM)
 
 #define KILN_ONNX_DECLARE(name) std::vector<Tensor> convert_##name(const NodeContext& c);
 KILN_ONNX_CONVERTERS(KILN_ONNX_DECLARE)

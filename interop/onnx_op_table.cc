@@ -115,6 +115,13 @@ const std::vector<OpEntry>& table() {
       ROW("DequantizeLinear", 10, "", DequantizeLinear),
       ROW("DequantizeLinear", 13, "axis", DequantizeLinear),
       ROW("DynamicQuantizeLinear", 11, "", DynamicQuantizeLinear),
+      // recurrent layers
+      ROW("RNN", 7, "activations,clip,direction,hidden_size", RNN),
+      ROW("RNN", 14, "activations,clip,direction,hidden_size,layout", RNN),
+      ROW("GRU", 7, "activations,clip,direction,hidden_size,linear_before_reset", GRU),
+      ROW("GRU", 14, "activations,clip,direction,hidden_size,layout,linear_before_reset", GRU),
+      ROW("LSTM", 7, "activations,clip,direction,hidden_size,input_forget", LSTM),
+      ROW("LSTM", 14, "activations,clip,direction,hidden_size,input_forget,layout", LSTM),
   };
   return rows;
 }
