@@ -46,7 +46,10 @@ const Shape& static_shape(const NodeContext& c, const Tensor& x);
   /* onnx_convert_quant.cc */                                                                   \
   X(QuantizeLinear) X(DequantizeLinear) X(DynamicQuantizeLinear)                               \
   /* onnx_convert_rnn.cc */                                                                     \
-  X(RNN) X(GRU) X(LSTM)
+  X(RNN) X(GRU) X(LSTM)                                                                         \
+  /* onnx_convert_misc.cc */                                                                    \
+  X(HannWindow) X(HammingWindow) X(BlackmanWindow) X(BitShift) X(ReverseSequence) X(TopK1)      \
+  X(TopK10) X(Det)
 
 #define KILN_ONNX_DECLARE(name) std::vector<Tensor> convert_##name(const NodeContext& c);
 KILN_ONNX_CONVERTERS(KILN_ONNX_DECLARE)

@@ -122,6 +122,14 @@ const std::vector<OpEntry>& table() {
       ROW("GRU", 14, "activations,clip,direction,hidden_size,layout,linear_before_reset", GRU),
       ROW("LSTM", 7, "activations,clip,direction,hidden_size,input_forget", LSTM),
       ROW("LSTM", 14, "activations,clip,direction,hidden_size,input_forget,layout", LSTM),
+      // built from other ops
+      ROW("HannWindow", 17, "output_datatype,periodic", HannWindow),
+      ROW("HammingWindow", 17, "output_datatype,periodic", HammingWindow),
+      ROW("BlackmanWindow", 17, "output_datatype,periodic", BlackmanWindow),
+      ROW("BitShift", 11, "direction", BitShift),
+      ROW("ReverseSequence", 10, "batch_axis,time_axis", ReverseSequence),
+      ROW("TopK", 1, "axis,k", TopK1), ROW("TopK", 10, "axis", TopK10),
+      ROW("TopK", 11, "axis,largest,sorted", TopK10), ROW("Det", 11, "", Det),
   };
   return rows;
 }
