@@ -31,7 +31,8 @@ Vec window(const NodeContext& c, double a0, double a1, double a2) {
   if (!dtype) c.unsupported("Kiln has no dtype for " + onnx_dtype_name(type));
   const int64_t n = size[0];
   // A symmetric window of one value would divide by zero; it is that one value, at n = 0.
-  const double denom = static_cast<double>(c.attr_int("periodic", 1) ? n : std::max<int64_t>(n - 1, 1));
+  const double denom =
+      static_cast<double>(c.attr_int("periodic", 1) ? n : std::max<int64_t>(n - 1, 1));
   std::vector<double> v(n);
   for (int64_t i = 0; i < n; ++i) {
     const double x = 2 * std::numbers::pi * static_cast<double>(i) / denom;
@@ -60,8 +61,8 @@ Tensor to_rows(const Tensor& x, int64_t axis) {
     if (d != axis) perm.push_back(d);
   perm.push_back(axis);
   const Shape& xs = x.shape();
-  return reshape(transpose(x, perm), {product(xs, 0, xs.size()) / std::max<int64_t>(xs[axis], 1),
-                                      xs[axis]});
+  return reshape(transpose(x, perm),
+                 {product(xs, 0, xs.size()) / std::max<int64_t>(xs[axis], 1), xs[axis]});
 }
 
 // The pairwise comparison holds m * n * n values; past these it is refused.
@@ -92,7 +93,7 @@ Vec top_k(const NodeContext& c, int64_t k) {
   const Tensor rank = reshape(sum(convert(before, i32), {2}), {m, 1, n});
   // Position p holds the i whose rank is p.
   const Tensor at = equal(rank, iota({1, k, 1}, 1, i32));  // [M, k, n]
-  const Tensor idx = argmax(convert(at, i32), 2);             // [M, k]
+  const Tensor idx = argmax(convert(at, i32), 2);          // [M, k]
   const Tensor offs = add(mul(iota({m, k}, 0, i64), Tensor::scalar<int64_t>(n)), idx);
   const Tensor values = gather(reshape(rows, {m * n}), offs, 0);
   return {from_rows(values, xs, axis, k), from_rows(idx, xs, axis, k)};
@@ -117,8 +118,8 @@ Vec convert_BitShift(const NodeContext& c) {
   const Tensor wide = convert(x, i64);
   const Tensor by = minimum(convert(y, i64), Tensor::scalar<int64_t>(8));
   const Tensor scale = pow(Tensor::scalar<int64_t>(2), by);
-  const Tensor out = dir == "LEFT" ? rem(mul(wide, scale), Tensor::scalar<int64_t>(256))
-                                   : div(wide, scale);
+  const Tensor out =
+      dir == "LEFT" ? rem(mul(wide, scale), Tensor::scalar<int64_t>(256)) : div(wide, scale);
   return {convert(out, u8)};
 }
 
@@ -143,8 +144,8 @@ Vec convert_ReverseSequence(const NodeContext& c) {
                   "]");
   }
   const Tensor steps = iota({b, t}, 1, i64);
-  const Tensor src = where(less(steps, lens), sub(sub(lens, Tensor::scalar<int64_t>(1)), steps),
-                           steps);
+  const Tensor src =
+      where(less(steps, lens), sub(sub(lens, Tensor::scalar<int64_t>(1)), steps), steps);
   const Tensor rows = add(mul(iota({b, t}, 0, i64), Tensor::scalar<int64_t>(t)), src);
   Axes perm{batch_axis, time_axis};
   for (int64_t d = 2; d < x.rank(); ++d) perm.push_back(d);  // swaps 0 and 1, or keeps them
@@ -188,7 +189,7 @@ Vec convert_Det(const NodeContext& c) {
   const Tensor eye = convert(equal(iota({n, n}, 0, i64), iota({n, n}, 1, i64)), dt);
   for (int64_t k = 0; k < n; ++k) {
     const Tensor col = reshape(slice(a, {0, 0, k}, {m, n, k + 1}), {m, n});
-    const Tensor below = greater_equal(row, Tensor::scalar<int64_t>(k));  // [1, n]
+    const Tensor below = greater_equal(row, Tensor::scalar<int64_t>(k));          // [1, n]
     const Tensor p = argmax(where(below, abs(col), scalar_of(-1, dt)), 1, true);  // [m, 1]
     // The swap of rows k and p: I - e_k e_k' - e_p e_p' + e_k e_p' + e_p e_k'.
     const Tensor ek = convert(equal(row, Tensor::scalar<int64_t>(k)), dt);  // [1, n]
@@ -198,12 +199,12 @@ Vec convert_Det(const NodeContext& c) {
     a = matmul(swap, a);
     sign = where(equal(reshape(p, {m}), Tensor::scalar<int64_t>(k)), sign, neg(sign));
     // Rows below k less their multiple of row k; a zero pivot leaves a zero column below it.
-    const Tensor pivot_row = slice(a, {0, k, 0}, {m, k + 1, n});              // [m, 1, n]
-    const Tensor pivot = slice(a, {0, k, k}, {m, k + 1, k + 1});              // [m, 1, 1]
+    const Tensor pivot_row = slice(a, {0, k, 0}, {m, k + 1, n});  // [m, 1, n]
+    const Tensor pivot = slice(a, {0, k, k}, {m, k + 1, k + 1});  // [m, 1, 1]
     const Tensor safe = where(equal(pivot, scalar_of(0, dt)), scalar_of(1, dt), pivot);
-    const Tensor factor = mul(div(slice(a, {0, 0, k}, {m, n, k + 1}), safe),  // [m, n, 1]
-                              convert(reshape(greater(row, Tensor::scalar<int64_t>(k)), {1, n, 1}),
-                                      dt));
+    const Tensor factor =
+        mul(div(slice(a, {0, 0, k}, {m, n, k + 1}), safe),  // [m, n, 1]
+            convert(reshape(greater(row, Tensor::scalar<int64_t>(k)), {1, n, 1}), dt));
     a = sub(a, mul(factor, pivot_row));
   }
   const Tensor diag = mul(a, reshape(eye, {1, n, n}));

@@ -1,6 +1,7 @@
 // ONNX's activations, convolutions, pooling, normalizations and losses as Kiln ops. ONNX is
 // channels-first (NCHW, kernels OIHW); Kiln's convolution is channels-last (NHWC, HWIO), so a
 // Conv transposes around it and the compiler folds what it can.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -316,9 +317,115 @@ WindowOptions pool_window(const NodeContext& c, const Shape& xs, Axes* explicit_
 
 }  // namespace
 
+namespace {
+
+// The lowest value of x's dtype, which padding never wins a max with.
+double lowest(DType dt) {
+  switch (dt) {
+    case DType::u8:
+      return 0;
+    case DType::i8:
+      return std::numeric_limits<int8_t>::min();
+    case DType::i32:
+      return std::numeric_limits<int32_t>::min();
+    case DType::i64:
+      return static_cast<double>(std::numeric_limits<int64_t>::min());
+    default:
+      return -std::numeric_limits<double>::infinity();
+  }
+}
+
+// MaxPool with dilations or indices, which reduce_window_max lacks: a strided slice of the
+// padded input per kernel offset, folded in window order. The first maximum wins (a later
+// offset must be strictly greater), as in ONNX's reference; an index is the flat position in
+// x, row-major, or with storage_order 1 column-major over the spatial dimensions.
+Vec max_pool_by_offsets(const NodeContext& c, const Tensor& x) {
+  const Shape& xs = static_shape(c, x);
+  const Axes kernel = c.attr_ints("kernel_shape");
+  if (kernel.size() + 2 != xs.size()) c.invalid("kernel_shape does not match the input's rank");
+  const int64_t storage_order = c.attr_int("storage_order", 0);
+  if (storage_order != 0 && storage_order != 1)
+    c.invalid("storage_order " + std::to_string(storage_order));
+  const Window w = window_of(c, spatial(xs), kernel);
+  const size_t n = kernel.size();
+  Axes out(n), low{0, 0}, high{0, 0};
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t in = xs[2 + i], s = w.strides[i];
+    const int64_t extent = (kernel[i] - 1) * w.dilations[i] + 1;
+    const int64_t span = in + w.low[i] + w.high[i] - extent;
+    if (kernel[i] < 1 || s < 1 || w.dilations[i] < 1 || span < 0)
+      c.invalid("the window " + shape_str(kernel) + " does not fit the input " + shape_str(xs));
+    out[i] = span / s + 1;
+    if (c.attr_int("ceil_mode", 0)) {
+      out[i] = (span + s - 1) / s + 1;
+      if ((out[i] - 1) * s >= in + w.low[i]) --out[i];  // a window must start inside
+    }
+    low.push_back(w.low[i]);
+    high.push_back(std::max(w.high[i], (out[i] - 1) * s + extent - in - w.low[i]));
+  }
+  const Tensor padded = pad(x, low, high, lowest(x.dtype()));
+  // Spatial strides of the flat index.
+  Axes place(n);
+  int64_t plane = 1;
+  for (size_t j = 0; j < n; ++j) {
+    const size_t i = storage_order ? j : n - 1 - j;
+    place[i] = plane;
+    plane *= xs[2 + i];
+  }
+  Shape out_shape{1, 1};
+  out_shape.insert(out_shape.end(), out.begin(), out.end());
+  const bool indices = c.wants_output(1);
+  Tensor best, index, seen;
+  for (Axes off(n, 0);;) {
+    Axes start{0, 0}, limit{xs[0], xs[1]}, step{1, 1};
+    Tensor at = zeros(out_shape, i64), inside = full(out_shape, 1, bool_);
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t first = off[i] * w.dilations[i];
+      start.push_back(first);
+      limit.push_back(first + (out[i] - 1) * w.strides[i] + 1);
+      step.push_back(w.strides[i]);
+      if (!indices) continue;
+      const Tensor pos = sub(add(mul(iota(out_shape, 2 + i, i64), Tensor::scalar(w.strides[i])),
+                                 Tensor::scalar(first)),
+                             Tensor::scalar(w.low[i]));
+      at = add(at, mul(pos, Tensor::scalar(place[i])));
+      inside = logical_and(inside, logical_and(greater_equal(pos, Tensor::scalar<int64_t>(0)),
+                                               less(pos, Tensor::scalar(xs[2 + i]))));
+    }
+    const Tensor cand = slice(padded, start, limit, step);
+    if (!best.defined()) {
+      best = cand;
+      index = at;
+      seen = inside;
+    } else if (indices) {
+      // Padding is never picked, even where the input holds the dtype's lowest value.
+      const Tensor take = logical_and(inside, logical_or(greater(cand, best), logical_not(seen)));
+      best = where(take, cand, best);
+      index = where(take, at, index);
+      seen = logical_or(seen, inside);
+    } else {
+      best = maximum(best, cand);
+    }
+    size_t i = n;
+    while (i > 0 && ++off[i - 1] == kernel[i - 1]) off[--i] = 0;
+    if (i == 0) break;
+  }
+  if (!indices) return {best};
+  const Tensor image = mul(iota({xs[0], xs[1]}, 0, i64), Tensor::scalar(xs[1]));
+  const Tensor base = mul(add(image, iota({xs[0], xs[1]}, 1, i64)), Tensor::scalar(plane));
+  Shape base_shape{xs[0], xs[1]};
+  base_shape.insert(base_shape.end(), n, 1);
+  return {best, add(reshape(base, base_shape), index)};
+}
+
+}  // namespace
+
 Vec convert_MaxPool(const NodeContext& c) {
-  if (c.wants_output(1)) c.unsupported("output 1 (the indices)");
   const Tensor& x = c.input(0);
+  const Axes dilations = c.attr_ints("dilations");
+  const bool dilated =
+      std::any_of(dilations.begin(), dilations.end(), [](int64_t d) { return d != 1; });
+  if (dilated || c.wants_output(1)) return max_pool_by_offsets(c, x);
   Axes explicit_high;
   return {reduce_window_max(x, pool_window(c, static_shape(c, x), &explicit_high))};
 }

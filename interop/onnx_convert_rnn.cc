@@ -26,8 +26,10 @@ std::vector<Activation> activations(const NodeContext& c, Cell cell, int64_t dir
   if (names.empty()) {
     const std::vector<std::string> defaults = {"sigmoid", "tanh", "tanh"};
     for (int64_t d = 0; d < directions; ++d) {
-      if (cell == Cell::kRnn) names.push_back("tanh");
-      else names.insert(names.end(), defaults.begin(), defaults.begin() + per);
+      if (cell == Cell::kRnn)
+        names.push_back("tanh");
+      else
+        names.insert(names.end(), defaults.begin(), defaults.begin() + per);
     }
   }
   if (names.size() != per * directions) {
@@ -36,11 +38,16 @@ std::vector<Activation> activations(const NodeContext& c, Cell cell, int64_t dir
   }
   std::vector<Activation> out;
   for (std::string n : names) {
-    std::transform(n.begin(), n.end(), n.begin(), [](unsigned char ch) { return std::tolower(ch); });
-    if (n == "sigmoid") out.push_back(logistic);
-    else if (n == "tanh") out.push_back(tanh);
-    else if (n == "relu") out.push_back(relu);
-    else c.unsupported("activation '" + n + "' (Kiln imports Sigmoid, Tanh and Relu)");
+    std::transform(n.begin(), n.end(), n.begin(),
+                   [](unsigned char ch) { return std::tolower(ch); });
+    if (n == "sigmoid")
+      out.push_back(logistic);
+    else if (n == "tanh")
+      out.push_back(tanh);
+    else if (n == "relu")
+      out.push_back(relu);
+    else
+      c.unsupported("activation '" + n + "' (Kiln imports Sigmoid, Tanh and Relu)");
   }
   return out;
 }
@@ -70,7 +77,7 @@ struct Layer {
   std::vector<Activation> acts;  // per direction, `per` of them
   double clip = 0;               // 0: none
   bool linear_before_reset = false, input_forget = false;
-  Tensor lens;                   // [batch] i64, undefined when every sequence is full length
+  Tensor lens;  // [batch] i64, undefined when every sequence is full length
 };
 
 // Weights of one direction: W [G*H, I], R [G*H, H], biases [G*H] (Wb + Rb, except GRU's Rbh,
