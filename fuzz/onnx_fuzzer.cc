@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_file.h"
+#include "fuzz/fuzz_graph.h"
 #include "kiln/error.h"
 #include "kiln/graph.h"
 #include "kiln/onnx.h"
@@ -25,17 +26,8 @@ using namespace kiln;
 constexpr uint64_t kMaxElements = uint64_t{1} << 22;
 constexpr int64_t kFedDim = 2;
 
-bool one_of(ErrorCode code, std::initializer_list<ErrorCode> allowed) {
-  return std::find(allowed.begin(), allowed.end(), code) != allowed.end();
-}
-
 uint64_t elements(const Shape& shape) {
-  uint64_t n = 1;
-  for (int64_t d : shape) {
-    const uint64_t size = d == kUnknownDim ? kFedDim : static_cast<uint64_t>(d);
-    if (__builtin_mul_overflow(n, size, &n) || n > kMaxElements) return kMaxElements + 1;
-  }
-  return n;
+  return fuzz::capped_elements(shape, kFedDim, kMaxElements);
 }
 
 // Whether every value of the graph stays small with unknown dimensions fed as kFedDim.
@@ -62,7 +54,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     model = onnx::import_model_from_string(bytes, options, "fuzz.onnx");
   } catch (const Error& e) {
     fuzz::note(e);
-    fuzz::check(one_of(e.code(), {ErrorCode::kDataLoss, ErrorCode::kUnimplemented,
+    fuzz::check(fuzz::one_of(e.code(), {ErrorCode::kDataLoss, ErrorCode::kUnimplemented,
                                   ErrorCode::kInvalidArgument, ErrorCode::kOutOfRange}));
     return 0;
   }
@@ -87,7 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   } catch (const Error& e) {
     fuzz::note(e);
-    fuzz::check(one_of(e.code(), {ErrorCode::kInvalidArgument, ErrorCode::kOutOfRange,
+    fuzz::check(fuzz::one_of(e.code(), {ErrorCode::kInvalidArgument, ErrorCode::kOutOfRange,
                                   ErrorCode::kNotFound}));
   }
   return 0;

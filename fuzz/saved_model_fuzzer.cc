@@ -27,6 +27,7 @@
 #include <string>
 
 #include "fuzz/fuzz_file.h"
+#include "fuzz/fuzz_graph.h"
 #include "kiln/error.h"
 #include "kiln/io/saved_model.h"
 #include "kiln/op_registry.h"
@@ -43,19 +44,10 @@ constexpr int64_t kFedDim = 2;  // the size fed for an unknown dimension
 // into one dimension), and when all of them together stay under 4 times as many.
 constexpr uint64_t kMaxElements = uint64_t{1} << 24;
 
-bool one_of(ErrorCode code, std::initializer_list<ErrorCode> allowed) {
-  return std::find(allowed.begin(), allowed.end(), code) != allowed.end();
-}
-
 // The elements of `shape` with each unknown dimension taken as `unknown`, at most
 // kMaxElements + 1.
 uint64_t elements(const Shape& shape, uint64_t unknown) {
-  uint64_t n = 1;
-  for (int64_t d : shape) {
-    const uint64_t size = d == kUnknownDim ? unknown : static_cast<uint64_t>(d);
-    if (__builtin_mul_overflow(n, size, &n) || n > kMaxElements) return kMaxElements + 1;
-  }
-  return n;
+  return fuzz::capped_elements(shape, unknown, kMaxElements);
 }
 
 Shape fed_shape(const Shape& declared) {
@@ -121,7 +113,7 @@ void check_runs(const io::LoadedModel& model) {
       outputs = model.run(name, inputs);
     } catch (const Error& e) {
       fuzz::note(e);
-      fuzz::check(one_of(
+      fuzz::check(fuzz::one_of(
           e.code(), {ErrorCode::kInvalidArgument, ErrorCode::kOutOfRange, ErrorCode::kNotFound}));
       continue;
     }
@@ -195,7 +187,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                !OpRegistry::global().contains(op.first);
       }));
     } else {
-      fuzz::check(one_of(
+      fuzz::check(fuzz::one_of(
           e.code(), {ErrorCode::kDataLoss, ErrorCode::kInvalidArgument, ErrorCode::kNotFound}));
     }
     return 0;

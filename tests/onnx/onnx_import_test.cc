@@ -20,6 +20,7 @@
 #include "kiln/ops.h"
 #include "onnx/onnx_pb.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/testing/values.h"
 
 namespace kiln {
 namespace {
@@ -128,16 +129,7 @@ void expect_near(const std::vector<float>& got, const std::vector<float>& want) 
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << "element " << i;
 }
 
-template <typename F>
-Error error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no kiln::Error was thrown";
-  return Error(ErrorCode::kInternal, "none");
-}
+using test_values::thrown_error;
 
 // ---- tests --------------------------------------------------------------------------------
 
@@ -179,14 +171,14 @@ TEST(OnnxImport, RunsByNameAndChecksInputs) {
   const auto y = model.run(std::map<std::string, Tensor>{{"x", Tensor::from_vector(x, {2, 4})}});
   expect_near(y.at("y").to_vector<float>(), mlp_reference(x, 2));
 
-  Error e = error_of([&] { model.run({Tensor::from_vector(batch_of(1), {1, 2, 2})}); });
+  Error e = thrown_error([&] { model.run({Tensor::from_vector(batch_of(1), {1, 2, 2})}); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(e.what(), HasSubstr("input 'x'"));
-  e = error_of([&] { model.run({Tensor::from_vector(std::vector<int32_t>(4, 1), {1, 4})}); });
+  e = thrown_error([&] { model.run({Tensor::from_vector(std::vector<int32_t>(4, 1), {1, 4})}); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-  e = error_of([&] { model.run(std::vector<Tensor>{}); });
+  e = thrown_error([&] { model.run(std::vector<Tensor>{}); });
   EXPECT_THAT(e.what(), HasSubstr("takes 1 inputs, got 0"));
-  e = error_of([&] {
+  e = thrown_error([&] {
     model.run(std::map<std::string, Tensor>{{"x", Tensor::from_vector(x, {2, 4})},
                                             {"z", Tensor::from_vector(x, {2, 4})}});
   });
@@ -206,7 +198,7 @@ TEST(OnnxImport, ListsEveryUnsupportedNodeAtOnce) {
   add_int_attr(add_node(g, "Relu", "relu_with_extra", {"x"}, {"c"}), "alpha_beta", 1);
   add_node(g, "Add", "uses_failed", {"a", "b"}, {"d"});  // depends on failed nodes only
   add_node(g, "Add", "sum", {"d", "c"}, {"y"});
-  const Error e = error_of([&] { onnx::import_model_from_string(m.SerializeAsString(), {}, "m"); });
+  const Error e = thrown_error([&] { onnx::import_model_from_string(m.SerializeAsString(), {}, "m"); });
   EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
   const std::string msg = e.what();
   EXPECT_THAT(msg, HasSubstr("cannot import 3 nodes"));
@@ -218,16 +210,16 @@ TEST(OnnxImport, ListsEveryUnsupportedNodeAtOnce) {
 }
 
 TEST(OnnxImport, ReportsMissingCorruptAndMalformedModels) {
-  Error e = error_of([] { onnx::import_model("/nonexistent/dir/model.onnx"); });
+  Error e = thrown_error([] { onnx::import_model("/nonexistent/dir/model.onnx"); });
   EXPECT_EQ(e.code(), ErrorCode::kNotFound);
   EXPECT_THAT(e.what(), HasSubstr("/nonexistent/dir/model.onnx"));
 
-  e = error_of([] { onnx::import_model_from_string("\xff\xff\xff garbage", {}, "junk.onnx"); });
+  e = thrown_error([] { onnx::import_model_from_string("\xff\xff\xff garbage", {}, "junk.onnx"); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr("junk.onnx"));
 
   const std::string good = mlp_model();
-  e = error_of([&] { onnx::import_model_from_string(good.substr(0, good.size() / 2)); });
+  e = thrown_error([&] { onnx::import_model_from_string(good.substr(0, good.size() / 2)); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
 
   ::onnx::ModelProto m = new_model();
@@ -235,7 +227,7 @@ TEST(OnnxImport, ReportsMissingCorruptAndMalformedModels) {
   set_type(m.mutable_graph()->add_output(), "y", ::onnx::TensorProto::FLOAT, {"3"});
   add_node(m.mutable_graph(), "Add", "early", {"x", "later"}, {"y"});
   add_node(m.mutable_graph(), "Relu", "late", {"x"}, {"later"});
-  e = error_of([&] { onnx::import_model_from_string(m.SerializeAsString()); });
+  e = thrown_error([&] { onnx::import_model_from_string(m.SerializeAsString()); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(e.what(), HasSubstr("uses 'later' before it is produced"));
 
@@ -245,7 +237,7 @@ TEST(OnnxImport, ReportsMissingCorruptAndMalformedModels) {
   set_type(m.mutable_graph()->add_output(), "y", ::onnx::TensorProto::FLOAT, {"3"});
   *m.mutable_graph()->add_initializer() = float_tensor("w", {3}, {1, 2});
   add_node(m.mutable_graph(), "Mul", "scale", {"x", "w"}, {"y"});
-  e = error_of([&] { onnx::import_model_from_string(m.SerializeAsString()); });
+  e = thrown_error([&] { onnx::import_model_from_string(m.SerializeAsString()); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr("initializer 'w'"));
 
@@ -255,7 +247,7 @@ TEST(OnnxImport, ReportsMissingCorruptAndMalformedModels) {
   set_type(m.mutable_graph()->add_output(), "y", ::onnx::TensorProto::FLOAT, {"3"});
   *m.mutable_graph()->add_initializer() = float_tensor("w", {2}, {1, 2});
   add_node(m.mutable_graph(), "Add", "bad_add", {"x", "w"}, {"y"});
-  e = error_of([&] { onnx::import_model_from_string(m.SerializeAsString()); });
+  e = thrown_error([&] { onnx::import_model_from_string(m.SerializeAsString()); });
   EXPECT_THAT(e.what(), HasSubstr("'bad_add' (Add"));
 
   // An output declared with another dtype than the graph computes.
@@ -263,7 +255,7 @@ TEST(OnnxImport, ReportsMissingCorruptAndMalformedModels) {
   set_type(m.mutable_graph()->add_input(), "x", ::onnx::TensorProto::FLOAT, {"3"});
   set_type(m.mutable_graph()->add_output(), "y", ::onnx::TensorProto::INT64, {"3"});
   add_node(m.mutable_graph(), "Relu", "relu", {"x"}, {"y"});
-  e = error_of([&] { onnx::import_model_from_string(m.SerializeAsString()); });
+  e = thrown_error([&] { onnx::import_model_from_string(m.SerializeAsString()); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(e.what(), HasSubstr("output 'y' is f32, the model declares INT64"));
 }
@@ -279,7 +271,7 @@ TEST(OnnxImport, StaticInputsFixValuesTheImportNeeds) {
   add_node(g, "Reshape", "reshape", {"x", "shape"}, {"y"});
   const std::string bytes = m.SerializeAsString();
 
-  const Error e = error_of([&] { onnx::import_model_from_string(bytes); });
+  const Error e = thrown_error([&] { onnx::import_model_from_string(bytes); });
   EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
   EXPECT_THAT(e.what(), HasSubstr("static_inputs"));
 
@@ -292,11 +284,11 @@ TEST(OnnxImport, StaticInputsFixValuesTheImportNeeds) {
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
 
   options.static_inputs["nope"] = Tensor::scalar<int64_t>(1);
-  EXPECT_EQ(error_of([&] { onnx::import_model_from_string(bytes, options); }).code(),
+  EXPECT_EQ(thrown_error([&] { onnx::import_model_from_string(bytes, options); }).code(),
             ErrorCode::kInvalidArgument);
   options.static_inputs.erase("nope");
   options.static_inputs["shape"] = Tensor::from_vector(std::vector<int32_t>{3, 2}, {2});
-  EXPECT_THAT(error_of([&] { onnx::import_model_from_string(bytes, options); }).what(),
+  EXPECT_THAT(thrown_error([&] { onnx::import_model_from_string(bytes, options); }).what(),
               HasSubstr("must be a concrete i64"));
 }
 
@@ -306,7 +298,7 @@ TEST(OnnxImport, InputShapesReplaceSymbolicDimensions) {
   const onnx::Model model = onnx::import_model_from_string(mlp_model(), options);
   EXPECT_EQ(model.graph().inputs[0].second.shape(), (Shape{2, 4}));
   options.input_shapes["x"] = {2, 5};  // the file says 4
-  const Error e = error_of([&] { onnx::import_model_from_string(mlp_model(), options); });
+  const Error e = thrown_error([&] { onnx::import_model_from_string(mlp_model(), options); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(e.what(), HasSubstr("does not fit the model's"));
 }
@@ -384,13 +376,13 @@ TEST(OnnxImportExternal, ReadsExternalDataInsideTheModelDirectoryOnly) {
   const Tensor y = model.run({Tensor::from_vector(std::vector<float>{1, 2, 3}, {3})})[0];
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{1.5f, -4.0f, 12.0f}));
 
-  Error e = error_of([&] { onnx::import_model(model_with("../weights.bin", "12")); });
+  Error e = thrown_error([&] { onnx::import_model(model_with("../weights.bin", "12")); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr("leaves the model's directory"));
-  e = error_of([&] { onnx::import_model(model_with("missing.bin", "12")); });
+  e = thrown_error([&] { onnx::import_model(model_with("missing.bin", "12")); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr("missing.bin"));
-  e = error_of([&] { onnx::import_model(model_with("weights.bin", "8")); });
+  e = thrown_error([&] { onnx::import_model(model_with("weights.bin", "8")); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr("initializer 'w'"));
   std::filesystem::remove_all(dir);
@@ -421,7 +413,7 @@ TEST(OnnxTensorProto, ReadsTestDataAndRejectsBadFiles) {
             (std::vector<float>{0.25f, -8.0f}));
   raw.set_raw_data(std::string(reinterpret_cast<const char*>(values), 6));  // short
   testing_util::write_file(dir / "short.pb", raw.SerializeAsString());
-  EXPECT_EQ(error_of([&] { onnx::read_tensor_proto((dir / "short.pb").string()); }).code(),
+  EXPECT_EQ(thrown_error([&] { onnx::read_tensor_proto((dir / "short.pb").string()); }).code(),
             ErrorCode::kDataLoss);
 
   ::onnx::TensorProto strings;
@@ -429,7 +421,7 @@ TEST(OnnxTensorProto, ReadsTestDataAndRejectsBadFiles) {
   strings.add_dims(1);
   strings.add_string_data("a");
   testing_util::write_file(dir / "s.pb", strings.SerializeAsString());
-  EXPECT_THAT(error_of([&] { onnx::read_tensor_proto((dir / "s.pb").string()); }).what(),
+  EXPECT_THAT(thrown_error([&] { onnx::read_tensor_proto((dir / "s.pb").string()); }).what(),
               HasSubstr("STRING"));
   std::filesystem::remove_all(dir);
 }
@@ -462,7 +454,7 @@ TEST_F(Hub, ResolvesPathsFileUrlsAndTheCache) {
   EXPECT_EQ(hub::resolve("vision/extractor/1"), path("cache/vision/extractor/1"));
 
   // http(s): the cached copy when there is one; otherwise no download, and where to put it.
-  Error e = error_of([] { hub::resolve("https://models.example/vision/mlp.onnx"); });
+  Error e = thrown_error([] { hub::resolve("https://models.example/vision/mlp.onnx"); });
   EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
   EXPECT_THAT(e.what(), HasSubstr(path("cache/models.example/vision/mlp.onnx")));
   std::filesystem::create_directories(path("cache/models.example/vision"));
@@ -470,12 +462,12 @@ TEST_F(Hub, ResolvesPathsFileUrlsAndTheCache) {
   EXPECT_EQ(hub::resolve("https://models.example/vision/mlp.onnx?download=1"),
             path("cache/models.example/vision/mlp.onnx"));
 
-  EXPECT_EQ(error_of([] { hub::resolve("no/such/model"); }).code(), ErrorCode::kNotFound);
-  EXPECT_EQ(error_of([] { hub::resolve("https://host/../../etc/passwd"); }).code(),
+  EXPECT_EQ(thrown_error([] { hub::resolve("no/such/model"); }).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(thrown_error([] { hub::resolve("https://host/../../etc/passwd"); }).code(),
             ErrorCode::kInvalidArgument);
-  EXPECT_EQ(error_of([] { hub::resolve("s3://bucket/model"); }).code(),
+  EXPECT_EQ(thrown_error([] { hub::resolve("s3://bucket/model"); }).code(),
             ErrorCode::kInvalidArgument);
-  EXPECT_EQ(error_of([] { hub::resolve(""); }).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(thrown_error([] { hub::resolve(""); }).code(), ErrorCode::kInvalidArgument);
 }
 
 // An ONNX model as the frozen base of a new Kiln model: the base computes what the file says,
