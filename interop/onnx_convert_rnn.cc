@@ -171,6 +171,7 @@ Vec convert_recurrent(const NodeContext& c, Cell cell) {
   l.steps = x.dim(0);
   l.batch = x.dim(1);
   const int64_t in = x.dim(2);
+  if (l.steps == 0) c.unsupported("an empty sequence (X is " + shape_str(x.shape()) + ")");
   const Tensor& r = c.input(2);
   if (static_shape(c, r).size() != 3) c.invalid("R must have rank 3, not " + shape_str(r.shape()));
   l.hidden = c.attr_int("hidden_size", r.dim(2));

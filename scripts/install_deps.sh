@@ -15,7 +15,7 @@ packages=(
   # generator; cpp-httplib is the tests' and serve_bench's HTTP client.
   libevent-dev rapidjson-dev pkg-config libgrpc++-dev protobuf-compiler-grpc libcpp-httplib-dev
   curl  # the README's REST calls, run by tests/e2e/serving_client_test.sh
-  libonnx-dev libonnx-testdata  # ONNX import (onnx/): the schema library and the backend node tests
+  libonnx-dev libonnx-testdata  # ONNX import (interop/): the ModelProto classes and the node conformance tests
   python3-onnx  # the ONNX checker the export tests run
   iproute2  # ip netns: tests/distribute/multi_host_test.sh runs two workers as two hosts
 )
