@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "kiln/function.h"
 #include "kiln/io/saved_model.h"
 #include "kiln/nn.h"
 #include "kiln/onnx.h"
@@ -199,6 +200,21 @@ TEST_F(OnnxExport, LayoutIndexingAndComparisonOpsComputeTheSameAfterImport) {
   onnx::export_model(g, file);
   EXPECT_CHECKER_PASSES(file);
   expect_round_trip(g, file, {6}, /*fix_batch=*/true);
+}
+
+// A traced kiln::function: its trace (weights captured as constants) exports like a model.
+TEST_F(OnnxExport, TracedFunctionExportsThroughItsTrace) {
+  const Tensor w = random_normal({6, 3}, 11);
+  const Tensor b = random_normal({3}, 12);
+  auto f = kiln::function([w, b](const Tensor& x) { return softmax(relu(matmul(x, w) + b), -1); });
+  const Tensor x = random_normal({4, 6}, 13);
+  const Function::Trace t = f.trace({x});
+  const io::ExportedGraph g{"traced", t.graph, {{"x", t.arguments[0]}}, {{"y", t.outputs[0]}}, {}};
+  const std::string file = path("traced.onnx");
+  onnx::export_model(g, file);
+  EXPECT_CHECKER_PASSES(file);
+  onnx::Model m = onnx::import_model(file);
+  expect_close(m.run({x})[0], f(x));
 }
 
 // ---- every layer ----------------------------------------------------------------------------
