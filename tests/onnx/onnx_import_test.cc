@@ -260,6 +260,36 @@ TEST(OnnxImport, ReportsMissingCorruptAndMalformedModels) {
   EXPECT_THAT(e.what(), HasSubstr("output 'y' is f32, the model declares INT64"));
 }
 
+// Every single-bit flip of a model: an import, or a kiln::Error of the kinds import_model
+// documents, never a crash; a model that still imports runs or refuses its input cleanly.
+TEST(OnnxImport, BitFlippedModelsImportOrFailCleanly) {
+  const std::string good = mlp_model();
+  int imported = 0, refused = 0;
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (int bit = 0; bit < 8; bit += 3) {
+      std::string bad = good;
+      bad[i] = static_cast<char>(bad[i] ^ (1 << bit));
+      try {
+        const onnx::Model m = onnx::import_model_from_string(bad, {}, "flipped");
+        ++imported;
+        try {
+          m.run(std::vector<Tensor>(m.input_names().size(),
+                                    Tensor::from_vector(batch_of(2), {2, 4})));
+        } catch (const Error& e) {
+          EXPECT_NE(e.code(), ErrorCode::kInternal) << "byte " << i << ": " << e.what();
+        }
+      } catch (const Error& e) {
+        ++refused;
+        EXPECT_TRUE(e.code() == ErrorCode::kDataLoss || e.code() == ErrorCode::kUnimplemented ||
+                    e.code() == ErrorCode::kInvalidArgument)
+            << "byte " << i << " bit " << bit << ": " << e.what();
+      }
+    }
+  }
+  EXPECT_GT(imported, 0);  // flips in names and values still make a model
+  EXPECT_GT(refused, 0);
+}
+
 // A Reshape whose target shape is a graph input: importing needs its value, so it is a static
 // input (like jax.jit's static_argnums); left symbolic, the import says how to fix it.
 TEST(OnnxImport, StaticInputsFixValuesTheImportNeeds) {
