@@ -341,6 +341,17 @@ TEST_F(SavedModelTest, CorruptAndMissingFilesAreErrorsNeverCrashes) {
   Error e = thrown_error([&] { load_model(path("m")); });
   EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
   EXPECT_THAT(e.what(), HasSubstr("tensor '" + vars.entries[1].name + "'"));
+  // A file of another kind over the variables' index (here the model's own graph) is the export
+  // damaged, not a wrong file the user passed: kDataLoss from both readers, naming the index.
+  const std::string index = read_file(v + "/variables/variables.index");
+  write_file(v + "/variables/variables.index", original);
+  for (const Error& damaged : {thrown_error([&] { load_model(path("m")); }),
+                               thrown_error([&] { describe_saved_model(path("m")); })}) {
+    EXPECT_EQ(damaged.code(), ErrorCode::kDataLoss) << damaged.what();
+    EXPECT_THAT(damaged.what(), HasSubstr("variables.index"));
+  }
+  write_file(v + "/variables/variables.index", index);
+  EXPECT_THAT(thrown_error([&] { load_model(path("m")); }).what(), HasSubstr("CRC-32C mismatch"));
   fs::remove(v + "/variables/variables.index");
   EXPECT_THAT(thrown_error([&] { load_model(path("m")); }).what(), HasSubstr("variables"));
   fs::remove(pb);

@@ -19,13 +19,13 @@
 #include "kiln/io/tfrecord.h"
 #include "kiln/op_registry.h"
 #include "kiln/version.h"
-#include "src/core/graph_walk.h"
-#include "src/core/tensor_impl.h"
 #include "src/api/io/file_io.h"
 #include "src/api/io/file_kind.h"
-#include "src/api/io/proto_codec.h"
 #include "src/api/io/proto/saved_model.pb.h"
+#include "src/api/io/proto_codec.h"
 #include "src/api/io/tensor_codec.h"
+#include "src/core/graph_walk.h"
+#include "src/core/tensor_impl.h"
 
 namespace kiln::io {
 namespace fs = std::filesystem;
@@ -236,7 +236,22 @@ std::string variables_prefix(const std::string& version_dir) {
   return (fs::path(version_dir) / kVariables).string();
 }
 
-SavedModelInfo info_from(const ParsedModel& parsed) {
+// Reads the model's variables with `read`. A variables file of another kind (a Kiln model or a
+// graph written over the index) is the export being damaged, as any other corrupt file in it is:
+// kDataLoss, not the kInvalidArgument that load_checkpoint gives a user who passed it the wrong
+// file.
+template <typename Read>
+auto read_variables(const char* who, Read&& read) {
+  try {
+    return read();
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kInvalidArgument) throw;
+    fail(ErrorCode::kDataLoss,
+         std::string(who) + ": the model's variables are damaged: " + e.what());
+  }
+}
+
+SavedModelInfo info_from(const ParsedModel& parsed, const char* who) {
   const saved::SavedModel& m = parsed.model;
   const Source src{(fs::path(parsed.where.path) / kGraphFile).string()};
   SavedModelInfo info;
@@ -253,7 +268,8 @@ SavedModelInfo info_from(const ParsedModel& parsed) {
     for (const saved::TensorBinding& b : s.outputs())
       sig.outputs[b.name()] = type_from(b.type(), src, "signature '" + s.name() + "'");
   }
-  CheckpointIndex vars = read_checkpoint_index(variables_prefix(parsed.where.path));
+  CheckpointIndex vars = read_variables(
+      who, [&] { return read_checkpoint_index(variables_prefix(parsed.where.path)); });
   for (const CheckpointEntry& e : vars.entries) {
     info.variables.push_back({e.name, e.dtype, e.shape});
     info.num_parameters += num_elements(e.shape);
@@ -447,7 +463,7 @@ ExportedGraph LoadedModel::exported(const std::string& signature) const {
 
 SavedModelInfo describe_saved_model(const std::string& dir, int64_t version) {
   ParsedModel parsed = read_saved_model(dir, version, "describe_saved_model");
-  SavedModelInfo info = info_from(parsed);
+  SavedModelInfo info = info_from(parsed, "describe_saved_model");
   check_signature_types(parsed.model, Source{(fs::path(info.path) / kGraphFile).string()});
   return info;
 }
@@ -457,8 +473,9 @@ LoadedModel load_model(const std::string& dir, int64_t version) {
   const saved::SavedModel& m = parsed.model;
   const Source src{(fs::path(parsed.where.path) / kGraphFile).string()};
   auto impl = std::make_shared<LoadedModel::Impl>();
-  impl->info = info_from(parsed);
-  Checkpoint vars = load_checkpoint(variables_prefix(parsed.where.path));
+  impl->info = info_from(parsed, "load_model");
+  Checkpoint vars = read_variables(
+      "load_model", [&] { return load_checkpoint(variables_prefix(parsed.where.path)); });
   std::map<int, const Tensor*> variable_values;  // by node
   for (const saved::VariableBinding& b : m.variables()) {
     auto it = vars.tensors.find(b.key());
