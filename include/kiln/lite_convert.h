@@ -1,0 +1,63 @@
+// kiln::lite::convert: turns a trained Kiln model into a lite model file (kiln/lite.h) for the
+// small runtime, as float or as int8 by post-training quantization (TF Lite's int8 scheme:
+// per-channel symmetric weights, per-tensor asymmetric activations, int32 bias, fixed-point
+// requantization). Linked as kiln::kiln_quantize.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/nn/model.h"
+#include "kiln/tensor.h"
+
+namespace kiln::lite {
+
+// How an activation's range is chosen from the values seen in calibration.
+enum class Calibration {
+  kMinMax,      // the smallest and largest value seen
+  kPercentile,  // the `percentile` and 100 - `percentile` percentiles: clips rare outliers
+};
+
+struct ConvertOptions {
+  bool quantize = true;  // int8; false writes a float model
+  // Calibration inputs, [examples, ...input shape]; required to quantize.
+  Tensor representative;
+  int64_t calibration_batch_size = 128;
+  int64_t max_calibration_examples = 2048;  // 0: all of `representative`
+  Calibration calibration = Calibration::kMinMax;
+  double percentile = 99.99;
+};
+
+// One op of the converted model, as the report lists it.
+struct LayerReport {
+  std::string layer;           // the Kiln layer ("conv2d_1")
+  std::string op;              // the lite op ("Conv2D", "MaxPool2D", ...)
+  bool int8 = false;           // runs in int8 (else float)
+  float min = 0.f, max = 0.f;  // the calibrated output range (int8 ops)
+  float scale = 0.f;
+  int32_t zero_point = 0;
+  // The int8 op's output against the float model's on the calibration data, in output units:
+  // the largest absolute difference and the root mean square one.
+  double max_abs_error = 0.0, rms_error = 0.0;
+};
+
+struct ConversionReport {
+  std::vector<LayerReport> layers;
+  std::string path;
+  int64_t file_bytes = 0;
+  int64_t calibration_examples = 0;
+  // The model's output: int8 file vs the float model, on the calibration data.
+  double output_max_abs_error = 0.0;
+  std::string str() const;  // a table, one row per op
+};
+
+// Converts a built model whose layers the lite runtime has (Dense, Conv2D, MaxPool2D,
+// AveragePool2D, Flatten, Reshape, Dropout, Activation and InputLayer, in a chain; Dense and
+// Conv2D with linear, relu, relu6 or softmax activations). Writes `path` atomically. kiln::Error
+// (kUnimplemented) listing every layer it cannot convert, kInvalidArgument for a model not
+// built or calibration data of the wrong shape.
+ConversionReport convert(nn::Model& model, const std::string& path,
+                         const ConvertOptions& options = {});
+
+}  // namespace kiln::lite

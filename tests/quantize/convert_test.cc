@@ -1,0 +1,168 @@
+// kiln::lite::convert: a float conversion runs as the model's own predict does; an int8 one
+// stays close to it, reports every op, is a fraction of the float file's size; what the lite
+// runtime cannot run is refused with the layers named.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kiln/lite.h"
+#include "kiln/lite_convert.h"
+#include "kiln/nn.h"
+#include "kiln/ops.h"
+#include "quantize/calibration.h"
+
+namespace kiln::lite {
+namespace {
+
+using namespace kiln::nn;
+
+// A small CNN with every layer kind the converter lowers.
+std::unique_ptr<Sequential> small_cnn() {
+  auto model = std::make_unique<Sequential>(std::vector<LayerRef>{
+      Conv2D(8, {3, 3}, "relu", {1, 1}, "same"), MaxPool2D({2, 2}), Conv2D(12, {3, 3}, "", {2, 2}),
+      Activation("relu"), AveragePool2D({2, 2}), Flatten(), Dropout(0.25), Dense(32, "relu"),
+      Dense(5, "softmax")});
+  model->set_seed(3);
+  model->build({12, 12, 2});
+  return model;
+}
+
+Tensor images(int64_t n, uint64_t seed) { return random_uniform({n, 12, 12, 2}, seed); }
+
+std::string temp_path(const std::string& name) { return testing::TempDir() + "/" + name; }
+
+TEST(LiteConvertTest, AFloatModelFileRunsAsPredictDoes) {
+  std::unique_ptr<Sequential> cnn = small_cnn();
+  Sequential& model = *cnn;
+  const std::string path = temp_path("float_cnn.klite");
+  ConvertOptions options;
+  options.quantize = false;
+  const ConversionReport report = convert(model, path, options);
+  ASSERT_EQ(report.layers.size(), 9u);  // Dropout is gone; the last Dense adds a Softmax
+  EXPECT_EQ(report.layers[0].op, "Conv2D");
+  EXPECT_EQ(report.layers.back().op, "Softmax");
+  auto interp = Interpreter::load(path);
+  const Tensor x = images(7, 1);
+  const std::vector<float> want = model.predict(x).to_vector<float>();
+  const std::vector<float> got = interp->run(x.to_vector<float>().data(), 7);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+}
+
+TEST(LiteConvertTest, AnInt8ModelStaysCloseToTheFloatOneAndReportsEveryOp) {
+  std::unique_ptr<Sequential> cnn = small_cnn();
+  Sequential& model = *cnn;
+  const std::string path = temp_path("int8_cnn.klite");
+  ConvertOptions options;
+  options.representative = images(256, 2);
+  const ConversionReport report = convert(model, path, options);
+  EXPECT_EQ(report.calibration_examples, 256);
+  for (const LayerReport& l : report.layers) {
+    const bool float_op = l.op == "Softmax";
+    EXPECT_EQ(l.int8, !float_op) << l.layer << " " << l.op;
+    if (l.int8) {
+      EXPECT_GT(l.scale, 0.f) << l.layer;
+      EXPECT_LE(l.min, 0.f);
+      EXPECT_GE(l.max, 0.f);
+      // Within a few quantization steps of the float op's output on the calibration data.
+      EXPECT_LT(l.rms_error, 4 * l.scale) << l.layer << " " << l.op;
+    }
+  }
+  EXPECT_NE(report.str().find("conv2d"), std::string::npos) << report.str();
+
+  auto int8 = Interpreter::load(path);
+  const Tensor x = images(200, 9);  // not the calibration data
+  const std::vector<float> want = model.predict(x).to_vector<float>();
+  const std::vector<float> got = int8->run(x.to_vector<float>().data(), 200);
+  int agree = 0;
+  double max_err = 0;
+  for (int i = 0; i < 200; ++i) {
+    const auto* w = want.data() + i * 5;
+    const auto* g = got.data() + i * 5;
+    agree += std::max_element(w, w + 5) - w == std::max_element(g, g + 5) - g;
+    for (int j = 0; j < 5; ++j) max_err = std::max<double>(max_err, std::abs(w[j] - g[j]));
+  }
+  EXPECT_GE(agree, 180) << "int8 and float agree on " << agree << " of 200";
+  EXPECT_LT(max_err, 0.1);
+}
+
+TEST(LiteConvertTest, Int8WeightsMakeTheFileAboutAQuarterOfTheFloatOne) {
+  Sequential model({Dense(256, "relu"), Dense(128, "relu"), Dense(10)});
+  model.build({64});
+  ConvertOptions f;
+  f.quantize = false;
+  const int64_t float_bytes = convert(model, temp_path("f.klite"), f).file_bytes;
+  ConvertOptions q;
+  q.representative = random_normal({64, 64}, 4);
+  const int64_t int8_bytes = convert(model, temp_path("q.klite"), q).file_bytes;
+  EXPECT_LE(int8_bytes, 0.3 * float_bytes) << int8_bytes << " vs " << float_bytes;
+}
+
+TEST(LiteConvertTest, LayersWithoutALiteOpAreAllNamed) {
+  Sequential model({Dense(8, "tanh"), BatchNormalization(), Dense(4)});
+  model.build({6});
+  try {
+    convert(model, temp_path("never.klite"), {});
+    FAIL() << "converted a model with tanh and batch normalization";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("(Dense): activation tanh"), std::string::npos) << m;
+    EXPECT_NE(m.find("(BatchNormalization)"), std::string::npos) << m;
+  }
+}
+
+TEST(LiteConvertTest, BadRequestsAreInvalidArguments) {
+  Sequential unbuilt({Dense(4)});
+  try {
+    convert(unbuilt, temp_path("u.klite"), {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("not built"), std::string::npos) << e.what();
+  }
+  std::unique_ptr<Sequential> cnn = small_cnn();
+  Sequential& model = *cnn;
+  ConvertOptions options;  // quantize without representative data
+  EXPECT_THROW(convert(model, temp_path("n.klite"), options), Error);
+  options.representative = random_uniform({4, 12, 12, 3}, 1);
+  try {
+    convert(model, temp_path("s.klite"), options);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("[4,12,12,3]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[N,12,12,2]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LiteConvertTest, RangesHoldZeroAndPercentilesClipOutliers) {
+  const QuantParams relu = params_for_range(0.f, 2.55f);
+  EXPECT_EQ(relu.zero_point, -128);
+  EXPECT_FLOAT_EQ(relu.scale, 0.01f);
+  const QuantParams positive = params_for_range(1.f, 3.f);  // widened to [0, 3]
+  EXPECT_EQ(positive.zero_point, -128);
+  RangeObserver minmax(Calibration::kMinMax, 99.9), pct(Calibration::kPercentile, 99.0);
+  std::vector<float> v(1000);
+  for (int i = 0; i < 1000; ++i) v[i] = static_cast<float>(i % 100) / 100.f;
+  v[500] = 1000.f;  // one outlier
+  minmax.observe(v);
+  pct.observe(v);
+  EXPECT_NEAR(minmax.params().scale, 1000.f / 255.f, 1e-3);
+  EXPECT_LT(pct.params().scale, 1.f / 255.f * 1.01f);
+}
+
+TEST(LiteConvertTest, WeightsAreSymmetricPerChannelAndBiasesAtTheProductScale) {
+  const QuantizedWeights q = quantize_weights({0.5f, -1.f, 0.25f, 0.f, 0.f, 0.f}, 2);
+  EXPECT_FLOAT_EQ(q.scales[0], 1.f / 127.f);
+  EXPECT_EQ(q.values[1], -127);
+  EXPECT_EQ(q.values[0], 64);   // round(63.5) away from zero
+  EXPECT_GT(q.scales[1], 0.f);  // an all-zero channel keeps a usable scale
+  EXPECT_EQ(q.values[3], 0);
+  const std::vector<int32_t> b = quantize_bias({1.f, -1e30f}, 0.5f, {0.01f, 0.01f});
+  EXPECT_EQ(b[0], 200);
+  EXPECT_EQ(b[1], std::numeric_limits<int32_t>::min());  // saturated
+}
+
+}  // namespace
+}  // namespace kiln::lite
