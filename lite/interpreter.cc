@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -102,6 +103,7 @@ struct Interpreter::Impl {
   std::vector<std::vector<uint8_t>> buffers;
   std::vector<uint8_t> scratch;
   std::vector<const uint8_t*> data;  // during and after a run
+  std::vector<double> op_seconds;    // under Options::profile
 
   ~Impl() {
     if (mapping != nullptr) ::munmap(mapping, size);
@@ -560,7 +562,17 @@ void Interpreter::Impl::run(const float* input_data, int64_t batch_size, float* 
     kernels::quantize_f32(input_data, in_count, in.scale, in.zero_point, quantized_input.data());
     data[input] = reinterpret_cast<const uint8_t*>(quantized_input.data());
   }
-  for (const Op& op : ops) run_op(op);
+  if (options.profile) {
+    op_seconds.resize(ops.size(), 0.0);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      run_op(ops[i]);
+      op_seconds[i] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+  } else {
+    for (const Op& op : ops) run_op(op);
+  }
   const TensorInfo& out = tensors[output];
   const int64_t out_count = batch_size * elements(out.shape, 1);
   if (output == input) {
@@ -808,6 +820,8 @@ const void* Interpreter::tensor_data(int index) const {
 }
 
 int64_t Interpreter::last_batch() const { return impl_->batch; }
+
+const std::vector<double>& Interpreter::op_seconds() const { return impl_->op_seconds; }
 
 std::string Interpreter::kernel_paths() const {
   return std::string("int8 ") + kernels::path_name(impl_->int8_path) + ", f32 " +

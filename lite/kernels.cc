@@ -519,29 +519,124 @@ void for_each_window(int64_t n, int64_t h, int64_t w, const Window& win, Visit v
   }
 }
 
+// Copies `count` elements. A patch row is often a few bytes (a 3x3 window over one channel):
+// fixed-size pieces compile to plain moves, where a copy of run-time length calls memmove.
+template <typename T>
+void copy_run(const T* src, int64_t count, T* dst) {
+  size_t n = static_cast<size_t>(count) * sizeof(T);
+  const char* s = reinterpret_cast<const char*>(src);
+  char* d = reinterpret_cast<char*>(dst);
+  if (n > 64) {
+    std::memcpy(d, s, n);
+    return;
+  }
+  for (; n >= 8; n -= 8, s += 8, d += 8) std::memcpy(d, s, 8);
+  if (n >= 4) {
+    std::memcpy(d, s, 4);
+    n -= 4, s += 4, d += 4;
+  }
+  if (n >= 2) {
+    std::memcpy(d, s, 2);
+    n -= 2, s += 2, d += 2;
+  }
+  if (n > 0) *d = *s;
+}
+
+// Copies L bytes, n times, from and to addresses `step` apart: one fixed-size memcpy each.
+template <size_t L>
+void copy_strided(const char* s, int64_t s_step, char* d, int64_t d_step, int64_t n) {
+  for (int64_t i = 0; i < n; ++i, s += s_step, d += d_step) std::memcpy(d, s, L);
+}
+using CopyStrided = void (*)(const char*, int64_t, char*, int64_t, int64_t);
+// The copier for rows of `bytes` bytes, or null for a size without one.
+CopyStrided strided_copier(size_t bytes) {
+  switch (bytes) {
+    case 1:
+      return copy_strided<1>;
+    case 2:
+      return copy_strided<2>;
+    case 3:
+      return copy_strided<3>;
+    case 4:
+      return copy_strided<4>;
+    case 6:
+      return copy_strided<6>;
+    case 8:
+      return copy_strided<8>;
+    case 9:
+      return copy_strided<9>;
+    case 12:
+      return copy_strided<12>;
+    case 16:
+      return copy_strided<16>;
+    case 20:
+      return copy_strided<20>;
+    case 24:
+      return copy_strided<24>;
+    case 32:
+      return copy_strided<32>;
+    case 36:
+      return copy_strided<36>;
+    case 48:
+      return copy_strided<48>;
+    case 64:
+      return copy_strided<64>;
+    default:
+      return nullptr;
+  }
+}
+
+// One patch row segment: the window's kernel row ky at output (oy, ox), padding filled.
+template <typename T>
+void patch_row(const T* x, int64_t b, int64_t h, int64_t w, int64_t c, const Window& win, T pad,
+               int64_t y, int64_t ox, T* p) {
+  if (y < 0 || y >= h) {
+    std::fill(p, p + win.kw * c, pad);
+    return;
+  }
+  const int64_t x0 = ox * win.stride_w - win.pad_left;
+  // The kernel's columns inside the input are one contiguous run of the input row.
+  const int64_t kx0 = std::clamp<int64_t>(-x0, 0, win.kw);
+  const int64_t kx1 = std::clamp<int64_t>(w - x0, kx0, win.kw);
+  if (kx0 > 0) std::fill(p, p + kx0 * c, pad);
+  copy_run(x + ((b * h + y) * w + x0 + kx0) * c, (kx1 - kx0) * c, p + kx0 * c);
+  if (kx1 < win.kw) std::fill(p + kx1 * c, p + win.kw * c, pad);
+}
+
+// Row by kernel row: the outputs whose window lies inside the input horizontally copy their
+// kw * c elements with one fixed-size copy each; the edges go through patch_row.
 template <typename T>
 void im2col(const T* x, int64_t n, int64_t h, int64_t w, int64_t c, const Window& win, T pad,
             T* patches) {
   const int64_t row = win.kh * win.kw * c;
   const int64_t oh = win.out_h(h), ow = win.out_w(w);
   if (oh <= 0 || ow <= 0) return;
+  // Outputs [ox_lo, ox_hi) have x0 >= 0 and x0 + kw <= w.
+  const int64_t ox_lo = std::min(ow, (win.pad_left + win.stride_w - 1) / win.stride_w);
+  const int64_t ox_hi =
+      std::max(ox_lo, std::min(ow, w - win.kw + win.pad_left >= 0
+                                       ? (w - win.kw + win.pad_left) / win.stride_w + 1
+                                       : 0));
+  const size_t span = static_cast<size_t>(win.kw * c) * sizeof(T);
+  const CopyStrided copier = strided_copier(span);
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t oy = 0; oy < oh; ++oy) {
-      for (int64_t ox = 0; ox < ow; ++ox) {
-        T* p = patches + ((b * oh + oy) * ow + ox) * row;
-        const int64_t x0 = ox * win.stride_w - win.pad_left;
-        // The kernel's columns inside the input are one contiguous run of the input row.
-        const int64_t kx0 = std::clamp<int64_t>(-x0, 0, win.kw);
-        const int64_t kx1 = std::clamp<int64_t>(w - x0, kx0, win.kw);
-        for (int64_t ky = 0; ky < win.kh; ++ky, p += win.kw * c) {
-          const int64_t y = oy * win.stride_h - win.pad_top + ky;
-          if (y < 0 || y >= h) {
-            std::fill(p, p + win.kw * c, pad);
+      T* out_row = patches + (b * oh + oy) * ow * row;
+      for (int64_t ky = 0; ky < win.kh; ++ky) {
+        const int64_t y = oy * win.stride_h - win.pad_top + ky;
+        T* col = out_row + ky * win.kw * c;
+        const bool inside = y >= 0 && y < h;
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          if (inside && ox == ox_lo && copier != nullptr && ox_hi > ox_lo) {
+            const T* src = x + ((b * h + y) * w + ox_lo * win.stride_w - win.pad_left) * c;
+            copier(reinterpret_cast<const char*>(src),
+                   static_cast<int64_t>(win.stride_w * c * sizeof(T)),
+                   reinterpret_cast<char*>(col + ox_lo * row),
+                   static_cast<int64_t>(row * sizeof(T)), ox_hi - ox_lo);
+            ox = ox_hi - 1;
             continue;
           }
-          std::fill(p, p + kx0 * c, pad);
-          std::copy_n(x + ((b * h + y) * w + x0 + kx0) * c, (kx1 - kx0) * c, p + kx0 * c);
-          std::fill(p + kx1 * c, p + win.kw * c, pad);
+          patch_row(x, b, h, w, c, win, pad, y, ox, col + ox * row);
         }
       }
     }
@@ -708,8 +803,48 @@ void im2col_f32(const float* x, int64_t n, int64_t h, int64_t w, int64_t c, cons
 }
 
 // A window wholly in the padding has no input: its max is the type's lowest value.
+#if defined(__x86_64__)
+namespace {
+
+// 64 channels a step (masked at the end); an empty window keeps the lowest value, as max_pool.
+KILN_LITE_INT8_TARGET void max_pool_int8_avx512(const int8_t* x, int64_t n, int64_t h, int64_t w,
+                                                int64_t c, const Window& win, int8_t* out) {
+  const int64_t oh = win.out_h(h), ow = win.out_w(w);
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t oy = 0; oy < oh; ++oy) {
+      const int64_t y0 = std::max<int64_t>(0, oy * win.stride_h - win.pad_top);
+      const int64_t y1 = std::min<int64_t>(h, oy * win.stride_h - win.pad_top + win.kh);
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        const int64_t x0 = std::max<int64_t>(0, ox * win.stride_w - win.pad_left);
+        const int64_t x1 = std::min<int64_t>(w, ox * win.stride_w - win.pad_left + win.kw);
+        int8_t* dst = out + ((b * oh + oy) * ow + ox) * c;
+        for (int64_t ch = 0; ch < c; ch += 64) {
+          const __mmask64 mask = c - ch >= 64 ? ~__mmask64{0} : (__mmask64{1} << (c - ch)) - 1;
+          __m512i acc = _mm512_set1_epi8(-128);
+          for (int64_t y = y0; y < y1; ++y) {
+            for (int64_t xx = x0; xx < x1; ++xx) {
+              acc = _mm512_max_epi8(
+                  acc, _mm512_maskz_loadu_epi8(mask, x + ((b * h + y) * w + xx) * c + ch));
+            }
+          }
+          _mm512_mask_storeu_epi8(dst + ch, mask, acc);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+#endif
+
 void max_pool_int8(const int8_t* x, int64_t n, int64_t h, int64_t w, int64_t c, const Window& win,
                    int8_t* out) {
+#if defined(__x86_64__)
+  if (int8_path_available(Path::kAvx512)) {
+    max_pool_int8_avx512(x, n, h, w, c, win, out);
+    return;
+  }
+#endif
   max_pool(x, n, h, w, c, win, out);
 }
 
@@ -748,19 +883,52 @@ void softmax_f32(const float* x, int64_t rows, int64_t cols, float* out) {
 }
 
 // NaN quantizes to the zero point; infinities clamp.
+namespace {
+
 // std::round written out (truncate, then step away from zero on a fraction of at least one
-// half) so the loop vectorises at baseline x86-64, which has no vector round instruction. NaN
-// quantizes to the zero point.
-void quantize_f32(const float* x, int64_t count, float scale, int32_t zero_point, int8_t* out) {
-  for (int64_t i = 0; i < count; ++i) {
-    float v = x[i] / scale;
-    v = v != v ? 0.f : std::min(std::max(v, -512.f), 512.f);
-    const float whole = static_cast<float>(static_cast<int32_t>(v));
-    const float fraction = v - whole;  // exact: |v| < 2^24
-    const int32_t rounded =
-        static_cast<int32_t>(whole) + (fraction >= 0.5f ? 1 : 0) - (fraction <= -0.5f ? 1 : 0);
-    out[i] = static_cast<int8_t>(std::min(std::max(rounded + zero_point, -128), 127));
+// half), the same in the scalar and the vector code. NaN quantizes to the zero point.
+inline int8_t quantize_one(float x, float scale, int32_t zero_point) {
+  float v = x / scale;
+  v = v != v ? 0.f : std::min(std::max(v, -512.f), 512.f);
+  const float whole = static_cast<float>(static_cast<int32_t>(v));
+  const float fraction = v - whole;  // exact: |v| < 2^24
+  const int32_t rounded =
+      static_cast<int32_t>(whole) + (fraction >= 0.5f ? 1 : 0) - (fraction <= -0.5f ? 1 : 0);
+  return static_cast<int8_t>(std::min(std::max(rounded + zero_point, -128), 127));
+}
+
+#if defined(__x86_64__)
+KILN_LITE_F32_TARGET int64_t quantize_avx512(const float* x, int64_t count, float scale,
+                                             int32_t zero_point, int8_t* out) {
+  const __m512 s = _mm512_set1_ps(scale), lo = _mm512_set1_ps(-512.f), hi = _mm512_set1_ps(512.f);
+  const __m512 half = _mm512_set1_ps(0.5f), minus_half = _mm512_set1_ps(-0.5f);
+  const __m512i one = _mm512_set1_epi32(1), zp = _mm512_set1_epi32(zero_point);
+  const __m512i qmin = _mm512_set1_epi32(-128), qmax = _mm512_set1_epi32(127);
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    __m512 v = _mm512_div_ps(_mm512_loadu_ps(x + i), s);
+    v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
+    v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+    const __m512i whole = _mm512_cvttps_epi32(v);
+    const __m512 fraction = _mm512_sub_ps(v, _mm512_cvtepi32_ps(whole));
+    __m512i r =
+        _mm512_mask_add_epi32(whole, _mm512_cmp_ps_mask(fraction, half, _CMP_GE_OQ), whole, one);
+    r = _mm512_mask_sub_epi32(r, _mm512_cmp_ps_mask(fraction, minus_half, _CMP_LE_OQ), r, one);
+    r = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(r, zp), qmin), qmax);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(r));
   }
+  return i;
+}
+#endif
+
+}  // namespace
+
+void quantize_f32(const float* x, int64_t count, float scale, int32_t zero_point, int8_t* out) {
+  int64_t i = 0;
+#if defined(__x86_64__)
+  if (float_path_available(Path::kAvx512)) i = quantize_avx512(x, count, scale, zero_point, out);
+#endif
+  for (; i < count; ++i) out[i] = quantize_one(x[i], scale, zero_point);
 }
 
 void dequantize_int8(const int8_t* q, int64_t count, float scale, int32_t zero_point, float* out) {

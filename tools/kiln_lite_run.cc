@@ -3,10 +3,12 @@
 // accuracy when labels are given. Linked to libkiln_lite only.
 //
 //   kiln-lite-run MODEL INPUT [--labels=IDX] [--batch=N] [--threads=N] [--limit=N] [--show=N]
+//                 [--profile=1]   (each op's share of the time)
 #include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -105,32 +107,34 @@ int64_t flag(const std::string& arg, const std::string& name, int64_t fallback) 
 int run(int argc, char** argv) {
   std::vector<std::string> positional;
   std::string labels_path;
-  int64_t batch = 1, threads = 1, limit = 0, show = 5;
+  int64_t batch = 1, threads = 1, limit = 0, show = 5, profile = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("--labels=", 0) == 0) {
       labels_path = a.substr(9);
     } else if (a.rfind("--", 0) == 0) {
       const int64_t b = flag(a, "batch", -1), t = flag(a, "threads", -1), l = flag(a, "limit", -1),
-                    s = flag(a, "show", -1);
-      if (b < 0 && t < 0 && l < 0 && s < 0) {
+                    s = flag(a, "show", -1), p = flag(a, "profile", -1);
+      if (b < 0 && t < 0 && l < 0 && s < 0 && p < 0) {
         throw Error(ErrorCode::kInvalidArgument, "unknown flag " + a);
       }
       batch = b > 0 ? b : batch;
       threads = t > 0 ? t : threads;
       limit = l >= 0 ? l : limit;
       show = s >= 0 ? s : show;
+      profile = p >= 0 ? p : profile;
     } else {
       positional.push_back(a);
     }
   }
   if (positional.size() != 2) {
     std::cerr << "usage: kiln-lite-run MODEL INPUT [--labels=IDX] [--batch=N] [--threads=N] "
-                 "[--limit=N] [--show=N]\n";
+                 "[--limit=N] [--show=N] [--profile=1]\n";
     return 2;
   }
   kiln::lite::Options options;
   options.num_threads = static_cast<int>(threads);
+  options.profile = profile != 0;
   auto model = kiln::lite::Interpreter::load(positional[0], options);
   std::vector<float> x = read_input(positional[1], model->input_size());
   int64_t n = static_cast<int64_t>(x.size()) / model->input_size();
@@ -177,6 +181,16 @@ int run(int argc, char** argv) {
             << "ran " << n << " examples in batches of " << batch << ": median "
             << sorted[sorted.size() / 2] << " ms per batch, " << n / (total / 1000.0)
             << " examples/s\n";
+  if (profile != 0) {
+    double ops_total = 0;
+    for (double t : model->op_seconds()) ops_total += t;
+    for (size_t i = 0; i < model->ops().size(); ++i) {
+      const kiln::lite::OpInfo& op = model->ops()[i];
+      std::printf("  %-20s %-16s %6.1f%%  %8.2f us per batch\n", op.name.c_str(), op.type.c_str(),
+                  100.0 * model->op_seconds()[i] / ops_total,
+                  1e6 * model->op_seconds()[i] / static_cast<double>(ms.size()));
+    }
+  }
   if (!labels.empty()) {
     std::cout << "accuracy: " << static_cast<double>(correct) / n << " (" << correct << "/" << n
               << ")\n";

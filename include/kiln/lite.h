@@ -40,6 +40,8 @@ struct Options {
   // Keep every intermediate tensor readable after run (tensor_data); otherwise their buffers
   // are shared between tensors whose lifetimes do not overlap.
   bool preserve_all_tensors = false;
+  // Time each op (op_seconds()); off, a run reads no clock.
+  bool profile = false;
 };
 
 // A loaded model. Load errors are kiln::Error: kNotFound (no such file), kDataLoss (truncated,
@@ -75,6 +77,8 @@ class Interpreter {
   // only under Options::preserve_all_tensors (else kFailedPrecondition), except the output.
   const void* tensor_data(int index) const;
   int64_t last_batch() const;
+  // Under Options::profile: each op's wall seconds, summed over every run since load.
+  const std::vector<double>& op_seconds() const;
   // Which kernels run: "avx512-vnni", "generic", ... for int8 and float.
   std::string kernel_paths() const;
   size_t file_size() const;

@@ -609,3 +609,94 @@ TEST(LiteQuantize, RoundsHalvesAwayFromZeroAndClamps) {
 
 }  // namespace
 }  // namespace kiln::lite::kernels
+
+namespace kiln::lite::kernels {
+namespace {
+
+// Every patch element, by definition: the input at (oy*sh - pt + ky, ox*sw - pl + kx), or the
+// pad value outside it. Over random windows, strides, pads and channel counts (the fast copies
+// of the interior and the edges' slow path both).
+TEST(LiteIm2col, EveryPatchElementIsTheInputUnderTheWindowOrThePad) {
+  std::mt19937 rng(21);
+  auto pick = [&](int lo, int hi) { return static_cast<int64_t>(lo + rng() % (hi - lo + 1)); };
+  for (int trial = 0; trial < 300; ++trial) {
+    Window win;
+    win.kh = pick(1, 4);
+    win.kw = pick(1, 4);
+    win.stride_h = pick(1, 3);
+    win.stride_w = pick(1, 3);
+    win.pad_top = pick(0, win.kh - 1);
+    win.pad_bottom = pick(0, win.kh - 1);
+    win.pad_left = pick(0, win.kw - 1);
+    win.pad_right = pick(0, win.kw - 1);
+    const int64_t n = pick(1, 2), h = pick(win.kh, 9), w = pick(win.kw, 9), c = pick(1, 5);
+    const int64_t oh = win.out_h(h), ow = win.out_w(w), row = win.kh * win.kw * c;
+    std::vector<int8_t> x(n * h * w * c);
+    for (int8_t& v : x) v = static_cast<int8_t>(rng() % 255 - 127);
+    std::vector<int8_t> patches(n * oh * ow * row, 99);
+    const int8_t pad = -7;
+    im2col_int8(x.data(), n, h, w, c, win, pad, patches.data());
+    std::vector<float> xf(x.begin(), x.end()), pf(patches.size(), 99.f);
+    im2col_f32(xf.data(), n, h, w, c, win, pf.data());
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t oy = 0; oy < oh; ++oy)
+        for (int64_t ox = 0; ox < ow; ++ox)
+          for (int64_t ky = 0; ky < win.kh; ++ky)
+            for (int64_t kx = 0; kx < win.kw; ++kx)
+              for (int64_t ci = 0; ci < c; ++ci) {
+                const int64_t y = oy * win.stride_h - win.pad_top + ky;
+                const int64_t xx = ox * win.stride_w - win.pad_left + kx;
+                const bool in = y >= 0 && y < h && xx >= 0 && xx < w;
+                const int64_t at = ((b * oh + oy) * ow + ox) * row + (ky * win.kw + kx) * c + ci;
+                const int8_t want = in ? x[((b * h + y) * w + xx) * c + ci] : pad;
+                ASSERT_EQ(patches[at], want) << "trial " << trial << " at " << at;
+                ASSERT_EQ(pf[at], in ? static_cast<float>(want) : 0.f) << "trial " << trial;
+              }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::lite::kernels
+
+namespace kiln::lite::kernels {
+namespace {
+
+// int8 max pooling (the AVX-512 path where the CPU has it) against its definition, over random
+// windows and channel counts that are and are not multiples of 64.
+TEST(LitePool, Int8MaxPoolIsTheLargestInputUnderTheWindow) {
+  std::mt19937 rng(22);
+  auto pick = [&](int lo, int hi) { return static_cast<int64_t>(lo + rng() % (hi - lo + 1)); };
+  for (int trial = 0; trial < 100; ++trial) {
+    Window win;
+    win.kh = pick(1, 3);
+    win.kw = pick(1, 3);
+    win.stride_h = pick(1, 3);
+    win.stride_w = pick(1, 3);
+    win.pad_top = pick(0, win.kh - 1);
+    win.pad_left = pick(0, win.kw - 1);
+    win.pad_bottom = pick(0, win.kh - 1);
+    win.pad_right = pick(0, win.kw - 1);
+    const int64_t h = pick(win.kh, 7), w = pick(win.kw, 7), c = pick(1, 130);
+    const int64_t oh = win.out_h(h), ow = win.out_w(w);
+    std::vector<int8_t> x(h * w * c), out(oh * ow * c);
+    for (int8_t& v : x) v = static_cast<int8_t>(rng() % 256 - 128);
+    max_pool_int8(x.data(), 1, h, w, c, win, out.data());
+    for (int64_t oy = 0; oy < oh; ++oy)
+      for (int64_t ox = 0; ox < ow; ++ox)
+        for (int64_t ch = 0; ch < c; ++ch) {
+          int want = -128;
+          for (int64_t ky = 0; ky < win.kh; ++ky)
+            for (int64_t kx = 0; kx < win.kw; ++kx) {
+              const int64_t y = oy * win.stride_h - win.pad_top + ky;
+              const int64_t xx = ox * win.stride_w - win.pad_left + kx;
+              if (y >= 0 && y < h && xx >= 0 && xx < w) {
+                want = std::max<int>(want, x[(y * w + xx) * c + ch]);
+              }
+            }
+          ASSERT_EQ(out[(oy * ow + ox) * c + ch], want) << "trial " << trial;
+        }
+  }
+}
+
+}  // namespace
+}  // namespace kiln::lite::kernels

@@ -38,7 +38,8 @@ TEST(LiteConvertTest, AFloatModelFileRunsAsPredictDoes) {
   ConvertOptions options;
   options.quantize = false;
   const ConversionReport report = convert(model, path, options);
-  ASSERT_EQ(report.layers.size(), 9u);  // Dropout is gone; the last Dense adds a Softmax
+  // Activation(relu) fuses into the conv before it, Dropout is gone, the last Dense adds a Softmax.
+  ASSERT_EQ(report.layers.size(), 8u);
   EXPECT_EQ(report.layers[0].op, "Conv2D");
   EXPECT_EQ(report.layers.back().op, "Softmax");
   auto interp = Interpreter::load(path);
