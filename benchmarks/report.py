@@ -58,6 +58,26 @@ RATIOS = {
     # single-example requests for the MLP (serve_bench), over REST and gRPC; the same over gRPC
     # for the CNN, whose compute weighs more against the RPC's cost; and the microseconds each
     # API adds at 1 client over an in-process predict (the issue's < 200 us target is gRPC's).
+    # Issue #32: the small runtime (lite_bench), in one process with calls alternated: the int8
+    # lite file against the float one in the same runtime (both 2 threads), and against libkiln's
+    # predict; the float lite file against predict at batch 1; the int8 file's size against the
+    # exported saved model.
+    "int8_cnn_b1_latency_vs_f32": value(
+        ">= 2", "int8_cnn_b1_vs_f32", "lite_cnn_b1_f32_us", "lite_cnn_b1_int8_us"),
+    "int8_cnn_b64_throughput_vs_f32": value(
+        ">= 2", "int8_cnn_b64_vs_f32", "lite_cnn_b64_f32_us", "lite_cnn_b64_int8_us"),
+    "int8_cnn_b1_vs_kiln_predict": value(
+        "", "int8_cnn_b1_vs_kiln_predict", "kiln_cnn_b1_predict_us"),
+    "int8_cnn_b64_vs_kiln_predict": value(
+        "", "int8_cnn_b64_vs_kiln_predict", "kiln_cnn_b64_predict_us"),
+    "int8_mlp_b1_vs_f32": value("", "int8_mlp_b1_vs_f32"),
+    "int8_mlp_b64_vs_f32": value("", "int8_mlp_b64_vs_f32"),
+    "lite_vs_full_runtime": value(">= 1", "lite_vs_full_runtime_cnn"),
+    "lite_vs_full_runtime_mlp": value(">= 1", "lite_vs_full_runtime_mlp"),
+    "lite_cnn_int8_vs_saved_model": value(
+        "<= 0.3", "lite_cnn_int8_vs_saved_model", "lite_cnn_int8_bytes"),
+    "lite_mlp_int8_vs_saved_model": value(
+        "<= 0.3", "lite_mlp_int8_vs_saved_model", "lite_mlp_int8_bytes"),
     "serve_batched_vs_unbatched": value(
         ">= 3", "kiln_serve_batched_vs_unbatched_c64",
         "kiln_serve_rest_batched_c64_requests_per_s", "kiln_serve_rest_unbatched_c64_requests_per_s"),

@@ -56,7 +56,7 @@ fresh=(); [[ -e $build/CMakeCache.txt ]] || fresh=(-G Ninja -DCMAKE_BUILD_TYPE=R
 cmake -S "$root" -B "$build" "${fresh[@]}" -DKILN_BUILD_BENCHMARKS=ON \
   -DKILN_BENCH_PEERS="$peers_cmake" >/dev/null
 targets=(train_step_bench compile_bench sgemm_bench pipeline_bench fit_pipeline_bench
-  lowp_gemm_bench fashion_mnist_mlp fashion_mnist_cnn)
+  lowp_gemm_bench lite_bench fashion_mnist_mlp fashion_mnist_cnn)
 if [[ $peers == on ]]; then targets+=(libtorch_bench); fi
 # Built only where Kiln has its MPI backend (and run only where mpirun is).
 if ninja -C "$build" -t targets all | grep -q '^allreduce_vs_mpi:'; then
@@ -138,6 +138,8 @@ for ((r = 1; r <= rounds; ++r)); do
   run scan_overhead_bench "$bin/scan_overhead_bench"
   # Issue #29: kiln-serve's REST and gRPC APIs under 1, 8 and 64 closed-loop clients on loopback.
   run serve_bench "$bin/serve_bench"
+  # Issue #32: int8 and float lite files against each other and against libkiln's predict.
+  run lite_bench "$bin/lite_bench"
   run sgemm_bench "$bin/sgemm_bench"
   run lowp_gemm_bench "$bin/lowp_gemm_bench"
   if [[ $peers == on ]]; then torch bf16_gemm_2048; fi
