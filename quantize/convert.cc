@@ -10,6 +10,7 @@
 
 #include "kiln/lite.h"
 #include "kiln/lite_convert.h"
+#include "kiln/nn/saving.h"
 #include "kiln/ops.h"
 #include "lite/builder.h"
 #include "quantize/calibration.h"
@@ -443,6 +444,13 @@ ConversionReport convert(nn::Model& model, const std::string& path, const Conver
   write_file(path, int8_bytes);
   report.file_bytes = static_cast<int64_t>(int8_bytes.size());
   return report;
+}
+
+ConversionReport convert(const std::string& model_file, const std::string& path,
+                         const ConvertOptions& options) {
+  std::unique_ptr<nn::Model> model =
+      nn::load_model(model_file, nn::LoadOptions().set_compile(false));
+  return convert(*model, path, options);
 }
 
 }  // namespace kiln::lite

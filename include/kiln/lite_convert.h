@@ -59,5 +59,8 @@ struct ConversionReport {
 // built or calibration data of the wrong shape.
 ConversionReport convert(nn::Model& model, const std::string& path,
                          const ConvertOptions& options = {});
+// The same for a model saved whole (Model::save, a .kiln file), loaded without its optimizer.
+ConversionReport convert(const std::string& model_file, const std::string& path,
+                         const ConvertOptions& options = {});
 
 }  // namespace kiln::lite

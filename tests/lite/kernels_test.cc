@@ -613,6 +613,21 @@ TEST(LiteQuantize, RoundsHalvesAwayFromZeroAndClamps) {
 namespace kiln::lite::kernels {
 namespace {
 
+// A window of at most max_k x max_k, strides up to 3, each pad smaller than the window.
+Window random_window(std::mt19937& rng, int max_k) {
+  auto pick = [&](int lo, int hi) { return static_cast<int64_t>(lo + rng() % (hi - lo + 1)); };
+  Window win;
+  win.kh = pick(1, max_k);
+  win.kw = pick(1, max_k);
+  win.stride_h = pick(1, 3);
+  win.stride_w = pick(1, 3);
+  win.pad_top = pick(0, win.kh - 1);
+  win.pad_bottom = pick(0, win.kh - 1);
+  win.pad_left = pick(0, win.kw - 1);
+  win.pad_right = pick(0, win.kw - 1);
+  return win;
+}
+
 // Every patch element, by definition: the input at (oy*sh - pt + ky, ox*sw - pl + kx), or the
 // pad value outside it. Over random windows, strides, pads and channel counts (the fast copies
 // of the interior and the edges' slow path both).
@@ -620,15 +635,7 @@ TEST(LiteIm2col, EveryPatchElementIsTheInputUnderTheWindowOrThePad) {
   std::mt19937 rng(21);
   auto pick = [&](int lo, int hi) { return static_cast<int64_t>(lo + rng() % (hi - lo + 1)); };
   for (int trial = 0; trial < 300; ++trial) {
-    Window win;
-    win.kh = pick(1, 4);
-    win.kw = pick(1, 4);
-    win.stride_h = pick(1, 3);
-    win.stride_w = pick(1, 3);
-    win.pad_top = pick(0, win.kh - 1);
-    win.pad_bottom = pick(0, win.kh - 1);
-    win.pad_left = pick(0, win.kw - 1);
-    win.pad_right = pick(0, win.kw - 1);
+    const Window win = random_window(rng, 4);
     const int64_t n = pick(1, 2), h = pick(win.kh, 9), w = pick(win.kw, 9), c = pick(1, 5);
     const int64_t oh = win.out_h(h), ow = win.out_w(w), row = win.kh * win.kw * c;
     std::vector<int8_t> x(n * h * w * c);
@@ -667,15 +674,7 @@ TEST(LitePool, Int8MaxPoolIsTheLargestInputUnderTheWindow) {
   std::mt19937 rng(22);
   auto pick = [&](int lo, int hi) { return static_cast<int64_t>(lo + rng() % (hi - lo + 1)); };
   for (int trial = 0; trial < 100; ++trial) {
-    Window win;
-    win.kh = pick(1, 3);
-    win.kw = pick(1, 3);
-    win.stride_h = pick(1, 3);
-    win.stride_w = pick(1, 3);
-    win.pad_top = pick(0, win.kh - 1);
-    win.pad_left = pick(0, win.kw - 1);
-    win.pad_bottom = pick(0, win.kh - 1);
-    win.pad_right = pick(0, win.kw - 1);
+    const Window win = random_window(rng, 3);
     const int64_t h = pick(win.kh, 7), w = pick(win.kw, 7), c = pick(1, 130);
     const int64_t oh = win.out_h(h), ow = win.out_w(w);
     std::vector<int8_t> x(h * w * c), out(oh * ow * c);

@@ -99,6 +99,20 @@ TEST(LiteConvertTest, Int8WeightsMakeTheFileAboutAQuarterOfTheFloatOne) {
   EXPECT_LE(int8_bytes, 0.3 * float_bytes) << int8_bytes << " vs " << float_bytes;
 }
 
+TEST(LiteConvertTest, AModelSavedWholeConvertsFromItsFile) {
+  std::unique_ptr<Sequential> cnn = small_cnn();
+  const std::string saved = temp_path("whole.kiln");
+  cnn->save(saved);
+  ConvertOptions options;
+  options.quantize = false;
+  convert(saved, temp_path("from_file.klite"), options);
+  auto interp = Interpreter::load(temp_path("from_file.klite"));
+  const Tensor x = images(3, 5);
+  const std::vector<float> want = cnn->predict(x).to_vector<float>();
+  const std::vector<float> got = interp->run(x.to_vector<float>().data(), 3);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+}
+
 TEST(LiteConvertTest, LayersWithoutALiteOpAreAllNamed) {
   Sequential model({Dense(8, "tanh"), BatchNormalization(), Dense(4)});
   model.build({6});
