@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "kiln/lite_convert.h"
@@ -63,5 +65,14 @@ class CalibrationData {
 };
 CalibrationData calibration_data(const ConvertOptions& options,
                                  const std::vector<int64_t>& input_shape);
+
+// The int8 parameters the int8 file gives the model's input and each layer's output (by layer
+// name: a Dense or Conv2D its own range, a pool or reshape its input's), calibrated as convert
+// does: what quantization-aware training fakes.
+struct LayerRanges {
+  QuantParams input;
+  std::map<std::string, QuantParams> outputs;
+};
+LayerRanges calibrate_layers(nn::Model& model, const ConvertOptions& options);
 
 }  // namespace kiln::lite

@@ -347,7 +347,55 @@ std::vector<float> values_of(const Interpreter& interp, int tensor, int64_t batc
   return out;
 }
 
+struct Calibrated {
+  QuantParams input;
+  std::vector<QuantParams> outputs;  // per op: the int8 parameters of its output's range
+};
+
+// Runs the float model over the calibration data, watching the input and each op's output.
+Calibrated calibrate(Interpreter& float_interp, const std::vector<FloatOp>& ops,
+                     const std::vector<int64_t>& input_shape, const std::vector<int>& float_outputs,
+                     const CalibrationData& data, const ConvertOptions& options) {
+  std::vector<RangeObserver> observers(ops.size() + 1,
+                                       RangeObserver(options.calibration, options.percentile));
+  data.for_each_batch([&](const float* x, int64_t batch) {
+    float_interp.run(x, batch);
+    observers[0].observe(x, batch * per_example(input_shape));
+    for (size_t i = 0; i < ops.size(); ++i) {
+      observers[i + 1].observe(values_of(float_interp, float_outputs[i], batch));
+    }
+  });
+  Calibrated c;
+  c.input = observers[0].params();
+  for (size_t i = 0; i < ops.size(); ++i) c.outputs.push_back(observers[i + 1].params());
+  return c;
+}
+
 }  // namespace
+
+LayerRanges calibrate_layers(nn::Model& model, const ConvertOptions& options) {
+  std::vector<int64_t> input_shape;
+  const std::vector<FloatOp> ops = lower(model, &input_shape);
+  std::vector<int> float_outputs;
+  const std::string float_bytes = float_model(ops, input_shape, &float_outputs);
+  Options keep;
+  keep.preserve_all_tensors = true;
+  keep.num_threads = 2;
+  auto float_interp = Interpreter::from_buffer(float_bytes.data(), float_bytes.size(), keep);
+  const Calibrated c = calibrate(*float_interp, ops, input_shape, float_outputs,
+                                 calibration_data(options, input_shape), options);
+  // As int8_model assigns them: weighted ops get their own range, pools and reshapes keep their
+  // input's; softmax is float.
+  LayerRanges ranges;
+  ranges.input = c.input;
+  QuantParams x = c.input;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].code == OpCode::kSoftmax) continue;
+    if (!ops[i].weights.empty()) x = c.outputs[i];
+    ranges.outputs[ops[i].layer] = x;
+  }
+  return ranges;
+}
 
 std::string ConversionReport::str() const {
   std::ostringstream s;
@@ -390,20 +438,12 @@ ConversionReport convert(nn::Model& model, const std::string& path, const Conver
   keep.preserve_all_tensors = true;
   keep.num_threads = 2;
   auto float_interp = Interpreter::from_buffer(float_bytes.data(), float_bytes.size(), keep);
-  std::vector<RangeObserver> observers(ops.size() + 1,
-                                       RangeObserver(options.calibration, options.percentile));
-  data.for_each_batch([&](const float* x, int64_t batch) {
-    float_interp->run(x, batch);
-    observers[0].observe(x, batch * per_example(input_shape));
-    for (size_t i = 0; i < ops.size(); ++i) {
-      observers[i + 1].observe(values_of(*float_interp, float_outputs[i], batch));
-    }
-  });
-  std::vector<QuantParams> out_q;
-  for (size_t i = 0; i < ops.size(); ++i) out_q.push_back(observers[i + 1].params());
+  const Calibrated calibrated =
+      calibrate(*float_interp, ops, input_shape, float_outputs, data, options);
+  const QuantParams& input_q = calibrated.input;
+  const std::vector<QuantParams>& out_q = calibrated.outputs;
   std::vector<int> int8_outputs;
-  const std::string int8_bytes =
-      int8_model(ops, input_shape, observers[0].params(), out_q, &int8_outputs);
+  const std::string int8_bytes = int8_model(ops, input_shape, input_q, out_q, &int8_outputs);
   auto int8_interp = Interpreter::from_buffer(int8_bytes.data(), int8_bytes.size(), keep);
 
   // Each op's error, in its own output's units, on the calibration data.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -62,5 +63,13 @@ ConversionReport convert(nn::Model& model, const std::string& path,
 // The same for a model saved whole (Model::save, a .kiln file), loaded without its optimizer.
 ConversionReport convert(const std::string& model_file, const std::string& path,
                          const ConvertOptions& options = {});
+
+// Quantization-aware training: a model sharing `model`'s layers and weights that computes as the
+// int8 file will: Dense and Conv2D weights fake-quantized per output channel, the input and each
+// int8 op's output fake-quantized at the range calibrated on options.representative (then held
+// fixed), all with straight-through gradients. Compile and fit it (a small learning rate, an
+// epoch or two), then convert `model`: its weights are the trained ones. The model must convert
+// (the same layers as convert); the errors are convert's.
+std::unique_ptr<nn::Sequential> quantization_aware(nn::Model& model, const ConvertOptions& options);
 
 }  // namespace kiln::lite

@@ -1,0 +1,102 @@
+// Quantization-aware training: wraps a model's Dense and Conv2D layers so that they compute with
+// fake-quantized weights and outputs (x + stop_gradient(q(x) - x): the forward pass sees the
+// int8 file's values, the gradient passes straight through), and fake-quantizes the input and
+// the average pools' outputs, at the ranges convert's calibration gives.
+#include "kiln/lite_convert.h"
+#include "kiln/nn.h"
+#include "kiln/ops.h"
+#include "quantize/calibration.h"
+
+namespace kiln::lite {
+namespace {
+
+// The int8 grid of `q`, on the forward pass only.
+Tensor fake_quant(const Tensor& x, const QuantParams& q) {
+  const Tensor levels = clamp(round(x / q.scale) + q.zero_point, -128.0, 127.0);
+  return x + stop_gradient((levels - q.zero_point) * q.scale - x);
+}
+
+// Per output channel (the last axis), symmetric in [-127, 127], as quantize_weights does.
+Tensor fake_quant_weights(const Tensor& w) {
+  Axes all_but_last;
+  for (int64_t a = 0; a + 1 < w.rank(); ++a) all_but_last.push_back(a);
+  // An all-zero channel: any positive scale gives zeros.
+  const Tensor scale =
+      maximum(max(abs(w), all_but_last, /*keepdims=*/true) / 127.0, Tensor::scalar(1e-30f));
+  const Tensor q = clamp(round(w / scale), -127.0, 127.0) * scale;
+  return w + stop_gradient(q - w);
+}
+
+class FakeQuant : public nn::Layer {
+ public:
+  FakeQuant(const std::string& name, QuantParams q) : Layer(name), q_(q) {}
+  std::string type_name() const override { return "FakeQuant"; }
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<FakeQuant>(*this); }
+  Tensor call(const std::vector<Tensor>& inputs, nn::CallContext&) override {
+    return fake_quant(inputs.at(0), q_);
+  }
+
+ private:
+  QuantParams q_;
+};
+
+// A built Dense or Conv2D, computing with fake-quantized weights and output. Its weights are the
+// wrapped layer's.
+class QuantizeWrapper : public nn::Layer {
+ public:
+  QuantizeWrapper(nn::LayerPtr layer, QuantParams q)
+      : Layer(layer->name() + "/quantized"),
+        layer_(std::move(layer)),
+        q_(q),
+        config_(layer_->config()) {}
+  std::string type_name() const override { return "QuantizeWrapper"; }
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<QuantizeWrapper>(*this); }
+  void build(const std::vector<Shape>& input_shapes) override {
+    build_child(*layer_, input_shapes);
+  }
+  Tensor call(const std::vector<Tensor>& inputs, nn::CallContext& ctx) override {
+    const Tensor kernel = fake_quant_weights(ctx.read(layer_->weights().at(0)));
+    Tensor y = layer_->type_name() == "Conv2D"
+                   ? conv2d(inputs.at(0), kernel, config_.get_ints("strides"),
+                            config_.get_string("padding"))
+                   : matmul(inputs.at(0), kernel);
+    if (config_.get_bool("use_bias", true)) y = y + ctx.read(layer_->weights().at(1));
+    const std::string& activation = config_.get_string("activation");
+    if (activation == "relu") y = relu(y);
+    y = fake_quant(y, q_);
+    return activation == "softmax" ? softmax(y, -1) : y;
+  }
+
+ private:
+  nn::LayerPtr layer_;
+  QuantParams q_;
+  Attrs config_;
+};
+
+}  // namespace
+
+std::unique_ptr<nn::Sequential> quantization_aware(nn::Model& model,
+                                                   const ConvertOptions& options) {
+  const LayerRanges ranges = calibrate_layers(model, options);  // checks the model converts
+  std::vector<nn::LayerRef> layers{std::make_shared<FakeQuant>("input/fake_quant", ranges.input)};
+  for (const nn::LayerPtr& layer : model.architecture().layers) {
+    const std::string type = layer->type_name();
+    auto range = ranges.outputs.find(layer->name());
+    if (type == "Dense" || type == "Conv2D") {
+      layers.push_back(std::make_shared<QuantizeWrapper>(layer, range->second));
+      continue;
+    }
+    layers.push_back(layer->clone());  // stateless: pools, reshapes, dropout, activations
+    // The int8 average rounds to its input's grid again; a max pool or reshape stays on it.
+    if (type == "AveragePooling2D" && range != ranges.outputs.end()) {
+      layers.push_back(std::make_shared<FakeQuant>(layer->name() + "/fake_quant", range->second));
+    }
+  }
+  auto qat = std::make_unique<nn::Sequential>(layers, model.name() + "_quantization_aware");
+  const std::optional<TensorType> type = model.input_type();
+  Shape example(type->shape.begin() + 1, type->shape.end());
+  qat->build(example);
+  return qat;
+}
+
+}  // namespace kiln::lite
