@@ -37,6 +37,8 @@ const char* op_name(OpCode code) {
       return "Quantize";
     case OpCode::kDequantize:
       return "Dequantize";
+    case OpCode::kActivation:
+      return "Activation";
   }
   return "unknown";
 }

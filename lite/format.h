@@ -41,8 +41,13 @@ enum class OpCode : uint16_t {
   kSoftmax = 6,     // over the last dimension, float
   kQuantize = 7,    // float -> int8 at the output's scale and zero point
   kDequantize = 8,  // int8 -> float
+  kActivation = 9,  // float, elementwise; params[0]: a FloatActivation
 };
-inline constexpr uint16_t kMaxOpCode = 8;
+inline constexpr uint16_t kMaxOpCode = 9;
+
+// The float activations an int8 model computes between a Dequantize and a Quantize.
+enum class FloatActivation : int32_t { kTanh = 1, kSigmoid = 2, kSwish = 3, kSoftplus = 4 };
+inline constexpr int32_t kMaxFloatActivation = 4;
 const char* op_name(OpCode code);  // "FullyConnected", ...; "unknown" past kMaxOpCode
 
 // CRC-32C (Castagnoli) of `size` bytes appended to data whose CRC-32C is `crc` (0: none).

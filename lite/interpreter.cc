@@ -414,6 +414,16 @@ void Interpreter::Impl::check_op(size_t index) {
       }
       expect_out(x.shape);
       break;
+    case OpCode::kActivation:
+      need_inputs(1, 1);
+      if (x.dtype != DType::kFloat32 || out.dtype != DType::kFloat32) {
+        bad_op(index, "activations run on f32");
+      }
+      if (op.params[0] < 1 || op.params[0] > format::kMaxFloatActivation) {
+        bad_op(index, "unknown activation " + std::to_string(op.params[0]));
+      }
+      expect_out(x.shape);
+      break;
     case OpCode::kQuantize:
     case OpCode::kDequantize: {
       need_inputs(1, 1);
@@ -665,6 +675,10 @@ void Interpreter::Impl::run_op(const Op& op) {
     case OpCode::kSoftmax:
       kernels::softmax_f32(reinterpret_cast<const float*>(src), n * in_image / c, c,
                            reinterpret_cast<float*>(dst));
+      return;
+    case OpCode::kActivation:
+      kernels::activation_f32(reinterpret_cast<const float*>(src), n * in_image, op.params[0],
+                              reinterpret_cast<float*>(dst));
       return;
     case OpCode::kQuantize:
       kernels::quantize_f32(reinterpret_cast<const float*>(src), n * in_image, out.scale,

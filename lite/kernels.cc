@@ -935,4 +935,25 @@ void dequantize_int8(const int8_t* q, int64_t count, float scale, int32_t zero_p
   for (int64_t i = 0; i < count; ++i) out[i] = scale * static_cast<float>(q[i] - zero_point);
 }
 
+void activation_f32(const float* x, int64_t count, int32_t kind, float* out) {
+  auto sigmoid = [](float v) { return 1.f / (1.f + std::exp(-v)); };
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = x[i];
+    switch (kind) {
+      case 1:
+        out[i] = std::tanh(v);
+        break;
+      case 2:
+        out[i] = sigmoid(v);
+        break;
+      case 3:
+        out[i] = v * sigmoid(v);
+        break;
+      default:
+        out[i] = std::max(v, 0.f) + std::log1p(std::exp(-std::abs(v)));
+        break;
+    }
+  }
+}
+
 }  // namespace kiln::lite::kernels

@@ -114,6 +114,9 @@ void avg_pool_f32(const float* x, int64_t n, int64_t h, int64_t w, int64_t c, co
                   float* out);
 // Row-wise softmax of [rows][cols], numerically stable (max subtracted).
 void softmax_f32(const float* x, int64_t rows, int64_t cols, float* out);
+// Elementwise: 1 tanh, 2 sigmoid, 3 swish (x * sigmoid(x)), 4 softplus (log(1 + e^x), without
+// overflow); format::FloatActivation's values.
+void activation_f32(const float* x, int64_t count, int32_t kind, float* out);
 // q = clamp(round_half_away(x / scale) + zero_point, -128, 127); x = scale * (q - zero_point).
 void quantize_f32(const float* x, int64_t count, float scale, int32_t zero_point, int8_t* out);
 void dequantize_int8(const int8_t* q, int64_t count, float scale, int32_t zero_point, float* out);

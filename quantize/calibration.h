@@ -72,6 +72,9 @@ CalibrationData calibration_data(const ConvertOptions& options,
 struct LayerRanges {
   QuantParams input;
   std::map<std::string, QuantParams> outputs;
+  // A float activation's output (of an Activation layer, or after a Dense or Conv2D), where an
+  // int8 op follows and quantizes it.
+  std::map<std::string, QuantParams> float_outputs;
 };
 LayerRanges calibrate_layers(nn::Model& model, const ConvertOptions& options);
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <iomanip>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "kiln/lite.h"
@@ -30,6 +31,12 @@ struct FloatOp {
   std::vector<float> weights, bias;
   kernels::Window window;
   std::vector<int64_t> out_shape;  // [-1, ...]
+  int32_t float_kind = 0;          // kActivation's format::FloatActivation
+  bool float_only() const { return code == OpCode::kSoftmax || code == OpCode::kActivation; }
+  ModelBuilder::Params params() const {
+    if (code != OpCode::kActivation) return ModelBuilder::window_params(window);
+    return {float_kind};
+  }
 };
 
 std::string shape_str(const std::vector<int64_t>& shape) {
@@ -81,13 +88,32 @@ std::vector<float> output_major(const Tensor& kernel) {
   return out;
 }
 
-Activation fused_activation(const std::string& name, bool* softmax, bool* supported) {
-  *softmax = name == "softmax";
-  *supported = true;
-  if (name.empty() || name == "linear" || *softmax) return Activation::kNone;
-  if (name == "relu") return Activation::kRelu;
-  *supported = false;
-  return Activation::kNone;
+// An activation the lite runtime computes in float (between a Dequantize and a Quantize in an
+// int8 model), or 0.
+int32_t float_activation(const std::string& name) {
+  if (name == "tanh") return static_cast<int32_t>(format::FloatActivation::kTanh);
+  if (name == "sigmoid") return static_cast<int32_t>(format::FloatActivation::kSigmoid);
+  if (name == "swish" || name == "silu") {
+    return static_cast<int32_t>(format::FloatActivation::kSwish);
+  }
+  if (name == "softplus") return static_cast<int32_t>(format::FloatActivation::kSoftplus);
+  return 0;
+}
+
+// The float op computing activation `name` on `shape`, for `layer`: Softmax or Activation.
+std::optional<FloatOp> float_activation_op(const std::string& name, const std::string& layer,
+                                           const std::vector<int64_t>& shape) {
+  FloatOp op;
+  op.layer = layer;
+  op.out_shape = shape;
+  if (name == "softmax") {
+    op.code = OpCode::kSoftmax;
+    return op;
+  }
+  op.code = OpCode::kActivation;
+  op.float_kind = float_activation(name);
+  if (op.float_kind == 0) return std::nullopt;
+  return op;
 }
 
 // The model's layers as lite ops; kUnimplemented listing every layer that has none.
@@ -131,12 +157,15 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape) 
     op.layer = layer.name();
     if (type_name == "Dense" || type_name == "Conv2D") {
       const bool conv = type_name == "Conv2D";
-      bool softmax, supported;
-      op.activation = fused_activation(config.get_string("activation"), &softmax, &supported);
-      if (!supported) {
-        refuse(layer, "activation " + config.get_string("activation"));
+      const std::string& act = config.get_string("activation");
+      const bool fused = act.empty() || act == "linear" || act == "relu";
+      const std::optional<FloatOp> after =
+          fused ? std::nullopt : float_activation_op(act, layer.name(), {});
+      if (!fused && !after) {
+        refuse(layer, "activation " + act);
         continue;
       }
+      if (act == "relu") op.activation = Activation::kRelu;
       if (shape.size() != (conv ? 4u : 2u)) {
         refuse(layer,
                "input " + shape_str(shape) + (conv ? " is not NHWC" : " is not [batch, features]"));
@@ -158,12 +187,9 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape) 
         op.bias = layer.weights().at(1).value().to_vector<float>();
       shape = op.out_shape;
       ops.push_back(op);
-      if (softmax) {
-        FloatOp s;
-        s.code = OpCode::kSoftmax;
-        s.layer = layer.name();
-        s.out_shape = shape;
-        ops.push_back(s);
+      if (after) {
+        ops.push_back(*after);
+        ops.back().out_shape = shape;
       }
     } else if (type_name == "MaxPooling2D" || type_name == "AveragePooling2D") {
       if (shape.size() != 4) {
@@ -193,10 +219,8 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape) 
     } else if (type_name == "Activation") {
       const std::string name = config.get_string("activation");
       if (name.empty() || name == "linear") continue;
-      if (name == "softmax") {
-        op.code = OpCode::kSoftmax;
-        op.out_shape = shape;
-        ops.push_back(op);
+      if (std::optional<FloatOp> f = float_activation_op(name, layer.name(), shape)) {
+        ops.push_back(*f);
       } else if (name == "relu" && !ops.empty() &&
                  (ops.back().code == OpCode::kFullyConnected ||
                   ops.back().code == OpCode::kConv2D) &&
@@ -217,7 +241,7 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape) 
         "lite::convert: model " + model.name() +
             " has layers the lite runtime cannot "
             "run (it has Dense, Conv2D, MaxPool2D, AveragePool2D, Flatten, Reshape, Dropout, "
-            "Activation with linear, relu or softmax):" +
+            "and the activations linear, relu, softmax, tanh, sigmoid, swish and softplus):" +
             list);
   }
   return ops;
@@ -265,7 +289,7 @@ std::string float_model(const std::vector<FloatOp>& ops, const std::vector<int64
     }
     x = b.add_tensor(
         activation_info(op.layer + "/" + format::op_name(op.code), DType::kFloat32, op.out_shape));
-    b.add_op(op.code, op.layer, inputs, x, op.activation, ModelBuilder::window_params(op.window));
+    b.add_op(op.code, op.layer, inputs, x, op.activation, op.params());
     outputs->push_back(x);
   }
   b.set_output(x);
@@ -296,13 +320,12 @@ std::string int8_model(const std::vector<FloatOp>& ops, const std::vector<int64_
   for (size_t i = 0; i < ops.size(); ++i) {
     const FloatOp& op = ops[i];
     const std::string out_name = op.layer + "/" + format::op_name(op.code);
-    if (op.code == OpCode::kSoftmax) {
+    if (op.float_only()) {
       if (b.tensor(x).dtype == DType::kInt8) to_float(op.layer);
-      x = [&] {
-        const int y = b.add_tensor(activation_info(out_name, DType::kFloat32, op.out_shape));
-        b.add_op(op.code, op.layer, {x}, y);
-        return y;
-      }();
+      const int y = b.add_tensor(activation_info(out_name, DType::kFloat32, op.out_shape));
+      b.add_op(op.code, op.layer, {x}, y, Activation::kNone, op.params());
+      x = y;
+      xq = out_q[i];  // what a Quantize after it uses
       outputs->push_back(x);
       continue;
     }
@@ -322,7 +345,7 @@ std::string int8_model(const std::vector<FloatOp>& ops, const std::vector<int64_
                                     {op.weight_shape[0]}, w.scales));
     }
     const int y = b.add_tensor(activation_info(out_name, DType::kInt8, op.out_shape, yq));
-    b.add_op(op.code, op.layer, inputs, y, op.activation, ModelBuilder::window_params(op.window));
+    b.add_op(op.code, op.layer, inputs, y, op.activation, op.params());
     x = y;
     xq = yq;
     outputs->push_back(x);
@@ -385,14 +408,19 @@ LayerRanges calibrate_layers(nn::Model& model, const ConvertOptions& options) {
   const Calibrated c = calibrate(*float_interp, ops, input_shape, float_outputs,
                                  calibration_data(options, input_shape), options);
   // As int8_model assigns them: weighted ops get their own range, pools and reshapes keep their
-  // input's; softmax is float.
+  // input's; a float op's output is quantized at its own range when an int8 op follows.
   LayerRanges ranges;
   ranges.input = c.input;
   QuantParams x = c.input;
   for (size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].code == OpCode::kSoftmax) continue;
-    if (!ops[i].weights.empty()) x = c.outputs[i];
-    ranges.outputs[ops[i].layer] = x;
+    if (!ops[i].weights.empty() || ops[i].float_only()) x = c.outputs[i];
+    if (!ops[i].float_only()) {
+      ranges.outputs[ops[i].layer] = x;
+      continue;
+    }
+    const bool int8_follows = std::any_of(ops.begin() + i + 1, ops.end(),
+                                          [](const FloatOp& op) { return !op.float_only(); });
+    if (int8_follows) ranges.float_outputs[ops[i].layer] = x;
   }
   return ranges;
 }

@@ -2,6 +2,8 @@
 // fake-quantized weights and outputs (x + stop_gradient(q(x) - x): the forward pass sees the
 // int8 file's values, the gradient passes straight through), and fake-quantizes the input and
 // the average pools' outputs, at the ranges convert's calibration gives.
+#include <optional>
+
 #include "kiln/lite_convert.h"
 #include "kiln/nn.h"
 #include "kiln/ops.h"
@@ -44,10 +46,13 @@ class FakeQuant : public nn::Layer {
 // wrapped layer's.
 class QuantizeWrapper : public nn::Layer {
  public:
-  QuantizeWrapper(nn::LayerPtr layer, QuantParams q)
+  // q: the op's int8 output; after: where a float activation follows and an int8 op quantizes
+  // its output, that output's.
+  QuantizeWrapper(nn::LayerPtr layer, QuantParams q, std::optional<QuantParams> after)
       : Layer(layer->name() + "/quantized"),
         layer_(std::move(layer)),
         q_(q),
+        after_(after),
         config_(layer_->config()) {}
   std::string type_name() const override { return "QuantizeWrapper"; }
   std::shared_ptr<Layer> clone() const override { return std::make_shared<QuantizeWrapper>(*this); }
@@ -64,12 +69,19 @@ class QuantizeWrapper : public nn::Layer {
     const std::string& activation = config_.get_string("activation");
     if (activation == "relu") y = relu(y);
     y = fake_quant(y, q_);
-    return activation == "softmax" ? softmax(y, -1) : y;
+    if (activation == "relu" || activation == "linear" || activation.empty()) return y;
+    y = activation == "softmax"    ? softmax(y, -1)
+        : activation == "tanh"     ? tanh(y)
+        : activation == "sigmoid"  ? sigmoid(y)
+        : activation == "softplus" ? softplus(y)
+                                   : swish(y);  // swish, silu: what convert accepts
+    return after_ ? fake_quant(y, *after_) : y;
   }
 
  private:
   nn::LayerPtr layer_;
   QuantParams q_;
+  std::optional<QuantParams> after_;
   Attrs config_;
 };
 
@@ -82,14 +94,20 @@ std::unique_ptr<nn::Sequential> quantization_aware(nn::Model& model,
   for (const nn::LayerPtr& layer : model.architecture().layers) {
     const std::string type = layer->type_name();
     auto range = ranges.outputs.find(layer->name());
+    auto after = ranges.float_outputs.find(layer->name());
+    const std::optional<QuantParams> after_q =
+        after == ranges.float_outputs.end() ? std::nullopt : std::optional(after->second);
     if (type == "Dense" || type == "Conv2D") {
-      layers.push_back(std::make_shared<QuantizeWrapper>(layer, range->second));
+      layers.push_back(std::make_shared<QuantizeWrapper>(layer, range->second, after_q));
       continue;
     }
     layers.push_back(layer->clone());  // stateless: pools, reshapes, dropout, activations
-    // The int8 average rounds to its input's grid again; a max pool or reshape stays on it.
+    // The int8 average rounds to its input's grid again (a max pool or reshape stays on it); a
+    // float activation's output is quantized for the int8 op after it.
     if (type == "AveragePooling2D" && range != ranges.outputs.end()) {
       layers.push_back(std::make_shared<FakeQuant>(layer->name() + "/fake_quant", range->second));
+    } else if (type == "Activation" && after_q) {
+      layers.push_back(std::make_shared<FakeQuant>(layer->name() + "/fake_quant", *after_q));
     }
   }
   auto qat = std::make_unique<nn::Sequential>(layers, model.name() + "_quantization_aware");

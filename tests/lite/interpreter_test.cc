@@ -84,6 +84,44 @@ TEST(LiteInterpreterTest, FloatDenseReluSoftmaxComputesWhatItSays) {
   }
 }
 
+TEST(LiteInterpreterTest, FloatActivationsComputeTheirFunctions) {
+  const std::vector<float> x{-30.f, -2.f, -0.5f, 0.f, 0.25f, 3.f, 40.f};
+  const int n = static_cast<int>(x.size());
+  for (int kind = 1; kind <= 4; ++kind) {
+    ModelBuilder b;
+    const int in = b.add_tensor(activation("x", {-1, n}));
+    const int out = b.add_tensor(activation("y", {-1, n}));
+    b.add_op(OpCode::kActivation, "act", {in}, out, Activation::kNone, {kind});
+    b.set_input(in);
+    b.set_output(out);
+    const std::string file = b.serialize();
+    const std::vector<float> y =
+        Interpreter::from_buffer(file.data(), file.size())->run(x.data(), 1);
+    for (int i = 0; i < n; ++i) {
+      const double v = x[i], s = 1 / (1 + std::exp(-v));
+      const double want = kind == 1   ? std::tanh(v)
+                          : kind == 2 ? s
+                          : kind == 3 ? v * s
+                                      : std::log1p(std::exp(v));
+      EXPECT_NEAR(y[i], want, 1e-6 * std::max(1.0, std::abs(want))) << kind << " at " << v;
+    }
+  }
+  ModelBuilder b;
+  const int in = b.add_tensor(activation("x", {-1, 2}));
+  const int out = b.add_tensor(activation("y", {-1, 2}));
+  b.add_op(OpCode::kActivation, "act_9", {in}, out, Activation::kNone, {9});
+  b.set_input(in);
+  b.set_output(out);
+  std::string message;
+  try {
+    const std::string file = b.serialize();
+    Interpreter::from_buffer(file.data(), file.size());
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("act_9, Activation): unknown activation 9"), std::string::npos) << message;
+}
+
 TEST(LiteInterpreterTest, LoadMapsTheFileItWasWrittenTo) {
   const std::string file = float_dense_model({1, 0, 0, 0, 1, 0}, {0, 0});
   const std::string path = testing::TempDir() + "/dense.klite";

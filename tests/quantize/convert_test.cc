@@ -113,16 +113,54 @@ TEST(LiteConvertTest, AModelSavedWholeConvertsFromItsFile) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
 }
 
+// tanh, sigmoid, swish and softplus run in float between a Dequantize and a Quantize, and the
+// report says so.
+TEST(LiteConvertTest, OtherActivationsStayFloatBetweenInt8Ops) {
+  Sequential model({Dense(16, "tanh"), Activation("sigmoid"), Dense(12, "swish"),
+                    Dense(8, "softplus"), Dense(4)});
+  model.set_seed(2);
+  model.build({6});
+  const Tensor x = random_normal({64, 6}, 3);
+  const std::vector<float> want = model.predict(x).to_vector<float>();
+  ConvertOptions f;
+  f.quantize = false;
+  convert(model, temp_path("act_f32.klite"), f);
+  const std::vector<float> got_f32 =
+      Interpreter::load(temp_path("act_f32.klite"))->run(x.to_vector<float>().data(), 64);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got_f32[i], want[i], 1e-5) << i;
+
+  ConvertOptions q;
+  q.representative = random_normal({256, 6}, 4);
+  const ConversionReport report = convert(model, temp_path("act_int8.klite"), q);
+  int float_ops = 0;
+  for (const LayerReport& l : report.layers) {
+    EXPECT_EQ(l.int8, l.op != "Activation") << l.layer << " " << l.op;
+    float_ops += l.op == "Activation";
+  }
+  EXPECT_EQ(float_ops, 4);
+  auto int8 = Interpreter::load(temp_path("act_int8.klite"));
+  int quantizes = 0;
+  for (const OpInfo& op : int8->ops()) quantizes += op.type == "Quantize";
+  EXPECT_EQ(quantizes, 4);  // after the input and after each float activation
+  const std::vector<float> got = int8->run(x.to_vector<float>().data(), 64);
+  double max_err = 0, max_out = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    max_err = std::max<double>(max_err, std::abs(got[i] - want[i]));
+    max_out = std::max<double>(max_out, std::abs(want[i]));
+  }
+  EXPECT_LT(max_err, 0.05 * max_out + 0.02) << max_err << " of " << max_out;
+}
+
 TEST(LiteConvertTest, LayersWithoutALiteOpAreAllNamed) {
-  Sequential model({Dense(8, "tanh"), BatchNormalization(), Dense(4)});
+  Sequential model({Dense(8, "gelu"), BatchNormalization(), Dense(4)});
   model.build({6});
   try {
     convert(model, temp_path("never.klite"), {});
-    FAIL() << "converted a model with tanh and batch normalization";
+    FAIL() << "converted a model with gelu and batch normalization";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
     const std::string m = e.what();
-    EXPECT_NE(m.find("(Dense): activation tanh"), std::string::npos) << m;
+    EXPECT_NE(m.find("(Dense): activation gelu"), std::string::npos) << m;
     EXPECT_NE(m.find("(BatchNormalization)"), std::string::npos) << m;
   }
 }
