@@ -39,6 +39,10 @@ const char* op_name(OpCode code) {
       return "Dequantize";
     case OpCode::kActivation:
       return "Activation";
+    case OpCode::kAdd:
+      return "Add";
+    case OpCode::kConcatenate:
+      return "Concatenate";
   }
   return "unknown";
 }

@@ -42,12 +42,23 @@ enum class OpCode : uint16_t {
   kQuantize = 7,    // float -> int8 at the output's scale and zero point
   kDequantize = 8,  // int8 -> float
   kActivation = 9,  // float, elementwise; params[0]: a FloatActivation
+  // Elementwise sum of two inputs of one shape (int8: each rescaled to the output's scale).
+  kAdd = 10,
+  // 2-4 inputs joined along the last dimension (int8: each requantized to the output's scale).
+  kConcatenate = 11,
 };
-inline constexpr uint16_t kMaxOpCode = 9;
+inline constexpr uint16_t kMaxOpCode = 11;
 
 // The float activations an int8 model computes between a Dequantize and a Quantize.
-enum class FloatActivation : int32_t { kTanh = 1, kSigmoid = 2, kSwish = 3, kSoftplus = 4 };
-inline constexpr int32_t kMaxFloatActivation = 4;
+// (A relu the converter cannot fuse into the op before it runs here too.)
+enum class FloatActivation : int32_t {
+  kTanh = 1,
+  kSigmoid = 2,
+  kSwish = 3,
+  kSoftplus = 4,
+  kRelu = 5
+};
+inline constexpr int32_t kMaxFloatActivation = 5;
 const char* op_name(OpCode code);  // "FullyConnected", ...; "unknown" past kMaxOpCode
 
 // CRC-32C (Castagnoli) of `size` bytes appended to data whose CRC-32C is `crc` (0: none).

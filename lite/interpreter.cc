@@ -77,6 +77,8 @@ struct Op {
   std::vector<kernels::Requant> requant;
   const float* bias_f32 = nullptr;
   kernels::QuantGemmParams quant;
+  kernels::QuantAddParams add;           // kAdd, int8
+  std::vector<kernels::Requant> concat;  // kConcatenate, int8: per input to the output
 };
 
 }  // namespace
@@ -414,6 +416,32 @@ void Interpreter::Impl::check_op(size_t index) {
       }
       expect_out(x.shape);
       break;
+    case OpCode::kAdd:
+    case OpCode::kConcatenate: {
+      const bool add = op.code == OpCode::kAdd;
+      add ? need_inputs(2, 2) : need_inputs(2, format::kMaxOpInputs);
+      if (x.dtype == DType::kInt32 || out.dtype != x.dtype) {
+        bad_op(index, "joins f32 or i8 inputs into an output of their dtype, not " +
+                          describe(x_index) + " into " + describe(op.out));
+      }
+      std::vector<int64_t> shape = x.shape;
+      for (size_t j = 1; j < op.in.size(); ++j) {
+        const int t = op.in[j];
+        if (t < 0 || tensors[t].constant || tensors[t].dtype != x.dtype ||
+            tensors[t].shape.size() != x.shape.size()) {
+          bad_op(index, "input " + (t < 0 ? std::string("-1") : describe(t)) + " does not match " +
+                            describe(x_index));
+        }
+        const std::vector<int64_t>& other = tensors[t].shape;
+        const bool same_but_last = std::equal(other.begin(), other.end() - 1, shape.begin());
+        if (add ? other != shape : !same_but_last) {
+          bad_op(index, "input " + describe(t) + " does not match " + describe(x_index));
+        }
+        if (!add) shape.back() += other.back();
+      }
+      expect_out(shape);
+      break;
+    }
     case OpCode::kActivation:
       need_inputs(1, 1);
       if (x.dtype != DType::kFloat32 || out.dtype != DType::kFloat32) {
@@ -441,6 +469,19 @@ void Interpreter::Impl::check_op(size_t index) {
 
 void Interpreter::Impl::prepare(size_t index) {
   Op& op = ops[index];
+  const TensorInfo& y = tensors[op.out];
+  if (y.dtype == DType::kInt8 && op.code == OpCode::kAdd) {
+    const TensorInfo& a = tensors[op.in[0]];
+    const TensorInfo& b = tensors[op.in[1]];
+    op.add = kernels::quant_add_params(a.scale, a.zero_point, b.scale, b.zero_point, y.scale,
+                                       y.zero_point);
+  }
+  if (y.dtype == DType::kInt8 && op.code == OpCode::kConcatenate) {
+    for (int t : op.in) {
+      op.concat.push_back(kernels::quantize_multiplier(static_cast<double>(tensors[t].scale) /
+                                                       static_cast<double>(y.scale)));
+    }
+  }
   if (op.code != OpCode::kFullyConnected && op.code != OpCode::kConv2D) {
     op.window = ModelBuilder::window_of(op.params);
     return;
@@ -676,6 +717,43 @@ void Interpreter::Impl::run_op(const Op& op) {
       kernels::softmax_f32(reinterpret_cast<const float*>(src), n * in_image / c, c,
                            reinterpret_cast<float*>(dst));
       return;
+    case OpCode::kAdd: {
+      const uint8_t* b = data[op.in[1]];
+      const int64_t count = n * in_image;
+      if (int8) {
+        kernels::add_int8(reinterpret_cast<const int8_t*>(src), reinterpret_cast<const int8_t*>(b),
+                          count, op.add, reinterpret_cast<int8_t*>(dst));
+      } else {
+        kernels::add_f32(reinterpret_cast<const float*>(src), reinterpret_cast<const float*>(b),
+                         count, reinterpret_cast<float*>(dst));
+      }
+      return;
+    }
+    case OpCode::kConcatenate: {
+      // Row by row of the last dimension: each input's part, requantized when its scale or
+      // zero point differs from the output's.
+      const size_t width = dtype_size(x.dtype);
+      const int64_t rows = n * in_image / c, out_c = out.shape.back();
+      int64_t at = 0;
+      for (size_t j = 0; j < op.in.size(); ++j) {
+        const TensorInfo& t = tensors[op.in[j]];
+        const int64_t cj = t.shape.back();
+        const uint8_t* from = data[op.in[j]];
+        const bool same = !int8 || (t.scale == out.scale && t.zero_point == out.zero_point);
+        for (int64_t r = 0; r < rows; ++r) {
+          uint8_t* to = dst + (r * out_c + at) * width;
+          if (same) {
+            std::memcpy(to, from + r * cj * width, cj * width);
+          } else {
+            kernels::requantize_int8(reinterpret_cast<const int8_t*>(from) + r * cj, cj,
+                                     op.concat[j], t.zero_point, out.zero_point,
+                                     reinterpret_cast<int8_t*>(to));
+          }
+        }
+        at += cj;
+      }
+      return;
+    }
     case OpCode::kActivation:
       kernels::activation_f32(reinterpret_cast<const float*>(src), n * in_image, op.params[0],
                               reinterpret_cast<float*>(dst));

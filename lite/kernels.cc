@@ -949,10 +949,48 @@ void activation_f32(const float* x, int64_t count, int32_t kind, float* out) {
       case 3:
         out[i] = v * sigmoid(v);
         break;
-      default:
+      case 4:
         out[i] = std::max(v, 0.f) + std::log1p(std::exp(-std::abs(v)));
         break;
+      default:
+        out[i] = std::max(v, 0.f);
+        break;
     }
+  }
+}
+
+QuantAddParams quant_add_params(float a_scale, int32_t a_zero_point, float b_scale,
+                                int32_t b_zero_point, float out_scale, int32_t out_zero_point) {
+  const double twice_max = 2.0 * std::max<double>(a_scale, b_scale);
+  QuantAddParams p;
+  p.a_zero_point = a_zero_point;
+  p.b_zero_point = b_zero_point;
+  p.out_zero_point = out_zero_point;
+  p.a = quantize_multiplier(a_scale / twice_max);
+  p.b = quantize_multiplier(b_scale / twice_max);
+  p.out = quantize_multiplier(twice_max / ((1 << 20) * static_cast<double>(out_scale)));
+  return p;
+}
+
+void add_int8(const int8_t* a, const int8_t* b, int64_t count, const QuantAddParams& p,
+              int8_t* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int32_t sa = multiply_by_quantized_multiplier((a[i] - p.a_zero_point) * (1 << 20), p.a);
+    const int32_t sb = multiply_by_quantized_multiplier((b[i] - p.b_zero_point) * (1 << 20), p.b);
+    const int32_t v = multiply_by_quantized_multiplier(sa + sb, p.out) + p.out_zero_point;
+    out[i] = static_cast<int8_t>(std::min(127, std::max(-128, v)));
+  }
+}
+
+void add_f32(const float* a, const float* b, int64_t count, float* out) {
+  for (int64_t i = 0; i < count; ++i) out[i] = a[i] + b[i];
+}
+
+void requantize_int8(const int8_t* q, int64_t count, Requant r, int32_t zero_point,
+                     int32_t out_zero_point, int8_t* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int32_t v = multiply_by_quantized_multiplier(q[i] - zero_point, r) + out_zero_point;
+    out[i] = static_cast<int8_t>(std::min(127, std::max(-128, v)));
   }
 }
 

@@ -115,8 +115,23 @@ void avg_pool_f32(const float* x, int64_t n, int64_t h, int64_t w, int64_t c, co
 // Row-wise softmax of [rows][cols], numerically stable (max subtracted).
 void softmax_f32(const float* x, int64_t rows, int64_t cols, float* out);
 // Elementwise: 1 tanh, 2 sigmoid, 3 swish (x * sigmoid(x)), 4 softplus (log(1 + e^x), without
-// overflow); format::FloatActivation's values.
+// overflow), 5 relu; format::FloatActivation's values.
 void activation_f32(const float* x, int64_t count, int32_t kind, float* out);
+
+// int8 a + b at the output's scale, TF Lite's way: both inputs shifted left 20 bits and scaled
+// to twice the larger input scale, summed, then requantized to the output.
+struct QuantAddParams {
+  int32_t a_zero_point = 0, b_zero_point = 0, out_zero_point = 0;
+  Requant a, b, out;
+};
+QuantAddParams quant_add_params(float a_scale, int32_t a_zero_point, float b_scale,
+                                int32_t b_zero_point, float out_scale, int32_t out_zero_point);
+void add_int8(const int8_t* a, const int8_t* b, int64_t count, const QuantAddParams& params,
+              int8_t* out);
+void add_f32(const float* a, const float* b, int64_t count, float* out);
+// Requantizes q (scale, zero point) to (out_scale, out_zero_point): clamp(zo + requant(q - zi)).
+void requantize_int8(const int8_t* q, int64_t count, Requant r, int32_t zero_point,
+                     int32_t out_zero_point, int8_t* out);
 // q = clamp(round_half_away(x / scale) + zero_point, -128, 127); x = scale * (q - zero_point).
 void quantize_f32(const float* x, int64_t count, float scale, int32_t zero_point, int8_t* out);
 void dequantize_int8(const int8_t* q, int64_t count, float scale, int32_t zero_point, float* out);

@@ -1,4 +1,4 @@
-// kiln::lite::convert: lowers a model's layers to a chain of lite ops, writes them as a float
+// kiln::lite::convert: lowers a model's layers to lite ops, writes them as a float
 // model, and for int8 calibrates the activations' ranges by running that float model in the
 // lite runtime over the representative data, then quantizes weights and activations (TF Lite's
 // int8 scheme) and measures each op's error against the float model.
@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <limits>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "kiln/lite.h"
@@ -32,6 +33,7 @@ struct FloatOp {
   kernels::Window window;
   std::vector<int64_t> out_shape;  // [-1, ...]
   int32_t float_kind = 0;          // kActivation's format::FloatActivation
+  std::vector<int> in;             // the values it reads
   bool float_only() const { return code == OpCode::kSoftmax || code == OpCode::kActivation; }
   ModelBuilder::Params params() const {
     if (code != OpCode::kActivation) return ModelBuilder::window_params(window);
@@ -97,6 +99,7 @@ int32_t float_activation(const std::string& name) {
     return static_cast<int32_t>(format::FloatActivation::kSwish);
   }
   if (name == "softplus") return static_cast<int32_t>(format::FloatActivation::kSoftplus);
+  if (name == "relu") return static_cast<int32_t>(format::FloatActivation::kRelu);
   return 0;
 }
 
@@ -116,8 +119,10 @@ std::optional<FloatOp> float_activation_op(const std::string& name, const std::s
   return op;
 }
 
-// The model's layers as lite ops; kUnimplemented listing every layer that has none.
-std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape) {
+// The model's layers as lite ops, each reading values: 0 is the model's input, op i's output is
+// value i + 1; `output` gets the model's output value. kUnimplemented listing every layer that
+// has no lite op.
+std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, int* output) {
   const nn::Model::Architecture arch = model.architecture();
   const std::optional<TensorType> type = model.input_type();
   if (!type) {
@@ -125,34 +130,83 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape) 
                 "lite::convert: model " + model.name() +
                     " is not built: call it, fit it or build it before converting");
   }
-  if (arch.functional) {
-    for (size_t i = 0; i < arch.calls.size(); ++i) {
-      const auto& inputs = arch.calls[i].inputs;
-      const int expect = static_cast<int>(i) - 1;
-      if (inputs.size() != 1 || inputs[0].first != expect || arch.calls[i].layer != i) {
-        throw Error(ErrorCode::kUnimplemented,
-                    "lite::convert: model " + model.name() +
-                        " is not a chain of layers (each reading the one before); the lite "
-                        "runtime runs chains only");
-      }
-    }
+  if (model.input_types().size() != 1 || (arch.functional && arch.outputs.size() != 1)) {
+    throw Error(ErrorCode::kUnimplemented,
+                "lite::convert: model " + model.name() +
+                    " has several inputs or outputs; the lite runtime runs one of each");
   }
   if (type->dtype != f32) {
     throw Error(ErrorCode::kUnimplemented, "lite::convert: the input is " + type->str() +
                                                "; the lite runtime takes f32 inputs");
   }
+  // The calls and the values they read, as (call, output) pairs, (-1, 0) the input: a
+  // Sequential's layers each read the one before.
+  using Pair = std::pair<int, int>;
+  std::vector<std::pair<const nn::Layer*, std::vector<Pair>>> calls;
+  Pair model_output{-1, 0};
+  if (arch.functional) {
+    for (const auto& call : arch.calls)
+      calls.push_back({arch.layers[call.layer].get(), call.inputs});
+    model_output = arch.outputs[0];
+  } else {
+    for (size_t i = 0; i < arch.layers.size(); ++i) {
+      calls.push_back({arch.layers[i].get(), {{static_cast<int>(i) - 1, 0}}});
+    }
+    model_output = {static_cast<int>(arch.layers.size()) - 1, 0};
+  }
+  std::map<Pair, int> pair_uses;
+  for (const auto& call : calls) {
+    for (const Pair& p : call.second) ++pair_uses[p];
+  }
+  ++pair_uses[model_output];
+
   std::vector<int64_t> shape(type->shape.begin(), type->shape.end());
   shape[0] = -1;
   *input_shape = shape;
+  std::vector<std::vector<int64_t>> shapes{shape};  // by value
+  std::map<Pair, int> value_of{{{-1, 0}, 0}};
   std::vector<FloatOp> ops;
   std::vector<std::string> unsupported;
   auto refuse = [&](const nn::Layer& layer, const std::string& why) {
     unsupported.push_back(layer.name() + " (" + layer.type_name() + "): " + why);
   };
-  for (const nn::LayerPtr& layer_ptr : arch.layers) {
-    const nn::Layer& layer = *layer_ptr;
+  // Appends op reading `in`; returns its value.
+  auto emit = [&](FloatOp op, std::vector<int> in) {
+    op.in = std::move(in);
+    shapes.push_back(op.out_shape);
+    ops.push_back(std::move(op));
+    return static_cast<int>(ops.size());
+  };
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const nn::Layer& layer = *calls[c].first;
     const std::string type_name = layer.type_name();
     const Attrs config = layer.config();
+    static const std::set<std::string> kLowered = {
+        "Dense",      "Conv2D",  "MaxPooling2D", "AveragePooling2D",
+        "Flatten",    "Reshape", "Dropout",      "InputLayer",
+        "Activation", "Add",     "Concatenate"};
+    if (kLowered.count(type_name) == 0) {
+      refuse(layer, "no lite op");
+      continue;
+    }
+    std::vector<int> in;
+    for (const Pair& p : calls[c].second) {
+      auto it = value_of.find(p);
+      if (it == value_of.end()) break;  // read from a layer that was refused
+      in.push_back(it->second);
+    }
+    if (in.size() != calls[c].second.size() || in.empty()) {
+      if (in.empty() && calls[c].second.empty()) refuse(layer, "reads no input");
+      continue;
+    }
+    const bool merge = type_name == "Add" || type_name == "Concatenate";
+    if (!merge && in.size() != 1) {
+      refuse(layer, "reads " + std::to_string(in.size()) + " inputs");
+      continue;
+    }
+    const int x = in[0];
+    const std::vector<int64_t> shape = shapes[x];
+    int out = -1;
     FloatOp op;
     op.layer = layer.name();
     if (type_name == "Dense" || type_name == "Conv2D") {
@@ -183,13 +237,14 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape) 
         op.weight_shape = {m, kernel.dim(0)};
         op.out_shape = {-1, m};
       }
-      if (config.get_bool("use_bias", true))
+      if (config.get_bool("use_bias", true)) {
         op.bias = layer.weights().at(1).value().to_vector<float>();
-      shape = op.out_shape;
-      ops.push_back(op);
+      }
+      out = emit(op, {x});
       if (after) {
-        ops.push_back(*after);
-        ops.back().out_shape = shape;
+        FloatOp f = *after;
+        f.out_shape = op.out_shape;
+        out = emit(f, {out});
       }
     } else if (type_name == "MaxPooling2D" || type_name == "AveragePooling2D") {
       if (shape.size() != 4) {
@@ -199,8 +254,7 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape) 
       op.code = type_name == "MaxPooling2D" ? OpCode::kMaxPool2D : OpCode::kAvgPool2D;
       op.window = window_from(config, "pool_size", shape);
       op.out_shape = {-1, op.window.out_h(shape[1]), op.window.out_w(shape[2]), shape[3]};
-      shape = op.out_shape;
-      ops.push_back(op);
+      out = emit(op, {x});
     } else if (type_name == "Flatten" || type_name == "Reshape") {
       op.code = OpCode::kReshape;
       op.out_shape = {-1};
@@ -212,37 +266,77 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape) 
         for (int64_t d : target) known *= d == -1 ? 1 : d;
         for (int64_t d : target) op.out_shape.push_back(d == -1 ? per_example(shape) / known : d);
       }
-      shape = op.out_shape;
-      ops.push_back(op);
+      out = emit(op, {x});
     } else if (type_name == "Dropout" || type_name == "InputLayer") {
-      continue;  // identity at inference
+      out = x;  // identity at inference
     } else if (type_name == "Activation") {
       const std::string name = config.get_string("activation");
-      if (name.empty() || name == "linear") continue;
-      if (std::optional<FloatOp> f = float_activation_op(name, layer.name(), shape)) {
-        ops.push_back(*f);
-      } else if (name == "relu" && !ops.empty() &&
-                 (ops.back().code == OpCode::kFullyConnected ||
-                  ops.back().code == OpCode::kConv2D) &&
-                 ops.back().activation == Activation::kNone) {
-        ops.back().activation = Activation::kRelu;
+      const FloatOp* producer = x > 0 ? &ops[x - 1] : nullptr;
+      int uses = 0;
+      for (const auto& [p, v] : value_of) uses += v == x ? pair_uses[p] : 0;
+      if (name.empty() || name == "linear") {
+        out = x;
+      } else if (name == "relu" && producer != nullptr && uses == 1 &&
+                 (producer->code == OpCode::kFullyConnected || producer->code == OpCode::kConv2D) &&
+                 producer->activation == Activation::kNone) {
+        ops[x - 1].activation = Activation::kRelu;  // fused: its only reader is this relu
+        out = x;
+      } else if (std::optional<FloatOp> f = float_activation_op(name, layer.name(), shape)) {
+        out = emit(*f, {x});
       } else {
-        refuse(layer, "activation " + name + (name == "relu" ? " not after Dense or Conv2D" : ""));
+        refuse(layer, "activation " + name);
+        continue;
       }
+    } else if (type_name == "Add") {
+      bool same = true;
+      for (int v : in) same = same && shapes[v] == shape;
+      if (!same) {
+        refuse(layer, "inputs of different shapes (the lite Add does not broadcast)");
+        continue;
+      }
+      op.code = OpCode::kAdd;
+      op.out_shape = shape;
+      out = in[0];
+      for (size_t j = 1; j < in.size(); ++j) out = emit(op, {out, in[j]});
+    } else if (type_name == "Concatenate") {
+      const int64_t rank = static_cast<int64_t>(shape.size());
+      const int64_t axis = config.get_int("axis", -1);
+      bool fits = (axis == -1 || axis == rank - 1) && in.size() <= format::kMaxOpInputs;
+      op.out_shape = shape;
+      op.out_shape.back() = 0;
+      for (int v : in) {
+        fits = fits && shapes[v].size() == shape.size() &&
+               std::equal(shape.begin(), shape.end() - 1, shapes[v].begin());
+        if (fits) op.out_shape.back() += shapes[v].back();
+      }
+      if (!fits) {
+        refuse(layer,
+               "joins along another axis than the last, shapes that differ elsewhere or "
+               "more than 4 inputs");
+        continue;
+      }
+      op.code = OpCode::kConcatenate;
+      out = emit(op, in);
     } else {
       refuse(layer, "no lite op");
+      continue;
     }
+    value_of[{static_cast<int>(c), 0}] = out;
   }
   if (!unsupported.empty()) {
     std::string list;
     for (const std::string& u : unsupported) list += "\n  " + u;
-    throw Error(
-        ErrorCode::kUnimplemented,
-        "lite::convert: model " + model.name() +
-            " has layers the lite runtime cannot "
-            "run (it has Dense, Conv2D, MaxPool2D, AveragePool2D, Flatten, Reshape, Dropout, "
-            "and the activations linear, relu, softmax, tanh, sigmoid, swish and softplus):" +
-            list);
+    throw Error(ErrorCode::kUnimplemented,
+                "lite::convert: model " + model.name() +
+                    " has layers the lite runtime cannot run (it has Dense, Conv2D, MaxPool2D, "
+                    "AveragePool2D, Flatten, Reshape, Dropout, Add, Concatenate (last axis) and "
+                    "the activations linear, relu, softmax, tanh, sigmoid, swish and softplus):" +
+                    list);
+  }
+  *output = value_of.at(model_output);
+  if (*output == 0) {
+    throw Error(ErrorCode::kUnimplemented,
+                "lite::convert: model " + model.name() + " computes nothing to convert");
   }
   return ops;
 }
@@ -272,13 +366,13 @@ int add_constant(ModelBuilder& b, std::string name, DType dtype, std::vector<int
 
 // The float model; `outputs` gets each op's output tensor.
 std::string float_model(const std::vector<FloatOp>& ops, const std::vector<int64_t>& input_shape,
-                        std::vector<int>* outputs) {
+                        int output, std::vector<int>* outputs) {
   ModelBuilder b;
-  int x = b.add_tensor(activation_info("input", DType::kFloat32, input_shape));
-  b.set_input(x);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const FloatOp& op = ops[i];
-    std::vector<int> inputs{x};
+  std::vector<int> tensor_of{b.add_tensor(activation_info("input", DType::kFloat32, input_shape))};
+  b.set_input(tensor_of[0]);
+  for (const FloatOp& op : ops) {
+    std::vector<int> inputs;
+    for (int v : op.in) inputs.push_back(tensor_of[v]);
     if (!op.weights.empty()) {
       inputs.push_back(
           add_constant(b, op.layer + "/weights", DType::kFloat32, op.weight_shape, op.weights));
@@ -287,54 +381,68 @@ std::string float_model(const std::vector<FloatOp>& ops, const std::vector<int64
             add_constant(b, op.layer + "/bias", DType::kFloat32, {op.weight_shape[0]}, op.bias));
       }
     }
-    x = b.add_tensor(
+    const int y = b.add_tensor(
         activation_info(op.layer + "/" + format::op_name(op.code), DType::kFloat32, op.out_shape));
-    b.add_op(op.code, op.layer, inputs, x, op.activation, op.params());
-    outputs->push_back(x);
+    b.add_op(op.code, op.layer, inputs, y, op.activation, op.params());
+    tensor_of.push_back(y);
+    outputs->push_back(y);
   }
-  b.set_output(x);
+  b.set_output(tensor_of[output]);
   return b.serialize();
 }
 
-// The int8 model: a Quantize after the input, int8 ops, a Dequantize before float-only ops and
-// at the end. `outputs` gets each float op's tensor in this model (int8 or float).
+// The int8 model: int8 ops over int8 values, float-only ops over float ones, a Quantize or
+// Dequantize wherever a value is needed in the other form (after the input, around float ops,
+// at the end). `outputs` gets each op's tensor in this model (int8 or float).
 std::string int8_model(const std::vector<FloatOp>& ops, const std::vector<int64_t>& input_shape,
-                       const QuantParams& input_q, const std::vector<QuantParams>& out_q,
-                       std::vector<int>* outputs) {
+                       int output, const QuantParams& input_q,
+                       const std::vector<QuantParams>& out_q, std::vector<int>* outputs) {
   ModelBuilder b;
-  int x = b.add_tensor(activation_info("input", DType::kFloat32, input_shape));
-  b.set_input(x);
-  QuantParams xq = input_q;
-  auto to_int8 = [&](const std::string& name) {
-    const int q =
-        b.add_tensor(activation_info(name + "/quantized", DType::kInt8, b.tensor(x).shape, xq));
-    b.add_op(OpCode::kQuantize, name, {x}, q);
-    x = q;
+  const size_t values = ops.size() + 1;
+  std::vector<int> as_float(values, -1), as_int8(values, -1);
+  std::vector<QuantParams> params(values);  // each value's int8 form's
+  std::vector<std::string> names(values, "input");
+  as_float[0] = b.add_tensor(activation_info("input", DType::kFloat32, input_shape));
+  params[0] = input_q;
+  b.set_input(as_float[0]);
+  auto int8_of = [&](int v) {
+    if (as_int8[v] < 0) {
+      as_int8[v] = b.add_tensor(activation_info(names[v] + "/quantized", DType::kInt8,
+                                                b.tensor(as_float[v]).shape, params[v]));
+      b.add_op(OpCode::kQuantize, names[v], {as_float[v]}, as_int8[v]);
+    }
+    return as_int8[v];
   };
-  auto to_float = [&](const std::string& name) {
-    const int f =
-        b.add_tensor(activation_info(name + "/dequantized", DType::kFloat32, b.tensor(x).shape));
-    b.add_op(OpCode::kDequantize, name, {x}, f);
-    x = f;
+  auto float_of = [&](int v) {
+    if (as_float[v] < 0) {
+      as_float[v] = b.add_tensor(
+          activation_info(names[v] + "/dequantized", DType::kFloat32, b.tensor(as_int8[v]).shape));
+      b.add_op(OpCode::kDequantize, names[v], {as_int8[v]}, as_float[v]);
+    }
+    return as_float[v];
   };
   for (size_t i = 0; i < ops.size(); ++i) {
     const FloatOp& op = ops[i];
+    const int v = static_cast<int>(i) + 1;
+    names[v] = op.layer;
     const std::string out_name = op.layer + "/" + format::op_name(op.code);
     if (op.float_only()) {
-      if (b.tensor(x).dtype == DType::kInt8) to_float(op.layer);
-      const int y = b.add_tensor(activation_info(out_name, DType::kFloat32, op.out_shape));
-      b.add_op(op.code, op.layer, {x}, y, Activation::kNone, op.params());
-      x = y;
-      xq = out_q[i];  // what a Quantize after it uses
-      outputs->push_back(x);
+      const int x = float_of(op.in[0]);
+      as_float[v] = b.add_tensor(activation_info(out_name, DType::kFloat32, op.out_shape));
+      b.add_op(op.code, op.layer, {x}, as_float[v], Activation::kNone, op.params());
+      params[v] = out_q[i];  // what a Quantize after it uses
+      outputs->push_back(as_float[v]);
       continue;
     }
-    if (b.tensor(x).dtype == DType::kFloat32) to_int8(i == 0 ? "input" : op.layer);
-    std::vector<int> inputs{x};
-    QuantParams yq = xq;  // pools and reshapes keep their input's
+    std::vector<int> inputs;
+    for (int in : op.in) inputs.push_back(int8_of(in));
+    const QuantParams& xq = params[op.in[0]];
+    // Weighted ops, sums and joins get their own range; pools and reshapes keep their input's.
+    params[v] = op.weights.empty() && op.code != OpCode::kAdd && op.code != OpCode::kConcatenate
+                    ? xq
+                    : out_q[i];
     if (!op.weights.empty()) {
       const QuantizedWeights w = quantize_weights(op.weights, op.weight_shape[0]);
-      yq = out_q[i];
       inputs.push_back(
           add_constant(b, op.layer + "/weights", DType::kInt8, op.weight_shape, w.values));
       inputs.push_back(op.bias.empty() ? -1
@@ -344,14 +452,12 @@ std::string int8_model(const std::vector<FloatOp>& ops, const std::vector<int64_
       inputs.push_back(add_constant(b, op.layer + "/weight_scales", DType::kFloat32,
                                     {op.weight_shape[0]}, w.scales));
     }
-    const int y = b.add_tensor(activation_info(out_name, DType::kInt8, op.out_shape, yq));
-    b.add_op(op.code, op.layer, inputs, y, op.activation, op.params());
-    x = y;
-    xq = yq;
-    outputs->push_back(x);
+    as_int8[v] = b.add_tensor(activation_info(out_name, DType::kInt8, op.out_shape, params[v]));
+    b.add_op(op.code, op.layer, inputs, as_int8[v], op.activation, op.params());
+    outputs->push_back(as_int8[v]);
   }
-  if (b.tensor(x).dtype == DType::kInt8) to_float("output");
-  b.set_output(x);
+  names[output] = "output";
+  b.set_output(float_of(output));
   return b.serialize();
 }
 
@@ -398,9 +504,21 @@ Calibrated calibrate(Interpreter& float_interp, const std::vector<FloatOp>& ops,
 
 LayerRanges calibrate_layers(nn::Model& model, const ConvertOptions& options) {
   std::vector<int64_t> input_shape;
-  const std::vector<FloatOp> ops = lower(model, &input_shape);
+  int output = 0;
+  const std::vector<FloatOp> ops = lower(model, &input_shape, &output);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].in != std::vector<int>{static_cast<int>(i)}) {
+      throw Error(ErrorCode::kUnimplemented,
+                  "lite::quantization_aware: model " + model.name() +
+                      " is not a chain of "
+                      "layers (" +
+                      ops[i].layer +
+                      " reads another layer than the one before); "
+                      "quantization-aware training runs chains, convert runs both");
+    }
+  }
   std::vector<int> float_outputs;
-  const std::string float_bytes = float_model(ops, input_shape, &float_outputs);
+  const std::string float_bytes = float_model(ops, input_shape, output, &float_outputs);
   Options keep;
   keep.preserve_all_tensors = true;
   keep.num_threads = 2;
@@ -446,9 +564,10 @@ std::string ConversionReport::str() const {
 
 ConversionReport convert(nn::Model& model, const std::string& path, const ConvertOptions& options) {
   std::vector<int64_t> input_shape;
-  const std::vector<FloatOp> ops = lower(model, &input_shape);
+  int output = 0;
+  const std::vector<FloatOp> ops = lower(model, &input_shape, &output);
   std::vector<int> float_outputs;
-  const std::string float_bytes = float_model(ops, input_shape, &float_outputs);
+  const std::string float_bytes = float_model(ops, input_shape, output, &float_outputs);
   ConversionReport report;
   report.path = path;
   for (const FloatOp& op : ops) {
@@ -471,7 +590,8 @@ ConversionReport convert(nn::Model& model, const std::string& path, const Conver
   const QuantParams& input_q = calibrated.input;
   const std::vector<QuantParams>& out_q = calibrated.outputs;
   std::vector<int> int8_outputs;
-  const std::string int8_bytes = int8_model(ops, input_shape, input_q, out_q, &int8_outputs);
+  const std::string int8_bytes =
+      int8_model(ops, input_shape, output, input_q, out_q, &int8_outputs);
   auto int8_interp = Interpreter::from_buffer(int8_bytes.data(), int8_bytes.size(), keep);
 
   // Each op's error, in its own output's units, on the calibration data.

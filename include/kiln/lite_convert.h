@@ -53,11 +53,12 @@ struct ConversionReport {
   std::string str() const;  // a table, one row per op
 };
 
-// Converts a built model whose layers the lite runtime has (Dense, Conv2D, MaxPool2D,
-// AveragePool2D, Flatten, Reshape, Dropout, Activation and InputLayer, in a chain; Dense and
-// Conv2D with linear, relu, relu6 or softmax activations). Writes `path` atomically. kiln::Error
-// (kUnimplemented) listing every layer it cannot convert, kInvalidArgument for a model not
-// built or calibration data of the wrong shape.
+// Converts a built model with one input and one output whose layers the lite runtime has:
+// Dense and Conv2D (relu fused; softmax, tanh, sigmoid, swish, softplus run in float), MaxPool2D,
+// AveragePool2D, Flatten, Reshape, Dropout, Activation, Add and Concatenate (last axis), in a
+// Sequential or functional model. Writes `path` atomically. kiln::Error (kUnimplemented) listing
+// every layer it cannot convert, kInvalidArgument for a model not built or calibration data of
+// the wrong shape.
 ConversionReport convert(nn::Model& model, const std::string& path,
                          const ConvertOptions& options = {});
 // The same for a model saved whole (Model::save, a .kiln file), loaded without its optimizer.
@@ -69,7 +70,8 @@ ConversionReport convert(const std::string& model_file, const std::string& path,
 // int8 op's output fake-quantized at the range calibrated on options.representative (then held
 // fixed), all with straight-through gradients. Compile and fit it (a small learning rate, an
 // epoch or two), then convert `model`: its weights are the trained ones. The model must convert
-// (the same layers as convert); the errors are convert's.
+// and be a chain of layers (no Add or Concatenate: kUnimplemented); otherwise the errors are
+// convert's.
 std::unique_ptr<nn::Sequential> quantization_aware(nn::Model& model, const ConvertOptions& options);
 
 }  // namespace kiln::lite

@@ -122,6 +122,49 @@ TEST(LiteInterpreterTest, FloatActivationsComputeTheirFunctions) {
   EXPECT_NE(message.find("act_9, Activation): unknown activation 9"), std::string::npos) << message;
 }
 
+// int8 Add and Concatenate of inputs at different scales: within one output step of the float
+// result of the dequantized inputs.
+TEST(LiteInterpreterTest, Int8AddAndConcatenateRescaleTheirInputs) {
+  ModelBuilder b;
+  const int x = b.add_tensor(activation("x", {-1, 4}));
+  const int qa = b.add_tensor(activation("qa", {-1, 4}, DType::kInt8, 0.02f, -10));
+  const int ra = b.add_tensor(activation("ra", {-1, 4}, DType::kInt8, 0.02f, -10));
+  const int qb = b.add_tensor(activation("qb", {-1, 4}, DType::kInt8, 0.05f, 7));
+  const int sum = b.add_tensor(activation("sum", {-1, 4}, DType::kInt8, 0.04f, 3));
+  const int cat = b.add_tensor(activation("cat", {-1, 12}, DType::kInt8, 0.03f, -2));
+  b.add_op(OpCode::kQuantize, "qa", {x}, qa);
+  b.add_op(OpCode::kActivation, "unused", {x}, b.add_tensor(activation("relu", {-1, 4})),
+           Activation::kNone, {5});
+  b.add_op(OpCode::kReshape, "ra", {qa}, ra);
+  b.add_op(OpCode::kQuantize, "qb", {x}, qb);
+  b.add_op(OpCode::kAdd, "add", {ra, qb}, sum);
+  b.add_op(OpCode::kConcatenate, "cat", {qa, sum, qb}, cat);
+  b.set_input(x);
+  b.set_output(cat);
+  const std::string file = b.serialize();
+  Options keep;
+  keep.preserve_all_tensors = true;
+  auto interp = Interpreter::from_buffer(file.data(), file.size(), keep);
+  const std::vector<float> in = random_floats(6 * 4, 31, -2.5f, 2.5f);
+  const std::vector<float> y = interp->run(in.data(), 6);
+  auto real = [&](int t, int i) {
+    const TensorInfo& info = interp->tensor(t);
+    return info.scale * (static_cast<const int8_t*>(interp->tensor_data(t))[i] - info.zero_point);
+  };
+  for (int r = 0; r < 6; ++r) {
+    for (int j = 0; j < 4; ++j) {
+      const float s = real(qa, r * 4 + j) + real(qb, r * 4 + j);
+      const float want_sum = std::clamp(s, 0.04f * (-128 - 3), 0.04f * (127 - 3));
+      EXPECT_NEAR(real(sum, r * 4 + j), want_sum, 0.04f * 1.01f) << r << "," << j;
+      // The join's range is [0.03 * (-128 + 2), 0.03 * (127 + 2)]: what is outside clamps.
+      auto joined = [](float v) { return std::clamp(v, 0.03f * -126, 0.03f * 129); };
+      EXPECT_NEAR(y[r * 12 + j], joined(real(qa, r * 4 + j)), 0.03f * 0.51f);
+      EXPECT_NEAR(y[r * 12 + 4 + j], joined(real(sum, r * 4 + j)), 0.03f * 0.51f);
+      EXPECT_NEAR(y[r * 12 + 8 + j], joined(real(qb, r * 4 + j)), 0.03f * 0.51f);
+    }
+  }
+}
+
 TEST(LiteInterpreterTest, LoadMapsTheFileItWasWrittenTo) {
   const std::string file = float_dense_model({1, 0, 0, 0, 1, 0}, {0, 0});
   const std::string path = testing::TempDir() + "/dense.klite";

@@ -151,6 +151,56 @@ TEST(LiteConvertTest, OtherActivationsStayFloatBetweenInt8Ops) {
   EXPECT_LT(max_err, 0.05 * max_out + 0.02) << max_err << " of " << max_out;
 }
 
+// A functional model with a residual sum and a join: the file reads values by index, int8 Add
+// and Concatenate rescale their inputs, an unfused relu (its input has two readers) runs in
+// float.
+TEST(LiteConvertTest, AddAndConcatenateConvertInFunctionalModels) {
+  Tensor in = Input({8, 8, 2});
+  Tensor a = Conv2D(4, {3, 3}, "relu", {1, 1}, "same")(in);
+  Tensor b = Conv2D(4, {3, 3}, "", {1, 1}, "same")(a);
+  Tensor sum = Add()({a, b});
+  Tensor r = Activation("relu")(sum);
+  Tensor joined = Concatenate()({r, a, sum});
+  Tensor out = Dense(3)(Flatten()(MaxPool2D({2, 2})(joined)));
+  Model model(in, out, "residual");
+  model.set_seed(9);
+  const Tensor x = random_uniform({32, 8, 8, 2}, 6);
+  const std::vector<float> want = model.predict(x).to_vector<float>();
+  ConvertOptions f;
+  f.quantize = false;
+  const ConversionReport fr = convert(model, temp_path("residual_f32.klite"), f);
+  auto float_file = Interpreter::load(temp_path("residual_f32.klite"));
+  const std::vector<float> got_f32 = float_file->run(x.to_vector<float>().data(), 32);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got_f32[i], want[i], 1e-4) << i;
+  int adds = 0, joins = 0;
+  for (const LayerReport& l : fr.layers) {
+    adds += l.op == "Add";
+    joins += l.op == "Concatenate";
+  }
+  EXPECT_EQ(adds, 1);
+  EXPECT_EQ(joins, 1);
+
+  ConvertOptions q;
+  q.representative = random_uniform({256, 8, 8, 2}, 7);
+  convert(model, temp_path("residual_int8.klite"), q);
+  const std::vector<float> got =
+      Interpreter::load(temp_path("residual_int8.klite"))->run(x.to_vector<float>().data(), 32);
+  double max_err = 0, max_out = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    max_err = std::max<double>(max_err, std::abs(got[i] - want[i]));
+    max_out = std::max<double>(max_out, std::abs(want[i]));
+  }
+  EXPECT_LT(max_err, 0.05 * max_out + 0.01) << max_err << " of " << max_out;
+  // QAT builds chains only.
+  try {
+    quantization_aware(model, q);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
+    EXPECT_NE(std::string(e.what()).find("not a chain"), std::string::npos) << e.what();
+  }
+}
+
 TEST(LiteConvertTest, LayersWithoutALiteOpAreAllNamed) {
   Sequential model({Dense(8, "gelu"), BatchNormalization(), Dense(4)});
   model.build({6});
