@@ -118,6 +118,9 @@ int run(int argc, char** argv) {
       if (b < 0 && t < 0 && l < 0 && s < 0 && p < 0) {
         throw Error(ErrorCode::kInvalidArgument, "unknown flag " + a);
       }
+      if (b == 0 || t == 0) {
+        throw Error(ErrorCode::kInvalidArgument, a + ": batch and threads must be positive");
+      }
       batch = b > 0 ? b : batch;
       threads = t > 0 ? t : threads;
       limit = l >= 0 ? l : limit;
