@@ -1,6 +1,8 @@
 // ModelBuilder: lays out the file's sections and fills in the checksum.
 #include "lite/builder.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -137,19 +139,42 @@ std::string ModelBuilder::serialize() const {
 }
 
 void write_file(const std::string& path, const std::string& bytes) {
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  auto fail = [&](const char* what) {
-    const std::string reason = std::strerror(errno);
-    std::remove(temp.c_str());
+  // A unique temporary beside the target (mkstemp), written, synced, renamed over it; then the
+  // directory synced so the rename outlives a crash.
+  std::string temp = path + ".tmp.XXXXXX";
+  auto fail = [&](const char* what, int err, bool remove) {
+    if (remove) ::unlink(temp.c_str());
     throw Error(ErrorCode::kInvalidArgument,
-                std::string("kiln::lite: cannot ") + what + " " + path + ": " + reason);
+                std::string("kiln::lite: cannot ") + what + " " + path + ": " + std::strerror(err));
   };
-  std::FILE* f = std::fopen(temp.c_str(), "wb");
-  if (f == nullptr) fail("create");
-  const bool wrote = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  const bool flushed = std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
-  if (std::fclose(f) != 0 || !wrote || !flushed) fail("write");
-  if (std::rename(temp.c_str(), path.c_str()) != 0) fail("rename a temporary file over");
+  const int fd = ::mkstemp(temp.data());
+  if (fd < 0) fail("create a temporary file for", errno, false);
+  for (size_t done = 0; done < bytes.size();) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      fail("write", err, true);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail("write", err, true);
+  }
+  if (::fchmod(fd, 0644) != 0 || ::close(fd) != 0) fail("write", errno, true);
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    fail("rename a temporary file over", errno, true);
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
 }
 
 }  // namespace kiln::lite

@@ -104,6 +104,7 @@ struct Interpreter::Impl {
   std::vector<int> buffer_of;
   std::vector<std::vector<uint8_t>> buffers;
   std::vector<uint8_t> scratch;
+  std::vector<uint8_t> input_copy;   // an int8 input quantized, or a kept float input
   std::vector<const uint8_t*> data;  // during and after a run
   std::vector<double> op_seconds;    // under Options::profile
 
@@ -125,6 +126,8 @@ struct Interpreter::Impl {
   void load();
   void parse();
   void check_op(size_t index);
+  std::pair<int64_t, int64_t> check_window(size_t index, const kernels::Window& win,
+                                           int x_index) const;
   void prepare(size_t index);
   void plan(int64_t batch_size);
   void run(const float* input_data, int64_t batch_size, float* output_data);
@@ -288,6 +291,29 @@ void Interpreter::Impl::parse() {
   output = static_cast<int>(out);
 }
 
+// A conv's or pool's window over NHWC input `x_index`: sizes and strides positive, each pad
+// smaller than the window, the window inside the padded input. Returns the output's height and
+// width.
+std::pair<int64_t, int64_t> Interpreter::Impl::check_window(size_t index,
+                                                            const kernels::Window& win,
+                                                            int x_index) const {
+  const std::vector<int64_t>& x = tensors[x_index].shape;
+  const bool ok = win.kh >= 1 && win.kw >= 1 && win.kh <= 4096 && win.kw <= 4096 &&
+                  win.stride_h >= 1 && win.stride_w >= 1 && win.pad_top >= 0 && win.pad_left >= 0 &&
+                  win.pad_bottom >= 0 && win.pad_right >= 0 && win.pad_top < win.kh &&
+                  win.pad_bottom < win.kh && win.pad_left < win.kw && win.pad_right < win.kw &&
+                  x[1] + win.pad_top + win.pad_bottom >= win.kh &&
+                  x[2] + win.pad_left + win.pad_right >= win.kw;
+  if (!ok) {
+    bad_op(index, "window " + std::to_string(win.kh) + "x" + std::to_string(win.kw) + ", strides " +
+                      std::to_string(win.stride_h) + "," + std::to_string(win.stride_w) +
+                      ", pads (top, left, bottom, right) " + std::to_string(win.pad_top) + "," +
+                      std::to_string(win.pad_left) + "," + std::to_string(win.pad_bottom) + "," +
+                      std::to_string(win.pad_right) + " does not fit input " + describe(x_index));
+  }
+  return {win.out_h(x[1]), win.out_w(x[2])};
+}
+
 // Checks that op `index` reads tensors that exist by then, with the dtypes and shapes its
 // kind needs, and writes the shape its inputs give.
 void Interpreter::Impl::check_op(size_t index) {
@@ -300,6 +326,10 @@ void Interpreter::Impl::check_op(size_t index) {
   };
   const TensorInfo& out = tensors[op.out];
   if (out.constant) bad_op(index, "writes the constant " + out.name);
+  if (op.activation != Activation::kNone && op.code != OpCode::kFullyConnected &&
+      op.code != OpCode::kConv2D) {
+    bad_op(index, "only FullyConnected and Conv2D fuse an activation");
+  }
   const int x_index = op.in.empty() ? -1 : op.in[0];
   if (x_index < 0) bad_op(index, "has no input");
   const TensorInfo& x = tensors[x_index];
@@ -349,13 +379,11 @@ void Interpreter::Impl::check_op(size_t index) {
           bad_op(index, "window " + std::to_string(win.kh) + "x" + std::to_string(win.kw) +
                             " differs from the weights' " + describe(w_index));
         }
-        if (win.stride_h < 1 || win.stride_w < 1 || win.pad_top < 0 || win.pad_left < 0 ||
-            win.pad_bottom < 0 || win.pad_right < 0 || win.pad_top >= win.kh ||
-            win.pad_bottom >= win.kh || win.pad_left >= win.kw || win.pad_right >= win.kw) {
-          bad_op(index, "bad strides or padding");
+        const auto [oh, ow] = check_window(index, win, x_index);
+        // im2col's patches of one image: bounded like an activation.
+        if (oh * ow > kMaxExampleElements / std::max<int64_t>(1, elements(w.shape, 1))) {
+          bad_op(index, "the patches of input " + describe(x_index) + " are too large");
         }
-        const int64_t oh = win.out_h(x.shape[1]), ow = win.out_w(x.shape[2]);
-        if (oh < 1 || ow < 1) bad_op(index, "the window does not fit input " + describe(x_index));
         expect_out({-1, oh, ow, m});
       } else {
         expect_out({-1, m});
@@ -390,15 +418,7 @@ void Interpreter::Impl::check_op(size_t index) {
       same_quantization();
       if (x.dtype == DType::kInt32) bad_op(index, "pools f32 or i8, not i32");
       if (x.shape.size() != 4) bad_op(index, "input " + describe(x_index) + " is not NHWC");
-      kernels::Window win = ModelBuilder::window_of(op.params);
-      if (win.kh < 1 || win.kw < 1 || win.kh > 4096 || win.kw > 4096 || win.stride_h < 1 ||
-          win.stride_w < 1 || win.pad_top < 0 || win.pad_left < 0 || win.pad_bottom < 0 ||
-          win.pad_right < 0 || win.pad_top >= win.kh || win.pad_bottom >= win.kh ||
-          win.pad_left >= win.kw || win.pad_right >= win.kw) {
-        bad_op(index, "bad window");
-      }
-      const int64_t oh = win.out_h(x.shape[1]), ow = win.out_w(x.shape[2]);
-      if (oh < 1 || ow < 1) bad_op(index, "the window does not fit input " + describe(x_index));
+      const auto [oh, ow] = check_window(index, ModelBuilder::window_of(op.params), x_index);
       expect_out({-1, oh, ow, x.shape[3]});
       break;
     }
@@ -602,16 +622,21 @@ void Interpreter::Impl::run(const float* input_data, int64_t batch_size, float* 
     if (tensors[t].constant) data[t] = constant_data[t];
     if (buffer_of[t] >= 0) data[t] = buffers[buffer_of[t]].data();
   }
-  // The input is read in place when it is float; an int8 input is quantized into a buffer.
   const TensorInfo& in = tensors[input];
   const int64_t in_count = batch_size * elements(in.shape, 1);
-  std::vector<int8_t> quantized_input;
-  if (in.dtype == DType::kFloat32) {
+  // A float input is read in place, or copied when every tensor is kept (the caller's buffer
+  // may be gone when tensor_data reads it).
+  if (in.dtype == DType::kFloat32 && !options.preserve_all_tensors) {
     data[input] = reinterpret_cast<const uint8_t*>(input_data);
+  } else if (in.dtype == DType::kFloat32) {
+    input_copy.resize(in_count * sizeof(float));
+    std::memcpy(input_copy.data(), input_data, in_count * sizeof(float));
+    data[input] = input_copy.data();
   } else {
-    quantized_input.resize(in_count);
-    kernels::quantize_f32(input_data, in_count, in.scale, in.zero_point, quantized_input.data());
-    data[input] = reinterpret_cast<const uint8_t*>(quantized_input.data());
+    input_copy.resize(in_count);
+    kernels::quantize_f32(input_data, in_count, in.scale, in.zero_point,
+                          reinterpret_cast<int8_t*>(input_copy.data()));
+    data[input] = input_copy.data();
   }
   if (options.profile) {
     op_seconds.resize(ops.size(), 0.0);

@@ -56,7 +56,7 @@ QuantParams RangeObserver::params() const {
   std::vector<float> sorted = sample_;
   std::sort(sorted.begin(), sorted.end());
   auto at = [&](double p) {
-    const double pos = p / 100.0 * static_cast<double>(sorted.size() - 1);
+    const double pos = std::clamp(p / 100.0, 0.0, 1.0) * static_cast<double>(sorted.size() - 1);
     return sorted[static_cast<size_t>(std::llround(pos))];
   };
   return params_for_range(at(100.0 - percentile_), at(percentile_));
@@ -115,6 +115,12 @@ CalibrationData calibration_data(const ConvertOptions& options,
     throw Error(ErrorCode::kInvalidArgument, "lite::convert: representative data is " +
                                                  shape_str(x.shape()) + ", the model's input is " +
                                                  want);
+  }
+  if (options.calibration == Calibration::kPercentile &&
+      !(options.percentile > 50.0 && options.percentile <= 100.0)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "lite::convert: percentile must be in (50, 100], got " +
+                    std::to_string(options.percentile));
   }
   if (options.calibration_batch_size < 1) {
     throw Error(ErrorCode::kInvalidArgument,

@@ -297,7 +297,11 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
       op.code = OpCode::kAdd;
       op.out_shape = shape;
       out = in[0];
-      for (size_t j = 1; j < in.size(); ++j) out = emit(op, {out, in[j]});
+      for (size_t j = 1; j < in.size(); ++j) {
+        // Three or more inputs: a chain of sums, "add", "add/2", ...
+        if (j > 1) op.layer = layer.name() + "/" + std::to_string(j);
+        out = emit(op, {out, in[j]});
+      }
     } else if (type_name == "Concatenate") {
       const int64_t rank = static_cast<int64_t>(shape.size());
       const int64_t axis = config.get_int("axis", -1);

@@ -3,6 +3,7 @@
 // int8 file's values, the gradient passes straight through), and fake-quantizes the input and
 // the average pools' outputs, at the ranges convert's calibration gives.
 #include <optional>
+#include <set>
 
 #include "kiln/lite_convert.h"
 #include "kiln/nn.h"
@@ -90,8 +91,20 @@ class QuantizeWrapper : public nn::Layer {
 std::unique_ptr<nn::Sequential> quantization_aware(nn::Model& model,
                                                    const ConvertOptions& options) {
   const LayerRanges ranges = calibrate_layers(model, options);  // checks the model converts
+  const nn::Model::Architecture arch = model.architecture();
+  // The ranges are by layer name: a layer called twice would have two.
+  std::set<std::string> seen;
+  for (const nn::LayerPtr& layer : arch.layers) {
+    if (!seen.insert(layer->name()).second) {
+      throw Error(ErrorCode::kUnimplemented,
+                  "lite::quantization_aware: model " + model.name() + " calls layer " +
+                      layer->name() +
+                      " twice; quantization-aware training runs chains of "
+                      "distinct layers");
+    }
+  }
   std::vector<nn::LayerRef> layers{std::make_shared<FakeQuant>("input/fake_quant", ranges.input)};
-  for (const nn::LayerPtr& layer : model.architecture().layers) {
+  for (const nn::LayerPtr& layer : arch.layers) {
     const std::string type = layer->type_name();
     auto range = ranges.outputs.find(layer->name());
     auto after = ranges.float_outputs.find(layer->name());

@@ -376,7 +376,11 @@ TEST(LiteInterpreterTest, IntermediateTensorsAreReadableOnlyWhenKept) {
   Options keep;
   keep.preserve_all_tensors = true;
   auto kept = Interpreter::from_buffer(file.data(), file.size(), keep);
-  kept->run(x.data(), 1);
+  std::vector<float> caller = x;
+  kept->run(caller.data(), 1);
+  std::fill(caller.begin(), caller.end(), -1.f);  // the caller's buffer may change or go
+  const auto* input = static_cast<const float*>(kept->tensor_data(0));
+  EXPECT_EQ(std::vector<float>(input, input + x.size()), x);
   const auto* q = static_cast<const int8_t*>(kept->tensor_data(conv));
   int nonzero = 0;
   for (int i = 0; i < 8 * 8 * 4; ++i) {
@@ -505,6 +509,36 @@ TEST(LiteInterpreterTest, DamagedRecordsWithAValidChecksumAreStillRefused) {
     const ErrorCode code = load_error(bad, &message);
     EXPECT_TRUE(code == ErrorCode::kDataLoss || code == ErrorCode::kInvalidArgument)
         << "byte " << at << ": " << message;
+  }
+}
+
+TEST(LiteInterpreterTest, AnActivationOnAnOpThatCannotFuseOneAndAWindowOutsideTheInputAreRefused) {
+  {
+    ModelBuilder b;
+    const int x = b.add_tensor(activation("x", {-1, 4}));
+    const int y = b.add_tensor(activation("y", {-1, 4}));
+    b.add_op(OpCode::kSoftmax, "softmax_relu", {x}, y, Activation::kRelu);
+    b.set_input(x);
+    b.set_output(y);
+    std::string message;
+    EXPECT_EQ(load_error(b.serialize(), &message), ErrorCode::kInvalidArgument);
+    EXPECT_NE(message.find("only FullyConnected and Conv2D fuse"), std::string::npos) << message;
+  }
+  {
+    // 5 rows of window over 3 rows of input and 1 of padding: out_h would round to 1.
+    ModelBuilder b;
+    const int x = b.add_tensor(activation("x", {-1, 3, 6, 1}));
+    const int y = b.add_tensor(activation("y", {-1, 1, 3, 1}));
+    b.add_op(OpCode::kMaxPool2D, "pool", {x}, y, Activation::kNone,
+             ModelBuilder::window_params({5, 2, 2, 2, 1, 0, 0, 0}));
+    b.set_input(x);
+    b.set_output(y);
+    std::string message;
+    EXPECT_EQ(load_error(b.serialize(), &message), ErrorCode::kInvalidArgument);
+    EXPECT_NE(message.find("window 5x2, strides 2,2, pads (top, left, bottom, right) 1,0,0,0 "
+                           "does not fit input x f32[?,3,6,1]"),
+              std::string::npos)
+        << message;
   }
 }
 

@@ -228,6 +228,17 @@ TEST(LiteConvertTest, BadRequestsAreInvalidArguments) {
   Sequential& model = *cnn;
   ConvertOptions options;  // quantize without representative data
   EXPECT_THROW(convert(model, temp_path("n.klite"), options), Error);
+  options.representative = random_uniform({4, 12, 12, 2}, 1);
+  options.calibration = Calibration::kPercentile;
+  options.percentile = 100.5;
+  try {
+    convert(model, temp_path("p.klite"), options);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("percentile"), std::string::npos) << e.what();
+  }
+  options.calibration = Calibration::kMinMax;
   options.representative = random_uniform({4, 12, 12, 3}, 1);
   try {
     convert(model, temp_path("s.klite"), options);

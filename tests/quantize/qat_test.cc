@@ -97,6 +97,22 @@ TEST(LiteQatTest, FineTuningATrainedModelUpdatesItsWeightsAndKeepsItsLoss) {
   EXPECT_LT(qat_loss, 1.5 * float_loss + 0.05) << float_loss << " -> " << qat_loss;
 }
 
+TEST(LiteQatTest, ALayerCalledTwiceIsRefused) {
+  Tensor in = Input({4});
+  auto dense = std::make_shared<Dense>(4, "relu");
+  Tensor y = (*dense)((*dense)(in));
+  Model model(in, Dense(2)(y), "shared");
+  ConvertOptions options;
+  options.representative = random_normal({16, 4}, 1);
+  try {
+    quantization_aware(model, options);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
+    EXPECT_NE(std::string(e.what()).find("twice"), std::string::npos) << e.what();
+  }
+}
+
 TEST(LiteQatTest, ModelsConvertCannotConvertAreRefusedTheSameWay) {
   Sequential model({Dense(4, "gelu")});
   model.build({3});
