@@ -165,6 +165,7 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
   *input_shape = shape;
   std::vector<std::vector<int64_t>> shapes{shape};  // by value
   std::map<Pair, int> value_of{{{-1, 0}, 0}};
+  std::map<int, int> identity_reads;  // by value: the identity layers reading it
   std::vector<FloatOp> ops;
   std::vector<std::string> unsupported;
   auto refuse = [&](const nn::Layer& layer, const std::string& why) {
@@ -269,13 +270,17 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
       out = emit(op, {x});
     } else if (type_name == "Dropout" || type_name == "InputLayer") {
       out = x;  // identity at inference
+      ++identity_reads[x];
     } else if (type_name == "Activation") {
       const std::string name = config.get_string("activation");
       const FloatOp* producer = x > 0 ? &ops[x - 1] : nullptr;
-      int uses = 0;
+      // Readers of x: of every pair that is x, less the identity layers (whose own readers
+      // count through their pairs).
+      int uses = -identity_reads[x];
       for (const auto& [p, v] : value_of) uses += v == x ? pair_uses[p] : 0;
       if (name.empty() || name == "linear") {
         out = x;
+        ++identity_reads[x];
       } else if (name == "relu" && producer != nullptr && uses == 1 &&
                  (producer->code == OpCode::kFullyConnected || producer->code == OpCode::kConv2D) &&
                  producer->activation == Activation::kNone) {

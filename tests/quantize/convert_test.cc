@@ -201,6 +201,33 @@ TEST(LiteConvertTest, AddAndConcatenateConvertInFunctionalModels) {
   }
 }
 
+// A relu behind a Dropout still fuses into the Dense before them (Dropout is no reader); one
+// whose input has another reader runs in float.
+TEST(LiteConvertTest, ReluFusesThroughIdentityLayersButNotOverAnotherReader) {
+  Sequential chain({Dense(8), Dropout(0.5), Activation("relu"), Dense(2)});
+  chain.build({4});
+  ConvertOptions f;
+  f.quantize = false;
+  int float_acts = 0;
+  for (const LayerReport& l : convert(chain, temp_path("fuse.klite"), f).layers) {
+    float_acts += l.op == "Activation";
+  }
+  EXPECT_EQ(float_acts, 0);
+  const Tensor x = random_normal({5, 4}, 8);
+  const std::vector<float> want = chain.predict(x).to_vector<float>();
+  const std::vector<float> got =
+      Interpreter::load(temp_path("fuse.klite"))->run(x.to_vector<float>().data(), 5);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+  Tensor in = Input({4});
+  Tensor d = Dense(8)(in);
+  Model branchy(in, Dense(2)(Concatenate()({Activation("relu")(Dropout(0.5)(d)), d})), "branchy");
+  float_acts = 0;
+  for (const LayerReport& l : convert(branchy, temp_path("nofuse.klite"), f).layers) {
+    float_acts += l.op == "Activation";
+  }
+  EXPECT_EQ(float_acts, 1);
+}
+
 TEST(LiteConvertTest, LayersWithoutALiteOpAreAllNamed) {
   Sequential model({Dense(8, "gelu"), BatchNormalization(), Dense(4)});
   model.build({6});
