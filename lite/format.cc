@@ -1,5 +1,6 @@
-// The file format's helpers: op names and the CRC-32C checksum (a byte-wise table: model files
-// are read once, at load).
+// The file format's helpers: op names and the CRC-32C checksum. The checksum is its own, not
+// src/api/io/crc32c's (libkiln_lite links nothing of libkiln); a byte-wise table is enough for a
+// file read once, at load.
 #include "lite/format.h"
 
 #include <array>

@@ -14,6 +14,7 @@
 #include "kiln/lite_convert.h"
 #include "kiln/nn/saving.h"
 #include "kiln/ops.h"
+#include "kiln/shape.h"
 #include "lite/builder.h"
 #include "quantize/calibration.h"
 
@@ -40,13 +41,6 @@ struct FloatOp {
     return {float_kind};
   }
 };
-
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? "," : "") + (shape[i] < 0 ? std::string("?") : std::to_string(shape[i]));
-  return s + "]";
-}
 
 int64_t per_example(const std::vector<int64_t>& shape) {
   int64_t n = 1;
