@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -79,6 +80,14 @@ void bench(const std::string& name, Sequential& model, const kiln::Shape& exampl
          static_cast<double>(int8.file_bytes) / f32.file_bytes);
   result("lite_" + name + "_int8_vs_saved_model",
          static_cast<double>(int8.file_bytes) / saved_bytes);
+  if (const char* keep = std::getenv("KILN_LITE_BENCH_KEEP")) {
+    // Keeps the files (for kiln-lite-run --profile=1) in the named directory.
+    std::filesystem::create_directories(keep);
+    for (const std::string f : {"f32.klite", "int8.klite"}) {
+      std::filesystem::copy_file(dir + "/" + f, std::string(keep) + "/" + name + "_" + f,
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
+  }
   std::filesystem::remove_all(dir);
 }
 

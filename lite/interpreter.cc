@@ -77,6 +77,7 @@ struct Op {
   std::vector<kernels::Requant> requant;
   const float* bias_f32 = nullptr;
   kernels::QuantGemmParams quant;
+  std::unique_ptr<kernels::QuantGemm> gemm_int8;  // packed_int8 with quant, prepared
   kernels::QuantAddParams add;           // kAdd, int8
   std::vector<kernels::Requant> concat;  // kConcatenate, int8: per input to the output
 };
@@ -547,6 +548,7 @@ void Interpreter::Impl::prepare(size_t index) {
   }
   op.quant.bias = op.bias_int32.data();
   op.quant.requant = op.requant.data();
+  op.gemm_int8 = std::make_unique<kernels::QuantGemm>(*op.packed_int8, op.quant);
 }
 
 // Gives each activation a buffer for `batch_size` examples. Unless every tensor is kept, a
@@ -677,9 +679,8 @@ void Interpreter::Impl::run_op(const Op& op) {
     pool->parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(1, k * m)),
                        [&](int64_t begin, int64_t end) {
                          if (int8) {
-                           kernels::quant_gemm(reinterpret_cast<const int8_t*>(a) + begin * k,
-                                               end - begin, *op.packed_int8, op.quant,
-                                               reinterpret_cast<int8_t*>(dst) + begin * m);
+                           op.gemm_int8->run(reinterpret_cast<const int8_t*>(a) + begin * k,
+                                             end - begin, reinterpret_cast<int8_t*>(dst) + begin * m);
                          } else {
                            kernels::gemm_f32(reinterpret_cast<const float*>(a) + begin * k,
                                              end - begin, *op.packed_f32, op.bias_f32,

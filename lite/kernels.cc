@@ -410,11 +410,13 @@ struct Int8Tiles {
   }
 };
 
-void quant_gemm_avx512(const int8_t* a, int64_t n, const PackedInt8& w, const QuantGemmParams& p,
-                       int8_t* out) {
+// The per-channel operands of requantize16, [8][m_padded] (acc0, mul, lsh, sat_lo, sat_hi, rsh,
+// rmask, rhalf); returns whether any channel shifts left.
+bool int8_channel_operands(const PackedInt8& w, const QuantGemmParams& p,
+                           std::vector<int32_t>& operands) {
   const int64_t m = w.m(), mp = w.m_padded();
-  int32_t* s = scratch<int32_t>(8 * mp);
-  std::fill(s, s + 8 * mp, 0);
+  operands.assign(8 * mp, 0);
+  int32_t* s = operands.data();
   int32_t *acc0 = s, *mul = s + mp, *lsh = s + 2 * mp, *sat_lo = s + 3 * mp, *sat_hi = s + 4 * mp,
           *rsh = s + 5 * mp, *rmask = s + 6 * mp, *rhalf = s + 7 * mp;
   bool left_shifts = false;
@@ -435,20 +437,27 @@ void quant_gemm_avx512(const int8_t* a, int64_t n, const PackedInt8& w, const Qu
     rmask[j] = static_cast<int32_t>((int64_t{1} << right) - 1);
     rhalf[j] = rmask[j] >> 1;
   }
+  return left_shifts;
+}
+
+void quant_gemm_avx512(const int8_t* a, int64_t n, const PackedInt8& w, const QuantGemmParams& p,
+                       const int32_t* operands, bool left_shifts, int8_t* out) {
+  const int64_t mp = w.m_padded();
+  const int32_t* s = operands;
   const OutClamp clamp(p);
-  const Int8Channels ch{acc0,
-                        mul,
-                        lsh,
-                        sat_lo,
-                        sat_hi,
-                        rsh,
-                        rmask,
-                        rhalf,
+  const Int8Channels ch{s,
+                        s + mp,
+                        s + 2 * mp,
+                        s + 3 * mp,
+                        s + 4 * mp,
+                        s + 5 * mp,
+                        s + 6 * mp,
+                        s + 7 * mp,
                         static_cast<int32_t>(clamp.lo - clamp.zp),
                         static_cast<int32_t>(clamp.hi - clamp.zp),
                         p.out_zero_point,
                         left_shifts};
-  Int8Tiles tiles{a,  w.k(), m, w.k_padded() / 4, w.data(), ch, scratch<uint8_t>(12 * w.k_padded()),
+  Int8Tiles tiles{a,   w.k(), w.m(), w.k_padded() / 4, w.data(), ch, scratch<uint8_t>(12 * w.k_padded()),
                   out};
   run_tiles(n, mp / kBlock, tiles);
 }
@@ -752,14 +761,28 @@ PackedInt8::PackedInt8(const int8_t* weights, int64_t m, int64_t k, Path path)
   }
 }
 
+QuantGemm::QuantGemm(const PackedInt8& w, const QuantGemmParams& params)
+    : w_(&w), params_(params) {
+#if defined(__x86_64__)
+  if (w.path() == Path::kAvx512) left_shifts_ = int8_channel_operands(w, params, operands_);
+#endif
+}
+
+void QuantGemm::run(const int8_t* a, int64_t n, int8_t* out) const {
+  const PackedInt8& w = *w_;
+  if (n <= 0 || w.m() <= 0) return;
+  if (w.path() == Path::kReference) return quant_gemm_reference(a, n, w, params_, out);
+#if defined(__x86_64__)
+  if (w.path() == Path::kAvx512) {
+    return quant_gemm_avx512(a, n, w, params_, operands_.data(), left_shifts_, out);
+  }
+#endif
+  quant_gemm_generic(a, n, w, params_, out);
+}
+
 void quant_gemm(const int8_t* a, int64_t n, const PackedInt8& w, const QuantGemmParams& params,
                 int8_t* out) {
-  if (n <= 0 || w.m() <= 0) return;
-  if (w.path() == Path::kReference) return quant_gemm_reference(a, n, w, params, out);
-#if defined(__x86_64__)
-  if (w.path() == Path::kAvx512) return quant_gemm_avx512(a, n, w, params, out);
-#endif
-  quant_gemm_generic(a, n, w, params, out);
+  QuantGemm(w, params).run(a, n, out);
 }
 
 // The reference keeps [m][k]; the others pack [m_padded/16][k][16] (zero columns past m).

@@ -64,8 +64,22 @@ struct QuantGemmParams {
 };
 // out[i][j] = clamp(out_zp + requant_j(sum_k (a[i][k] - a_zp) * w[j][k] + bias[j])),
 // for the rows i < n of a [n][k] and out [n][m] (row-major, contiguous).
+// (Derives the per-channel operands each call; a QuantGemm derives them once.)
 void quant_gemm(const int8_t* a, int64_t n, const PackedInt8& w, const QuantGemmParams& params,
                 int8_t* out);
+// quant_gemm for one op's weights and parameters, prepared once. `w`, and the bias and requant
+// arrays `params` points to, must outlive it.
+class QuantGemm {
+ public:
+  QuantGemm(const PackedInt8& w, const QuantGemmParams& params);
+  void run(const int8_t* a, int64_t n, int8_t* out) const;
+
+ private:
+  const PackedInt8* w_;
+  QuantGemmParams params_;
+  std::vector<int32_t> operands_;  // the AVX-512 path's per-channel requant operands
+  bool left_shifts_ = false;
+};
 
 // ---- float GEMM -----------------------------------------------------------------------------
 // Weights [m][k] float, packed once for one path.
