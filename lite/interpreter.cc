@@ -80,6 +80,12 @@ struct Op {
   std::unique_ptr<kernels::QuantGemm> gemm_int8;  // packed_int8 with quant, prepared
   kernels::QuantAddParams add;           // kAdd, int8
   std::vector<kernels::Requant> concat;  // kConcatenate, int8: per input to the output
+  // A Conv2D with the MaxPool2D after it fused (fuse_pools): the GEMM takes the max of each
+  // pool_h x pool_w window and writes `write`, the pool's output; the pool op is `fused` and
+  // does not run.
+  int64_t pool_h = 1, pool_w = 1;
+  int write = -1;  // the tensor run_op writes: `out`, or the fused pool's output
+  bool fused = false;
 };
 
 }  // namespace
@@ -130,6 +136,7 @@ struct Interpreter::Impl {
   std::pair<int64_t, int64_t> check_window(size_t index, const kernels::Window& win,
                                            int x_index) const;
   void prepare(size_t index);
+  void fuse_pools();
   void plan(int64_t batch_size);
   void run(const float* input_data, int64_t batch_size, float* output_data);
   void run_op(const Op& op);
@@ -490,6 +497,7 @@ void Interpreter::Impl::check_op(size_t index) {
 
 void Interpreter::Impl::prepare(size_t index) {
   Op& op = ops[index];
+  op.write = op.out;
   const TensorInfo& y = tensors[op.out];
   if (y.dtype == DType::kInt8 && op.code == OpCode::kAdd) {
     const TensorInfo& a = tensors[op.in[0]];
@@ -551,6 +559,41 @@ void Interpreter::Impl::prepare(size_t index) {
   op.gemm_int8 = std::make_unique<kernels::QuantGemm>(*op.packed_int8, op.quant);
 }
 
+// A Conv2D whose output only the MaxPool2D right after it reads, when that pool's windows tile
+// the output (no padding, stride = window, of 2 or 4 positions): the GEMM pools its rows
+// (kernels' pool_rows), the rows the pool would drop are never computed, and the conv's own
+// output never exists. The same bits as the two ops apart (kernels.h says why), in float and
+// int8. Not when every tensor is kept: the conv's output would have no values.
+void Interpreter::Impl::fuse_pools() {
+  if (options.preserve_all_tensors) return;
+  std::vector<int> readers(tensors.size(), 0);
+  for (const Op& op : ops) {
+    for (int t : op.in) {
+      if (t >= 0) ++readers[t];
+    }
+  }
+  for (size_t i = 0; i + 1 < ops.size(); ++i) {
+    Op& conv = ops[i];
+    Op& pool = ops[i + 1];
+    if (conv.code != OpCode::kConv2D || pool.code != OpCode::kMaxPool2D ||
+        pool.in[0] != conv.out || readers[conv.out] != 1 || conv.out == output) {
+      continue;
+    }
+    const kernels::Window& win = pool.window;
+    const int64_t rows = win.kh * win.kw;
+    if (win.stride_h != win.kh || win.stride_w != win.kw || win.pad_top != 0 ||
+        win.pad_left != 0 || win.pad_bottom != 0 || win.pad_right != 0 ||
+        (rows != 2 && rows != kernels::kMaxPoolRows)) {
+      continue;
+    }
+    conv.pool_h = win.kh;
+    conv.pool_w = win.kw;
+    conv.write = pool.out;
+    conv.im2col = true;  // the patch rows go in pooled order
+    pool.fused = true;
+  }
+}
+
 // Gives each activation a buffer for `batch_size` examples. Unless every tensor is kept, a
 // buffer is reused once the last op reading its tensor has run.
 void Interpreter::Impl::plan(int64_t batch_size) {
@@ -570,7 +613,8 @@ void Interpreter::Impl::plan(int64_t batch_size) {
            dtype_size(tensors[t].dtype);
   };
   for (size_t i = 0; i < ops.size(); ++i) {
-    const int t = ops[i].out;
+    if (ops[i].fused) continue;  // its conv wrote its output; it reads no buffer
+    const int t = ops[i].write;
     int b;
     if (!options.preserve_all_tensors && !free_buffers.empty()) {
       b = free_buffers.back();
@@ -643,13 +687,16 @@ void Interpreter::Impl::run(const float* input_data, int64_t batch_size, float* 
   if (options.profile) {
     op_seconds.resize(ops.size(), 0.0);
     for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].fused) continue;
       const auto start = std::chrono::steady_clock::now();
       run_op(ops[i]);
       op_seconds[i] +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
   } else {
-    for (const Op& op : ops) run_op(op);
+    for (const Op& op : ops) {
+      if (!op.fused) run_op(op);
+    }
   }
   const TensorInfo& out = tensors[output];
   const int64_t out_count = batch_size * elements(out.shape, 1);
@@ -668,26 +715,29 @@ void Interpreter::Impl::run_op(const Op& op) {
   const TensorInfo& x = tensors[op.in[0]];
   const TensorInfo& out = tensors[op.out];
   const uint8_t* src = data[op.in[0]];
-  uint8_t* dst = buffers[buffer_of[op.out]].data();
+  uint8_t* dst = buffers[buffer_of[op.write]].data();
   const bool int8 = x.dtype == DType::kInt8;
   const int64_t n = batch;
+  // The GEMM over `rows` rows of a, split between threads in whole pool windows.
   auto rows_gemm = [&](const uint8_t* a, int64_t rows) {
     const int64_t m = tensors[op.in[1]].shape[0];
     const int64_t k = elements(tensors[op.in[1]].shape, 1);
+    const int pool_rows = static_cast<int>(op.pool_h * op.pool_w);
     // Parts of at least ~4M multiply-adds: a smaller op ends sooner than a second core gets the
     // data the op before it left in this core's cache.
-    pool->parallel_for(rows, std::max<int64_t>(1, (int64_t{1} << 22) / std::max<int64_t>(1, k * m)),
-                       [&](int64_t begin, int64_t end) {
-                         if (int8) {
-                           op.gemm_int8->run(reinterpret_cast<const int8_t*>(a) + begin * k,
-                                             end - begin, reinterpret_cast<int8_t*>(dst) + begin * m);
-                         } else {
-                           kernels::gemm_f32(reinterpret_cast<const float*>(a) + begin * k,
-                                             end - begin, *op.packed_f32, op.bias_f32,
-                                             op.activation,
-                                             reinterpret_cast<float*>(dst) + begin * m);
-                         }
-                       });
+    const int64_t min_part = (int64_t{1} << 22) / std::max<int64_t>(1, k * m * pool_rows);
+    pool->parallel_for(
+        rows / pool_rows, std::max<int64_t>(1, min_part), [&](int64_t begin, int64_t end) {
+          const int64_t first = begin * pool_rows, count = (end - begin) * pool_rows;
+          if (int8) {
+            op.gemm_int8->run(reinterpret_cast<const int8_t*>(a) + first * k, count,
+                              reinterpret_cast<int8_t*>(dst) + begin * m, pool_rows);
+          } else {
+            kernels::gemm_f32(reinterpret_cast<const float*>(a) + first * k, count,
+                              *op.packed_f32, op.bias_f32, op.activation,
+                              reinterpret_cast<float*>(dst) + begin * m, pool_rows);
+          }
+        });
   };
   const int64_t h = x.shape.size() == 4 ? x.shape[1] : 0, w = x.shape.size() == 4 ? x.shape[2] : 0;
   const int64_t c = x.shape.back();
@@ -697,21 +747,26 @@ void Interpreter::Impl::run_op(const Op& op) {
       rows_gemm(src, n);
       return;
     case OpCode::kConv2D: {
-      const int64_t rows = n * out.shape[1] * out.shape[2];
+      // With a fused pool, only the positions of whole pool windows.
+      const int64_t positions = out.shape[1] / op.pool_h * op.pool_h *
+                                (out.shape[2] / op.pool_w * op.pool_w);
+      const int64_t rows = n * positions;
       if (!op.im2col) {
         rows_gemm(src, rows);
         return;
       }
-      const int64_t patch = elements(tensors[op.in[1]].shape, 1) * out.shape[1] * out.shape[2];
+      const int64_t patch = elements(tensors[op.in[1]].shape, 1) * positions;
       pool->parallel_for(n, 1, [&](int64_t begin, int64_t end) {
         if (int8) {
           kernels::im2col_int8(reinterpret_cast<const int8_t*>(src) + begin * in_image, end - begin,
                                h, w, c, op.window, static_cast<int8_t>(x.zero_point),
-                               reinterpret_cast<int8_t*>(scratch.data()) + begin * patch);
+                               reinterpret_cast<int8_t*>(scratch.data()) + begin * patch,
+                               op.pool_h, op.pool_w);
         } else {
           kernels::im2col_f32(reinterpret_cast<const float*>(src) + begin * in_image, end - begin,
                               h, w, c, op.window,
-                              reinterpret_cast<float*>(scratch.data()) + begin * patch);
+                              reinterpret_cast<float*>(scratch.data()) + begin * patch, op.pool_h,
+                              op.pool_w);
         }
       });
       rows_gemm(scratch.data(), rows);
@@ -835,6 +890,7 @@ void Interpreter::Impl::load() {
   int8_path = kernels::best_int8_path();
   float_path = kernels::best_float_path();
   for (size_t i = 0; i < ops.size(); ++i) prepare(i);
+  fuse_pools();
   pool = std::make_unique<ThreadPool>(std::max(1, options.num_threads));
 }
 

@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
+
+#include "kiln/error.h"
 
 #if defined(__x86_64__)
 // GCC 12's intrinsics seed their unused operands with a self-initialised `__Y`, which
@@ -111,6 +114,28 @@ T* scratch(int64_t count) {
   thread_local std::vector<T> buffer;
   if (static_cast<int64_t>(buffer.size()) < count) buffer.resize(count);
   return buffer.data();
+}
+
+// A fused pool's rows per output row: 1, 2 or 4 (the tiles' row counts are multiples of
+// these), dividing the row count.
+void check_pool_rows(int64_t n, int pool_rows) {
+  if ((pool_rows != 1 && pool_rows != 2 && pool_rows != kMaxPoolRows) || n % pool_rows != 0) {
+    throw Error(ErrorCode::kInvalidArgument, "kiln::lite::kernels: " + std::to_string(n) +
+                                                 " rows do not pool in groups of " +
+                                                 std::to_string(pool_rows));
+  }
+}
+
+// out[g][j] = max over the rows g * pool_rows + p of rows[.][j].
+template <typename T>
+void max_of_row_groups(const T* rows, int64_t n, int64_t m, int pool_rows, T* out) {
+  for (int64_t g = 0; g < n / pool_rows; ++g) {
+    const T* first = rows + g * pool_rows * m;
+    std::copy(first, first + m, out + g * m);
+    for (int p = 1; p < pool_rows; ++p) {
+      for (int64_t j = 0; j < m; ++j) out[g * m + j] = std::max(out[g * m + j], first[p * m + j]);
+    }
+  }
 }
 
 // ---- reference and generic paths ------------------------------------------------------------
@@ -235,10 +260,13 @@ void run_tile(Tiles& tiles, int cols, int64_t i0, int64_t block) {
   }
 }
 
+// With a fused pool every chunk's rows are whole pool windows: pool_rows (1, 2 or 4) divides
+// n and each chunk's row count (12, 8, 4 and 2 halve down to multiples of it).
 template <typename Tiles>
-void run_tiles(int64_t n, int64_t blocks, Tiles& tiles) {
+void run_tiles(int64_t n, int64_t blocks, Tiles& tiles, int pool_rows = 1) {
   const int max_cols = static_cast<int>(std::min<int64_t>(blocks, 4));
-  const int max_rows = max_cols == 4 ? 6 : max_cols == 3 ? 8 : 12;
+  int max_rows = max_cols == 4 ? 6 : max_cols == 3 ? 8 : 12;
+  if (max_rows % pool_rows != 0) max_rows = 4;
   for (int64_t i0 = 0; i0 < n;) {
     int rows = max_rows;
     while (rows > n - i0) rows = rows > 8 ? 8 : rows > 4 ? 4 : rows / 2;
@@ -331,6 +359,16 @@ KILN_LITE_INT8_TARGET inline __m512i requantize16(__m512i x, const Requant16& rq
   return _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(q, rq.lo), rq.hi), rq.zp);
 }
 
+// Stores the 128-bit lane L of u[0..3], the four rows' groups 4L .. 4L + 3, a group apart.
+template <int L>
+KILN_LITE_INT8_TARGET inline void store_lanes(const __m512i (&u)[4], uint8_t* first,
+                                              int64_t stride) {
+  for (int i = 0; i < 4; ++i) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(first + (4 * L + i) * stride),
+                     _mm512_extracti32x4_epi32(u[i], L));
+  }
+}
+
 struct Int8Tiles {
   const int8_t* a;
   int64_t k, m, groups;  // groups: k_padded / 4
@@ -338,11 +376,47 @@ struct Int8Tiles {
   Int8Channels ch;
   uint8_t* rows;  // the row chunk as [groups][R][4] u8
   int8_t* out;
+  int pool_rows;  // the fused max pool's rows per output row
 
   // Moves a row chunk to u8 (a + 128) with each row's 4 k values of a group side by side, so a
-  // tile reads every broadcast at a fixed offset from one pointer.
-  void start_rows(int64_t i0, int r_count) {
-    for (int r = 0; r < r_count; ++r) {
+  // tile reads every broadcast at a fixed offset from one pointer. Four rows at a time go as a
+  // 4 x 16 transpose of 4-byte groups; a last group's bytes past k take any value (the packed
+  // weights there are 0).
+  KILN_LITE_INT8_TARGET void start_rows(int64_t i0, int r_count) {
+    const int64_t stride = int64_t{r_count} * 4;  // bytes from one group to the next
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    int r = 0;
+    for (; r + 4 <= r_count; r += 4) {
+      const int8_t* row = a + (i0 + r) * k;
+      uint8_t* dst = rows + 4 * r;
+      for (int64_t g0 = 0; g0 < groups; g0 += 16) {
+        const int64_t bytes = std::min<int64_t>(64, k - 4 * g0);
+        const __mmask64 mask = bytes == 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1;
+        __m512i x[4];
+        for (int q = 0; q < 4; ++q) {
+          x[q] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, row + q * k + 4 * g0), flip);
+        }
+        const __m512i t0 = _mm512_unpacklo_epi32(x[0], x[1]), t1 = _mm512_unpackhi_epi32(x[0], x[1]);
+        const __m512i t2 = _mm512_unpacklo_epi32(x[2], x[3]), t3 = _mm512_unpackhi_epi32(x[2], x[3]);
+        // u[i] holds groups i, i + 4, i + 8, i + 12 of the four rows, one per 128-bit lane.
+        const __m512i u[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
+                              _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
+        uint8_t* first = dst + g0 * stride;
+        if (groups - g0 >= 16) {
+          store_lanes<0>(u, first, stride);
+          store_lanes<1>(u, first, stride);
+          store_lanes<2>(u, first, stride);
+          store_lanes<3>(u, first, stride);
+          continue;
+        }
+        alignas(64) uint8_t spill[4][64];
+        for (int i = 0; i < 4; ++i) _mm512_store_si512(spill[i], u[i]);
+        for (int64_t g = 0; g < groups - g0; ++g) {
+          std::memcpy(first + g * stride, spill[g % 4] + 16 * (g / 4), 16);
+        }
+      }
+    }
+    for (; r < r_count; ++r) {
       const int8_t* row = a + (i0 + r) * k;
       uint8_t* dst = rows + 4 * r;
       int64_t g = 0;
@@ -350,9 +424,9 @@ struct Int8Tiles {
         uint32_t v;
         std::memcpy(&v, row + 4 * g, 4);
         v ^= 0x80808080u;
-        std::memcpy(dst + g * r_count * 4, &v, 4);
+        std::memcpy(dst + g * stride, &v, 4);
       }
-      for (int64_t kk = 4 * g; kk < k; ++kk) dst[g * r_count * 4 + kk % 4] = row[kk] ^ 0x80;
+      for (int64_t kk = 4 * g; kk < k; ++kk) dst[g * stride + kk % 4] = row[kk] ^ 0x80;
     }
   }
 
@@ -391,15 +465,18 @@ struct Int8Tiles {
       for (int r = 0; r < R; ++r) _mm512_store_si512(sums[c][r], acc[r][c]);
     }
     const int64_t ldo = m;
-    int8_t* const out_rows = out + i0 * m;
+    const int pool = pool_rows;
+    int8_t* const out_rows = out + i0 / pool * m;
     const Int8Channels channels = ch;
     for (int c = 0; c < C; ++c) {
       const int64_t j = j0 + c * kBlock;
       const uint16_t mask = lane_mask(ldo, j);
       const Requant16 rq = load_requant16(channels, j);
-      for (int r = 0; r < R; ++r) {
-        const __m128i q = _mm512_cvtepi32_epi8(requantize16(_mm512_load_si512(sums[c][r]), rq));
-        int8_t* dst = out_rows + r * ldo + j;
+      for (int r = 0; r < R; r += pool) {
+        __m512i sum = _mm512_load_si512(sums[c][r]);
+        for (int p = 1; p < pool; ++p) sum = _mm512_max_epi32(sum, _mm512_load_si512(sums[c][r + p]));
+        const __m128i q = _mm512_cvtepi32_epi8(requantize16(sum, rq));
+        int8_t* dst = out_rows + r / pool * ldo + j;
         if (mask == 0xFFFF) {
           _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), q);
         } else {
@@ -441,7 +518,7 @@ bool int8_channel_operands(const PackedInt8& w, const QuantGemmParams& p,
 }
 
 void quant_gemm_avx512(const int8_t* a, int64_t n, const PackedInt8& w, const QuantGemmParams& p,
-                       const int32_t* operands, bool left_shifts, int8_t* out) {
+                       const int32_t* operands, bool left_shifts, int8_t* out, int pool_rows) {
   const int64_t mp = w.m_padded();
   const int32_t* s = operands;
   const OutClamp clamp(p);
@@ -457,9 +534,9 @@ void quant_gemm_avx512(const int8_t* a, int64_t n, const PackedInt8& w, const Qu
                         static_cast<int32_t>(clamp.hi - clamp.zp),
                         p.out_zero_point,
                         left_shifts};
-  Int8Tiles tiles{a,   w.k(), w.m(), w.k_padded() / 4, w.data(), ch, scratch<uint8_t>(12 * w.k_padded()),
-                  out};
-  run_tiles(n, mp / kBlock, tiles);
+  Int8Tiles tiles{a,  w.k(), w.m(), w.k_padded() / 4, w.data(), ch,
+                  scratch<uint8_t>(12 * w.k_padded()), out, pool_rows};
+  run_tiles(n, mp / kBlock, tiles, pool_rows);
 }
 
 struct F32Tiles {
@@ -469,6 +546,7 @@ struct F32Tiles {
   const float* bias;
   Activation act;
   float* out;
+  int pool_rows;  // the fused max pool's rows per output row
 
   void start_rows(int64_t, int) {}
 
@@ -494,17 +572,21 @@ struct F32Tiles {
       }
     }
     const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.0f);
+    const int pool = pool_rows;
 #pragma GCC unroll 12
     for (int c = 0; c < C; ++c) {
       const int64_t j = (block + c) * kBlock;
       const uint16_t mask = lane_mask(m, j);
       const __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias + j) : zero;
+      __m512 v = zero;
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r) {
-        __m512 v = _mm512_add_ps(acc[r][c], b);
+        v = r % pool == 0 ? acc[r][c] : _mm512_max_ps(v, acc[r][c]);
+        if (r % pool != pool - 1) continue;
+        v = _mm512_add_ps(v, b);
         if (act != Activation::kNone) v = _mm512_max_ps(v, zero);
         if (act == Activation::kRelu6) v = _mm512_min_ps(v, six);
-        _mm512_mask_storeu_ps(out + (i0 + r) * m + j, mask, v);
+        _mm512_mask_storeu_ps(out + (i0 / pool + r / pool) * m + j, mask, v);
       }
     }
   }
@@ -613,39 +695,45 @@ void patch_row(const T* x, int64_t b, int64_t h, int64_t w, int64_t c, const Win
 }
 
 // Row by kernel row: the outputs whose window lies inside the input horizontally copy their
-// kw * c elements with one fixed-size copy each; the edges go through patch_row.
+// kw * c elements with one fixed-size copy each; the edges go through patch_row. Rows are in
+// pooled order (see im2col_int8); a 1 x 1 pool is the plain raster order.
 template <typename T>
 void im2col(const T* x, int64_t n, int64_t h, int64_t w, int64_t c, const Window& win, T pad,
-            T* patches) {
+            T* patches, int64_t pool_h, int64_t pool_w) {
   const int64_t row = win.kh * win.kw * c;
-  const int64_t oh = win.out_h(h), ow = win.out_w(w);
-  if (oh <= 0 || ow <= 0) return;
-  // Outputs [ox_lo, ox_hi) have x0 >= 0 and x0 + kw <= w.
-  const int64_t ox_lo = std::min(ow, (win.pad_left + win.stride_w - 1) / win.stride_w);
-  const int64_t ox_hi =
-      std::max(ox_lo, std::min(ow, w - win.kw + win.pad_left >= 0
-                                       ? (w - win.kw + win.pad_left) / win.stride_w + 1
-                                       : 0));
+  const int64_t ph = win.out_h(h) / pool_h, pw = win.out_w(w) / pool_w;
+  if (ph <= 0 || pw <= 0) return;
+  const int64_t sw = win.stride_w, window = pool_h * pool_w;
+  // Consecutive pooled columns px step the output column by pool_w: the input by pool_w * sw
+  // columns, the patch rows by a whole pool window's rows.
+  const int64_t d_step = window * row, s_step = pool_w * sw * c;
   const size_t span = static_cast<size_t>(win.kw * c) * sizeof(T);
   const CopyStrided copier = strided_copier(span);
   for (int64_t b = 0; b < n; ++b) {
-    for (int64_t oy = 0; oy < oh; ++oy) {
-      T* out_row = patches + (b * oh + oy) * ow * row;
+    for (int64_t oy = 0; oy < ph * pool_h; ++oy) {
+      const int64_t py = oy / pool_h, dy = oy % pool_h;
       for (int64_t ky = 0; ky < win.kh; ++ky) {
         const int64_t y = oy * win.stride_h - win.pad_top + ky;
-        T* col = out_row + ky * win.kw * c;
         const bool inside = y >= 0 && y < h;
-        for (int64_t ox = 0; ox < ow; ++ox) {
-          if (inside && ox == ox_lo && copier != nullptr && ox_hi > ox_lo) {
-            const T* src = x + ((b * h + y) * w + ox_lo * win.stride_w - win.pad_left) * c;
-            copier(reinterpret_cast<const char*>(src),
-                   static_cast<int64_t>(win.stride_w * c * sizeof(T)),
-                   reinterpret_cast<char*>(col + ox_lo * row),
-                   static_cast<int64_t>(row * sizeof(T)), ox_hi - ox_lo);
-            ox = ox_hi - 1;
-            continue;
+        for (int64_t dx = 0; dx < pool_w; ++dx) {
+          T* col = patches + ((b * ph + py) * pw * window + dy * pool_w + dx) * row + ky * win.kw * c;
+          // Pooled columns [px_lo, px_hi) read whole windows inside the row: x0 >= 0 and
+          // x0 + kw <= w, for x0 = (px * pool_w + dx) * sw - pad_left.
+          const int64_t lo_room = win.pad_left - dx * sw, hi_room = w - win.kw + win.pad_left - dx * sw;
+          const int64_t px_lo = std::min(pw, lo_room <= 0 ? 0 : (lo_room + pool_w * sw - 1) / (pool_w * sw));
+          const int64_t px_hi = std::max(px_lo, std::min(pw, hi_room >= 0 ? hi_room / (pool_w * sw) + 1 : 0));
+          for (int64_t px = 0; px < pw; ++px) {
+            const int64_t ox = px * pool_w + dx;
+            if (inside && px == px_lo && copier != nullptr && px_hi > px_lo) {
+              const T* src = x + ((b * h + y) * w + ox * sw - win.pad_left) * c;
+              copier(reinterpret_cast<const char*>(src), static_cast<int64_t>(s_step * sizeof(T)),
+                     reinterpret_cast<char*>(col + px * d_step),
+                     static_cast<int64_t>(d_step * sizeof(T)), px_hi - px_lo);
+              px = px_hi - 1;
+              continue;
+            }
+            patch_row(x, b, h, w, c, win, pad, y, ox, col + px * d_step);
           }
-          patch_row(x, b, h, w, c, win, pad, y, ox, col + ox * row);
         }
       }
     }
@@ -768,16 +856,23 @@ QuantGemm::QuantGemm(const PackedInt8& w, const QuantGemmParams& params)
 #endif
 }
 
-void QuantGemm::run(const int8_t* a, int64_t n, int8_t* out) const {
+void QuantGemm::run(const int8_t* a, int64_t n, int8_t* out, int pool_rows) const {
   const PackedInt8& w = *w_;
   if (n <= 0 || w.m() <= 0) return;
-  if (w.path() == Path::kReference) return quant_gemm_reference(a, n, w, params_, out);
+  check_pool_rows(n, pool_rows);
 #if defined(__x86_64__)
   if (w.path() == Path::kAvx512) {
-    return quant_gemm_avx512(a, n, w, params_, operands_.data(), left_shifts_, out);
+    return quant_gemm_avx512(a, n, w, params_, operands_.data(), left_shifts_, out, pool_rows);
   }
 #endif
-  quant_gemm_generic(a, n, w, params_, out);
+  // The other paths pool the requantized rows (the same bits: the requant is monotonic).
+  int8_t* rows = pool_rows == 1 ? out : scratch<int8_t>(n * w.m());
+  if (w.path() == Path::kReference) {
+    quant_gemm_reference(a, n, w, params_, rows);
+  } else {
+    quant_gemm_generic(a, n, w, params_, rows);
+  }
+  if (pool_rows > 1) max_of_row_groups(rows, n, w.m(), pool_rows, out);
 }
 
 void quant_gemm(const int8_t* a, int64_t n, const PackedInt8& w, const QuantGemmParams& params,
@@ -803,26 +898,32 @@ PackedF32::PackedF32(const float* weights, int64_t m, int64_t k, Path path)
 }
 
 void gemm_f32(const float* a, int64_t n, const PackedF32& w, const float* bias, Activation act,
-              float* out) {
+              float* out, int pool_rows) {
   if (n <= 0 || w.m() <= 0) return;
-  if (w.path() == Path::kReference) return gemm_f32_reference(a, n, w, bias, act, out);
+  check_pool_rows(n, pool_rows);
 #if defined(__x86_64__)
   if (w.path() == Path::kAvx512) {
-    F32Tiles tiles{a, w.k(), w.m(), w.data(), bias, act, out};
-    return run_tiles(n, w.m_padded() / kBlock, tiles);
+    F32Tiles tiles{a, w.k(), w.m(), w.data(), bias, act, out, pool_rows};
+    return run_tiles(n, w.m_padded() / kBlock, tiles, pool_rows);
   }
 #endif
-  gemm_f32_generic(a, n, w, bias, act, out);
+  float* rows = pool_rows == 1 ? out : scratch<float>(n * w.m());
+  if (w.path() == Path::kReference) {
+    gemm_f32_reference(a, n, w, bias, act, rows);
+  } else {
+    gemm_f32_generic(a, n, w, bias, act, rows);
+  }
+  if (pool_rows > 1) max_of_row_groups(rows, n, w.m(), pool_rows, out);
 }
 
 void im2col_int8(const int8_t* x, int64_t n, int64_t h, int64_t w, int64_t c, const Window& win,
-                 int8_t pad_value, int8_t* patches) {
-  im2col(x, n, h, w, c, win, pad_value, patches);
+                 int8_t pad_value, int8_t* patches, int64_t pool_h, int64_t pool_w) {
+  im2col(x, n, h, w, c, win, pad_value, patches, pool_h, pool_w);
 }
 
 void im2col_f32(const float* x, int64_t n, int64_t h, int64_t w, int64_t c, const Window& win,
-                float* patches) {
-  im2col(x, n, h, w, c, win, 0.0f, patches);
+                float* patches, int64_t pool_h, int64_t pool_w) {
+  im2col(x, n, h, w, c, win, 0.0f, patches, pool_h, pool_w);
 }
 
 // A window wholly in the padding has no input: its max is the type's lowest value.

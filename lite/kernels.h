@@ -64,6 +64,12 @@ struct QuantGemmParams {
 };
 // out[i][j] = clamp(out_zp + requant_j(sum_k (a[i][k] - a_zp) * w[j][k] + bias[j])),
 // for the rows i < n of a [n][k] and out [n][m] (row-major, contiguous).
+//
+// pool_rows (1, 2 or 4; n a multiple of it) fuses a max pool: out is [n / pool_rows][m], each
+// row the max of pool_rows consecutive rows' results, as a max pool over the GEMM's output
+// would give. The max is taken before the requant, which is monotonic, so fusing changes no
+// bit; only 1 / pool_rows of the requants run.
+constexpr int kMaxPoolRows = 4;
 // (Derives the per-channel operands each call; a QuantGemm derives them once.)
 void quant_gemm(const int8_t* a, int64_t n, const PackedInt8& w, const QuantGemmParams& params,
                 int8_t* out);
@@ -72,7 +78,7 @@ void quant_gemm(const int8_t* a, int64_t n, const PackedInt8& w, const QuantGemm
 class QuantGemm {
  public:
   QuantGemm(const PackedInt8& w, const QuantGemmParams& params);
-  void run(const int8_t* a, int64_t n, int8_t* out) const;
+  void run(const int8_t* a, int64_t n, int8_t* out, int pool_rows = 1) const;
 
  private:
   const PackedInt8* w_;
@@ -98,8 +104,10 @@ class PackedF32 {
   std::vector<float> data_;
 };
 // out[i][j] = act(sum_k a[i][k] * w[j][k] + bias[j]) for a [n][k], out [n][m]; bias may be null.
+// pool_rows fuses a max pool as for QuantGemm (the max before the bias and activation, which
+// are monotonic: the same bits).
 void gemm_f32(const float* a, int64_t n, const PackedF32& w, const float* bias, Activation act,
-              float* out);
+              float* out, int pool_rows = 1);
 
 // ---- convolution helpers and the other ops (NHWC) -------------------------------------------
 struct Window {
@@ -111,10 +119,14 @@ struct Window {
 };
 // Patches of x [n][h][w][c] as rows [n*oh*ow][kh*kw*c] (ky, kx, c order), positions outside
 // the input filled with pad_value (an int8 input's zero point, so padding adds nothing).
+//
+// With a pool of pool_h x pool_w (the GEMM's fused max pool, stride = size, no padding) the
+// rows are the output positions each pooled output reads, in pooled order: [n][oh / pool_h]
+// [ow / pool_w][pool_h][pool_w]; positions past the last whole pool window are left out.
 void im2col_int8(const int8_t* x, int64_t n, int64_t h, int64_t w, int64_t c, const Window& win,
-                 int8_t pad_value, int8_t* patches);
+                 int8_t pad_value, int8_t* patches, int64_t pool_h = 1, int64_t pool_w = 1);
 void im2col_f32(const float* x, int64_t n, int64_t h, int64_t w, int64_t c, const Window& win,
-                float* patches);
+                float* patches, int64_t pool_h = 1, int64_t pool_w = 1);
 // Pooling over [n][h][w][c]; padded positions are left out (of the max and of the average's
 // count). int8 pooling keeps the input's scale and zero point; its average rounds half away
 // from zero.

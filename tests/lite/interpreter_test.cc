@@ -343,6 +343,107 @@ TEST(LiteInterpreterTest, ThreadsAndBufferSharingDoNotChangeABit) {
   EXPECT_NEAR(sum, 1.f, 1e-6);
 }
 
+// x [?, 9, 8, 3] -> (quantize ->) Conv2D 3x3 valid (relu), 7 x 6 x 20 -> MaxPool2D pool_h x pool_w
+// -> (dequantize ->) the output; with `also_read`, the conv's output is a second output's
+// input too (an Add of it with itself), so the pool cannot take it over.
+std::string conv_pool_model(bool int8, int64_t pool_h, int64_t pool_w, bool also_read) {
+  ModelBuilder b;
+  const int64_t m = 20, oh = 7, ow = 6;
+  const DType dt = int8 ? DType::kInt8 : DType::kFloat32;
+  const float scale = int8 ? 0.05f : 0.f;
+  const int32_t zp = int8 ? -128 : 0;
+  const int x = b.add_tensor(activation("x", {-1, 9, 8, 3}));
+  int in = x;
+  if (int8) {
+    in = b.add_tensor(activation("xq", {-1, 9, 8, 3}, DType::kInt8, 0.01f, -3));
+    b.add_op(OpCode::kQuantize, "quantize", {x}, in);
+  }
+  std::mt19937 rng(41);
+  std::vector<int> conv_inputs = {in};
+  if (int8) {
+    std::vector<int8_t> w(m * 3 * 3 * 3);
+    for (int8_t& v : w) v = static_cast<int8_t>(static_cast<int>(rng() % 255) - 127);
+    std::vector<int32_t> bias(m);
+    for (int32_t& v : bias) v = static_cast<int32_t>(rng() % 2001) - 1000;
+    std::vector<float> scales(m);
+    for (float& v : scales) v = 0.001f + 0.0002f * static_cast<float>(rng() % 10);
+    conv_inputs.push_back(constant(b, "conv/w", DType::kInt8, {m, 3, 3, 3}, w));
+    conv_inputs.push_back(constant(b, "conv/b", DType::kInt32, {m}, bias));
+    conv_inputs.push_back(constant(b, "conv/s", DType::kFloat32, {m}, scales));
+  } else {
+    conv_inputs.push_back(
+        constant(b, "conv/w", DType::kFloat32, {m, 3, 3, 3}, random_floats(m * 27, 42)));
+    conv_inputs.push_back(constant(b, "conv/b", DType::kFloat32, {m}, random_floats(m, 43)));
+  }
+  const int c = b.add_tensor(activation("conv", {-1, oh, ow, m}, dt, scale, zp));
+  b.add_op(OpCode::kConv2D, "conv", conv_inputs, c, Activation::kRelu,
+           ModelBuilder::window_params({3, 3, 1, 1}));
+  const int p = b.add_tensor(activation("pool", {-1, oh / pool_h, ow / pool_w, m}, dt, scale, zp));
+  b.add_op(OpCode::kMaxPool2D, "pool", {c}, p, Activation::kNone,
+           ModelBuilder::window_params({pool_h, pool_w, pool_h, pool_w}));
+  int out = p;
+  if (also_read) {
+    const int flat = b.add_tensor(activation("flat", {-1, oh / pool_h * (ow / pool_w) * m}, dt,
+                                             scale, zp));
+    b.add_op(OpCode::kReshape, "flatten", {p}, flat);
+    const int twice = b.add_tensor(activation("twice", {-1, oh, ow, m}, dt, scale * 2, zp));
+    b.add_op(OpCode::kAdd, "twice", {c, c}, twice);
+    const int twice_flat = b.add_tensor(activation("twice_flat", {-1, oh * ow * m}, dt, scale * 2, zp));
+    b.add_op(OpCode::kReshape, "twice_flatten", {twice}, twice_flat);
+    out = b.add_tensor(activation("both", {-1, oh / pool_h * (ow / pool_w) * m + oh * ow * m}, dt,
+                                  scale * 2, zp));
+    b.add_op(OpCode::kConcatenate, "both", {flat, twice_flat}, out);
+  }
+  if (int8) {
+    std::vector<int64_t> shape = b.tensor(out).shape;
+    const int f = b.add_tensor(activation("y", shape));
+    b.add_op(OpCode::kDequantize, "dequantize", {out}, f);
+    out = f;
+  }
+  b.set_input(x);
+  b.set_output(out);
+  return b.serialize();
+}
+
+// A Conv2D followed by a MaxPool2D whose windows tile its output runs as one GEMM that pools
+// its rows (and skips the rows the pool drops: 7 x 6 pools to 3 x 3 in windows of 2 x 2): the
+// same bits as the two ops apart, which keeping every tensor forces.
+TEST(LiteInterpreterTest, AConvAndTheMaxPoolAfterItFuseWithoutChangingABit) {
+  for (bool int8 : {false, true}) {
+    for (auto [pool_h, pool_w] : {std::pair<int64_t, int64_t>{2, 2}, {2, 1}, {1, 2}, {3, 3}}) {
+      for (bool also_read : {false, true}) {
+        const std::string file = conv_pool_model(int8, pool_h, pool_w, also_read);
+        const std::vector<float> x = random_floats(5 * 9 * 8 * 3, 44, 0.f, 1.f);
+        Options keep;
+        keep.preserve_all_tensors = true;
+        auto apart = Interpreter::from_buffer(file.data(), file.size(), keep);
+        const std::vector<float> want = apart->run(x.data(), 5);
+        for (int threads : {1, 2}) {
+          Options o;
+          o.num_threads = threads;
+          o.profile = true;
+          auto fused = Interpreter::from_buffer(file.data(), file.size(), o);
+          EXPECT_EQ(fused->run(x.data(), 5), want)
+              << (int8 ? "int8" : "float") << " pool " << pool_h << "x" << pool_w << " also read "
+              << also_read << ", " << threads << " threads";
+          EXPECT_EQ(fused->run(x.data(), 1),
+                    std::vector<float>(want.begin(), want.begin() + want.size() / 5));
+          // The pool ran inside the conv (no time of its own) exactly when it could fuse.
+          const bool fusable = pool_h * pool_w <= 4 && !also_read;
+          for (size_t i = 0; i < fused->ops().size(); ++i) {
+            if (fused->ops()[i].name != "pool") continue;
+            EXPECT_EQ(fused->op_seconds()[i] == 0.0, fusable)
+                << "pool " << pool_h << "x" << pool_w << " also read " << also_read;
+          }
+        }
+        int positive = 0;
+        for (float v : want) positive += v > 0;
+        EXPECT_GT(positive, static_cast<int>(want.size()) / 4);  // relu left real values
+      }
+    }
+  }
+}
+
 TEST(LiteInterpreterTest, BatchSizesChangeFromRunToRun) {
   const std::string file = every_op_model();
   auto interp = Interpreter::from_buffer(file.data(), file.size());

@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "kiln/error.h"
+
 namespace kiln::lite::kernels {
 namespace {
 
@@ -318,6 +320,55 @@ TEST_P(LiteQuantGemm, RowRangesOnSeparateThreadsMatchOneCall) {
   EXPECT_EQ(split, whole);
 }
 
+// out[g][j] = max over the rows g * pool_rows + p of rows[.][j]: a fused pool's definition.
+template <typename T>
+std::vector<T> max_of_groups(const std::vector<T>& rows, int64_t n, int64_t m, int pool_rows) {
+  std::vector<T> out(n / pool_rows * m);
+  for (int64_t g = 0; g < n / pool_rows; ++g) {
+    for (int64_t j = 0; j < m; ++j) {
+      T v = rows[g * pool_rows * m + j];
+      for (int p = 1; p < pool_rows; ++p) v = std::max(v, rows[(g * pool_rows + p) * m + j]);
+      out[g * m + j] = v;
+    }
+  }
+  return out;
+}
+
+// A fused max pool is the max of each group of rows of the reference's unpooled output, bit for
+// bit: the requant is monotonic, so taking the max of the int32 sums first changes nothing.
+TEST_P(LiteQuantGemm, AFusedPoolIsTheMaxOfEachGroupOfTheReferenceRows) {
+  std::mt19937 rng(31);
+  const QuantCase cases[] = {{2, 5, 3},     {4, 9, 32},     {12, 9, 32},   {676, 9, 32},
+                             {24, 288, 64}, {100, 288, 64}, {8, 1600, 10}, {20, 33, 48},
+                             {16, 130, 100}};
+  for (int pool_rows : {2, 4}) {
+    for (const QuantCase& c : cases) {
+      if (c.n % pool_rows != 0) continue;
+      for (int clamp_kind = 0; clamp_kind < 3; ++clamp_kind) {
+        const QuantProblem problem(rng, c, clamp_kind, /*with_bias=*/true);
+        const std::vector<int8_t> want =
+            max_of_groups(problem.run(Path::kReference), c.n, c.m, pool_rows);
+        const PackedInt8 packed(problem.w.data(), c.m, c.k, GetParam());
+        const QuantGemm gemm(packed, problem.params);
+        std::vector<int8_t> got(want.size(), 99);
+        gemm.run(problem.a.data(), c.n, got.data(), pool_rows);
+        ASSERT_EQ(got, want) << "n " << c.n << " k " << c.k << " m " << c.m << " pool "
+                             << pool_rows << " clamp " << clamp_kind;
+      }
+    }
+  }
+}
+
+TEST_P(LiteQuantGemm, APoolThatDoesNotDivideTheRowsIsRefused) {
+  std::mt19937 rng(32);
+  const QuantProblem problem(rng, {6, 8, 16}, 0, true);
+  const PackedInt8 packed(problem.w.data(), 16, 8, GetParam());
+  const QuantGemm gemm(packed, problem.params);
+  std::vector<int8_t> out(6 * 16);
+  EXPECT_THROW(gemm.run(problem.a.data(), 6, out.data(), 4), Error);  // 6 rows, windows of 4
+  EXPECT_THROW(gemm.run(problem.a.data(), 6, out.data(), 3), Error);  // not 1, 2 or 4
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, LiteQuantGemm, testing::Values(Path::kGeneric, Path::kAvx512),
                          [](const testing::TestParamInfo<Path>& info) {
                            return std::string(path_name(info.param));
@@ -394,6 +445,28 @@ TEST_P(LiteGemmF32, ActivationsClampAtZeroAndSix) {
   EXPECT_EQ(out, (std::vector<float>{0.0f, 2.0f, 8.0f}));
   gemm_f32(a.data(), 1, packed, nullptr, Activation::kRelu6, out.data());
   EXPECT_EQ(out, (std::vector<float>{0.0f, 2.0f, 6.0f}));
+}
+
+// The fused pool takes the max before the bias and the activation (both monotonic): the same
+// bits as pooling the path's own unpooled output.
+TEST_P(LiteGemmF32, AFusedPoolIsTheMaxOfEachGroupOfRows) {
+  std::mt19937 rng(33);
+  const QuantCase cases[] = {{4, 9, 32}, {676, 9, 32}, {100, 288, 64}, {8, 1600, 10}, {20, 33, 48}};
+  for (int pool_rows : {2, 4}) {
+    for (const QuantCase& c : cases) {
+      const std::vector<float> a = random_floats(rng, c.n * c.k),
+                               w = random_floats(rng, c.m * c.k),
+                               bias = random_floats(rng, c.m, -2, 2);
+      const PackedF32 packed(w.data(), c.m, c.k, GetParam());
+      for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kRelu6}) {
+        std::vector<float> rows(c.n * c.m), got(c.n / pool_rows * c.m, 99.0f);
+        gemm_f32(a.data(), c.n, packed, bias.data(), act, rows.data());
+        gemm_f32(a.data(), c.n, packed, bias.data(), act, got.data(), pool_rows);
+        ASSERT_EQ(got, max_of_groups(rows, c.n, c.m, pool_rows))
+            << "n " << c.n << " k " << c.k << " m " << c.m << " pool " << pool_rows;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, LiteGemmF32,
@@ -659,6 +732,44 @@ TEST(LiteIm2col, EveryPatchElementIsTheInputUnderTheWindowOrThePad) {
                 ASSERT_EQ(patches[at], want) << "trial " << trial << " at " << at;
                 ASSERT_EQ(pf[at], in ? static_cast<float>(want) : 0.f) << "trial " << trial;
               }
+  }
+}
+
+// Pooled order: row ((b * ph + py) * pw + px) * pool_h * pool_w + dy * pool_w + dx is the
+// plain patch row of output (py * pool_h + dy, px * pool_w + dx); positions past the last
+// whole pool window are left out.
+TEST(LiteIm2col, PooledOrderHoldsThePlainRowsOfEachPoolWindow) {
+  std::mt19937 rng(34);
+  auto pick = [&](int lo, int hi) { return static_cast<int64_t>(lo + rng() % (hi - lo + 1)); };
+  for (int trial = 0; trial < 300; ++trial) {
+    const Window win = random_window(rng, 4);
+    const int64_t n = pick(1, 2), h = pick(win.kh, 11), w = pick(win.kw, 11), c = pick(1, 5);
+    const int64_t pool_h = pick(1, 3), pool_w = pick(1, 3);
+    const int64_t oh = win.out_h(h), ow = win.out_w(w), row = win.kh * win.kw * c;
+    const int64_t ph = oh / pool_h, pw = ow / pool_w;
+    std::vector<int8_t> x(n * h * w * c);
+    for (int8_t& v : x) v = static_cast<int8_t>(rng() % 255 - 127);
+    std::vector<int8_t> plain(n * oh * ow * row), pooled(n * ph * pw * pool_h * pool_w * row, 99);
+    im2col_int8(x.data(), n, h, w, c, win, -5, plain.data());
+    im2col_int8(x.data(), n, h, w, c, win, -5, pooled.data(), pool_h, pool_w);
+    std::vector<float> xf(x.begin(), x.end()), plain_f(plain.size()), pooled_f(pooled.size());
+    im2col_f32(xf.data(), n, h, w, c, win, plain_f.data());
+    im2col_f32(xf.data(), n, h, w, c, win, pooled_f.data(), pool_h, pool_w);
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t py = 0; py < ph; ++py)
+        for (int64_t px = 0; px < pw; ++px)
+          for (int64_t dy = 0; dy < pool_h; ++dy)
+            for (int64_t dx = 0; dx < pool_w; ++dx) {
+              const int64_t at =
+                  (((b * ph + py) * pw + px) * pool_h * pool_w + dy * pool_w + dx) * row;
+              const int64_t from = ((b * oh + py * pool_h + dy) * ow + px * pool_w + dx) * row;
+              ASSERT_TRUE(std::equal(plain.begin() + from, plain.begin() + from + row,
+                                     pooled.begin() + at))
+                  << "trial " << trial << " pooled row " << at / row;
+              ASSERT_TRUE(std::equal(plain_f.begin() + from, plain_f.begin() + from + row,
+                                     pooled_f.begin() + at))
+                  << "trial " << trial;
+            }
   }
 }
 
