@@ -672,6 +672,12 @@ CopyStrided strided_copier(size_t bytes) {
       return copy_strided<48>;
     case 64:
       return copy_strided<64>;
+    case 96:
+      return copy_strided<96>;
+    case 128:
+      return copy_strided<128>;
+    case 192:
+      return copy_strided<192>;
     default:
       return nullptr;
   }
@@ -709,30 +715,41 @@ void im2col(const T* x, int64_t n, int64_t h, int64_t w, int64_t c, const Window
   const int64_t d_step = window * row, s_step = pool_w * sw * c;
   const size_t span = static_cast<size_t>(win.kw * c) * sizeof(T);
   const CopyStrided copier = strided_copier(span);
-  for (int64_t b = 0; b < n; ++b) {
-    for (int64_t oy = 0; oy < ph * pool_h; ++oy) {
-      const int64_t py = oy / pool_h, dy = oy % pool_h;
-      for (int64_t ky = 0; ky < win.kh; ++ky) {
-        const int64_t y = oy * win.stride_h - win.pad_top + ky;
-        const bool inside = y >= 0 && y < h;
-        for (int64_t dx = 0; dx < pool_w; ++dx) {
-          T* col = patches + ((b * ph + py) * pw * window + dy * pool_w + dx) * row + ky * win.kw * c;
-          // Pooled columns [px_lo, px_hi) read whole windows inside the row: x0 >= 0 and
-          // x0 + kw <= w, for x0 = (px * pool_w + dx) * sw - pad_left.
-          const int64_t lo_room = win.pad_left - dx * sw, hi_room = w - win.kw + win.pad_left - dx * sw;
-          const int64_t px_lo = std::min(pw, lo_room <= 0 ? 0 : (lo_room + pool_w * sw - 1) / (pool_w * sw));
-          const int64_t px_hi = std::max(px_lo, std::min(pw, hi_room >= 0 ? hi_room / (pool_w * sw) + 1 : 0));
-          for (int64_t px = 0; px < pw; ++px) {
-            const int64_t ox = px * pool_w + dx;
-            if (inside && px == px_lo && copier != nullptr && px_hi > px_lo) {
-              const T* src = x + ((b * h + y) * w + ox * sw - win.pad_left) * c;
-              copier(reinterpret_cast<const char*>(src), static_cast<int64_t>(s_step * sizeof(T)),
-                     reinterpret_cast<char*>(col + px * d_step),
-                     static_cast<int64_t>(d_step * sizeof(T)), px_hi - px_lo);
-              px = px_hi - 1;
-              continue;
+  for (int64_t dx = 0; dx < pool_w; ++dx) {
+    // Pooled columns [px_lo, px_hi) read whole windows inside the row: x0 >= 0 and
+    // x0 + kw <= w, for x0 = (px * pool_w + dx) * sw - pad_left.
+    const int64_t step = pool_w * sw;
+    const int64_t lo_room = win.pad_left - dx * sw, hi_room = w - win.kw + win.pad_left - dx * sw;
+    const int64_t px_lo = std::min(pw, lo_room <= 0 ? 0 : (lo_room + step - 1) / step);
+    const int64_t px_hi = std::max(px_lo, std::min(pw, hi_room >= 0 ? hi_room / step + 1 : 0));
+    for (int64_t b = 0; b < n; ++b) {
+      for (int64_t py = 0; py < ph; ++py) {
+        for (int64_t dy = 0; dy < pool_h; ++dy) {
+          const int64_t oy = py * pool_h + dy;
+          for (int64_t ky = 0; ky < win.kh; ++ky) {
+            const int64_t y = oy * win.stride_h - win.pad_top + ky;
+            const bool inside = y >= 0 && y < h;
+            T* col = patches + ((b * ph + py) * pw * window + dy * pool_w + dx) * row +
+                     ky * win.kw * c;
+            for (int64_t px = 0; px < pw; ++px) {
+              const int64_t ox = px * pool_w + dx;
+              if (inside && px == px_lo && px_hi > px_lo) {
+                const T* src = x + ((b * h + y) * w + ox * sw - win.pad_left) * c;
+                if (copier != nullptr) {
+                  copier(reinterpret_cast<const char*>(src),
+                         static_cast<int64_t>(s_step * sizeof(T)),
+                         reinterpret_cast<char*>(col + px * d_step),
+                         static_cast<int64_t>(d_step * sizeof(T)), px_hi - px_lo);
+                } else {
+                  for (int64_t i = 0; i < px_hi - px_lo; ++i) {
+                    std::memcpy(col + (px + i) * d_step, src + i * s_step, span);
+                  }
+                }
+                px = px_hi - 1;
+                continue;
+              }
+              patch_row(x, b, h, w, c, win, pad, y, ox, col + px * d_step);
             }
-            patch_row(x, b, h, w, c, win, pad, y, ox, col + px * d_step);
           }
         }
       }
