@@ -4,6 +4,7 @@
 // int8 scheme) and measures each op's error against the float model.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <iomanip>
 #include <limits>
 #include <optional>
@@ -12,65 +13,23 @@
 
 #include "kiln/lite.h"
 #include "kiln/lite_convert.h"
+#include "kiln/io/saved_model.h"
 #include "kiln/nn/saving.h"
 #include "kiln/ops.h"
 #include "kiln/shape.h"
 #include "lite/builder.h"
 #include "quantize/calibration.h"
+#include "quantize/lowering.h"
 
 namespace kiln::lite {
-namespace {
 
 using format::OpCode;
 using kernels::Activation;
-
-// One op of the float chain the layers lower to.
-struct FloatOp {
-  OpCode code;
-  std::string layer;
-  Activation activation = Activation::kNone;
-  std::vector<int64_t> weight_shape;  // [m, ...k]: FullyConnected [m,k], Conv2D [m,kh,kw,c]
-  std::vector<float> weights, bias;
-  kernels::Window window;
-  std::vector<int64_t> out_shape;  // [-1, ...]
-  int32_t float_kind = 0;          // kActivation's format::FloatActivation
-  std::vector<int> in;             // the values it reads
-  bool float_only() const { return code == OpCode::kSoftmax || code == OpCode::kActivation; }
-  ModelBuilder::Params params() const {
-    if (code != OpCode::kActivation) return ModelBuilder::window_params(window);
-    return {float_kind};
-  }
-};
 
 int64_t per_example(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
   return n;
-}
-
-// TF's "same": the output is ceil(in / stride) and the padding's odd pixel goes at the end.
-std::pair<int64_t, int64_t> same_padding(int64_t in, int64_t k, int64_t stride) {
-  const int64_t out = (in + stride - 1) / stride;
-  const int64_t total = std::max<int64_t>((out - 1) * stride + k - in, 0);
-  return {total / 2, total - total / 2};
-}
-
-kernels::Window window_from(const Attrs& config, const std::string& size_key,
-                            const std::vector<int64_t>& in_shape) {
-  const std::vector<int64_t>& size = config.get_ints(size_key);
-  std::vector<int64_t> strides =
-      config.has("strides") ? config.get_ints("strides") : std::vector<int64_t>{};
-  if (strides.empty()) strides = size;  // a pool's default: its size
-  kernels::Window w;
-  w.kh = size.at(0);
-  w.kw = size.at(1);
-  w.stride_h = strides.at(0);
-  w.stride_w = strides.at(1);
-  if (config.get_string("padding") == "same") {
-    std::tie(w.pad_top, w.pad_bottom) = same_padding(in_shape[1], w.kh, w.stride_h);
-    std::tie(w.pad_left, w.pad_right) = same_padding(in_shape[2], w.kw, w.stride_w);
-  }
-  return w;
 }
 
 // Dense and Conv2D weights as [m][k]: Dense's kernel is [in,out], Conv2D's [kh,kw,in,out].
@@ -111,6 +70,33 @@ std::optional<FloatOp> float_activation_op(const std::string& name, const std::s
   op.float_kind = float_activation(name);
   if (op.float_kind == 0) return std::nullopt;
   return op;
+}
+
+namespace {
+
+// TF's "same": the output is ceil(in / stride) and the padding's odd pixel goes at the end.
+std::pair<int64_t, int64_t> same_padding(int64_t in, int64_t k, int64_t stride) {
+  const int64_t out = (in + stride - 1) / stride;
+  const int64_t total = std::max<int64_t>((out - 1) * stride + k - in, 0);
+  return {total / 2, total - total / 2};
+}
+
+kernels::Window window_from(const Attrs& config, const std::string& size_key,
+                            const std::vector<int64_t>& in_shape) {
+  const std::vector<int64_t>& size = config.get_ints(size_key);
+  std::vector<int64_t> strides =
+      config.has("strides") ? config.get_ints("strides") : std::vector<int64_t>{};
+  if (strides.empty()) strides = size;  // a pool's default: its size
+  kernels::Window w;
+  w.kh = size.at(0);
+  w.kw = size.at(1);
+  w.stride_h = strides.at(0);
+  w.stride_w = strides.at(1);
+  if (config.get_string("padding") == "same") {
+    std::tie(w.pad_top, w.pad_bottom) = same_padding(in_shape[1], w.kh, w.stride_h);
+    std::tie(w.pad_left, w.pad_right) = same_padding(in_shape[2], w.kw, w.stride_w);
+  }
+  return w;
 }
 
 // The model's layers as lite ops, each reading values: 0 is the model's input, op i's output is
@@ -565,10 +551,11 @@ std::string ConversionReport::str() const {
   return s.str();
 }
 
-ConversionReport convert(nn::Model& model, const std::string& path, const ConvertOptions& options) {
-  std::vector<int64_t> input_shape;
-  int output = 0;
-  const std::vector<FloatOp> ops = lower(model, &input_shape, &output);
+namespace {
+
+// The lowered float ops to a file: as they are, or quantized after calibration.
+ConversionReport convert_ops(const std::vector<FloatOp>& ops, const std::vector<int64_t>& input_shape,
+                             int output, const std::string& path, const ConvertOptions& options) {
   std::vector<int> float_outputs;
   const std::string float_bytes = float_model(ops, input_shape, output, &float_outputs);
   ConversionReport report;
@@ -637,11 +624,28 @@ ConversionReport convert(nn::Model& model, const std::string& path, const Conver
   return report;
 }
 
-ConversionReport convert(const std::string& model_file, const std::string& path,
+}  // namespace
+
+ConversionReport convert(nn::Model& model, const std::string& path, const ConvertOptions& options) {
+  std::vector<int64_t> input_shape;
+  int output = 0;
+  const std::vector<FloatOp> ops = lower(model, &input_shape, &output);
+  return convert_ops(ops, input_shape, output, path, options);
+}
+
+ConversionReport convert(const std::string& model, const std::string& path,
                          const ConvertOptions& options) {
-  std::unique_ptr<nn::Model> model =
-      nn::load_model(model_file, nn::LoadOptions().set_compile(false));
-  return convert(*model, path, options);
+  std::error_code error;
+  if (!std::filesystem::is_directory(model, error)) {
+    std::unique_ptr<nn::Model> loaded = nn::load_model(model, nn::LoadOptions().set_compile(false));
+    return convert(*loaded, path, options);
+  }
+  // An exported saved model (io::save_model): its serving signature's graph.
+  const io::ExportedGraph graph = io::load_model(model).exported();
+  std::vector<int64_t> input_shape;
+  int output = 0;
+  const std::vector<FloatOp> ops = lower_graph(graph, &input_shape, &output);
+  return convert_ops(ops, input_shape, output, path, options);
 }
 
 }  // namespace kiln::lite

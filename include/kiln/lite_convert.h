@@ -61,8 +61,11 @@ struct ConversionReport {
 // the wrong shape.
 ConversionReport convert(nn::Model& model, const std::string& path,
                          const ConvertOptions& options = {});
-// The same for a model saved whole (Model::save, a .kiln file), loaded without its optimizer.
-ConversionReport convert(const std::string& model_file, const std::string& path,
+// The same for a model on disk: saved whole (Model::save, a .kiln file; loaded without its
+// optimizer), or an exported saved model directory (io::save_model: <dir> or <dir>/<version>),
+// whose "serving_default" graph is lowered by matching the ops each of those layers exports
+// (kUnimplemented names every node it cannot lower).
+ConversionReport convert(const std::string& model, const std::string& path,
                          const ConvertOptions& options = {});
 
 // Quantization-aware training: a model sharing `model`'s layers and weights that computes as the

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "kiln/lite.h"
+#include "kiln/io/saved_model.h"
 #include "kiln/lite_convert.h"
 #include "kiln/nn.h"
 #include "kiln/ops.h"
@@ -303,6 +306,139 @@ TEST(LiteConvertTest, WeightsAreSymmetricPerChannelAndBiasesAtTheProductScale) {
   const std::vector<int32_t> b = quantize_bias({1.f, -1e30f}, 0.5f, {0.01f, 0.01f});
   EXPECT_EQ(b[0], 200);
   EXPECT_EQ(b[1], std::numeric_limits<int32_t>::min());  // saturated
+}
+
+}  // namespace
+}  // namespace kiln::lite
+
+namespace kiln::lite {
+namespace {
+
+using namespace kiln::nn;
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// A saved model's directory, emptied first.
+std::string saved_dir(const std::string& name) {
+  const std::string dir = testing::TempDir() + "/" + name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// Converts `model` and its exported saved model, float and int8 (the same calibration data):
+// the graph's patterns lower to the ops the layers do, so each pair of files is byte for byte
+// the same, and the float file runs as predict does.
+void expect_saved_model_converts_as_its_model(Model& model, const Shape& example, int64_t batch) {
+  const std::string dir = saved_dir("lite_saved_" + model.name());
+  io::save_model(model, dir);
+  Shape calib{64}, shape{batch};
+  calib.insert(calib.end(), example.begin(), example.end());
+  shape.insert(shape.end(), example.begin(), example.end());
+  for (bool quantize : {false, true}) {
+    ConvertOptions options;
+    options.quantize = quantize;
+    options.representative = random_uniform(calib, 21);
+    const std::string from_model = temp_path(model.name() + "_model.klite");
+    const std::string from_saved = temp_path(model.name() + "_saved.klite");
+    const ConversionReport want = convert(model, from_model, options);
+    const ConversionReport got = convert(dir, from_saved, options);
+    ASSERT_EQ(got.layers.size(), want.layers.size()) << got.str() << want.str();
+    for (size_t i = 0; i < got.layers.size(); ++i) {
+      EXPECT_EQ(got.layers[i].layer, want.layers[i].layer);
+      EXPECT_EQ(got.layers[i].op, want.layers[i].op);
+    }
+    EXPECT_EQ(read_bytes(from_saved), read_bytes(from_model)) << "quantize " << quantize;
+    if (quantize) continue;
+    const Tensor x = random_uniform(shape, 22);
+    const std::vector<float> expect = model.predict(x).to_vector<float>();
+    const std::vector<float> out =
+        Interpreter::load(from_saved)->run(x.to_vector<float>().data(), batch);
+    ASSERT_EQ(out.size(), expect.size());
+    for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], expect[i], 1e-4) << i;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LiteConvertSavedModelTest, ACnnConvertsAsItsModelDoes) {
+  std::unique_ptr<Sequential> cnn = small_cnn();
+  expect_saved_model_converts_as_its_model(*cnn, {12, 12, 2}, 5);
+}
+
+TEST(LiteConvertSavedModelTest, EveryFloatActivationConvertsAsItsModelDoes) {
+  Sequential model({Dense(6, "tanh"), Dense(6, "sigmoid"), Dense(6, "swish"), Dense(6, "softplus"),
+                    Activation("relu"), Dense(5), Activation("softmax")},
+                   "activations");
+  model.set_seed(4);
+  model.build({7});
+  expect_saved_model_converts_as_its_model(model, {7}, 9);
+}
+
+TEST(LiteConvertSavedModelTest, AddAndConcatenateConvertAsTheirModelDoes) {
+  Tensor in = Input({8, 8, 2});
+  Tensor a = Conv2D(4, {3, 3}, "relu", {1, 1}, "same")(in);
+  Tensor b = Conv2D(4, {3, 3}, "", {1, 1}, "same")(a);
+  Tensor sum = Add()({a, b});
+  Tensor r = Activation("relu")(sum);
+  Tensor joined = Concatenate()({r, a, sum});
+  Tensor out = Dense(3)(Flatten()(MaxPool2D({2, 2})(joined)));
+  Model model(in, out, "residual_saved");
+  model.set_seed(9);
+  expect_saved_model_converts_as_its_model(model, {8, 8, 2}, 4);
+}
+
+TEST(LiteConvertSavedModelTest, AVersionDirectoryConvertsToo) {
+  std::unique_ptr<Sequential> cnn = small_cnn();
+  const std::string version = io::save_model(*cnn, saved_dir("lite_saved_version"));
+  ConvertOptions options;
+  options.quantize = false;
+  EXPECT_EQ(convert(version, temp_path("version.klite"), options).layers.size(), 8u);
+}
+
+// A graph written by hand: dot against an [m, k] constant (rhs_contract 1), relu as max(v, 0)
+// with no bias, then an add of two values.
+TEST(LiteConvertSavedModelTest, AHandWrittenGraphLowersItsOtherForms) {
+  Graph g("by_hand");
+  Tensor x = g.placeholder(f32, {kUnknownDim, 3}, "x");
+  Tensor y;
+  {
+    auto guard = g.as_default();
+    const Tensor w = Tensor::from_list<float>({1, -2, 0.5f, 0, 3, -1}, {2, 3});
+    Tensor h = maximum(dot(x, w, {1}, {1}), zeros({}));
+    y = h + dot(x, w, {1}, {1});
+  }
+  const std::string dir = saved_dir("lite_saved_by_hand");
+  io::save_graph({"by_hand", g, {{"x", x}}, {{"y", y}}, {}}, dir);
+  ConvertOptions options;
+  options.quantize = false;
+  const ConversionReport report = convert(dir, temp_path("by_hand.klite"), options);
+  ASSERT_EQ(report.layers.size(), 3u) << report.str();  // relu FC, FC, Add
+  EXPECT_EQ(report.layers[2].op, "Add");
+  const std::vector<float> in = {1, 2, 3, -1, 0, 2};
+  const std::vector<float> out = Interpreter::load(temp_path("by_hand.klite"))->run(in.data(), 2);
+  // Row 1: w x = (1 - 4 + 1.5, 0 + 6 - 3) = (-1.5, 3): relu + itself = (-1.5, 6).
+  // Row 2: (-1 + 0 + 1, 0 + 0 - 2) = (0, -2): (0, -2).
+  EXPECT_EQ(out, (std::vector<float>{-1.5f, 6.f, 0.f, -2.f}));
+}
+
+TEST(LiteConvertSavedModelTest, NodesWithoutALiteOpAreNamed) {
+  Sequential model({Dense(8, "gelu"), BatchNormalization(), Dense(4)}, "unsupported");
+  model.build({6});
+  const std::string dir = saved_dir("lite_saved_unsupported");
+  io::save_model(model, dir);
+  try {
+    convert(dir, temp_path("never.klite"), {});
+    FAIL() << "converted a saved model with gelu and batch normalization";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("saved model unsupported"), std::string::npos) << m;
+    EXPECT_NE(m.find("dense/"), std::string::npos) << m;  // gelu's first node, by name and op
+  }
+  EXPECT_THROW(convert(saved_dir("lite_saved_missing") + "/nothing", temp_path("x.klite"), {}),
+               Error);
 }
 
 }  // namespace

@@ -1,0 +1,57 @@
+// What convert lowers a model to before it writes a lite file: a list of float ops, each
+// reading values (0 the model's input, op i's output value i + 1). Two front ends produce it:
+// a Model's layers (convert.cc) and an exported graph's nodes (graph_lowering.cc).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/io/saved_model.h"
+#include "kiln/tensor.h"
+#include "lite/builder.h"
+#include "lite/format.h"
+#include "lite/kernels.h"
+
+namespace kiln::lite {
+
+// One op of the float model.
+struct FloatOp {
+  format::OpCode code;
+  std::string layer;
+  kernels::Activation activation = kernels::Activation::kNone;
+  std::vector<int64_t> weight_shape;  // [m, ...k]: FullyConnected [m,k], Conv2D [m,kh,kw,c]
+  std::vector<float> weights, bias;
+  kernels::Window window;
+  std::vector<int64_t> out_shape;  // [-1, ...]
+  int32_t float_kind = 0;          // kActivation's format::FloatActivation
+  std::vector<int> in;             // the values it reads
+  bool float_only() const {
+    return code == format::OpCode::kSoftmax || code == format::OpCode::kActivation;
+  }
+  ModelBuilder::Params params() const {
+    if (code != format::OpCode::kActivation) return ModelBuilder::window_params(window);
+    return {float_kind};
+  }
+};
+
+// Elements per example of a [-1, ...] shape.
+int64_t per_example(const std::vector<int64_t>& shape);
+// Dense and Conv2D weights as [m][k]: Dense's kernel is [in,out], Conv2D's [kh,kw,in,out].
+std::vector<float> output_major(const Tensor& kernel);
+// An activation the lite runtime computes in float (format::FloatActivation), or 0.
+int32_t float_activation(const std::string& name);
+// The float op computing activation `name` on `shape`, for `layer`: Softmax or Activation.
+std::optional<FloatOp> float_activation_op(const std::string& name, const std::string& layer,
+                                           const std::vector<int64_t>& shape);
+
+// An exported graph's "serving_default" signature as float ops, by matching the patterns the
+// layers export (convolution or dot, + bias, + relu as select(x <= 0, 0, x); softmax as
+// exp(x - max) / sum; reduce_window_max; reduce_window_sum / counts; reshape; tanh, logistic,
+// x * logistic(x), softplus; add; concatenate). kUnimplemented naming every node it cannot
+// lower; `output` gets the output's value.
+std::vector<FloatOp> lower_graph(const io::ExportedGraph& graph, std::vector<int64_t>* input_shape,
+                                 int* output);
+
+}  // namespace kiln::lite
