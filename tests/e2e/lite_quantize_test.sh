@@ -3,10 +3,12 @@
 # float and int8 lite files, fine-tunes it an epoch with QAT and converts it again, and fails (3)
 # when an int8 test accuracy drops more than the issue's target below the float model's (PTQ:
 # 0.005 MLP, 0.01 CNN; QAT: 0.005); then kiln-lite-run, linked to libkiln_lite only, must
-# give the same int8 accuracy from the file. Skipped (77) without the data.
-# Usage: lite_quantize_test.sh LITE_QUANTIZE KILN_LITE_RUN mlp|cnn
+# give the same int8 accuracy from the file; and kiln-lite-convert, given the saved model the
+# example exported and the same calibration images, must write that int8 file byte for byte.
+# Skipped (77) without the data.
+# Usage: lite_quantize_test.sh LITE_QUANTIZE KILN_LITE_RUN KILN_LITE_CONVERT mlp|cnn
 set -euo pipefail
-example=$1 runner=$2 kind=$3
+example=$1 runner=$2 converter=$3 kind=$4
 data_dir=${KILN_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 if [[ ! -e $data_dir/t10k-images-idx3-ubyte.gz && ! -e $data_dir/t10k-images-idx3-ubyte ]]; then
   echo "Fashion-MNIST not found in $data_dir (install dataset-fashion-mnist): skipped"
@@ -29,3 +31,13 @@ if ! awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; exit !(d < 1e-4 && d > -1e
   exit 1
 fi
 echo "kiln-lite-run: int8 $kind accuracy $got, as the example measured"
+# The example calibrated on the first 2048 training images, scaled to [0, 1].
+train=$data_dir/train-images-idx3-ubyte.gz
+[[ -e $train ]] || train=${train%.gz}
+"$converter" "$out/fashion_mnist_${kind}_saved" "$out/from_saved.klite" \
+  --representative="$train" --examples=2048 | tail -n 1
+if ! cmp "$out/from_saved.klite" "$out/fashion_mnist_${kind}_int8.klite"; then
+  echo "FAIL: kiln-lite-convert's file from the saved model differs from the example's"
+  exit 1
+fi
+echo "kiln-lite-convert: the saved model converts to the example's int8 file, byte for byte"
