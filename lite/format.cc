@@ -44,6 +44,8 @@ const char* op_name(OpCode code) {
       return "Add";
     case OpCode::kConcatenate:
       return "Concatenate";
+    case OpCode::kChannelAffine:
+      return "ChannelAffine";
   }
   return "unknown";
 }

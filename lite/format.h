@@ -46,8 +46,11 @@ enum class OpCode : uint16_t {
   kAdd = 10,
   // 2-4 inputs joined along the last dimension (int8: each requantized to the output's scale).
   kConcatenate = 11,
+  // float: x * scale + shift along the last dimension; inputs x, scale [c], shift [c] (f32
+  // constants). An inference batch normalization that could not fold into the op before it.
+  kChannelAffine = 12,
 };
-inline constexpr uint16_t kMaxOpCode = 11;
+inline constexpr uint16_t kMaxOpCode = 12;
 
 // The float activations an int8 model computes between a Dequantize and a Quantize.
 // (A relu the converter cannot fuse into the op before it runs here too.)
@@ -56,9 +59,10 @@ enum class FloatActivation : int32_t {
   kSigmoid = 2,
   kSwish = 3,
   kSoftplus = 4,
-  kRelu = 5
+  kRelu = 5,
+  kGelu = 6,  // x * Phi(x), the erf form
 };
-inline constexpr int32_t kMaxFloatActivation = 5;
+inline constexpr int32_t kMaxFloatActivation = 6;
 const char* op_name(OpCode code);  // "FullyConnected", ...; "unknown" past kMaxOpCode
 
 // CRC-32C (Castagnoli) of `size` bytes appended to data whose CRC-32C is `crc` (0: none).

@@ -480,6 +480,23 @@ void Interpreter::Impl::check_op(size_t index) {
       }
       expect_out(x.shape);
       break;
+    case OpCode::kChannelAffine: {
+      need_inputs(3, 3);
+      if (x.dtype != DType::kFloat32 || out.dtype != DType::kFloat32 || x.shape.empty()) {
+        bad_op(index, "runs on f32 with a last dimension, not " + describe(x_index));
+      }
+      for (int j : {1, 2}) {
+        const int t = op.in[j];
+        if (t < 0 || !tensors[t].constant || tensors[t].dtype != DType::kFloat32 ||
+            tensors[t].shape != std::vector<int64_t>{x.shape.back()}) {
+          bad_op(index, std::string(j == 1 ? "scale " : "shift ") +
+                            (t < 0 ? std::string("-1") : describe(t)) + " is not an f32 constant [" +
+                            std::to_string(x.shape.back()) + "]");
+        }
+      }
+      expect_out(x.shape);
+      break;
+    }
     case OpCode::kQuantize:
     case OpCode::kDequantize: {
       need_inputs(1, 1);
@@ -838,6 +855,12 @@ void Interpreter::Impl::run_op(const Op& op) {
     case OpCode::kActivation:
       kernels::activation_f32(reinterpret_cast<const float*>(src), n * in_image, op.params[0],
                               reinterpret_cast<float*>(dst));
+      return;
+    case OpCode::kChannelAffine:
+      kernels::channel_affine_f32(reinterpret_cast<const float*>(src), n * in_image / c, c,
+                                  reinterpret_cast<const float*>(data[op.in[1]]),
+                                  reinterpret_cast<const float*>(data[op.in[2]]),
+                                  reinterpret_cast<float*>(dst));
       return;
     case OpCode::kQuantize:
       kernels::quantize_f32(reinterpret_cast<const float*>(src), n * in_image, out.scale,

@@ -1093,10 +1093,20 @@ void activation_f32(const float* x, int64_t count, int32_t kind, float* out) {
       case 4:
         out[i] = std::max(v, 0.f) + std::log1p(std::exp(-std::abs(v)));
         break;
+      case 6:
+        out[i] = 0.5f * v * (1.f + std::erf(v * 0.70710678118654752f));
+        break;
       default:
         out[i] = std::max(v, 0.f);
         break;
     }
+  }
+}
+
+void channel_affine_f32(const float* x, int64_t rows, int64_t c, const float* scale,
+                        const float* shift, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < c; ++j) out[r * c + j] = x[r * c + j] * scale[j] + shift[j];
   }
 }
 

@@ -142,7 +142,11 @@ void avg_pool_f32(const float* x, int64_t n, int64_t h, int64_t w, int64_t c, co
 void softmax_f32(const float* x, int64_t rows, int64_t cols, float* out);
 // Elementwise: 1 tanh, 2 sigmoid, 3 swish (x * sigmoid(x)), 4 softplus (log(1 + e^x), without
 // overflow), 5 relu; format::FloatActivation's values.
+// 6 gelu (x * Phi(x), with erf).
 void activation_f32(const float* x, int64_t count, int32_t kind, float* out);
+// out[r][j] = x[r][j] * scale[j] + shift[j] for the rows r < rows of x [rows][c].
+void channel_affine_f32(const float* x, int64_t rows, int64_t c, const float* scale,
+                        const float* shift, float* out);
 
 // int8 a + b at the output's scale, TF Lite's way: both inputs shifted left 20 bits and scaled
 // to twice the larger input scale, summed, then requantized to the output.

@@ -53,6 +53,7 @@ int32_t float_activation(const std::string& name) {
   }
   if (name == "softplus") return static_cast<int32_t>(format::FloatActivation::kSoftplus);
   if (name == "relu") return static_cast<int32_t>(format::FloatActivation::kRelu);
+  if (name == "gelu") return static_cast<int32_t>(format::FloatActivation::kGelu);
   return 0;
 }
 
@@ -163,9 +164,10 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
     const std::string type_name = layer.type_name();
     const Attrs config = layer.config();
     static const std::set<std::string> kLowered = {
-        "Dense",      "Conv2D",  "MaxPooling2D", "AveragePooling2D",
-        "Flatten",    "Reshape", "Dropout",      "InputLayer",
-        "Activation", "Add",     "Concatenate"};
+        "Dense",      "Conv2D",       "MaxPooling2D",         "AveragePooling2D",
+        "Flatten",    "Reshape",      "Dropout",              "InputLayer",
+        "Activation", "Add",          "Concatenate",          "BatchNormalization",
+        "SpatialDropout2D", "GlobalAveragePooling2D", "GlobalMaxPooling2D"};
     if (kLowered.count(type_name) == 0) {
       refuse(layer, "no lite op");
       continue;
@@ -248,7 +250,71 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
         for (int64_t d : target) op.out_shape.push_back(d == -1 ? per_example(shape) / known : d);
       }
       out = emit(op, {x});
-    } else if (type_name == "Dropout" || type_name == "InputLayer") {
+    } else if (type_name == "GlobalAveragePooling2D" || type_name == "GlobalMaxPooling2D") {
+      if (shape.size() != 4) {
+        refuse(layer, "input " + shape_str(shape) + " is not NHWC");
+        continue;
+      }
+      // A pool whose one window is the whole image, then (without keepdims) [batch, c].
+      op.code = type_name == "GlobalMaxPooling2D" ? OpCode::kMaxPool2D : OpCode::kAvgPool2D;
+      op.window = {shape[1], shape[2], shape[1], shape[2]};
+      op.out_shape = {-1, 1, 1, shape[3]};
+      out = emit(op, {x});
+      if (!config.get_bool("keepdims", false)) {
+        FloatOp flat;
+        flat.layer = layer.name();
+        flat.code = OpCode::kReshape;
+        flat.out_shape = {-1, shape[3]};
+        out = emit(flat, {out});
+      }
+    } else if (type_name == "BatchNormalization") {
+      // Inference: x * s + (beta - mean * s), s = gamma / sqrt(variance + epsilon), over the
+      // last axis; folded into a Dense or Conv2D before it that nothing else reads.
+      const int64_t c = shape.back();
+      std::map<std::string, std::vector<float>> w;
+      for (const Variable& v : layer.weights()) {
+        // "batch_normalization/moving_mean:0" -> "moving_mean"
+        std::string key = v.name().substr(v.name().rfind('/') + 1);
+        key = key.substr(0, key.find(':'));
+        if (key == "gamma" || key == "beta" || key == "moving_mean" || key == "moving_variance") {
+          w[key] = v.value().to(f32).to_vector<float>();
+        }
+      }
+      if (w.size() != 4 || w["gamma"].size() != static_cast<size_t>(c)) {
+        refuse(layer, "no gamma, beta, moving mean and variance of " + std::to_string(c));
+        continue;
+      }
+      const double epsilon = config.get_float("epsilon", 1e-3);
+      std::vector<float> scale(c), shift(c);
+      for (int64_t j = 0; j < c; ++j) {
+        const double s = w["gamma"][j] / std::sqrt(static_cast<double>(w["moving_variance"][j]) +
+                                                   epsilon);
+        scale[j] = static_cast<float>(s);
+        shift[j] = static_cast<float>(w["beta"][j] - w["moving_mean"][j] * s);
+      }
+      FloatOp* producer = x > 0 ? &ops[x - 1] : nullptr;
+      int uses = -identity_reads[x];
+      for (const auto& [p, v] : value_of) uses += v == x ? pair_uses[p] : 0;
+      if (producer != nullptr && uses == 1 && producer->activation == Activation::kNone &&
+          (producer->code == OpCode::kFullyConnected || producer->code == OpCode::kConv2D)) {
+        const int64_t k = static_cast<int64_t>(producer->weights.size()) / c;
+        if (producer->bias.empty()) producer->bias.assign(c, 0.f);
+        for (int64_t j = 0; j < c; ++j) {
+          for (int64_t i = 0; i < k; ++i) producer->weights[j * k + i] *= scale[j];
+          producer->bias[j] = producer->bias[j] * scale[j] + shift[j];
+        }
+        out = x;  // its readers read the folded op, as an identity layer's do
+        ++identity_reads[x];
+      } else {
+        op.code = OpCode::kChannelAffine;
+        op.weight_shape = {c};
+        op.weights = std::move(scale);
+        op.bias = std::move(shift);
+        op.out_shape = shape;
+        out = emit(op, {x});
+      }
+    } else if (type_name == "Dropout" || type_name == "SpatialDropout2D" ||
+               type_name == "InputLayer") {
       out = x;  // identity at inference
       ++identity_reads[x];
     } else if (type_name == "Activation") {
@@ -353,6 +419,12 @@ int add_constant(ModelBuilder& b, std::string name, DType dtype, std::vector<int
   return b.add_constant(t, values.data(), values.size() * sizeof(T));
 }
 
+// A ChannelAffine's scale and shift constants.
+std::vector<int> affine_constants(ModelBuilder& b, const FloatOp& op) {
+  return {add_constant(b, op.layer + "/scale", DType::kFloat32, op.weight_shape, op.weights),
+          add_constant(b, op.layer + "/shift", DType::kFloat32, op.weight_shape, op.bias)};
+}
+
 // The float model; `outputs` gets each op's output tensor.
 std::string float_model(const std::vector<FloatOp>& ops, const std::vector<int64_t>& input_shape,
                         int output, std::vector<int>* outputs) {
@@ -362,7 +434,10 @@ std::string float_model(const std::vector<FloatOp>& ops, const std::vector<int64
   for (const FloatOp& op : ops) {
     std::vector<int> inputs;
     for (int v : op.in) inputs.push_back(tensor_of[v]);
-    if (!op.weights.empty()) {
+    if (op.code == OpCode::kChannelAffine) {
+      const std::vector<int> c = affine_constants(b, op);
+      inputs.insert(inputs.end(), c.begin(), c.end());
+    } else if (!op.weights.empty()) {
       inputs.push_back(
           add_constant(b, op.layer + "/weights", DType::kFloat32, op.weight_shape, op.weights));
       if (!op.bias.empty()) {
@@ -416,9 +491,13 @@ std::string int8_model(const std::vector<FloatOp>& ops, const std::vector<int64_
     names[v] = op.layer;
     const std::string out_name = op.layer + "/" + format::op_name(op.code);
     if (op.float_only()) {
-      const int x = float_of(op.in[0]);
+      std::vector<int> inputs{float_of(op.in[0])};
+      if (op.code == OpCode::kChannelAffine) {
+        const std::vector<int> c = affine_constants(b, op);
+        inputs.insert(inputs.end(), c.begin(), c.end());
+      }
       as_float[v] = b.add_tensor(activation_info(out_name, DType::kFloat32, op.out_shape));
-      b.add_op(op.code, op.layer, {x}, as_float[v], Activation::kNone, op.params());
+      b.add_op(op.code, op.layer, inputs, as_float[v], Activation::kNone, op.params());
       params[v] = out_q[i];  // what a Quantize after it uses
       outputs->push_back(as_float[v]);
       continue;

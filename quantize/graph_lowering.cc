@@ -8,6 +8,7 @@
 
 #include "kiln/error.h"
 #include "kiln/graph.h"
+#include "kiln/op_registry.h"
 #include "kiln/shape.h"
 #include "quantize/lowering.h"
 #include "src/core/tensor_impl.h"
@@ -50,6 +51,7 @@ class GraphLowering {
   // The node's value where it does not depend on the input: a variable, a constant, or a
   // convert of one. Null otherwise.
   const Tensor* constant(int node);
+  const Tensor* evaluate(int node);  // constant()'s work, not memoized
   bool is_zero(const ValueRef& r) {
     const Tensor* c = r.output == 0 ? constant(r.node) : nullptr;
     if (c == nullptr || c->size() == 0) return false;
@@ -107,11 +109,14 @@ class GraphLowering {
   bool pool(int node);
   bool reshape(int node);
   bool join(int node);
+  bool affine(int node);
+  void simplify(int* output);
 
   const io::ExportedGraph& exported_;
   std::vector<NodeInfo> nodes_;
   std::vector<std::vector<int>> users_;  // node -> the nodes reading it, each once
   std::map<int, Tensor> constants_;
+  std::set<int> not_constant_;
   std::map<int, int> value_;  // node -> the lite value its output holds
   std::set<int> consumed_;
   std::vector<std::vector<int64_t>> shapes_;  // by lite value
@@ -121,16 +126,65 @@ class GraphLowering {
 const Tensor* GraphLowering::constant(int node) {
   auto it = constants_.find(node);
   if (it != constants_.end()) return &it->second;
+  if (not_constant_.count(node)) return nullptr;
+  const Tensor* c = evaluate(node);
+  if (c == nullptr) not_constant_.insert(node);
+  return c;
+}
+
+const Tensor* GraphLowering::evaluate(int node) {
   const NodeInfo& n = nodes_.at(node);
   if (n.op == "constant" && n.attrs.has("value")) {
     return &(constants_[node] = n.attrs.get_tensor("value"));
   }
-  if (n.op == "convert" && n.inputs.size() == 1 && n.inputs[0].output == 0) {
-    if (const Tensor* c = constant(n.inputs[0].node)) {
-      return &(constants_[node] = c->to(n.outputs.at(0).dtype));
-    }
+  // Any other op on constants alone (a batch normalization's rsqrt(variance + epsilon)),
+  // evaluated now. Ops without inputs other than `constant` (random ones) are not constants.
+  if (n.inputs.empty() || n.op == "placeholder" || n.outputs.size() != 1) return nullptr;
+  std::vector<Tensor> inputs;
+  for (const ValueRef& r : n.inputs) {
+    const Tensor* c = r.output == 0 ? constant(r.node) : nullptr;
+    if (c == nullptr) return nullptr;
+    inputs.push_back(*c);
   }
-  return nullptr;
+  try {
+    return &(constants_[node] = call_op(n.op, inputs, n.attrs).at(0));
+  } catch (const Error&) {
+    return nullptr;  // not evaluable here (a control-flow op, say): not a constant
+  }
+}
+
+// mul, add, sub or div of a value by a constant of one value per channel (shape [c], or 1s
+// then c) or a scalar: a ChannelAffine (simplify() folds it into the op before it).
+bool GraphLowering::affine(int node) {
+  const NodeInfo& n = nodes_[node];
+  if (n.inputs.size() != 2) return false;
+  const int side = value_of(n.inputs[0]) >= 0 ? 0 : 1;
+  const int x = value_of(n.inputs[side]);
+  const Tensor* k = n.inputs[1 - side].output == 0 ? constant(n.inputs[1 - side].node) : nullptr;
+  if (x < 0 || k == nullptr || shapes_[x].empty() || out_shape(node) != shapes_[x]) return false;
+  const int64_t c = shapes_[x].back();
+  for (int64_t i = 0; i + 1 < k->rank(); ++i) {
+    if (k->dim(i) != 1) return false;
+  }
+  if (k->size() != 1 && (k->rank() == 0 || k->dim(-1) != c)) return false;
+  if ((n.op == "sub" || n.op == "div") && side != 0) return false;  // c - x, c / x
+  std::vector<float> v = k->to(f32).to_vector<float>();
+  if (v.size() == 1) v.assign(c, v[0]);
+  FloatOp op;
+  op.layer = scope(n.name);
+  op.code = OpCode::kChannelAffine;
+  op.weight_shape = {c};
+  op.out_shape = shapes_[x];
+  op.weights.assign(c, 1.f);
+  op.bias.assign(c, 0.f);
+  for (int64_t j = 0; j < c; ++j) {
+    if (n.op == "mul") op.weights[j] = v[j];
+    if (n.op == "div") op.weights[j] = 1.f / v[j];
+    if (n.op == "add") op.bias[j] = v[j];
+    if (n.op == "sub") op.bias[j] = -v[j];
+  }
+  value_[node] = emit(op, {x});
+  return true;
 }
 
 // convolution (NHWC x, HWIO kernel) or dot ([batch, k] x [k, m] or [m, k]), then an add of a
@@ -457,7 +511,9 @@ std::vector<FloatOp> GraphLowering::run(std::vector<int64_t>* input_shape, int* 
     } else if (op == "reshape") {
       matched = reshape(id);
     } else if (op == "add" || op == "concatenate") {
-      matched = join(id);
+      matched = join(id) || (op == "add" && affine(id));
+    } else if (op == "mul" || op == "sub" || op == "div") {
+      matched = affine(id);
     } else if (op == "identity" && n.inputs.size() == 1 && value_of(n.inputs[0]) >= 0) {
       value_[id] = value_of(n.inputs[0]);
       matched = true;
@@ -481,7 +537,56 @@ std::vector<FloatOp> GraphLowering::run(std::vector<int64_t>* input_shape, int* 
   if (*output <= 0) {
     throw Error(ErrorCode::kUnimplemented, what + " computes nothing the lite runtime runs");
   }
+  simplify(output);
   return std::move(ops_);
+}
+
+// Folds what the patterns left apart: a ChannelAffine into the ChannelAffine, Dense or Conv2D
+// (no activation) before it, and then a relu Activation into the Dense or Conv2D before it,
+// where nothing else reads what they fold over. A batch normalization after a convolution
+// exports as sub, mul, mul, add: four affines that fold into the convolution.
+void GraphLowering::simplify(int* output) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::vector<int> readers(ops_.size() + 1, 0);
+    for (const FloatOp& op : ops_) {
+      for (int v : op.in) ++readers[v];
+    }
+    ++readers[*output];
+    for (size_t i = 0; i < ops_.size() && !changed; ++i) {
+      const FloatOp& op = ops_[i];
+      const int x = op.in.at(0);
+      if (x == 0 || readers[x] != 1) continue;
+      FloatOp& p = ops_[x - 1];
+      const bool weighted =
+          (p.code == OpCode::kFullyConnected || p.code == OpCode::kConv2D) &&
+          p.activation == Activation::kNone;
+      if (op.code == OpCode::kChannelAffine && (weighted || p.code == OpCode::kChannelAffine)) {
+        const int64_t c = static_cast<int64_t>(op.weights.size());
+        const int64_t k = static_cast<int64_t>(p.weights.size()) / c;
+        if (p.bias.empty()) p.bias.assign(c, 0.f);
+        for (int64_t j = 0; j < c; ++j) {
+          for (int64_t i2 = 0; i2 < k; ++i2) p.weights[j * k + i2] *= op.weights[j];
+          p.bias[j] = p.bias[j] * op.weights[j] + op.bias[j];
+        }
+      } else if (op.code == OpCode::kActivation &&
+                 op.float_kind == static_cast<int32_t>(format::FloatActivation::kRelu) &&
+                 weighted) {
+        p.activation = Activation::kRelu;
+      } else {
+        continue;
+      }
+      // Op i goes; its readers read x, and the values after it move down by one.
+      const int gone = static_cast<int>(i) + 1;
+      ops_.erase(ops_.begin() + static_cast<std::ptrdiff_t>(i));
+      auto renumber = [&](int v) { return v == gone ? x : v > gone ? v - 1 : v; };
+      for (FloatOp& o : ops_) {
+        for (int& v : o.in) v = renumber(v);
+      }
+      *output = renumber(*output);
+      changed = true;
+    }
+  }
 }
 
 }  // namespace

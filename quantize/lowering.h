@@ -21,14 +21,17 @@ struct FloatOp {
   format::OpCode code;
   std::string layer;
   kernels::Activation activation = kernels::Activation::kNone;
-  std::vector<int64_t> weight_shape;  // [m, ...k]: FullyConnected [m,k], Conv2D [m,kh,kw,c]
+  // [m, ...k]: FullyConnected [m,k], Conv2D [m,kh,kw,c]; ChannelAffine [c] (weights holds its
+  // scale, bias its shift)
+  std::vector<int64_t> weight_shape;
   std::vector<float> weights, bias;
   kernels::Window window;
   std::vector<int64_t> out_shape;  // [-1, ...]
   int32_t float_kind = 0;          // kActivation's format::FloatActivation
   std::vector<int> in;             // the values it reads
   bool float_only() const {
-    return code == format::OpCode::kSoftmax || code == format::OpCode::kActivation;
+    return code == format::OpCode::kSoftmax || code == format::OpCode::kActivation ||
+           code == format::OpCode::kChannelAffine;
   }
   ModelBuilder::Params params() const {
     if (code != format::OpCode::kActivation) return ModelBuilder::window_params(window);

@@ -75,6 +75,7 @@ class QuantizeWrapper : public nn::Layer {
         : activation == "tanh"     ? tanh(y)
         : activation == "sigmoid"  ? sigmoid(y)
         : activation == "softplus" ? softplus(y)
+        : activation == "gelu"     ? gelu(y)
                                    : swish(y);  // swish, silu: what convert accepts
     return after_ ? fake_quant(y, *after_) : y;
   }
@@ -103,6 +104,14 @@ std::unique_ptr<nn::Sequential> quantization_aware(nn::Model& model,
                       "distinct layers");
     }
   }
+  for (const nn::LayerPtr& layer : arch.layers) {
+    if (layer->type_name() == "BatchNormalization") {
+      throw Error(ErrorCode::kUnimplemented,
+                  "lite::quantization_aware: model " + model.name() + " has " + layer->name() +
+                      " (BatchNormalization), which convert folds into the layer before it; "
+                      "quantization-aware training does not fold it yet");
+    }
+  }
   std::vector<nn::LayerRef> layers{std::make_shared<FakeQuant>("input/fake_quant", ranges.input)};
   for (const nn::LayerPtr& layer : arch.layers) {
     const std::string type = layer->type_name();
@@ -117,7 +126,8 @@ std::unique_ptr<nn::Sequential> quantization_aware(nn::Model& model,
     layers.push_back(layer->clone());  // stateless: pools, reshapes, dropout, activations
     // The int8 average rounds to its input's grid again (a max pool or reshape stays on it); a
     // float activation's output is quantized for the int8 op after it.
-    if (type == "AveragePooling2D" && range != ranges.outputs.end()) {
+    if ((type == "AveragePooling2D" || type == "GlobalAveragePooling2D") &&
+        range != ranges.outputs.end()) {
       layers.push_back(std::make_shared<FakeQuant>(layer->name() + "/fake_quant", range->second));
     } else if (type == "Activation" && after_q) {
       layers.push_back(std::make_shared<FakeQuant>(layer->name() + "/fake_quant", *after_q));

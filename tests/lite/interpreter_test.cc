@@ -84,10 +84,41 @@ TEST(LiteInterpreterTest, FloatDenseReluSoftmaxComputesWhatItSays) {
   }
 }
 
+// x [?, 2, 3] -> ChannelAffine(scale, shift) over the last dimension.
+std::string affine_model(std::vector<int64_t> scale_shape) {
+  ModelBuilder b;
+  const int x = b.add_tensor(activation("x", {-1, 2, 3}));
+  std::vector<float> scale{2.f, -1.f, 0.5f, 9.f};
+  scale.resize(scale_shape.back());
+  const int s = constant(b, "bn/scale", DType::kFloat32, scale_shape, scale);
+  const int t = constant(b, "bn/shift", DType::kFloat32, {3}, std::vector<float>{1.f, 0.f, -4.f});
+  const int y = b.add_tensor(activation("y", {-1, 2, 3}));
+  b.add_op(OpCode::kChannelAffine, "bn", {x, s, t}, y);
+  b.set_input(x);
+  b.set_output(y);
+  return b.serialize();
+}
+
+TEST(LiteInterpreterTest, ChannelAffineScalesAndShiftsTheLastDimension) {
+  const std::string file = affine_model({3});
+  const std::vector<float> x{1, 2, 3, -4, 5, 6};
+  const std::vector<float> y = Interpreter::from_buffer(file.data(), file.size())->run(x.data(), 1);
+  EXPECT_EQ(y, (std::vector<float>{3.f, -2.f, -2.5f, -7.f, -5.f, -1.f}));
+  const std::string bad = affine_model({4});
+  try {
+    Interpreter::from_buffer(bad.data(), bad.size());
+    FAIL() << "a scale of 4 channels over 3 loaded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("op 0 (bn, ChannelAffine): scale"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(LiteInterpreterTest, FloatActivationsComputeTheirFunctions) {
   const std::vector<float> x{-30.f, -2.f, -0.5f, 0.f, 0.25f, 3.f, 40.f};
   const int n = static_cast<int>(x.size());
-  for (int kind = 1; kind <= 4; ++kind) {
+  for (int kind : {1, 2, 3, 4, 6}) {
     ModelBuilder b;
     const int in = b.add_tensor(activation("x", {-1, n}));
     const int out = b.add_tensor(activation("y", {-1, n}));
@@ -102,7 +133,8 @@ TEST(LiteInterpreterTest, FloatActivationsComputeTheirFunctions) {
       const double want = kind == 1   ? std::tanh(v)
                           : kind == 2 ? s
                           : kind == 3 ? v * s
-                                      : std::log1p(std::exp(v));
+                          : kind == 4 ? std::log1p(std::exp(v))
+                                      : 0.5 * v * std::erfc(-v / std::sqrt(2.0));  // gelu
       EXPECT_NEAR(y[i], want, 1e-6 * std::max(1.0, std::abs(want))) << kind << " at " << v;
     }
   }

@@ -232,16 +232,16 @@ TEST(LiteConvertTest, ReluFusesThroughIdentityLayersButNotOverAnotherReader) {
 }
 
 TEST(LiteConvertTest, LayersWithoutALiteOpAreAllNamed) {
-  Sequential model({Dense(8, "gelu"), BatchNormalization(), Dense(4)});
+  Sequential model({Dense(8), LayerNormalization(), RepeatVector(2), Flatten(), Dense(4)});
   model.build({6});
   try {
     convert(model, temp_path("never.klite"), {});
-    FAIL() << "converted a model with gelu and batch normalization";
+    FAIL() << "converted a model with layer normalization and RepeatVector";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
     const std::string m = e.what();
-    EXPECT_NE(m.find("(Dense): activation gelu"), std::string::npos) << m;
-    EXPECT_NE(m.find("(BatchNormalization)"), std::string::npos) << m;
+    EXPECT_NE(m.find("(LayerNormalization): no lite op"), std::string::npos) << m;
+    EXPECT_NE(m.find("(RepeatVector)"), std::string::npos) << m;
   }
 }
 
@@ -424,21 +424,128 @@ TEST(LiteConvertSavedModelTest, AHandWrittenGraphLowersItsOtherForms) {
 }
 
 TEST(LiteConvertSavedModelTest, NodesWithoutALiteOpAreNamed) {
-  Sequential model({Dense(8, "gelu"), BatchNormalization(), Dense(4)}, "unsupported");
+  Sequential model({Dense(8, "gelu"), LayerNormalization(), Dense(4)}, "unsupported");
   model.build({6});
   const std::string dir = saved_dir("lite_saved_unsupported");
   io::save_model(model, dir);
   try {
     convert(dir, temp_path("never.klite"), {});
-    FAIL() << "converted a saved model with gelu and batch normalization";
+    FAIL() << "converted a saved model with gelu's erf and layer normalization";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
     const std::string m = e.what();
     EXPECT_NE(m.find("saved model unsupported"), std::string::npos) << m;
-    EXPECT_NE(m.find("dense/"), std::string::npos) << m;  // gelu's first node, by name and op
+    EXPECT_NE(m.find("dense/erf (erf)"), std::string::npos) << m;  // by name and op
   }
   EXPECT_THROW(convert(saved_dir("lite_saved_missing") + "/nothing", temp_path("x.klite"), {}),
                Error);
+}
+
+}  // namespace
+}  // namespace kiln::lite
+
+namespace kiln::lite {
+namespace {
+
+using namespace kiln::nn;
+
+// Gives a batch normalization statistics of its own (its initial ones are the identity).
+void set_statistics(Layer& bn, uint64_t seed) {
+  for (const Variable& v : bn.weights()) {
+    const bool variance = v.name().find("variance") != std::string::npos;
+    Tensor r = random_uniform(v.shape(), seed++);
+    const_cast<Variable&>(v).assign(variance ? r + 0.5 : r - 0.5);
+  }
+}
+
+// A CNN with batch normalizations (after a conv: folded into it, relu then fused; after a relu:
+// a float ChannelAffine), gelu, SpatialDropout2D and global pools.
+std::unique_ptr<Sequential> normalized_cnn(bool global_max) {
+  auto model = std::make_unique<Sequential>(
+      std::vector<LayerRef>{Conv2D(6, {3, 3}, "", {1, 1}, "same"), BatchNormalization(),
+                            Activation("relu"), SpatialDropout2D(0.1), Conv2D(8, {3, 3}, "relu"),
+                            BatchNormalization(),
+                            global_max ? LayerRef(GlobalMaxPooling2D())
+                                       : LayerRef(GlobalAveragePooling2D()),
+                            Dense(12, "gelu"), Dense(4)},
+      global_max ? "normalized_max" : "normalized_avg");
+  model->set_seed(5);
+  model->build({9, 9, 3});
+  int seed = 40;
+  for (const LayerPtr& layer : model->layers()) {
+    if (layer->type_name() == "BatchNormalization") set_statistics(*layer, seed += 10);
+  }
+  return model;
+}
+
+TEST(LiteConvertTest, BatchNormalizationFoldsOrRunsInFloatAndGlobalPoolsAndGeluConvert) {
+  for (bool global_max : {false, true}) {
+    std::unique_ptr<Sequential> cnn = normalized_cnn(global_max);
+    Sequential& model = *cnn;
+    const Tensor x = random_uniform({6, 9, 9, 3}, 8);
+    const std::vector<float> want = model.predict(x).to_vector<float>();
+    ConvertOptions f;
+    f.quantize = false;
+    const ConversionReport report = convert(model, temp_path("normalized.klite"), f);
+    std::vector<std::string> ops;
+    for (const LayerReport& l : report.layers) ops.push_back(l.op);
+    // conv+bn+relu as one Conv2D; the second bn after a relu stays a ChannelAffine; the global
+    // pool is a pool and a reshape; gelu runs as an Activation after its Dense.
+    EXPECT_EQ(ops, (std::vector<std::string>{"Conv2D", "Conv2D", "ChannelAffine",
+                                             global_max ? "MaxPool2D" : "AvgPool2D", "Reshape",
+                                             "FullyConnected", "Activation", "FullyConnected"}))
+        << report.str();
+    const std::vector<float> got =
+        Interpreter::load(temp_path("normalized.klite"))->run(x.to_vector<float>().data(), 6);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << i;
+
+    ConvertOptions q;
+    q.representative = random_uniform({128, 9, 9, 3}, 9);
+    const ConversionReport int8 = convert(model, temp_path("normalized_int8.klite"), q);
+    EXPECT_FALSE(int8.layers[2].int8) << "ChannelAffine runs in float";
+    EXPECT_TRUE(int8.layers[0].int8);
+    const std::vector<float> got8 =
+        Interpreter::load(temp_path("normalized_int8.klite"))->run(x.to_vector<float>().data(), 6);
+    double max_err = 0, max_out = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      max_err = std::max<double>(max_err, std::abs(got8[i] - want[i]));
+      max_out = std::max<double>(max_out, std::abs(want[i]));
+    }
+    EXPECT_LT(max_err, 0.05 * max_out + 0.01) << max_err << " of " << max_out;
+  }
+}
+
+// In a saved model a batch normalization is sub, mul, mul and add by constants (rsqrt of the
+// variance computed at conversion): they fold into the conv before them, as in the model.
+TEST(LiteConvertSavedModelTest, BatchNormalizationFoldsFromTheGraphToo) {
+  Sequential model({Conv2D(6, {3, 3}, "", {1, 1}, "same"), BatchNormalization(),
+                    Activation("relu"), MaxPool2D({2, 2}), Flatten(), Dense(5), BatchNormalization(),
+                    Activation("relu"), Dense(3)},
+                   "bn_saved");
+  model.set_seed(6);
+  model.build({8, 8, 2});
+  int seed = 70;
+  for (const LayerPtr& layer : model.layers()) {
+    if (layer->type_name() == "BatchNormalization") set_statistics(*layer, seed += 10);
+  }
+  const std::string dir = saved_dir("lite_saved_bn");
+  io::save_model(model, dir);
+  ConvertOptions f;
+  f.quantize = false;
+  const ConversionReport from_graph = convert(dir, temp_path("bn_graph.klite"), f);
+  const ConversionReport from_model = convert(model, temp_path("bn_model.klite"), f);
+  ASSERT_EQ(from_graph.layers.size(), from_model.layers.size()) << from_graph.str();
+  for (size_t i = 0; i < from_graph.layers.size(); ++i) {
+    EXPECT_EQ(from_graph.layers[i].op, from_model.layers[i].op) << from_graph.str();
+  }
+  const Tensor x = random_uniform({4, 8, 8, 2}, 10);
+  const std::vector<float> want = model.predict(x).to_vector<float>();
+  const std::vector<float> got =
+      Interpreter::load(temp_path("bn_graph.klite"))->run(x.to_vector<float>().data(), 4);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << i;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -114,7 +114,7 @@ TEST(LiteQatTest, ALayerCalledTwiceIsRefused) {
 }
 
 TEST(LiteQatTest, ModelsConvertCannotConvertAreRefusedTheSameWay) {
-  Sequential model({Dense(4, "gelu")});
+  Sequential model({Dense(4), LayerNormalization()});
   model.build({3});
   ConvertOptions options;
   options.representative = random_uniform({8, 3}, 1);
@@ -123,7 +123,18 @@ TEST(LiteQatTest, ModelsConvertCannotConvertAreRefusedTheSameWay) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
-    EXPECT_NE(std::string(e.what()).find("activation gelu"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(LayerNormalization): no lite op"), std::string::npos)
+        << e.what();
+  }
+  // A batch normalization converts (folded), but QAT does not fold it.
+  Sequential bn({Dense(4), BatchNormalization()});
+  bn.build({3});
+  try {
+    quantization_aware(bn, options);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
+    EXPECT_NE(std::string(e.what()).find("does not fold it"), std::string::npos) << e.what();
   }
 }
 
