@@ -34,6 +34,19 @@ Tensor images(int64_t n, uint64_t seed) { return random_uniform({n, 12, 12, 2}, 
 
 std::string temp_path(const std::string& name) { return testing::TempDir() + "/" + name; }
 
+// An int8 output against the float one: the largest error under `rel` of the largest output,
+// plus `abs`.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                  double abs) {
+  ASSERT_EQ(got.size(), want.size());
+  double max_err = 0, max_out = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    max_err = std::max<double>(max_err, std::abs(got[i] - want[i]));
+    max_out = std::max<double>(max_out, std::abs(want[i]));
+  }
+  EXPECT_LT(max_err, rel * max_out + abs) << max_err << " of " << max_out;
+}
+
 TEST(LiteConvertTest, AFloatModelFileRunsAsPredictDoes) {
   std::unique_ptr<Sequential> cnn = small_cnn();
   Sequential& model = *cnn;
@@ -146,12 +159,7 @@ TEST(LiteConvertTest, OtherActivationsStayFloatBetweenInt8Ops) {
   for (const OpInfo& op : int8->ops()) quantizes += op.type == "Quantize";
   EXPECT_EQ(quantizes, 4);  // after the input and after each float activation
   const std::vector<float> got = int8->run(x.to_vector<float>().data(), 64);
-  double max_err = 0, max_out = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    max_err = std::max<double>(max_err, std::abs(got[i] - want[i]));
-    max_out = std::max<double>(max_out, std::abs(want[i]));
-  }
-  EXPECT_LT(max_err, 0.05 * max_out + 0.02) << max_err << " of " << max_out;
+  expect_close(got, want, 0.05, 0.02);
 }
 
 // A functional model with a residual sum and a join: the file reads values by index, int8 Add
@@ -188,12 +196,7 @@ TEST(LiteConvertTest, AddAndConcatenateConvertInFunctionalModels) {
   convert(model, temp_path("residual_int8.klite"), q);
   const std::vector<float> got =
       Interpreter::load(temp_path("residual_int8.klite"))->run(x.to_vector<float>().data(), 32);
-  double max_err = 0, max_out = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    max_err = std::max<double>(max_err, std::abs(got[i] - want[i]));
-    max_out = std::max<double>(max_out, std::abs(want[i]));
-  }
-  EXPECT_LT(max_err, 0.05 * max_out + 0.01) << max_err << " of " << max_out;
+  expect_close(got, want, 0.05, 0.01);
   // QAT builds chains only.
   try {
     quantization_aware(model, q);
@@ -507,12 +510,7 @@ TEST(LiteConvertTest, BatchNormalizationFoldsOrRunsInFloatAndGlobalPoolsAndGeluC
     EXPECT_TRUE(int8.layers[0].int8);
     const std::vector<float> got8 =
         Interpreter::load(temp_path("normalized_int8.klite"))->run(x.to_vector<float>().data(), 6);
-    double max_err = 0, max_out = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      max_err = std::max<double>(max_err, std::abs(got8[i] - want[i]));
-      max_out = std::max<double>(max_out, std::abs(want[i]));
-    }
-    EXPECT_LT(max_err, 0.05 * max_out + 0.01) << max_err << " of " << max_out;
+    expect_close(got8, want, 0.05, 0.01);
   }
 }
 
