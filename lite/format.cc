@@ -46,6 +46,8 @@ const char* op_name(OpCode code) {
       return "Concatenate";
     case OpCode::kChannelAffine:
       return "ChannelAffine";
+    case OpCode::kLayerNorm:
+      return "LayerNorm";
   }
   return "unknown";
 }

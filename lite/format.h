@@ -49,8 +49,11 @@ enum class OpCode : uint16_t {
   // float: x * scale + shift along the last dimension; inputs x, scale [c], shift [c] (f32
   // constants). An inference batch normalization that could not fold into the op before it.
   kChannelAffine = 12,
+  // float: (x - mean) / sqrt(variance + epsilon) * gamma + beta over the last dimension; inputs
+  // x, gamma [c], beta [c] (f32 constants); params[0]: epsilon's float bits.
+  kLayerNorm = 13,
 };
-inline constexpr uint16_t kMaxOpCode = 12;
+inline constexpr uint16_t kMaxOpCode = 13;
 
 // The float activations an int8 model computes between a Dequantize and a Quantize.
 // (A relu the converter cannot fuse into the op before it runs here too.)

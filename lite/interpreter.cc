@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -480,8 +481,10 @@ void Interpreter::Impl::check_op(size_t index) {
       }
       expect_out(x.shape);
       break;
-    case OpCode::kChannelAffine: {
+    case OpCode::kChannelAffine:
+    case OpCode::kLayerNorm: {
       need_inputs(3, 3);
+      const bool norm = op.code == OpCode::kLayerNorm;
       if (x.dtype != DType::kFloat32 || out.dtype != DType::kFloat32 || x.shape.empty()) {
         bad_op(index, "runs on f32 with a last dimension, not " + describe(x_index));
       }
@@ -489,9 +492,16 @@ void Interpreter::Impl::check_op(size_t index) {
         const int t = op.in[j];
         if (t < 0 || !tensors[t].constant || tensors[t].dtype != DType::kFloat32 ||
             tensors[t].shape != std::vector<int64_t>{x.shape.back()}) {
-          bad_op(index, std::string(j == 1 ? "scale " : "shift ") +
+          bad_op(index, std::string(norm ? (j == 1 ? "gamma " : "beta ")
+                                         : (j == 1 ? "scale " : "shift ")) +
                             (t < 0 ? std::string("-1") : describe(t)) + " is not an f32 constant [" +
                             std::to_string(x.shape.back()) + "]");
+        }
+      }
+      if (norm) {
+        const float epsilon = std::bit_cast<float>(op.params[0]);
+        if (!(epsilon >= 0.f) || !std::isfinite(epsilon)) {
+          bad_op(index, "epsilon " + std::to_string(epsilon) + " is not a finite number >= 0");
         }
       }
       expect_out(x.shape);
@@ -861,6 +871,12 @@ void Interpreter::Impl::run_op(const Op& op) {
                                   reinterpret_cast<const float*>(data[op.in[1]]),
                                   reinterpret_cast<const float*>(data[op.in[2]]),
                                   reinterpret_cast<float*>(dst));
+      return;
+    case OpCode::kLayerNorm:
+      kernels::layer_norm_f32(reinterpret_cast<const float*>(src), n * in_image / c, c,
+                              reinterpret_cast<const float*>(data[op.in[1]]),
+                              reinterpret_cast<const float*>(data[op.in[2]]),
+                              std::bit_cast<float>(op.params[0]), reinterpret_cast<float*>(dst));
       return;
     case OpCode::kQuantize:
       kernels::quantize_f32(reinterpret_cast<const float*>(src), n * in_image, out.scale,

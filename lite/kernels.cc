@@ -1110,6 +1110,22 @@ void channel_affine_f32(const float* x, int64_t rows, int64_t c, const float* sc
   }
 }
 
+void layer_norm_f32(const float* x, int64_t rows, int64_t c, const float* gamma,
+                    const float* beta, float epsilon, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * c;
+    double sum = 0;
+    for (int64_t j = 0; j < c; ++j) sum += xr[j];
+    const double mean = sum / static_cast<double>(c);
+    double squares = 0;
+    for (int64_t j = 0; j < c; ++j) squares += (xr[j] - mean) * (xr[j] - mean);
+    const double inv = 1.0 / std::sqrt(squares / static_cast<double>(c) + epsilon);
+    for (int64_t j = 0; j < c; ++j) {
+      out[r * c + j] = static_cast<float>((xr[j] - mean) * inv) * gamma[j] + beta[j];
+    }
+  }
+}
+
 QuantAddParams quant_add_params(float a_scale, int32_t a_zero_point, float b_scale,
                                 int32_t b_zero_point, float out_scale, int32_t out_zero_point) {
   const double twice_max = 2.0 * std::max<double>(a_scale, b_scale);

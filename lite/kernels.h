@@ -147,6 +147,10 @@ void activation_f32(const float* x, int64_t count, int32_t kind, float* out);
 // out[r][j] = x[r][j] * scale[j] + shift[j] for the rows r < rows of x [rows][c].
 void channel_affine_f32(const float* x, int64_t rows, int64_t c, const float* scale,
                         const float* shift, float* out);
+// Each row of x [rows][c] normalized: (x - mean) / sqrt(variance + epsilon) * gamma + beta, the
+// mean and (biased) variance over the row.
+void layer_norm_f32(const float* x, int64_t rows, int64_t c, const float* gamma,
+                    const float* beta, float epsilon, float* out);
 
 // int8 a + b at the output's scale, TF Lite's way: both inputs shifted left 20 bits and scaled
 // to twice the larger input scale, summed, then requantized to the output.

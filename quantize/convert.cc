@@ -167,7 +167,8 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
         "Dense",      "Conv2D",       "MaxPooling2D",         "AveragePooling2D",
         "Flatten",    "Reshape",      "Dropout",              "InputLayer",
         "Activation", "Add",          "Concatenate",          "BatchNormalization",
-        "SpatialDropout2D", "GlobalAveragePooling2D", "GlobalMaxPooling2D"};
+        "SpatialDropout2D", "GlobalAveragePooling2D", "GlobalMaxPooling2D",
+        "LayerNormalization"};
     if (kLowered.count(type_name) == 0) {
       refuse(layer, "no lite op");
       continue;
@@ -267,6 +268,26 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
         flat.out_shape = {-1, shape[3]};
         out = emit(flat, {out});
       }
+    } else if (type_name == "LayerNormalization") {
+      // Over the last axis, in float.
+      std::map<std::string, std::vector<float>> w;
+      for (const Variable& v : layer.weights()) {
+        std::string key = v.name().substr(v.name().rfind('/') + 1);
+        key = key.substr(0, key.find(':'));
+        if (key == "gamma" || key == "beta") w[key] = v.value().to(f32).to_vector<float>();
+      }
+      const int64_t c = shape.back();
+      if (w.size() != 2 || w["gamma"].size() != static_cast<size_t>(c)) {
+        refuse(layer, "no gamma and beta of " + std::to_string(c));
+        continue;
+      }
+      op.code = OpCode::kLayerNorm;
+      op.weight_shape = {c};
+      op.weights = w["gamma"];
+      op.bias = w["beta"];
+      op.epsilon = static_cast<float>(config.get_float("epsilon", 1e-3));
+      op.out_shape = shape;
+      out = emit(op, {x});
     } else if (type_name == "BatchNormalization") {
       // Inference: x * s + (beta - mean * s), s = gamma / sqrt(variance + epsilon), over the
       // last axis; folded into a Dense or Conv2D before it that nothing else reads.
@@ -419,10 +440,13 @@ int add_constant(ModelBuilder& b, std::string name, DType dtype, std::vector<int
   return b.add_constant(t, values.data(), values.size() * sizeof(T));
 }
 
-// A ChannelAffine's scale and shift constants.
-std::vector<int> affine_constants(ModelBuilder& b, const FloatOp& op) {
-  return {add_constant(b, op.layer + "/scale", DType::kFloat32, op.weight_shape, op.weights),
-          add_constant(b, op.layer + "/shift", DType::kFloat32, op.weight_shape, op.bias)};
+// A ChannelAffine's scale and shift constants, a LayerNorm's gamma and beta.
+std::vector<int> per_channel_constants(ModelBuilder& b, const FloatOp& op) {
+  const bool norm = op.code == OpCode::kLayerNorm;
+  return {add_constant(b, op.layer + (norm ? "/gamma" : "/scale"), DType::kFloat32,
+                       op.weight_shape, op.weights),
+          add_constant(b, op.layer + (norm ? "/beta" : "/shift"), DType::kFloat32,
+                       op.weight_shape, op.bias)};
 }
 
 // The float model; `outputs` gets each op's output tensor.
@@ -434,8 +458,8 @@ std::string float_model(const std::vector<FloatOp>& ops, const std::vector<int64
   for (const FloatOp& op : ops) {
     std::vector<int> inputs;
     for (int v : op.in) inputs.push_back(tensor_of[v]);
-    if (op.code == OpCode::kChannelAffine) {
-      const std::vector<int> c = affine_constants(b, op);
+    if (op.per_channel()) {
+      const std::vector<int> c = per_channel_constants(b, op);
       inputs.insert(inputs.end(), c.begin(), c.end());
     } else if (!op.weights.empty()) {
       inputs.push_back(
@@ -492,8 +516,8 @@ std::string int8_model(const std::vector<FloatOp>& ops, const std::vector<int64_
     const std::string out_name = op.layer + "/" + format::op_name(op.code);
     if (op.float_only()) {
       std::vector<int> inputs{float_of(op.in[0])};
-      if (op.code == OpCode::kChannelAffine) {
-        const std::vector<int> c = affine_constants(b, op);
+      if (op.per_channel()) {
+        const std::vector<int> c = per_channel_constants(b, op);
         inputs.insert(inputs.end(), c.begin(), c.end());
       }
       as_float[v] = b.add_tensor(activation_info(out_name, DType::kFloat32, op.out_shape));

@@ -3,6 +3,7 @@
 // a Model's layers (convert.cc) and an exported graph's nodes (graph_lowering.cc).
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,19 +22,25 @@ struct FloatOp {
   format::OpCode code;
   std::string layer;
   kernels::Activation activation = kernels::Activation::kNone;
-  // [m, ...k]: FullyConnected [m,k], Conv2D [m,kh,kw,c]; ChannelAffine [c] (weights holds its
-  // scale, bias its shift)
+  // [m, ...k]: FullyConnected [m,k], Conv2D [m,kh,kw,c]; ChannelAffine and LayerNorm [c]
+  // (weights holds the scale or gamma, bias the shift or beta)
   std::vector<int64_t> weight_shape;
   std::vector<float> weights, bias;
   kernels::Window window;
   std::vector<int64_t> out_shape;  // [-1, ...]
   int32_t float_kind = 0;          // kActivation's format::FloatActivation
+  float epsilon = 0.f;             // kLayerNorm's
   std::vector<int> in;             // the values it reads
   bool float_only() const {
     return code == format::OpCode::kSoftmax || code == format::OpCode::kActivation ||
-           code == format::OpCode::kChannelAffine;
+           code == format::OpCode::kChannelAffine || code == format::OpCode::kLayerNorm;
+  }
+  // The float ops whose weights and bias are per-channel constants after the input.
+  bool per_channel() const {
+    return code == format::OpCode::kChannelAffine || code == format::OpCode::kLayerNorm;
   }
   ModelBuilder::Params params() const {
+    if (code == format::OpCode::kLayerNorm) return {std::bit_cast<int32_t>(epsilon)};
     if (code != format::OpCode::kActivation) return ModelBuilder::window_params(window);
     return {float_kind};
   }

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -112,6 +113,41 @@ TEST(LiteInterpreterTest, ChannelAffineScalesAndShiftsTheLastDimension) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("op 0 (bn, ChannelAffine): scale"), std::string::npos)
         << e.what();
+  }
+}
+
+// x [?, 4] -> LayerNorm(gamma, beta, epsilon).
+std::string layer_norm_model(float epsilon) {
+  ModelBuilder b;
+  const int x = b.add_tensor(activation("x", {-1, 4}));
+  const int g = constant(b, "ln/gamma", DType::kFloat32, {4}, std::vector<float>{1, 2, 1, 0.5f});
+  const int be = constant(b, "ln/beta", DType::kFloat32, {4}, std::vector<float>{0, 0, 1, 0});
+  const int y = b.add_tensor(activation("y", {-1, 4}));
+  b.add_op(OpCode::kLayerNorm, "ln", {x, g, be}, y, Activation::kNone,
+           {std::bit_cast<int32_t>(epsilon)});
+  b.set_input(x);
+  b.set_output(y);
+  return b.serialize();
+}
+
+TEST(LiteInterpreterTest, LayerNormNormalizesEachRowAndRefusesABadEpsilon) {
+  const std::string file = layer_norm_model(0.f);
+  // Row 1, 2, 3, 6: mean 3, variance (4 + 1 + 0 + 9) / 4 = 3.5.
+  const std::vector<float> x{1, 2, 3, 6};
+  const std::vector<float> y = Interpreter::from_buffer(file.data(), file.size())->run(x.data(), 1);
+  const double s = 1 / std::sqrt(3.5);
+  const std::vector<double> want{-2 * s, -1 * s * 2, 0 + 1, 3 * s * 0.5};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(y[i], want[i], 1e-6) << i;
+  for (float bad : {-1.f, std::nanf("")}) {
+    const std::string f = layer_norm_model(bad);
+    try {
+      Interpreter::from_buffer(f.data(), f.size());
+      FAIL() << "epsilon " << bad << " loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("(ln, LayerNorm): epsilon"), std::string::npos)
+          << e.what();
+    }
   }
 }
 

@@ -235,16 +235,16 @@ TEST(LiteConvertTest, ReluFusesThroughIdentityLayersButNotOverAnotherReader) {
 }
 
 TEST(LiteConvertTest, LayersWithoutALiteOpAreAllNamed) {
-  Sequential model({Dense(8), LayerNormalization(), RepeatVector(2), Flatten(), Dense(4)});
+  Sequential model({Dense(8), RepeatVector(2), Conv1D(3, 2), Flatten(), Dense(4)});
   model.build({6});
   try {
     convert(model, temp_path("never.klite"), {});
-    FAIL() << "converted a model with layer normalization and RepeatVector";
+    FAIL() << "converted a model with RepeatVector and Conv1D";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
     const std::string m = e.what();
-    EXPECT_NE(m.find("(LayerNormalization): no lite op"), std::string::npos) << m;
-    EXPECT_NE(m.find("(RepeatVector)"), std::string::npos) << m;
+    EXPECT_NE(m.find("(RepeatVector): no lite op"), std::string::npos) << m;
+    EXPECT_NE(m.find("(Conv1D)"), std::string::npos) << m;
   }
 }
 
@@ -479,6 +479,40 @@ std::unique_ptr<Sequential> normalized_cnn(bool global_max) {
     if (layer->type_name() == "BatchNormalization") set_statistics(*layer, seed += 10);
   }
   return model;
+}
+
+// LayerNormalization runs in float, in a float file and between Dequantize and Quantize in an
+// int8 one.
+TEST(LiteConvertTest, LayerNormalizationRunsInFloat) {
+  Sequential model({Dense(16, "relu"), LayerNormalization(), Dense(3)}, "layer_norm");
+  model.set_seed(12);
+  model.build({5});
+  for (const LayerPtr& layer : model.layers()) {
+    if (layer->type_name() != "LayerNormalization") continue;
+    uint64_t seed = 90;
+    for (const Variable& v : layer->weights()) {
+      const_cast<Variable&>(v).assign(random_uniform(v.shape(), seed++) + 0.25);
+    }
+  }
+  const Tensor x = random_uniform({7, 5}, 13);
+  const std::vector<float> want = model.predict(x).to_vector<float>();
+  ConvertOptions f;
+  f.quantize = false;
+  const ConversionReport report = convert(model, temp_path("layer_norm.klite"), f);
+  ASSERT_EQ(report.layers.size(), 3u) << report.str();
+  EXPECT_EQ(report.layers[1].op, "LayerNorm");
+  const std::vector<float> got =
+      Interpreter::load(temp_path("layer_norm.klite"))->run(x.to_vector<float>().data(), 7);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+  ConvertOptions q;
+  q.representative = random_uniform({128, 5}, 14);
+  const ConversionReport int8 = convert(model, temp_path("layer_norm_int8.klite"), q);
+  EXPECT_TRUE(int8.layers[0].int8);
+  EXPECT_FALSE(int8.layers[1].int8);
+  expect_close(Interpreter::load(temp_path("layer_norm_int8.klite"))
+                   ->run(x.to_vector<float>().data(), 7),
+               want, 0.05, 0.01);
 }
 
 TEST(LiteConvertTest, BatchNormalizationFoldsOrRunsInFloatAndGlobalPoolsAndGeluConvert) {

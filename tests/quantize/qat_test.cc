@@ -114,7 +114,7 @@ TEST(LiteQatTest, ALayerCalledTwiceIsRefused) {
 }
 
 TEST(LiteQatTest, ModelsConvertCannotConvertAreRefusedTheSameWay) {
-  Sequential model({Dense(4), LayerNormalization()});
+  Sequential model({Dense(4), RepeatVector(2)});
   model.build({3});
   ConvertOptions options;
   options.representative = random_uniform({8, 3}, 1);
@@ -123,7 +123,7 @@ TEST(LiteQatTest, ModelsConvertCannotConvertAreRefusedTheSameWay) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
-    EXPECT_NE(std::string(e.what()).find("(LayerNormalization): no lite op"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("(RepeatVector): no lite op"), std::string::npos)
         << e.what();
   }
   // A batch normalization converts (folded), but QAT does not fold it.
