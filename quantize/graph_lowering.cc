@@ -3,6 +3,8 @@
 // as select(x <= 0, 0, x)); each pattern is matched at its first node, in node order, and its
 // nodes are consumed. A node no pattern takes, reading the input's values, is refused by name.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -110,6 +112,10 @@ class GraphLowering {
   bool reshape(int node);
   bool join(int node);
   bool affine(int node);
+  bool gelu(int node);
+  bool layer_norm(int node);
+  // A scalar constant operand of `node` (input 0 or 1), or NaN.
+  float scalar_operand(int node, int* other);
   void simplify(int* output);
 
   const io::ExportedGraph& exported_;
@@ -151,6 +157,98 @@ const Tensor* GraphLowering::evaluate(int node) {
   } catch (const Error&) {
     return nullptr;  // not evaluable here (a control-flow op, say): not a constant
   }
+}
+
+float GraphLowering::scalar_operand(int node, int* other) {
+  const NodeInfo& n = nodes_[node];
+  for (int side : {0, 1}) {
+    const Tensor* c = n.inputs.size() == 2 && n.inputs[side].output == 0
+                          ? constant(n.inputs[side].node)
+                          : nullptr;
+    if (c != nullptr && c->size() == 1) {
+      *other = n.inputs[1 - side].node;
+      return c->to(f32).to_vector<float>()[0];
+    }
+  }
+  return std::numeric_limits<float>::quiet_NaN();
+}
+
+// gelu, as ops::gelu exports it: mul(0.5, v) * (1 + erf(v * (1 / sqrt 2))), starting at the
+// multiplication by 1 / sqrt 2.
+bool GraphLowering::gelu(int node) {
+  int v = -1, a = -1, b = -1;
+  if (std::abs(scalar_operand(node, &v) - 0.70710678f) > 1e-6f || value_of({v, 0}) < 0) {
+    return false;
+  }
+  const int e = only_user(node, "erf");
+  const int one_plus = e < 0 ? -1 : only_user(e, "add");
+  const int y = one_plus < 0 ? -1 : only_user(one_plus, "mul");
+  if (y < 0 || scalar_operand(one_plus, &a) != 1.f || a != e) return false;
+  const NodeInfo& yn = nodes_[y];
+  const int half = yn.inputs[0].node == one_plus ? yn.inputs[1].node : yn.inputs[0].node;
+  if (consumed_.count(half) || nodes_[half].op != "mul" || scalar_operand(half, &b) != 0.5f ||
+      b != v || users(half) != std::vector<int>{y}) {
+    return false;
+  }
+  consume({e, one_plus, half, y});
+  value_[y] = emit_activation(node, value_of({v, 0}), "gelu");
+  return true;
+}
+
+// LayerNormalization as it exports: c = v - sum(v) / n; c * rsqrt(sum(c * c) / n + epsilon),
+// over the last axis, starting at the first reduce_sum; its gamma and beta follow as a mul and
+// an add, ChannelAffines that simplify() folds into it.
+bool GraphLowering::layer_norm(int node) {
+  const NodeInfo& n = nodes_[node];
+  const int x = n.inputs.size() == 1 ? value_of(n.inputs[0]) : -1;
+  if (x < 0) return false;
+  const int v = n.inputs[0].node;
+  const int64_t c = shapes_[x].back(), last = static_cast<int64_t>(shapes_[x].size()) - 1;
+  auto over_last = [&](int r) {
+    const std::vector<int64_t>& axes = nodes_[r].attrs.get_ints("axes");
+    return axes.size() == 1 && (axes[0] == last || axes[0] == -1);
+  };
+  // reduce_sum -> reshape -> div by n: the mean, or the variance.
+  auto mean_of = [&](int sum) {
+    const int r = only_user(sum, "reshape");
+    const int d = r < 0 ? -1 : only_user(r, "div");
+    int other = -1;
+    return d >= 0 && over_last(sum) && scalar_operand(d, &other) == static_cast<float>(c) &&
+                   other == r
+               ? d
+               : -1;
+  };
+  const int mean = mean_of(node);
+  const int centered = mean < 0 ? -1 : only_user(mean, "sub");
+  if (centered < 0 || !reads(centered, {v, mean})) return false;
+  // centered is read by mul(centered, centered) and by the final mul.
+  const std::vector<int>& cu = users(centered);
+  if (cu.size() != 2) return false;
+  const int sq = reads(cu[0], {centered, centered}) ? cu[0] : cu[1];
+  const int scaled = sq == cu[0] ? cu[1] : cu[0];
+  const int sum2 = only_user(sq, "reduce_sum");
+  const int var = sum2 < 0 ? -1 : mean_of(sum2);
+  const int plus = var < 0 ? -1 : only_user(var, "add");
+  const int rs = plus < 0 ? -1 : only_user(plus, "rsqrt");
+  int other = -1;
+  const float epsilon = plus < 0 ? -1.f : scalar_operand(plus, &other);
+  if (nodes_[sq].op != "mul" || rs < 0 || other != var || !(epsilon >= 0.f) ||
+      nodes_[scaled].op != "mul" || only_user(rs, "mul") != scaled ||
+      !(reads(scaled, {centered, rs}) || reads(scaled, {rs, centered}))) {
+    return false;
+  }
+  consume({nodes_[mean].inputs[0].node, mean, centered, sq, sum2, nodes_[var].inputs[0].node, var,
+           plus, rs, scaled});
+  FloatOp op;
+  op.layer = scope(n.name);
+  op.code = OpCode::kLayerNorm;
+  op.weight_shape = {c};
+  op.weights.assign(c, 1.f);
+  op.bias.assign(c, 0.f);
+  op.epsilon = epsilon;
+  op.out_shape = shapes_[x];
+  value_[scaled] = emit(op, {x});
+  return true;
 }
 
 // mul, add, sub or div of a value by a constant of one value per channel (shape [c], or 1s
@@ -513,7 +611,9 @@ std::vector<FloatOp> GraphLowering::run(std::vector<int64_t>* input_shape, int* 
     } else if (op == "add" || op == "concatenate") {
       matched = join(id) || (op == "add" && affine(id));
     } else if (op == "mul" || op == "sub" || op == "div") {
-      matched = affine(id);
+      matched = (op == "mul" && gelu(id)) || affine(id);
+    } else if (op == "reduce_sum") {
+      matched = layer_norm(id);
     } else if (op == "identity" && n.inputs.size() == 1 && value_of(n.inputs[0]) >= 0) {
       value_[id] = value_of(n.inputs[0]);
       matched = true;
@@ -561,7 +661,9 @@ void GraphLowering::simplify(int* output) {
       const bool weighted =
           (p.code == OpCode::kFullyConnected || p.code == OpCode::kConv2D) &&
           p.activation == Activation::kNone;
-      if (op.code == OpCode::kChannelAffine && (weighted || p.code == OpCode::kChannelAffine)) {
+      // (A LayerNorm's gamma and beta compose the same way.)
+      if (op.code == OpCode::kChannelAffine &&
+          (weighted || p.code == OpCode::kChannelAffine || p.code == OpCode::kLayerNorm)) {
         const int64_t c = static_cast<int64_t>(op.weights.size());
         const int64_t k = static_cast<int64_t>(p.weights.size()) / c;
         if (p.bias.empty()) p.bias.assign(c, 0.f);

@@ -54,9 +54,11 @@ struct ConversionReport {
 };
 
 // Converts a built model with one input and one output whose layers the lite runtime has:
-// Dense and Conv2D (relu fused; softmax, tanh, sigmoid, swish, softplus run in float), MaxPool2D,
-// AveragePool2D, Flatten, Reshape, Dropout, Activation, Add and Concatenate (last axis), in a
-// Sequential or functional model. Writes `path` atomically. kiln::Error (kUnimplemented) listing
+// Dense and Conv2D (relu fused; softmax, tanh, sigmoid, swish, softplus, gelu run in float),
+// BatchNormalization (folded into the Dense or Conv2D before it, else a float ChannelAffine),
+// LayerNormalization (float), MaxPool2D, AveragePool2D, GlobalAveragePooling2D,
+// GlobalMaxPooling2D, Flatten, Reshape, Dropout, SpatialDropout2D, Activation, Add and
+// Concatenate (last axis), in a Sequential or functional model. Writes `path` atomically. kiln::Error (kUnimplemented) listing
 // every layer it cannot convert, kInvalidArgument for a model not built or calibration data of
 // the wrong shape.
 ConversionReport convert(nn::Model& model, const std::string& path,
