@@ -126,13 +126,14 @@ void check_pool_rows(int64_t n, int pool_rows) {
   }
 }
 
-// out[g][j] = max over the rows g * pool_rows + p of rows[.][j].
+// out[g][j] = max over the rows g * pool_rows + p of rows[.][j], from the type's lowest value
+// with std::max, as the max pools take it (a NaN row is passed over).
 template <typename T>
 void max_of_row_groups(const T* rows, int64_t n, int64_t m, int pool_rows, T* out) {
   for (int64_t g = 0; g < n / pool_rows; ++g) {
     const T* first = rows + g * pool_rows * m;
-    std::copy(first, first + m, out + g * m);
-    for (int p = 1; p < pool_rows; ++p) {
+    std::fill(out + g * m, out + (g + 1) * m, std::numeric_limits<T>::lowest());
+    for (int p = 0; p < pool_rows; ++p) {
       for (int64_t j = 0; j < m; ++j) out[g * m + j] = std::max(out[g * m + j], first[p * m + j]);
     }
   }
@@ -578,15 +579,23 @@ struct F32Tiles {
       const int64_t j = (block + c) * kBlock;
       const uint16_t mask = lane_mask(m, j);
       const __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias + j) : zero;
-      __m512 v = zero;
+      // A pool takes std::max(pooled, row) from the lowest float, as max_pool_f32 does, after
+      // the bias and activation: the same bits as the two ops apart, NaNs included.
+      const __m512 lowest = _mm512_set1_ps(std::numeric_limits<float>::lowest());
+      __m512 pooled = lowest;
 #pragma GCC unroll 12
       for (int r = 0; r < R; ++r) {
-        v = r % pool == 0 ? acc[r][c] : _mm512_max_ps(v, acc[r][c]);
-        if (r % pool != pool - 1) continue;
-        v = _mm512_add_ps(v, b);
+        __m512 v = _mm512_add_ps(acc[r][c], b);
         if (act != Activation::kNone) v = _mm512_max_ps(v, zero);
         if (act == Activation::kRelu6) v = _mm512_min_ps(v, six);
-        _mm512_mask_storeu_ps(out + (i0 / pool + r / pool) * m + j, mask, v);
+        if (pool == 1) {
+          _mm512_mask_storeu_ps(out + (i0 + r) * m + j, mask, v);
+          continue;
+        }
+        pooled = _mm512_mask_mov_ps(pooled, _mm512_cmp_ps_mask(pooled, v, _CMP_LT_OQ), v);
+        if (r % pool != pool - 1) continue;
+        _mm512_mask_storeu_ps(out + (i0 / pool + r / pool) * m + j, mask, pooled);
+        pooled = lowest;
       }
     }
   }

@@ -104,8 +104,8 @@ class PackedF32 {
   std::vector<float> data_;
 };
 // out[i][j] = act(sum_k a[i][k] * w[j][k] + bias[j]) for a [n][k], out [n][m]; bias may be null.
-// pool_rows fuses a max pool as for QuantGemm (the max before the bias and activation, which
-// are monotonic: the same bits).
+// pool_rows fuses a max pool as for QuantGemm, taken after the bias and activation with
+// std::max from the lowest float, as max_pool_f32 takes it: the same bits, NaNs included.
 void gemm_f32(const float* a, int64_t n, const PackedF32& w, const float* bias, Activation act,
               float* out, int pool_rows = 1);
 

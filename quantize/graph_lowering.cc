@@ -173,24 +173,32 @@ float GraphLowering::scalar_operand(int node, int* other) {
   return std::numeric_limits<float>::quiet_NaN();
 }
 
-// gelu, as ops::gelu exports it: mul(0.5, v) * (1 + erf(v * (1 / sqrt 2))), starting at the
-// multiplication by 1 / sqrt 2.
+// gelu, as ops::gelu exports it: mul(0.5, v) * (1 + erf(v * (1 / sqrt 2))), starting at
+// whichever of the two multiplications of v comes first.
 bool GraphLowering::gelu(int node) {
-  int v = -1, a = -1, b = -1;
-  if (std::abs(scalar_operand(node, &v) - 0.70710678f) > 1e-6f || value_of({v, 0}) < 0) {
-    return false;
+  int v = -1;
+  const float k = scalar_operand(node, &v);
+  if ((k != 0.5f && std::abs(k - 0.70710678f) > 1e-6f) || value_of({v, 0}) < 0) return false;
+  int scaled = -1, half = -1;
+  for (int u : users(v)) {
+    int other = -1;
+    if (consumed_.count(u) || nodes_[u].op != "mul") continue;
+    const float f = scalar_operand(u, &other);
+    if (other != v) continue;
+    if (std::abs(f - 0.70710678f) <= 1e-6f) scaled = u;
+    if (f == 0.5f) half = u;
   }
-  const int e = only_user(node, "erf");
+  if (scaled < 0 || half < 0) return false;
+  const int e = only_user(scaled, "erf");
   const int one_plus = e < 0 ? -1 : only_user(e, "add");
   const int y = one_plus < 0 ? -1 : only_user(one_plus, "mul");
-  if (y < 0 || scalar_operand(one_plus, &a) != 1.f || a != e) return false;
-  const NodeInfo& yn = nodes_[y];
-  const int half = yn.inputs[0].node == one_plus ? yn.inputs[1].node : yn.inputs[0].node;
-  if (consumed_.count(half) || nodes_[half].op != "mul" || scalar_operand(half, &b) != 0.5f ||
-      b != v || users(half) != std::vector<int>{y}) {
+  int a = -1;
+  if (y < 0 || scalar_operand(one_plus, &a) != 1.f || a != e ||
+      !(reads(y, {half, one_plus}) || reads(y, {one_plus, half})) ||
+      users(half) != std::vector<int>{y}) {
     return false;
   }
-  consume({e, one_plus, half, y});
+  consume({scaled, e, one_plus, half, y});
   value_[y] = emit_activation(node, value_of({v, 0}), "gelu");
   return true;
 }
@@ -213,8 +221,8 @@ bool GraphLowering::layer_norm(int node) {
     const int r = only_user(sum, "reshape");
     const int d = r < 0 ? -1 : only_user(r, "div");
     int other = -1;
-    return d >= 0 && over_last(sum) && scalar_operand(d, &other) == static_cast<float>(c) &&
-                   other == r
+    return d >= 0 && over_last(sum) && nodes_[d].inputs[0].node == r &&
+                   scalar_operand(d, &other) == static_cast<float>(c) && other == r
                ? d
                : -1;
   };
@@ -232,7 +240,8 @@ bool GraphLowering::layer_norm(int node) {
   const int rs = plus < 0 ? -1 : only_user(plus, "rsqrt");
   int other = -1;
   const float epsilon = plus < 0 ? -1.f : scalar_operand(plus, &other);
-  if (nodes_[sq].op != "mul" || rs < 0 || other != var || !(epsilon >= 0.f) ||
+  if (nodes_[sq].op != "mul" || !reads(sq, {centered, centered}) || rs < 0 || other != var ||
+      !(epsilon >= 0.f) ||
       nodes_[scaled].op != "mul" || only_user(rs, "mul") != scaled ||
       !(reads(scaled, {centered, rs}) || reads(scaled, {rs, centered}))) {
     return false;
@@ -259,7 +268,9 @@ bool GraphLowering::affine(int node) {
   const int side = value_of(n.inputs[0]) >= 0 ? 0 : 1;
   const int x = value_of(n.inputs[side]);
   const Tensor* k = n.inputs[1 - side].output == 0 ? constant(n.inputs[1 - side].node) : nullptr;
-  if (x < 0 || k == nullptr || shapes_[x].empty() || out_shape(node) != shapes_[x]) return false;
+  if (x < 0 || k == nullptr || shapes_[x].size() < 2 || out_shape(node) != shapes_[x]) {
+    return false;  // (a value of the batch dimension alone has no channels)
+  }
   const int64_t c = shapes_[x].back();
   for (int64_t i = 0; i + 1 < k->rank(); ++i) {
     if (k->dim(i) != 1) return false;
@@ -396,6 +407,10 @@ bool GraphLowering::relu(int node) {
     return true;
   }
   if (n.inputs.size() != 2 || !is_zero(n.inputs[1])) return false;  // max(v, 0)
+  // Softplus's max(v, 0), when its abs(v) comes later in node order.
+  for (int u : users(v)) {
+    if (!consumed_.count(u) && nodes_[u].op == "abs" && softplus(u)) return true;
+  }
   value_[node] = emit_activation(node, x, "relu");
   return true;
 }

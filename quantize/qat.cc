@@ -129,7 +129,7 @@ std::unique_ptr<nn::Sequential> quantization_aware(nn::Model& model,
     if ((type == "AveragePooling2D" || type == "GlobalAveragePooling2D") &&
         range != ranges.outputs.end()) {
       layers.push_back(std::make_shared<FakeQuant>(layer->name() + "/fake_quant", range->second));
-    } else if (type == "Activation" && after_q) {
+    } else if ((type == "Activation" || type == "LayerNormalization") && after_q) {
       layers.push_back(std::make_shared<FakeQuant>(layer->name() + "/fake_quant", *after_q));
     }
   }

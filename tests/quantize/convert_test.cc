@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include "kiln/lite.h"
@@ -432,6 +433,36 @@ TEST(LiteConvertSavedModelTest, AHandWrittenGraphLowersItsOtherForms) {
   // Row 1: w x = (1 - 4 + 1.5, 0 + 6 - 3) = (-1.5, 3): relu + itself = (-1.5, 6).
   // Row 2: (-1 + 0 + 1, 0 + 0 - 2) = (0, -2): (0, -2).
   EXPECT_EQ(out, (std::vector<float>{-1.5f, 6.f, 0.f, -2.f}));
+}
+
+// Graphs that come close to a pattern but compute something else are refused, not lowered to
+// the pattern's op: a normalization by mean(c * x) instead of mean(c * c), and a product over a
+// value of the batch dimension alone (no channels for a ChannelAffine).
+TEST(LiteConvertSavedModelTest, NearMissesOfAPatternAreRefused) {
+  auto refused = [](const std::string& name, const std::function<Tensor(const Tensor&)>& body) {
+    Graph g(name);
+    Tensor x = g.placeholder(f32, {kUnknownDim, 4}, "x");
+    Tensor y;
+    {
+      auto guard = g.as_default();
+      y = body(x);
+    }
+    const std::string dir = saved_dir("lite_saved_" + name);
+    io::save_graph({name, g, {{"x", x}}, {{"y", y}}, {}}, dir);
+    ConvertOptions options;
+    options.quantize = false;
+    try {
+      convert(dir, temp_path(name + ".klite"), options);
+      ADD_FAILURE() << name << " converted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnimplemented) << e.what();
+    }
+  };
+  refused("not_layer_norm", [](const Tensor& x) {
+    Tensor c = x - mean(x, {-1}, true);
+    return c * rsqrt(mean(c * x, {-1}, true) + 1e-3);
+  });
+  refused("rank_one_affine", [](const Tensor& x) { return reshape(x, {-1}) * 2.0; });
 }
 
 TEST(LiteConvertSavedModelTest, NodesWithoutALiteOpAreNamed) {
