@@ -48,6 +48,8 @@ const char* op_name(OpCode code) {
       return "ChannelAffine";
     case OpCode::kLayerNorm:
       return "LayerNorm";
+    case OpCode::kDepthwiseConv2D:
+      return "DepthwiseConv2D";
   }
   return "unknown";
 }

@@ -52,8 +52,11 @@ enum class OpCode : uint16_t {
   // float: (x - mean) / sqrt(variance + epsilon) * gamma + beta over the last dimension; inputs
   // x, gamma [c], beta [c] (f32 constants); params[0]: epsilon's float bits.
   kLayerNorm = 13,
+  // inputs: x [n,h,w,c], weights [m,kh,kw,1] (m = c * multiplier; output channel o reads input
+  // channel o / multiplier), bias [m], weight scales [m] (int8); params: the window
+  kDepthwiseConv2D = 14,
 };
-inline constexpr uint16_t kMaxOpCode = 13;
+inline constexpr uint16_t kMaxOpCode = 14;
 
 // The float activations an int8 model computes between a Dequantize and a Quantize.
 // (A relu the converter cannot fuse into the op before it runs here too.)

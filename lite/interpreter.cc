@@ -79,6 +79,7 @@ struct Op {
   const float* bias_f32 = nullptr;
   kernels::QuantGemmParams quant;
   std::unique_ptr<kernels::QuantGemm> gemm_int8;  // packed_int8 with quant, prepared
+  std::vector<uint8_t> depthwise_weights;         // kDepthwiseConv2D: [kh][kw][m] (f32 or i8)
   kernels::QuantAddParams add;           // kAdd, int8
   std::vector<kernels::Requant> concat;  // kConcatenate, int8: per input to the output
   // A Conv2D with the MaxPool2D after it fused (fuse_pools): the GEMM takes the max of each
@@ -336,8 +337,8 @@ void Interpreter::Impl::check_op(size_t index) {
   const TensorInfo& out = tensors[op.out];
   if (out.constant) bad_op(index, "writes the constant " + out.name);
   if (op.activation != Activation::kNone && op.code != OpCode::kFullyConnected &&
-      op.code != OpCode::kConv2D) {
-    bad_op(index, "only FullyConnected and Conv2D fuse an activation");
+      op.code != OpCode::kConv2D && op.code != OpCode::kDepthwiseConv2D) {
+    bad_op(index, "only FullyConnected, Conv2D and DepthwiseConv2D fuse an activation");
   }
   const int x_index = op.in.empty() ? -1 : op.in[0];
   if (x_index < 0) bad_op(index, "has no input");
@@ -360,8 +361,10 @@ void Interpreter::Impl::check_op(size_t index) {
   };
   switch (op.code) {
     case OpCode::kFullyConnected:
-    case OpCode::kConv2D: {
-      const bool conv = op.code == OpCode::kConv2D;
+    case OpCode::kConv2D:
+    case OpCode::kDepthwiseConv2D: {
+      const bool depthwise = op.code == OpCode::kDepthwiseConv2D;
+      const bool conv = op.code == OpCode::kConv2D || depthwise;
       need_inputs(2, 4);
       const int w_index = op.in[1];
       if (w_index < 0 || !tensors[w_index].constant)
@@ -377,7 +380,13 @@ void Interpreter::Impl::check_op(size_t index) {
                           " must have rank " + std::to_string(rank));
       }
       const int64_t m = w.shape[0];
-      if (w.shape.back() != x.shape.back()) {
+      if (depthwise && (w.shape.back() != 1 || x.shape.back() < 1 || m % x.shape.back() != 0)) {
+        bad_op(index, "weights " + describe(w_index) + " do not chain with input " +
+                          describe(x_index) + ": a depthwise convolution's are [m, kh, kw, 1] " +
+                          "with m a multiple of the " + std::to_string(x.shape.back()) +
+                          " input channels");
+      }
+      if (!depthwise && w.shape.back() != x.shape.back()) {
         bad_op(index, "weights " + describe(w_index) + " do not chain with input " +
                           describe(x_index) + ": " + std::to_string(w.shape.back()) + " vs " +
                           std::to_string(x.shape.back()) + " input channels");
@@ -538,7 +547,8 @@ void Interpreter::Impl::prepare(size_t index) {
                                                        static_cast<double>(y.scale)));
     }
   }
-  if (op.code != OpCode::kFullyConnected && op.code != OpCode::kConv2D) {
+  const bool depthwise = op.code == OpCode::kDepthwiseConv2D;
+  if (op.code != OpCode::kFullyConnected && op.code != OpCode::kConv2D && !depthwise) {
     op.window = ModelBuilder::window_of(op.params);
     return;
   }
@@ -546,6 +556,18 @@ void Interpreter::Impl::prepare(size_t index) {
   const TensorInfo& w = tensors[op.in[1]];
   const TensorInfo& out = tensors[op.out];
   const int64_t m = w.shape[0], k = elements(w.shape, 1);
+  if (depthwise) {
+    // [m][kh][kw] -> [kh][kw][m]: the kernel reads all channels of one tap together.
+    op.window = ModelBuilder::window_of(op.params);
+    const size_t bytes = dtype_size(w.dtype);
+    op.depthwise_weights.resize(m * k * bytes);
+    for (int64_t o = 0; o < m; ++o) {
+      for (int64_t t = 0; t < k; ++t) {
+        std::memcpy(&op.depthwise_weights[(t * m + o) * bytes],
+                    constant_data[op.in[1]] + (o * k + t) * bytes, bytes);
+      }
+    }
+  }
   if (op.code == OpCode::kConv2D) {
     op.window = ModelBuilder::window_of(op.params);
     const kernels::Window& win = op.window;
@@ -555,13 +577,17 @@ void Interpreter::Impl::prepare(size_t index) {
   }
   const bool has_bias = op.in.size() > 2 && op.in[2] >= 0;
   if (x.dtype == DType::kFloat32) {
-    op.packed_f32 = std::make_unique<kernels::PackedF32>(
-        reinterpret_cast<const float*>(constant_data[op.in[1]]), m, k, float_path);
+    if (!depthwise) {
+      op.packed_f32 = std::make_unique<kernels::PackedF32>(
+          reinterpret_cast<const float*>(constant_data[op.in[1]]), m, k, float_path);
+    }
     if (has_bias) op.bias_f32 = reinterpret_cast<const float*>(constant_data[op.in[2]]);
     return;
   }
-  op.packed_int8 = std::make_unique<kernels::PackedInt8>(
-      reinterpret_cast<const int8_t*>(constant_data[op.in[1]]), m, k, int8_path);
+  if (!depthwise) {
+    op.packed_int8 = std::make_unique<kernels::PackedInt8>(
+        reinterpret_cast<const int8_t*>(constant_data[op.in[1]]), m, k, int8_path);
+  }
   const float* scales = reinterpret_cast<const float*>(constant_data[op.in[3]]);
   op.bias_int32.assign(m, 0);
   if (has_bias) {
@@ -583,7 +609,7 @@ void Interpreter::Impl::prepare(size_t index) {
   }
   op.quant.bias = op.bias_int32.data();
   op.quant.requant = op.requant.data();
-  op.gemm_int8 = std::make_unique<kernels::QuantGemm>(*op.packed_int8, op.quant);
+  if (!depthwise) op.gemm_int8 = std::make_unique<kernels::QuantGemm>(*op.packed_int8, op.quant);
 }
 
 // A Conv2D whose output only the MaxPool2D right after it reads, when that pool's windows tile
@@ -797,6 +823,24 @@ void Interpreter::Impl::run_op(const Op& op) {
         }
       });
       rows_gemm(scratch.data(), rows);
+      return;
+    }
+    case OpCode::kDepthwiseConv2D: {
+      const int64_t m = out.shape[3];
+      pool->parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+        if (int8) {
+          kernels::depthwise_conv_int8(
+              reinterpret_cast<const int8_t*>(src) + begin * in_image, end - begin, h, w, c,
+              op.window, reinterpret_cast<const int8_t*>(op.depthwise_weights.data()), m,
+              op.quant, int8_path, reinterpret_cast<int8_t*>(dst) + begin * out_image);
+        } else {
+          kernels::depthwise_conv_f32(
+              reinterpret_cast<const float*>(src) + begin * in_image, end - begin, h, w, c,
+              op.window, reinterpret_cast<const float*>(op.depthwise_weights.data()), m,
+              op.bias_f32, op.activation, float_path,
+              reinterpret_cast<float*>(dst) + begin * out_image);
+        }
+      });
       return;
     }
     case OpCode::kMaxPool2D:

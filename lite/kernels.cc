@@ -942,6 +942,97 @@ void gemm_f32(const float* a, int64_t n, const PackedF32& w, const float* bias, 
   if (pool_rows > 1) max_of_row_groups(rows, n, w.m(), pool_rows, out);
 }
 
+namespace {
+
+// The depthwise convolution's sums: acc(b, oy, ox, o) = init(o) + sum over the taps inside the
+// input, in (ky, kx) order, of term(x, w); finish(b, oy, ox, acc[0..m)) writes an output row.
+// The reference visits one channel at a time; the other path all channels per tap.
+template <typename Acc, typename T, typename Term, typename Finish>
+void depthwise(const T* x, int64_t n, int64_t h, int64_t w, int64_t c, const Window& win,
+               const T* weights, int64_t m, bool reference, Acc init_zero, Term term,
+               Finish finish) {
+  const int64_t oh = win.out_h(h), ow = win.out_w(w), mult = m / c;
+  thread_local std::vector<Acc> acc;  // per thread: the interpreter splits images over threads
+  acc.resize(m);
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t oy = 0; oy < oh; ++oy) {
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        const int64_t y0 = oy * win.stride_h - win.pad_top, x0 = ox * win.stride_w - win.pad_left;
+        auto tap_row = [&](int64_t ky, int64_t kx) -> const T* {
+          const int64_t y = y0 + ky, xx = x0 + kx;
+          return y < 0 || y >= h || xx < 0 || xx >= w ? nullptr : x + ((b * h + y) * w + xx) * c;
+        };
+        if (reference) {
+          for (int64_t o = 0; o < m; ++o) {
+            Acc a = init_zero;
+            for (int64_t ky = 0; ky < win.kh; ++ky) {
+              for (int64_t kx = 0; kx < win.kw; ++kx) {
+                if (const T* xr = tap_row(ky, kx)) {
+                  a += term(xr[o / mult], weights[(ky * win.kw + kx) * m + o]);
+                }
+              }
+            }
+            acc[o] = a;
+          }
+        } else {
+          std::fill(acc.begin(), acc.end(), init_zero);
+          Acc* __restrict a = acc.data();
+          for (int64_t ky = 0; ky < win.kh; ++ky) {
+            for (int64_t kx = 0; kx < win.kw; ++kx) {
+              const T* xr = tap_row(ky, kx);
+              if (xr == nullptr) continue;
+              const T* __restrict wr = weights + (ky * win.kw + kx) * m;
+              if (mult == 1) {
+                for (int64_t o = 0; o < m; ++o) a[o] += term(xr[o], wr[o]);
+              } else {
+                for (int64_t o = 0; o < m; ++o) a[o] += term(xr[o / mult], wr[o]);
+              }
+            }
+          }
+        }
+        finish(b, oy, ox, acc.data());
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void depthwise_conv_int8(const int8_t* x, int64_t n, int64_t h, int64_t w, int64_t c,
+                         const Window& win, const int8_t* weights, int64_t m,
+                         const QuantGemmParams& p, Path path, int8_t* out) {
+  if (c <= 0 || m % c != 0) return;
+  const OutClamp clamp(p);
+  const int64_t oh = win.out_h(h), ow = win.out_w(w);
+  const int32_t zp = p.a_zero_point;
+  depthwise(
+      x, n, h, w, c, win, weights, m, path == Path::kReference, int32_t{0},
+      [zp](int8_t xv, int8_t wv) { return (int32_t{xv} - zp) * int32_t{wv}; },
+      [&](int64_t b, int64_t oy, int64_t ox, const int32_t* acc) {
+        int8_t* dst = out + ((b * oh + oy) * ow + ox) * m;
+        for (int64_t o = 0; o < m; ++o) {
+          // Wrapping like the GEMM paths: the exact sum fits int32.
+          const int32_t sum = static_cast<int32_t>(static_cast<uint32_t>(acc[o]) +
+                                                   static_cast<uint32_t>(p.bias ? p.bias[o] : 0));
+          dst[o] = clamp(requantize(sum, p.requant[o]));
+        }
+      });
+}
+
+void depthwise_conv_f32(const float* x, int64_t n, int64_t h, int64_t w, int64_t c,
+                        const Window& win, const float* weights, int64_t m, const float* bias,
+                        Activation act, Path path, float* out) {
+  if (c <= 0 || m % c != 0) return;
+  const int64_t oh = win.out_h(h), ow = win.out_w(w);
+  depthwise(
+      x, n, h, w, c, win, weights, m, path == Path::kReference, 0.0f,
+      [](float xv, float wv) { return xv * wv; },
+      [&](int64_t b, int64_t oy, int64_t ox, const float* acc) {
+        float* dst = out + ((b * oh + oy) * ow + ox) * m;
+        for (int64_t o = 0; o < m; ++o) dst[o] = activate(bias ? acc[o] + bias[o] : acc[o], act);
+      });
+}
+
 void im2col_int8(const int8_t* x, int64_t n, int64_t h, int64_t w, int64_t c, const Window& win,
                  int8_t pad_value, int8_t* patches, int64_t pool_h, int64_t pool_w) {
   im2col(x, n, h, w, c, win, pad_value, patches, pool_h, pool_w);

@@ -127,6 +127,18 @@ void im2col_int8(const int8_t* x, int64_t n, int64_t h, int64_t w, int64_t c, co
                  int8_t pad_value, int8_t* patches, int64_t pool_h = 1, int64_t pool_w = 1);
 void im2col_f32(const float* x, int64_t n, int64_t h, int64_t w, int64_t c, const Window& win,
                 float* patches, int64_t pool_h = 1, int64_t pool_w = 1);
+// Depthwise convolution of x [n][h][w][c] by weights [kh][kw][m], m = c * multiplier: output
+// channel o reads input channel o / multiplier. Padded positions add nothing. int8: per-channel
+// requant and clamp as QuantGemm's (params.requant and bias [m]); float: bias (or null) and
+// activation. Path::kReference is the plain loop the tests hold the other path to (int8 bit for
+// bit; float sums the taps in the same order); any other path loops over channels innermost.
+void depthwise_conv_int8(const int8_t* x, int64_t n, int64_t h, int64_t w, int64_t c,
+                         const Window& win, const int8_t* weights, int64_t m,
+                         const QuantGemmParams& params, Path path, int8_t* out);
+void depthwise_conv_f32(const float* x, int64_t n, int64_t h, int64_t w, int64_t c,
+                        const Window& win, const float* weights, int64_t m, const float* bias,
+                        Activation act, Path path, float* out);
+
 // Pooling over [n][h][w][c]; padded positions are left out (of the max and of the average's
 // count). int8 pooling keeps the input's scale and zero point; its average rounds half away
 // from zero.

@@ -75,6 +75,12 @@ std::optional<FloatOp> float_activation_op(const std::string& name, const std::s
 
 namespace {
 
+// An op that folds a batch normalization into its weights and fuses a relu: a weighted one.
+bool takes_epilogue(const FloatOp& op) {
+  return op.code == OpCode::kFullyConnected || op.code == OpCode::kConv2D ||
+         op.code == OpCode::kDepthwiseConv2D;
+}
+
 // TF's "same": the output is ceil(in / stride) and the padding's odd pixel goes at the end.
 std::pair<int64_t, int64_t> same_padding(int64_t in, int64_t k, int64_t stride) {
   const int64_t out = (in + stride - 1) / stride;
@@ -168,7 +174,7 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
         "Flatten",    "Reshape",      "Dropout",              "InputLayer",
         "Activation", "Add",          "Concatenate",          "BatchNormalization",
         "SpatialDropout2D", "GlobalAveragePooling2D", "GlobalMaxPooling2D",
-        "LayerNormalization"};
+        "LayerNormalization", "DepthwiseConv2D"};
     if (kLowered.count(type_name) == 0) {
       refuse(layer, "no lite op");
       continue;
@@ -193,8 +199,9 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
     int out = -1;
     FloatOp op;
     op.layer = layer.name();
-    if (type_name == "Dense" || type_name == "Conv2D") {
-      const bool conv = type_name == "Conv2D";
+    if (type_name == "Dense" || type_name == "Conv2D" || type_name == "DepthwiseConv2D") {
+      const bool depthwise = type_name == "DepthwiseConv2D";
+      const bool conv = type_name == "Conv2D" || depthwise;
       const std::string& act = config.get_string("activation");
       const bool fused = act.empty() || act == "linear" || act == "relu";
       const std::optional<FloatOp> after =
@@ -210,10 +217,19 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
         continue;
       }
       const Tensor kernel = layer.weights().at(0).value();
-      op.code = conv ? OpCode::kConv2D : OpCode::kFullyConnected;
+      op.code = depthwise ? OpCode::kDepthwiseConv2D
+                : conv    ? OpCode::kConv2D
+                          : OpCode::kFullyConnected;
       op.weights = output_major(kernel);
-      const int64_t m = kernel.dim(-1);
-      if (conv) {
+      int64_t m = kernel.dim(-1);
+      if (depthwise) {
+        // Keras' [kh, kw, c, multiplier]: output channel c * multiplier + j, as [m][kh][kw].
+        m = kernel.dim(2) * kernel.dim(3);
+        op.weights = output_major(reshape(kernel, {kernel.dim(0), kernel.dim(1), m}));
+        op.window = window_from(config, "kernel_size", shape);
+        op.weight_shape = {m, kernel.dim(0), kernel.dim(1), 1};
+        op.out_shape = {-1, op.window.out_h(shape[1]), op.window.out_w(shape[2]), m};
+      } else if (conv) {
         op.window = window_from(config, "kernel_size", shape);
         op.weight_shape = {m, kernel.dim(0), kernel.dim(1), kernel.dim(2)};
         op.out_shape = {-1, op.window.out_h(shape[1]), op.window.out_w(shape[2]), m};
@@ -317,7 +333,7 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
       int uses = -identity_reads[x];
       for (const auto& [p, v] : value_of) uses += v == x ? pair_uses[p] : 0;
       if (producer != nullptr && uses == 1 && producer->activation == Activation::kNone &&
-          (producer->code == OpCode::kFullyConnected || producer->code == OpCode::kConv2D)) {
+          takes_epilogue(*producer)) {
         const int64_t k = static_cast<int64_t>(producer->weights.size()) / c;
         if (producer->bias.empty()) producer->bias.assign(c, 0.f);
         for (int64_t j = 0; j < c; ++j) {
@@ -349,7 +365,7 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
         out = x;
         ++identity_reads[x];
       } else if (name == "relu" && producer != nullptr && uses == 1 &&
-                 (producer->code == OpCode::kFullyConnected || producer->code == OpCode::kConv2D) &&
+                 takes_epilogue(*producer) &&
                  producer->activation == Activation::kNone) {
         ops[x - 1].activation = Activation::kRelu;  // fused: its only reader is this relu
         out = x;

@@ -105,6 +105,12 @@ std::unique_ptr<nn::Sequential> quantization_aware(nn::Model& model,
     }
   }
   for (const nn::LayerPtr& layer : arch.layers) {
+    if (layer->type_name() == "DepthwiseConv2D") {
+      throw Error(ErrorCode::kUnimplemented,
+                  "lite::quantization_aware: model " + model.name() + " has " + layer->name() +
+                      " (DepthwiseConv2D), which quantization-aware training does not wrap yet; "
+                      "convert quantizes it after training");
+    }
     if (layer->type_name() == "BatchNormalization") {
       throw Error(ErrorCode::kUnimplemented,
                   "lite::quantization_aware: model " + model.name() + " has " + layer->name() +

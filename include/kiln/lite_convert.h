@@ -54,7 +54,8 @@ struct ConversionReport {
 };
 
 // Converts a built model with one input and one output whose layers the lite runtime has:
-// Dense and Conv2D (relu fused; softmax, tanh, sigmoid, swish, softplus, gelu run in float),
+// Dense, Conv2D and DepthwiseConv2D (relu fused; softmax, tanh, sigmoid, swish, softplus, gelu
+// run in float),
 // BatchNormalization (folded into the Dense or Conv2D before it, else a float ChannelAffine),
 // LayerNormalization (float), MaxPool2D, AveragePool2D, GlobalAveragePooling2D,
 // GlobalMaxPooling2D, Flatten, Reshape, Dropout, SpatialDropout2D, Activation, Add and

@@ -151,6 +151,36 @@ TEST(LiteInterpreterTest, LayerNormNormalizesEachRowAndRefusesABadEpsilon) {
   }
 }
 
+TEST(LiteInterpreterTest, DepthwiseWeightsThatDoNotChainAreRefused) {
+  for (int64_t m : {4, 6}) {  // 4 output channels over 3 inputs: no whole multiplier
+    ModelBuilder b;
+    const int x = b.add_tensor(activation("x", {-1, 4, 4, 3}));
+    const int wt = constant(b, "dw/w", DType::kFloat32, {m, 2, 2, 1},
+                            std::vector<float>(m * 4, 0.5f));
+    const int y = b.add_tensor(activation("y", {-1, 3, 3, m}));
+    b.add_op(OpCode::kDepthwiseConv2D, "dw", {x, wt}, y, Activation::kRelu,
+             ModelBuilder::window_params({2, 2, 1, 1}));
+    b.set_input(x);
+    b.set_output(y);
+    const std::string file = b.serialize();
+    if (m == 6) {  // multiplier 2: each input channel feeds two outputs, 4 taps of 0.5
+      const std::vector<float> in(16 * 3, 1.f);
+      const std::vector<float> out = Interpreter::from_buffer(file.data(), file.size())->run(
+          in.data(), 1);
+      EXPECT_EQ(out, std::vector<float>(9 * 6, 2.f));
+      continue;
+    }
+    try {
+      Interpreter::from_buffer(file.data(), file.size());
+      FAIL() << "depthwise weights of 4 channels over 3 loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("(dw, DepthwiseConv2D): weights"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(LiteInterpreterTest, FloatActivationsComputeTheirFunctions) {
   const std::vector<float> x{-30.f, -2.f, -0.5f, 0.f, 0.25f, 3.f, 40.f};
   const int n = static_cast<int>(x.size());
@@ -692,7 +722,7 @@ TEST(LiteInterpreterTest, AnActivationOnAnOpThatCannotFuseOneAndAWindowOutsideTh
     b.set_output(y);
     std::string message;
     EXPECT_EQ(load_error(b.serialize(), &message), ErrorCode::kInvalidArgument);
-    EXPECT_NE(message.find("only FullyConnected and Conv2D fuse"), std::string::npos) << message;
+    EXPECT_NE(message.find("only FullyConnected, Conv2D and DepthwiseConv2D fuse"), std::string::npos) << message;
   }
   {
     // 5 rows of window over 3 rows of input and 1 of padding: out_h would round to 1.

@@ -779,6 +779,67 @@ TEST(LiteIm2col, PooledOrderHoldsThePlainRowsOfEachPoolWindow) {
 namespace kiln::lite::kernels {
 namespace {
 
+// The depthwise convolution's channel-vector path against the plain loop: int8 bit for bit
+// (with requant corners: ties, left shifts, tiny multipliers), float within rounding; over
+// random windows, strides, pads, multipliers 1-3 and zero points; and the int8 sums against a
+// direct definition at one output.
+TEST(LiteDepthwise, TheChannelPathEqualsThePlainLoop) {
+  std::mt19937 rng(51);
+  auto pick = [&](int lo, int hi) { return static_cast<int64_t>(lo + rng() % (hi - lo + 1)); };
+  for (int trial = 0; trial < 200; ++trial) {
+    const Window win = random_window(rng, 4);
+    const int64_t n = pick(1, 2), h = pick(win.kh, 9), w = pick(win.kw, 9), c = pick(1, 40);
+    const int64_t mult = pick(1, 3), m = c * mult;
+    const int64_t oh = win.out_h(h), ow = win.out_w(w);
+    const std::vector<int8_t> x = random_int8(rng, n * h * w * c);
+    const std::vector<int8_t> wt = random_int8(rng, win.kh * win.kw * m);
+    std::vector<int32_t> bias(m);
+    std::vector<Requant> requant(m);
+    for (int64_t o = 0; o < m; ++o) {
+      bias[o] = static_cast<int32_t>(rng() % 20001) - 10000;
+      const int kind = static_cast<int>(rng() % 4);
+      requant[o] = kind == 0   ? quantize_multiplier(std::ldexp(1.0, -8))
+                   : kind == 1 ? quantize_multiplier(1.5)
+                   : kind == 2 ? quantize_multiplier(1e-7)
+                               : quantize_multiplier(0.001 + 0.01 * (rng() % 100) / 100.0);
+    }
+    QuantGemmParams p;
+    p.a_zero_point = static_cast<int32_t>(pick(0, 255)) - 128;
+    p.out_zero_point = static_cast<int32_t>(pick(0, 255)) - 128;
+    if (trial % 3 == 1) p.out_min = p.out_zero_point;
+    p.bias = bias.data();
+    p.requant = requant.data();
+    std::vector<int8_t> want(n * oh * ow * m, 99), got(want.size(), 98);
+    depthwise_conv_int8(x.data(), n, h, w, c, win, wt.data(), m, p, Path::kReference, want.data());
+    depthwise_conv_int8(x.data(), n, h, w, c, win, wt.data(), m, p, Path::kGeneric, got.data());
+    ASSERT_EQ(got, want) << "trial " << trial;
+    // One output by definition: the last channel of the last position.
+    const int64_t o = m - 1, oy = oh - 1, ox = ow - 1, b = n - 1;
+    int32_t acc = bias[o];
+    for (int64_t ky = 0; ky < win.kh; ++ky)
+      for (int64_t kx = 0; kx < win.kw; ++kx) {
+        const int64_t y = oy * win.stride_h - win.pad_top + ky,
+                      xx = ox * win.stride_w - win.pad_left + kx;
+        if (y < 0 || y >= h || xx < 0 || xx >= w) continue;
+        acc += (x[((b * h + y) * w + xx) * c + o / mult] - p.a_zero_point) *
+               wt[(ky * win.kw + kx) * m + o];
+      }
+    const int32_t q = std::clamp<int32_t>(multiply_by_quantized_multiplier(acc, requant[o]) +
+                                              p.out_zero_point,
+                                          std::max(p.out_min, -128), 127);
+    ASSERT_EQ(want.back(), q) << "trial " << trial;
+
+    const std::vector<float> xf = random_floats(rng, x.size()), wf = random_floats(rng, wt.size()),
+                             bf = random_floats(rng, m);
+    std::vector<float> fwant(want.size()), fgot(want.size());
+    depthwise_conv_f32(xf.data(), n, h, w, c, win, wf.data(), m, bf.data(), Activation::kRelu,
+                       Path::kReference, fwant.data());
+    depthwise_conv_f32(xf.data(), n, h, w, c, win, wf.data(), m, bf.data(), Activation::kRelu,
+                       Path::kGeneric, fgot.data());
+    for (size_t i = 0; i < fwant.size(); ++i) ASSERT_NEAR(fgot[i], fwant[i], 1e-5) << trial;
+  }
+}
+
 // int8 max pooling (the AVX-512 path where the CPU has it) against its definition, over random
 // windows and channel counts that are and are not multiples of 64.
 TEST(LitePool, Int8MaxPoolIsTheLargestInputUnderTheWindow) {

@@ -554,6 +554,44 @@ TEST(LiteConvertTest, LayerNormalizationRunsInFloat) {
                want, 0.05, 0.01);
 }
 
+// MobileNet's block: a depthwise convolution (multiplier 1 with "same" padding and stride 2,
+// then multiplier 2), a batch normalization folded into it, relu fused.
+TEST(LiteConvertTest, DepthwiseConvolutionsConvert) {
+  Sequential model({Conv2D(4, {3, 3}, "relu", {1, 1}, "same"),
+                    DepthwiseConv2D({3, 3}, "", {2, 2}, "same"), BatchNormalization(),
+                    Activation("relu"), DepthwiseConv2D({2, 2}, "relu", {1, 1}, "valid", 2),
+                    Flatten(), Dense(3)},
+                   "mobile");
+  model.set_seed(21);
+  model.build({10, 10, 2});
+  int seed = 60;
+  for (const LayerPtr& layer : model.layers()) {
+    if (layer->type_name() == "BatchNormalization") set_statistics(*layer, seed += 10);
+  }
+  const Tensor x = random_uniform({5, 10, 10, 2}, 22);
+  const std::vector<float> want = model.predict(x).to_vector<float>();
+  ConvertOptions f;
+  f.quantize = false;
+  const ConversionReport report = convert(model, temp_path("mobile.klite"), f);
+  std::vector<std::string> ops;
+  for (const LayerReport& l : report.layers) ops.push_back(l.op);
+  EXPECT_EQ(ops, (std::vector<std::string>{"Conv2D", "DepthwiseConv2D", "DepthwiseConv2D",
+                                           "Reshape", "FullyConnected"}))
+      << report.str();
+  const std::vector<float> got =
+      Interpreter::load(temp_path("mobile.klite"))->run(x.to_vector<float>().data(), 5);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << i;
+  ConvertOptions q;
+  q.representative = random_uniform({128, 10, 10, 2}, 23);
+  const ConversionReport int8 = convert(model, temp_path("mobile_int8.klite"), q);
+  for (const LayerReport& l : int8.layers) EXPECT_TRUE(l.int8) << l.layer;
+  expect_close(
+      Interpreter::load(temp_path("mobile_int8.klite"))->run(x.to_vector<float>().data(), 5),
+      want, 0.05, 0.01);
+  EXPECT_THROW(quantization_aware(model, q), Error);
+}
+
 TEST(LiteConvertTest, BatchNormalizationFoldsOrRunsInFloatAndGlobalPoolsAndGeluConvert) {
   for (bool global_max : {false, true}) {
     std::unique_ptr<Sequential> cnn = normalized_cnn(global_max);
