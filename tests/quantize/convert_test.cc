@@ -48,6 +48,34 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   EXPECT_LT(max_err, rel * max_out + abs) << max_err << " of " << max_out;
 }
 
+// Gives the weights of every `type` layer of `model` random values, uniform in [0, 1) plus
+// `shift` (a variance plus 0.5, so it stays positive): a batch or layer normalization starts as
+// the identity, which would hide a wrong conversion.
+void randomize_layers(Model& model, const std::string& type, uint64_t seed, double shift) {
+  for (const LayerPtr& layer : model.layers()) {
+    if (layer->type_name() != type) continue;
+    for (const Variable& v : layer->weights()) {
+      const bool variance = v.name().find("variance") != std::string::npos;
+      const_cast<Variable&>(v).assign(random_uniform(v.shape(), seed++) +
+                                      (variance ? 0.5 : shift));
+    }
+  }
+}
+
+// A functional model with a residual sum and a join, and a relu whose input has two readers.
+std::unique_ptr<Model> residual_model(const std::string& name) {
+  Tensor in = Input({8, 8, 2});
+  Tensor a = Conv2D(4, {3, 3}, "relu", {1, 1}, "same")(in);
+  Tensor b = Conv2D(4, {3, 3}, "", {1, 1}, "same")(a);
+  Tensor sum = Add()({a, b});
+  Tensor r = Activation("relu")(sum);
+  Tensor joined = Concatenate()({r, a, sum});
+  Tensor out = Dense(3)(Flatten()(MaxPool2D({2, 2})(joined)));
+  auto model = std::make_unique<Model>(in, out, name);
+  model->set_seed(9);
+  return model;
+}
+
 TEST(LiteConvertTest, AFloatModelFileRunsAsPredictDoes) {
   std::unique_ptr<Sequential> cnn = small_cnn();
   Sequential& model = *cnn;
@@ -167,15 +195,8 @@ TEST(LiteConvertTest, OtherActivationsStayFloatBetweenInt8Ops) {
 // and Concatenate rescale their inputs, an unfused relu (its input has two readers) runs in
 // float.
 TEST(LiteConvertTest, AddAndConcatenateConvertInFunctionalModels) {
-  Tensor in = Input({8, 8, 2});
-  Tensor a = Conv2D(4, {3, 3}, "relu", {1, 1}, "same")(in);
-  Tensor b = Conv2D(4, {3, 3}, "", {1, 1}, "same")(a);
-  Tensor sum = Add()({a, b});
-  Tensor r = Activation("relu")(sum);
-  Tensor joined = Concatenate()({r, a, sum});
-  Tensor out = Dense(3)(Flatten()(MaxPool2D({2, 2})(joined)));
-  Model model(in, out, "residual");
-  model.set_seed(9);
+  std::unique_ptr<Model> residual = residual_model("residual");
+  Model& model = *residual;
   const Tensor x = random_uniform({32, 8, 8, 2}, 6);
   const std::vector<float> want = model.predict(x).to_vector<float>();
   ConvertOptions f;
@@ -378,27 +399,12 @@ TEST(LiteConvertSavedModelTest, EveryFloatActivationAndLayerNormConvertAsTheirMo
                    "activations");
   model.set_seed(4);
   model.build({7});
-  for (const LayerPtr& layer : model.layers()) {
-    if (layer->type_name() != "LayerNormalization") continue;
-    uint64_t seed = 30;
-    for (const Variable& v : layer->weights()) {
-      const_cast<Variable&>(v).assign(random_uniform(v.shape(), seed++) - 0.25);
-    }
-  }
+  randomize_layers(model, "LayerNormalization", 30, -0.25);
   expect_saved_model_converts_as_its_model(model, {7}, 9);
 }
 
 TEST(LiteConvertSavedModelTest, AddAndConcatenateConvertAsTheirModelDoes) {
-  Tensor in = Input({8, 8, 2});
-  Tensor a = Conv2D(4, {3, 3}, "relu", {1, 1}, "same")(in);
-  Tensor b = Conv2D(4, {3, 3}, "", {1, 1}, "same")(a);
-  Tensor sum = Add()({a, b});
-  Tensor r = Activation("relu")(sum);
-  Tensor joined = Concatenate()({r, a, sum});
-  Tensor out = Dense(3)(Flatten()(MaxPool2D({2, 2})(joined)));
-  Model model(in, out, "residual_saved");
-  model.set_seed(9);
-  expect_saved_model_converts_as_its_model(model, {8, 8, 2}, 4);
+  expect_saved_model_converts_as_its_model(*residual_model("residual_saved"), {8, 8, 2}, 4);
 }
 
 TEST(LiteConvertSavedModelTest, AVersionDirectoryConvertsToo) {
@@ -491,15 +497,6 @@ namespace {
 
 using namespace kiln::nn;
 
-// Gives a batch normalization statistics of its own (its initial ones are the identity).
-void set_statistics(Layer& bn, uint64_t seed) {
-  for (const Variable& v : bn.weights()) {
-    const bool variance = v.name().find("variance") != std::string::npos;
-    Tensor r = random_uniform(v.shape(), seed++);
-    const_cast<Variable&>(v).assign(variance ? r + 0.5 : r - 0.5);
-  }
-}
-
 // A CNN with batch normalizations (after a conv: folded into it, relu then fused; after a relu:
 // a float ChannelAffine), gelu, SpatialDropout2D and global pools.
 std::unique_ptr<Sequential> normalized_cnn(bool global_max) {
@@ -513,10 +510,7 @@ std::unique_ptr<Sequential> normalized_cnn(bool global_max) {
       global_max ? "normalized_max" : "normalized_avg");
   model->set_seed(5);
   model->build({9, 9, 3});
-  int seed = 40;
-  for (const LayerPtr& layer : model->layers()) {
-    if (layer->type_name() == "BatchNormalization") set_statistics(*layer, seed += 10);
-  }
+  randomize_layers(*model, "BatchNormalization", 40, -0.5);
   return model;
 }
 
@@ -526,13 +520,7 @@ TEST(LiteConvertTest, LayerNormalizationRunsInFloat) {
   Sequential model({Dense(16, "relu"), LayerNormalization(), Dense(3)}, "layer_norm");
   model.set_seed(12);
   model.build({5});
-  for (const LayerPtr& layer : model.layers()) {
-    if (layer->type_name() != "LayerNormalization") continue;
-    uint64_t seed = 90;
-    for (const Variable& v : layer->weights()) {
-      const_cast<Variable&>(v).assign(random_uniform(v.shape(), seed++) + 0.25);
-    }
-  }
+  randomize_layers(model, "LayerNormalization", 90, 0.25);
   const Tensor x = random_uniform({7, 5}, 13);
   const std::vector<float> want = model.predict(x).to_vector<float>();
   ConvertOptions f;
@@ -564,10 +552,7 @@ TEST(LiteConvertTest, DepthwiseConvolutionsConvert) {
                    "mobile");
   model.set_seed(21);
   model.build({10, 10, 2});
-  int seed = 60;
-  for (const LayerPtr& layer : model.layers()) {
-    if (layer->type_name() == "BatchNormalization") set_statistics(*layer, seed += 10);
-  }
+  randomize_layers(model, "BatchNormalization", 60, -0.5);
   const Tensor x = random_uniform({5, 10, 10, 2}, 22);
   const std::vector<float> want = model.predict(x).to_vector<float>();
   ConvertOptions f;
@@ -634,10 +619,7 @@ TEST(LiteConvertSavedModelTest, BatchNormalizationFoldsFromTheGraphToo) {
                    "bn_saved");
   model.set_seed(6);
   model.build({8, 8, 2});
-  int seed = 70;
-  for (const LayerPtr& layer : model.layers()) {
-    if (layer->type_name() == "BatchNormalization") set_statistics(*layer, seed += 10);
-  }
+  randomize_layers(model, "BatchNormalization", 70, -0.5);
   const std::string dir = saved_dir("lite_saved_bn");
   io::save_model(model, dir);
   ConvertOptions f;
