@@ -113,6 +113,7 @@ class GraphLowering {
   bool join(int node);
   bool affine(int node);
   bool gelu(int node);
+  bool global_pool(int node);
   bool layer_norm(int node);
   // A scalar constant operand of `node` (input 0 or 1), or NaN.
   float scalar_operand(int node, int* other);
@@ -200,6 +201,46 @@ bool GraphLowering::gelu(int node) {
   }
   consume({scaled, e, one_plus, half, y});
   value_[y] = emit_activation(node, value_of({v, 0}), "gelu");
+  return true;
+}
+
+// GlobalAveragePooling2D and GlobalMaxPooling2D: reduce_sum over H and W divided by H * W, or
+// reduce_max over them, of an NHWC value: a pool whose one window is the whole image, then a
+// Reshape to the node's [batch, c] (none when the dims are kept).
+bool GraphLowering::global_pool(int node) {
+  const NodeInfo& n = nodes_[node];
+  const int x = n.inputs.size() == 1 ? value_of(n.inputs[0]) : -1;
+  if (x < 0 || shapes_[x].size() != 4 || n.attrs.get_ints("axes") != std::vector<int64_t>{1, 2}) {
+    return false;
+  }
+  const std::vector<int64_t>& xs = shapes_[x];
+  const bool max = n.op == "reduce_max";
+  int end = node;
+  if (!max) {
+    const int div = only_user(node, "div");
+    int other = -1;
+    if (div < 0 || nodes_[div].inputs[0].node != node ||
+        scalar_operand(div, &other) != static_cast<float>(xs[1] * xs[2])) {
+      return false;
+    }
+    end = div;
+  }
+  if (per_example(out_shape(end)) != xs[3]) return false;
+  consume({end});
+  FloatOp op;
+  op.layer = scope(n.name);
+  op.code = max ? OpCode::kMaxPool2D : OpCode::kAvgPool2D;
+  op.window = {xs[1], xs[2], xs[1], xs[2]};
+  op.out_shape = {-1, 1, 1, xs[3]};
+  int v = emit(op, {x});
+  if (out_shape(end) != op.out_shape) {
+    FloatOp flat;
+    flat.layer = op.layer;
+    flat.code = OpCode::kReshape;
+    flat.out_shape = out_shape(end);
+    v = emit(flat, {v});
+  }
+  value_[end] = v;
   return true;
 }
 
@@ -611,7 +652,7 @@ std::vector<FloatOp> GraphLowering::run(std::vector<int64_t>* input_shape, int* 
     } else if (op == "le" || op == "max") {
       matched = relu(id);
     } else if (op == "reduce_max") {
-      matched = softmax(id);
+      matched = softmax(id) || global_pool(id);
     } else if (op == "abs") {
       matched = softplus(id);
     } else if (op == "logistic") {
@@ -628,7 +669,7 @@ std::vector<FloatOp> GraphLowering::run(std::vector<int64_t>* input_shape, int* 
     } else if (op == "mul" || op == "sub" || op == "div") {
       matched = (op == "mul" && gelu(id)) || affine(id);
     } else if (op == "reduce_sum") {
-      matched = layer_norm(id);
+      matched = layer_norm(id) || global_pool(id);
     } else if (op == "identity" && n.inputs.size() == 1 && value_of(n.inputs[0]) >= 0) {
       value_[id] = value_of(n.inputs[0]);
       matched = true;
@@ -643,8 +684,9 @@ std::vector<FloatOp> GraphLowering::run(std::vector<int64_t>* input_shape, int* 
     throw Error(ErrorCode::kUnimplemented,
                 what +
                     " has ops the lite runtime cannot run (it runs what Dense, Conv2D, "
-                    "MaxPool2D, AveragePool2D, Flatten, Reshape, Add, Concatenate and the "
-                    "activations relu, softmax, tanh, sigmoid, swish and softplus export):" +
+                    "BatchNormalization, LayerNormalization, the 2-d pools, Flatten, Reshape, "
+                    "Add, Concatenate and the activations relu, softmax, tanh, sigmoid, swish, "
+                    "softplus and gelu export):" +
                     list);
   }
   const ValueRef out{node_of(exported_.outputs[0].second), exported_.outputs[0].second.impl()->output};

@@ -610,6 +610,32 @@ TEST(LiteConvertTest, BatchNormalizationFoldsOrRunsInFloatAndGlobalPoolsAndGeluC
   }
 }
 
+// The same CNN from its saved model: the same ops (batch normalizations folded or a
+// ChannelAffine, global pools, gelu), the same outputs within rounding.
+TEST(LiteConvertSavedModelTest, NormalizationsGlobalPoolsAndGeluConvertAsTheirModelDoes) {
+  for (bool global_max : {false, true}) {
+    std::unique_ptr<Sequential> cnn = normalized_cnn(global_max);
+    Sequential& model = *cnn;
+    const std::string dir = saved_dir("lite_saved_normalized");
+    io::save_model(model, dir);
+    ConvertOptions f;
+    f.quantize = false;
+    const ConversionReport from_graph = convert(dir, temp_path("normalized_graph.klite"), f);
+    const ConversionReport from_model = convert(model, temp_path("normalized_model.klite"), f);
+    ASSERT_EQ(from_graph.layers.size(), from_model.layers.size()) << from_graph.str();
+    for (size_t i = 0; i < from_graph.layers.size(); ++i) {
+      EXPECT_EQ(from_graph.layers[i].op, from_model.layers[i].op) << from_graph.str();
+    }
+    const Tensor x = random_uniform({3, 9, 9, 3}, 31);
+    const std::vector<float> want = model.predict(x).to_vector<float>();
+    const std::vector<float> got =
+        Interpreter::load(temp_path("normalized_graph.klite"))->run(x.to_vector<float>().data(), 3);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4) << i;
+    std::filesystem::remove_all(dir);
+  }
+}
+
 // In a saved model a batch normalization is sub, mul, mul and add by constants (rsqrt of the
 // variance computed at conversion): they fold into the conv before them, as in the model.
 TEST(LiteConvertSavedModelTest, BatchNormalizationFoldsFromTheGraphToo) {
