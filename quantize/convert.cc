@@ -174,7 +174,8 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
         "Flatten",    "Reshape",      "Dropout",              "InputLayer",
         "Activation", "Add",          "Concatenate",          "BatchNormalization",
         "SpatialDropout2D", "GlobalAveragePooling2D", "GlobalMaxPooling2D",
-        "LayerNormalization", "DepthwiseConv2D"};
+        "LayerNormalization", "DepthwiseConv2D", "Conv1D", "MaxPooling1D", "AveragePooling1D",
+        "GlobalAveragePooling1D", "GlobalMaxPooling1D"};
     if (kLowered.count(type_name) == 0) {
       refuse(layer, "no lite op");
       continue;
@@ -267,6 +268,69 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
         for (int64_t d : target) op.out_shape.push_back(d == -1 ? per_example(shape) / known : d);
       }
       out = emit(op, {x});
+    } else if (type_name == "Conv1D" || type_name == "MaxPooling1D" ||
+               type_name == "AveragePooling1D" || type_name == "GlobalAveragePooling1D" ||
+               type_name == "GlobalMaxPooling1D") {
+      // [batch, steps, channels] as an image of one column: Reshape, the 2-d op with a window
+      // of one column, Reshape back.
+      if (shape.size() != 3) {
+        refuse(layer, "input " + shape_str(shape) + " is not [batch, steps, channels]");
+        continue;
+      }
+      const bool global = type_name.rfind("Global", 0) == 0;
+      const bool conv1d = type_name == "Conv1D";
+      const std::string padding = global ? "valid" : config.get_string("padding");
+      const std::string act = conv1d ? config.get_string("activation") : "";
+      const bool fused = act.empty() || act == "linear" || act == "relu";
+      const std::optional<FloatOp> after =
+          fused ? std::nullopt : float_activation_op(act, layer.name(), {});
+      if ((conv1d && config.get_int("dilation_rate", 1) != 1) || (!fused && !after) ||
+          (padding != "valid" && padding != "same" && padding != "causal")) {
+        refuse(layer, "dilation, padding " + padding + " or activation " + act);
+        continue;
+      }
+      kernels::Window win;
+      const int64_t steps = shape[1];
+      win.kh = global ? steps : config.get_int(conv1d ? "kernel_size" : "pool_size");
+      win.stride_h = global ? steps : config.get_int("strides");
+      if (padding == "same") {
+        std::tie(win.pad_top, win.pad_bottom) = same_padding(steps, win.kh, win.stride_h);
+      }
+      if (padding == "causal") win.pad_top = win.kh - 1;
+      FloatOp column;
+      column.layer = layer.name();
+      column.code = OpCode::kReshape;
+      column.out_shape = {-1, steps, 1, shape[2]};
+      const int image = emit(column, {x});
+      op.window = win;
+      if (conv1d) {
+        const Tensor kernel = layer.weights().at(0).value();  // [k, channels, filters]
+        const int64_t m = kernel.dim(2);
+        op.code = OpCode::kConv2D;
+        op.weights = output_major(kernel);
+        op.weight_shape = {m, kernel.dim(0), 1, kernel.dim(1)};
+        if (act == "relu") op.activation = Activation::kRelu;
+        if (config.get_bool("use_bias", true)) {
+          op.bias = layer.weights().at(1).value().to_vector<float>();
+        }
+        op.out_shape = {-1, win.out_h(steps), 1, m};
+      } else {
+        op.code = type_name.find("Max") != std::string::npos ? OpCode::kMaxPool2D
+                                                            : OpCode::kAvgPool2D;
+        op.out_shape = {-1, win.out_h(steps), 1, shape[2]};
+      }
+      const int result = emit(op, {image});
+      FloatOp back;
+      back.layer = layer.name();
+      back.code = OpCode::kReshape;
+      back.out_shape = {-1, op.out_shape[1], op.out_shape[3]};
+      if (global && !config.get_bool("keepdims", false)) back.out_shape = {-1, op.out_shape[3]};
+      out = emit(back, {result});
+      if (after) {
+        FloatOp f = *after;
+        f.out_shape = back.out_shape;
+        out = emit(f, {out});
+      }
     } else if (type_name == "GlobalAveragePooling2D" || type_name == "GlobalMaxPooling2D") {
       if (shape.size() != 4) {
         refuse(layer, "input " + shape_str(shape) + " is not NHWC");

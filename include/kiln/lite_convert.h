@@ -57,7 +57,8 @@ struct ConversionReport {
 // Dense, Conv2D and DepthwiseConv2D (relu fused; softmax, tanh, sigmoid, swish, softplus, gelu
 // run in float),
 // BatchNormalization (folded into the Dense or Conv2D before it, else a float ChannelAffine),
-// LayerNormalization (float), MaxPool2D, AveragePool2D, GlobalAveragePooling2D,
+// LayerNormalization (float), Conv1D and the 1-d pools (as 2-d ones), MaxPool2D, AveragePool2D,
+// GlobalAveragePooling2D,
 // GlobalMaxPooling2D, Flatten, Reshape, Dropout, SpatialDropout2D, Activation, Add and
 // Concatenate (last axis), in a Sequential or functional model. Writes `path` atomically. kiln::Error (kUnimplemented) listing
 // every layer it cannot convert, kInvalidArgument for a model not built or calibration data of

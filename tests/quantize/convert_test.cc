@@ -257,16 +257,17 @@ TEST(LiteConvertTest, ReluFusesThroughIdentityLayersButNotOverAnotherReader) {
 }
 
 TEST(LiteConvertTest, LayersWithoutALiteOpAreAllNamed) {
-  Sequential model({Dense(8), RepeatVector(2), Conv1D(3, 2), Flatten(), Dense(4)});
-  model.build({6});
+  Sequential model({Conv1D(3, 2, "", 1, "valid", /*dilation=*/2), Flatten(), Dense(8),
+                    RepeatVector(2), Flatten(), Dense(4)});
+  model.build({6, 3});
   try {
     convert(model, temp_path("never.klite"), {});
-    FAIL() << "converted a model with RepeatVector and Conv1D";
+    FAIL() << "converted a model with RepeatVector and a dilated Conv1D";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnimplemented);
     const std::string m = e.what();
     EXPECT_NE(m.find("(RepeatVector): no lite op"), std::string::npos) << m;
-    EXPECT_NE(m.find("(Conv1D)"), std::string::npos) << m;
+    EXPECT_NE(m.find("(Conv1D): dilation"), std::string::npos) << m;
   }
 }
 
@@ -540,6 +541,37 @@ TEST(LiteConvertTest, LayerNormalizationRunsInFloat) {
   expect_close(Interpreter::load(temp_path("layer_norm_int8.klite"))
                    ->run(x.to_vector<float>().data(), 7),
                want, 0.05, 0.01);
+}
+
+// 1-d layers run as their 2-d ops over an image of one column, between Reshapes.
+TEST(LiteConvertTest, OneDimensionalLayersConvert) {
+  for (bool global_max : {false, true}) {
+    Sequential model({Conv1D(6, 3, "relu", 1, "same"), MaxPool1D(2),
+                      Conv1D(4, 2, "tanh", 1, "causal"), AveragePool1D(2, 2, "same"),
+                      global_max ? LayerRef(GlobalMaxPooling1D()) : LayerRef(GlobalAveragePooling1D()),
+                      Dense(3)},
+                     global_max ? "series_max" : "series_avg");
+    model.set_seed(17);
+    model.build({20, 3});
+    const Tensor x = random_uniform({6, 20, 3}, 18);
+    const std::vector<float> want = model.predict(x).to_vector<float>();
+    ConvertOptions f;
+    f.quantize = false;
+    const ConversionReport report = convert(model, temp_path("series.klite"), f);
+    int convs = 0;
+    for (const LayerReport& l : report.layers) convs += l.op == "Conv2D";
+    EXPECT_EQ(convs, 2) << report.str();
+    const std::vector<float> got =
+        Interpreter::load(temp_path("series.klite"))->run(x.to_vector<float>().data(), 6);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+    ConvertOptions q;
+    q.representative = random_uniform({128, 20, 3}, 19);
+    convert(model, temp_path("series_int8.klite"), q);
+    expect_close(
+        Interpreter::load(temp_path("series_int8.klite"))->run(x.to_vector<float>().data(), 6),
+        want, 0.05, 0.01);
+  }
 }
 
 // MobileNet's block: a depthwise convolution (multiplier 1 with "same" padding and stride 2,
