@@ -644,6 +644,7 @@ void Interpreter::Impl::fuse_pools() {
     conv.write = pool.out;
     conv.im2col = true;  // the patch rows go in pooled order
     pool.fused = true;
+    op_infos[i + 1].fused = true;
   }
 }
 

@@ -189,6 +189,11 @@ int run(int argc, char** argv) {
     for (double t : model->op_seconds()) ops_total += t;
     for (size_t i = 0; i < model->ops().size(); ++i) {
       const kiln::lite::OpInfo& op = model->ops()[i];
+      if (op.fused) {
+        std::printf("  %-20s %-16s (runs inside the op before it)\n", op.name.c_str(),
+                    op.type.c_str());
+        continue;
+      }
       std::printf("  %-20s %-16s %6.1f%%  %8.2f us per batch\n", op.name.c_str(), op.type.c_str(),
                   100.0 * model->op_seconds()[i] / ops_total,
                   1e6 * model->op_seconds()[i] / static_cast<double>(ms.size()));

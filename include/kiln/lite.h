@@ -33,6 +33,9 @@ struct OpInfo {
   std::string type;         // "FullyConnected", "Conv2D", ...
   std::vector<int> inputs;  // tensor indices; -1 for an absent optional input
   int output = -1;
+  // Runs inside the op before it: a MaxPool2D fused into the Conv2D it pools (its output is
+  // written by that op; its own time is 0).
+  bool fused = false;
 };
 
 struct Options {

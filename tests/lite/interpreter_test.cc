@@ -533,6 +533,8 @@ TEST(LiteInterpreterTest, AConvAndTheMaxPoolAfterItFuseWithoutChangingABit) {
             if (fused->ops()[i].name != "pool") continue;
             EXPECT_EQ(fused->op_seconds()[i] == 0.0, fusable)
                 << "pool " << pool_h << "x" << pool_w << " also read " << also_read;
+            EXPECT_EQ(fused->ops()[i].fused, fusable);
+            EXPECT_FALSE(apart->ops()[i].fused);
           }
         }
         int positive = 0;
