@@ -80,8 +80,8 @@ struct Op {
   kernels::QuantGemmParams quant;
   std::unique_ptr<kernels::QuantGemm> gemm_int8;  // packed_int8 with quant, prepared
   std::vector<uint8_t> depthwise_weights;         // kDepthwiseConv2D: [kh][kw][m] (f32 or i8)
-  kernels::QuantAddParams add;           // kAdd, int8
-  std::vector<kernels::Requant> concat;  // kConcatenate, int8: per input to the output
+  kernels::QuantAddParams add;                    // kAdd, int8
+  std::vector<kernels::Requant> concat;           // kConcatenate, int8: per input to the output
   // A Conv2D with the MaxPool2D after it fused (fuse_pools): the GEMM takes the max of each
   // pool_h x pool_w window and writes `write`, the pool's output; the pool op is `fused` and
   // does not run.
@@ -503,8 +503,8 @@ void Interpreter::Impl::check_op(size_t index) {
             tensors[t].shape != std::vector<int64_t>{x.shape.back()}) {
           bad_op(index, std::string(norm ? (j == 1 ? "gamma " : "beta ")
                                          : (j == 1 ? "scale " : "shift ")) +
-                            (t < 0 ? std::string("-1") : describe(t)) + " is not an f32 constant [" +
-                            std::to_string(x.shape.back()) + "]");
+                            (t < 0 ? std::string("-1") : describe(t)) +
+                            " is not an f32 constant [" + std::to_string(x.shape.back()) + "]");
         }
       }
       if (norm) {
@@ -628,15 +628,14 @@ void Interpreter::Impl::fuse_pools() {
   for (size_t i = 0; i + 1 < ops.size(); ++i) {
     Op& conv = ops[i];
     Op& pool = ops[i + 1];
-    if (conv.code != OpCode::kConv2D || pool.code != OpCode::kMaxPool2D ||
-        pool.in[0] != conv.out || readers[conv.out] != 1 || conv.out == output) {
+    if (conv.code != OpCode::kConv2D || pool.code != OpCode::kMaxPool2D || pool.in[0] != conv.out ||
+        readers[conv.out] != 1 || conv.out == output) {
       continue;
     }
     const kernels::Window& win = pool.window;
     const int64_t rows = win.kh * win.kw;
-    if (win.stride_h != win.kh || win.stride_w != win.kw || win.pad_top != 0 ||
-        win.pad_left != 0 || win.pad_bottom != 0 || win.pad_right != 0 ||
-        (rows != 2 && rows != kernels::kMaxPoolRows)) {
+    if (win.stride_h != win.kh || win.stride_w != win.kw || win.pad_top != 0 || win.pad_left != 0 ||
+        win.pad_bottom != 0 || win.pad_right != 0 || (rows != 2 && rows != kernels::kMaxPoolRows)) {
       continue;
     }
     conv.pool_h = win.kh;
@@ -780,18 +779,18 @@ void Interpreter::Impl::run_op(const Op& op) {
     // Parts of at least ~4M multiply-adds: a smaller op ends sooner than a second core gets the
     // data the op before it left in this core's cache.
     const int64_t min_part = (int64_t{1} << 22) / std::max<int64_t>(1, k * m * pool_rows);
-    pool->parallel_for(
-        rows / pool_rows, std::max<int64_t>(1, min_part), [&](int64_t begin, int64_t end) {
-          const int64_t first = begin * pool_rows, count = (end - begin) * pool_rows;
-          if (int8) {
-            op.gemm_int8->run(reinterpret_cast<const int8_t*>(a) + first * k, count,
-                              reinterpret_cast<int8_t*>(dst) + begin * m, pool_rows);
-          } else {
-            kernels::gemm_f32(reinterpret_cast<const float*>(a) + first * k, count,
-                              *op.packed_f32, op.bias_f32, op.activation,
-                              reinterpret_cast<float*>(dst) + begin * m, pool_rows);
-          }
-        });
+    pool->parallel_for(rows / pool_rows, std::max<int64_t>(1, min_part),
+                       [&](int64_t begin, int64_t end) {
+                         const int64_t first = begin * pool_rows, count = (end - begin) * pool_rows;
+                         if (int8) {
+                           op.gemm_int8->run(reinterpret_cast<const int8_t*>(a) + first * k, count,
+                                             reinterpret_cast<int8_t*>(dst) + begin * m, pool_rows);
+                         } else {
+                           kernels::gemm_f32(reinterpret_cast<const float*>(a) + first * k, count,
+                                             *op.packed_f32, op.bias_f32, op.activation,
+                                             reinterpret_cast<float*>(dst) + begin * m, pool_rows);
+                         }
+                       });
   };
   const int64_t h = x.shape.size() == 4 ? x.shape[1] : 0, w = x.shape.size() == 4 ? x.shape[2] : 0;
   const int64_t c = x.shape.back();
@@ -802,8 +801,8 @@ void Interpreter::Impl::run_op(const Op& op) {
       return;
     case OpCode::kConv2D: {
       // With a fused pool, only the positions of whole pool windows.
-      const int64_t positions = out.shape[1] / op.pool_h * op.pool_h *
-                                (out.shape[2] / op.pool_w * op.pool_w);
+      const int64_t positions =
+          out.shape[1] / op.pool_h * op.pool_h * (out.shape[2] / op.pool_w * op.pool_w);
       const int64_t rows = n * positions;
       if (!op.im2col) {
         rows_gemm(src, rows);
@@ -814,8 +813,8 @@ void Interpreter::Impl::run_op(const Op& op) {
         if (int8) {
           kernels::im2col_int8(reinterpret_cast<const int8_t*>(src) + begin * in_image, end - begin,
                                h, w, c, op.window, static_cast<int8_t>(x.zero_point),
-                               reinterpret_cast<int8_t*>(scratch.data()) + begin * patch,
-                               op.pool_h, op.pool_w);
+                               reinterpret_cast<int8_t*>(scratch.data()) + begin * patch, op.pool_h,
+                               op.pool_w);
         } else {
           kernels::im2col_f32(reinterpret_cast<const float*>(src) + begin * in_image, end - begin,
                               h, w, c, op.window,
@@ -832,14 +831,14 @@ void Interpreter::Impl::run_op(const Op& op) {
         if (int8) {
           kernels::depthwise_conv_int8(
               reinterpret_cast<const int8_t*>(src) + begin * in_image, end - begin, h, w, c,
-              op.window, reinterpret_cast<const int8_t*>(op.depthwise_weights.data()), m,
-              op.quant, int8_path, reinterpret_cast<int8_t*>(dst) + begin * out_image);
+              op.window, reinterpret_cast<const int8_t*>(op.depthwise_weights.data()), m, op.quant,
+              int8_path, reinterpret_cast<int8_t*>(dst) + begin * out_image);
         } else {
-          kernels::depthwise_conv_f32(
-              reinterpret_cast<const float*>(src) + begin * in_image, end - begin, h, w, c,
-              op.window, reinterpret_cast<const float*>(op.depthwise_weights.data()), m,
-              op.bias_f32, op.activation, float_path,
-              reinterpret_cast<float*>(dst) + begin * out_image);
+          kernels::depthwise_conv_f32(reinterpret_cast<const float*>(src) + begin * in_image,
+                                      end - begin, h, w, c, op.window,
+                                      reinterpret_cast<const float*>(op.depthwise_weights.data()),
+                                      m, op.bias_f32, op.activation, float_path,
+                                      reinterpret_cast<float*>(dst) + begin * out_image);
         }
       });
       return;

@@ -397,8 +397,10 @@ struct Int8Tiles {
         for (int q = 0; q < 4; ++q) {
           x[q] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask, row + q * k + 4 * g0), flip);
         }
-        const __m512i t0 = _mm512_unpacklo_epi32(x[0], x[1]), t1 = _mm512_unpackhi_epi32(x[0], x[1]);
-        const __m512i t2 = _mm512_unpacklo_epi32(x[2], x[3]), t3 = _mm512_unpackhi_epi32(x[2], x[3]);
+        const __m512i t0 = _mm512_unpacklo_epi32(x[0], x[1]),
+                      t1 = _mm512_unpackhi_epi32(x[0], x[1]);
+        const __m512i t2 = _mm512_unpacklo_epi32(x[2], x[3]),
+                      t3 = _mm512_unpackhi_epi32(x[2], x[3]);
         // u[i] holds groups i, i + 4, i + 8, i + 12 of the four rows, one per 128-bit lane.
         const __m512i u[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
                               _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
@@ -475,7 +477,8 @@ struct Int8Tiles {
       const Requant16 rq = load_requant16(channels, j);
       for (int r = 0; r < R; r += pool) {
         __m512i sum = _mm512_load_si512(sums[c][r]);
-        for (int p = 1; p < pool; ++p) sum = _mm512_max_epi32(sum, _mm512_load_si512(sums[c][r + p]));
+        for (int p = 1; p < pool; ++p)
+          sum = _mm512_max_epi32(sum, _mm512_load_si512(sums[c][r + p]));
         const __m128i q = _mm512_cvtepi32_epi8(requantize16(sum, rq));
         int8_t* dst = out_rows + r / pool * ldo + j;
         if (mask == 0xFFFF) {
@@ -535,8 +538,9 @@ void quant_gemm_avx512(const int8_t* a, int64_t n, const PackedInt8& w, const Qu
                         static_cast<int32_t>(clamp.hi - clamp.zp),
                         p.out_zero_point,
                         left_shifts};
-  Int8Tiles tiles{a,  w.k(), w.m(), w.k_padded() / 4, w.data(), ch,
-                  scratch<uint8_t>(12 * w.k_padded()), out, pool_rows};
+  Int8Tiles tiles{
+      a,   w.k(),    w.m(), w.k_padded() / 4, w.data(), ch, scratch<uint8_t>(12 * w.k_padded()),
+      out, pool_rows};
   run_tiles(n, mp / kBlock, tiles, pool_rows);
 }
 
@@ -738,8 +742,8 @@ void im2col(const T* x, int64_t n, int64_t h, int64_t w, int64_t c, const Window
           for (int64_t ky = 0; ky < win.kh; ++ky) {
             const int64_t y = oy * win.stride_h - win.pad_top + ky;
             const bool inside = y >= 0 && y < h;
-            T* col = patches + ((b * ph + py) * pw * window + dy * pool_w + dx) * row +
-                     ky * win.kw * c;
+            T* col =
+                patches + ((b * ph + py) * pw * window + dy * pool_w + dx) * row + ky * win.kw * c;
             for (int64_t px = 0; px < pw; ++px) {
               const int64_t ox = px * pool_w + dx;
               if (inside && px == px_lo && px_hi > px_lo) {
@@ -875,8 +879,7 @@ PackedInt8::PackedInt8(const int8_t* weights, int64_t m, int64_t k, Path path)
   }
 }
 
-QuantGemm::QuantGemm(const PackedInt8& w, const QuantGemmParams& params)
-    : w_(&w), params_(params) {
+QuantGemm::QuantGemm(const PackedInt8& w, const QuantGemmParams& params) : w_(&w), params_(params) {
 #if defined(__x86_64__)
   if (w.path() == Path::kAvx512) left_shifts_ = int8_channel_operands(w, params, operands_);
 #endif
@@ -1210,8 +1213,8 @@ void channel_affine_f32(const float* x, int64_t rows, int64_t c, const float* sc
   }
 }
 
-void layer_norm_f32(const float* x, int64_t rows, int64_t c, const float* gamma,
-                    const float* beta, float epsilon, float* out) {
+void layer_norm_f32(const float* x, int64_t rows, int64_t c, const float* gamma, const float* beta,
+                    float epsilon, float* out) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * c;
     double sum = 0;

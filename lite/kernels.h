@@ -161,8 +161,8 @@ void channel_affine_f32(const float* x, int64_t rows, int64_t c, const float* sc
                         const float* shift, float* out);
 // Each row of x [rows][c] normalized: (x - mean) / sqrt(variance + epsilon) * gamma + beta, the
 // mean and (biased) variance over the row.
-void layer_norm_f32(const float* x, int64_t rows, int64_t c, const float* gamma,
-                    const float* beta, float epsilon, float* out);
+void layer_norm_f32(const float* x, int64_t rows, int64_t c, const float* gamma, const float* beta,
+                    float epsilon, float* out);
 
 // int8 a + b at the output's scale, TF Lite's way: both inputs shifted left 20 bits and scaled
 // to twice the larger input scale, summed, then requantized to the output.

@@ -11,9 +11,9 @@
 #include <set>
 #include <sstream>
 
+#include "kiln/io/saved_model.h"
 #include "kiln/lite.h"
 #include "kiln/lite_convert.h"
-#include "kiln/io/saved_model.h"
 #include "kiln/nn/saving.h"
 #include "kiln/ops.h"
 #include "kiln/shape.h"
@@ -81,6 +81,8 @@ bool takes_epilogue(const FloatOp& op) {
          op.code == OpCode::kDepthwiseConv2D;
 }
 
+}  // namespace
+
 // TF's "same": the output is ceil(in / stride) and the padding's odd pixel goes at the end.
 std::pair<int64_t, int64_t> same_padding(int64_t in, int64_t k, int64_t stride) {
   const int64_t out = (in + stride - 1) / stride;
@@ -105,6 +107,8 @@ kernels::Window window_from(const Attrs& config, const std::string& size_key,
   }
   return w;
 }
+
+namespace {
 
 // The model's layers as lite ops, each reading values: 0 is the model's input, op i's output is
 // value i + 1; `output` gets the model's output value. kUnimplemented listing every layer that
@@ -169,13 +173,28 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
     const nn::Layer& layer = *calls[c].first;
     const std::string type_name = layer.type_name();
     const Attrs config = layer.config();
-    static const std::set<std::string> kLowered = {
-        "Dense",      "Conv2D",       "MaxPooling2D",         "AveragePooling2D",
-        "Flatten",    "Reshape",      "Dropout",              "InputLayer",
-        "Activation", "Add",          "Concatenate",          "BatchNormalization",
-        "SpatialDropout2D", "GlobalAveragePooling2D", "GlobalMaxPooling2D",
-        "LayerNormalization", "DepthwiseConv2D", "Conv1D", "MaxPooling1D", "AveragePooling1D",
-        "GlobalAveragePooling1D", "GlobalMaxPooling1D"};
+    static const std::set<std::string> kLowered = {"Dense",
+                                                   "Conv2D",
+                                                   "MaxPooling2D",
+                                                   "AveragePooling2D",
+                                                   "Flatten",
+                                                   "Reshape",
+                                                   "Dropout",
+                                                   "InputLayer",
+                                                   "Activation",
+                                                   "Add",
+                                                   "Concatenate",
+                                                   "BatchNormalization",
+                                                   "SpatialDropout2D",
+                                                   "GlobalAveragePooling2D",
+                                                   "GlobalMaxPooling2D",
+                                                   "LayerNormalization",
+                                                   "DepthwiseConv2D",
+                                                   "Conv1D",
+                                                   "MaxPooling1D",
+                                                   "AveragePooling1D",
+                                                   "GlobalAveragePooling1D",
+                                                   "GlobalMaxPooling1D"};
     if (kLowered.count(type_name) == 0) {
       refuse(layer, "no lite op");
       continue;
@@ -315,8 +334,8 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
         }
         op.out_shape = {-1, win.out_h(steps), 1, m};
       } else {
-        op.code = type_name.find("Max") != std::string::npos ? OpCode::kMaxPool2D
-                                                            : OpCode::kAvgPool2D;
+        op.code =
+            type_name.find("Max") != std::string::npos ? OpCode::kMaxPool2D : OpCode::kAvgPool2D;
         op.out_shape = {-1, win.out_h(steps), 1, shape[2]};
       }
       const int result = emit(op, {image});
@@ -388,8 +407,8 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
       const double epsilon = config.get_float("epsilon", 1e-3);
       std::vector<float> scale(c), shift(c);
       for (int64_t j = 0; j < c; ++j) {
-        const double s = w["gamma"][j] / std::sqrt(static_cast<double>(w["moving_variance"][j]) +
-                                                   epsilon);
+        const double s =
+            w["gamma"][j] / std::sqrt(static_cast<double>(w["moving_variance"][j]) + epsilon);
         scale[j] = static_cast<float>(s);
         shift[j] = static_cast<float>(w["beta"][j] - w["moving_mean"][j] * s);
       }
@@ -428,8 +447,7 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
       if (name.empty() || name == "linear") {
         out = x;
         ++identity_reads[x];
-      } else if (name == "relu" && producer != nullptr && uses == 1 &&
-                 takes_epilogue(*producer) &&
+      } else if (name == "relu" && producer != nullptr && uses == 1 && takes_epilogue(*producer) &&
                  producer->activation == Activation::kNone) {
         ops[x - 1].activation = Activation::kRelu;  // fused: its only reader is this relu
         out = x;
@@ -523,10 +541,10 @@ int add_constant(ModelBuilder& b, std::string name, DType dtype, std::vector<int
 // A ChannelAffine's scale and shift constants, a LayerNorm's gamma and beta.
 std::vector<int> per_channel_constants(ModelBuilder& b, const FloatOp& op) {
   const bool norm = op.code == OpCode::kLayerNorm;
-  return {add_constant(b, op.layer + (norm ? "/gamma" : "/scale"), DType::kFloat32,
-                       op.weight_shape, op.weights),
-          add_constant(b, op.layer + (norm ? "/beta" : "/shift"), DType::kFloat32,
-                       op.weight_shape, op.bias)};
+  return {add_constant(b, op.layer + (norm ? "/gamma" : "/scale"), DType::kFloat32, op.weight_shape,
+                       op.weights),
+          add_constant(b, op.layer + (norm ? "/beta" : "/shift"), DType::kFloat32, op.weight_shape,
+                       op.bias)};
 }
 
 // The float model; `outputs` gets each op's output tensor.
@@ -737,8 +755,9 @@ std::string ConversionReport::str() const {
 namespace {
 
 // The lowered float ops to a file: as they are, or quantized after calibration.
-ConversionReport convert_ops(const std::vector<FloatOp>& ops, const std::vector<int64_t>& input_shape,
-                             int output, const std::string& path, const ConvertOptions& options) {
+ConversionReport convert_ops(const std::vector<FloatOp>& ops,
+                             const std::vector<int64_t>& input_shape, int output,
+                             const std::string& path, const ConvertOptions& options) {
   std::vector<int> float_outputs;
   const std::string float_bytes = float_model(ops, input_shape, output, &float_outputs);
   ConversionReport report;

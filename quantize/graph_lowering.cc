@@ -282,8 +282,7 @@ bool GraphLowering::layer_norm(int node) {
   int other = -1;
   const float epsilon = plus < 0 ? -1.f : scalar_operand(plus, &other);
   if (nodes_[sq].op != "mul" || !reads(sq, {centered, centered}) || rs < 0 || other != var ||
-      !(epsilon >= 0.f) ||
-      nodes_[scaled].op != "mul" || only_user(rs, "mul") != scaled ||
+      !(epsilon >= 0.f) || nodes_[scaled].op != "mul" || only_user(rs, "mul") != scaled ||
       !(reads(scaled, {centered, rs}) || reads(scaled, {rs, centered}))) {
     return false;
   }
@@ -364,7 +363,7 @@ bool GraphLowering::weighted(int node) {
     op.weights = output_major(*w);
     op.weight_shape = {m, w->dim(0), w->dim(1), w->dim(2)};
     const std::vector<int64_t>&s = a.get_ints("strides"), &lo = a.get_ints("padding_low"),
-                              &hi = a.get_ints("padding_high");
+          &hi = a.get_ints("padding_high");
     op.window = {w->dim(0), w->dim(1), s[0], s[1], lo[0], lo[1], hi[0], hi[1]};
     op.out_shape = {-1, op.window.out_h(xs[1]), op.window.out_w(xs[2]), m};
   } else {
@@ -492,8 +491,8 @@ bool GraphLowering::softplus(int node) {
   const int lp = e < 0 ? -1 : only_user(e, "log1p");
   const int add = lp < 0 ? -1 : only_user(lp, "add");
   if (x < 0 || add < 0 || nodes_[add].inputs.size() != 2) return false;
-  const int mx = nodes_[add].inputs[0].node == lp ? nodes_[add].inputs[1].node
-                                                  : nodes_[add].inputs[0].node;
+  const int mx =
+      nodes_[add].inputs[0].node == lp ? nodes_[add].inputs[1].node : nodes_[add].inputs[0].node;
   const int v = n.inputs[0].node;
   if (consumed_.count(mx) || nodes_[mx].op != "max" || nodes_[mx].inputs.size() != 2 ||
       !reads(mx, {v, nodes_[mx].inputs[1].node}) || !is_zero(nodes_[mx].inputs[1]) ||
@@ -528,7 +527,7 @@ bool GraphLowering::pool(int node) {
   if (x < 0 || shapes_[x].size() != 4) return false;
   const Attrs& a = n.attrs;
   const std::vector<int64_t>&win = a.get_ints("window"), &s = a.get_ints("strides"),
-                            &lo = a.get_ints("padding_low"), &hi = a.get_ints("padding_high");
+        &lo = a.get_ints("padding_low"), &hi = a.get_ints("padding_high");
   for (const char* dilation : {"base_dilation", "window_dilation"}) {
     if (a.has(dilation) && a.get_ints(dilation) != std::vector<int64_t>(4, 1)) return false;
   }
@@ -689,7 +688,8 @@ std::vector<FloatOp> GraphLowering::run(std::vector<int64_t>* input_shape, int* 
                     "softplus and gelu export):" +
                     list);
   }
-  const ValueRef out{node_of(exported_.outputs[0].second), exported_.outputs[0].second.impl()->output};
+  const ValueRef out{node_of(exported_.outputs[0].second),
+                     exported_.outputs[0].second.impl()->output};
   *output = value_of(out);
   if (*output <= 0) {
     throw Error(ErrorCode::kUnimplemented, what + " computes nothing the lite runtime runs");
@@ -715,9 +715,8 @@ void GraphLowering::simplify(int* output) {
       const int x = op.in.at(0);
       if (x == 0 || readers[x] != 1) continue;
       FloatOp& p = ops_[x - 1];
-      const bool weighted =
-          (p.code == OpCode::kFullyConnected || p.code == OpCode::kConv2D) &&
-          p.activation == Activation::kNone;
+      const bool weighted = (p.code == OpCode::kFullyConnected || p.code == OpCode::kConv2D) &&
+                            p.activation == Activation::kNone;
       // (A LayerNorm's gamma and beta compose the same way.)
       if (op.code == OpCode::kChannelAffine &&
           (weighted || p.code == OpCode::kChannelAffine || p.code == OpCode::kLayerNorm)) {

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "kiln/attrs.h"
 #include "kiln/io/saved_model.h"
 #include "kiln/tensor.h"
 #include "lite/builder.h"
@@ -46,6 +48,12 @@ struct FloatOp {
   }
 };
 
+// TF's "same" padding of one dimension: (low, high), the odd element high.
+std::pair<int64_t, int64_t> same_padding(int64_t in, int64_t k, int64_t stride);
+// A Conv2D's or pool's window from its layer config (`size_key`: "kernel_size" or "pool_size";
+// strides, padding "valid" or "same") over an NHWC input of `in_shape`.
+kernels::Window window_from(const Attrs& config, const std::string& size_key,
+                            const std::vector<int64_t>& in_shape);
 // Elements per example of a [-1, ...] shape.
 int64_t per_example(const std::vector<int64_t>& shape);
 // Dense and Conv2D weights as [m][k]: Dense's kernel is [in,out], Conv2D's [kh,kw,in,out].

@@ -9,6 +9,7 @@
 #include "kiln/nn.h"
 #include "kiln/ops.h"
 #include "quantize/calibration.h"
+#include "quantize/lowering.h"
 
 namespace kiln::lite {
 namespace {
@@ -61,11 +62,29 @@ class QuantizeWrapper : public nn::Layer {
     build_child(*layer_, input_shapes);
   }
   Tensor call(const std::vector<Tensor>& inputs, nn::CallContext& ctx) override {
-    const Tensor kernel = fake_quant_weights(ctx.read(layer_->weights().at(0)));
-    Tensor y = layer_->type_name() == "Conv2D"
-                   ? conv2d(inputs.at(0), kernel, config_.get_ints("strides"),
-                            config_.get_string("padding"))
-                   : matmul(inputs.at(0), kernel);
+    const Tensor& x = inputs.at(0);
+    Tensor y;
+    if (layer_->type_name() == "DepthwiseConv2D") {
+      // Keras' [kh, kw, c, multiplier] as the [kh, kw, 1, c * multiplier] kernel of c groups,
+      // fake-quantized per output channel as convert quantizes it, over the window convert
+      // computes.
+      const Tensor k = ctx.read(layer_->weights().at(0));
+      const Tensor kernel =
+          fake_quant_weights(reshape(k, {k.dim(0), k.dim(1), 1, k.dim(2) * k.dim(3)}));
+      const kernels::Window win =
+          window_from(config_, "kernel_size", {-1, x.dim(1), x.dim(2), x.dim(3)});
+      ConvOptions o;
+      o.strides = {win.stride_h, win.stride_w};
+      o.padding_low = {win.pad_top, win.pad_left};
+      o.padding_high = {win.pad_bottom, win.pad_right};
+      o.groups = k.dim(2);
+      y = conv(x, kernel, o);
+    } else {
+      const Tensor kernel = fake_quant_weights(ctx.read(layer_->weights().at(0)));
+      y = layer_->type_name() == "Conv2D"
+              ? conv2d(x, kernel, config_.get_ints("strides"), config_.get_string("padding"))
+              : matmul(x, kernel);
+    }
     if (config_.get_bool("use_bias", true)) y = y + ctx.read(layer_->weights().at(1));
     const std::string& activation = config_.get_string("activation");
     if (activation == "relu") y = relu(y);
@@ -105,12 +124,6 @@ std::unique_ptr<nn::Sequential> quantization_aware(nn::Model& model,
     }
   }
   for (const nn::LayerPtr& layer : arch.layers) {
-    if (layer->type_name() == "DepthwiseConv2D") {
-      throw Error(ErrorCode::kUnimplemented,
-                  "lite::quantization_aware: model " + model.name() + " has " + layer->name() +
-                      " (DepthwiseConv2D), which quantization-aware training does not wrap yet; "
-                      "convert quantizes it after training");
-    }
     if (layer->type_name() == "BatchNormalization") {
       throw Error(ErrorCode::kUnimplemented,
                   "lite::quantization_aware: model " + model.name() + " has " + layer->name() +
@@ -125,7 +138,7 @@ std::unique_ptr<nn::Sequential> quantization_aware(nn::Model& model,
     auto after = ranges.float_outputs.find(layer->name());
     const std::optional<QuantParams> after_q =
         after == ranges.float_outputs.end() ? std::nullopt : std::optional(after->second);
-    if (type == "Dense" || type == "Conv2D") {
+    if (type == "Dense" || type == "Conv2D" || type == "DepthwiseConv2D") {
       layers.push_back(std::make_shared<QuantizeWrapper>(layer, range->second, after_q));
       continue;
     }

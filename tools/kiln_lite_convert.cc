@@ -34,8 +34,7 @@ kiln::Shape input_shape(const std::string& model) {
     const kiln::io::SavedModelInfo info = kiln::io::describe_saved_model(model);
     auto it = info.signatures.find("serving_default");
     if (it == info.signatures.end() || it->second.inputs.size() != 1) {
-      throw Error(ErrorCode::kUnimplemented,
-                  model + ": no serving_default signature of one input");
+      throw Error(ErrorCode::kUnimplemented, model + ": no serving_default signature of one input");
     }
     return it->second.inputs.begin()->second.shape;
   }

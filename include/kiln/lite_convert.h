@@ -60,9 +60,9 @@ struct ConversionReport {
 // LayerNormalization (float), Conv1D and the 1-d pools (as 2-d ones), MaxPool2D, AveragePool2D,
 // GlobalAveragePooling2D,
 // GlobalMaxPooling2D, Flatten, Reshape, Dropout, SpatialDropout2D, Activation, Add and
-// Concatenate (last axis), in a Sequential or functional model. Writes `path` atomically. kiln::Error (kUnimplemented) listing
-// every layer it cannot convert, kInvalidArgument for a model not built or calibration data of
-// the wrong shape.
+// Concatenate (last axis), in a Sequential or functional model. Writes `path` atomically.
+// kiln::Error (kUnimplemented) listing every layer it cannot convert, kInvalidArgument for a model
+// not built or calibration data of the wrong shape.
 ConversionReport convert(nn::Model& model, const std::string& path,
                          const ConvertOptions& options = {});
 // The same for a model on disk: saved whole (Model::save, a .kiln file; loaded without its

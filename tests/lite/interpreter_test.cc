@@ -155,8 +155,8 @@ TEST(LiteInterpreterTest, DepthwiseWeightsThatDoNotChainAreRefused) {
   for (int64_t m : {4, 6}) {  // 4 output channels over 3 inputs: no whole multiplier
     ModelBuilder b;
     const int x = b.add_tensor(activation("x", {-1, 4, 4, 3}));
-    const int wt = constant(b, "dw/w", DType::kFloat32, {m, 2, 2, 1},
-                            std::vector<float>(m * 4, 0.5f));
+    const int wt =
+        constant(b, "dw/w", DType::kFloat32, {m, 2, 2, 1}, std::vector<float>(m * 4, 0.5f));
     const int y = b.add_tensor(activation("y", {-1, 3, 3, m}));
     b.add_op(OpCode::kDepthwiseConv2D, "dw", {x, wt}, y, Activation::kRelu,
              ModelBuilder::window_params({2, 2, 1, 1}));
@@ -165,8 +165,8 @@ TEST(LiteInterpreterTest, DepthwiseWeightsThatDoNotChainAreRefused) {
     const std::string file = b.serialize();
     if (m == 6) {  // multiplier 2: each input channel feeds two outputs, 4 taps of 0.5
       const std::vector<float> in(16 * 3, 1.f);
-      const std::vector<float> out = Interpreter::from_buffer(file.data(), file.size())->run(
-          in.data(), 1);
+      const std::vector<float> out =
+          Interpreter::from_buffer(file.data(), file.size())->run(in.data(), 1);
       EXPECT_EQ(out, std::vector<float>(9 * 6, 2.f));
       continue;
     }
@@ -481,15 +481,16 @@ std::string conv_pool_model(bool int8, int64_t pool_h, int64_t pool_w, bool also
            ModelBuilder::window_params({pool_h, pool_w, pool_h, pool_w}));
   int out = p;
   if (also_read) {
-    const int flat = b.add_tensor(activation("flat", {-1, oh / pool_h * (ow / pool_w) * m}, dt,
-                                             scale, zp));
+    const int flat =
+        b.add_tensor(activation("flat", {-1, oh / pool_h * (ow / pool_w) * m}, dt, scale, zp));
     b.add_op(OpCode::kReshape, "flatten", {p}, flat);
     const int twice = b.add_tensor(activation("twice", {-1, oh, ow, m}, dt, scale * 2, zp));
     b.add_op(OpCode::kAdd, "twice", {c, c}, twice);
-    const int twice_flat = b.add_tensor(activation("twice_flat", {-1, oh * ow * m}, dt, scale * 2, zp));
+    const int twice_flat =
+        b.add_tensor(activation("twice_flat", {-1, oh * ow * m}, dt, scale * 2, zp));
     b.add_op(OpCode::kReshape, "twice_flatten", {twice}, twice_flat);
-    out = b.add_tensor(activation("both", {-1, oh / pool_h * (ow / pool_w) * m + oh * ow * m}, dt,
-                                  scale * 2, zp));
+    out = b.add_tensor(
+        activation("both", {-1, oh / pool_h * (ow / pool_w) * m + oh * ow * m}, dt, scale * 2, zp));
     b.add_op(OpCode::kConcatenate, "both", {flat, twice_flat}, out);
   }
   if (int8) {
@@ -724,7 +725,9 @@ TEST(LiteInterpreterTest, AnActivationOnAnOpThatCannotFuseOneAndAWindowOutsideTh
     b.set_output(y);
     std::string message;
     EXPECT_EQ(load_error(b.serialize(), &message), ErrorCode::kInvalidArgument);
-    EXPECT_NE(message.find("only FullyConnected, Conv2D and DepthwiseConv2D fuse"), std::string::npos) << message;
+    EXPECT_NE(message.find("only FullyConnected, Conv2D and DepthwiseConv2D fuse"),
+              std::string::npos)
+        << message;
   }
   {
     // 5 rows of window over 3 rows of input and 1 of padding: out_h would round to 1.

@@ -338,9 +338,9 @@ std::vector<T> max_of_groups(const std::vector<T>& rows, int64_t n, int64_t m, i
 // bit: the requant is monotonic, so taking the max of the int32 sums first changes nothing.
 TEST_P(LiteQuantGemm, AFusedPoolIsTheMaxOfEachGroupOfTheReferenceRows) {
   std::mt19937 rng(31);
-  const QuantCase cases[] = {{2, 5, 3},     {4, 9, 32},     {12, 9, 32},   {676, 9, 32},
-                             {24, 288, 64}, {100, 288, 64}, {8, 1600, 10}, {20, 33, 48},
-                             {16, 130, 100}};
+  const QuantCase cases[] = {{2, 5, 3},     {4, 9, 32},    {12, 9, 32},
+                             {676, 9, 32},  {24, 288, 64}, {100, 288, 64},
+                             {8, 1600, 10}, {20, 33, 48},  {16, 130, 100}};
   for (int pool_rows : {2, 4}) {
     for (const QuantCase& c : cases) {
       if (c.n % pool_rows != 0) continue;
@@ -352,8 +352,8 @@ TEST_P(LiteQuantGemm, AFusedPoolIsTheMaxOfEachGroupOfTheReferenceRows) {
         const QuantGemm gemm(packed, problem.params);
         std::vector<int8_t> got(want.size(), 99);
         gemm.run(problem.a.data(), c.n, got.data(), pool_rows);
-        ASSERT_EQ(got, want) << "n " << c.n << " k " << c.k << " m " << c.m << " pool "
-                             << pool_rows << " clamp " << clamp_kind;
+        ASSERT_EQ(got, want) << "n " << c.n << " k " << c.k << " m " << c.m << " pool " << pool_rows
+                             << " clamp " << clamp_kind;
       }
     }
   }
@@ -454,8 +454,7 @@ TEST_P(LiteGemmF32, AFusedPoolIsTheMaxOfEachGroupOfRows) {
   const QuantCase cases[] = {{4, 9, 32}, {676, 9, 32}, {100, 288, 64}, {8, 1600, 10}, {20, 33, 48}};
   for (int pool_rows : {2, 4}) {
     for (const QuantCase& c : cases) {
-      const std::vector<float> a = random_floats(rng, c.n * c.k),
-                               w = random_floats(rng, c.m * c.k),
+      const std::vector<float> a = random_floats(rng, c.n * c.k), w = random_floats(rng, c.m * c.k),
                                bias = random_floats(rng, c.m, -2, 2);
       const PackedF32 packed(w.data(), c.m, c.k, GetParam());
       for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kRelu6}) {
@@ -763,8 +762,8 @@ TEST(LiteIm2col, PooledOrderHoldsThePlainRowsOfEachPoolWindow) {
               const int64_t at =
                   (((b * ph + py) * pw + px) * pool_h * pool_w + dy * pool_w + dx) * row;
               const int64_t from = ((b * oh + py * pool_h + dy) * ow + px * pool_w + dx) * row;
-              ASSERT_TRUE(std::equal(plain.begin() + from, plain.begin() + from + row,
-                                     pooled.begin() + at))
+              ASSERT_TRUE(
+                  std::equal(plain.begin() + from, plain.begin() + from + row, pooled.begin() + at))
                   << "trial " << trial << " pooled row " << at / row;
               ASSERT_TRUE(std::equal(plain_f.begin() + from, plain_f.begin() + from + row,
                                      pooled_f.begin() + at))
@@ -824,9 +823,9 @@ TEST(LiteDepthwise, TheChannelPathEqualsThePlainLoop) {
         acc += (x[((b * h + y) * w + xx) * c + o / mult] - p.a_zero_point) *
                wt[(ky * win.kw + kx) * m + o];
       }
-    const int32_t q = std::clamp<int32_t>(multiply_by_quantized_multiplier(acc, requant[o]) +
-                                              p.out_zero_point,
-                                          std::max(p.out_min, -128), 127);
+    const int32_t q =
+        std::clamp<int32_t>(multiply_by_quantized_multiplier(acc, requant[o]) + p.out_zero_point,
+                            std::max(p.out_min, -128), 127);
     ASSERT_EQ(want.back(), q) << "trial " << trial;
 
     const std::vector<float> xf = random_floats(rng, x.size()), wf = random_floats(rng, wt.size()),

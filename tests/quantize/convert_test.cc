@@ -5,11 +5,11 @@
 
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 
-#include "kiln/lite.h"
 #include "kiln/io/saved_model.h"
+#include "kiln/lite.h"
 #include "kiln/lite_convert.h"
 #include "kiln/nn.h"
 #include "kiln/ops.h"
@@ -56,8 +56,7 @@ void randomize_layers(Model& model, const std::string& type, uint64_t seed, doub
     if (layer->type_name() != type) continue;
     for (const Variable& v : layer->weights()) {
       const bool variance = v.name().find("variance") != std::string::npos;
-      const_cast<Variable&>(v).assign(random_uniform(v.shape(), seed++) +
-                                      (variance ? 0.5 : shift));
+      const_cast<Variable&>(v).assign(random_uniform(v.shape(), seed++) + (variance ? 0.5 : shift));
     }
   }
 }
@@ -394,10 +393,10 @@ TEST(LiteConvertSavedModelTest, ACnnConvertsAsItsModelDoes) {
 }
 
 TEST(LiteConvertSavedModelTest, EveryFloatActivationAndLayerNormConvertAsTheirModelDoes) {
-  Sequential model({Dense(6, "tanh"), Dense(6, "sigmoid"), Dense(6, "swish"), Dense(6, "softplus"),
-                    Activation("relu"), Dense(6, "gelu"), LayerNormalization(), Dense(5),
-                    Activation("softmax")},
-                   "activations");
+  Sequential model(
+      {Dense(6, "tanh"), Dense(6, "sigmoid"), Dense(6, "swish"), Dense(6, "softplus"),
+       Activation("relu"), Dense(6, "gelu"), LayerNormalization(), Dense(5), Activation("softmax")},
+      "activations");
   model.set_seed(4);
   model.build({7});
   randomize_layers(model, "LayerNormalization", 30, -0.25);
@@ -502,12 +501,11 @@ using namespace kiln::nn;
 // a float ChannelAffine), gelu, SpatialDropout2D and global pools.
 std::unique_ptr<Sequential> normalized_cnn(bool global_max) {
   auto model = std::make_unique<Sequential>(
-      std::vector<LayerRef>{Conv2D(6, {3, 3}, "", {1, 1}, "same"), BatchNormalization(),
-                            Activation("relu"), SpatialDropout2D(0.1), Conv2D(8, {3, 3}, "relu"),
-                            BatchNormalization(),
-                            global_max ? LayerRef(GlobalMaxPooling2D())
-                                       : LayerRef(GlobalAveragePooling2D()),
-                            Dense(12, "gelu"), Dense(4)},
+      std::vector<LayerRef>{
+          Conv2D(6, {3, 3}, "", {1, 1}, "same"), BatchNormalization(), Activation("relu"),
+          SpatialDropout2D(0.1), Conv2D(8, {3, 3}, "relu"), BatchNormalization(),
+          global_max ? LayerRef(GlobalMaxPooling2D()) : LayerRef(GlobalAveragePooling2D()),
+          Dense(12, "gelu"), Dense(4)},
       global_max ? "normalized_max" : "normalized_avg");
   model->set_seed(5);
   model->build({9, 9, 3});
@@ -538,19 +536,20 @@ TEST(LiteConvertTest, LayerNormalizationRunsInFloat) {
   const ConversionReport int8 = convert(model, temp_path("layer_norm_int8.klite"), q);
   EXPECT_TRUE(int8.layers[0].int8);
   EXPECT_FALSE(int8.layers[1].int8);
-  expect_close(Interpreter::load(temp_path("layer_norm_int8.klite"))
-                   ->run(x.to_vector<float>().data(), 7),
-               want, 0.05, 0.01);
+  expect_close(
+      Interpreter::load(temp_path("layer_norm_int8.klite"))->run(x.to_vector<float>().data(), 7),
+      want, 0.05, 0.01);
 }
 
 // 1-d layers run as their 2-d ops over an image of one column, between Reshapes.
 TEST(LiteConvertTest, OneDimensionalLayersConvert) {
   for (bool global_max : {false, true}) {
-    Sequential model({Conv1D(6, 3, "relu", 1, "same"), MaxPool1D(2),
-                      Conv1D(4, 2, "tanh", 1, "causal"), AveragePool1D(2, 2, "same"),
-                      global_max ? LayerRef(GlobalMaxPooling1D()) : LayerRef(GlobalAveragePooling1D()),
-                      Dense(3)},
-                     global_max ? "series_max" : "series_avg");
+    Sequential model(
+        {Conv1D(6, 3, "relu", 1, "same"), MaxPool1D(2), Conv1D(4, 2, "tanh", 1, "causal"),
+         AveragePool1D(2, 2, "same"),
+         global_max ? LayerRef(GlobalMaxPooling1D()) : LayerRef(GlobalAveragePooling1D()),
+         Dense(3)},
+        global_max ? "series_max" : "series_avg");
     model.set_seed(17);
     model.build({20, 3});
     const Tensor x = random_uniform({6, 20, 3}, 18);
@@ -577,11 +576,11 @@ TEST(LiteConvertTest, OneDimensionalLayersConvert) {
 // MobileNet's block: a depthwise convolution (multiplier 1 with "same" padding and stride 2,
 // then multiplier 2), a batch normalization folded into it, relu fused.
 TEST(LiteConvertTest, DepthwiseConvolutionsConvert) {
-  Sequential model({Conv2D(4, {3, 3}, "relu", {1, 1}, "same"),
-                    DepthwiseConv2D({3, 3}, "", {2, 2}, "same"), BatchNormalization(),
-                    Activation("relu"), DepthwiseConv2D({2, 2}, "relu", {1, 1}, "valid", 2),
-                    Flatten(), Dense(3)},
-                   "mobile");
+  Sequential model(
+      {Conv2D(4, {3, 3}, "relu", {1, 1}, "same"), DepthwiseConv2D({3, 3}, "", {2, 2}, "same"),
+       BatchNormalization(), Activation("relu"),
+       DepthwiseConv2D({2, 2}, "relu", {1, 1}, "valid", 2), Flatten(), Dense(3)},
+      "mobile");
   model.set_seed(21);
   model.build({10, 10, 2});
   randomize_layers(model, "BatchNormalization", 60, -0.5);
@@ -604,9 +603,10 @@ TEST(LiteConvertTest, DepthwiseConvolutionsConvert) {
   const ConversionReport int8 = convert(model, temp_path("mobile_int8.klite"), q);
   for (const LayerReport& l : int8.layers) EXPECT_TRUE(l.int8) << l.layer;
   expect_close(
-      Interpreter::load(temp_path("mobile_int8.klite"))->run(x.to_vector<float>().data(), 5),
-      want, 0.05, 0.01);
-  EXPECT_THROW(quantization_aware(model, q), Error);
+      Interpreter::load(temp_path("mobile_int8.klite"))->run(x.to_vector<float>().data(), 5), want,
+      0.05, 0.01);
+  EXPECT_THROW(quantization_aware(model, q),
+               Error);  // its batch normalization: QAT does not fold it
 }
 
 TEST(LiteConvertTest, BatchNormalizationFoldsOrRunsInFloatAndGlobalPoolsAndGeluConvert) {
@@ -671,10 +671,10 @@ TEST(LiteConvertSavedModelTest, NormalizationsGlobalPoolsAndGeluConvertAsTheirMo
 // In a saved model a batch normalization is sub, mul, mul and add by constants (rsqrt of the
 // variance computed at conversion): they fold into the conv before them, as in the model.
 TEST(LiteConvertSavedModelTest, BatchNormalizationFoldsFromTheGraphToo) {
-  Sequential model({Conv2D(6, {3, 3}, "", {1, 1}, "same"), BatchNormalization(),
-                    Activation("relu"), MaxPool2D({2, 2}), Flatten(), Dense(5), BatchNormalization(),
-                    Activation("relu"), Dense(3)},
-                   "bn_saved");
+  Sequential model(
+      {Conv2D(6, {3, 3}, "", {1, 1}, "same"), BatchNormalization(), Activation("relu"),
+       MaxPool2D({2, 2}), Flatten(), Dense(5), BatchNormalization(), Activation("relu"), Dense(3)},
+      "bn_saved");
   model.set_seed(6);
   model.build({8, 8, 2});
   randomize_layers(model, "BatchNormalization", 70, -0.5);

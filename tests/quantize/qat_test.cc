@@ -24,32 +24,44 @@ std::unique_ptr<Sequential> small_cnn() {
   return model;
 }
 
+// A CNN of depthwise convolutions: multiplier 2 with "same" padding and stride 2, then 1.
+std::unique_ptr<Sequential> depthwise_cnn() {
+  auto model = std::make_unique<Sequential>(std::vector<LayerRef>{
+      Conv2D(3, {3, 3}, "relu", {1, 1}, "same"), DepthwiseConv2D({3, 3}, "relu", {2, 2}, "same", 2),
+      DepthwiseConv2D({2, 2}), Flatten(), Dense(4)});
+  model->set_seed(8);
+  model->build({10, 10, 1});
+  return model;
+}
+
 TEST(LiteQatTest, TheQuantizationAwareModelComputesWhatTheInt8FileComputes) {
-  std::unique_ptr<Sequential> cnn = small_cnn();
-  ConvertOptions options;
-  options.representative = random_uniform({128, 10, 10, 1}, 1);
-  std::unique_ptr<Sequential> qat = quantization_aware(*cnn, options);
-  const std::string path = testing::TempDir() + "/qat_forward.klite";
-  convert(*cnn, path, options);
-  auto int8 = Interpreter::load(path);
-  const Tensor x = random_uniform({16, 10, 10, 1}, 2);
-  const std::vector<float> fake = qat->predict(x).to_vector<float>();
-  const std::vector<float> real = int8->run(x.to_vector<float>().data(), 16);
-  const std::vector<float> plain = cnn->predict(x).to_vector<float>();
-  ASSERT_EQ(fake.size(), real.size());
-  // The output's int8 step: the file's last op's scale.
-  const float step = int8->tensor(int8->ops().back().inputs[0]).scale;
-  double fake_vs_real = 0, plain_vs_real = 0;
-  for (size_t i = 0; i < real.size(); ++i) {
-    fake_vs_real = std::max<double>(fake_vs_real, std::abs(fake[i] - real[i]));
-    plain_vs_real = std::max<double>(plain_vs_real, std::abs(plain[i] - real[i]));
-    // On the grid of the output: whole steps from the zero point.
-    const float steps = fake[i] / step;
-    EXPECT_NEAR(steps, std::round(steps), 1e-2) << i;
+  for (bool depthwise : {false, true}) {
+    std::unique_ptr<Sequential> cnn = depthwise ? depthwise_cnn() : small_cnn();
+    ConvertOptions options;
+    options.representative = random_uniform({128, 10, 10, 1}, 1);
+    std::unique_ptr<Sequential> qat = quantization_aware(*cnn, options);
+    const std::string path = testing::TempDir() + "/qat_forward.klite";
+    convert(*cnn, path, options);
+    auto int8 = Interpreter::load(path);
+    const Tensor x = random_uniform({16, 10, 10, 1}, 2);
+    const std::vector<float> fake = qat->predict(x).to_vector<float>();
+    const std::vector<float> real = int8->run(x.to_vector<float>().data(), 16);
+    const std::vector<float> plain = cnn->predict(x).to_vector<float>();
+    ASSERT_EQ(fake.size(), real.size());
+    // The output's int8 step: the file's last op's scale.
+    const float step = int8->tensor(int8->ops().back().inputs[0]).scale;
+    double fake_vs_real = 0, plain_vs_real = 0;
+    for (size_t i = 0; i < real.size(); ++i) {
+      fake_vs_real = std::max<double>(fake_vs_real, std::abs(fake[i] - real[i]));
+      plain_vs_real = std::max<double>(plain_vs_real, std::abs(plain[i] - real[i]));
+      // On the grid of the output: whole steps from the zero point.
+      const float steps = fake[i] / step;
+      EXPECT_NEAR(steps, std::round(steps), 1e-2) << i;
+    }
+    // Rounding ties and fixed-point requantization may move a value by a step now and then.
+    EXPECT_LE(fake_vs_real, 2.01 * step) << (depthwise ? "depthwise" : "conv");
+    EXPECT_GT(plain_vs_real, 0.0);
   }
-  // Rounding ties and fixed-point requantization may move a value by a step now and then.
-  EXPECT_LE(fake_vs_real, 2.01 * step);
-  EXPECT_GT(plain_vs_real, 0.0);
 }
 
 // Float activations inside: the QAT model quantizes their outputs where the int8 file does.
