@@ -73,16 +73,6 @@ std::optional<FloatOp> float_activation_op(const std::string& name, const std::s
   return op;
 }
 
-namespace {
-
-// An op that folds a batch normalization into its weights and fuses a relu: a weighted one.
-bool takes_epilogue(const FloatOp& op) {
-  return op.code == OpCode::kFullyConnected || op.code == OpCode::kConv2D ||
-         op.code == OpCode::kDepthwiseConv2D;
-}
-
-}  // namespace
-
 // TF's "same": the output is ceil(in / stride) and the padding's odd pixel goes at the end.
 std::pair<int64_t, int64_t> same_padding(int64_t in, int64_t k, int64_t stride) {
   const int64_t out = (in + stride - 1) / stride;
@@ -109,6 +99,19 @@ kernels::Window window_from(const Attrs& config, const std::string& size_key,
 }
 
 namespace {
+
+// A layer's weights among `names`, by the last part of their name
+// ("batch_normalization/moving_mean:0" is "moving_mean"), as floats.
+std::map<std::string, std::vector<float>> weights_named(const nn::Layer& layer,
+                                                        const std::set<std::string>& names) {
+  std::map<std::string, std::vector<float>> w;
+  for (const Variable& v : layer.weights()) {
+    std::string key = v.name().substr(v.name().rfind('/') + 1);
+    key = key.substr(0, key.find(':'));
+    if (names.count(key)) w[key] = v.value().to(f32).to_vector<float>();
+  }
+  return w;
+}
 
 // The model's layers as lite ops, each reading values: 0 is the model's input, op i's output is
 // value i + 1; `output` gets the model's output value. kUnimplemented listing every layer that
@@ -163,6 +166,13 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
     unsupported.push_back(layer.name() + " (" + layer.type_name() + "): " + why);
   };
   // Appends op reading `in`; returns its value.
+  // The layers reading value v: of every pair that is v, less the identity layers (whose own
+  // readers count through their pairs).
+  auto readers_of = [&](int v) {
+    int uses = -identity_reads[v];
+    for (const auto& [p, value] : value_of) uses += value == v ? pair_uses[p] : 0;
+    return uses;
+  };
   auto emit = [&](FloatOp op, std::vector<int> in) {
     op.in = std::move(in);
     shapes.push_back(op.out_shape);
@@ -240,12 +250,12 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
       op.code = depthwise ? OpCode::kDepthwiseConv2D
                 : conv    ? OpCode::kConv2D
                           : OpCode::kFullyConnected;
-      op.weights = output_major(kernel);
-      int64_t m = kernel.dim(-1);
+      // A depthwise kernel is Keras' [kh, kw, c, multiplier]: output channel c * multiplier + j,
+      // as [m][kh][kw].
+      const int64_t m = depthwise ? kernel.dim(2) * kernel.dim(3) : kernel.dim(-1);
+      op.weights =
+          output_major(depthwise ? reshape(kernel, {kernel.dim(0), kernel.dim(1), m}) : kernel);
       if (depthwise) {
-        // Keras' [kh, kw, c, multiplier]: output channel c * multiplier + j, as [m][kh][kw].
-        m = kernel.dim(2) * kernel.dim(3);
-        op.weights = output_major(reshape(kernel, {kernel.dim(0), kernel.dim(1), m}));
         op.window = window_from(config, "kernel_size", shape);
         op.weight_shape = {m, kernel.dim(0), kernel.dim(1), 1};
         op.out_shape = {-1, op.window.out_h(shape[1]), op.window.out_w(shape[2]), m};
@@ -369,12 +379,7 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
       }
     } else if (type_name == "LayerNormalization") {
       // Over the last axis, in float.
-      std::map<std::string, std::vector<float>> w;
-      for (const Variable& v : layer.weights()) {
-        std::string key = v.name().substr(v.name().rfind('/') + 1);
-        key = key.substr(0, key.find(':'));
-        if (key == "gamma" || key == "beta") w[key] = v.value().to(f32).to_vector<float>();
-      }
+      std::map<std::string, std::vector<float>> w = weights_named(layer, {"gamma", "beta"});
       const int64_t c = shape.back();
       if (w.size() != 2 || w["gamma"].size() != static_cast<size_t>(c)) {
         refuse(layer, "no gamma and beta of " + std::to_string(c));
@@ -391,15 +396,8 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
       // Inference: x * s + (beta - mean * s), s = gamma / sqrt(variance + epsilon), over the
       // last axis; folded into a Dense or Conv2D before it that nothing else reads.
       const int64_t c = shape.back();
-      std::map<std::string, std::vector<float>> w;
-      for (const Variable& v : layer.weights()) {
-        // "batch_normalization/moving_mean:0" -> "moving_mean"
-        std::string key = v.name().substr(v.name().rfind('/') + 1);
-        key = key.substr(0, key.find(':'));
-        if (key == "gamma" || key == "beta" || key == "moving_mean" || key == "moving_variance") {
-          w[key] = v.value().to(f32).to_vector<float>();
-        }
-      }
+      std::map<std::string, std::vector<float>> w =
+          weights_named(layer, {"gamma", "beta", "moving_mean", "moving_variance"});
       if (w.size() != 4 || w["gamma"].size() != static_cast<size_t>(c)) {
         refuse(layer, "no gamma, beta, moving mean and variance of " + std::to_string(c));
         continue;
@@ -413,16 +411,9 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
         shift[j] = static_cast<float>(w["beta"][j] - w["moving_mean"][j] * s);
       }
       FloatOp* producer = x > 0 ? &ops[x - 1] : nullptr;
-      int uses = -identity_reads[x];
-      for (const auto& [p, v] : value_of) uses += v == x ? pair_uses[p] : 0;
-      if (producer != nullptr && uses == 1 && producer->activation == Activation::kNone &&
-          takes_epilogue(*producer)) {
-        const int64_t k = static_cast<int64_t>(producer->weights.size()) / c;
-        if (producer->bias.empty()) producer->bias.assign(c, 0.f);
-        for (int64_t j = 0; j < c; ++j) {
-          for (int64_t i = 0; i < k; ++i) producer->weights[j * k + i] *= scale[j];
-          producer->bias[j] = producer->bias[j] * scale[j] + shift[j];
-        }
+      if (producer != nullptr && readers_of(x) == 1 && producer->activation == Activation::kNone &&
+          producer->weighted()) {
+        producer->fold_affine(scale, shift);
         out = x;  // its readers read the folded op, as an identity layer's do
         ++identity_reads[x];
       } else {
@@ -440,14 +431,11 @@ std::vector<FloatOp> lower(nn::Model& model, std::vector<int64_t>* input_shape, 
     } else if (type_name == "Activation") {
       const std::string name = config.get_string("activation");
       const FloatOp* producer = x > 0 ? &ops[x - 1] : nullptr;
-      // Readers of x: of every pair that is x, less the identity layers (whose own readers
-      // count through their pairs).
-      int uses = -identity_reads[x];
-      for (const auto& [p, v] : value_of) uses += v == x ? pair_uses[p] : 0;
+      const int uses = readers_of(x);
       if (name.empty() || name == "linear") {
         out = x;
         ++identity_reads[x];
-      } else if (name == "relu" && producer != nullptr && uses == 1 && takes_epilogue(*producer) &&
+      } else if (name == "relu" && producer != nullptr && uses == 1 && producer->weighted() &&
                  producer->activation == Activation::kNone) {
         ops[x - 1].activation = Activation::kRelu;  // fused: its only reader is this relu
         out = x;

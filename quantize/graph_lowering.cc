@@ -715,18 +715,10 @@ void GraphLowering::simplify(int* output) {
       const int x = op.in.at(0);
       if (x == 0 || readers[x] != 1) continue;
       FloatOp& p = ops_[x - 1];
-      const bool weighted = (p.code == OpCode::kFullyConnected || p.code == OpCode::kConv2D) &&
-                            p.activation == Activation::kNone;
+      const bool weighted = p.weighted() && p.activation == Activation::kNone;
       // (A LayerNorm's gamma and beta compose the same way.)
-      if (op.code == OpCode::kChannelAffine &&
-          (weighted || p.code == OpCode::kChannelAffine || p.code == OpCode::kLayerNorm)) {
-        const int64_t c = static_cast<int64_t>(op.weights.size());
-        const int64_t k = static_cast<int64_t>(p.weights.size()) / c;
-        if (p.bias.empty()) p.bias.assign(c, 0.f);
-        for (int64_t j = 0; j < c; ++j) {
-          for (int64_t i2 = 0; i2 < k; ++i2) p.weights[j * k + i2] *= op.weights[j];
-          p.bias[j] = p.bias[j] * op.weights[j] + op.bias[j];
-        }
+      if (op.code == OpCode::kChannelAffine && (weighted || p.per_channel())) {
+        p.fold_affine(op.weights, op.bias);
       } else if (op.code == OpCode::kActivation &&
                  op.float_kind == static_cast<int32_t>(format::FloatActivation::kRelu) &&
                  weighted) {

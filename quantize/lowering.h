@@ -37,6 +37,21 @@ struct FloatOp {
     return code == format::OpCode::kSoftmax || code == format::OpCode::kActivation ||
            code == format::OpCode::kChannelAffine || code == format::OpCode::kLayerNorm;
   }
+  // The ops with weights that fold a per-channel affine after them and fuse a relu.
+  bool weighted() const {
+    return code == format::OpCode::kFullyConnected || code == format::OpCode::kConv2D ||
+           code == format::OpCode::kDepthwiseConv2D;
+  }
+  // Folds y * scale + shift (per output channel) into this op: a weighted op's weights [m][k]
+  // and bias, a ChannelAffine's scale and shift, a LayerNorm's gamma and beta.
+  void fold_affine(const std::vector<float>& scale, const std::vector<float>& shift) {
+    const size_t c = scale.size(), k = weights.size() / c;
+    if (bias.empty()) bias.assign(c, 0.f);
+    for (size_t j = 0; j < c; ++j) {
+      for (size_t i = 0; i < k; ++i) weights[j * k + i] *= scale[j];
+      bias[j] = bias[j] * scale[j] + shift[j];
+    }
+  }
   // The float ops whose weights and bias are per-channel constants after the input.
   bool per_channel() const {
     return code == format::OpCode::kChannelAffine || code == format::OpCode::kLayerNorm;
