@@ -5,11 +5,12 @@
 // compiled step's host work (binding feeds, arena, dispatch), and outside the compiled step
 // altogether (the input pipeline slicing and copying each batch, fit's loop, callbacks, metric
 // read-back). The shares add up to 1. The fit with the median wall time of `rounds` is reported,
-// with its top thunks. Cases: mlp_b32 mlp_b64 mlp_b256 mlp_b1024 cnn_b32 cnn_b128 cnn_b256
+// with its top thunks (5, or KILN_BREAKDOWN_TOP). Cases: mlp_b32 mlp_b64 mlp_b256 mlp_b1024 cnn_b32 cnn_b128 cnn_b256
 // (default: all). Prints `RESULT kiln_<case>_...` lines for benchmarks/run.sh.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -82,8 +83,10 @@ void run_case(const bench::TrainerCase& c, int rounds) {
       c.name, static_cast<double>(c.batch * c.steps) / w, rounds, static_cast<long long>(c.steps),
       s.runs ? s.step / s.runs * 1e6 : 0.0, s.gemm_conv / w, s.fused / w, s.other / w, s.host / w,
       1 - s.step / w);
+  const char* top_env = std::getenv("KILN_BREAKDOWN_TOP");  // thunks listed per program
+  const int top = top_env != nullptr ? std::max(1, std::atoi(top_env)) : 5;
   for (const profiler::ProgramProfile& p : f.programs) {
-    std::printf("%s", profiler::format(p, 5).c_str());
+    std::printf("%s", profiler::format(p, top).c_str());
   }
   bench::result(k + "breakdown_examples_per_s", static_cast<double>(c.batch * c.steps) / w);
   bench::result(k + "step_us", s.runs ? s.step / s.runs * 1e6 : 0.0);

@@ -1,6 +1,7 @@
 // Linear algebra: the dot primitive (XLA's dot_general) with its reference kernel on Eigen and
 // its gradient rule, and the public dot and matmul (numpy.matmul) functions.
 #include <algorithm>
+#include <memory>
 #include <numeric>
 
 #define EIGEN_DONT_PARALLELIZE  // parallelism comes from runtime::parallel_for, never Eigen
@@ -152,18 +153,10 @@ struct GemmSizes {
   int64_t batch, m, k, n;
 };
 
-// Floating-point GEMM; each task multiplies one block of rows (gemm_rows).
+// Floating-point GEMM (gemm, ops/dot_util.h).
 template <class T>
 void gemm_eigen(const GemmSizes& s, const Matrices<T>& a, const Matrices<T>& b, T* c) {
-  if (s.n == 0) return;
-  if (s.k == 0) {
-    std::fill(c, c + s.batch * s.m * s.n, T(0));
-    return;
-  }
-  ops::for_each_row_block(s.batch, s.m, s.k, s.n, [&](int64_t bi, int64_t r0, int64_t r1) {
-    gemm_rows(a.data + bi * s.m * s.k, b.data + bi * s.k * s.n, c + bi * s.m * s.n + r0 * s.n,
-              s.m, s.k, s.n, r0, r1 - r0, a.transposed, b.transposed);
-  });
+  gemm(a.data, b.data, c, s.batch, s.m, s.k, s.n, a.transposed, b.transposed);
 }
 
 // Integer GEMM: a plain loop that wraps on overflow (uint64_t arithmetic, like XLA).
@@ -312,34 +305,92 @@ KILN_REGISTER_OP(dot)
 KILN_REGISTER_KERNEL(dot).dtypes(dtypes_of(TypeSet::kNumeric)).fn(dot_kernel);
 
 template <class T>
-void gemm_rows(const T* a, const T* b, T* out, int64_t m, int64_t k, int64_t n, int64_t r0,
-               int64_t rows, bool a_transposed, bool b_transposed) {
+void gemm_block(const T* a, int64_t lda, bool a_transposed, const T* b, int64_t ldb,
+                bool b_transposed, T* c, int64_t ldc, int64_t rows, int64_t depth, int64_t cols) {
   if constexpr (std::is_same_v<T, float>) {
-    if (onednn::sgemm_rows(a_transposed ? a + r0 : a + r0 * k, a_transposed ? m : k, b,
-                           b_transposed ? k : n, out, rows, k, n, a_transposed, b_transposed))
+    if (onednn::sgemm_block(a, lda, b, ldb, c, ldc, rows, depth, cols, a_transposed, b_transposed))
       return;
   }
   using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using ConstMap = Eigen::Map<const RowMat, Eigen::Unaligned, Eigen::OuterStride<>>;
   using OutMap = Eigen::Map<RowMat, Eigen::Unaligned, Eigen::OuterStride<>>;
-  OutMap c(out, rows, n, Eigen::OuterStride<>(n));
-  auto multiply = [&](const auto& lhs, const auto& rhs) { c.noalias() = lhs * rhs; };
-  ConstMap rhs(b, k, n, Eigen::OuterStride<>(n));
-  ConstMap rhs_t(b, n, k, Eigen::OuterStride<>(k));  // stored [N, K]
+  OutMap out(c, rows, cols, Eigen::OuterStride<>(ldc));
+  auto multiply = [&](const auto& lhs, const auto& rhs) { out.noalias() = lhs * rhs; };
+  const ConstMap lhs(a, rows, depth, Eigen::OuterStride<>(lda));
+  const ConstMap lhs_t(a, depth, rows, Eigen::OuterStride<>(lda));  // stored [depth, rows]
+  const ConstMap rhs(b, depth, cols, Eigen::OuterStride<>(ldb));
+  const ConstMap rhs_t(b, cols, depth, Eigen::OuterStride<>(ldb));  // stored [cols, depth]
   if (!a_transposed) {
-    ConstMap lhs(a + r0 * k, rows, k, Eigen::OuterStride<>(k));
     b_transposed ? multiply(lhs, rhs_t.transpose()) : multiply(lhs, rhs);
   } else {
-    ConstMap lhs_t(a + r0, k, rows, Eigen::OuterStride<>(m));  // stored [K, M]
     b_transposed ? multiply(lhs_t.transpose(), rhs_t.transpose())
                  : multiply(lhs_t.transpose(), rhs);
   }
 }
 
-template void gemm_rows<float>(const float*, const float*, float*, int64_t, int64_t, int64_t,
-                               int64_t, int64_t, bool, bool);
-template void gemm_rows<double>(const double*, const double*, double*, int64_t, int64_t,
-                                int64_t, int64_t, int64_t, bool, bool);
+template <class T>
+void gemm(const T* a, const T* b, T* c, int64_t batch, int64_t m, int64_t k, int64_t n,
+          bool a_transposed, bool b_transposed, const GemmRowsDone& rows_done) {
+  if (batch == 0 || m == 0 || n == 0) return;
+  const int64_t lda = a_transposed ? m : k, ldb = b_transposed ? k : n;
+  const GemmSplit split = k == 0 ? GemmSplit{} : gemm_split(batch, m, k, n, b_transposed);
+  if (split.kind == GemmSplit::kRows) {
+    for_each_row_block(batch, m, k, n, [&](int64_t bi, int64_t r0, int64_t r1) {
+      T* block = c + (bi * m + r0) * n;
+      if (k == 0) {
+        std::fill(block, block + (r1 - r0) * n, T(0));
+      } else {
+        const T* rows = a + bi * m * k + (a_transposed ? r0 : r0 * k);
+        gemm_block(rows, lda, a_transposed, b + bi * k * n, ldb, b_transposed, block, n, r1 - r0,
+                   k, n);
+      }
+      if (rows_done) rows_done(bi, r0, r1 - r0);
+    });
+    return;
+  }
+  // One product (batch 1), cut along B. A range's partial product for kDepth goes to c (the
+  // first) or to its slot of `partial`.
+  const int64_t size = m * n;
+  std::unique_ptr<T[]> partial;
+  if (split.kind == GemmSplit::kDepth) partial.reset(new T[(split.parts - 1) * size]);
+  runtime::parallel_for(split.parts, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t r0 = p * split.step;
+      if (split.kind == GemmSplit::kColumns) {
+        const int64_t cols = std::min(n, r0 + split.step) - r0;
+        gemm_block(a, lda, a_transposed, b_transposed ? b + r0 * ldb : b + r0, ldb, b_transposed,
+                   c + r0, n, m, k, cols);
+      } else {
+        const int64_t depth = std::min(k, r0 + split.step) - r0;
+        T* out = p == 0 ? c : partial.get() + (p - 1) * size;
+        gemm_block(a_transposed ? a + r0 * lda : a + r0, lda, a_transposed,
+                   b_transposed ? b + r0 : b + r0 * ldb, ldb, b_transposed, out, n, m, depth, n);
+      }
+    }
+  });
+  if (split.kind == GemmSplit::kColumns && !rows_done) return;
+  // Rows are final once the ranges' partial products are added, in the order of their ranges.
+  runtime::parallel_for(m, std::max<int64_t>(1, (1 << 14) / n), [&](int64_t r0, int64_t r1) {
+    if (split.kind == GemmSplit::kDepth) {
+      T* __restrict out = c + r0 * n;
+      const int64_t count = (r1 - r0) * n;
+      for (int64_t p = 1; p < split.parts; ++p) {
+        const T* __restrict add = partial.get() + (p - 1) * size + r0 * n;
+        for (int64_t i = 0; i < count; ++i) out[i] += add[i];
+      }
+    }
+    if (rows_done) rows_done(0, r0, r1 - r0);
+  });
+}
+
+template void gemm_block<float>(const float*, int64_t, bool, const float*, int64_t, bool, float*,
+                                int64_t, int64_t, int64_t, int64_t);
+template void gemm_block<double>(const double*, int64_t, bool, const double*, int64_t, bool,
+                                 double*, int64_t, int64_t, int64_t, int64_t);
+template void gemm<float>(const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t,
+                          bool, bool, const GemmRowsDone&);
+template void gemm<double>(const double*, const double*, double*, int64_t, int64_t, int64_t,
+                           int64_t, bool, bool, const GemmRowsDone&);
 
 }  // namespace ops
 

@@ -243,8 +243,8 @@ std::string matmul_path(DType dtype) {
 int64_t matmul_count() { return g_matmuls.load(); }
 int64_t fused_matmul_count() { return g_fused_matmuls.load(); }
 
-bool sgemm_rows(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t rows,
-                int64_t k, int64_t n, bool a_transposed, bool b_transposed) {
+bool sgemm_block(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                 int64_t rows, int64_t k, int64_t n, bool a_transposed, bool b_transposed) {
   // KILN_ONEDNN_SGEMM=0 keeps f32 on Eigen (with the rest of oneDNN on): to measure the two.
   static const bool sgemm_on = [] {
     const char* env = std::getenv("KILN_ONEDNN_SGEMM");
@@ -253,7 +253,7 @@ bool sgemm_rows(const float* a, int64_t lda, const float* b, int64_t ldb, float*
   if (n < kSgemmMinColumns || rows <= 0 || k <= 0 || !sgemm_on || !enabled()) return false;
   OmpThreads one(1);
   const dnnl_status_t st = dnnl_sgemm(a_transposed ? 'T' : 'N', b_transposed ? 'T' : 'N', rows, n,
-                                      k, 1.0f, a, lda, b, ldb, 0.0f, c, n);
+                                      k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   if (st != dnnl_success) return false;
   g_sgemms.fetch_add(1, std::memory_order_relaxed);
   return true;

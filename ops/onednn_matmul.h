@@ -38,15 +38,15 @@ bool lowp_matmul_supported(DType dtype);
 bool matmul(const KernelContext& ctx, const MatmulShape& s, const void* a, const void* b, void* c,
             const BiasActivation* epilogue = nullptr);
 
-// An f32 block C = op(A) op(B) of `rows` x n (row stride n), run by oneDNN's sgemm on the calling
-// thread alone: A is `rows` x k (or stored transposed, k x rows) with row stride lda, B is k x n
-// (or stored n x k) with row stride ldb. Returns false without touching c when oneDNN is not
+// An f32 block C = op(A) op(B) of `rows` x n (row stride ldc), run by oneDNN's sgemm on the
+// calling thread alone: A is `rows` x k (or stored transposed, k x rows) with row stride lda, B is
+// k x n (or stored n x k) with row stride ldb. Returns false without touching c when oneDNN is not
 // enabled, or the block is narrower than kSgemmMinColumns (where Eigen measured as fast).
 // Measured single-threaded on the MLP's GEMMs (Zen 4): 1.3-1.5x Eigen's gebp kernel.
 constexpr int64_t kSgemmMinColumns = 16;
-bool sgemm_rows(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t rows,
-                int64_t k, int64_t n, bool a_transposed, bool b_transposed);
-// How many f32 blocks sgemm_rows has served in this process.
+bool sgemm_block(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                 int64_t rows, int64_t k, int64_t n, bool a_transposed, bool b_transposed);
+// How many f32 blocks sgemm_block has served in this process.
 int64_t sgemm_count();
 
 // The ISA oneDNN dispatches to on this host ("avx512_core_bf16", "avx512_core_amx", ...), or

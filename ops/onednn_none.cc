@@ -30,8 +30,8 @@ bool matmul(const KernelContext&, const MatmulShape&, const void*, const void*, 
             const BiasActivation*) {
   return false;
 }
-bool sgemm_rows(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t, int64_t,
-                bool, bool) {
+bool sgemm_block(const float*, int64_t, const float*, int64_t, float*, int64_t, int64_t, int64_t,
+                 int64_t, bool, bool) {
   return false;
 }
 int64_t sgemm_count() { return 0; }

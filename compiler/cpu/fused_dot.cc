@@ -1,7 +1,6 @@
 // The fused_dot kernel op (compiler/cpu/fused_dot.h): registration, shape function, and the CPU
-// kernel, a GEMM over blocks of output rows (ops::gemm_rows on the same blocks as dot's
-// reference kernel, so the same bits) with the bias and activation applied to each block as soon as
-// it is done; bf16 as one oneDNN matmul with the epilogue in its kernel (ops/onednn_matmul.h);
+// kernel, a GEMM cut across threads as dot's reference kernel cuts it (ops::gemm, so the same
+// bits) with the bias and activation applied to each block of final rows as soon as it is done; bf16 as one oneDNN matmul with the epilogue in its kernel (ops/onednn_matmul.h);
 // f16 as f32 GEMM blocks on the widened operands, the epilogue applied before the one rounding.
 #include "compiler/cpu/fused_dot.h"
 
@@ -88,18 +87,10 @@ std::vector<TensorType> fused_dot_shape(const InferContext& ctx) {
 template <class T>
 void fused_gemm(const DotLayout& s, const T* pa_all, const T* pb_all, T* c,
                 const Epilogue<T>& epilogue) {
-  if (s.n == 0) return;
-  ops::for_each_row_block(s.batch, s.m, s.k, s.n, [&](int64_t bi, int64_t r0, int64_t r1) {
-    const int64_t rows = r1 - r0;
-    T* block = c + bi * s.m * s.n + r0 * s.n;
-    if (s.k == 0) {
-      std::fill(block, block + rows * s.n, T(0));
-    } else {
-      ops::gemm_rows(pa_all + bi * s.m * s.k, pb_all + bi * s.k * s.n, block, s.m, s.k, s.n, r0,
-                     rows, s.a_transposed, s.b_transposed);
-    }
-    epilogue.apply(block, bi * s.m + r0, rows, s.n);  // still in cache
-  });
+  ops::gemm(pa_all, pb_all, c, s.batch, s.m, s.k, s.n, s.a_transposed, s.b_transposed,
+            [&](int64_t bi, int64_t r0, int64_t rows) {
+              epilogue.apply(c + (bi * s.m + r0) * s.n, bi * s.m + r0, rows, s.n);  // in cache
+            });
 }
 
 // bf16's epilogue as oneDNN takes it: a row of n bias values (a scalar bias spread over *row)
@@ -162,16 +153,15 @@ void fused_dot_f16(KernelContext& ctx, const DotLayout& l) {
   const std::vector<float> a = widen(ctx.input(0)), b = widen(ctx.input(1));
   half* y = ops::out_ptr<half>(ctx.allocate_output(0));
   if (l.n == 0) return;
-  ops::for_each_row_block(l.batch, l.m, l.k, l.n, [&](int64_t bi, int64_t r0, int64_t r1) {
-    const int64_t rows = r1 - r0;
-    std::vector<float> block(rows * l.n, 0.0f);
-    if (l.k > 0) {
-      ops::gemm_rows(a.data() + bi * l.m * l.k, b.data() + bi * l.k * l.n, block.data(), l.m, l.k,
-                     l.n, r0, rows, l.a_transposed, l.b_transposed);
-    }
-    wide.apply(block.data(), bi * l.m + r0, rows, l.n);
-    ops::round_into(block.data(), rows * l.n, y + bi * l.m * l.n + r0 * l.n);
-  });
+  // The f32 GEMM cut as fused_dot's f32 kernel cuts it (so the same sums), each block of final
+  // rows taken through the epilogue and rounded while in cache.
+  std::vector<float> c(l.batch * l.m * l.n);
+  ops::gemm(a.data(), b.data(), c.data(), l.batch, l.m, l.k, l.n, l.a_transposed, l.b_transposed,
+            [&](int64_t bi, int64_t r0, int64_t rows) {
+              float* block = c.data() + (bi * l.m + r0) * l.n;
+              wide.apply(block, bi * l.m + r0, rows, l.n);
+              ops::round_into(block, rows * l.n, y + (bi * l.m + r0) * l.n);
+            });
 }
 
 void fused_dot_kernel(KernelContext& ctx) {
