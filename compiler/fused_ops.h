@@ -5,6 +5,7 @@
 // fused_dot.h, fused_conv.h) and says through its FusionTarget which it takes.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -24,6 +25,19 @@ inline constexpr const char* kFusedConvOp = "fused_conv";
 // fused_conv_pool(input, kernel[, bias]): fused_conv plus "pool" [ph, pw]; output 1 is the max
 // pool of output 0 over disjoint, unpadded ph x pw windows of its NHWC spatial dimensions.
 inline constexpr const char* kFusedConvPoolOp = "fused_conv_pool";
+// With the attribute "taps" true, fused_conv_pool has an output 2: u8 of the pooled shape, the
+// tap (row-major index in the window) of each pooled element's maximum, as the pool's gradient
+// finds it, or'ed with kTapNonPositive where the maximum is <= 0. At most kMaxPoolTaps taps.
+inline constexpr uint8_t kTapNonPositive = 0x80;
+inline constexpr int64_t kMaxPoolTaps = 127;
+// conv_pool_kernel_grad(input, taps, pool_grad): the gradients of a fused_conv_pool's kernel
+// and bias, given the gradient of its pool output: convolution_kernel_grad(input, dz) and
+// reduce_sum(dz) over all but the channel dimension, where dz = reduce_window_max_grad(output 0,
+// pool_grad) (with "relu_mask": 0 where a window's maximum is <= 0), read from the taps instead
+// of output 0, and dz never formed. Attributes: the convolution's (2-d, groups 1, no
+// lhs_dilation), "kernel_spatial", "pool" and "relu_mask". Created by ConvPoolGradFusion
+// (compiler/passes/conv_pool_grad_fusion.h).
+inline constexpr const char* kConvPoolKernelGradOp = "conv_pool_kernel_grad";
 
 enum class Activation { kNone, kRelu, kTanh, kLogistic };
 const char* activation_name(Activation a);

@@ -1,6 +1,7 @@
 // Pass scheduling, the KILN_DUMP dump, and optimize().
 #include "compiler/pipeline.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include "compiler/dump.h"
 #include "compiler/passes/algebraic_simplifier.h"
 #include "compiler/passes/constant_folding.h"
+#include "compiler/passes/conv_pool_grad_fusion.h"
 #include "compiler/passes/cse.h"
 #include "compiler/passes/dce.h"
 #include "compiler/passes/epilogue_fusion.h"
@@ -44,6 +46,23 @@ bool verify_each_by_default() {
 #endif
 }
 
+// Whether KILN_DISABLE_PASSES (a comma-separated list of pass names, as XLA's
+// --xla_disable_hlo_passes) names `pass`: to measure what a pass gains, or to rule it out.
+bool disabled_by_env(const Pass& pass) {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    const char* env = std::getenv("KILN_DISABLE_PASSES");
+    std::string rest = env == nullptr ? "" : env;
+    for (size_t at = 0; at <= rest.size();) {
+      const size_t comma = std::min(rest.find(',', at), rest.size());
+      if (comma > at) out.push_back(rest.substr(at, comma - at));
+      at = comma + 1;
+    }
+    return out;
+  }();
+  return std::find(names.begin(), names.end(), pass.name()) != names.end();
+}
+
 }  // namespace
 
 Pipeline::Pipeline(std::string name, Rewrites rewrites)
@@ -51,6 +70,7 @@ Pipeline::Pipeline(std::string name, Rewrites rewrites)
 
 Pipeline& Pipeline::add(std::unique_ptr<Pass> pass) {
   if (rewrites_ == Rewrites::kExact && !pass->exact()) return *this;
+  if (disabled_by_env(*pass)) return *this;
   Stage stage;
   stage.passes.push_back(std::move(pass));
   stages_.push_back(std::move(stage));
@@ -60,6 +80,7 @@ Pipeline& Pipeline::add(std::unique_ptr<Pass> pass) {
 Pipeline& Pipeline::add_fixed_point(std::vector<std::unique_ptr<Pass>> passes, int max_iterations) {
   if (rewrites_ == Rewrites::kExact)
     std::erase_if(passes, [](const std::unique_ptr<Pass>& p) { return !p->exact(); });
+  std::erase_if(passes, [](const std::unique_ptr<Pass>& p) { return disabled_by_env(*p); });
   stages_.push_back(Stage{std::move(passes), max_iterations});
   return *this;
 }
@@ -150,6 +171,7 @@ Pipeline default_pipeline(Rewrites rewrites) {
   p.add(std::make_unique<LayoutFolding>());  // not exact: after the exact group
   // Exact pipelines fuse only f32 and f64 epilogues (bf16/f16 ones round once, not per op).
   p.add(std::make_unique<EpilogueFusion>(/*fuse_narrow=*/rewrites == Rewrites::kAll));
+  p.add(std::make_unique<ConvPoolGradFusion>());  // reads the pools epilogue fusion made
   p.add(std::make_unique<Dce>());  // what the epilogues absorbed (relu's 0, the bias add)
   p.add(std::make_unique<Verify>());
   return p;

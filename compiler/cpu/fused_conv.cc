@@ -6,6 +6,7 @@
 // the epilogue applied to the f32 sums before their one rounding.
 #include "compiler/cpu/fused_conv.h"
 
+#include <algorithm>
 #include <atomic>
 #include <vector>
 
@@ -52,35 +53,69 @@ std::vector<TensorType> fused_conv_pool_shape(const InferContext& ctx) {
     pooled[1 + i] = y[1 + i] / pool[i];
   }
   out.push_back({out[0].dtype, pooled});
+  if (ctx.attrs().get_bool("taps", false)) {
+    if (pool[0] * pool[1] > kMaxPoolTaps)
+      ctx.fail("taps: a pool of " + ops::ints_str(pool) + " has more than " +
+               std::to_string(kMaxPoolTaps) + " taps to number in a byte");
+    out.push_back({u8, pooled});
+  }
   return out;
+}
+
+// pool_image's loops over one image, with every size a parameter (a value the taps' byte stores
+// cannot alias, as they could a lambda's captures, which would keep the loops scalar).
+template <class T>
+inline void pool_windows(const T* image, T* out, uint8_t* taps, int32_t* scratch, int64_t ph,
+                         int64_t pw, int64_t ow, int64_t c, int64_t wh, int64_t ww) {
+  for (int64_t i = 0; i < ph; ++i) {
+    for (int64_t j = 0; j < pw; ++j) {
+      T* __restrict d = out + (i * pw + j) * c;
+      const T* first = image + (i * wh * ow + j * ww) * c;
+      for (int64_t k = 0; k < c; ++k) d[k] = first[k];
+      for (int64_t u = 0; u < wh; ++u) {
+        for (int64_t v = u == 0 ? 1 : 0; v < ww; ++v) {
+          const T* __restrict row = first + (u * ow + v) * c;
+          for (int64_t k = 0; k < c; ++k) d[k] = ops::takes_max(row[k], d[k]) ? row[k] : d[k];
+        }
+      }
+      if (taps == nullptr) continue;
+      // The tap of the maximum: the first tap holding it (the max takes only greater values, or
+      // the first NaN), found scanning the taps from the last to the first, in 32-bit lanes like
+      // the values' (byte lanes beside float ones keep a loop scalar).
+      int32_t* __restrict tk = scratch;
+      for (int64_t k = 0; k < c; ++k) tk[k] = 0;
+      for (int64_t tap = wh * ww - 1; tap >= 0; --tap) {
+        const T* __restrict row = first + ((tap / ww) * ow + tap % ww) * c;
+        const int32_t tv = static_cast<int32_t>(tap);
+        for (int64_t k = 0; k < c; ++k) {
+          const T v = row[k], m = d[k];
+          tk[k] = (v == m) | ((v != v) & (m != m)) ? tv : tk[k];
+        }
+      }
+      for (int64_t k = 0; k < c; ++k) tk[k] |= d[k] <= T(0) ? int32_t{kTapNonPositive} : 0;
+      uint8_t* __restrict t = taps + (i * pw + j) * c;
+      for (int64_t k = 0; k < c; ++k) t[k] = static_cast<uint8_t>(tk[k]);
+    }
+  }
 }
 
 // Output 1 of a fused_conv with "pool" [ph, pw]: the max of each disjoint, unpadded ph x pw
 // window of output 0 image `b` (NHWC), by reduce_window_max's rule (the first NaN in row-major
-// window order wins), so the same bits as that op on output 0.
+// window order wins), so the same bits as that op on output 0. With `taps` (output 2), also
+// each maximum's tap as reduce_window_max_grad finds it (ops/pool.cc: window_argmax, the first
+// of equal values in row-major window order), with kTapNonPositive where the maximum is <= 0.
 template <class T>
-void pool_image(const T* y, T* pooled, const Shape& ys, const std::vector<int64_t>& pool,
-                int64_t b) {
-  const int64_t oh = ys[1], ow = ys[2], c = ys[3], ph = oh / pool[0], pw = ow / pool[1];
+void pool_image(const T* y, T* pooled, uint8_t* taps, const Shape& ys,
+                const std::vector<int64_t>& pool, int64_t b) {
+  const int64_t oh = ys[1], ow = ys[2], c = ys[3], wh = pool[0], ww = pool[1];
+  const int64_t ph = oh / wh, pw = ow / ww;
+  thread_local std::vector<int32_t> scratch;
+  if (taps != nullptr && static_cast<int64_t>(scratch.size()) < c) scratch.resize(c);
   const T* image = y + b * oh * ow * c;
   T* out = pooled + b * ph * pw * c;
-  cpu::dispatch([&] {
-    for (int64_t i = 0; i < ph; ++i) {
-      for (int64_t j = 0; j < pw; ++j) {
-        T* __restrict d = out + (i * pw + j) * c;
-        const T* first = image + (i * pool[0] * ow + j * pool[1]) * c;
-        for (int64_t k = 0; k < c; ++k) d[k] = first[k];
-        for (int64_t u = 0; u < pool[0]; ++u) {
-          for (int64_t v = u == 0 ? 1 : 0; v < pool[1]; ++v) {
-            const T* __restrict row = first + (u * ow + v) * c;
-            for (int64_t k = 0; k < c; ++k) {
-              d[k] = ops::takes_max(row[k], d[k]) ? row[k] : d[k];
-            }
-          }
-        }
-      }
-    }
-  });
+  uint8_t* image_taps = taps == nullptr ? nullptr : taps + b * ph * pw * c;
+  int32_t* tk = scratch.data();
+  cpu::dispatch([&] { pool_windows(image, out, image_taps, tk, ph, pw, ow, c, wh, ww); });
 }
 
 // bf16: the convolution, its bias and its activation as one oneDNN kernel where the host has a
@@ -130,6 +165,8 @@ void fused_conv_kernel(KernelContext& ctx) {
     const Shape& ys = ctx.output_type(0).shape;
     const std::vector<int64_t>& pool = ctx.attrs().get_ints("pool");
     T* pooled = ops::out_ptr<T>(ctx.allocate_output(1));
+    uint8_t* taps =
+        ctx.outputs().size() > 2 ? ops::out_ptr<uint8_t>(ctx.allocate_output(2)) : nullptr;
     const int64_t image_rows = ys[1] * ys[2];
     std::vector<std::atomic<int64_t>> rows_done(static_cast<size_t>(ys[0]));
     ops::conv_forward<T>(ctx, [&](T* block, int64_t row0, int64_t rows) {
@@ -139,7 +176,7 @@ void fused_conv_kernel(KernelContext& ctx) {
       for (int64_t b = row0 / image_rows; b * image_rows < row0 + rows; ++b) {
         const int64_t n =
             std::min(row0 + rows, (b + 1) * image_rows) - std::max(row0, b * image_rows);
-        if (rows_done[b].fetch_add(n) + n == image_rows) pool_image(y, pooled, ys, pool, b);
+        if (rows_done[b].fetch_add(n) + n == image_rows) pool_image(y, pooled, taps, ys, pool, b);
       }
     });
   };
@@ -172,7 +209,7 @@ KILN_REGISTER_OP(fused_conv_pool)
     .input("input")
     .input("kernel")
     .optional_input("bias")
-    .outputs(2)
+    .variadic_outputs()
     .kind(OpKind::kKernel)
     .non_differentiable()
     .shape_fn(fused_conv_pool_shape);

@@ -420,7 +420,7 @@ TEST(LayoutTest, IsNotExactAndRunsOnlyInTheFullPipeline) {
   EXPECT_EQ(all.pass_names(),
             "verify constant_folding algebraic_simplifier cse merge_augmented_scans unroll_loops "
             "dce layout "
-            "epilogue_fusion dce verify");
+            "epilogue_fusion conv_pool_grad_fusion dce verify");
   EXPECT_EQ(
       exact.pass_names(),
       "verify constant_folding algebraic_simplifier cse merge_augmented_scans unroll_loops dce "

@@ -193,6 +193,29 @@ inline Reference convolution_kernel_grad(const Tensor& x, const Tensor& dy, cons
   return dk;
 }
 
+// conv_pool_kernel_grad(x, taps, dp): convolution_kernel_grad(x, dz) where dz, of the
+// convolution's output shape, is dp[pooled element] at the output its tap names in its
+// [ph, pw] window (none where relu_mask and the tap byte's 0x80 flag is set), 0 elsewhere.
+inline Reference conv_pool_kernel_grad(const Tensor& x, const Tensor& taps, const Tensor& dp,
+                                       const Attrs& attrs) {
+  Shape k = attrs.get_ints("kernel_spatial");
+  k.push_back(x.shape().back());
+  k.push_back(dp.shape().back());
+  Shape y = conv_output(x.shape(), k, attrs);
+  const Axes& pool = attrs.get_ints("pool");
+  const bool relu_mask = attrs.get_bool("relu_mask", false);
+  const std::vector<double> tv = values(taps), dv = values(dp);
+  std::vector<double> dz(num_elements(y), 0);
+  for_each_index(dp.shape(), [&](const Index& p) {
+    const int64_t i = flat(dp.shape(), p), tap = static_cast<int64_t>(tv[i]);
+    if (relu_mask && (tap & 0x80) != 0) return;
+    const Index yi = {p[0], p[1] * pool[0] + (tap & 0x7f) / pool[1],
+                      p[2] * pool[1] + (tap & 0x7f) % pool[1], p[3]};
+    dz[flat(y, yi)] += dv[i];
+  });
+  return convolution_kernel_grad(x, Tensor::from_vector(dz, y), attrs);
+}
+
 // ---- window reductions: window y covers x[y * stride - padding_low + t] for taps t ----
 
 inline Shape window_output(const Shape& x, const Attrs& attrs) {
@@ -406,6 +429,8 @@ inline const std::map<std::string, NaiveFn>& naive_references() {
        [](In x, const Attrs& a) { return n::convolution_input_grad(x[0], x[1], a); }},
       {"convolution_kernel_grad",
        [](In x, const Attrs& a) { return n::convolution_kernel_grad(x[0], x[1], a); }},
+      {"conv_pool_kernel_grad",
+       [](In x, const Attrs& a) { return n::conv_pool_kernel_grad(x[0], x[1], x[2], a); }},
       {"reduce_window_max", [](In x, const Attrs& a) { return n::reduce_window_max(x[0], a); }},
       {"reduce_window_sum", [](In x, const Attrs& a) { return n::reduce_window_sum(x[0], a); }},
       {"reduce_window_max_grad",

@@ -117,6 +117,25 @@ TEST(NaiveReference, KernelOpsOfRandomGraphsAndTheirGradientsMatchIt) {
                   << small.str() << testing::build(small).graph.to_text() << "\nwhere "
                   << failure_of(small, &ignored, &also_ignored);
   }
+  // The gradient graphs above keep only the gradients, so no forward pool survives them to fuse
+  // with its gradient: a training step of a network's first convolution (its loss and the
+  // gradients of its kernel and bias; the compiler's conv_pool_kernel_grad pattern) does.
+  {
+    Graph g{"first_conv_step"};
+    Tensor x = g.placeholder(f32, {3, 9, 8, 2}, "x"), w = g.placeholder(f32, {3, 3, 2, 4}, "w");
+    Tensor b = g.placeholder(f32, {4}, "b");
+    Tensor p = max_pool2d(relu(conv2d(x, w) + b), {2, 2});
+    Tensor r = g.placeholder(f32, p.shape(), "r");
+    Tensor loss = sum(p * r);
+    std::vector<Tensor> outputs = gradients(loss, {w, b});
+    outputs.push_back(loss);
+    const FeedList feeds = {{x, random_normal({3, 9, 8, 2}, 1)},
+                            {w, random_normal({3, 3, 2, 4}, 2)},
+                            {b, random_normal({4}, 3)},
+                            {r, random_normal(p.shape(), 4)}};
+    const CompiledGraph c = optimize(g, outputs);
+    EXPECT_EQ(check_kernel_nodes(c.graph, c.map_feeds(feeds), &checked), "");
+  }
   // Every reference met its op, and every kernel op Kiln registers (ops/, compiler/) has one.
   std::string counts;
   for (const auto& [op, fn] : testing::naive_references()) {

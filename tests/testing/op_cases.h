@@ -488,6 +488,21 @@ inline const std::vector<OpCase>& compiler_op_cases() {
        {in({1, 8, 9, 2}), in({3, 2, 2, 3})},
        {{"strides", Axes{1, 2}}, {"activation", std::string("none")}, {"pool", Axes{3, 2}}},
        "strided_3x2"},
+      // fused_conv_pool with taps (output 2), and the kernel and bias gradients read from them
+      {"fused_conv_pool",
+       {in({2, 7, 6, 3}), in({2, 2, 3, 4}), in({4})},
+       {{"activation", std::string("relu")}, {"pool", Axes{2, 2}}, {"taps", true}},
+       "bias_relu_2x2_taps"},
+      {"conv_pool_kernel_grad",
+       {in({2, 7, 6, 3}), Input{{2, 3, 2, 4}, range(0, 4), u8}, in({2, 3, 2, 4})},
+       {{"kernel_spatial", Axes{2, 2}}, {"pool", Axes{2, 2}}},
+       "2x2_pool_2x2_kernel"},
+      {"conv_pool_kernel_grad",
+       {in({1, 9, 8, 2}), Input{{1, 2, 2, 3}, range(0, 6), u8}, in({1, 2, 2, 3})},
+       {{"kernel_spatial", Axes{3, 2}}, {"pool", Axes{2, 3}}, {"strides", Axes{2, 1}},
+        {"padding_low", Axes{1, 0}}, {"padding_high", Axes{0, 1}}, {"dilation", Axes{1, 2}},
+        {"relu_mask", true}},
+       "strided_padded_dilated_2x3_pool"},
   };
   return kCases;
 }

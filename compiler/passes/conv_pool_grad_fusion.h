@@ -1,0 +1,24 @@
+// Backward fusion through a convolution's max pool. Where the gradient a fused_conv_pool's pool
+// passes back (reduce_window_max_grad of its output 0, the relu mask folded in or not) is read
+// only by the convolution's kernel gradient (convolution_kernel_grad of the same input and
+// attributes) and its bias gradient (reduce_sum over all but the channel dimension), as in the
+// first convolution of a network, whose input needs no gradient, the three become one
+// conv_pool_kernel_grad (compiler/fused_ops.h). It reads the pool's argmax taps, which the
+// forward fused_conv_pool then writes as its output 2 (one byte per pooled element), instead of
+// the convolution's whole output, and never writes the gradient of that output. Not exact: the
+// kernel gradient's sums are added in another order than convolution_kernel_grad's GEMM (the
+// same terms, within the same rounding bound); Rewrites::kExact pipelines leave it out.
+#pragma once
+
+#include "compiler/passes/pass.h"
+
+namespace kiln::compiler {
+
+class ConvPoolGradFusion : public Pass {
+ public:
+  std::string name() const override { return "conv_pool_grad_fusion"; }
+  bool run(Module& module) override;
+  bool exact() const override { return false; }
+};
+
+}  // namespace kiln::compiler
