@@ -64,15 +64,9 @@ bool is_pool_of(const detail::Node& g, const detail::Node& f) {
 bool ConvPoolGradFusion::run(Module& module) {
   const std::vector<detail::Node>& nodes = nodes_of(module.graph);
   const int n = static_cast<int>(nodes.size());
-  std::vector<std::vector<int>> users(n);
-  std::vector<int> uses(n, 0);
-  for (int id = 0; id < n; ++id) {
-    for (const ValueRef& in : nodes[id].inputs) {
-      ++uses[in.node];
-      users[in.node].push_back(id);
-    }
-  }
-  for (ValueRef v : module.outputs) ++uses[v.node];
+  const Readers readers = readers_of(module);
+  const std::vector<std::vector<int>>& users = readers.users;
+  const std::vector<int>& uses = readers.uses;
 
   std::vector<Match> matches;
   std::vector<char> taken(n, 0);  // fused_conv_pools already given taps

@@ -73,14 +73,9 @@ bool is_zero_scalar(const detail::Node& n) {
 bool EpilogueFusion::run(Module& module) {
   const std::vector<detail::Node>& nodes = nodes_of(module.graph);
   const int n = static_cast<int>(nodes.size());
-  std::vector<std::vector<int>> users(n);
-  std::vector<int> uses(n, 0);
-  for (int id = 0; id < n; ++id)
-    for (const ValueRef& in : nodes[id].inputs) {
-      ++uses[in.node];
-      users[in.node].push_back(id);
-    }
-  for (ValueRef v : module.outputs) ++uses[v.node];
+  const Readers readers = readers_of(module);
+  const std::vector<std::vector<int>>& users = readers.users;
+  const std::vector<int>& uses = readers.uses;
   auto type = [&](ValueRef v) -> const TensorType& { return nodes[v.node].outputs[v.output]; };
   // Whether value v depends on node `target` (inputs precede users: search ids above target).
   auto depends_on = [&](ValueRef v, int target) {

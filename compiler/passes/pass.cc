@@ -53,6 +53,21 @@ bool is_pure(const detail::Node& node) {
   return true;
 }
 
+Readers readers_of(const Module& module) {
+  const std::vector<detail::Node>& nodes = nodes_of(module.graph);
+  Readers r;
+  r.users.resize(nodes.size());
+  r.uses.assign(nodes.size(), 0);
+  for (int id = 0; id < static_cast<int>(nodes.size()); ++id) {
+    for (const ValueRef& in : nodes[id].inputs) {
+      ++r.uses[in.node];
+      r.users[in.node].push_back(id);
+    }
+  }
+  for (ValueRef v : module.outputs) ++r.uses[v.node];
+  return r;
+}
+
 detail::Node constant_node(const std::string& name, const Tensor& value) {
   detail::Node node;
   node.name = name;

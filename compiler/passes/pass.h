@@ -103,6 +103,14 @@ class Rewriter {
   std::vector<std::vector<ValueRef>> map_;  // per old node, per output
 };
 
+// Who reads each node of a module: `users[id]` lists the nodes reading node id (once per input
+// that reads it), `uses[id]` counts those inputs and the module outputs that are node id's.
+struct Readers {
+  std::vector<std::vector<int>> users;
+  std::vector<int> uses;
+};
+Readers readers_of(const Module& module);
+
 // A node with a fresh concrete value, named `name`.
 detail::Node constant_node(const std::string& name, const Tensor& value);
 
