@@ -3,6 +3,19 @@
 
 namespace kiln::compiler {
 
+std::vector<int64_t> fusable_pool_window(const Attrs& attrs) {
+  if (!attrs.has("window") || !attrs.has("strides")) return {};
+  const std::vector<int64_t>& window = attrs.get_ints("window");
+  if (window.size() != 4 || window[0] != 1 || window[3] != 1) return {};
+  if (attrs.get_ints("strides") != window) return {};
+  for (const char* pad : {"padding_low", "padding_high"}) {
+    if (!attrs.has(pad)) continue;
+    for (int64_t p : attrs.get_ints(pad))
+      if (p != 0) return {};
+  }
+  return {window[1], window[2]};
+}
+
 const char* activation_name(Activation a) {
   switch (a) {
     case Activation::kNone:

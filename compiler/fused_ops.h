@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kiln/graph.h"
 #include "kiln/shape.h"
@@ -25,6 +26,10 @@ inline constexpr const char* kFusedConvOp = "fused_conv";
 // fused_conv_pool(input, kernel[, bias]): fused_conv plus "pool" [ph, pw]; output 1 is the max
 // pool of output 0 over disjoint, unpadded ph x pw windows of its NHWC spatial dimensions.
 inline constexpr const char* kFusedConvPoolOp = "fused_conv_pool";
+// The [ph, pw] of window attributes (reduce_window_max's, or its gradient's) that fused_conv_pool
+// can take: NHWC windows over the two spatial dimensions only, disjoint (strides equal to the
+// window) and unpadded; the empty list otherwise.
+std::vector<int64_t> fusable_pool_window(const Attrs& attrs);
 // With the attribute "taps" true, fused_conv_pool has an output 2: u8 of the pooled shape, the
 // tap (row-major index in the window) of each pooled element's maximum, as the pool's gradient
 // finds it, or'ed with kTapNonPositive where the maximum is <= 0. At most kMaxPoolTaps taps.
@@ -34,9 +39,9 @@ inline constexpr int64_t kMaxPoolTaps = 127;
 // and bias, given the gradient of its pool output: convolution_kernel_grad(input, dz) and
 // reduce_sum(dz) over all but the channel dimension, where dz = reduce_window_max_grad(output 0,
 // pool_grad) (with "relu_mask": 0 where a window's maximum is <= 0), read from the taps instead
-// of output 0, and dz never formed. Attributes: the convolution's (2-d, groups 1, no
-// lhs_dilation), "kernel_spatial", "pool" and "relu_mask". Created by ConvPoolGradFusion
-// (compiler/passes/conv_pool_grad_fusion.h).
+// of output 0, dz formed a few images at a time and never for the whole batch. Attributes: the
+// convolution's (2-d, groups 1, no lhs_dilation), "kernel_spatial", "pool" and "relu_mask". Created
+// by ConvPoolGradFusion (compiler/passes/conv_pool_grad_fusion.h).
 inline constexpr const char* kConvPoolKernelGradOp = "conv_pool_kernel_grad";
 
 enum class Activation { kNone, kRelu, kTanh, kLogistic };

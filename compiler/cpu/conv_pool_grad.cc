@@ -1,10 +1,11 @@
 // The conv_pool_kernel_grad kernel op (compiler/fused_ops.h): a convolution's kernel and bias
 // gradients through its max pool, read from the pool's taps (fused_conv_pool's output 2), for
 // the CPU. The gradient the pool passes back reaches one convolution output per pooled element
-// (its window's maximum), so the kernel gradient is a sum over pooled elements instead of over
-// every convolution output, and the [batch, OH, OW, C] gradient in between is never written:
-// for the Fashion-MNIST CNN's first layer at batch 128 it would be 11 MB, written by the pool's
-// gradient and read back by the kernel's gradient and the bias's.
+// (its window's maximum, which the taps name), so the [batch, OH, OW, C] gradient in between is
+// formed from the taps a few images at a time, in cache, and never for the whole batch: for the
+// Fashion-MNIST CNN's first layer at batch 128 it would be 11 MB, written by the pool's gradient
+// (after reading the convolution's whole output for the argmax) and read back by the kernel's
+// gradient and the bias's.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -58,6 +59,12 @@ Geometry geometry(const InferContext& ctx) {
   return g;
 }
 
+// The convolution's output size along spatial dimension i for n input elements.
+int64_t conv_extent(const Geometry& g, int64_t n, int i) {
+  const int64_t span = (g.kernel[i] - 1) * g.dilation[i] + 1, padded = n + g.low[i] + g.high[i];
+  return padded < span ? 0 : (padded - span) / g.strides[i] + 1;
+}
+
 // conv_pool_kernel_grad(input [B, H, W, Cin], taps u8 [B, PH, PW, C], pool_grad [B, PH, PW, C])
 // -> kernel gradient [KH, KW, Cin, C], bias gradient [C]. PH and PW are the pooled sizes of the
 // convolution's output (its rows and columns left over dropped).
@@ -75,9 +82,7 @@ std::vector<TensorType> conv_pool_kernel_grad_shape(const InferContext& ctx) {
   for (int i = 0; i < 2; ++i) {
     const int64_t n = x.shape[1 + i], pooled = dp.shape[1 + i];
     if (n == kUnknownDim || pooled == kUnknownDim) continue;
-    const int64_t span = (g.kernel[i] - 1) * g.dilation[i] + 1;
-    const int64_t out =
-        n + g.low[i] + g.high[i] < span ? 0 : (n + g.low[i] + g.high[i] - span) / g.strides[i] + 1;
+    const int64_t out = conv_extent(g, n, i);
     if (pooled != out / g.pool[i])
       ctx.fail("pool_grad " + dp.str() + " is not the " + ops::ints_str(g.pool) +
                " pool of the convolution's output (" + std::to_string(out) + " along spatial " +
@@ -144,10 +149,7 @@ void conv_pool_kernel_grad_kernel(KernelContext& ctx, const Geometry& g) {
   Sizes z;
   z.ph = dp_t.shape()[1], z.pw = dp_t.shape()[2], z.c = dp_t.shape()[3];
   z.wh = g.pool[0], z.ww = g.pool[1];
-  for (int i = 0; i < 2; ++i) {  // the convolution's output size (checked: it pools to ph, pw)
-    const int64_t span = (g.kernel[i] - 1) * g.dilation[i] + 1;
-    (i == 0 ? z.oh : z.ow) = (xs[1 + i] + g.low[i] + g.high[i] - span) / g.strides[i] + 1;
-  }
+  z.oh = conv_extent(g, xs[1], 0), z.ow = conv_extent(g, xs[2], 1);
   // With relu_mask, a tap byte with kTapNonPositive set matches no tap and adds nothing.
   z.keep = ctx.attrs().get_bool("relu_mask", false) ? 0xff : ~int32_t{kTapNonPositive} & 0xff;
   const int64_t n_w = num_elements(ctx.output_type(0).shape), c = z.c;

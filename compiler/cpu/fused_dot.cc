@@ -1,6 +1,7 @@
 // The fused_dot kernel op (compiler/cpu/fused_dot.h): registration, shape function, and the CPU
 // kernel, a GEMM cut across threads as dot's reference kernel cuts it (ops::gemm, so the same
-// bits) with the bias and activation applied to each block of final rows as soon as it is done; bf16 as one oneDNN matmul with the epilogue in its kernel (ops/onednn_matmul.h);
+// bits) with the bias and activation applied to each block of final rows as soon as it is done;
+// bf16 as one oneDNN matmul with the epilogue in its kernel (ops/onednn_matmul.h);
 // f16 as f32 GEMM blocks on the widened operands, the epilogue applied before the one rounding.
 #include "compiler/cpu/fused_dot.h"
 

@@ -17,10 +17,6 @@ struct Match {
   int bias = -1;    // reduce_sum of the grad over batch and space, if any
 };
 
-std::string label(const std::vector<detail::Node>& nodes, int id) {
-  return std::string("%") + std::to_string(id) + " " + nodes[id].name + " (" + nodes[id].op + ")";
-}
-
 std::vector<int64_t> ints_or(const Attrs& attrs, const char* name, std::vector<int64_t> fallback) {
   return attrs.has(name) ? attrs.get_ints(name) : fallback;
 }
@@ -47,16 +43,7 @@ bool same_window(const Attrs& a, const Attrs& b) {
 // Whether reduce_window_max_grad node `g` is the gradient of the pool that fused_conv_pool `f`
 // computes: the same disjoint, unpadded [1, ph, pw, 1] windows.
 bool is_pool_of(const detail::Node& g, const detail::Node& f) {
-  const std::vector<int64_t>& pool = f.attrs.get_ints("pool");
-  const std::vector<int64_t> window = {1, pool[0], pool[1], 1};
-  if (ints_or(g.attrs, "window", {}) != window || ints_or(g.attrs, "strides", {}) != window)
-    return false;
-  for (const char* pad : {"padding_low", "padding_high"}) {
-    for (int64_t p : ints_or(g.attrs, pad, {})) {
-      if (p != 0) return false;
-    }
-  }
-  return true;
+  return fusable_pool_window(g.attrs) == f.attrs.get_ints("pool");
 }
 
 }  // namespace
@@ -78,7 +65,7 @@ bool ConvPoolGradFusion::run(Module& module) {
     const detail::Node& fused = nodes[f];
     if (fused.op != kFusedConvPoolOp || fused.outputs.size() != 2 || !is_pool_of(g, fused))
       continue;
-    const std::string what = "not fused: " + label(nodes, id) + " of " + label(nodes, f);
+    const std::string what = "not fused: " + node_label(nodes, id) + " of " + node_label(nodes, f);
     if (taken[f]) {
       note(what + ": another pool gradient already reads its taps");
       continue;
@@ -105,7 +92,7 @@ bool ConvPoolGradFusion::run(Module& module) {
                  !r.attrs.get_bool("keepdims", false)) {
         m.bias = u;
       } else {
-        why = "it is also read by " + label(nodes, u) +
+        why = "it is also read by " + node_label(nodes, u) +
               " (only the kernel's and the bias's gradients may read it)";
       }
     }
@@ -153,9 +140,9 @@ bool ConvPoolGradFusion::run(Module& module) {
       const TensorType& k = kernel.outputs[0];
       grad.outputs = {k, TensorType{k.dtype, {k.shape.back()}}};
       grad_at[i] = rw.replace(id, std::move(grad));
-      note("fused " + label(nodes, id) + ", " + label(nodes, m.kernel) +
-           (m.bias >= 0 ? " and " + label(nodes, m.bias) : std::string()) +
-           " into one conv_pool_kernel_grad reading the taps of " + label(nodes, m.fused));
+      note("fused " + node_label(nodes, id) + ", " + node_label(nodes, m.kernel) +
+           (m.bias >= 0 ? " and " + node_label(nodes, m.bias) : std::string()) +
+           " into one conv_pool_kernel_grad reading the taps of " + node_label(nodes, m.fused));
     } else if (id == m.kernel) {
       rw.alias(id, {ValueRef{grad_at[i], 0}});
     } else {

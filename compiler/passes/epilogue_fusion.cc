@@ -40,23 +40,11 @@ struct Match {
   Activation act = Activation::kNone;
 };
 
-std::string label(const std::vector<detail::Node>& nodes, int id) {
-  return std::string("%") + std::to_string(id) + " " + nodes[id].name + " (" + nodes[id].op + ")";
-}
-
-// The [ph, pw] of a reduce_window_max that a fused_conv can take as its output 1: NHWC windows
-// over the two spatial dimensions only, disjoint (strides equal to the window) and unpadded; the
-// empty list otherwise.
+// The [ph, pw] of a reduce_window_max that a fused_conv can take as its output 1
+// (fusable_pool_window); the empty list otherwise.
 std::vector<int64_t> fusable_pool(const detail::Node& n) {
   if (n.op != "reduce_window_max" || n.outputs.size() != 1) return {};
-  const std::vector<int64_t>& window = n.attrs.get_ints("window");
-  if (window.size() != 4 || window[0] != 1 || window[3] != 1) return {};
-  if (n.attrs.get_ints("strides") != window) return {};
-  for (const char* pad : {"padding_low", "padding_high"}) {
-    for (int64_t p : n.attrs.get_ints(pad))
-      if (p != 0) return {};
-  }
-  return {window[1], window[2]};
+  return fusable_pool_window(n.attrs);
 }
 
 bool is_zero_scalar(const detail::Node& n) {
@@ -137,7 +125,7 @@ bool EpilogueFusion::run(Module& module) {
     if (!takes || (narrow && !fuse_narrow_)) {
       for (int u : users[d]) {
         if (nodes[u].op != "add" && !activation_of(u, d)) continue;
-        note("not fused: epilogue of " + label(nodes, d) + ": its output is " + out.str() +
+        note("not fused: epilogue of " + node_label(nodes, d) + ": its output is " + out.str() +
              (!takes ? "; the backend's fused kernels do not take " +
                            std::string(dtype_name(out.dtype))
                      : "; a fused bf16/f16 epilogue rounds once, not per op, and this pipeline "
@@ -164,16 +152,16 @@ bool EpilogueFusion::run(Module& module) {
                                             : used_elsewhere;
         }
         if (!why.empty()) {
-          note(std::string("not fused: ") + label(nodes, u) + " into " + label(nodes, d) + ": " +
-               why);
+          note(std::string("not fused: ") + node_label(nodes, u) + " into " + node_label(nodes, d) +
+               ": " + why);
           continue;
         }
         m.add = u;
         m.bias = un.inputs[k];
       } else if (auto a = activation_of(u, d)) {
         if (uses[d] > a->x_uses) {
-          note(std::string("not fused: ") + label(nodes, u) + " into " + label(nodes, d) + ": " +
-               used_elsewhere);
+          note(std::string("not fused: ") + node_label(nodes, u) + " into " + node_label(nodes, d) +
+               ": " + used_elsewhere);
           continue;
         }
         m.act_node = a->node;
@@ -184,11 +172,10 @@ bool EpilogueFusion::run(Module& module) {
     if (m.add < 0 && m.act_node < 0) continue;
     std::string layout = dot.op != "dot"
                              ? std::string()
-                             : target_->fused_dot_layout_refusal(type(dot.inputs[0]).shape,
-                                                                 type(dot.inputs[1]).shape,
-                                                                 dot.attrs);
+                             : target_->fused_dot_layout_refusal(
+                                   type(dot.inputs[0]).shape, type(dot.inputs[1]).shape, dot.attrs);
     if (!layout.empty()) {
-      note("not fused: epilogue of " + label(nodes, d) + ": " + layout);
+      note("not fused: epilogue of " + node_label(nodes, d) + ": " + layout);
       continue;
     }
     if (m.add >= 0) {
@@ -196,19 +183,19 @@ bool EpilogueFusion::run(Module& module) {
         auto a = activation_of(v, m.add);
         if (!a) continue;
         if (uses[m.add] > a->x_uses) {
-          const std::string why = ": the pre-activation " + label(nodes, m.add) +
+          const std::string why = ": the pre-activation " + node_label(nodes, m.add) +
                                   " is also used elsewhere (" + std::to_string(uses[m.add]) +
                                   " uses)";
           if (!producer->fuse_bias_alone) {
-            note("not fused: " + label(nodes, m.add) + " and " + label(nodes, v) + " into " +
-                 label(nodes, d) + why +
+            note("not fused: " + node_label(nodes, m.add) + " and " + node_label(nodes, v) +
+                 " into " + node_label(nodes, d) + why +
                  ", and a convolution does not take the bias alone (it stays in the "
                  "activation's loop)");
             m.add = -1;
             break;
           }
-          note(std::string("fused only the bias: ") + label(nodes, v) + " stays apart from " +
-               label(nodes, d) + why);
+          note(std::string("fused only the bias: ") + node_label(nodes, v) + " stays apart from " +
+               node_label(nodes, d) + why);
           break;
         }
         m.act_node = a->node;
@@ -224,7 +211,7 @@ bool EpilogueFusion::run(Module& module) {
     for (int id : {m.add, m.end})
       if (id >= 0 && claimed[id]) taken = id;
     if (taken >= 0) {
-      note(std::string("not fused: ") + label(nodes, taken) + " into " + label(nodes, d) +
+      note(std::string("not fused: ") + node_label(nodes, taken) + " into " + node_label(nodes, d) +
            ": it is already the epilogue of another " + producer->noun);
       continue;
     }

@@ -11,11 +11,6 @@
 namespace kiln::compiler {
 namespace {
 
-std::string label(const std::vector<detail::Node>& nodes, int id) {
-  return std::string("%") + std::to_string(id) + " " + nodes[id].name + " (" + nodes[id].op +
-         ")";
-}
-
 bool is_reduction(const detail::Node& node) { return node.def && node.def->reduction; }
 bool is_elemental(const detail::Node& node) { return node.def && node.def->elemental; }
 bool is_layout(const detail::Node& node) { return node.def && node.def->index_map; }
@@ -58,7 +53,7 @@ class Planner {
   }
   void note(const std::string& line) { plan_.notes.push_back("not fused: " + line); }
   void note_pair(int producer, int consumer, const std::string& why) {
-    note(label(nodes_, producer) + " into " + label(nodes_, consumer) + ": " + why);
+    note(node_label(nodes_, producer) + " into " + node_label(nodes_, consumer) + ": " + why);
   }
 
   // Whether any input from outside `unit` of a member of `unit` depends (through nodes and
@@ -127,14 +122,14 @@ class Planner {
              std::find(unit.begin(), unit.end(), root) != unit.end())
         root = nodes_[root].inputs[0].node;
       if (std::find(unit.begin(), unit.end(), root) != unit.end())
-        return FusionDecision::forbid("layout op " + label(nodes_, m) +
+        return FusionDecision::forbid("layout op " + node_label(nodes_, m) +
                                       " would read a value the same loop computes");
     }
     for (int m : unit) {
       if (!is_pieces(nodes_[m])) continue;
       for (const ValueRef& in : nodes_[m].inputs)
         if (std::find(unit.begin(), unit.end(), in.node) != unit.end())
-          return FusionDecision::forbid("piecewise op " + label(nodes_, m) +
+          return FusionDecision::forbid("piecewise op " + node_label(nodes_, m) +
                                         " would read a value the same loop computes");
     }
     return FusionDecision::allow();
@@ -150,7 +145,7 @@ class Planner {
   // piece (none of them computed by the group); consumers then join it like any group.
   void visit_pieces(int id) {
     if (FusionDecision d = target_.can_piece(nodes_[id], input_types(id), types_[id]); !d) {
-      note(label(nodes_, id) + ": " + d.reason());
+      note(node_label(nodes_, id) + ": " + d.reason());
       return;
     }
     members_.push_back({id});
@@ -164,7 +159,7 @@ class Planner {
   // index map on the loop's read of a buffer; consumers then join it like any group.
   void visit_layout(int id) {
     if (FusionDecision d = target_.can_map(nodes_[id], input_types(id), types_[id]); !d) {
-      note(label(nodes_, id) + ": " + d.reason());
+      note(node_label(nodes_, id) + ": " + d.reason());
       return;
     }
     const int producer = nodes_[id].inputs[0].node;
@@ -198,13 +193,13 @@ class Planner {
 
   void visit_reduction(int id) {
     if (FusionDecision d = target_.can_reduce(nodes_[id], input_types(id)); !d) {
-      note(label(nodes_, id) + ": " + d.reason());
+      note(node_label(nodes_, id) + ": " + d.reason());
       return;
     }
     const int producer = nodes_[id].inputs[0].node;
     const int g = plan_.group_of[producer];
     if (g < 0) {  // nothing to fold in: the reference kernel is as good, and no JIT
-      note(label(nodes_, id) + ": no fusible producer (left to the reference kernel)");
+      note(node_label(nodes_, id) + ": no fusible producer (left to the reference kernel)");
       return;
     }
     if (FusionDecision d = reduction_joins(g, id); !d) {
@@ -220,7 +215,7 @@ class Planner {
 
   void visit_elemental(int id) {
     if (FusionDecision d = target_.can_emit(nodes_[id], input_types(id), types_[id]); !d) {
-      note(label(nodes_, id) + ": " + d.reason());
+      note(node_label(nodes_, id) + ": " + d.reason());
       return;
     }
     std::vector<int> unit = {id};
@@ -316,7 +311,7 @@ FusionPlan Planner::finish(const std::vector<bool>& needed, const std::vector<Va
     if (computes || members_[g].empty()) continue;
     for (int m : members_[g]) {
       plan_.group_of[m] = -1;
-      plan_.notes.push_back("not fused: " + label(nodes_, m) +
+      plan_.notes.push_back("not fused: " + node_label(nodes_, m) +
                             ": no loop reads it (left to its kernel)");
     }
     members_[g].clear();

@@ -53,6 +53,10 @@ bool is_pure(const detail::Node& node) {
   return true;
 }
 
+std::string node_label(const std::vector<detail::Node>& nodes, int id) {
+  return std::string("%") + std::to_string(id) + " " + nodes[id].name + " (" + nodes[id].op + ")";
+}
+
 Readers readers_of(const Module& module) {
   const std::vector<detail::Node>& nodes = nodes_of(module.graph);
   Readers r;

@@ -111,6 +111,9 @@ struct Readers {
 };
 Readers readers_of(const Module& module);
 
+// "%id name (op)": how the passes' notes name a node.
+std::string node_label(const std::vector<detail::Node>& nodes, int id);
+
 // A node with a fresh concrete value, named `name`.
 detail::Node constant_node(const std::string& name, const Tensor& value);
 
