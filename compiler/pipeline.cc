@@ -173,6 +173,7 @@ Pipeline default_pipeline(Rewrites rewrites) {
   p.add(std::make_unique<EpilogueFusion>(/*fuse_narrow=*/rewrites == Rewrites::kAll));
   p.add(std::make_unique<ConvPoolGradFusion>());  // reads the pools epilogue fusion made
   p.add(std::make_unique<Dce>());  // what the epilogues absorbed (relu's 0, the bias add)
+  p.add(std::make_unique<DropConvOutputs>());  // after DCE removed the readers fusion left
   p.add(std::make_unique<Verify>());
   return p;
 }

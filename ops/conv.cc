@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "kiln/ops.h"
+#include "ops/conv_direct.h"
 #include "ops/kernel_util.h"
 #include "ops/onednn_conv.h"
 #include "ops/window_util.h"
@@ -188,6 +189,32 @@ std::optional<onednn::ConvShape> onednn_shape(const ConvPlan& plan, bool bf16) {
   return s;
 }
 
+// The plan as a direct few-channel convolution (ops/conv_direct.h), where one would serve it: one
+// or two spatial dimensions (a 1-d one as 2-d of height 1), one group, no input dilation.
+std::optional<direct_conv::Geometry> direct_geometry(const ConvPlan& plan) {
+  const size_t d = plan.k_sp.size();
+  if (d < 1 || d > 2 || plan.groups != 1) return std::nullopt;
+  const ConvParams& p = plan.params;
+  for (int64_t l : p.lhs_dilation) {
+    if (l != 1) return std::nullopt;
+  }
+  const size_t h = d - 1;  // the row dimension's index when there are two
+  direct_conv::Geometry g;
+  g.batch = plan.batch;
+  g.c_in = plan.c_in;
+  g.c_out = plan.c_out;
+  g.in_w = plan.in_sp[h], g.out_w = plan.out_sp[h], g.k_w = plan.k_sp[h];
+  g.stride_w = p.strides[h], g.pad_left = p.padding_low[h], g.dil_w = p.dilation[h];
+  g.in_h = g.out_h = g.k_h = g.stride_h = g.dil_h = 1;
+  g.pad_top = 0;
+  if (d == 2) {
+    g.in_h = plan.in_sp[0], g.out_h = plan.out_sp[0], g.k_h = plan.k_sp[0];
+    g.stride_h = p.strides[0], g.pad_top = p.padding_low[0], g.dil_h = p.dilation[0];
+  }
+  if (!direct_conv::serves(g)) return std::nullopt;
+  return g;
+}
+
 // Whether oneDNN may serve a kernel of element type T (ops/onednn_conv.h).
 template <class T>
 constexpr bool kOnednnType = std::is_same_v<T, float> || std::is_same_v<T, bfloat16>;
@@ -324,6 +351,32 @@ void conv_kernel(KernelContext& ctx, const E& epilogue = {}) {
     return;
   }
   const T* x = in_ptr<T>(ctx, 0);
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, half>) {
+    if (const std::optional<direct_conv::Geometry> g = direct_geometry(plan)) {
+      // One image per task, its epilogue run while the image is in cache. f16: on the widened
+      // operands, each image's f32 sums rounded once after the epilogue (as on oneDNN's path).
+      const int64_t image_rows = plan.out_rows / plan.batch, image = image_rows * plan.c_out;
+      std::vector<float> x_wide, w_wide;
+      const float* x32 = as_compute(x, ctx.input(0).size(), x_wide);
+      const float* w32 = as_compute(in_ptr<T>(ctx, 1), ctx.input(1).size(), w_wide);
+      runtime::parallel_for(plan.batch, 1, [&](int64_t begin, int64_t end) {
+        std::vector<float> staging;  // f16: one image's f32 sums
+        for (int64_t b = begin; b < end; ++b) {
+          float* yc;
+          if constexpr (std::is_same_v<T, float>) {
+            yc = y + b * image;
+          } else {
+            staging.resize(image);
+            yc = staging.data();
+          }
+          direct_conv::forward(*g, x32 + b * (ctx.input(0).size() / plan.batch), w32, yc);
+          if constexpr (kHook) epilogue(yc, b * image_rows, image_rows);
+          if constexpr (!std::is_same_v<T, float>) store_rounded(yc, image, y + b * image);
+        }
+      });
+      return;
+    }
+  }
   if constexpr (kOnednnType<T>) {
     onednn::Epilogue hook;
     if constexpr (kHook) hook = epilogue;
@@ -523,6 +576,29 @@ void conv_kernel_grad_kernel(KernelContext& ctx) {
     return;
   }
   const T* x = in_ptr<T>(ctx, 0);
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, half>) {
+    if (const std::optional<direct_conv::Geometry> g = direct_geometry(plan)) {
+      // Each chunk of images sums into its own partial, the partials added in chunk order: a
+      // chunk count that depends on the batch only, so the bits do not depend on the threads.
+      // f16: on the widened operands, the f32 result rounded once.
+      std::vector<float> x_wide, dy_wide;
+      const float* x32 = as_compute(x, ctx.input(0).size(), x_wide);
+      const float* dy32 = as_compute(in_ptr<T>(ctx, 1), ctx.input(1).size(), dy_wide);
+      const int64_t chunks = std::clamp<int64_t>(plan.batch / 4, 1, 32);
+      std::vector<float> partial(chunks * n_w, 0.0f);
+      runtime::parallel_for(chunks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t c = begin; c < end; ++c) {
+          direct_conv::kernel_grad_add(*g, x32, dy32, partial.data() + c * n_w,
+                                       plan.batch * c / chunks, plan.batch * (c + 1) / chunks);
+        }
+      });
+      for (int64_t c = 1; c < chunks; ++c) {
+        for (int64_t i = 0; i < n_w; ++i) partial[i] += partial[c * n_w + i];
+      }
+      store_rounded(partial.data(), n_w, dw);
+      return;
+    }
+  }
   if constexpr (kOnednnType<T>) {
     const std::optional<onednn::ConvShape> s = onednn_shape(plan, !std::is_same_v<T, float>);
     if (s && onednn::kernel_grad(ctx, *s, x, in_ptr<T>(ctx, 1), dw)) return;
@@ -629,6 +705,11 @@ void conv_forward(KernelContext& ctx, const ConvEpilogue<ComputeType<T>>& epilog
 template void conv_forward<float>(KernelContext&, const ConvEpilogue<float>&);
 template void conv_forward<double>(KernelContext&, const ConvEpilogue<double>&);
 template void conv_forward<half>(KernelContext&, const ConvEpilogue<float>&);
+
+std::optional<direct_conv::Geometry> direct_geometry(const KernelContext& ctx, const Shape& in,
+                                                     const Shape& kernel, const Shape& out) {
+  return direct_geometry(make_plan(ctx, in, kernel, out));
+}
 
 bool conv_forward_bf16_fused(KernelContext& ctx, const onednn::BiasActivation& fused) {
   const ConvPlan plan =

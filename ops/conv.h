@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <functional>
 
+#include <optional>
+
 #include "kiln/op_registry.h"
+#include "ops/conv_direct.h"
 #include "ops/kernel_util.h"
 #include "ops/onednn_conv.h"
 
@@ -30,5 +33,11 @@ void conv_forward(KernelContext& ctx, const ConvEpilogue<ComputeType<T>>& epilog
 // output 0. False, output 0 left unwritten, where oneDNN declines: no bf16 unit, switched off, no
 // implementation for the case, or a padded convolution with a non-finite kernel.
 bool conv_forward_bf16_fused(KernelContext& ctx, const onednn::BiasActivation& fused);
+
+// The convolution of an `in`-shaped input with a `kernel`-shaped kernel giving `out` (ctx's
+// convolution attributes) as a direct few-channel convolution (ops/conv_direct.h), where those
+// kernels serve it (f32 only: the caller checks the dtype).
+std::optional<direct_conv::Geometry> direct_geometry(const KernelContext& ctx, const Shape& in,
+                                                     const Shape& kernel, const Shape& out);
 
 }  // namespace kiln::ops

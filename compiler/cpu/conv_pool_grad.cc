@@ -7,18 +7,24 @@
 // (after reading the convolution's whole output for the argmax) and read back by the kernel's
 // gradient and the bias's.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "compiler/fused_ops.h"
 #include "kiln/op_registry.h"
+#include "ops/conv.h"
 #include "ops/kernel_util.h"
 #include "runtime/execute.h"
 #include "runtime/thread_pool.h"
 #include "src/core/cpu_isa.h"
 
 namespace kiln::compiler {
+
+static_assert(kTapNonPositive == ops::direct_conv::kNonPositive);
 
 namespace {
 
@@ -137,6 +143,19 @@ inline void scatter_image(const uint8_t* taps, const T* dp, T* dz, T* db, int32_
   }
 }
 
+// dw [n_w] and db [c], the tasks' partial gradients (each n_w + c values) added in task order.
+template <class T>
+void add_partials(const std::vector<T>& partial, int64_t tasks, int64_t n_w, int64_t c, T* dw,
+                  T* db) {
+  std::copy(partial.begin(), partial.begin() + n_w, dw);
+  std::copy(partial.begin() + n_w, partial.begin() + n_w + c, db);
+  for (int64_t task = 1; task < tasks; ++task) {
+    const T* p = partial.data() + task * (n_w + c);
+    for (int64_t i = 0; i < n_w; ++i) dw[i] += p[i];
+    for (int64_t k = 0; k < c; ++k) db[k] += p[n_w + k];
+  }
+}
+
 // The kernel gradient is the convolution's own kernel-gradient kernel (oneDNN's, or Kiln's
 // im2col GEMM) run on a few images at a time, their dz formed from the taps in a buffer that
 // stays in cache. Unfused, dz is formed for the whole batch (from the convolution's whole
@@ -158,16 +177,46 @@ void conv_pool_kernel_grad_kernel(KernelContext& ctx, const Geometry& g) {
   const int64_t num_taps = z.wh * z.ww;
   // A tap outside the window is a corrupt taps operand: report the first.
   const int64_t num_bytes = taps_t.size();
-  bool corrupt = false;
-  for (int64_t i = 0; i < num_bytes; ++i) corrupt |= (taps[i] & ~kTapNonPositive) >= num_taps;
+  std::atomic<bool> corrupt = false;
+  runtime::parallel_for(num_bytes, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
+    uint8_t worst = 0;  // a byte max: a loop the compiler vectorizes
+    cpu::dispatch([&] {
+      for (int64_t i = begin; i < end; ++i) {
+        const uint8_t t = taps[i] & static_cast<uint8_t>(~kTapNonPositive);
+        worst = t > worst ? t : worst;
+      }
+    });
+    if (worst >= num_taps) corrupt = true;
+  });
   for (int64_t i = 0; corrupt && i < num_bytes; ++i) {
     if ((taps[i] & ~kTapNonPositive) >= num_taps)
       ctx.fail("taps: element " + std::to_string(i) + " is " + std::to_string(taps[i]) +
                ", not a tap of a " + ops::ints_str(g.pool) + " window");
   }
-  const OpDef& kernel_grad = OpRegistry::global().find("convolution_kernel_grad");
   const int64_t tasks = (batch + kImagesPerTask - 1) / kImagesPerTask;
   std::vector<T> partial(static_cast<size_t>(tasks * (n_w + c)), T(0));
+  if constexpr (std::is_same_v<T, float>) {
+    // A few input channels and a 2 x 2 pool: dz formed in registers, window by window.
+    const std::optional<ops::direct_conv::Geometry> dg =
+        ops::direct_geometry(ctx, xs, {g.kernel[0], g.kernel[1], xs[3], c}, {batch, z.oh, z.ow, c});
+    ops::direct_conv::PoolEpilogue p;
+    p.pool_h = z.wh, p.pool_w = z.ww;
+    if (dg && ops::direct_conv::serves_pool(*dg, p)) {
+      const float* xp = x.data<float>().data();
+      runtime::parallel_for(tasks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t task = begin; task < end; ++task) {
+          float* dw = partial.data() + task * (n_w + c);
+          ops::direct_conv::pool_kernel_grad_add(
+              *dg, xp, taps, dp, static_cast<uint8_t>(z.keep), dw, dw + n_w,
+              task * kImagesPerTask, std::min(batch, (task + 1) * kImagesPerTask));
+        }
+      });
+      add_partials(partial, tasks, n_w, c, ops::out_ptr<T>(ctx.allocate_output(0)),
+                   ops::out_ptr<T>(ctx.allocate_output(1)));
+      return;
+    }
+  }
+  const OpDef& kernel_grad = OpRegistry::global().find("convolution_kernel_grad");
   const int64_t image = xs[1] * xs[2] * xs[3], pooled = z.ph * z.pw * c;
   const int64_t out_image = z.oh * z.ow * c;
   runtime::parallel_for(tasks, 1, [&](int64_t begin, int64_t end) {
@@ -193,15 +242,8 @@ void conv_pool_kernel_grad_kernel(KernelContext& ctx, const Geometry& g) {
       std::copy_n(w.data<T>().data(), n_w, dw);
     }
   });
-  T* dw = ops::out_ptr<T>(ctx.allocate_output(0));
-  T* db = ops::out_ptr<T>(ctx.allocate_output(1));
-  std::copy(partial.begin(), partial.begin() + n_w, dw);
-  std::copy(partial.begin() + n_w, partial.begin() + n_w + c, db);
-  for (int64_t task = 1; task < tasks; ++task) {  // in task order
-    const T* p = partial.data() + task * (n_w + c);
-    for (int64_t i = 0; i < n_w; ++i) dw[i] += p[i];
-    for (int64_t k = 0; k < c; ++k) db[k] += p[n_w + k];
-  }
+  add_partials(partial, tasks, n_w, c, ops::out_ptr<T>(ctx.allocate_output(0)),
+               ops::out_ptr<T>(ctx.allocate_output(1)));
 }
 
 void conv_pool_kernel_grad(KernelContext& ctx) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <vector>
 
 #include "compiler/cpu/lowp_epilogue.h"
@@ -16,6 +17,7 @@
 #include "ops/kernel_util.h"
 #include "ops/window_util.h"
 #include "runtime/execute.h"
+#include "runtime/thread_pool.h"
 #include "src/core/cpu_isa.h"
 
 namespace kiln::compiler {
@@ -53,6 +55,7 @@ std::vector<TensorType> fused_conv_pool_shape(const InferContext& ctx) {
     pooled[1 + i] = y[1 + i] / pool[i];
   }
   out.push_back({out[0].dtype, pooled});
+  if (!ctx.attrs().get_bool("conv_output", true)) out[0].shape = {0};
   if (ctx.attrs().get_bool("taps", false)) {
     if (pool[0] * pool[1] > kMaxPoolTaps)
       ctx.fail("taps: a pool of " + ops::ints_str(pool) + " has more than " +
@@ -149,6 +152,63 @@ void fused_conv_f16(KernelContext& ctx) {
   });
 }
 
+// fused_conv_pool with "conv_output" false: outputs 1 and 2 only, output 0 left empty. f32 on
+// the direct kernels where they serve (a few input channels, a 2 x 2 pool, no activation or
+// relu: each window's pixels summed together in registers, the convolution's output never
+// stored); otherwise the op with its convolution output, which is then dropped.
+void fused_conv_pool_only(KernelContext& ctx) {
+  ctx.allocate_output(0);
+  const Tensor &x = ctx.input(0), &k = ctx.input(1);
+  const Activation act = *activation_from_name(ctx.attrs().get_string("activation"));
+  const std::vector<int64_t>& pool = ctx.attrs().get_ints("pool");
+  if (x.dtype() == f32 && (act == Activation::kNone || act == Activation::kRelu)) {
+    const std::vector<TensorType> operands = {{x.dtype(), x.shape()}, {k.dtype(), k.shape()}};
+    const Shape ys = OpRegistry::global()
+                         .find("convolution")
+                         .shape_fn(InferContext(ctx.op(), ctx.node_name(), operands, ctx.attrs()))
+                         .at(0)
+                         .shape;
+    const std::optional<ops::direct_conv::Geometry> g =
+        ops::direct_geometry(ctx, x.shape(), k.shape(), ys);
+    ops::direct_conv::PoolEpilogue p;
+    p.relu = act == Activation::kRelu;
+    p.pool_h = pool[0], p.pool_w = pool[1];
+    std::vector<float> bias;  // a scalar bias, one per channel
+    bool bias_fits = true;
+    if (ctx.num_inputs() > 2) {
+      const Tensor& b = ctx.input(2);
+      std::string why;
+      const std::optional<BiasKind> kind = bias_kind(b.shape(), ys, false, &why);
+      if (!kind) ctx.fail("bias " + shape_str(b.shape()) + ": " + why);
+      p.bias = b.data<float>().data();
+      if (*kind == BiasKind::kScalar) {
+        bias.assign(static_cast<size_t>(ys.back()), p.bias[0]);
+        p.bias = bias.data();
+      } else {
+        bias_fits = b.size() == ys.back();
+      }
+    }
+    if (g && bias_fits && ops::direct_conv::serves_pool(*g, p)) {
+      const float* xp = x.data<float>().data();
+      const float* w = k.data<float>().data();
+      float* pooled = ops::out_ptr<float>(ctx.allocate_output(1));
+      uint8_t* taps =
+          ctx.outputs().size() > 2 ? ops::out_ptr<uint8_t>(ctx.allocate_output(2)) : nullptr;
+      runtime::parallel_for(g->batch, 1, [&](int64_t begin, int64_t end) {
+        ops::direct_conv::forward_pool(*g, xp, w, p, pooled, taps, begin, end);
+      });
+      return;
+    }
+  }
+  Attrs attrs = ctx.attrs();
+  attrs.set("conv_output", true);
+  std::vector<Tensor> in;
+  for (int i = 0; i < ctx.num_inputs(); ++i) in.push_back(ctx.input(i));
+  std::vector<Tensor> out =
+      runtime::run_kernel(OpRegistry::global().find(ctx.op()), ctx.node_name(), in, attrs);
+  for (size_t i = 1; i < out.size(); ++i) ctx.set_output(static_cast<int>(i), std::move(out[i]));
+}
+
 void fused_conv_kernel(KernelContext& ctx) {
   auto run = [&](auto tag) {
     using T = decltype(tag);
@@ -180,6 +240,7 @@ void fused_conv_kernel(KernelContext& ctx) {
       }
     });
   };
+  if (!ctx.attrs().get_bool("conv_output", true)) return fused_conv_pool_only(ctx);
   const DType t = ctx.input(0).dtype();
   if (t == f32) {
     run(float{});

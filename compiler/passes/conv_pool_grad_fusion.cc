@@ -1,10 +1,12 @@
 // See conv_pool_grad_fusion.h.
 #include "compiler/passes/conv_pool_grad_fusion.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "compiler/fused_ops.h"
+#include "ops/conv_direct.h"
 
 namespace kiln::compiler {
 
@@ -44,6 +46,22 @@ bool same_window(const Attrs& a, const Attrs& b) {
 // computes: the same disjoint, unpadded [1, ph, pw, 1] windows.
 bool is_pool_of(const detail::Node& g, const detail::Node& f) {
   return fusable_pool_window(g.attrs) == f.attrs.get_ints("pool");
+}
+
+// Whether fused_conv_pool node `id`, still writing its output 0, is one that the CPU's direct
+// kernels pool without it (ops/conv_direct.h): f32, a 2-d convolution with groups 1 and no
+// lhs_dilation, few enough channels, a 2 x 2 pool, no activation or relu, and those kernels not
+// switched off. Others would compute output 0 anyway, into a buffer of their own.
+bool pooled_in_registers(const std::vector<detail::Node>& nodes, int id) {
+  const detail::Node& f = nodes[id];
+  if (f.op != kFusedConvPoolOp || !f.attrs.get_bool("conv_output", true) ||
+      f.outputs[0].dtype != f32 || !plain_2d(f.attrs))
+    return false;
+  const std::string act = f.attrs.has("activation") ? f.attrs.get_string("activation") : "none";
+  const Shape& k = nodes[f.inputs[1].node].outputs[f.inputs[1].output].shape;
+  const std::vector<int64_t>& pool = f.attrs.get_ints("pool");
+  return (act == "none" || act == "relu") && k.size() == 4 && pool.size() == 2 &&
+         ops::direct_conv::enabled() && ops::direct_conv::takes_pool(k[2], k[3], pool[0], pool[1]);
 }
 
 }  // namespace
@@ -148,6 +166,34 @@ bool ConvPoolGradFusion::run(Module& module) {
     } else {
       rw.alias(id, {ValueRef{grad_at[i], 1}});
     }
+  }
+  module = rw.finish();
+  return true;
+}
+
+bool DropConvOutputs::run(Module& module) {
+  const std::vector<detail::Node>& nodes = nodes_of(module.graph);
+  const int n = static_cast<int>(nodes.size());
+  std::vector<char> unread(n, 0);
+  for (int id = 0; id < n; ++id) unread[id] = pooled_in_registers(nodes, id);
+  for (const detail::Node& node : nodes)
+    for (const ValueRef& in : node.inputs)
+      if (in.output == 0) unread[in.node] = 0;
+  for (ValueRef v : module.outputs)
+    if (v.output == 0) unread[v.node] = 0;
+  if (std::find(unread.begin(), unread.end(), 1) == unread.end()) return false;
+  Rewriter rw(module);
+  for (int id = 0; id < n; ++id) {
+    if (!unread[id]) {
+      rw.keep(id);
+      continue;
+    }
+    detail::Node fused = nodes[id];
+    for (ValueRef& in : fused.inputs) in = rw.map(in);
+    fused.attrs.set("conv_output", false);
+    fused.outputs[0].shape = {0};
+    rw.replace(id, std::move(fused));
+    note("dropped output 0 of " + node_label(nodes, id) + ": nothing reads it");
   }
   module = rw.finish();
   return true;

@@ -8,6 +8,7 @@
 // the convolution's whole output, and never writes the gradient of that output. Not exact: the
 // kernel gradient's sums are added in another order than convolution_kernel_grad's GEMM (the
 // same terms, within the same rounding bound); Rewrites::kExact pipelines leave it out.
+
 #pragma once
 
 #include "compiler/passes/pass.h"
@@ -19,6 +20,19 @@ class ConvPoolGradFusion : public Pass {
   std::string name() const override { return "conv_pool_grad_fusion"; }
   bool run(Module& module) override;
   bool exact() const override { return false; }
+};
+
+// Marks a fused_conv_pool whose output 0 (the convolution's whole output) nothing reads
+// "conv_output" false, so that it is never stored: in training once conv_pool_grad_fusion's
+// gradient reads the taps instead, in inference where only the pool is wanted. Only those the
+// CPU's direct kernels pool in registers (f32, 1-4 input channels, at most 64 output channels, a
+// 2 x 2 pool, no activation or relu; ops/conv_direct.h): any other computes output 0 anyway.
+// Exact (outputs 1 and 2 keep their bits). Runs after DCE, which removes the readers that the
+// fusion passes left dead.
+class DropConvOutputs : public Pass {
+ public:
+  std::string name() const override { return "drop_conv_outputs"; }
+  bool run(Module& module) override;
 };
 
 }  // namespace kiln::compiler

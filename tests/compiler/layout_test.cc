@@ -420,11 +420,11 @@ TEST(LayoutTest, IsNotExactAndRunsOnlyInTheFullPipeline) {
   EXPECT_EQ(all.pass_names(),
             "verify constant_folding algebraic_simplifier cse merge_augmented_scans unroll_loops "
             "dce layout "
-            "epilogue_fusion conv_pool_grad_fusion dce verify");
+            "epilogue_fusion conv_pool_grad_fusion dce drop_conv_outputs verify");
   EXPECT_EQ(
       exact.pass_names(),
       "verify constant_folding algebraic_simplifier cse merge_augmented_scans unroll_loops dce "
-      "epilogue_fusion dce verify");
+      "epilogue_fusion dce drop_conv_outputs verify");
 
   Graph g{"pipeline"};
   Tensor x = g.placeholder(f32, {6, 4}, "x");

@@ -406,7 +406,38 @@ inline Reference epilogue(Reference r, const std::vector<Tensor>& inputs, const 
   return r;
 }
 
+// fused_conv_pool's output 1: the max of each disjoint ph x pw window of the epilogue's
+// reference r (NHWC, the rows and columns left over dropped), the first NaN winning. A window's
+// maximum may come from another of its elements in the kernel's rounding than in the
+// reference's, so it takes the largest terms and magnitude of its window: it is within that
+// bound of either element.
+inline Reference max_pooled(const Reference& r, const std::vector<int64_t>& pool) {
+  const Shape& s = r.shape;
+  Reference y({s[0], s[1] / pool[0], s[2] / pool[1], s[3]});
+  for_each_index(y.shape, [&](const Index& o) {
+    const int64_t yi = flat(y.shape, o);
+    bool first = true;
+    for (int64_t u = 0; u < pool[0]; ++u) {
+      for (int64_t v = 0; v < pool[1]; ++v) {
+        const int64_t xi = flat(s, {o[0], o[1] * pool[0] + u, o[2] * pool[1] + v, o[3]});
+        const double x = r.value[xi], m = y.value[yi];
+        if (first || (x > m) || (std::isnan(x) && !std::isnan(m))) y.value[yi] = x;
+        y.terms[yi] = std::max(y.terms[yi], r.terms[xi]);
+        y.magnitude[yi] = std::max(y.magnitude[yi], r.magnitude[xi]);
+        first = false;
+      }
+    }
+  });
+  return y;
+}
+
 }  // namespace naive_detail
+
+// The output of a kernel node that its naive reference describes: output 0, or a fused_conv_pool's
+// pool (output 1) where it does not write its convolution's output ("conv_output" false).
+inline int referenced_output(const std::string& op, const Attrs& attrs) {
+  return op == "fused_conv_pool" && !attrs.get_bool("conv_output", true) ? 1 : 0;
+}
 
 // The naive reference of the kernel op `op` on concrete inputs with the node's attributes.
 using NaiveFn = std::function<Reference(const std::vector<Tensor>&, const Attrs&)>;
@@ -422,9 +453,13 @@ inline const std::map<std::string, NaiveFn>& naive_references() {
       {"convolution", [](In x, const Attrs& a) { return n::convolution(x[0], x[1], a); }},
       {"fused_conv",
        [](In x, const Attrs& a) { return n::epilogue(n::convolution(x[0], x[1], a), x, a); }},
-      // Output 0 (the references check a node's first output; op_modes_test compares both).
+      // Output 0, or output 1 where it writes no output 0 (referenced_output; op_modes_test
+      // compares both).
       {"fused_conv_pool",
-       [](In x, const Attrs& a) { return n::epilogue(n::convolution(x[0], x[1], a), x, a); }},
+       [](In x, const Attrs& a) {
+         Reference y = n::epilogue(n::convolution(x[0], x[1], a), x, a);
+         return a.get_bool("conv_output", true) ? y : n::max_pooled(y, a.get_ints("pool"));
+       }},
       {"convolution_input_grad",
        [](In x, const Attrs& a) { return n::convolution_input_grad(x[0], x[1], a); }},
       {"convolution_kernel_grad",

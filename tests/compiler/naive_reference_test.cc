@@ -52,7 +52,8 @@ std::string check_kernel_nodes(const Graph& graph, const FeedList& feeds,
     for (const ValueRef& in : node.inputs)
       inputs.push_back(values[first_output[in.node] + in.output]);
     const Reference want = ref->second(inputs, node.attrs);
-    const std::string why = testing::within_rounding(values[first_output[id]], want);
+    const std::string why = testing::within_rounding(
+        values[first_output[id] + testing::referenced_output(node.op, node.attrs)], want);
     ++(*checked)[node.op];
     if (!why.empty())
       failure += node.name + " = " + node.op + "(" + types_of(inputs) + ") {" + node.attrs.str() +

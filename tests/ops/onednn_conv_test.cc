@@ -22,6 +22,12 @@ namespace {
 
 using testing::with_onednn;
 
+// These compare oneDNN with Kiln's im2col GEMM: the direct kernels, which would serve the cases
+// with few input channels before either, are off (tests/ops/conv_direct_test.cc checks them).
+class OnednnConv : public ::testing::Test {
+  testing::DirectConvOff direct_off_;
+};
+
 #define SKIP_WITHOUT_ONEDNN() \
   if (!ops::onednn::built()) GTEST_SKIP() << "Kiln is built without oneDNN"
 
@@ -99,7 +105,7 @@ void expect_within(const Tensor& got, const Tensor& want, const Tensor& terms, i
   }
 }
 
-TEST(OnednnConv, AgreesWithKilnsKernelsOnRandomShapesForwardAndBothGradients) {
+TEST_F(OnednnConv, AgreesWithKilnsKernelsOnRandomShapesForwardAndBothGradients) {
   SKIP_WITHOUT_ONEDNN();
   std::mt19937 rng(12);
   for (int i = 0; i < 60; ++i) {
@@ -145,7 +151,7 @@ TEST(OnednnConv, AgreesWithKilnsKernelsOnRandomShapesForwardAndBothGradients) {
 
 // bf16 operands run on oneDNN's bf16 kernels (vdpbf16ps where the CPU has AVX512-BF16), compared
 // with Kiln's f32 kernel on the same values widened.
-TEST(OnednnConv, Bf16AgreesWithF32WithinOneBf16Rounding) {
+TEST_F(OnednnConv, Bf16AgreesWithF32WithinOneBf16Rounding) {
   SKIP_WITHOUT_ONEDNN();
   const double u8 = std::ldexp(1.0, -8);
   std::mt19937 rng(16);
@@ -193,7 +199,7 @@ TEST(OnednnConv, Bf16AgreesWithF32WithinOneBf16Rounding) {
 }
 
 // The CNN trainer's second convolution at batch 128: many chunks, and a last shorter one.
-TEST(OnednnConv, AgreesOnTheTrainersShapeCutIntoChunks) {
+TEST_F(OnednnConv, AgreesOnTheTrainersShapeCutIntoChunks) {
   SKIP_WITHOUT_ONEDNN();
   const Tensor x = random_uniform({131, 13, 13, 32}, 1, -1, 1);
   const Tensor w = random_uniform({3, 3, 32, 64}, 2, -1, 1);
@@ -212,7 +218,7 @@ TEST(OnednnConv, AgreesOnTheTrainersShapeCutIntoChunks) {
                 kernel_grad(abs(x.to(f64)), abs(dy.to(f64))), 131 * 11 * 11, "kernel gradient");
 }
 
-TEST(OnednnConv, SaysWhichPathServedAConvolution) {
+TEST_F(OnednnConv, SaysWhichPathServedAConvolution) {
   SKIP_WITHOUT_ONEDNN();
   const Tensor x = random_uniform({2, 6, 6, 3}, 1, -1, 1);
   const Tensor w = random_uniform({3, 3, 3, 4}, 2, -1, 1);
@@ -236,7 +242,7 @@ TEST(OnednnConv, SaysWhichPathServedAConvolution) {
 // Kiln's kernels multiply the padding's zeros (0 * inf = NaN); oneDNN skips them. A padded
 // convolution whose kernel (forward) or output gradient (kernel gradient) holds an inf or NaN
 // therefore runs Kiln's kernel; an unpadded one stays on oneDNN, where every product is formed.
-TEST(OnednnConv, PaddingMeetingInfOrNaNGoesToKilnsKernel) {
+TEST_F(OnednnConv, PaddingMeetingInfOrNaNGoesToKilnsKernel) {
   SKIP_WITHOUT_ONEDNN();
   const Tensor x = random_uniform({2, 5, 5, 3}, 1, -1, 1);
   Tensor w = random_uniform({3, 3, 3, 4}, 2, -1, 1);
@@ -271,7 +277,7 @@ TEST(OnednnConv, PaddingMeetingInfOrNaNGoesToKilnsKernel) {
 
 // fused_conv applies Kiln's epilogue to each chunk oneDNN wrote (not oneDNN's relu post-op,
 // which turns NaN into 0): the bits of convolution -> add -> relu, NaN kept.
-TEST(OnednnConv, FusedConvAppliesKilnsEpilogueToEveryChunk) {
+TEST_F(OnednnConv, FusedConvAppliesKilnsEpilogueToEveryChunk) {
   SKIP_WITHOUT_ONEDNN();
   Tensor x = random_uniform({37, 26, 26, 4}, 1, -1, 1);
   x.mutable_data<float>()[5 * 26 * 26 * 4 + 7] = std::nanf("");

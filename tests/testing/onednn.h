@@ -1,6 +1,7 @@
 // For tests that compare Kiln's oneDNN paths with its own kernels.
 #pragma once
 
+#include "ops/conv_direct.h"
 #include "ops/onednn_conv.h"
 
 namespace kiln::testing {
@@ -16,5 +17,18 @@ auto with_onednn(bool on, F&& f) {
   } restore{saved};
   return f();
 }
+
+// Switches the direct few-channel convolution kernels (ops/conv_direct.h) off while it lives, so
+// that oneDNN's paths and Kiln's im2col GEMM serve the small-channel cases too.
+class DirectConvOff {
+ public:
+  DirectConvOff() : saved_(ops::direct_conv::enabled()) { ops::direct_conv::set_enabled(false); }
+  ~DirectConvOff() { ops::direct_conv::set_enabled(saved_); }
+  DirectConvOff(const DirectConvOff&) = delete;
+  DirectConvOff& operator=(const DirectConvOff&) = delete;
+
+ private:
+  bool saved_;
+};
 
 }  // namespace kiln::testing
