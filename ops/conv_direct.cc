@@ -23,6 +23,8 @@ namespace {
 typedef float V __attribute__((vector_size(64)));
 constexpr int64_t kLanes = 16;
 
+std::atomic<int64_t> g_forward_pool{0}, g_pool_kernel_grad{0};
+
 std::atomic<bool>& enabled_flag() {
   static std::atomic<bool> flag([] {
     const char* env = std::getenv("KILN_DIRECT_CONV");
@@ -321,6 +323,10 @@ std::vector<float> packed_kernel(const Geometry& g, const float* w) {
 bool enabled() { return enabled_flag().load(std::memory_order_relaxed); }
 void set_enabled(bool on) { enabled_flag().store(on); }
 
+Counts counts() {
+  return {g_forward_pool.load(), g_pool_kernel_grad.load()};
+}
+
 bool serves(const Geometry& g) {
   return enabled() && g.c_in >= 1 && g.c_in <= kMaxInChannels && g.c_out >= 1 &&
          g.c_out <= kMaxOutChannels && g.out_h > 0 && g.out_w > 0;
@@ -370,6 +376,7 @@ bool serves_pool(const Geometry& g, const PoolEpilogue& p) {
 
 void forward_pool(const Geometry& g, const float* x, const float* w, const PoolEpilogue& p,
                   float* pooled, uint8_t* taps, int64_t b0, int64_t b1) {
+  g_forward_pool.fetch_add(1, std::memory_order_relaxed);
   const int64_t nv = vectors(g);
   const std::vector<float> packed = packed_kernel(g, w);
   std::vector<float> bias(static_cast<size_t>(nv * kLanes), 0.0f);
@@ -394,6 +401,7 @@ void forward_pool(const Geometry& g, const float* x, const float* w, const PoolE
 void pool_kernel_grad_add(const Geometry& g, const float* x, const uint8_t* taps,
                           const float* pool_grad, uint8_t keep, float* dw, float* db, int64_t b0,
                           int64_t b1) {
+  g_pool_kernel_grad.fetch_add(1, std::memory_order_relaxed);
   const int64_t nv = vectors(g), n = g.taps(), wide = nv * kLanes;
   int64_t block = 0;
   with_vectors(g, [&](auto nv_c) { block = kTapBlock<decltype(nv_c)::value>; });

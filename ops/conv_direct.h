@@ -29,6 +29,13 @@ bool serves(const Geometry& g);
 bool enabled();
 void set_enabled(bool on);
 
+// How many times forward_pool and pool_kernel_grad_add below ran since the process started (for
+// tests that check which path served a case; forward's and kernel_grad_add's bits tell).
+struct Counts {
+  int64_t forward_pool = 0, pool_kernel_grad = 0;
+};
+Counts counts();
+
 // One image: y [out_h, out_w, c_out] from x [in_h, in_w, c_in] and the kernel w [k_h, k_w, c_in,
 // c_out]. Each output is the sum from +0 over the taps in kernel order (row, column, channel) of
 // input x kernel, one multiply and one add each, so the bits are the same at every ISA level; a

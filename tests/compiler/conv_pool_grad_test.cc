@@ -19,7 +19,9 @@
 #include "compiler/pipeline.h"
 #include "kiln/kiln.h"
 #include "kiln/op_registry.h"
+#include "ops/conv_direct.h"
 #include "tests/compiler/compiler_test_util.h"
+#include "tests/testing/onednn.h"
 
 namespace kiln::compiler {
 namespace {
@@ -130,6 +132,67 @@ TEST(ConvPoolGradFusion, IsNotExact) {
   EXPECT_THAT(default_pipeline().pass_names(), HasSubstr("conv_pool_grad_fusion"));
   EXPECT_THAT(default_pipeline(Rewrites::kExact).pass_names(),
               ::testing::Not(HasSubstr("conv_pool_grad_fusion")));
+}
+
+// The conv_output attribute of the optimized graph's fused_conv_pools, in node order.
+std::vector<bool> conv_outputs(const Graph& g, const std::vector<Tensor>& outputs) {
+  const CompiledGraph c = optimize(g, outputs);
+  std::vector<bool> kept;
+  for (int id = 0; id < c.graph.num_nodes(); ++id) {
+    const NodeInfo n = c.graph.node(id);
+    if (n.op == "fused_conv_pool") kept.push_back(n.attrs.get_bool("conv_output", true));
+  }
+  return kept;
+}
+
+TEST(DropConvOutputs, DropsTheConvolutionOutputThatNothingReads) {
+  // Training: once the gradient reads the taps, the relu mask and the pool gradient no longer
+  // read the convolution's output.
+  FirstLayer l({2, 6, 6, 2}, 3, /*relu_act=*/true, /*input_grad=*/false);
+  EXPECT_EQ(conv_outputs(l.g, l.grads), std::vector<bool>{false});
+  // ... but the input's gradient does (through the unfused pool gradient).
+  FirstLayer with_input({2, 6, 6, 2}, 3, /*relu_act=*/true, /*input_grad=*/true);
+  EXPECT_EQ(conv_outputs(with_input.g, with_input.grads), std::vector<bool>{true});
+
+  // Inference: only the pool is read, unless the convolution's output is fetched too, or the
+  // direct kernels would not pool it (8 input channels: they would compute it anyway).
+  for (int64_t c_in : {1, 8}) {
+    Graph g{"inference"};
+    Tensor x = g.placeholder(f32, {4, 10, 10, c_in}, "x");
+    Tensor w = g.placeholder(f32, {3, 3, c_in, 16}, "w");
+    Tensor b = g.placeholder(f32, {16}, "b");
+    Tensor y = relu(conv2d(x, w) + b);
+    Tensor p = max_pool2d(y, {2, 2});
+    EXPECT_EQ(conv_outputs(g, {p}), std::vector<bool>{c_in > 4}) << c_in << " channels";
+    EXPECT_EQ(conv_outputs(g, {p, y}), std::vector<bool>{true}) << c_in << " channels";
+  }
+  {  // the kernels switched off when the graph is compiled
+    kiln::testing::DirectConvOff off;
+    EXPECT_EQ(conv_outputs(l.g, l.grads), std::vector<bool>{true});
+  }
+}
+
+TEST(DropConvOutputs, RunsWithinRoundingOfTheFullOutputsPath) {
+  FirstLayer l({3, 9, 8, 1}, 20, /*relu_act=*/true, /*input_grad=*/false);
+  FeedList feeds = {{l.x, random_uniform({3, 9, 8, 1}, 1, -1, 1)},
+                    {l.w, random_uniform({3, 3, 1, 20}, 2, -1, 1)},
+                    {l.b, random_uniform({20}, 3, -1, 1)},
+                    {l.r, random_uniform(l.r.shape(), 4, -1, 1)}};
+  Executable dropped = compile(l.g, l.grads, feeds);
+  const int64_t before = ops::direct_conv::counts().forward_pool;
+  const std::vector<Tensor> got = dropped.run(feeds);
+  EXPECT_GT(ops::direct_conv::counts().forward_pool, before) << "not pooled in registers";
+  // The forward pools what the interpreter's convolution, bias, relu and pool give: the same loss.
+  EXPECT_TRUE(testing::bitwise_equal(got[0], l.g.run(feeds, std::vector<Tensor>{l.grads[0]})[0]));
+  // Against the program compiled with the direct kernels off (output 0 kept, oneDNN's or the
+  // GEMM's sums): within rounding.
+  std::vector<Tensor> want;
+  {
+    kiln::testing::DirectConvOff off;
+    want = compile(l.g, l.grads, feeds).run(feeds);
+  }
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(allclose(got[i], want[i], 1e-4, 1e-5)) << "output " << i;
 }
 
 // The taps, and the errors of a bad operand.

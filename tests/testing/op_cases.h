@@ -493,6 +493,12 @@ inline const std::vector<OpCase>& compiler_op_cases() {
        {in({2, 7, 6, 3}), in({2, 2, 3, 4}), in({4})},
        {{"activation", std::string("relu")}, {"pool", Axes{2, 2}}, {"taps", true}},
        "bias_relu_2x2_taps"},
+      // ... without its convolution output (pooled in registers by the direct kernels, f32)
+      {"fused_conv_pool",
+       {in({2, 7, 6, 3}), in({2, 2, 3, 4}), in({4})},
+       {{"activation", std::string("relu")}, {"pool", Axes{2, 2}}, {"taps", true},
+        {"conv_output", false}},
+       "bias_relu_2x2_taps_pooled_only"},
       {"conv_pool_kernel_grad",
        {in({2, 7, 6, 3}), Input{{2, 3, 2, 4}, range(0, 4), u8}, in({2, 3, 2, 4})},
        {{"kernel_spatial", Axes{2, 2}}, {"pool", Axes{2, 2}}},
