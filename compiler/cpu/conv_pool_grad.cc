@@ -143,6 +143,17 @@ inline void scatter_image(const uint8_t* taps, const T* dp, T* dz, T* db, int32_
   }
 }
 
+// The largest tap of n tap bytes, the flag masked off: a byte max, which the compiler vectorizes
+// (the values are locals and parameters, which no byte store can alias).
+inline uint8_t largest_tap(const uint8_t* __restrict taps, int64_t n) {
+  uint8_t worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t t = taps[i] & static_cast<uint8_t>(~kTapNonPositive);
+    worst = t > worst ? t : worst;
+  }
+  return worst;
+}
+
 // dw [n_w] and db [c], the tasks' partial gradients (each n_w + c values) added in task order.
 template <class T>
 void add_partials(const std::vector<T>& partial, int64_t tasks, int64_t n_w, int64_t c, T* dw,
@@ -179,13 +190,8 @@ void conv_pool_kernel_grad_kernel(KernelContext& ctx, const Geometry& g) {
   const int64_t num_bytes = taps_t.size();
   std::atomic<bool> corrupt = false;
   runtime::parallel_for(num_bytes, int64_t{1} << 16, [&](int64_t begin, int64_t end) {
-    uint8_t worst = 0;  // a byte max: a loop the compiler vectorizes
-    cpu::dispatch([&] {
-      for (int64_t i = begin; i < end; ++i) {
-        const uint8_t t = taps[i] & static_cast<uint8_t>(~kTapNonPositive);
-        worst = t > worst ? t : worst;
-      }
-    });
+    uint8_t worst = 0;
+    cpu::dispatch([&] { worst = largest_tap(taps + begin, end - begin); });
     if (worst >= num_taps) corrupt = true;
   });
   for (int64_t i = 0; corrupt && i < num_bytes; ++i) {
