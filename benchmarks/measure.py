@@ -19,6 +19,9 @@ RESULT = re.compile(r"^RESULT (\w+)=(\S+)(?: reason=(.*))?$")
 INFO = re.compile(r"^INFO (\w+)=(.*)$")  # a text fact about the run (the path a kernel took)
 # A bundled trainer's last line (examples/common/trainer.h): read under --trainer.
 TRAINER_RESULT = re.compile(r"^result: .*\bexamples=(\d+) epoch_seconds=([0-9.,]+)$")
+# An epoch line of the independent LibTorch program (../shared/peers/train_torch.cpp): read under
+# --independent.
+INDEPENDENT_EPOCH = re.compile(r"^epoch (\d+)\s+time ([0-9.]+) s\s+throughput ([0-9.]+) ex/s")
 
 
 def trainer_results(name, examples, epoch_seconds):
@@ -29,6 +32,13 @@ def trainer_results(name, examples, epoch_seconds):
     median = statistics.median(seconds[1:] or seconds)
     return {f"kiln_trainer_{name}_examples_per_s": int(examples) / median,
             f"kiln_trainer_{name}_first_epoch_s": seconds[0]}
+
+
+def independent_results(name, throughputs):
+    """The independent program's examples per second: the median epoch after the first (the
+    first warms up its allocator and OpenMP pool), as for the trainers."""
+    return {f"independent_trainer_{name}_examples_per_s":
+            statistics.median(throughputs[1:] or throughputs)}
 
 
 def busy_cpu_seconds():
@@ -48,6 +58,9 @@ def main():
     p.add_argument("--trainer", default="",
                    help="NAME: the command is a bundled trainer; its result line gives "
                         "kiln_trainer_NAME_examples_per_s, _first_epoch_s and _peak_rss_mib")
+    p.add_argument("--independent", default="",
+                   help="NAME: the command is the independent LibTorch program; its epoch lines "
+                        "give independent_trainer_NAME_examples_per_s")
     p.add_argument("command", nargs=argparse.REMAINDER)
     a = p.parse_args()
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
@@ -55,9 +68,14 @@ def main():
     busy_before, start = busy_cpu_seconds(), time.monotonic()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     results, reasons, info = {}, {}, {}
+    throughputs = []
     for line in child.stdout:
         sys.stdout.write(line)
         sys.stdout.flush()
+        e = INDEPENDENT_EPOCH.match(line.strip()) if a.independent else None
+        if e:
+            throughputs.append(float(e.group(3)))
+            continue
         t = TRAINER_RESULT.match(line.strip()) if a.trainer else None
         if t:
             results.update(trainer_results(a.trainer, *t.groups()))
@@ -83,6 +101,8 @@ def main():
     peak_rss_mib = usage.ru_maxrss / 1024  # Linux reports kilobytes
     if a.trainer:
         results[f"kiln_trainer_{a.trainer}_peak_rss_mib"] = round(peak_rss_mib, 1)
+    if a.independent and throughputs:
+        results.update(independent_results(a.independent, throughputs))
     record = {
         "round": a.round, "label": a.label, "exit_status": os.waitstatus_to_exitcode(status),
         "wall_s": round(wall, 3), "own_cpu_s": round(usage.ru_utime + usage.ru_stime, 3),

@@ -110,6 +110,13 @@ RATIOS = {
         f"kiln_trainer_{c}_first_epoch_s", f"torch_trainer_{c}_first_epoch_s")
        for c, target in (("mlp_b64", ">= 2.5"), ("mlp_b256", ">= 1.5"), ("mlp_b1024", ">= 1.5"),
                          ("cnn_b32", ">= 1.5"), ("cnn_b128", ">= 2"))},
+    # Issue #27: libtorch_bench's trainer figure against the independent LibTorch program's
+    # (../shared/peers/train_torch.cpp, run.sh --independent-peer) on the same case in the
+    # same round: the benchmark's peer is at its best when this is near 1 or above.
+    **{f"trainer_{c}_libtorch_bench_vs_independent": ratio(
+        "0.85-1.15", f"torch_trainer_{c}_examples_per_s",
+        f"independent_trainer_{c}_examples_per_s")
+       for c in ("mlp_b64", "mlp_b256", "mlp_b1024", "cnn_b32", "cnn_b128")},
     **{f"trainer_{c}_peak_rss_vs_libtorch": ratio(
         "<= 1", f"kiln_trainer_{c}_peak_rss_mib", f"torch_trainer_{c}_peak_rss_mib")
        for c in ("mlp_b64", "mlp_b256", "mlp_b1024", "cnn_b32", "cnn_b128")},
@@ -355,7 +362,8 @@ def main():
             entry["reason"] = reasons.get(key) or reasons.get(name) or (
                 f"{name} was not measured in any kept round" +
                 (" (LibTorch peers not built: run.sh --peers)" if name.startswith("torch_")
-                 else ""))
+                 else " (no independent program given: run.sh --independent-peer)"
+                 if name.startswith("independent_") else ""))
         entry["raw"] = {k: results["raw"][k]["median"] for k in sources if k in results["raw"]}
         results[key] = entry
 

@@ -7,7 +7,7 @@
 # the peer's configuration (see README.md, "Benchmarks").
 #
 # Usage: benchmarks/run.sh [--peers | --no-peers] [--rounds N] [--max-other-cores C]
-#                          [--build-dir DIR] [--jobs J]
+#                          [--build-dir DIR] [--jobs J] [--independent-peer BIN]
 #   --peers     build and run the LibTorch peers, installing libtorch-dev and
 #               libopenblas0-openmp with apt-get first if needed (default: on when
 #               libtorch-dev is installed)
@@ -15,6 +15,11 @@
 #   --max-other-cores C
 #               discard a run during which other processes used more than C cores on average
 #               (default 0.1)
+#   --independent-peer BIN
+#               also run BIN, the independent LibTorch program (../shared/peers/train_torch.cpp,
+#               built as its README says), on each trainer case in each round, right after
+#               Kiln's trainer and libtorch_bench's, and report how libtorch_bench's figure
+#               compares with it (trainer_*_libtorch_bench_vs_independent)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,6 +28,7 @@ rounds=5
 max_other=0.1
 jobs="$(nproc)"
 peers=auto
+independent=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --peers) peers=on ;;
@@ -31,7 +37,8 @@ while [[ $# -gt 0 ]]; do
     --max-other-cores) max_other="$2"; shift ;;
     --build-dir) build="$2"; shift ;;
     --jobs) jobs="$2"; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --independent-peer) independent="$(realpath "$2")"; shift ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -69,12 +76,13 @@ runs="$root/benchmarks/runs.jsonl"  # every run of this invocation, with its noi
 rm -f "$runs"
 # Runs one program in round $r under benchmarks/measure.py: its output is echoed, its RESULT
 # lines and the CPU time other processes used meanwhile go to $runs.
-# `run LABEL [--rename OLD:NEW] [--trainer NAME] COMMAND...`; --rename renames the prefix of
-# its RESULT keys; --trainer reads a bundled trainer's result line (measure.py).
+# `run LABEL [--rename OLD:NEW] [--trainer NAME] [--independent NAME] COMMAND...`; --rename
+# renames the prefix of its RESULT keys; --trainer reads a bundled trainer's result line,
+# --independent the independent LibTorch program's epoch lines (measure.py).
 run() {
   local label="$1" extra=()
   shift
-  while [[ $1 == --rename || $1 == --trainer ]]; do
+  while [[ $1 == --rename || $1 == --trainer || $1 == --independent ]]; do
     extra+=("$1" "$2")
     shift 2
   done
@@ -126,6 +134,12 @@ for ((r = 1; r <= rounds; ++r)); do
     run "trainer $c" --trainer "$c" "$build/examples/fashion_mnist_$model" \
       --batch_size="$batch" --epochs="$trainer_epochs" --verbose=0
     if [[ $peers == on ]]; then torch "trainer_$c"; fi
+    # The independent program as its README runs it: 2 OpenMP threads, OpenBLAS's OpenMP build.
+    if [[ -n $independent ]]; then
+      blas=(); [[ -e $openmp_blas/libblas.so.3 ]] && blas=("LD_LIBRARY_PATH=$openmp_blas")
+      run "independent $c" --independent "$c" env OMP_NUM_THREADS=2 "${blas[@]}" \
+        "$independent" "$model" "$batch" "$trainer_epochs" 1
+    fi
   done
   # Model::fit under the reference interpreter, for the public API's compiled/interpreted ratio.
   run "train_step_bench mlp_b64 KILN_INTERPRET=1" --rename kiln_:interpreted_kiln_ \
@@ -167,6 +181,8 @@ if [[ $peers == on ]]; then
   [[ -e $openmp_blas/libblas.so.3 ]] && peer_desc+="OpenBLAS OpenMP build sharing its pool" ||
     peer_desc+="OPENBLAS_NUM_THREADS=1"
   peer_desc+=", the better of OMP_WAIT_POLICY default and passive in each round"
+  [[ -n $independent ]] &&
+    peer_desc+="; independent program $independent (2 OpenMP threads) on the trainer cases"
 fi
 python3 "$root/benchmarks/report.py" "$runs" "$root/benchmarks/results.json" \
   --rounds "$rounds" --max-other-cores "$max_other" --peers "$peer_desc"
