@@ -353,25 +353,33 @@ void conv_kernel(KernelContext& ctx, const E& epilogue = {}) {
   const T* x = in_ptr<T>(ctx, 0);
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, half>) {
     if (const std::optional<direct_conv::Geometry> g = direct_geometry(plan)) {
-      // One image per task, its epilogue run while the image is in cache. f16: on the widened
-      // operands, each image's f32 sums rounded once after the epilogue (as on oneDNN's path).
-      const int64_t image_rows = plan.out_rows / plan.batch, image = image_rows * plan.c_out;
+      // One image per task, its epilogue run while the image is in cache; a small batch cut
+      // into bands of rows as well, so that every thread has work. f16: on the widened
+      // operands, each band's f32 sums rounded once after the epilogue (as on oneDNN's path).
+      const int64_t image_rows = plan.out_rows / plan.batch, row_len = g->out_w * plan.c_out;
+      const int64_t bands = std::clamp<int64_t>(16 / plan.batch, 1, g->out_h);
       std::vector<float> x_wide, w_wide;
       const float* x32 = as_compute(x, ctx.input(0).size(), x_wide);
       const float* w32 = as_compute(in_ptr<T>(ctx, 1), ctx.input(1).size(), w_wide);
-      runtime::parallel_for(plan.batch, 1, [&](int64_t begin, int64_t end) {
-        std::vector<float> staging;  // f16: one image's f32 sums
-        for (int64_t b = begin; b < end; ++b) {
-          float* yc;
+      const int64_t x_image = ctx.input(0).size() / plan.batch;
+      runtime::parallel_for(plan.batch * bands, 1, [&](int64_t begin, int64_t end) {
+        std::vector<float> staging;  // f16: one band's f32 sums
+        for (int64_t task = begin; task < end; ++task) {
+          const int64_t b = task / bands, band = task % bands;
+          const int64_t oy0 = g->out_h * band / bands, oy1 = g->out_h * (band + 1) / bands;
+          T* image = y + b * image_rows * plan.c_out;
+          float* yc;  // the image's output as f32, rows oy0.. at yc + oy0 * row_len
           if constexpr (std::is_same_v<T, float>) {
-            yc = y + b * image;
+            yc = image;
           } else {
-            staging.resize(image);
+            staging.resize(g->out_h * row_len);
             yc = staging.data();
           }
-          direct_conv::forward(*g, x32 + b * (ctx.input(0).size() / plan.batch), w32, yc);
-          if constexpr (kHook) epilogue(yc, b * image_rows, image_rows);
-          if constexpr (!std::is_same_v<T, float>) store_rounded(yc, image, y + b * image);
+          direct_conv::forward(*g, x32 + b * x_image, w32, yc, oy0, oy1);
+          float* rows = yc + oy0 * row_len;
+          const int64_t n = (oy1 - oy0) * row_len;
+          if constexpr (kHook) epilogue(rows, b * image_rows + oy0 * g->out_w, n / plan.c_out);
+          if constexpr (!std::is_same_v<T, float>) store_rounded(rows, n, image + oy0 * row_len);
         }
       });
       return;

@@ -22,6 +22,8 @@ namespace {
 
 typedef float V __attribute__((vector_size(64)));
 constexpr int64_t kLanes = 16;
+// What one image's dy may take for the kernel gradient to read it several times from cache.
+constexpr int64_t kCachedBytes = int64_t{256} << 10;
 
 std::atomic<int64_t> g_forward_pool{0}, g_pool_kernel_grad{0};
 
@@ -46,11 +48,22 @@ struct Source {
   int64_t width;
 };
 
+// The padded image's rows and columns.
+int64_t padded_rows(const Geometry& g) {
+  return std::max(g.in_h + g.pad_top, (g.out_h - 1) * g.stride_h + (g.k_h - 1) * g.dil_h + 1);
+}
+int64_t padded_cols(const Geometry& g) {
+  return std::max(g.in_w + g.pad_left, (g.out_w - 1) * g.stride_w + (g.k_w - 1) * g.dil_w + 1);
+}
+
+// A thread's scratch buffer kept between calls, unless a large image left it large.
+template <class T>
+void release_if_large(std::vector<T>& buffer) {
+  if (buffer.capacity() * sizeof(T) > (size_t{16} << 20)) std::vector<T>().swap(buffer);
+}
+
 Source padded_image(const Geometry& g, const float* image, std::vector<float>& buffer) {
-  const int64_t rows = std::max(g.in_h + g.pad_top, (g.out_h - 1) * g.stride_h +
-                                                        (g.k_h - 1) * g.dil_h + 1);
-  const int64_t cols = std::max(g.in_w + g.pad_left, (g.out_w - 1) * g.stride_w +
-                                                         (g.k_w - 1) * g.dil_w + 1);
+  const int64_t rows = padded_rows(g), cols = padded_cols(g);
   if (g.pad_top == 0 && g.pad_left == 0 && rows == g.in_h && cols == g.in_w) return {image, cols};
   buffer.assign(static_cast<size_t>(rows * cols * g.c_in), 0.0f);
   const int64_t line = g.in_w * g.c_in;
@@ -113,10 +126,11 @@ template <int NV>
 constexpr int kPixels = NV == 1 ? 8 : NV == 2 ? 4 : 2;
 
 template <int NV>
-void forward_image(const Geometry& g, Source src, const int64_t* off, const float* w, float* y) {
+void forward_rows(const Geometry& g, Source src, const int64_t* off, const float* w, float* y,
+                  int64_t oy0, int64_t oy1) {
   constexpr int P = kPixels<NV>;
   const int64_t step = g.stride_w * g.c_in, taps = g.taps();
-  for (int64_t oy = 0; oy < g.out_h; ++oy) {
+  for (int64_t oy = oy0; oy < oy1; ++oy) {
     const float* row = src.data + oy * g.stride_h * src.width * g.c_in;
     float* out = y + oy * g.out_w * g.c_out;
     int64_t ox = 0;
@@ -243,7 +257,8 @@ void pool_grad_image(const Geometry& g, Source src, const int64_t* off, const ui
   for (int64_t tb = 0; tb < blocks; ++tb) {
     const int64_t* o = off + tb * TB;
     V acc[TB][NV] = {};
-    float bias[W] = {};
+    float bias[W] = {};  // db's sums go on from db itself, window by window
+    if (tb == 0) std::copy_n(db, g.c_out, bias);
     for (int64_t py = 0; py < ph; ++py) {
       for (int64_t px = 0; px < pw; ++px) {
         const int64_t at = (py * pw + px) * W;
@@ -287,8 +302,7 @@ void pool_grad_image(const Geometry& g, Source src, const int64_t* off, const ui
       float* out = dw + (tb * TB + j) * g.c_out;
       for (int64_t c = 0; c < g.c_out; ++c) out[c] += sums[c];
     }
-    if (tb == 0)
-      for (int64_t c = 0; c < g.c_out; ++c) db[c] += bias[c];
+    if (tb == 0) std::copy_n(bias, g.c_out, db);
   }
 }
 
@@ -328,20 +342,33 @@ Counts counts() {
 }
 
 bool serves(const Geometry& g) {
-  return enabled() && g.c_in >= 1 && g.c_in <= kMaxInChannels && g.c_out >= 1 &&
-         g.c_out <= kMaxOutChannels && g.out_h > 0 && g.out_w > 0;
+  if (!enabled() || g.c_in < 1 || g.c_in > kMaxInChannels || g.c_out < 1 ||
+      g.c_out > kMaxOutChannels || g.out_h <= 0 || g.out_w <= 0)
+    return false;
+  // Mostly padding (a large padding with a large stride): the padded copy would be far larger
+  // than the image.
+  if (padded_rows(g) * padded_cols(g) > 4 * g.in_h * g.in_w + 4096) return false;
+  // The kernel gradient reads an image's dy once per block of taps: more than one block (a
+  // large kernel, or wide outputs) only while that dy stays in cache, or it streams from memory
+  // each time (a 7 x 7 x 3 kernel over a 112 x 112 x 64 output would read 3 MB 37 times).
+  int64_t block = 0;
+  with_vectors(g, [&](auto nv_c) { block = kTapBlock<decltype(nv_c)::value>; });
+  const int64_t dy_bytes = g.out_h * g.out_w * vectors(g) * kLanes * int64_t{sizeof(float)};
+  return g.taps() <= block || dy_bytes <= kCachedBytes;
 }
 
-void forward(const Geometry& g, const float* x, const float* w, float* y) {
+void forward(const Geometry& g, const float* x, const float* w, float* y, int64_t oy0,
+             int64_t oy1) {
   const std::vector<float> packed = packed_kernel(g, w);
   thread_local std::vector<float> buffer;
   const Source src = padded_image(g, x, buffer);
   const std::vector<int64_t> off = tap_offsets(g, src.width, 0);
   cpu::dispatch([&] {
     with_vectors(g, [&](auto nv_c) {
-      forward_image<decltype(nv_c)::value>(g, src, off.data(), packed.data(), y);
+      forward_rows<decltype(nv_c)::value>(g, src, off.data(), packed.data(), y, oy0, oy1);
     });
   });
+  release_if_large(buffer);
 }
 
 void kernel_grad_add(const Geometry& g, const float* x, const float* dy, float* dw, int64_t b0,
@@ -367,6 +394,8 @@ void kernel_grad_add(const Geometry& g, const float* x, const float* dy, float* 
       });
     });
   }
+  release_if_large(buffer);
+  release_if_large(wide);
 }
 
 bool serves_pool(const Geometry& g, const PoolEpilogue& p) {
@@ -396,6 +425,7 @@ void forward_pool(const Geometry& g, const float* x, const float* w, const PoolE
       });
     });
   }
+  release_if_large(buffer);
 }
 
 void pool_kernel_grad_add(const Geometry& g, const float* x, const uint8_t* taps,
@@ -429,6 +459,9 @@ void pool_kernel_grad_add(const Geometry& g, const float* x, const uint8_t* taps
       });
     });
   }
+  release_if_large(buffer);
+  release_if_large(wide_grad);
+  release_if_large(wide_taps);
 }
 
 }  // namespace kiln::ops::direct_conv

@@ -23,8 +23,10 @@ struct Geometry {
 inline constexpr int64_t kMaxInChannels = 4;
 inline constexpr int64_t kMaxOutChannels = 64;
 
-// Whether the kernels serve g: c_in <= kMaxInChannels, 1 <= c_out <= kMaxOutChannels, and not
-// switched off (set_enabled(false), or KILN_DIRECT_CONV=0 in the environment at startup).
+// Whether the kernels serve g: c_in <= kMaxInChannels, 1 <= c_out <= kMaxOutChannels, an image's
+// output gradient small enough to stay in cache where the kernel gradient reads it several
+// times (more taps than it keeps in registers at once), and not switched off
+// (set_enabled(false), or KILN_DIRECT_CONV=0 in the environment at startup).
 bool serves(const Geometry& g);
 bool enabled();
 void set_enabled(bool on);
@@ -36,11 +38,13 @@ struct Counts {
 };
 Counts counts();
 
-// One image: y [out_h, out_w, c_out] from x [in_h, in_w, c_in] and the kernel w [k_h, k_w, c_in,
-// c_out]. Each output is the sum from +0 over the taps in kernel order (row, column, channel) of
-// input x kernel, one multiply and one add each, so the bits are the same at every ISA level; a
-// tap on the padding adds 0 x kernel, as im2col's zero does.
-void forward(const Geometry& g, const float* x, const float* w, float* y);
+// Output rows [oy0, oy1) of one image: y [out_h, out_w, c_out] (those rows written) from x
+// [in_h, in_w, c_in] and the kernel w [k_h, k_w, c_in, c_out]. Each output is the sum from +0
+// over the taps in kernel order (row, column, channel) of input x kernel, one multiply and one
+// add each, so the bits are the same at every ISA level and however the rows are split; a tap
+// on the padding adds 0 x kernel, as im2col's zero does.
+void forward(const Geometry& g, const float* x, const float* w, float* y, int64_t oy0,
+             int64_t oy1);
 
 // dw [k_h, k_w, c_in, c_out] += for each image of [b0, b1) in order, the sum from +0 over its
 // output pixels in row-major order of input x dy (dy [batch, out_h, out_w, c_out]).
@@ -85,7 +89,9 @@ void forward_pool(const Geometry& g, const float* x, const float* w, const PoolE
 // The kernel and bias gradients through forward_pool's 2 x 2 pool: for the images [b0, b1), dz (the gradient
 // of the convolution's output) is pool_grad [batch, PH, PW, c_out] at each window's tap
 // (`taps & keep`; with keep 0xff a flagged tap matches no position) and 0 elsewhere; dw += the
-// kernel gradient of dz, db [c_out] += the sum of dz. dz itself is never stored.
+// kernel gradient of dz, db [c_out] += the sum of dz. dz itself is never stored. db's sums go on
+// window by window (row-major, images in order) from db's value; dw gets each image's sum, from
+// +0, added.
 void pool_kernel_grad_add(const Geometry& g, const float* x, const uint8_t* taps,
                           const float* pool_grad, uint8_t keep, float* dw, float* db, int64_t b0,
                           int64_t b1);

@@ -158,6 +158,11 @@ inline uint8_t largest_tap(const uint8_t* __restrict taps, int64_t n) {
 template <class T>
 void add_partials(const std::vector<T>& partial, int64_t tasks, int64_t n_w, int64_t c, T* dw,
                   T* db) {
+  if (tasks == 0) {  // an empty batch
+    std::fill(dw, dw + n_w, T(0));
+    std::fill(db, db + c, T(0));
+    return;
+  }
   std::copy(partial.begin(), partial.begin() + n_w, dw);
   std::copy(partial.begin() + n_w, partial.begin() + n_w + c, db);
   for (int64_t task = 1; task < tasks; ++task) {

@@ -33,7 +33,7 @@ namespace kiln::compiler {
 // kernel that reads the whole output back from memory. f32 and f64; output 1 equals
 // reduce_window_max on output 0 bit for bit (the first NaN of a window wins). Created by the
 // epilogue fusion pass for a fused convolution whose output feeds such a pool.
-// With "conv_output" false (set by conv_pool_grad_fusion where nothing reads output 0), output 0
+// With "conv_output" false (set by drop_conv_outputs where nothing reads output 0), output 0
 // is an empty f32/f64 [0] and the convolution's output is not stored: f32 with 1-4 input
 // channels, at most 64 output channels, a 2 x 2 pool and no activation or relu runs the direct
 // kernels (ops/conv_direct.h), each pool window's four pixels summed in registers and pooled

@@ -28,7 +28,8 @@ class ConvPoolGradFusion : public Pass {
 // CPU's direct kernels pool in registers (f32, 1-4 input channels, at most 64 output channels, a
 // 2 x 2 pool, no activation or relu; ops/conv_direct.h): any other computes output 0 anyway.
 // Exact (outputs 1 and 2 keep their bits). Runs after DCE, which removes the readers that the
-// fusion passes left dead.
+// fusion passes left dead. The image sizes are not known here: where the kernels decline them
+// at run time (ops/conv_direct.h: serves), the op computes output 0 into a buffer of its own.
 class DropConvOutputs : public Pass {
  public:
   std::string name() const override { return "drop_conv_outputs"; }

@@ -262,13 +262,19 @@ struct PoolCase {
   int64_t c_out, stride, pad;
   std::string activation;
   int bias;  // 0 none, 1 scalar, 2 per channel
+  int64_t dilation = 1;
+  std::string str() const {
+    return "input " + shape_str(in) + " -> " + std::to_string(c_out) + ", stride " +
+           std::to_string(stride) + ", pad " + std::to_string(pad) + ", dilation " +
+           std::to_string(dilation) + ", " + activation + ", bias " + std::to_string(bias);
+  }
 };
 
 Attrs pool_attrs(const PoolCase& p, bool conv_output, std::vector<int64_t> pool = {2, 2}) {
   return Attrs{{"strides", Axes{p.stride, p.stride}},
                {"padding_low", Axes{p.pad, p.pad}},
                {"padding_high", Axes{p.pad, 0}},
-               {"dilation", Axes{1, 1}},
+               {"dilation", Axes{p.dilation, p.dilation}},
                {"lhs_dilation", Axes{1, 1}},
                {"groups", int64_t{1}},
                {"activation", p.activation},
@@ -290,8 +296,8 @@ std::vector<PoolCase> pool_cases() {
   int n = 0;
   for (int64_t c_out : {1, 5, 16, 20, 32, 48, 64}) {
     for (const char* act : {"relu", "none"}) {
-      cases.push_back({{3, 9 + n % 3, 8 + n % 2, 1 + n % 3}, c_out, 1 + n % 2, n % 3 == 0 ? 1 : 0,
-                       act, n % 3});
+      cases.push_back({{3, 11 + n % 3, 10 + n % 2, 1 + n % 4}, c_out, 1 + n % 2,
+                       n % 3 == 0 ? 1 : 0, act, n % 3, n % 5 == 4 ? 2 : 1});
       ++n;
     }
   }
@@ -300,9 +306,7 @@ std::vector<PoolCase> pool_cases() {
 
 TEST(ConvDirect, PooledForwardGivesTheFullPathsPoolAndTapsBitForBit) {
   for (const PoolCase& p : pool_cases()) {
-    SCOPED_TRACE("input " + shape_str(p.in) + " -> " + std::to_string(p.c_out) + ", stride " +
-                 std::to_string(p.stride) + ", " + p.activation + ", bias " +
-                 std::to_string(p.bias));
+    SCOPED_TRACE(p.str());
     std::vector<Tensor> in = pool_inputs(p, f32, 10 + p.c_out);
     // A NaN input: the windows whose pixels read it hold NaN maxima (the first NaN's tap).
     std::vector<float> xv = in[0].to_vector<float>();
@@ -333,7 +337,7 @@ TEST(ConvDirect, PooledForwardFallsBackWhereTheKernelsDoNotServe) {
     PoolCase p;
     DType dtype;
     std::vector<int64_t> pool;
-    bool direct;
+    bool enabled;  // the direct kernels switched on
   };
   PoolCase wide = base, tanh_act = base;
   wide.in[3] = 5;  // more input channels than the kernels take
@@ -346,7 +350,7 @@ TEST(ConvDirect, PooledForwardFallsBackWhereTheKernelsDoNotServe) {
   for (const Variant& v : variants) {
     SCOPED_TRACE(v.what);
     std::optional<DirectConvOff> off;
-    if (!v.direct) off.emplace();
+    if (!v.enabled) off.emplace();
     const std::vector<Tensor> in = pool_inputs(v.p, v.dtype, 3);
     const std::vector<Tensor> full = call_op("fused_conv_pool", in, pool_attrs(v.p, true, v.pool));
     const int64_t before = ops::direct_conv::counts().forward_pool;
@@ -366,9 +370,7 @@ TEST(ConvDirect, PooledForwardFallsBackWhereTheKernelsDoNotServe) {
 TEST(ConvDirect, PoolKernelGradientEqualsTheRouteThroughDz) {
   for (const PoolCase& p : pool_cases()) {
     for (bool relu_mask : {true, false}) {
-      SCOPED_TRACE("input " + shape_str(p.in) + " -> " + std::to_string(p.c_out) +
-                   ", stride " + std::to_string(p.stride) + ", relu_mask " +
-                   std::to_string(relu_mask));
+      SCOPED_TRACE(p.str() + ", relu_mask " + std::to_string(relu_mask));
       const std::vector<Tensor> in = pool_inputs(p, f32, 30 + p.c_out);
       const std::vector<Tensor> fwd = call_op("fused_conv_pool", in, pool_attrs(p, false));
       const Tensor dp = integers(fwd[1].shape(), -3, 3, 40 + p.c_out);
@@ -387,6 +389,65 @@ TEST(ConvDirect, PoolKernelGradientEqualsTheRouteThroughDz) {
       EXPECT_TRUE(same_bits(direct[0], routed[0])) << direct[0] << " vs " << routed[0];
       EXPECT_TRUE(same_bits(direct[1], routed[1])) << direct[1] << " vs " << routed[1];
     }
+  }
+}
+
+// Random values: the bias gradient sums window by window from db, as the route through dz does
+// (the same bits); the kernel gradient's sums go in another order (within rounding).
+TEST(ConvDirect, PoolGradientsOfRandomValuesMatchTheRouteThroughDz) {
+  for (const PoolCase& p : pool_cases()) {
+    SCOPED_TRACE(p.str());
+    std::vector<Tensor> in = pool_inputs(p, f32, 50 + p.c_out);
+    in[0] = random_uniform(p.in, 60 + p.c_out, -1, 1);
+    in[1] = random_uniform(in[1].shape(), 70 + p.c_out, -1, 1);
+    const std::vector<Tensor> fwd = call_op("fused_conv_pool", in, pool_attrs(p, false));
+    const Tensor dp = random_uniform(fwd[1].shape(), 80 + p.c_out, -1, 1);
+    Attrs a = pool_attrs(p, false);
+    a.set("kernel_spatial", Axes{3, 3});
+    a.set("relu_mask", true);
+    const std::vector<Tensor> direct = call_op("conv_pool_kernel_grad", {in[0], fwd[2], dp}, a);
+    std::vector<Tensor> routed;
+    {
+      DirectConvOff off;
+      routed = call_op("conv_pool_kernel_grad", {in[0], fwd[2], dp}, a);
+    }
+    EXPECT_TRUE(same_bits(direct[1], routed[1])) << direct[1] << " vs " << routed[1];
+    EXPECT_TRUE(allclose(direct[0], routed[0], 1e-5, 1e-5)) << direct[0] << " vs " << routed[0];
+  }
+}
+
+// Where the kernel gradient would read an image's dy from memory once per block of taps (a 5 x 5
+// x 3 kernel, 64 channels, a 56 x 56 output), or the padded copy would be mostly padding, the
+// kernels decline: the ops give the bits of the path they fall back to.
+TEST(ConvDirect, DeclinesImagesItWouldReadManyTimesOrMostlyPadding) {
+  struct Declined {
+    std::string what;
+    Shape in, kernel;
+    ConvOptions options;
+  };
+  const ConvOptions plain{.strides = {1, 1},
+                          .padding_low = {0, 0},
+                          .padding_high = {0, 0},
+                          .dilation = {1, 1}};
+  const ConvOptions far{.strides = {40, 40},
+                        .padding_low = {40, 40},
+                        .padding_high = {40, 40},
+                        .dilation = {1, 1}};
+  const std::vector<Declined> cases = {
+      {"a 5 x 5 x 3 kernel over a 56 x 56 x 64 output", {2, 60, 60, 3}, {5, 5, 3, 64}, plain},
+      {"padding 40, stride 40", {1, 4, 4, 1}, {3, 3, 1, 8}, far},
+  };
+  for (const Declined& c : cases) {
+    SCOPED_TRACE(c.what);
+    const Tensor x = random_uniform(c.in, 1, -1, 1), w = random_uniform(c.kernel, 2, -1, 1);
+    const Tensor y = conv(x, w, c.options);
+    Attrs ak = attrs_of(c.options);
+    ak.set("kernel_spatial", Axes{c.kernel[0], c.kernel[1]});
+    const Tensor dy = random_uniform(y.shape(), 3, -1, 1);
+    const Tensor dw = call_op("convolution_kernel_grad", {x, dy}, ak)[0];
+    DirectConvOff off;
+    EXPECT_TRUE(same_bits(y, conv(x, w, c.options)));
+    EXPECT_TRUE(same_bits(dw, call_op("convolution_kernel_grad", {x, dy}, ak)[0]));
   }
 }
 
