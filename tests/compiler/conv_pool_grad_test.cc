@@ -21,6 +21,7 @@
 #include "kiln/op_registry.h"
 #include "ops/conv_direct.h"
 #include "tests/compiler/compiler_test_util.h"
+#include "tests/testing/conv.h"
 #include "tests/testing/onednn.h"
 
 namespace kiln::compiler {
@@ -30,11 +31,7 @@ using ::testing::HasSubstr;
 
 // Small integers in [lo, hi], as f32: sums of their products are exact in any order.
 Tensor integers(Shape shape, int lo, int hi, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(lo, hi);
-  std::vector<float> v(num_elements(shape));
-  for (float& x : v) x = static_cast<float>(d(rng));
-  return Tensor::from_vector(v, shape);
+  return kiln::testing::small_integers(std::move(shape), lo, hi, seed);
 }
 
 int count(const std::vector<std::string>& thunks, const std::string& what) {

@@ -22,6 +22,7 @@
 #include "kiln/kiln.h"
 #include "kiln/op_registry.h"
 #include "src/core/cpu_isa.h"
+#include "tests/testing/conv.h"
 #include "tests/testing/onednn.h"
 
 namespace kiln {
@@ -69,14 +70,7 @@ Case random_case(std::mt19937& rng) {
   return c;
 }
 
-Attrs attrs_of(const ConvOptions& o) {
-  return Attrs{{"strides", o.strides},
-               {"padding_low", o.padding_low},
-               {"padding_high", o.padding_high},
-               {"dilation", o.dilation},
-               {"lhs_dilation", Axes(o.strides.size(), 1)},
-               {"groups", int64_t{1}}};
-}
+Attrs attrs_of(const ConvOptions& o) { return testing::conv_attrs_of(o); }
 
 // The sizes of a case as a 2-d convolution (a 1-d one has height 1).
 struct Dims {
@@ -158,22 +152,11 @@ std::vector<float> kernel_grad_replay(const std::vector<float>& x, const std::ve
   return total;
 }
 
-// |got - want| <= 2 gamma(K) |terms|: two sums of the same K products in different orders.
+// Two sums of the same K products in different orders.
 void expect_within(const Tensor& got, const Tensor& want, const Tensor& terms, int64_t k,
                    const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const double u = std::ldexp(1.0, -24), gamma = k * u / (1 - k * u);
-  const auto g = got.to_vector<float>(), w = want.to_vector<float>();
-  const auto t = terms.to_vector<double>();
-  int bad = 0;
-  for (size_t i = 0; i < g.size() && bad < 5; ++i) {
-    const double bound = 2 * gamma * t[i];
-    if (!(std::abs(double(g[i]) - double(w[i])) <= bound)) {
-      ADD_FAILURE() << what << ": element " << i << " is " << g[i] << " direct, " << w[i]
-                    << " on the im2col GEMM; bound " << bound << " (K = " << k << ")";
-      ++bad;
-    }
-  }
+  testing::expect_within_sum_bound(got, want, terms, k, what, 0, "the direct kernel",
+                                   "the im2col GEMM");
 }
 
 TEST(ConvDirect, ConvolutionAndKernelGradientGiveTheDocumentedSumsAndMeetTheGemmsBound) {
@@ -248,13 +231,9 @@ TEST(ConvDirect, EveryIsaLevelGivesTheSameBits) {
 
 // ---- fused_conv_pool without its convolution output -----------------------------------------
 
-// Small integers in [lo, hi] as f32: many equal maxima and relu zeros in each pool window.
+// Small integers: many equal maxima and relu zeros in each pool window, and exact sums.
 Tensor integers(Shape shape, int lo, int hi, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(lo, hi);
-  std::vector<float> v(num_elements(shape));
-  for (float& x : v) x = static_cast<float>(d(rng));
-  return Tensor::from_vector(v, shape);
+  return testing::small_integers(std::move(shape), lo, hi, seed);
 }
 
 struct PoolCase {

@@ -15,6 +15,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/op_registry.h"
+#include "tests/testing/conv.h"
 #include "tests/testing/onednn.h"
 
 namespace kiln {
@@ -76,33 +77,11 @@ Case random_case(std::mt19937& rng) {
   return c;
 }
 
-Attrs attrs_of(const ConvOptions& o) {
-  return Attrs{{"strides", o.strides},
-               {"padding_low", o.padding_low},
-               {"padding_high", o.padding_high},
-               {"dilation", o.dilation},
-               {"lhs_dilation", Axes(o.strides.size(), 1)},
-               {"groups", o.groups}};
-}
+Attrs attrs_of(const ConvOptions& o) { return testing::conv_attrs_of(o); }
 
-// Expects |got - want| <= round (|want| + 2 gamma(K) |terms|) + 2 gamma(K) |terms| elementwise,
-// where `round` is the unit roundoff of got's final rounding beyond f32 (0 for f32 results).
 void expect_within(const Tensor& got, const Tensor& want, const Tensor& terms, int64_t k,
                    const std::string& what, double round = 0) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const double u = std::ldexp(1.0, -24), gamma = k * u / (1 - k * u);
-  const auto g = got.to_vector<float>(), w = want.to_vector<float>();
-  const auto t = terms.to_vector<double>();
-  int bad = 0;
-  for (size_t i = 0; i < g.size() && bad < 5; ++i) {
-    const double sums = 2 * gamma * t[i];
-    const double bound = round * (std::abs(double(w[i])) + sums) + sums;
-    if (!(std::abs(double(g[i]) - double(w[i])) <= bound)) {
-      ADD_FAILURE() << what << ": element " << i << " is " << g[i] << " on oneDNN, " << w[i]
-                    << " on Kiln's kernel; bound " << bound << " (K = " << k << ")";
-      ++bad;
-    }
-  }
+  testing::expect_within_sum_bound(got, want, terms, k, what, round);
 }
 
 TEST_F(OnednnConv, AgreesWithKilnsKernelsOnRandomShapesForwardAndBothGradients) {
