@@ -323,6 +323,13 @@ void with_vectors(const Geometry& g, const F& f) {
   }
 }
 
+// Taps per pass of g's kernel gradients (kTapBlock of its NV).
+int64_t tap_block(const Geometry& g) {
+  int64_t block = 0;
+  with_vectors(g, [&](auto nv_c) { block = kTapBlock<decltype(nv_c)::value>; });
+  return block;
+}
+
 // The kernel as [taps][NV * kLanes], zero past c_out.
 std::vector<float> packed_kernel(const Geometry& g, const float* w) {
   const int64_t wide = vectors(g) * kLanes, n = g.taps();
@@ -351,8 +358,7 @@ bool serves(const Geometry& g) {
   // The kernel gradient reads an image's dy once per block of taps: more than one block (a
   // large kernel, or wide outputs) only while that dy stays in cache, or it streams from memory
   // each time (a 7 x 7 x 3 kernel over a 112 x 112 x 64 output would read 3 MB 37 times).
-  int64_t block = 0;
-  with_vectors(g, [&](auto nv_c) { block = kTapBlock<decltype(nv_c)::value>; });
+  const int64_t block = tap_block(g);
   const int64_t dy_bytes = g.out_h * g.out_w * vectors(g) * kLanes * int64_t{sizeof(float)};
   return g.taps() <= block || dy_bytes <= kCachedBytes;
 }
@@ -374,8 +380,7 @@ void forward(const Geometry& g, const float* x, const float* w, float* y, int64_
 void kernel_grad_add(const Geometry& g, const float* x, const float* dy, float* dw, int64_t b0,
                      int64_t b1) {
   const int64_t nv = vectors(g), taps = g.taps(), pixels = g.out_h * g.out_w;
-  int64_t block = 0;
-  with_vectors(g, [&](auto nv_c) { block = kTapBlock<decltype(nv_c)::value>; });
+  const int64_t block = tap_block(g);
   thread_local std::vector<float> buffer, wide;
   const int64_t image = g.in_h * g.in_w * g.c_in;
   for (int64_t b = b0; b < b1; ++b) {
@@ -433,8 +438,7 @@ void pool_kernel_grad_add(const Geometry& g, const float* x, const uint8_t* taps
                           int64_t b1) {
   g_pool_kernel_grad.fetch_add(1, std::memory_order_relaxed);
   const int64_t nv = vectors(g), n = g.taps(), wide = nv * kLanes;
-  int64_t block = 0;
-  with_vectors(g, [&](auto nv_c) { block = kTapBlock<decltype(nv_c)::value>; });
+  const int64_t block = tap_block(g);
   thread_local std::vector<float> buffer, wide_grad;
   thread_local std::vector<uint8_t> wide_taps;
   const int64_t image = g.in_h * g.in_w * g.c_in, windows = (g.out_h / 2) * (g.out_w / 2);
