@@ -24,11 +24,15 @@ namespace kiln::compiler {
 
 namespace {
 
-std::vector<TensorType> fused_conv_shape(const InferContext& ctx) {
+// The convolution's output type for ctx's inputs 0 and 1 and its attributes.
+TensorType conv_output_type(const InferContext& ctx) {
   const OpDef& conv = OpRegistry::global().find("convolution");
   std::vector<TensorType> operands = {ctx.input(0), ctx.input(1)};
-  std::vector<TensorType> out =
-      conv.shape_fn(InferContext(ctx.op(), ctx.node_name(), operands, ctx.attrs()));
+  return conv.shape_fn(InferContext(ctx.op(), ctx.node_name(), operands, ctx.attrs())).at(0);
+}
+
+std::vector<TensorType> fused_conv_shape(const InferContext& ctx) {
+  std::vector<TensorType> out = {conv_output_type(ctx)};
   check_epilogue(ctx, out[0], 2, /*allow_full_bias=*/false);
   return out;
 }
@@ -163,11 +167,8 @@ void fused_conv_pool_only(KernelContext& ctx) {
   const std::vector<int64_t>& pool = ctx.attrs().get_ints("pool");
   if (x.dtype() == f32 && (act == Activation::kNone || act == Activation::kRelu)) {
     const std::vector<TensorType> operands = {{x.dtype(), x.shape()}, {k.dtype(), k.shape()}};
-    const Shape ys = OpRegistry::global()
-                         .find("convolution")
-                         .shape_fn(InferContext(ctx.op(), ctx.node_name(), operands, ctx.attrs()))
-                         .at(0)
-                         .shape;
+    const Shape ys =
+        conv_output_type(InferContext(ctx.op(), ctx.node_name(), operands, ctx.attrs())).shape;
     const std::optional<ops::direct_conv::Geometry> g =
         ops::direct_geometry(ctx, x.shape(), k.shape(), ys);
     ops::direct_conv::PoolEpilogue p;
