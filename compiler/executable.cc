@@ -4,6 +4,7 @@
 #include "compiler/executable.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -11,9 +12,12 @@
 #include <set>
 #include <unordered_map>
 
+#include <unistd.h>
+
 #include "compiler/control_flow.h"
 #include "compiler/cpu/fusion_target.h"
 #include "compiler/cpu/kernel_cache.h"
+#include "compiler/cuda/ptx.h"
 #include "compiler/dump.h"
 #include "compiler/executable_impl.h"
 #include "compiler/lowering.h"
@@ -91,6 +95,33 @@ const FusionTarget& host_fusion_target() { return cpu::fusion_target(); }
 
 namespace {
 
+// KILN_PTX_DIR=<dir>: every fusion the CPU compiles is also compiled for CUDA
+// (compiler/cuda/ptx.h) and its PTX written to <dir>/<pid>_<n>.ptx, or the compile's error to
+// <pid>_<n>.err, so that ptxas checks the kernels a program's graphs produce on a machine
+// without a GPU (scripts/check_ptx.sh runs the test suite's graphs so). Each file is written
+// whole, then renamed into place.
+void write_ptx_for_checking(const std::vector<FusedSubgraph>& subgraphs) {
+  static const char* dir = std::getenv("KILN_PTX_DIR");
+  if (dir == nullptr || *dir == '\0' || subgraphs.empty()) return;
+  static std::atomic<int> counter{0};
+  const std::string base = std::string(dir) + "/" + std::to_string(getpid()) + "_" +
+                           std::to_string(counter++);
+  std::string text, ext = ".ptx";
+  try {
+    text = cuda::compile_ptx(subgraphs).ptx;
+  } catch (const Error& e) {
+    text = std::string(e.what()) + "\n";
+    ext = ".err";
+  }
+  const std::string tmp = base + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << text;
+    if (!f.flush()) return;
+  }
+  std::rename(tmp.c_str(), (base + ext).c_str());
+}
+
 // Runs the fusion pass for the CPU over the optimized graph, now that its types are concrete;
 // the pass's dump shows every node's group.
 FusionPlan fuse(const CompiledGraph& cg, const std::vector<std::vector<TensorType>>& types,
@@ -161,6 +192,12 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
   }
   std::vector<std::string> errors;
   std::vector<cpu::FusedKernel> compiled = cached_kernels(subgraphs, &errors);
+  if (std::getenv("KILN_PTX_DIR") != nullptr) {
+    std::vector<FusedSubgraph> ok;
+    for (size_t k = 0; k < subgraphs.size(); ++k)
+      if (errors[k].empty()) ok.push_back(subgraphs[k]);
+    write_ptx_for_checking(ok);
+  }
   for (size_t k = 0; k < lowered_groups.size(); ++k) {
     const int gi = lowered_groups[k];
     if (!errors[k].empty()) {

@@ -1,6 +1,6 @@
 // The f32 approximations of transcendental functions, each written once over an arithmetic
 // interface `M`: the reference kernels run them on floats (ScalarMath), the CPU code generator
-// emits them as LLVM IR (compiler/cpu/elemental_emitter.cc), so every path gives the
+// emits them as LLVM IR (compiler/llvm_ir/elemental_emitter.cc), so every path gives the
 // same bits. Bounds and algorithms: docs/numerics.md, "f32 transcendental functions".
 #pragma once
 

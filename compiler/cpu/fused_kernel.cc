@@ -1,8 +1,11 @@
 // The LLVM-free half of the CPU loop- and reduction-fusion codegen: running a compiled
-// FusedKernel over the thread pool (the emitter is elemental_emitter.cc).
+// FusedKernel over the thread pool (compile_elementwise is in jit.cc, the emitter in
+// compiler/llvm_ir/elemental_emitter.cc).
 #include "compiler/cpu/fused_kernel.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -20,45 +23,6 @@ namespace {
 }
 
 }  // namespace
-
-bool compute_dtype(DType t) {
-  return t == f32 || t == f64 || t == i32 || t == i64 || t == bool_ || t == bf16 || t == f16;
-}
-
-// 8-bit integers are loaded, stored and converted, not computed on: enough to fuse the u8
-// pixels -> f32 conversion that starts most image pipelines into the arithmetic after it.
-bool storage_dtype(DType t) { return compute_dtype(t) || t == u8 || t == i8; }
-
-std::string reduction_layout_refusal(const Shape& shape, const std::vector<int64_t>& axes) {
-  // Tags of the non-unit dimensions, outer to inner: the reduced ones must be one run.
-  int runs = 0;
-  bool prev_reduced = false;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    bool r = std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
-    if (r && !prev_reduced) ++runs;
-    prev_reduced = r;
-  }
-  if (runs > 1)
-    return "reduced axes " + shape_str(axes) + " of " + shape_str(shape) +
-           " are not adjacent (kept dimensions between them)";
-  return "";
-}
-
-bool is_flat_loop(const FusedSubgraph& sg, const Shape& out_shape) {
-  int64_t n = num_elements(out_shape);
-  for (const FusedSubgraph::Input& in : sg.inputs) {
-    if (in.piece) return false;  // the row loop splits at the pieces' bounds
-    // A view reading its elements in order (a reshape) keeps the flat loop, at its offset;
-    // any other view needs the row loop's index arithmetic (one element: read at the offset).
-    if (in.map && n > 1 && (num_elements(in.shape) != n ||
-                            in.map->strides != row_major_view(in.shape).strides))
-      return false;
-    int64_t m = num_elements(in.shape);
-    if (m != 1 && m != n) return false;
-  }
-  return true;
-}
 
 FusedKernel::FusedKernel(FusedSubgraph sg, Shape shape, KernelFn fn, std::shared_ptr<void> jit,
                          bool contiguous, double compile_ms)
@@ -118,6 +82,10 @@ void FusedKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>* ou
     out_ptrs[i] = t.raw_mutable_data();
   }
   if (parallel_size_ == 0) return;
+  if (grid_fn_ != nullptr) {
+    run_grid(in_ptrs.data(), out_ptrs.data());
+    return;
+  }
   if (int64_t chunks = split_chunks(); chunks > 1) {
     run_split(chunks, in_ptrs, out_ptrs, outputs);
     return;
@@ -129,6 +97,27 @@ void FusedKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>* ou
       std::max<int64_t>(min_grain_, (int64_t{1} << 14) / std::max<int64_t>(1, work_per_item_));
   runtime::parallel_for(parallel_size_, grain,
                         [fn, ins, outs](int64_t b, int64_t e) { fn(ins, outs, b, e); });
+}
+
+bool grid_kernels_for_tests() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_TEST_ONLY_GRID_KERNELS");
+    return v != nullptr && std::string(v) == "run-on-a-host-grid";
+  }();
+  return on;
+}
+
+void FusedKernel::run_grid(void** ins, void** outs) const {
+  // A grid of fewer threads than items, with an odd block size: each thread takes several
+  // items through the grid-stride loop, the last pass only some of them. Blocks run in
+  // parallel (their items are disjoint), threads in order within a block.
+  constexpr int64_t kThreads = 37;
+  const int64_t blocks = std::clamp<int64_t>(parallel_size_ / (3 * kThreads), 1, 6);
+  GridFn fn = grid_fn_;
+  runtime::parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t block = b; block < e; ++block)
+      for (int64_t t = 0; t < kThreads; ++t) fn(ins, outs, block, kThreads, t, blocks);
+  });
 }
 
 int64_t FusedKernel::split_chunks() const {

@@ -17,6 +17,18 @@ namespace kiln::compiler::cpu {
 // reduction fusion, elements of the reduced shape, each folding its whole reduced range (and
 // storing the iteration-shaped outputs it passes over).
 using KernelFn = void (*)(void** inputs, void** outputs, int64_t begin, int64_t end);
+// A grid kernel (compiler/llvm_ir/grid_kernel.h) compiled for the host: computes the items of
+// one thread of a grid of grid_dim blocks of block_dim threads.
+using GridFn = void (*)(void** inputs, void** outputs, int64_t block, int64_t block_dim,
+                        int64_t thread, int64_t grid_dim);
+
+// TEST ONLY: the random differential tests check the CUDA backend's grid mapping against the
+// interpreter (CompiledRandomGraphs on a host grid, tests/compiler/cuda_codegen_test.cc) in a
+// child process whose environment has KILN_TEST_ONLY_GRID_KERNELS=run-on-a-host-grid: every
+// kernel compile_elementwise returns then runs its subgraph's grid kernel, the IR CUDA's entry
+// kernels call, over a host grid of fewer threads than items (never the split reductions).
+// Nothing in Kiln sets the variable. Read once per process.
+bool grid_kernels_for_tests();
 
 class FusedKernel final : public CompiledFusion {
  public:
@@ -67,6 +79,9 @@ class FusedKernel final : public CompiledFusion {
     part_fn_ = fn;
     split_size_ = size;
   }
+  // TEST ONLY (grid_kernels_for_tests): run() calls this grid kernel over a host grid.
+  void set_grid(GridFn fn) { grid_fn_ = fn; }
+  bool runs_on_grid() const { return grid_fn_ != nullptr; }
 
  private:
   FusedSubgraph subgraph_;
@@ -77,6 +92,8 @@ class FusedKernel final : public CompiledFusion {
   int64_t min_grain_ = 1;      // column reductions: whole runs of columns per task
   PartFn part_fn_ = nullptr;
   int64_t split_size_ = 1;
+  GridFn grid_fn_ = nullptr;
+  void run_grid(void** ins, void** outs) const;
   std::vector<TensorType> output_types_;
   KernelFn fn_ = nullptr;
   std::shared_ptr<void> jit_;  // owns the JIT'd code
@@ -97,19 +114,14 @@ FusedKernel compile_elementwise(const FusedSubgraph& sg);
 // compile_ms() is its share of the total. Throws kiln::Error if any fails.
 std::vector<FusedKernel> compile_elementwise(const std::vector<FusedSubgraph>& sgs);
 
-// The CPU emitter's dtypes (its FusionTarget's answers, compiler/cpu/fusion_target.h): it
-// computes on f32, f64, i32, i64, bool, and bf16 and f16 in f32 (each result rounded to its
-// dtype, as their reference kernels do); it also loads, stores and converts u8 and i8.
-bool compute_dtype(DType t);
-bool storage_dtype(DType t);
-
-// Why the emitter cannot reduce `shape` over `axes` (sorted, in range), or "": the reduced
-// axes must form one run once size-1 dimensions are dropped.
-std::string reduction_layout_refusal(const Shape& shape, const std::vector<int64_t>& axes);
-
-// True when every input is either of the full output shape or a single element: the kernel
-// is then one flat loop that LLVM vectorizes. (Otherwise rows of the last dimension.)
-bool is_flat_loop(const FusedSubgraph& sg, const Shape& out_shape);
-
+// For testing the CUDA backend's grid mapping without a GPU: each subgraph's grid kernel
+// (compiler/llvm_ir/grid_kernel.h, the IR CUDA's entry kernels call with the GPU's block and
+// thread ids) compiled for the host CPU, to be called with ids from loops. Their code lives as
+// long as `owner`. Throws kiln::Error.
+struct HostGridKernels {
+  std::vector<GridFn> fns;
+  std::shared_ptr<void> owner;
+};
+HostGridKernels compile_grid_kernels_for_host(const std::vector<FusedSubgraph>& sgs);
 
 }  // namespace kiln::compiler::cpu

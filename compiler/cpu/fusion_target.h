@@ -1,5 +1,5 @@
-// The CPU backend's answers to the fusion pass (compiler/passes/fusion.h): which elementwise
-// ops and reductions its loop emitter (fused_kernel.h) can compute, for which dtypes and layouts.
+// The CPU backend's answers to the fusion pass (compiler/passes/fusion.h): the elemental emitter's
+// loops (compiler/llvm_ir/loop_target.h) and the CPU's fused dot and convolution.
 #pragma once
 
 #include "compiler/passes/fusion.h"

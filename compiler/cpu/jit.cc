@@ -1,68 +1,28 @@
-// LLVM's side of the CPU fused kernels, after the emitter (elemental_emitter.cc): the host's
-// target machine, the O3 pipeline, KILN_DUMP's .ll/.opt.ll/.s files and the ORC LLJIT session.
+// LLVM's side of the CPU fused kernels: compile_elementwise has the elemental emitter
+// (compiler/llvm_ir/elemental_emitter.h) write a module, tunes it for the host's target machine,
+// optimises it (compiler/llvm_ir/optimize.h) and JITs it with ORC LLJIT.
 #include "compiler/cpu/jit.h"
 
 #include <llvm/ADT/StringMap.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
-#include <llvm/IR/LegacyPassManager.h>
-#include <llvm/Passes/PassBuilder.h>
+#include <llvm/IR/Verifier.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/TargetParser/Host.h>
-#include <llvm/Transforms/Utils/Cloning.h>
 
-#include <atomic>
-#include <cctype>
-#include <fstream>
+#include <chrono>
 #include <mutex>
 
-#include "compiler/dump.h"
+#include "compiler/cpu/fused_kernel.h"
+#include "compiler/cpu/fusion_target.h"
+#include "compiler/llvm_ir/elemental_emitter.h"
+#include "compiler/llvm_ir/grid_kernel.h"
+#include "compiler/llvm_ir/loop_target.h"
+#include "compiler/llvm_ir/optimize.h"
 #include "kiln/error.h"
 
 namespace kiln::compiler::cpu {
-namespace {
-
-void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
-  llvm::LoopAnalysisManager lam;
-  llvm::FunctionAnalysisManager fam;
-  llvm::CGSCCAnalysisManager cgam;
-  llvm::ModuleAnalysisManager mam;
-  llvm::PipelineTuningOptions pto;
-  pto.LoopVectorization = true;
-  pto.SLPVectorization = true;
-  llvm::PassBuilder pb(&tm, pto);
-  pb.registerModuleAnalyses(mam);
-  pb.registerCGSCCAnalyses(cgam);
-  pb.registerFunctionAnalyses(fam);
-  pb.registerLoopAnalyses(lam);
-  pb.crossRegisterProxies(lam, fam, cgam, mam);
-  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
-}
-
-std::string module_text(const llvm::Module& m) {
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  m.print(os, nullptr);
-  return os.str();
-}
-
-std::string assembly(const llvm::Module& m, llvm::TargetMachine& tm) {
-  std::unique_ptr<llvm::Module> clone = llvm::CloneModule(m);
-  llvm::SmallString<4096> buf;
-  llvm::raw_svector_ostream os(buf);
-  llvm::legacy::PassManager pm;
-  if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CGFT_AssemblyFile)) return "; no assembly\n";
-  pm.run(*clone);
-  return std::string(buf.str());
-}
-
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path);
-  f << text;
-}
-
-}  // namespace
 
 [[noreturn]] void internal_error(const std::string& what, llvm::Error err) {
   throw Error(ErrorCode::kInternal, "cpu codegen: " + what + ": " + llvm::toString(std::move(err)));
@@ -91,24 +51,6 @@ void tune_for_host(llvm::Module& module, llvm::TargetMachine& tm) {
   }
 }
 
-void optimize_and_dump(const std::string& name, llvm::Module& module, llvm::TargetMachine& tm) {
-  const std::string dump_dir = dump_dir_for(name);  // the compile's, or one of its own
-  std::string dump_base;
-  if (!dump_dir.empty()) {
-    static std::atomic<int> counter{0};
-    std::string file = name;
-    for (char& c : file)
-      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') c = '_';
-    dump_base = dump_dir + "/" + file + "_" + std::to_string(counter++);
-    write_file(dump_base + ".ll", module_text(module));
-  }
-  optimize(module, tm);
-  if (!dump_base.empty()) {
-    write_file(dump_base + ".opt.ll", module_text(module));
-    write_file(dump_base + ".s", assembly(module, tm));
-  }
-}
-
 std::unique_ptr<llvm::orc::LLJIT> jit_module(llvm::orc::JITTargetMachineBuilder jtmb,
                                              std::unique_ptr<llvm::Module> module,
                                              std::unique_ptr<llvm::LLVMContext> ctx) {
@@ -122,6 +64,108 @@ std::unique_ptr<llvm::orc::LLJIT> jit_module(llvm::orc::JITTargetMachineBuilder 
           jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx))))
     internal_error("adding the module", std::move(e));
   return jit;
+}
+
+std::vector<FusedKernel> compile_elementwise(const std::vector<FusedSubgraph>& sgs) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (sgs.empty()) return {};
+  std::vector<Shape> shapes;
+  std::vector<char> flats;
+  for (const FusedSubgraph& sg : sgs) {
+    sg.validate(fusion_target());
+    shapes.push_back(sg.iteration_shape());
+    const Shape& shape = shapes.back();
+    flats.push_back(llvm_ir::flat_loop_for(sg, shape));
+  }
+
+  auto jtmb = host_target();
+  std::unique_ptr<llvm::TargetMachine> tm =
+      unwrap(jtmb.createTargetMachine(), "creating the target machine");
+
+  const std::string& name = sgs.size() == 1 ? sgs[0].name : sgs[0].name + "_batch";
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  auto module = std::make_unique<llvm::Module>(name, *ctx);
+  module->setDataLayout(tm->createDataLayout());
+  module->setTargetTriple(tm->getTargetTriple().str());
+
+  // One module for every kernel: one optimisation pipeline and one JIT session in all.
+  std::vector<int64_t> split_sizes;
+  auto prefix = [&](size_t i) {
+    std::string p;
+    if (sgs.size() > 1) p.append("k").append(std::to_string(i)).append("_");
+    return p;
+  };
+  for (size_t i = 0; i < sgs.size(); ++i)
+    split_sizes.push_back(llvm_ir::emit_loop_kernel(sgs[i], shapes[i], flats[i], *module, prefix(i)));
+  const bool grids = grid_kernels_for_tests();
+  if (grids)
+    for (size_t i = 0; i < sgs.size(); ++i)
+      llvm_ir::emit_grid_kernel(sgs[i], *module, "grid" + std::to_string(i) + "_");
+  tune_for_host(*module, *tm);
+
+  std::string err;
+  llvm::raw_string_ostream err_os(err);
+  if (llvm::verifyModule(*module, &err_os))
+    throw Error(ErrorCode::kInternal, "cpu codegen (" + name + "): invalid IR: " + err_os.str());
+
+  llvm_ir::optimize_and_dump(name, *module, *tm, ".s");
+  auto jit = jit_module(std::move(jtmb), std::move(module), std::move(ctx));
+  std::vector<KernelFn> fns;
+  std::vector<FusedKernel::PartFn> parts;
+  for (size_t i = 0; i < sgs.size(); ++i) {
+    fns.push_back(unwrap(jit->lookup(prefix(i) + "kernel"), "compiling the kernel").toPtr<KernelFn>());
+    parts.push_back(sgs[i].has_reductions()
+                        ? unwrap(jit->lookup(prefix(i) + "kernel_part"), "compiling the kernel")
+                              .toPtr<FusedKernel::PartFn>()
+                        : nullptr);
+  }
+  std::vector<GridFn> grid_fns;
+  for (size_t i = 0; grids && i < sgs.size(); ++i)
+    grid_fns.push_back(unwrap(jit->lookup("grid" + std::to_string(i) + "_grid"),
+                              "compiling the grid kernel")
+                           .toPtr<GridFn>());
+  std::shared_ptr<void> owner(jit.release(), [](void* p) { delete static_cast<llvm::orc::LLJIT*>(p); });
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<FusedKernel> kernels;
+  for (size_t i = 0; i < sgs.size(); ++i) {
+    kernels.emplace_back(sgs[i], shapes[i], fns[i], owner, flats[i],
+                         ms / static_cast<double>(sgs.size()));
+    kernels.back().set_split(parts[i], split_sizes[i]);
+    if (grids) kernels.back().set_grid(grid_fns[i]);
+  }
+  return kernels;
+}
+
+HostGridKernels compile_grid_kernels_for_host(const std::vector<FusedSubgraph>& sgs) {
+  HostGridKernels out;
+  if (sgs.empty()) return out;
+  for (const FusedSubgraph& sg : sgs) sg.validate(fusion_target());
+  auto jtmb = host_target();
+  std::unique_ptr<llvm::TargetMachine> tm =
+      unwrap(jtmb.createTargetMachine(), "creating the target machine");
+  const std::string name = sgs[0].name + "_grid";
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  auto module = std::make_unique<llvm::Module>(name, *ctx);
+  module->setDataLayout(tm->createDataLayout());
+  module->setTargetTriple(tm->getTargetTriple().str());
+  for (size_t i = 0; i < sgs.size(); ++i)
+    llvm_ir::emit_grid_kernel(sgs[i], *module, "k" + std::to_string(i) + "_");
+  tune_for_host(*module, *tm);
+  std::string err;
+  llvm::raw_string_ostream err_os(err);
+  if (llvm::verifyModule(*module, &err_os))
+    throw Error(ErrorCode::kInternal, "cpu codegen (" + name + "): invalid IR: " + err_os.str());
+  llvm_ir::optimize_and_dump(name, *module, *tm, ".s");
+  auto jit = jit_module(std::move(jtmb), std::move(module), std::move(ctx));
+  for (size_t i = 0; i < sgs.size(); ++i)
+    out.fns.push_back(unwrap(jit->lookup("k" + std::to_string(i) + "_grid"), "compiling the kernel")
+                          .toPtr<GridFn>());
+  out.owner.reset(jit.release(), [](void* p) { delete static_cast<llvm::orc::LLJIT*>(p); });
+  return out;
+}
+
+FusedKernel compile_elementwise(const FusedSubgraph& sg) {
+  return std::move(compile_elementwise(std::vector<FusedSubgraph>{sg})[0]);
 }
 
 }  // namespace kiln::compiler::cpu

@@ -1,6 +1,5 @@
-// LLVM's side of the CPU fused kernels, after the emitter: the host's target machine, the O3
-// pipeline, KILN_DUMP's .ll/.opt.ll/.s files and the ORC LLJIT session. Internal to
-// compiler/cpu (LLVM types), used by elemental_emitter.cc.
+// LLVM's side of the CPU fused kernels: the host's target machine and the ORC LLJIT session.
+// Internal to compiler/cpu (LLVM types); jit.cc also holds compile_elementwise (fused_kernel.h).
 #pragma once
 
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
@@ -29,10 +28,6 @@ llvm::orc::JITTargetMachineBuilder host_target();
 
 // Tunes every function of `module` for the host CPU (512-bit vectors where AVX-512 exists).
 void tune_for_host(llvm::Module& module, llvm::TargetMachine& tm);
-
-// Optimises `module` at O3; under KILN_DUMP also writes its IR before and after and its
-// assembly, named after `name`.
-void optimize_and_dump(const std::string& name, llvm::Module& module, llvm::TargetMachine& tm);
 
 // A JIT session holding `module`, resolving other symbols (libm) from the process.
 std::unique_ptr<llvm::orc::LLJIT> jit_module(llvm::orc::JITTargetMachineBuilder jtmb,

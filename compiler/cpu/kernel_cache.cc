@@ -10,6 +10,7 @@
 
 #include "compiler/cpu/fusion_target.h"
 #include "compiler/dump.h"
+#include "compiler/llvm_ir/loop_target.h"
 #include "runtime/thread_pool.h"
 
 namespace kiln::compiler {
@@ -41,7 +42,7 @@ Cache& cache() {
 
 std::string kernel_cache_key(const FusedSubgraph& sg) {
   Shape out = sg.iteration_shape();
-  const bool flat = !sg.has_reductions() && cpu::is_flat_loop(sg, out);
+  const bool flat = !sg.has_reductions() && llvm_ir::is_flat_loop(sg, out);
   const int64_t n = num_elements(out);
   std::string key = flat ? "flat|" : "shaped" + shape_str(out) + "|";
   if (sg.has_reductions()) {
@@ -84,7 +85,7 @@ namespace {
 cpu::FusedKernel from_entry(const FusedSubgraph& sg, const Entry& e) {
   Shape shape = sg.iteration_shape();
   // As compile_elementwise decides it (the key never lets sizes vary for reductions).
-  bool flat = cpu::is_flat_loop(sg, shape) || shape.empty() || num_elements(shape) == 0;
+  bool flat = llvm_ir::flat_loop_for(sg, shape);
   cpu::FusedKernel k(sg, std::move(shape), e.fn, e.jit, flat, /*compile_ms=*/0);
   if (e.part_fn) k.set_split(e.part_fn, e.split_size);
   return k;

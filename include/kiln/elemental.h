@@ -19,7 +19,7 @@
 namespace kiln {
 
 // The scalar primitives, as X(enumerator, name, arity). Adding one means a line here and its
-// case in each backend's emitter (compiler/cpu/elemental_emitter.cc, emit_prim).
+// case in the elemental emitter (compiler/llvm_ir/elemental_emitter.cc, emit_prim).
 #define KILN_ELEMENTAL_PRIMS(X)                                                            \
   X(kNeg, "neg", 1) X(kAbs, "abs", 1) X(kExp, "exp", 1) X(kLog, "log", 1)                  \
   X(kLog1p, "log1p", 1) X(kExpm1, "expm1", 1) X(kSqrt, "sqrt", 1) X(kRsqrt, "rsqrt", 1)    \

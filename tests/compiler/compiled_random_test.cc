@@ -233,7 +233,7 @@ TEST(CompiledLargeRandomGraphs, MatchTheInterpreter) {
 }
 
 // The negative control: with a deliberately wrong emitter rule (sub(x, y) emitted as y - x,
-// behind the test-only switch in compiler/cpu/elemental_emitter.cc), the random tests
+// behind the test-only switch in compiler/llvm_ir/elemental_emitter.cc), the random tests
 // above must fail, and their shrinker must isolate a sub. The switch is set in a child process
 // (the first shard of the plain and the gradient tests, 20 graphs each), never in this one: the
 // process-wide kernel cache would keep the wrong kernels for the tests that follow.

@@ -10,8 +10,9 @@ and beside them the small runtime, lite (libkiln_lite), which includes only its 
 kiln/error.h (header-only): it links nothing of libkiln.
 
 and the programs on top (tools, examples, tests, benchmarks, fuzz) may include anything.
-Two more rules: the compiler outside compiler/cpu/ includes the CPU backend (compiler/cpu/)
-only from compiler/executable.cc, the one file that names a backend; and every public header
+Two more rules: the compiler outside a backend (compiler/cpu/, compiler/cuda/) includes it only
+from compiler/executable.cc, the one file that names a backend (a backend never includes the
+other; both build on compiler/llvm_ir/); and every public header
 (include/kiln/) has a row of its own below, none falls back to a default layer.
 --self-test checks that an inverted include, a backend include and a header without a row are
 reported."""
@@ -51,8 +52,9 @@ ORDER = ["core", "runtime", "ops", "compiler", "distribute", "api.function", "ap
 RANK = {name: i for i, name in enumerate(ORDER)}
 RANK["lite"] = -1  # below everything: libkiln's layers may include it, it includes none of them
 LITE_MAY_INCLUDE = {"include/kiln/error.h"}
-# The files of the compiler (outside its backends) that may include a backend.
-BACKEND_DIR = "compiler/cpu/"
+# The backends, and the files of the compiler (outside them) that may include one. A backend
+# never includes another (both build on compiler/llvm_ir/, the target-independent emitter).
+BACKEND_DIRS = ("compiler/cpu/", "compiler/cuda/")
 BACKEND_INCLUDERS = {"compiler/executable.cc"}
 SOURCE_DIRS = ["include", "src", "runtime", "ops", "compiler", "distribute", "interop",
                "serving", "lite", "quantize"]
@@ -82,8 +84,10 @@ def inversions(files):
             continue
         for inc in INCLUDE.findall(text):
             target = resolve(inc)
-            if (path.startswith("compiler/") and not path.startswith(BACKEND_DIR)
-                    and target.startswith(BACKEND_DIR) and path not in BACKEND_INCLUDERS):
+            mine_backend = next((d for d in BACKEND_DIRS if path.startswith(d)), None)
+            their_backend = next((d for d in BACKEND_DIRS if target.startswith(d)), None)
+            if (path.startswith("compiler/") and their_backend and their_backend != mine_backend
+                    and path not in BACKEND_INCLUDERS):
                 out.append(f"{path} includes {inc}: only compiler/executable.cc names a backend "
                            "(ask the FusionTarget, compiler/passes/fusion.h)")
                 continue
@@ -128,10 +132,15 @@ def main():
                           "ops/fine.cc": '#include "src/core/tensor_impl.h"\n',
                           "compiler/passes/p.cc": '#include "compiler/cpu/fused_kernel.h"\n',
                           "compiler/executable.cc": '#include "compiler/cpu/kernel_cache.h"\n',
-                          "compiler/cpu/q.cc": '#include "compiler/cpu/jit.h"\n',
+                          "compiler/cpu/q.cc": '#include "compiler/cpu/jit.h"\n'
+                                                '#include "compiler/llvm_ir/optimize.h"\n',
+                          "compiler/cuda/r.cc": '#include "compiler/cpu/jit.h"\n',
+                          "compiler/llvm_ir/s.cc": '#include "compiler/cuda/ptx.h"\n',
                           "lite/k.cc": '#include "kiln/tensor.h"\n#include "kiln/error.h"\n',
                           "quantize/c.cc": '#include "lite/builder.h"\n'})
-        assert len(bad) == 5, bad
+        assert len(bad) == 7, bad
+        assert any("compiler/cuda/r.cc" in b for b in bad), bad
+        assert any("compiler/llvm_ir/s.cc" in b for b in bad), bad
         assert any("lite/k.cc" in b and "tensor.h" in b for b in bad), bad
         assert any("compiler/passes/p.cc" in b for b in bad), bad
         missing = missing_rows({"include/kiln/new_thing.h": "", "include/kiln/tensor.h": ""})

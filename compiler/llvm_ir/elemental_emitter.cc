@@ -1,6 +1,8 @@
-// LLVM half of the CPU loop-fusion codegen: emits a FusedSubgraph as one elemental loop
-// `void kernel(void** inputs, void** outputs, i64 begin, i64 end)`, then has jit.cc optimise it
-// at O3 for the host CPU and JIT it with ORC LLJIT. With jit.cc, the only files with LLVM headers.
+// The elemental emitter, target-independent (compiler/llvm_ir/elemental_emitter.h): emits a
+// FusedSubgraph as one elemental loop `void kernel(void** inputs, void** outputs, i64 begin,
+// i64 end)` in LLVM IR. A backend wraps it: the CPU (compiler/cpu/jit.cc) optimises it at O3 for
+// the host and JITs it; CUDA (compiler/cuda/ptx.cc) calls it from a grid-stride kernel and
+// lowers the module to PTX.
 //
 // Reductions (input fusion): [begin, end) ranges over reduced-output elements. A row reduction
 // (no kept dimension inside the reduced run) folds each output in a loop over the innermost
@@ -35,13 +37,12 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
-#include "compiler/cpu/fused_kernel.h"
-#include "compiler/cpu/fusion_target.h"
-#include "compiler/cpu/jit.h"
+#include "compiler/llvm_ir/elemental_emitter.h"
+#include "compiler/llvm_ir/loop_target.h"
 #include "kiln/error.h"
 #include "ops/approximations.h"
 
-namespace kiln::compiler::cpu {
+namespace kiln::compiler::llvm_ir {
 namespace {
 
 using llvm::Value;
@@ -1175,71 +1176,11 @@ class Emitter {
 
 }  // namespace
 
-std::vector<FusedKernel> compile_elementwise(const std::vector<FusedSubgraph>& sgs) {
-  auto t0 = std::chrono::steady_clock::now();
-  if (sgs.empty()) return {};
-  std::vector<Shape> shapes;
-  std::vector<char> flats;
-  for (const FusedSubgraph& sg : sgs) {
-    sg.validate(fusion_target());
-    shapes.push_back(sg.iteration_shape());
-    const Shape& shape = shapes.back();
-    flats.push_back(is_flat_loop(sg, shape) || shape.empty() || num_elements(shape) == 0);
-  }
-
-  auto jtmb = host_target();
-  std::unique_ptr<llvm::TargetMachine> tm =
-      unwrap(jtmb.createTargetMachine(), "creating the target machine");
-
-  const std::string& name = sgs.size() == 1 ? sgs[0].name : sgs[0].name + "_batch";
-  auto ctx = std::make_unique<llvm::LLVMContext>();
-  auto module = std::make_unique<llvm::Module>(name, *ctx);
-  module->setDataLayout(tm->createDataLayout());
-  module->setTargetTriple(tm->getTargetTriple().str());
-
-  // One module for every kernel: one optimisation pipeline and one JIT session in all.
-  std::vector<int64_t> split_sizes;
-  auto prefix = [&](size_t i) {
-    std::string p;
-    if (sgs.size() > 1) p.append("k").append(std::to_string(i)).append("_");
-    return p;
-  };
-  for (size_t i = 0; i < sgs.size(); ++i) {
-    Emitter emitter(sgs[i], shapes[i], *module, prefix(i));
-    emitter.emit_kernel(flats[i]);
-    split_sizes.push_back(emitter.split_size());
-  }
-  tune_for_host(*module, *tm);
-
-  std::string err;
-  llvm::raw_string_ostream err_os(err);
-  if (llvm::verifyModule(*module, &err_os))
-    throw Error(ErrorCode::kInternal, "cpu codegen (" + name + "): invalid IR: " + err_os.str());
-
-  optimize_and_dump(name, *module, *tm);
-  auto jit = jit_module(std::move(jtmb), std::move(module), std::move(ctx));
-  std::vector<KernelFn> fns;
-  std::vector<FusedKernel::PartFn> parts;
-  for (size_t i = 0; i < sgs.size(); ++i) {
-    fns.push_back(unwrap(jit->lookup(prefix(i) + "kernel"), "compiling the kernel").toPtr<KernelFn>());
-    parts.push_back(sgs[i].has_reductions()
-                        ? unwrap(jit->lookup(prefix(i) + "kernel_part"), "compiling the kernel")
-                              .toPtr<FusedKernel::PartFn>()
-                        : nullptr);
-  }
-  std::shared_ptr<void> owner(jit.release(), [](void* p) { delete static_cast<llvm::orc::LLJIT*>(p); });
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::vector<FusedKernel> kernels;
-  for (size_t i = 0; i < sgs.size(); ++i) {
-    kernels.emplace_back(sgs[i], shapes[i], fns[i], owner, flats[i],
-                         ms / static_cast<double>(sgs.size()));
-    kernels.back().set_split(parts[i], split_sizes[i]);
-  }
-  return kernels;
+int64_t emit_loop_kernel(const FusedSubgraph& sg, const Shape& shape, bool flat,
+                         llvm::Module& module, const std::string& prefix) {
+  Emitter emitter(sg, shape, module, prefix);
+  emitter.emit_kernel(flat);
+  return emitter.split_size();
 }
 
-FusedKernel compile_elementwise(const FusedSubgraph& sg) {
-  return std::move(compile_elementwise(std::vector<FusedSubgraph>{sg})[0]);
-}
-
-}  // namespace kiln::compiler::cpu
+}  // namespace kiln::compiler::llvm_ir

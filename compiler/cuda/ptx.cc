@@ -1,0 +1,256 @@
+// LLVM's side of the CUDA fused kernels (ptx.h): the NVPTX target machine, the entry kernels,
+// libdevice, and the PTX. With compiler/llvm_ir/ and compiler/cpu/jit.cc, the only files with
+// LLVM headers.
+#include "compiler/cuda/ptx.h"
+
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Linker/Linker.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/Target/TargetOptions.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
+#include "compiler/llvm_ir/grid_kernel.h"
+#include "compiler/llvm_ir/optimize.h"
+#include "kiln/error.h"
+
+extern "C" {
+void LLVMInitializeNVPTXTargetInfo();
+void LLVMInitializeNVPTXTarget();
+void LLVMInitializeNVPTXTargetMC();
+void LLVMInitializeNVPTXAsmPrinter();
+}
+
+namespace kiln::compiler::cuda {
+namespace {
+
+constexpr const char* kTriple = "nvptx64-nvidia-cuda";
+
+[[noreturn]] void fail(const std::string& name, const std::string& msg,
+                       ErrorCode code = ErrorCode::kInternal) {
+  throw Error(code, "cuda codegen (" + name + "): " + msg);
+}
+
+std::unique_ptr<llvm::TargetMachine> nvptx_machine(int sm, const std::string& name) {
+  static std::once_flag init;
+  std::call_once(init, [] {
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+  });
+  // LLVM 16's NVPTX reaches sm_90 and PTX ISA 7.8 (../TOOLCHAIN.md).
+  if (sm < 52 || sm > 90)
+    fail(name, "compute capability sm_" + std::to_string(sm) + " is outside sm_52..sm_90",
+         ErrorCode::kInvalidArgument);
+  std::string err;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(kTriple, err);
+  if (!target) fail(name, "no NVPTX target in this LLVM: " + err, ErrorCode::kUnavailable);
+  // The default options keep a*b+c as mul.rn and add.rn (no contraction into an fma, which
+  // ptxas may not do either with .rn), IEEE division and square root, and denormals: the
+  // arithmetic of the CPU's kernels and the reference interpreter.
+  llvm::TargetOptions options;
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+      kTriple, "sm_" + std::to_string(sm), "+ptx78", options, std::nullopt, std::nullopt,
+      llvm::CodeGenOpt::Aggressive));
+  if (!tm) fail(name, "creating the NVPTX target machine for sm_" + std::to_string(sm));
+  return tm;
+}
+
+// The bytes of libdevice, read once per process and path.
+const std::string& libdevice_bytes(const std::string& path, const std::string& name) {
+  static std::mutex mu;
+  static std::string cached_path;
+  static std::string bytes;
+  std::lock_guard<std::mutex> lock(mu);
+  if (cached_path != path) {
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    if (!f || ss.str().empty())
+      fail(name, "cannot read libdevice from " + path, ErrorCode::kUnavailable);
+    bytes = ss.str();
+    cached_path = path;
+  }
+  return bytes;
+}
+
+// The C library's math functions the elemental emitter calls become libdevice's (__nv_sinf for
+// sinf), and so do the intrinsics NVPTX has no instruction for (sin, cos, pow). Returns
+// whether any was found.
+bool use_libdevice(llvm::Module& m) {
+  bool any = false;
+  std::vector<llvm::Function*> decls;
+  for (llvm::Function& f : m)
+    if (f.isDeclaration()) decls.push_back(&f);
+  for (llvm::Function* f : decls) {
+    if (f->getName().startswith("__nv_")) {
+      any = true;
+      continue;
+    }
+    if (!f->isIntrinsic()) {
+      f->setName("__nv_" + f->getName().str());
+      any = true;
+      continue;
+    }
+    const char* base = nullptr;
+    switch (f->getIntrinsicID()) {
+      case llvm::Intrinsic::sin: base = "sin"; break;
+      case llvm::Intrinsic::cos: base = "cos"; break;
+      case llvm::Intrinsic::pow: base = "pow"; break;
+      default: break;
+    }
+    if (!base) continue;
+    llvm::Type* t = f->getReturnType();
+    std::string nv = std::string("__nv_") + base + (t->isFloatTy() ? "f" : "");
+    llvm::FunctionCallee callee = m.getOrInsertFunction(nv, f->getFunctionType());
+    std::vector<llvm::CallInst*> calls;
+    for (llvm::User* u : f->users())
+      if (auto* call = llvm::dyn_cast<llvm::CallInst>(u)) calls.push_back(call);
+    for (llvm::CallInst* call : calls) {
+      llvm::IRBuilder<> b(call);
+      std::vector<llvm::Value*> args(call->arg_begin(), call->arg_end());
+      llvm::CallInst* repl = b.CreateCall(callee, args);
+      repl->copyFastMathFlags(call);
+      call->replaceAllUsesWith(repl);
+      call->eraseFromParent();
+    }
+    f->eraseFromParent();
+    any = true;
+  }
+  return any;
+}
+
+void link_libdevice(llvm::Module& m, const std::string& path, const std::string& name) {
+  const std::string& bytes = libdevice_bytes(path, name);
+  llvm::MemoryBufferRef ref(bytes, path);
+  auto lib = llvm::parseBitcodeFile(ref, m.getContext());
+  if (!lib) fail(name, "parsing libdevice " + path + ": " + llvm::toString(lib.takeError()));
+  (*lib)->setTargetTriple(m.getTargetTriple());
+  (*lib)->setDataLayout(m.getDataLayout());
+  if (llvm::Linker::linkModules(m, std::move(*lib), llvm::Linker::Flags::LinkOnlyNeeded))
+    fail(name, "linking libdevice " + path);
+  // libdevice asks __nvvm_reflect("__CUDA_FTZ"): no flush to zero, as on the CPU.
+  m.addModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz", uint32_t{0});
+}
+
+// `entry`(ptr in_0, ..., ptr out_0, ...): the kernel the driver launches, calling the grid
+// loop with the block and thread ids of the GPU's special registers.
+void emit_entry(llvm::Module& m, const std::string& entry, const std::string& prefix, int nin,
+                int nout) {
+  llvm::LLVMContext& ctx = m.getContext();
+  llvm::IRBuilder<> b(ctx);
+  llvm::Type* ptr = b.getPtrTy();
+  std::vector<llvm::Type*> params(nin + nout, ptr);
+  auto* fty = llvm::FunctionType::get(b.getVoidTy(), params, false);
+  llvm::Function* fn = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, entry, m);
+  fn->setCallingConv(llvm::CallingConv::PTX_Kernel);
+  fn->addFnAttr(llvm::Attribute::NoUnwind);
+  b.SetInsertPoint(llvm::BasicBlock::Create(ctx, "entry", fn));
+  auto array = [&](int first, int count) {
+    llvm::Value* a = b.CreateAlloca(ptr, b.getInt32(std::max(count, 1)));
+    for (int i = 0; i < count; ++i)
+      b.CreateStore(fn->getArg(first + i), b.CreateConstGEP1_64(ptr, a, i));
+    return a;
+  };
+  llvm::Value* ins = array(0, nin);
+  llvm::Value* outs = array(nin, nout);
+  auto sreg = [&](llvm::Intrinsic::ID id) {
+    return b.CreateZExt(b.CreateIntrinsic(id, {}, {}), b.getInt64Ty());
+  };
+  llvm::Function* grid = m.getFunction(prefix + "grid");
+  grid->setLinkage(llvm::Function::InternalLinkage);
+  b.CreateCall(grid, {ins, outs, sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x),
+                      sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x),
+                      sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x),
+                      sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x)});
+  b.CreateRetVoid();
+  // LLVM 16's NVPTX also reads the kernel marker from nvvm.annotations.
+  llvm::Metadata* md[] = {llvm::ValueAsMetadata::get(fn), llvm::MDString::get(ctx, "kernel"),
+                          llvm::ValueAsMetadata::get(b.getInt32(1))};
+  m.getOrInsertNamedMetadata("nvvm.annotations")->addOperand(llvm::MDNode::get(ctx, md));
+}
+
+}  // namespace
+
+std::string find_libdevice() {
+  std::vector<std::string> candidates;
+  if (const char* p = std::getenv("KILN_LIBDEVICE"); p && *p) candidates.push_back(p);
+  if (const char* home = std::getenv("CUDA_HOME"); home && *home)
+    candidates.push_back(std::string(home) + "/nvvm/libdevice/libdevice.10.bc");
+  candidates.push_back("/usr/local/cuda/nvvm/libdevice/libdevice.10.bc");
+  for (const std::string& c : candidates)
+    if (std::ifstream(c, std::ios::binary).good()) return c;
+  return "";
+}
+
+LaunchDims launch_dims(int64_t items) {
+  LaunchDims d;
+  d.blocks = std::clamp<int64_t>((items + d.threads - 1) / d.threads, 1, 132 * 16);
+  return d;
+}
+
+PtxModule compile_ptx(const std::vector<FusedSubgraph>& sgs, const PtxOptions& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  PtxModule out;
+  if (sgs.empty()) return out;
+  out.name = sgs.size() == 1 ? sgs[0].name : sgs[0].name + "_batch";
+  for (const FusedSubgraph& sg : sgs) sg.validate(fusion_target());
+  std::unique_ptr<llvm::TargetMachine> tm = nvptx_machine(options.sm, out.name);
+
+  llvm::LLVMContext ctx;
+  auto module = std::make_unique<llvm::Module>(out.name, ctx);
+  module->setDataLayout(tm->createDataLayout());
+  module->setTargetTriple(kTriple);
+  for (size_t i = 0; i < sgs.size(); ++i) {
+    const std::string prefix = "k" + std::to_string(i) + "_";
+    llvm_ir::emit_grid_kernel(sgs[i], *module, prefix);
+    PtxKernel k;
+    k.entry = "k" + std::to_string(i);
+    k.items = llvm_ir::grid_items(sgs[i]);
+    k.num_inputs = static_cast<int>(sgs[i].inputs.size());
+    k.num_outputs = static_cast<int>(sgs[i].outputs.size());
+    emit_entry(*module, k.entry, prefix, k.num_inputs, k.num_outputs);
+    out.kernels.push_back(k);
+  }
+  if (use_libdevice(*module)) {
+    std::string path = options.libdevice.empty() ? find_libdevice() : options.libdevice;
+    if (path.empty())
+      fail(out.name,
+           "a kernel calls libdevice (a transcendental function), and no libdevice.10.bc was "
+           "found: set KILN_LIBDEVICE or CUDA_HOME",
+           ErrorCode::kUnavailable);
+    link_libdevice(*module, path, out.name);
+  }
+  // Only the entries are seen from outside: the loops and libdevice's functions inline into
+  // them and go.
+  for (llvm::Function& f : *module)
+    if (!f.isDeclaration() && f.getCallingConv() != llvm::CallingConv::PTX_Kernel)
+      f.setLinkage(llvm::Function::InternalLinkage);
+
+  std::string err;
+  llvm::raw_string_ostream err_os(err);
+  if (llvm::verifyModule(*module, &err_os)) fail(out.name, "invalid IR: " + err_os.str());
+  llvm_ir::optimize_and_dump(out.name, *module, *tm, ".ptx");
+  out.ptx = llvm_ir::assembly(*module, *tm);
+  if (out.ptx.find(".entry") == std::string::npos) fail(out.name, "NVPTX emitted no kernel");
+  out.compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace kiln::compiler::cuda

@@ -1,0 +1,64 @@
+// The CUDA code generator for loop and reduction (input) fusions: the elemental emitter's loop
+// (compiler/llvm_ir/elemental_emitter.h), called by a grid-stride kernel
+// (compiler/llvm_ir/grid_kernel.h) whose block and thread ids are the GPU's, lowered through
+// LLVM's NVPTX backend to PTX for the driver to load. Transcendentals the CPU takes from the C
+// library come from CUDA's libdevice. Needs no GPU: PTX is text, and ptxas checks it here.
+// No LLVM types appear here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/fused_subgraph.h"
+#include "compiler/passes/fusion.h"
+
+namespace kiln::compiler::cuda {
+
+// What CUDA's generated loops compute (the elemental emitter's answers); it has no fused dot or
+// convolution yet, so the epilogue fusion pass creates none for it.
+const FusionTarget& fusion_target();
+
+struct PtxOptions {
+  int sm = 90;             // the compute capability: sm_90 (Hopper)
+  std::string libdevice;   // libdevice.10.bc; "": find_libdevice()
+};
+
+// One kernel of a module:
+//   .entry <entry>(.param .u64 in_0, ..., .param .u64 in_<n-1>, .param .u64 out_0, ...)
+// one global pointer per input, then per output (device addresses of row-major buffers of the
+// subgraph's input buffer shapes and output types). Any grid covers all `items`; launch_dims
+// gives a good one.
+struct PtxKernel {
+  std::string entry;
+  int64_t items = 0;
+  int num_inputs = 0;
+  int num_outputs = 0;
+};
+
+struct PtxModule {
+  std::string name;
+  std::string ptx;  // PTX ISA 7.8 for sm_<options.sm>
+  std::vector<PtxKernel> kernels;
+  double compile_ms = 0;  // emit + link libdevice + optimise + PTX
+};
+
+// Compiles `sgs` into one PTX module, one entry each. Each subgraph is validated against
+// fusion_target(). With KILN_DUMP=<dir>, writes <name>_<n>.ll, .opt.ll and .ptx like the CPU's
+// kernels. Throws kiln::Error: kInvalidArgument / kUnimplemented for a subgraph the target
+// refuses, kUnavailable when a kernel needs libdevice and none is found.
+PtxModule compile_ptx(const std::vector<FusedSubgraph>& sgs, const PtxOptions& options = {});
+
+// libdevice.10.bc: $KILN_LIBDEVICE, else under $CUDA_HOME or /usr/local/cuda (nvvm/libdevice/);
+// "" when none exists.
+std::string find_libdevice();
+
+// A grid for `items`: 256 threads a block, and blocks enough for one item a thread up to 16
+// per multiprocessor of a large GPU (132 SMs); beyond that the grid-stride loop takes the rest.
+struct LaunchDims {
+  int64_t blocks = 1;
+  int64_t threads = 256;
+};
+LaunchDims launch_dims(int64_t items);
+
+}  // namespace kiln::compiler::cuda

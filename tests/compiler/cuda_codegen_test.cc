@@ -1,0 +1,335 @@
+// The CUDA code generator without a GPU (compiler/cuda/ptx.h): ptxas accepts what it emits for
+// every primitive and dtype, every input layout and reduction; its arithmetic is the CPU's (no
+// contraction, libdevice inlined); and its grid mapping (compiler/llvm_ir/grid_kernel.h), run
+// on the host with the block and thread ids from loops, computes every item once, with the
+// bits of the CPU's kernel, and matches the interpreter on the random graphs.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "compiler/cpu/fused_kernel.h"
+#include "compiler/cuda/ptx.h"
+#include "kiln/kiln.h"
+#include "tests/subprocess.h"
+#include "tests/testing/ptxas.h"
+
+namespace kiln::compiler {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const DType kComputeDtypes[] = {f32, f64, bf16, f16, i32, i64, bool_};
+
+// One subgraph per primitive and operand dtype the typing rules allow (converts: to every
+// storage dtype, u8 and i8 included), each reading a broadcast row and writing one output.
+std::vector<FusedSubgraph> every_primitive() {
+  std::vector<FusedSubgraph> out;
+  for (Prim p : all_prims()) {
+    for (DType t : kComputeDtypes) {
+      std::vector<DType> tos = {f32};
+      if (p == Prim::kConvert) tos = {f32, f64, bf16, f16, i32, i64, bool_, u8, i8};
+      for (DType to : tos) {
+        FusedSubgraph sg;
+        sg.name = std::string(prim_name(p)) + "_" + dtype_name(t) + "_" + dtype_name(to);
+        std::vector<int> args;
+        for (int i = 0; i < prim_arity(p); ++i) {
+          const bool cond = p == Prim::kSelect && i == 0;
+          args.push_back(sg.add_input(cond ? bool_ : t, i == 1 ? Shape{1, 33} : Shape{5, 33}));
+        }
+        try {
+          sg.add_output(sg.add(p, args, to));
+          sg.validate(cuda::fusion_target());
+        } catch (const Error&) {
+          continue;  // the typing rules refuse these dtypes (logic on floats, sin on integers),
+                     // or the loops do (a convert that would round twice)
+        }
+        out.push_back(std::move(sg));
+      }
+    }
+  }
+  return out;
+}
+
+// Reads through a transpose and a slice, a concatenate's pieces, and reductions: rows, columns,
+// a middle axis, several outputs, 16-bit and integer folds.
+std::vector<FusedSubgraph> layouts_and_reductions() {
+  std::vector<FusedSubgraph> out;
+  {
+    FusedSubgraph sg;
+    sg.name = "transpose_read";
+    int a = sg.add_mapped_input(f32, {6, 4}, StridedView{{1, 6}, 0}, {4, 6});
+    int b = sg.add_input(f32, {4});
+    sg.add_output(sg.add(Prim::kMul, {a, b}));
+    out.push_back(std::move(sg));
+  }
+  {
+    FusedSubgraph sg;
+    sg.name = "concat_pieces";
+    int fill = sg.add_input(f32, {});
+    int a = sg.add_piece_input(f32, {3, 10}, Piece{{0, 0}, {3, 4}, {1, 1}}, {3, 4}, fill);
+    int b = sg.add_piece_input(f32, {3, 10}, Piece{{0, 4}, {3, 10}, {1, 1}}, {3, 6}, a);
+    sg.add_output(sg.add(Prim::kExp, {b}));
+    out.push_back(std::move(sg));
+  }
+  for (ReduceKind kind : {ReduceKind::kSum, ReduceKind::kProd, ReduceKind::kMax, ReduceKind::kMin}) {
+    for (DType t : {f32, f64, bf16, f16, i32, i64}) {
+      if (kind != ReduceKind::kSum && t != f32 && t != bf16 && t != i64) continue;
+      for (std::vector<int64_t> axes : {std::vector<int64_t>{1}, {0}, {1, 2}}) {
+        FusedSubgraph sg;
+        sg.name = std::string(reduce_kind_name(kind)) + "_" + dtype_name(t) + "_" +
+                  std::to_string(axes[0]) + std::to_string(axes.size());
+        int x = sg.add_input(t, {3, 7, 5});
+        int y = sg.add_input(t, {5});
+        int s = sg.add(Prim::kAdd, {x, y});
+        sg.add_output(sg.add_reduce(kind, s, axes));
+        out.push_back(std::move(sg));
+      }
+    }
+  }
+  {
+    FusedSubgraph sg;  // softmax's pieces: the shifted values and their row sum, in one kernel
+    sg.name = "multi_output";
+    int x = sg.add_input(f32, {4, 9});
+    int e = sg.add(Prim::kExp, {x});
+    sg.add_output(e);
+    sg.add_output(sg.add_reduce(ReduceKind::kSum, e, {1}));
+    sg.add_output(sg.add_reduce(ReduceKind::kMax, x, {1}));
+    out.push_back(std::move(sg));
+  }
+  return out;
+}
+
+cuda::PtxModule compile_or_fail(const std::vector<FusedSubgraph>& sgs) {
+  try {
+    return cuda::compile_ptx(sgs);
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what();
+    return {};
+  }
+}
+
+void expect_ptxas_accepts(const std::string& ptx) {
+  const std::string ptxas = testing_util::ptxas_path();
+  if (ptxas.empty()) GTEST_SKIP() << "no ptxas (CUDA toolkit) on this machine: PTX not assembled";
+  EXPECT_EQ(testing_util::ptxas_errors(ptxas, ptx), "");
+}
+
+TEST(CudaCodegen, PtxasAcceptsEveryPrimitiveAndDtype) {
+  std::vector<FusedSubgraph> sgs = every_primitive();
+  ASSERT_GT(sgs.size(), 150u);
+  cuda::PtxModule m = compile_or_fail(sgs);
+  ASSERT_EQ(m.kernels.size(), sgs.size());
+  for (size_t i = 0; i < sgs.size(); ++i) {
+    EXPECT_THAT(m.ptx, HasSubstr(".entry " + m.kernels[i].entry + "(")) << sgs[i].name;
+    EXPECT_EQ(m.kernels[i].items, 5 * 33);
+    EXPECT_EQ(m.kernels[i].num_inputs, static_cast<int>(sgs[i].inputs.size()));
+  }
+  EXPECT_THAT(m.ptx, HasSubstr(".target sm_90"));
+  // libdevice's functions are inlined: nothing is left for the driver's linker.
+  EXPECT_THAT(m.ptx, Not(HasSubstr(".extern .func")));
+  expect_ptxas_accepts(m.ptx);
+}
+
+TEST(CudaCodegen, PtxasAcceptsLayoutsAndReductions) {
+  std::vector<FusedSubgraph> sgs = layouts_and_reductions();
+  cuda::PtxModule m = compile_or_fail(sgs);
+  ASSERT_EQ(m.kernels.size(), sgs.size());
+  EXPECT_EQ(m.kernels.back().items, 4);  // a reduction's items are its rows
+  EXPECT_EQ(m.kernels.back().num_outputs, 3);
+  expect_ptxas_accepts(m.ptx);
+}
+
+// The CPU's arithmetic: a*b+c stays a rounded multiply and a rounded add (ptxas does not fuse
+// .rn operations), division and square root are IEEE.
+TEST(CudaCodegen, KeepsTheCpusRounding) {
+  FusedSubgraph sg;
+  int a = sg.add_input(f32, {64});
+  int b = sg.add_input(f32, {64});
+  int c = sg.add(Prim::kAdd, {sg.add(Prim::kMul, {a, b}), a});
+  sg.add_output(sg.add(Prim::kDiv, {sg.add(Prim::kSqrt, {c}), b}));
+  cuda::PtxModule m = compile_or_fail({sg});
+  EXPECT_THAT(m.ptx, HasSubstr("mul.rn.f32"));
+  EXPECT_THAT(m.ptx, HasSubstr("add.rn.f32"));
+  EXPECT_THAT(m.ptx, HasSubstr("sqrt.rn.f32"));
+  EXPECT_THAT(m.ptx, HasSubstr("div.rn.f32"));
+  EXPECT_THAT(m.ptx, Not(HasSubstr("fma.rn.f32")));
+  EXPECT_THAT(m.ptx, Not(HasSubstr(".ftz")));
+  expect_ptxas_accepts(m.ptx);
+}
+
+TEST(CudaCodegen, Errors) {
+  FusedSubgraph sg;
+  sg.name = "sin_kernel";
+  sg.add_output(sg.add(Prim::kSin, {sg.add_input(f32, {8})}));
+  try {
+    cuda::compile_ptx({sg}, {.sm = 90, .libdevice = "/nonexistent/libdevice.10.bc"});
+    ADD_FAILURE() << "no error without libdevice";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
+    EXPECT_THAT(e.what(), HasSubstr("sin_kernel"));
+    EXPECT_THAT(e.what(), HasSubstr("/nonexistent/libdevice.10.bc"));
+  }
+  try {
+    cuda::compile_ptx({sg}, {.sm = 100});
+    ADD_FAILURE() << "no error for sm_100";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("sm_100"));
+  }
+  // What the target refuses, compile_ptx refuses: reduced axes with a kept one between them.
+  FusedSubgraph split;
+  split.name = "split_axes";
+  int x = split.add_input(f32, {3, 4, 5});
+  split.add_output(split.add_reduce(ReduceKind::kSum, x, {0, 2}));
+  try {
+    cuda::compile_ptx({split});
+    ADD_FAILURE() << "no error for non-adjacent reduced axes";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("not adjacent"));
+  }
+  // No fused ops yet: the epilogue fusion pass creates none for CUDA.
+  EXPECT_FALSE(cuda::fusion_target().epilogue_dtype(f32));
+  EXPECT_FALSE(cuda::fusion_target().conv_pool_dtype(f32));
+  EXPECT_TRUE(cuda::fusion_target().compute_dtype(bf16));
+  EXPECT_TRUE(cuda::fusion_target().storage_dtype(u8));
+}
+
+TEST(CudaCodegen, LaunchDims) {
+  EXPECT_EQ(cuda::launch_dims(0).blocks, 1);
+  EXPECT_EQ(cuda::launch_dims(256).blocks, 1);
+  EXPECT_EQ(cuda::launch_dims(257).blocks, 2);
+  EXPECT_EQ(cuda::launch_dims(int64_t{1} << 30).blocks, 132 * 16);
+  EXPECT_EQ(cuda::launch_dims(1000).threads, 256);
+}
+
+// ---- the grid mapping, on the host ----
+
+Tensor random_values(DType t, const Shape& s, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> d(-3, 3);
+  std::vector<double> v(num_elements(s));
+  for (double& x : v) x = t == bool_ ? (d(gen) > 0) : d(gen) + (is_floating(t) ? 0.25 * d(gen) : 0);
+  return Tensor::from_vector(v, s).to(t);
+}
+
+std::vector<Tensor> inputs_for(const FusedSubgraph& sg, uint32_t seed) {
+  std::vector<Tensor> in;
+  for (size_t i = 0; i < sg.inputs.size(); ++i)
+    in.push_back(random_values(sg.inputs[i].dtype, sg.inputs[i].buffer_shape(),
+                               seed + 31 * static_cast<uint32_t>(i)));
+  return in;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+// Grids that cover the items in one pass, in several, with more threads than items, with one
+// thread: every item is computed once, with the CPU kernel's bits.
+TEST(CudaGridOnHost, EveryGridComputesEveryItemWithTheCpuKernelsBits) {
+  std::vector<FusedSubgraph> sgs = layouts_and_reductions();
+  for (FusedSubgraph& sg : every_primitive())
+    if (sg.inputs[0].dtype == f32 || sg.inputs[0].dtype == bf16 || sg.inputs[0].dtype == i64)
+      sgs.push_back(std::move(sg));
+  cpu::HostGridKernels grids = cpu::compile_grid_kernels_for_host(sgs);
+  ASSERT_EQ(grids.fns.size(), sgs.size());
+  const std::vector<std::pair<int64_t, int64_t>> configs = {{1, 1}, {2, 7}, {3, 64}, {40, 32}};
+  std::vector<cpu::FusedKernel> cpu_kernels = cpu::compile_elementwise(sgs);
+  for (size_t k = 0; k < sgs.size(); ++k) {
+    const FusedSubgraph& sg = sgs[k];
+    std::vector<Tensor> in = inputs_for(sg, 11 + static_cast<uint32_t>(k));
+    std::vector<Tensor> want = cpu_kernels[k].run(in);
+    std::vector<void*> in_ptrs;
+    for (Tensor& t : in) in_ptrs.push_back(t.raw_mutable_data());
+    for (auto [blocks, threads] : configs) {
+      std::vector<Tensor> got;
+      std::vector<void*> out_ptrs;
+      for (size_t o = 0; o < sg.outputs.size(); ++o) {
+        TensorType tt = sg.output_type(static_cast<int>(o));
+        got.push_back(Tensor::empty(tt.dtype, tt.shape));
+        // A byte pattern no result has (NaN, or an unlikely integer): an item not computed shows.
+        std::memset(got.back().raw_mutable_data(), 0xff, got.back().nbytes());
+        out_ptrs.push_back(got.back().raw_mutable_data());
+      }
+      for (int64_t b = 0; b < blocks; ++b)
+        for (int64_t t = 0; t < threads; ++t)
+          grids.fns[k](in_ptrs.data(), out_ptrs.data(), b, threads, t, blocks);
+      for (size_t o = 0; o < got.size(); ++o)
+        EXPECT_TRUE(same_bits(got[o], want[o]))
+            << sg.name << " output " << o << " on " << blocks << " x " << threads << ": got "
+            << got[o].str() << ", want " << want[o].str();
+    }
+  }
+}
+
+// The negative control: a grid kernel told its blocks have 9 threads when 8 run leaves the
+// ninth thread's items uncomputed, and the check above would see them.
+TEST(CudaGridOnHost, AGridThatMisreportsItsSizeIsCaught) {
+  FusedSubgraph sg;
+  sg.name = "negate";
+  sg.add_output(sg.add(Prim::kNeg, {sg.add_input(f32, {100})}));
+  cpu::HostGridKernels grids = cpu::compile_grid_kernels_for_host({sg});
+  Tensor x = random_values(f32, {100}, 3);
+  std::vector<float> xs = x.to_vector<float>();
+  void* in = x.raw_mutable_data();
+  for (int64_t reported : {8, 9}) {
+    Tensor y = Tensor::empty(f32, {100});
+    std::memset(y.raw_mutable_data(), 0xff, y.nbytes());  // NaN
+    void* out = y.raw_mutable_data();
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t t = 0; t < 8; ++t) grids.fns[0](&in, &out, b, reported, t, 2);
+    std::vector<float> v = y.to_vector<float>();
+    int missed = 0;
+    for (int i = 0; i < 100; ++i) {
+      if (std::isnan(v[i])) {
+        ++missed;
+      } else {
+        EXPECT_EQ(v[i], -xs[i]) << i;
+      }
+    }
+    // Thread 8 of each block: items 8 + 18k and 17 + 18k, 11 of them below 100.
+    EXPECT_EQ(missed, reported == 8 ? 0 : 11) << "block_dim reported as " << reported;
+  }
+}
+
+// The random differential tests, every fused kernel run through its grid kernel on a host grid
+// (KILN_TEST_ONLY_GRID_KERNELS, compiler/cpu/fused_kernel.h), against the interpreter. In a
+// child process: the process-wide kernel cache must not keep grid kernels for other tests.
+TEST(CudaGridOnHost, RandomGraphsMatchTheInterpreter) {
+  const std::string log = ::testing::TempDir() + "/kiln_grid_" + std::to_string(getpid());
+  const std::string filter =
+      "--gtest_filter=Shard/CompiledRandomGraphs.MatchTheInterpreter/0:"
+      "Shard/CompiledRandomGradients.MatchTheInterpreter/0:"
+      "CpuCodegen*:CudaGridOnHost.ChildSawGridKernels";
+  const std::map<std::string, std::string> env = {
+      {"KILN_RANDOM_GRAPHS_PER_SHARD", "30"},
+      {"GTEST_TOTAL_SHARDS", "1"},
+      {"GTEST_SHARD_INDEX", "0"},
+      {"KILN_TEST_ONLY_GRID_KERNELS", "run-on-a-host-grid"}};
+  testing_util::ProcessResult r = testing_util::run_process({"/proc/self/exe", filter}, log, env);
+  EXPECT_TRUE(r.exited_ok()) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("[  PASSED  ]"));
+  EXPECT_THAT(r.output, Not(HasSubstr("[  SKIPPED ] CudaGridOnHost.ChildSawGridKernels")));
+}
+
+// Run by the test above in its child: the switch is on there, so kernels run on the grid.
+TEST(CudaGridOnHost, ChildSawGridKernels) {
+  if (!cpu::grid_kernels_for_tests()) GTEST_SKIP() << "only in RandomGraphsMatchTheInterpreter's child";
+  FusedSubgraph sg;
+  sg.add_output(sg.add(Prim::kAbs, {sg.add_input(f32, {1000})}));
+  cpu::FusedKernel k = cpu::compile_elementwise(sg);
+  EXPECT_TRUE(k.runs_on_grid());
+  Tensor x = random_values(f32, {1000}, 5);
+  std::vector<Tensor> y = k.run({x});
+  std::vector<float> v = y[0].to_vector<float>(), xs = x.to_vector<float>();
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(v[i], std::fabs(xs[i]));
+}
+
+}  // namespace
+}  // namespace kiln::compiler
