@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -74,19 +75,18 @@ std::unique_ptr<llvm::TargetMachine> nvptx_machine(int sm, const std::string& na
 // The bytes of libdevice, read once per process and path.
 const std::string& libdevice_bytes(const std::string& path, const std::string& name) {
   static std::mutex mu;
-  static std::string cached_path;
-  static std::string bytes;
+  static std::map<std::string, std::string> files;
   std::lock_guard<std::mutex> lock(mu);
-  if (cached_path != path) {
+  auto it = files.find(path);
+  if (it == files.end()) {
     std::ifstream f(path, std::ios::binary);
     std::stringstream ss;
     ss << f.rdbuf();
     if (!f || ss.str().empty())
       fail(name, "cannot read libdevice from " + path, ErrorCode::kUnavailable);
-    bytes = ss.str();
-    cached_path = path;
+    it = files.emplace(path, ss.str()).first;
   }
-  return bytes;
+  return it->second;  // never replaced: the reference stays valid
 }
 
 // The C library's math functions the elemental emitter calls become libdevice's (__nv_sinf for
