@@ -224,6 +224,9 @@ PtxModule compile_ptx(const std::vector<FusedSubgraph>& sgs, const PtxOptions& o
     k.items = llvm_ir::grid_items(sgs[i]);
     k.num_inputs = static_cast<int>(sgs[i].inputs.size());
     k.num_outputs = static_cast<int>(sgs[i].outputs.size());
+    for (const FusedSubgraph::Input& in : sgs[i].inputs)
+      k.inputs.push_back({in.dtype, in.buffer_shape()});
+    for (int o = 0; o < k.num_outputs; ++o) k.outputs.push_back(sgs[i].output_type(o));
     emit_entry(*module, k.entry, prefix, k.num_inputs, k.num_outputs);
     out.kernels.push_back(k);
   }

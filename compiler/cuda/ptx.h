@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,8 @@ struct PtxKernel {
   int64_t items = 0;
   int num_inputs = 0;
   int num_outputs = 0;
+  std::vector<TensorType> inputs;   // each input buffer's dtype and shape
+  std::vector<TensorType> outputs;
 };
 
 struct PtxModule {
@@ -60,5 +63,29 @@ struct LaunchDims {
   int64_t threads = 256;
 };
 LaunchDims launch_dims(int64_t items);
+
+// A PtxModule loaded on device 0 by the driver (which JITs the PTX for the GPU). Until device
+// tensors exist, run() stages host tensors through device buffers: copies the inputs in,
+// launches the kernel on launch_dims(items) and waits, copies the outputs back.
+class LoadedPtx {
+ public:
+  // Throws kiln::Error: kUnavailable without a driver or a GPU (saying which), kInternal with
+  // the driver's JIT log when the PTX does not load.
+  static std::shared_ptr<LoadedPtx> load(PtxModule module);
+  ~LoadedPtx();
+  LoadedPtx(const LoadedPtx&) = delete;
+  LoadedPtx& operator=(const LoadedPtx&) = delete;
+
+  const PtxModule& module() const { return module_; }
+  // Kernel `k` on `inputs` (host tensors of its input types); throws kiln::Error
+  // (kInvalidArgument naming the input and the types; kInternal for a driver error).
+  std::vector<Tensor> run(size_t k, const std::vector<Tensor>& inputs) const;
+
+ private:
+  LoadedPtx() = default;
+  PtxModule module_;
+  void* handle_ = nullptr;         // CUmodule
+  std::vector<void*> functions_;   // CUfunction per kernel
+};
 
 }  // namespace kiln::compiler::cuda

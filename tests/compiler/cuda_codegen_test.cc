@@ -15,6 +15,7 @@
 #include "compiler/cuda/ptx.h"
 #include "kiln/kiln.h"
 #include "tests/subprocess.h"
+#include "runtime/cuda/driver.h"
 #include "tests/testing/ptxas.h"
 
 namespace kiln::compiler {
@@ -339,6 +340,102 @@ TEST(CudaGridOnHost, ChildSawGridKernels) {
   std::vector<Tensor> y = k.run({x});
   std::vector<float> v = y[0].to_vector<float>(), xs = x.to_vector<float>();
   for (int i = 0; i < 1000; ++i) ASSERT_EQ(v[i], std::fabs(xs[i]));
+}
+
+// ---- on a GPU: these skip without one, saying so ----
+
+bool gpu_present(std::string* why) { return runtime::cuda::driver(why) != nullptr; }
+
+TEST(CudaGpu, WithoutAGpuLoadingSaysWhy) {
+  std::string why;
+  if (gpu_present(&why)) GTEST_SKIP() << "this machine has a GPU";
+  FusedSubgraph sg;
+  sg.name = "neg_kernel";
+  sg.add_output(sg.add(Prim::kNeg, {sg.add_input(f32, {8})}));
+  try {
+    cuda::LoadedPtx::load(cuda::compile_ptx({sg}));
+    ADD_FAILURE() << "loaded without a GPU";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
+    EXPECT_THAT(e.what(), HasSubstr("neg_kernel"));
+    EXPECT_THAT(e.what(), HasSubstr(why));
+  }
+}
+
+// Whether `sg` calls a function the GPU takes from libdevice and the CPU from libm (or folds in
+// another order): their results may differ in the last bits.
+bool inexact_on_gpu(const FusedSubgraph& sg) {
+  if (sg.has_reductions()) return true;
+  for (const FusedSubgraph::Node& n : sg.nodes) {
+    switch (n.op) {
+      case Prim::kSin: case Prim::kCos: case Prim::kTan: case Prim::kPow: case Prim::kAtan2:
+      case Prim::kLog1p: case Prim::kExpm1:
+        return true;
+      case Prim::kExp: case Prim::kLog: case Prim::kTanh: case Prim::kErf:
+      case Prim::kLogistic:
+        if (n.dtype == f64) return true;  // f32's are the same inline IR on both
+        break;
+      default:
+        break;
+    }
+  }
+  return false;
+}
+
+// Every primitive and dtype, the layouts and the reductions, on the GPU against the CPU's
+// kernels: the same bits where both compute the same arithmetic, libdevice's functions within
+// a few units in the last place of the dtype.
+TEST(CudaGpu, KernelsMatchTheCpuKernels) {
+  std::string why;
+  if (!gpu_present(&why)) GTEST_SKIP() << "needs a GPU: " << why;
+  std::vector<FusedSubgraph> sgs = layouts_and_reductions();
+  for (FusedSubgraph& sg : every_primitive()) sgs.push_back(std::move(sg));
+  std::shared_ptr<cuda::LoadedPtx> gpu = cuda::LoadedPtx::load(cuda::compile_ptx(sgs));
+  std::vector<cpu::FusedKernel> cpu_kernels = cpu::compile_elementwise(sgs);
+  for (size_t k = 0; k < sgs.size(); ++k) {
+    std::vector<Tensor> in = inputs_for(sgs[k], 101 + static_cast<uint32_t>(k));
+    std::vector<Tensor> got = gpu->run(k, in);
+    std::vector<Tensor> want = cpu_kernels[k].run(in);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t o = 0; o < got.size(); ++o) {
+      if (!inexact_on_gpu(sgs[k])) {
+        EXPECT_TRUE(same_bits(got[o], want[o]))
+            << sgs[k].name << " output " << o << ": " << got[o].str() << " vs " << want[o].str();
+        continue;
+      }
+      const DType t = want[o].dtype();
+      const double rtol = t == f64 ? 1e-14 : t == f32 ? 2e-6 : t == f16 ? 2e-3 : 1.6e-2;
+      std::vector<double> g = got[o].to_vector<double>(), w = want[o].to_vector<double>();
+      for (size_t i = 0; i < g.size(); ++i) {
+        if (std::isnan(w[i])) {
+          EXPECT_TRUE(std::isnan(g[i])) << sgs[k].name << " element " << i;
+        } else {
+          EXPECT_NEAR(g[i], w[i], rtol * (std::abs(w[i]) + 1e-6)) << sgs[k].name << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+// Bad input to a loaded kernel is an error naming the input and the types.
+TEST(CudaGpu, RunChecksItsInputs) {
+  std::string why;
+  if (!gpu_present(&why)) GTEST_SKIP() << "needs a GPU: " << why;
+  FusedSubgraph sg;
+  sg.name = "twice";
+  int x = sg.add_input(f32, {4});
+  sg.add_output(sg.add(Prim::kAdd, {x, x}));
+  std::shared_ptr<cuda::LoadedPtx> gpu = cuda::LoadedPtx::load(cuda::compile_ptx({sg}));
+  try {
+    gpu->run(0, {Tensor::from_vector(std::vector<double>{1, 2, 3}, {3})});
+    ADD_FAILURE() << "ran on the wrong shape";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("input 0"));
+    EXPECT_THAT(e.what(), HasSubstr("f32[4]"));
+  }
+  std::vector<Tensor> y = gpu->run(0, {Tensor::from_vector(std::vector<double>{1, 2, 3, 4}, {4}).to(f32)});
+  EXPECT_EQ(y[0].to_vector<double>(), (std::vector<double>{2, 4, 6, 8}));
 }
 
 }  // namespace

@@ -1,0 +1,129 @@
+// PTX on the GPU through the driver's module API (LoadedPtx, ptx.h).
+#include <algorithm>
+
+#include "compiler/cuda/ptx.h"
+#include "kiln/error.h"
+#include "runtime/cuda/driver.h"
+
+namespace kiln::compiler::cuda {
+namespace {
+
+using runtime::cuda::CUdeviceptr;
+using runtime::cuda::Driver;
+
+const Driver& need_driver(const std::string& what) {
+  std::string why;
+  const Driver* d = runtime::cuda::driver(&why);
+  if (d == nullptr) throw Error(ErrorCode::kUnavailable, what + ": " + why);
+  return *d;
+}
+
+// Device buffers freed when it goes (errors included).
+struct DeviceBuffers {
+  const Driver& d;
+  std::vector<CUdeviceptr> ptrs;
+  explicit DeviceBuffers(const Driver& driver) : d(driver) {}
+  ~DeviceBuffers() {
+    for (CUdeviceptr p : ptrs) d.cuMemFree(p);
+  }
+  CUdeviceptr alloc(size_t bytes, const std::string& what) {
+    CUdeviceptr p = 0;
+    runtime::cuda::check(d, d.cuMemAlloc(&p, std::max<size_t>(bytes, 1)), what);
+    ptrs.push_back(p);
+    return p;
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<LoadedPtx> LoadedPtx::load(PtxModule module) {
+  const std::string what = "cuda (" + module.name + "): loading PTX";
+  const Driver& d = need_driver(what);
+  std::shared_ptr<LoadedPtx> out(new LoadedPtx());
+  out->module_ = std::move(module);
+  std::string log(8192, '\0');
+  int options[] = {runtime::cuda::kJitErrorLogBuffer,
+                   runtime::cuda::kJitErrorLogBufferSizeBytes};
+  void* values[] = {log.data(), reinterpret_cast<void*>(log.size())};
+  runtime::cuda::CUmodule handle = nullptr;
+  if (runtime::cuda::CUresult r =
+          d.cuModuleLoadDataEx(&handle, out->module_.ptx.c_str(), 2, options, values);
+      r != 0)
+    throw Error(ErrorCode::kInternal, what + ": " + runtime::cuda::error_string(d, r) + ": " +
+                                          std::string(log.c_str()));
+  out->handle_ = handle;
+  for (const PtxKernel& k : out->module_.kernels) {
+    runtime::cuda::CUfunction fn = nullptr;
+    runtime::cuda::check(d, d.cuModuleGetFunction(&fn, handle, k.entry.c_str()),
+                         what + ": kernel " + k.entry);
+    out->functions_.push_back(fn);
+  }
+  return out;
+}
+
+LoadedPtx::~LoadedPtx() {
+  if (handle_ == nullptr) return;
+  if (const Driver* d = runtime::cuda::driver())
+    d->cuModuleUnload(static_cast<runtime::cuda::CUmodule>(handle_));
+}
+
+std::vector<Tensor> LoadedPtx::run(size_t k, const std::vector<Tensor>& inputs) const {
+  const std::string what = "cuda (" + module_.name + ")";
+  if (k >= module_.kernels.size())
+    throw Error(ErrorCode::kInvalidArgument,
+                what + ": run: kernel " + std::to_string(k) + " of " +
+                    std::to_string(module_.kernels.size()));
+  const PtxKernel& kernel = module_.kernels[k];
+  if (inputs.size() != kernel.inputs.size())
+    throw Error(ErrorCode::kInvalidArgument,
+                what + ": run " + kernel.entry + ": expected " +
+                    std::to_string(kernel.inputs.size()) + " inputs, got " +
+                    std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined() || t.is_symbolic() || t.dtype() != kernel.inputs[i].dtype ||
+        t.shape() != kernel.inputs[i].shape)
+      throw Error(ErrorCode::kInvalidArgument,
+                  what + ": run " + kernel.entry + ": input " + std::to_string(i) + " is " +
+                      (t.defined() ? TensorType{t.dtype(), t.shape()}.str() : "undefined") +
+                      ", the kernel was compiled for " + kernel.inputs[i].str());
+  }
+  const Driver& d = need_driver(what);
+  DeviceBuffers buffers(d);
+  std::vector<CUdeviceptr> args;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    CUdeviceptr p = buffers.alloc(t.nbytes(), what + ": input " + std::to_string(i));
+    if (t.nbytes() > 0)
+      runtime::cuda::check(d, d.cuMemcpyHtoD(p, t.raw_data(), t.nbytes()),
+                           what + ": copying input " + std::to_string(i));
+    args.push_back(p);
+  }
+  std::vector<Tensor> outputs;
+  for (size_t o = 0; o < kernel.outputs.size(); ++o) {
+    outputs.push_back(Tensor::empty(kernel.outputs[o].dtype, kernel.outputs[o].shape));
+    args.push_back(buffers.alloc(outputs.back().nbytes(), what + ": output " + std::to_string(o)));
+  }
+  std::vector<void*> params;
+  for (CUdeviceptr& p : args) params.push_back(&p);
+  const LaunchDims dims = launch_dims(kernel.items);
+  if (kernel.items > 0) {
+    runtime::cuda::check(
+        d,
+        d.cuLaunchKernel(static_cast<runtime::cuda::CUfunction>(functions_[k]),
+                         static_cast<unsigned>(dims.blocks), 1, 1,
+                         static_cast<unsigned>(dims.threads), 1, 1, 0, nullptr, params.data(),
+                         nullptr),
+        what + ": launching " + kernel.entry);
+    runtime::cuda::check(d, d.cuCtxSynchronize(), what + ": running " + kernel.entry);
+  }
+  for (size_t o = 0; o < outputs.size(); ++o)
+    if (outputs[o].nbytes() > 0)
+      runtime::cuda::check(d,
+                           d.cuMemcpyDtoH(outputs[o].raw_mutable_data(),
+                                          args[inputs.size() + o], outputs[o].nbytes()),
+                           what + ": copying output " + std::to_string(o));
+  return outputs;
+}
+
+}  // namespace kiln::compiler::cuda
