@@ -62,10 +62,6 @@ bool miscompile_sub_for_tests() {
   return on;
 }
 
-// Columns a column kernel folds together, into stack arrays of their accumulators (8 KiB of
-// f64 each: inside L1 beside the input rows; 256, the reference kernels' block, read rows in
-// runs too short to stream and measured 3x slower than accumulating in the output row).
-constexpr int64_t kColumnBlock = 1024;
 // Reduced positions a column kernel folds per pass over a block (see `nest`).
 constexpr int64_t kColumnJam = 4;
 
@@ -111,8 +107,10 @@ struct IrMath {
 class Emitter {
  public:
   // `prefix` starts the names of the functions emitted (several kernels share a module).
-  Emitter(const FusedSubgraph& sg, const Shape& shape, llvm::Module& m, std::string prefix = "")
-      : sg_(sg), shape_(shape), m_(m), ctx_(m.getContext()), b_(ctx_), prefix_(std::move(prefix)) {}
+  Emitter(const FusedSubgraph& sg, const Shape& shape, llvm::Module& m, std::string prefix,
+          const LoopOptions& options)
+      : sg_(sg), shape_(shape), m_(m), ctx_(m.getContext()), b_(ctx_), prefix_(std::move(prefix)),
+        column_block_(options.column_block) {}
 
   // Emits `kernel`; with reductions also
   // `kernel_part(inputs, outputs, begin, end, lo, hi, partial)`, which folds only positions
@@ -712,7 +710,7 @@ class Emitter {
     // products; f32 for bf16 and f16 max and min).
     // Row kernels keep theirs in allocas (promoted to registers by mem2reg); float max and min
     // fold with maxnum/minnum `nnan nsz`, beside an or-reduced NaN flag and a flag for whether
-    // the preferred zero (+0 for max, -0 for min) was seen. Column kernels fold kColumnBlock
+    // the preferred zero (+0 for max, -0 for min) was seen. Column kernels fold column_block_
     // columns at a time into stack arrays, then store them.
     auto red_kind = [&](int o) { return *sg_.nodes[sg_.outputs[o] - n_in].reduce; };
     auto red_type = [&](int o) { return sg_.dtype(sg_.outputs[o]); };
@@ -724,7 +722,7 @@ class Emitter {
       for (size_t q = 0; q < red_outs.size(); ++q) {
         Type* at = reg_type(acc_type(red_outs[q]));
         if (column) {
-          acc[q] = eb.CreateAlloca(llvm::ArrayType::get(at, kColumnBlock));
+          acc[q] = eb.CreateAlloca(llvm::ArrayType::get(at, column_block_));
           acc[q]->setAlignment(llvm::Align(64));
         } else {
           acc[q] = eb.CreateAlloca(at);
@@ -880,9 +878,9 @@ class Emitter {
         // This row's columns [j_lo, j_hi), a block at a time.
         Value* j_lo = smax(b_.CreateSub(begin, base), b_.getInt64(0));
         Value* j_hi = smin(b_.CreateSub(end, base), c_cols);
-        Value* c_block = b_.getInt64(kColumnBlock);
+        Value* c_block = b_.getInt64(column_block_);
         Value* blocks = b_.CreateSDiv(
-            b_.CreateAdd(b_.CreateSub(j_hi, j_lo), b_.getInt64(kColumnBlock - 1)), c_block);
+            b_.CreateAdd(b_.CreateSub(j_hi, j_lo), b_.getInt64(column_block_ - 1)), c_block);
         emit_guarded_loop(b_.getInt64(0), blocks, "col_blocks", false, [&](Value* kb) {
           col_lo = b_.CreateAdd(j_lo, b_.CreateMul(kb, c_block));
           col_n = smin(b_.CreateSub(j_hi, col_lo), c_block);
@@ -1171,14 +1169,19 @@ class Emitter {
   Value* red_hi_ = nullptr;
   Value* partial_ = nullptr;  // kernel_part's: store accumulators unrounded
   int64_t split_size_ = 1;
+  const int64_t column_block_;  // columns a column kernel folds together (LoopOptions)
 };
 
 
 }  // namespace
 
 int64_t emit_loop_kernel(const FusedSubgraph& sg, const Shape& shape, bool flat,
-                         llvm::Module& module, const std::string& prefix) {
-  Emitter emitter(sg, shape, module, prefix);
+                         llvm::Module& module, const std::string& prefix,
+                         const LoopOptions& options) {
+  if (options.column_block < 1)
+    throw Error(ErrorCode::kInvalidArgument,
+                "emit_loop_kernel (" + sg.name + "): column_block must be at least 1");
+  Emitter emitter(sg, shape, module, prefix, options);
   emitter.emit_kernel(flat);
   return emitter.split_size();
 }

@@ -16,6 +16,15 @@ class Module;
 
 namespace kiln::compiler::llvm_ir {
 
+struct LoopOptions {
+  // Columns a column reduction folds together, into stack arrays of their accumulators. The
+  // CPU's 1024 (8 KiB of f64 each: inside L1 beside the input rows; 256, the reference
+  // kernels' block, read rows in runs too short to stream and measured 3x slower than
+  // accumulating in the output row). A GPU thread folds one column (1: its accumulators stay
+  // in registers, and a warp's threads read adjacent columns).
+  int64_t column_block = 1024;
+};
+
 // Emits `sg`, iterated over `shape` (its iteration shape), into `module` as
 //   void <prefix>kernel(void** inputs, void** outputs, i64 begin, i64 end)
 // computing output elements [begin, end) (row-major linear indices; for a reduction fusion,
@@ -28,6 +37,7 @@ namespace kiln::compiler::llvm_ir {
 // resolve. Returns the size of the dimension kernel_part's [lo, hi) ranges over (1 without
 // reductions). `sg` must be valid for a loop target (compiler/llvm_ir/loop_target.h).
 int64_t emit_loop_kernel(const FusedSubgraph& sg, const Shape& shape, bool flat,
-                         llvm::Module& module, const std::string& prefix);
+                         llvm::Module& module, const std::string& prefix,
+                         const LoopOptions& options = {});
 
 }  // namespace kiln::compiler::llvm_ir

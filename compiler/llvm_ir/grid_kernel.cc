@@ -15,7 +15,9 @@ int64_t grid_items(const FusedSubgraph& sg) {
 
 void emit_grid_kernel(const FusedSubgraph& sg, llvm::Module& module, const std::string& prefix) {
   const Shape shape = sg.iteration_shape();
-  emit_loop_kernel(sg, shape, flat_loop_for(sg, shape), module, prefix);
+  // One column a thread (a column reduction's item is a column of the reduced shape).
+  emit_loop_kernel(sg, shape, flat_loop_for(sg, shape), module, prefix,
+                   LoopOptions{.column_block = 1});
   // The loop is called for one item at a time: inlined into the grid loop, its own loop runs
   // once. (The CPU keeps kernel_part out of line, to emit it once; here it is called once.)
   llvm::Function* kernel = module.getFunction(prefix + "kernel");

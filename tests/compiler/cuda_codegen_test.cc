@@ -145,6 +145,9 @@ TEST(CudaCodegen, PtxasAcceptsLayoutsAndReductions) {
   ASSERT_EQ(m.kernels.size(), sgs.size());
   EXPECT_EQ(m.kernels.back().items, 4);  // a reduction's items are its rows
   EXPECT_EQ(m.kernels.back().num_outputs, 3);
+  // No kernel keeps anything in local memory: the pointer arrays, a row's accumulators and a
+  // column's (one column a thread) live in registers.
+  EXPECT_THAT(m.ptx, Not(HasSubstr("__local_depot")));
   expect_ptxas_accepts(m.ptx);
 }
 
