@@ -1,5 +1,6 @@
 // PTX on the GPU through the driver's module API (LoadedPtx, ptx.h).
 #include <algorithm>
+#include <chrono>
 
 #include "compiler/cuda/ptx.h"
 #include "kiln/error.h"
@@ -67,7 +68,8 @@ LoadedPtx::~LoadedPtx() {
     d->cuModuleUnload(static_cast<runtime::cuda::CUmodule>(handle_));
 }
 
-std::vector<Tensor> LoadedPtx::run(size_t k, const std::vector<Tensor>& inputs) const {
+std::vector<CUdeviceptr> LoadedPtx::stage(size_t k, const std::vector<Tensor>& inputs,
+                                          void* buffers_ptr) const {
   const std::string what = "cuda (" + module_.name + ")";
   if (k >= module_.kernels.size())
     throw Error(ErrorCode::kInvalidArgument,
@@ -88,8 +90,8 @@ std::vector<Tensor> LoadedPtx::run(size_t k, const std::vector<Tensor>& inputs) 
                       (t.defined() ? TensorType{t.dtype(), t.shape()}.str() : "undefined") +
                       ", the kernel was compiled for " + kernel.inputs[i].str());
   }
-  const Driver& d = need_driver(what);
-  DeviceBuffers buffers(d);
+  auto& buffers = *static_cast<DeviceBuffers*>(buffers_ptr);
+  const Driver& d = buffers.d;
   std::vector<CUdeviceptr> args;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
@@ -99,31 +101,77 @@ std::vector<Tensor> LoadedPtx::run(size_t k, const std::vector<Tensor>& inputs) 
                            what + ": copying input " + std::to_string(i));
     args.push_back(p);
   }
-  std::vector<Tensor> outputs;
   for (size_t o = 0; o < kernel.outputs.size(); ++o) {
-    outputs.push_back(Tensor::empty(kernel.outputs[o].dtype, kernel.outputs[o].shape));
-    args.push_back(buffers.alloc(outputs.back().nbytes(), what + ": output " + std::to_string(o)));
+    const TensorType& t = kernel.outputs[o];
+    args.push_back(buffers.alloc(num_elements(t.shape) * dtype_size(t.dtype),
+                                 what + ": output " + std::to_string(o)));
   }
+  return args;
+}
+
+void LoadedPtx::launch(size_t k, std::vector<CUdeviceptr>& args) const {
+  const PtxKernel& kernel = module_.kernels[k];
+  if (kernel.items == 0) return;
+  const Driver& d = need_driver("cuda (" + module_.name + ")");
   std::vector<void*> params;
   for (CUdeviceptr& p : args) params.push_back(&p);
   const LaunchDims dims = launch_dims(kernel.items);
-  if (kernel.items > 0) {
-    runtime::cuda::check(
-        d,
-        d.cuLaunchKernel(static_cast<runtime::cuda::CUfunction>(functions_[k]),
-                         static_cast<unsigned>(dims.blocks), 1, 1,
-                         static_cast<unsigned>(dims.threads), 1, 1, 0, nullptr, params.data(),
-                         nullptr),
-        what + ": launching " + kernel.entry);
-    runtime::cuda::check(d, d.cuCtxSynchronize(), what + ": running " + kernel.entry);
-  }
-  for (size_t o = 0; o < outputs.size(); ++o)
-    if (outputs[o].nbytes() > 0)
+  runtime::cuda::check(
+      d,
+      d.cuLaunchKernel(static_cast<runtime::cuda::CUfunction>(functions_[k]),
+                       static_cast<unsigned>(dims.blocks), 1, 1,
+                       static_cast<unsigned>(dims.threads), 1, 1, 0, nullptr, params.data(),
+                       nullptr),
+      "cuda (" + module_.name + "): launching " + kernel.entry);
+}
+
+std::vector<Tensor> LoadedPtx::run(size_t k, const std::vector<Tensor>& inputs) const {
+  const std::string what = "cuda (" + module_.name + ")";
+  const Driver& d = need_driver(what);
+  DeviceBuffers buffers(d);
+  std::vector<CUdeviceptr> args = stage(k, inputs, &buffers);
+  launch(k, args);
+  runtime::cuda::check(d, d.cuCtxSynchronize(), what + ": running " + module_.kernels[k].entry);
+  std::vector<Tensor> outputs;
+  for (size_t o = 0; o < module_.kernels[k].outputs.size(); ++o) {
+    const TensorType& t = module_.kernels[k].outputs[o];
+    outputs.push_back(Tensor::empty(t.dtype, t.shape));
+    if (outputs.back().nbytes() > 0)
       runtime::cuda::check(d,
-                           d.cuMemcpyDtoH(outputs[o].raw_mutable_data(),
-                                          args[inputs.size() + o], outputs[o].nbytes()),
+                           d.cuMemcpyDtoH(outputs.back().raw_mutable_data(),
+                                          args[inputs.size() + o], outputs.back().nbytes()),
                            what + ": copying output " + std::to_string(o));
+  }
   return outputs;
+}
+
+double LoadedPtx::seconds_per_run(size_t k, const std::vector<Tensor>& inputs, int reps) const {
+  const std::string what = "cuda (" + module_.name + ")";
+  const Driver& d = need_driver(what);
+  DeviceBuffers buffers(d);
+  std::vector<CUdeviceptr> args = stage(k, inputs, &buffers);
+  launch(k, args);
+  runtime::cuda::check(d, d.cuCtxSynchronize(), what + ": warm-up");
+  auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < reps; ++r) launch(k, args);
+  runtime::cuda::check(d, d.cuCtxSynchronize(), what + ": timed runs");
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+         std::max(reps, 1);
+}
+
+double device_copy_seconds(size_t bytes, int reps) {
+  const Driver& d = need_driver("cuda: device copy");
+  DeviceBuffers buffers(d);
+  CUdeviceptr src = buffers.alloc(bytes, "cuda: device copy source");
+  CUdeviceptr dst = buffers.alloc(bytes, "cuda: device copy destination");
+  runtime::cuda::check(d, d.cuMemcpyDtoD(dst, src, bytes), "cuda: device copy");
+  runtime::cuda::check(d, d.cuCtxSynchronize(), "cuda: device copy");
+  auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < reps; ++r)
+    runtime::cuda::check(d, d.cuMemcpyDtoD(dst, src, bytes), "cuda: device copy");
+  runtime::cuda::check(d, d.cuCtxSynchronize(), "cuda: device copy");
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+         std::max(reps, 1);
 }
 
 }  // namespace kiln::compiler::cuda

@@ -80,12 +80,24 @@ class LoadedPtx {
   // Kernel `k` on `inputs` (host tensors of its input types); throws kiln::Error
   // (kInvalidArgument naming the input and the types; kInternal for a driver error).
   std::vector<Tensor> run(size_t k, const std::vector<Tensor>& inputs) const;
+  // For benchmarks: kernel `k`'s seconds a run, the mean of `reps` launches on device-resident
+  // copies of `inputs` after one warm-up (the copies are not timed).
+  double seconds_per_run(size_t k, const std::vector<Tensor>& inputs, int reps) const;
 
  private:
   LoadedPtx() = default;
+  // Checks kernel k's inputs, copies them into `buffers` (a DeviceBuffers, loaded_ptx.cc) with
+  // space for the outputs after them, and returns the kernel's parameter values.
+  std::vector<unsigned long long> stage(size_t k, const std::vector<Tensor>& inputs,  // NOLINT
+                                        void* buffers) const;
+  void launch(size_t k, std::vector<unsigned long long>& args) const;  // NOLINT: CUdeviceptr
   PtxModule module_;
   void* handle_ = nullptr;         // CUmodule
   std::vector<void*> functions_;   // CUfunction per kernel
 };
+
+// For benchmarks: seconds for a device-to-device copy of `bytes`, the mean of `reps` after one
+// warm-up; the bandwidth a memory-bound kernel is measured against.
+double device_copy_seconds(size_t bytes, int reps);
 
 }  // namespace kiln::compiler::cuda

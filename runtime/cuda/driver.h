@@ -41,6 +41,7 @@ struct Driver {
   CUresult (*cuMemFree)(CUdeviceptr ptr) = nullptr;                          // cuMemFree_v2
   CUresult (*cuMemcpyHtoD)(CUdeviceptr dst, const void* src, size_t bytes) = nullptr;  // _v2
   CUresult (*cuMemcpyDtoH)(void* dst, CUdeviceptr src, size_t bytes) = nullptr;        // _v2
+  CUresult (*cuMemcpyDtoD)(CUdeviceptr dst, CUdeviceptr src, size_t bytes) = nullptr;  // _v2
   CUresult (*cuGetErrorString)(CUresult error, const char** text) = nullptr;
 };
 

@@ -1,0 +1,73 @@
+// On a GPU (#30): the CUDA backend's fused elementwise kernel, y = max(x * a + b, 0) * c - x over
+// 64M floats (four inputs read, one output written: 1.25 GB a run), against a device-to-device
+// copy of 1 GB (cuMemcpyDtoD), alternated over 7 trials in one process. Prints each one's
+// effective bandwidth (bytes read and written / time) and their ratio, median (min-max) over
+// the trials, as one JSON line; the target is a ratio of at least 0.8. Without a GPU it
+// says so and exits 0. Run by scripts/gpu_check.sh.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "compiler/cuda/ptx.h"
+#include "kiln/kiln.h"
+#include "runtime/cuda/driver.h"
+
+namespace {
+
+using kiln::Prim;
+using kiln::compiler::FusedSubgraph;
+
+struct Stat {
+  double median, lo, hi;
+};
+
+Stat stat(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+}  // namespace
+
+int main() {
+  std::string why;
+  if (kiln::runtime::cuda::driver(&why) == nullptr) {
+    std::printf("gpu_eltwise_bench: skipped: %s\n", why.c_str());
+    return 0;
+  }
+  constexpr int64_t kN = int64_t{1} << 26;
+  FusedSubgraph sg;
+  sg.name = "chain";
+  int x = sg.add_input(kiln::f32, {kN});
+  int a = sg.add_input(kiln::f32, {kN});
+  int b = sg.add_input(kiln::f32, {kN});
+  int c = sg.add_input(kiln::f32, {kN});
+  int z = sg.add(Prim::kAdd, {sg.add(Prim::kMul, {x, a}), b});
+  int zero = sg.add(Prim::kSub, {x, x});
+  int r = sg.add(Prim::kMax, {z, zero});
+  sg.add_output(sg.add(Prim::kSub, {sg.add(Prim::kMul, {r, c}), x}));
+  auto module = kiln::compiler::cuda::compile_ptx({sg});
+  auto gpu = kiln::compiler::cuda::LoadedPtx::load(module);
+  std::vector<kiln::Tensor> inputs;
+  for (int i = 0; i < 4; ++i)
+    inputs.push_back(kiln::random_uniform({kN}, /*seed=*/i + 1, -1.0, 1.0));
+  const double chain_bytes = 5.0 * 4 * kN;
+  const size_t copy_bytes = size_t{1} << 30;
+  std::vector<double> chain_gbps, copy_gbps, ratio;
+  for (int trial = 0; trial < 7; ++trial) {
+    double t_chain = gpu->seconds_per_run(0, inputs, 20);
+    double t_copy = kiln::compiler::cuda::device_copy_seconds(copy_bytes, 20);
+    chain_gbps.push_back(chain_bytes / t_chain / 1e9);
+    copy_gbps.push_back(2.0 * copy_bytes / t_copy / 1e9);
+    ratio.push_back(chain_gbps.back() / copy_gbps.back());
+  }
+  Stat ch = stat(chain_gbps), cp = stat(copy_gbps), ra = stat(ratio);
+  std::printf(
+      "{\"gpu_fused_chain_vs_d2d_copy\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}, "
+      "\"chain_GBps\": {\"median\": %.1f, \"min\": %.1f, \"max\": %.1f}, "
+      "\"copy_GBps\": {\"median\": %.1f, \"min\": %.1f, \"max\": %.1f}, \"trials\": 7, "
+      "\"compile_ms\": %.1f}\n",
+      ra.median, ra.lo, ra.hi, ch.median, ch.lo, ch.hi, cp.median, cp.lo, cp.hi,
+      module.compile_ms);
+  return 0;
+}
