@@ -16,7 +16,12 @@
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -25,8 +30,12 @@
 #include <mutex>
 #include <sstream>
 
+#include <llvm/Config/llvm-config.h>
+
 #include "compiler/llvm_ir/grid_kernel.h"
+#include "compiler/llvm_ir/loop_target.h"
 #include "compiler/llvm_ir/optimize.h"
+#include "kiln/version.h"
 #include "kiln/error.h"
 
 extern "C" {
@@ -185,7 +194,82 @@ void emit_entry(llvm::Module& m, const std::string& entry, const std::string& pr
   m.getOrInsertNamedMetadata("nvvm.annotations")->addOperand(llvm::MDNode::get(ctx, md));
 }
 
+// ---- the on-disk cache ----
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string cache_key(const std::vector<FusedSubgraph>& sgs, const PtxOptions& options,
+                      const std::string& libdevice) {
+  std::string key = "kiln-ptx 1 kiln " + std::string(version()) + " llvm " LLVM_VERSION_STRING
+                    " sm_" + std::to_string(options.sm);
+  if (!libdevice.empty()) {
+    std::error_code ec;
+    key += " libdevice " + libdevice + ":" +
+           std::to_string(std::filesystem::file_size(libdevice, ec));
+  }
+  for (const FusedSubgraph& sg : sgs)
+    key += "\n" + llvm_ir::structural_key(sg, /*size_free_flat_loops=*/false);
+  return key;
+}
+
+std::string cache_path(const std::string& dir, const std::string& key) {
+  char name[32];
+  std::snprintf(name, sizeof name, "%016llx.ptx", static_cast<unsigned long long>(fnv1a(key)));
+  return dir + "/" + name;
+}
+
+// The PTX stored under `key`, or "" (absent, unreadable, another key, damaged).
+std::string cache_read(const std::string& path, const std::string& key) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return "";
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  // The file: the key's length, a newline, the key, then the PTX, which ends with its entries.
+  size_t nl = text.find('\n');
+  if (nl == std::string::npos) return "";
+  char* end = nullptr;
+  unsigned long long n = std::strtoull(text.c_str(), &end, 10);
+  if (end != text.c_str() + nl || text.size() < nl + 1 + n || text.compare(nl + 1, n, key) != 0)
+    return "";
+  std::string ptx = text.substr(nl + 1 + n);
+  if (ptx.find(".entry") == std::string::npos || ptx.back() != '\n') return "";
+  return ptx;
+}
+
+void cache_write(const std::string& dir, const std::string& path, const std::string& key,
+                 const std::string& ptx) {
+  static std::atomic<uint64_t> counter{0};
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string tmp =
+      path + ".tmp" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << key.size() << "\n" << key << ptx;
+    if (!f.flush()) {
+      f.close();
+      std::filesystem::remove(tmp, ec);
+      return;  // a cache that cannot be written is no cache
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+}
+
 }  // namespace
+
+std::string default_ptx_cache_dir() {
+  const char* dir = std::getenv("KILN_PTX_CACHE_DIR");
+  return dir ? dir : "";
+}
 
 std::string find_libdevice() {
   std::vector<std::string> candidates;
@@ -211,14 +295,7 @@ PtxModule compile_ptx(const std::vector<FusedSubgraph>& sgs, const PtxOptions& o
   out.name = sgs.size() == 1 ? sgs[0].name : sgs[0].name + "_batch";
   for (const FusedSubgraph& sg : sgs) sg.validate(fusion_target());
   std::unique_ptr<llvm::TargetMachine> tm = nvptx_machine(options.sm, out.name);
-
-  llvm::LLVMContext ctx;
-  auto module = std::make_unique<llvm::Module>(out.name, ctx);
-  module->setDataLayout(tm->createDataLayout());
-  module->setTargetTriple(kTriple);
   for (size_t i = 0; i < sgs.size(); ++i) {
-    const std::string prefix = "k" + std::to_string(i) + "_";
-    llvm_ir::emit_grid_kernel(sgs[i], *module, prefix);
     PtxKernel k;
     k.entry = "k" + std::to_string(i);
     k.items = llvm_ir::grid_items(sgs[i]);
@@ -227,8 +304,34 @@ PtxModule compile_ptx(const std::vector<FusedSubgraph>& sgs, const PtxOptions& o
     for (const FusedSubgraph::Input& in : sgs[i].inputs)
       k.inputs.push_back({in.dtype, in.buffer_shape()});
     for (int o = 0; o < k.num_outputs; ++o) k.outputs.push_back(sgs[i].output_type(o));
-    emit_entry(*module, k.entry, prefix, k.num_inputs, k.num_outputs);
     out.kernels.push_back(k);
+  }
+  auto elapsed_ms = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+        .count();
+  };
+  std::string key, path;
+  if (!options.cache_dir.empty()) {
+    std::string libdevice = options.libdevice.empty() ? find_libdevice() : options.libdevice;
+    key = cache_key(sgs, options, libdevice);
+    path = cache_path(options.cache_dir, key);
+    out.ptx = cache_read(path, key);
+    if (!out.ptx.empty()) {
+      out.from_cache = true;
+      out.compile_ms = elapsed_ms();
+      return out;
+    }
+  }
+
+  llvm::LLVMContext ctx;
+  auto module = std::make_unique<llvm::Module>(out.name, ctx);
+  module->setDataLayout(tm->createDataLayout());
+  module->setTargetTriple(kTriple);
+  for (size_t i = 0; i < sgs.size(); ++i) {
+    const std::string prefix = "k" + std::to_string(i) + "_";
+    llvm_ir::emit_grid_kernel(sgs[i], *module, prefix);
+    const PtxKernel& k = out.kernels[i];
+    emit_entry(*module, k.entry, prefix, k.num_inputs, k.num_outputs);
   }
   if (use_libdevice(*module)) {
     std::string path = options.libdevice.empty() ? find_libdevice() : options.libdevice;
@@ -251,8 +354,8 @@ PtxModule compile_ptx(const std::vector<FusedSubgraph>& sgs, const PtxOptions& o
   llvm_ir::optimize_and_dump(out.name, *module, *tm, ".ptx");
   out.ptx = llvm_ir::assembly(*module, *tm);
   if (out.ptx.find(".entry") == std::string::npos) fail(out.name, "NVPTX emitted no kernel");
-  out.compile_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!path.empty()) cache_write(options.cache_dir, path, key, out.ptx);
+  out.compile_ms = elapsed_ms();
   return out;
 }
 

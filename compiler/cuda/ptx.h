@@ -20,9 +20,19 @@ namespace kiln::compiler::cuda {
 // convolution yet, so the epilogue fusion pass creates none for it.
 const FusionTarget& fusion_target();
 
+// $KILN_PTX_CACHE_DIR, or "" (no cache): the on-disk PTX cache is opt-in, as XLA's and JAX's
+// persistent caches are.
+std::string default_ptx_cache_dir();
+
 struct PtxOptions {
   int sm = 90;             // the compute capability: sm_90 (Hopper)
   std::string libdevice;   // libdevice.10.bc; "": find_libdevice()
+  // Where compiled modules are kept across processes, one file per module named by a hash of
+  // its key (every subgraph's structural_key with shapes, the sm, LLVM's and Kiln's versions,
+  // libdevice's path and size); the file holds the key, so a collision or a damaged file is a
+  // miss, and a miss is written whole, then renamed into place. "": none. (The driver keeps
+  // its own cache of the machine code it builds from PTX.)
+  std::string cache_dir = default_ptx_cache_dir();
 };
 
 // One kernel of a module:
@@ -43,7 +53,8 @@ struct PtxModule {
   std::string name;
   std::string ptx;  // PTX ISA 7.8 for sm_<options.sm>
   std::vector<PtxKernel> kernels;
-  double compile_ms = 0;  // emit + link libdevice + optimise + PTX
+  double compile_ms = 0;  // emit + link libdevice + optimise + PTX (or reading the cache)
+  bool from_cache = false;
 };
 
 // Compiles `sgs` into one PTX module, one entry each. Each subgraph is validated against

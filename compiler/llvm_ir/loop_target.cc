@@ -59,6 +59,45 @@ bool is_flat_loop(const FusedSubgraph& sg, const Shape& out_shape) {
   return true;
 }
 
+std::string structural_key(const FusedSubgraph& sg, bool size_free_flat_loops) {
+  Shape out = sg.iteration_shape();
+  const bool flat = size_free_flat_loops && !sg.has_reductions() && is_flat_loop(sg, out);
+  const int64_t n = num_elements(out);
+  std::string key = flat ? "flat|" : "shaped" + shape_str(out) + "|";
+  if (sg.has_reductions()) {
+    key += "reduce";
+    for (int64_t a : sg.reduce_axes) key += std::to_string(a) + ",";
+    key += "|";
+  }
+  for (const auto& in : sg.inputs) {
+    key += dtype_name(in.dtype);
+    if (flat) {
+      key += num_elements(in.shape) == 1 && n != 1 ? "s" : "v";
+    } else {
+      key += shape_str(in.shape);
+    }
+    // The view's strides and offset are baked into the code, flat loops' included.
+    if (in.map)
+      key += "@" + shape_str(in.map->strides) + "+" + std::to_string(in.map->offset) + "of" +
+             shape_str(in.source);
+    if (in.piece)
+      key += "in" + shape_str(in.piece->lo) + shape_str(in.piece->hi) + shape_str(in.piece->step) +
+             "else" + std::to_string(in.fallback);
+    key += ",";
+  }
+  key += "|";
+  for (const auto& node : sg.nodes) {
+    key += node.reduce ? reduce_kind_name(*node.reduce) : elt_op_name(node.op);
+    key += "(";
+    for (int a : node.args) key += std::to_string(a) + ",";
+    key += std::string(")") + dtype_name(node.dtype) + ";";
+  }
+  key += "|";
+  for (int o : sg.outputs) key += std::to_string(o) + ",";
+  if (sg.excess_precision) key += "|excess";
+  return key;
+}
+
 bool flat_loop_for(const FusedSubgraph& sg, const Shape& shape) {
   return is_flat_loop(sg, shape) || shape.empty() || num_elements(shape) == 0;
 }

@@ -29,6 +29,11 @@ bool is_flat_loop(const FusedSubgraph& sg, const Shape& out_shape);
 // The loop emit_loop_kernel takes for `sg` over `shape`: flat, or there are no elements.
 bool flat_loop_for(const FusedSubgraph& sg, const Shape& shape);
 
+// A text naming everything the emitted code depends on: the ops, dtypes and wiring, each input's
+// shape (or with `size_free_flat_loops`, for a flat loop called over [begin, end), only whether
+// it is a single element), views, pieces, reduced axes and outputs. Equal keys, equal code.
+std::string structural_key(const FusedSubgraph& sg, bool size_free_flat_loops);
+
 // The fusion target of a backend whose loops the elemental emitter writes: a node can be
 // emitted when its elemental form builds into a FusedSubgraph for its concrete dtypes; a
 // reduction when the emitter folds its dtype and axes. The fused ops (epilogue_dtype,

@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 
@@ -211,6 +213,65 @@ TEST(CudaCodegen, Errors) {
   EXPECT_FALSE(cuda::fusion_target().conv_pool_dtype(f32));
   EXPECT_TRUE(cuda::fusion_target().compute_dtype(bf16));
   EXPECT_TRUE(cuda::fusion_target().storage_dtype(u8));
+}
+
+// The on-disk cache: a module compiled once is read back with the same PTX; another shape is
+// another entry; a damaged or foreign file is a miss, recompiled and rewritten.
+TEST(CudaCodegen, PtxCacheOnDisk) {
+  const std::string dir = ::testing::TempDir() + "/kiln_ptx_cache_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  auto chain = [](int64_t n) {
+    FusedSubgraph sg;
+    sg.name = "chain";
+    int x = sg.add_input(f32, {n});
+    sg.add_output(sg.add(Prim::kMul, {sg.add(Prim::kAbs, {x}), x}));
+    return sg;
+  };
+  cuda::PtxOptions options;
+  options.cache_dir = dir;
+  cuda::PtxModule first = cuda::compile_ptx({chain(100)}, options);
+  EXPECT_FALSE(first.from_cache);
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);  // no temporary left behind
+  EXPECT_EQ(files[0].extension(), ".ptx");
+
+  cuda::PtxModule again = cuda::compile_ptx({chain(100)}, options);
+  EXPECT_TRUE(again.from_cache);
+  EXPECT_EQ(again.ptx, first.ptx);
+  ASSERT_EQ(again.kernels.size(), 1u);
+  EXPECT_EQ(again.kernels[0].items, 100);
+  EXPECT_EQ(again.kernels[0].inputs[0].str(), "f32[100]");
+
+  // The item count is baked into the code: another size is another module.
+  cuda::PtxModule other = cuda::compile_ptx({chain(101)}, options);
+  EXPECT_FALSE(other.from_cache);
+  EXPECT_NE(other.ptx, first.ptx);
+
+  // A damaged file (cut short) is a miss, and the rewrite repairs it.
+  const std::string text = [&] {
+    std::ifstream f(files[0], std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }();
+  std::ofstream(files[0], std::ios::binary | std::ios::trunc) << text.substr(0, text.size() / 2);
+  cuda::PtxModule repaired = cuda::compile_ptx({chain(100)}, options);
+  EXPECT_FALSE(repaired.from_cache);
+  EXPECT_EQ(repaired.ptx, first.ptx);
+  EXPECT_TRUE(cuda::compile_ptx({chain(100)}, options).from_cache);
+
+  // Another key in the file (a hash collision) is a miss too.
+  std::string foreign = text;
+  foreign.replace(foreign.find('\n') + 1, 9, "kiln-ptx 9");
+  std::ofstream(files[0], std::ios::binary | std::ios::trunc) << foreign;
+  EXPECT_FALSE(cuda::compile_ptx({chain(100)}, options).from_cache);
+
+  // No directory, no cache; an unwritable one is no cache either, and no error.
+  options.cache_dir = "";
+  EXPECT_FALSE(cuda::compile_ptx({chain(100)}, options).from_cache);
+  options.cache_dir = "/proc/kiln_no_such_dir";
+  EXPECT_FALSE(cuda::compile_ptx({chain(100)}, options).from_cache);
+  EXPECT_FALSE(cuda::compile_ptx({chain(100)}, options).from_cache);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CudaCodegen, LaunchDims) {
