@@ -3,8 +3,8 @@
 # runs the CUDA tests and the GPU benchmark on the GPU, and writes a summary into DIR.
 #   scripts/gpu_check.sh DIR [BUNDLE]     (BUNDLE: build/gpu-bundle.tar.xz)
 # Needs only Python 3 (to unpack xz) and the NVIDIA driver; the CUDA toolkit's libdevice is used
-# when present, else the bundle's. DIR gets summary.txt, gpu_tests.xml, gpu_tests.log and
-# gpu_bench.json.
+# when present, else the bundle's. DIR gets summary.txt, gpu_tests.xml, gpu_tests.log,
+# gpu_bench.json and torch_bench.json (the peer: PyTorch on the same GPU, where installed).
 # Exit status: the tests'.
 set -u
 dir=${1:?usage: gpu_check.sh DIR [BUNDLE]}
@@ -33,7 +33,7 @@ start=$(date +%s)
 # The CUDA tests but the random graphs on a host grid (kiln_gpu_tests holds no random graph
 # tests for its child to run; kiln_tests runs them on every machine).
 "$kiln/bin/kiln_gpu_tests" --gtest_output="xml:$dir/gpu_tests.xml" \
-  --gtest_filter='CudaCodegen*:CudaGpu*:CudaGridOnHost.Every*:CudaGridOnHost.AGrid*' \
+  --gtest_filter='CudaCodegen*:CudaBlas*:CudaGpu*:CudaGridOnHost.Every*:CudaGridOnHost.AGrid*' \
   > "$dir/gpu_tests.log" 2>&1
 status=$?
 {
@@ -42,7 +42,40 @@ status=$?
   grep -B1 '^\[  SKIPPED \] .*(' "$dir/gpu_tests.log" | grep -v '^\[\|^--' | sort -u |
     sed 's/^/skip reason: /'
 } >> "$dir/summary.txt"
-"$kiln/bin/gpu_eltwise_bench" > "$dir/gpu_bench.json" 2>&1
-echo "gpu_eltwise_bench: exit $?: $(cat "$dir/gpu_bench.json")" >> "$dir/summary.txt"
+"$kiln/bin/gpu_bench" > "$dir/gpu_bench.json" 2>&1
+echo "gpu_bench: exit $?:" >> "$dir/summary.txt"
+cat "$dir/gpu_bench.json" >> "$dir/summary.txt"
+# The peer, in the same run: torch.matmul on the same shapes (bf16; f32 with TF32 off), timed
+# with CUDA events over 10 launches, 7 trials; skipped where PyTorch is absent.
+python3 - > "$dir/torch_bench.json" 2>> "$dir/summary.txt" <<'PY'
+import json, statistics
+try:
+    import torch
+except ImportError:
+    raise SystemExit("torch peer: PyTorch is not installed")
+if not torch.cuda.is_available():
+    raise SystemExit("torch peer: no GPU")
+torch.backends.cuda.matmul.allow_tf32 = False
+n = 8192
+for dt in (torch.bfloat16, torch.float32):
+    a = torch.randn(n, n, device="cuda", dtype=dt)
+    b = torch.randn(n, n, device="cuda", dtype=dt)
+    torch.matmul(a, b)
+    torch.cuda.synchronize()
+    runs = []
+    for _ in range(7):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(10):
+            torch.matmul(a, b)
+        end.record()
+        torch.cuda.synchronize()
+        runs.append(2 * n**3 / (start.elapsed_time(end) / 10 / 1e3) / 1e12)
+    name = "bf16" if dt == torch.bfloat16 else "f32"
+    print(json.dumps({f"torch_matmul_{name}_8192_tflops": {
+        "median": round(statistics.median(runs), 1), "min": round(min(runs), 1),
+        "max": round(max(runs), 1)}, "torch": torch.__version__}))
+PY
+cat "$dir/torch_bench.json" >> "$dir/summary.txt"
 cat "$dir/summary.txt"
 exit "$status"

@@ -1,26 +1,26 @@
 #!/bin/sh
 # Packs what scripts/gpu_check.sh runs on a GPU machine that has CUDA and Python but none of
 # Debian's packages (no LLVM, protobuf, oneDNN, MPI): kiln_gpu_tests (the CUDA tests),
-# gpu_eltwise_bench (benchmarks/gpu_eltwise_bench.cc), libkiln and
-# libkiln_nccl, every library they load that is not glibc's, the CUDA driver or the CUDA
-# toolkit's (the GPU machine has its own), and libdevice; binaries stripped, packed with xz.
+# gpu_bench (benchmarks/gpu_bench.cc), libkiln, libkiln_nccl and libkiln_cuda, every library
+# they load that is not glibc's, the CUDA driver's or the CUDA toolkit's (cudart, cuBLASLt, NCCL:
+# the GPU machine has its own), and libdevice; binaries stripped, packed with xz.
 #   scripts/pack_gpu_bundle.sh BUILD_DIR [OUT]      (OUT: BUILD_DIR/gpu-bundle.tar.xz)
 # Build BUILD_DIR without KILN_NATIVE (the default), so that the code runs on any x86-64 host.
 # The device tool carries at most 64 MiB: the script fails above 60 MiB.
 set -eu
 build=${1:?usage: pack_gpu_bundle.sh BUILD_DIR [OUT]}
 out=${2:-$build/gpu-bundle.tar.xz}
-ninja -C "$build" -j2 kiln_gpu_tests gpu_eltwise_bench kiln >/dev/null
+ninja -C "$build" -j2 kiln_gpu_tests gpu_bench kiln >/dev/null
 stage=$(mktemp -d "${TMPDIR:-/tmp}/kiln_gpu_bundle.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/kiln/bin" "$stage/kiln/lib"
-cp "$build/tests/kiln_gpu_tests" "$build/benchmarks/gpu_eltwise_bench" "$stage/kiln/bin/"
-for lib in "$build"/libkiln.so.* "$build"/libkiln_nccl.so; do
+cp "$build/tests/kiln_gpu_tests" "$build/benchmarks/gpu_bench" "$stage/kiln/bin/"
+for lib in "$build"/libkiln.so.* "$build"/libkiln_nccl.so "$build"/libkiln_cuda.so; do
   [ -e "$lib" ] && cp -P "$lib" "$stage/kiln/lib/"
 done
-# The libraries the test binary and the NCCL backend load, but glibc's (the GPU machine's own,
+# The libraries the test binary and the CUDA plugins load, but glibc's (the GPU machine's own,
 # which must be as new as this one's), the driver's and the CUDA toolkit's.
-for f in "$build/tests/kiln_gpu_tests" "$build"/libkiln_nccl.so; do
+for f in "$build/tests/kiln_gpu_tests" "$build"/libkiln_nccl.so "$build"/libkiln_cuda.so; do
   [ -e "$f" ] || continue
   ldd "$f" | awk '$3 ~ /^\// {print $3}'
 done | sort -u | while read -r path; do

@@ -4,38 +4,13 @@
 
 #include "compiler/cuda/ptx.h"
 #include "kiln/error.h"
+#include "compiler/cuda/device_buffers.h"
 #include "runtime/cuda/driver.h"
 
 namespace kiln::compiler::cuda {
-namespace {
 
 using runtime::cuda::CUdeviceptr;
 using runtime::cuda::Driver;
-
-const Driver& need_driver(const std::string& what) {
-  std::string why;
-  const Driver* d = runtime::cuda::driver(&why);
-  if (d == nullptr) throw Error(ErrorCode::kUnavailable, what + ": " + why);
-  return *d;
-}
-
-// Device buffers freed when it goes (errors included).
-struct DeviceBuffers {
-  const Driver& d;
-  std::vector<CUdeviceptr> ptrs;
-  explicit DeviceBuffers(const Driver& driver) : d(driver) {}
-  ~DeviceBuffers() {
-    for (CUdeviceptr p : ptrs) d.cuMemFree(p);
-  }
-  CUdeviceptr alloc(size_t bytes, const std::string& what) {
-    CUdeviceptr p = 0;
-    runtime::cuda::check(d, d.cuMemAlloc(&p, std::max<size_t>(bytes, 1)), what);
-    ptrs.push_back(p);
-    return p;
-  }
-};
-
-}  // namespace
 
 std::shared_ptr<LoadedPtx> LoadedPtx::load(PtxModule module) {
   const std::string what = "cuda (" + module.name + "): loading PTX";

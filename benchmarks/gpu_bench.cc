@@ -1,14 +1,18 @@
-// On a GPU (#30): the CUDA backend's fused elementwise kernel, y = max(x * a + b, 0) * c - x over
-// 64M floats (four inputs read, one output written: 1.25 GB a run), against a device-to-device
-// copy of 1 GB (cuMemcpyDtoD), alternated over 7 trials in one process. Prints each one's
-// effective bandwidth (bytes read and written / time) and their ratio, median (min-max) over
-// the trials, as one JSON line; the target is a ratio of at least 0.8. Without a GPU it
-// says so and exits 0. Run by scripts/gpu_check.sh.
+// On a GPU (#30), two measurements, each 7 trials in one process, printed as JSON lines with
+// medians and ranges. Without a GPU it says so and exits 0. Run by scripts/gpu_check.sh, which
+// times torch.matmul on the same shape in the same run for the ratio.
+// 1. The CUDA backend's fused elementwise kernel, y = max(x * a + b, 0) * c - x over 64M floats
+//    (four inputs read, one output written: 1.25 GB a run), alternated with a device-to-device
+//    copy of 1 GB (cuMemcpyDtoD): each one's effective bandwidth (bytes read and written / time)
+//    and their ratio (the target: at least 0.8).
+// 2. cuBLASLt matmuls (compiler/cuda/blas.h) of 8192^3 in bf16 and f32 (f32 sums, no TF32):
+//    TFLOP/s, 2 m n k / time.
 #include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "compiler/cuda/blas.h"
 #include "compiler/cuda/ptx.h"
 #include "kiln/kiln.h"
 #include "runtime/cuda/driver.h"
@@ -32,7 +36,7 @@ Stat stat(std::vector<double> v) {
 int main() {
   std::string why;
   if (kiln::runtime::cuda::driver(&why) == nullptr) {
-    std::printf("gpu_eltwise_bench: skipped: %s\n", why.c_str());
+    std::printf("gpu_bench: skipped: %s\n", why.c_str());
     return 0;
   }
   constexpr int64_t kN = int64_t{1} << 26;
@@ -69,5 +73,17 @@ int main() {
       "\"compile_ms\": %.1f}\n",
       ra.median, ra.lo, ra.hi, ch.median, ch.lo, ch.hi, cp.median, cp.lo, cp.hi,
       module.compile_ms);
+  std::fflush(stdout);
+  constexpr int64_t kM = 8192;
+  for (kiln::DType t : {kiln::bf16, kiln::f32}) {
+    std::vector<double> tflops;
+    for (int trial = 0; trial < 7; ++trial) {
+      double s = kiln::compiler::cuda::matmul_seconds_on_gpu(t, kM, kM, kM, 10);
+      tflops.push_back(2.0 * kM * kM * kM / s / 1e12);
+    }
+    Stat st = stat(tflops);
+    std::printf("{\"gpu_matmul_%s_8192_tflops\": {\"median\": %.1f, \"min\": %.1f, \"max\": %.1f}}\n",
+                kiln::dtype_name(t), st.median, st.lo, st.hi);
+  }
   return 0;
 }

@@ -1,0 +1,153 @@
+// libkiln_cuda.so (runtime/cuda/cuda_plugin.h): cuBLASLt matmuls with bias and activation
+// epilogues, each shape's algorithm chosen once by cuBLASLt's heuristic and kept.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "runtime/cuda/cuda_plugin.h"
+
+namespace {
+
+namespace plugin = kiln::runtime::cuda::plugin;
+
+int fail(char* err, size_t len, const std::string& why) {
+  if (len > 0) std::snprintf(err, len, "%s", why.c_str());
+  return 1;
+}
+
+std::string lt_error(const char* what, cublasStatus_t s) {
+  return std::string(what) + ": cuBLASLt status " + std::to_string(static_cast<int>(s));
+}
+
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+struct State {
+  std::mutex mu;
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int, int, int, bool>;
+  std::map<Key, cublasLtMatmulAlgo_t> algos;
+  int64_t chosen = 0;
+};
+
+State& state() {
+  static State* s = new State;  // never destroyed: the driver may be gone at exit
+  return *s;
+}
+
+cudaDataType_t cuda_type(int dtype) {
+  switch (dtype) {
+    case plugin::kF16: return CUDA_R_16F;
+    case plugin::kBF16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+  }
+}
+
+// Owns cuBLASLt descriptors for one call.
+struct Descs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~Descs() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+int matmul(const plugin::Matmul* m, char* err, size_t len) {
+  if (m->m < 0 || m->n < 0 || m->k < 0) return fail(err, len, "matmul: negative dimension");
+  if (m->dtype < plugin::kF32 || m->dtype > plugin::kBF16)
+    return fail(err, len, "matmul: dtype code " + std::to_string(m->dtype));
+  if (m->activation != plugin::kNone && m->activation != plugin::kRelu)
+    return fail(err, len, "matmul: activation code " + std::to_string(m->activation));
+  if (m->m == 0 || m->n == 0) return 0;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.handle == nullptr) {
+    if (cublasStatus_t st = cublasLtCreate(&s.handle); st != CUBLAS_STATUS_SUCCESS)
+      return fail(err, len, lt_error("cublasLtCreate", st));
+    if (cudaError_t e = cudaMalloc(&s.workspace, kWorkspaceBytes); e != cudaSuccess)
+      return fail(err, len, std::string("matmul workspace: ") + cudaGetErrorString(e));
+  }
+  // Row-major C = A B is column-major C^T = B^T A^T: cuBLASLt's A is our B (n x k, column-major
+  // with leading dimension n), its B our A; the bias (one per column of C) is per row of C^T.
+  const cudaDataType_t t = cuda_type(m->dtype);
+  Descs d;
+  cublasStatus_t st = cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  if (st != CUBLAS_STATUS_SUCCESS) return fail(err, len, lt_error("cublasLtMatmulDescCreate", st));
+  cublasOperation_t ta = m->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A: our B
+  cublasOperation_t tb = m->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+  cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  if (m->bias) epi = m->activation == plugin::kRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  else if (m->activation == plugin::kRelu) epi = CUBLASLT_EPILOGUE_RELU;
+  cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+  if (m->bias)
+    cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &m->bias,
+                                   sizeof m->bias);
+  // Column-major shapes as stored: our B is [k, n] row-major = n x k column-major (ld n), or
+  // [n, k] row-major = k x n (ld k) when transposed.
+  const uint64_t a_rows = m->trans_b ? m->k : m->n, a_cols = m->trans_b ? m->n : m->k;
+  const uint64_t b_rows = m->trans_a ? m->m : m->k, b_cols = m->trans_a ? m->k : m->m;
+  if ((st = cublasLtMatrixLayoutCreate(&d.a, t, a_rows, a_cols, a_rows)) != CUBLAS_STATUS_SUCCESS ||
+      (st = cublasLtMatrixLayoutCreate(&d.b, t, b_rows, b_cols, b_rows)) != CUBLAS_STATUS_SUCCESS ||
+      (st = cublasLtMatrixLayoutCreate(&d.c, t, m->n, m->m, m->n)) != CUBLAS_STATUS_SUCCESS)
+    return fail(err, len, lt_error("cublasLtMatrixLayoutCreate", st));
+  const State::Key key{m->dtype, m->m, m->n, m->k, m->trans_a, m->trans_b, m->activation,
+                       m->bias != nullptr};
+  auto it = s.algos.find(key);
+  if (it == s.algos.end()) {
+    cublasLtMatmulPreferenceCreate(&d.pref);
+    size_t ws = kWorkspaceBytes;
+    cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                         sizeof ws);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    st = cublasLtMatmulAlgoGetHeuristic(s.handle, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result,
+                                        &found);
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+      return fail(err, len, lt_error("cublasLtMatmulAlgoGetHeuristic (no algorithm)", st));
+    it = s.algos.emplace(key, result.algo).first;
+    ++s.chosen;
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  st = cublasLtMatmul(s.handle, d.op, &alpha, m->b, d.a, m->a, d.b, &beta, m->c, d.c, m->c, d.c,
+                      &it->second, s.workspace, kWorkspaceBytes,
+                      static_cast<cudaStream_t>(m->stream));
+  if (st != CUBLAS_STATUS_SUCCESS) return fail(err, len, lt_error("cublasLtMatmul", st));
+  return 0;
+}
+
+int synchronize(char* err, size_t len) {
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
+    return fail(err, len, std::string("cudaDeviceSynchronize: ") + cudaGetErrorString(e));
+  return 0;
+}
+
+int64_t algorithms_chosen() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().chosen;
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const plugin::Api* kiln_cuda_plugin() {
+  static const plugin::Api api = [] {
+    plugin::Api a;
+    a.abi_version = plugin::kAbiVersion;
+    a.matmul = matmul;
+    a.synchronize = synchronize;
+    a.algorithms_chosen = algorithms_chosen;
+    return a;
+  }();
+  return &api;
+}

@@ -1,0 +1,157 @@
+// The CUDA libraries' backend (libkiln_cuda.so, runtime/cuda/cuda_plugin.h) and the cuBLASLt
+// matmul on host tensors (compiler/cuda/blas.h): the library loads without the driver and
+// exports its table; bad arguments are named before any GPU is asked for; without a GPU a
+// matmul is kUnavailable saying why; on a GPU (skipped here, saying so) every dtype, transpose,
+// bias and relu gives the CPU's bits on inputs whose sums are exact, and each shape's algorithm
+// is chosen once.
+#include <dlfcn.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "compiler/cuda/blas.h"
+#include "kiln/kiln.h"
+#include "runtime/cuda/driver.h"
+#include "runtime/cuda/plugin_loader.h"
+
+namespace kiln::compiler::cuda {
+namespace {
+
+using ::testing::HasSubstr;
+namespace plugin = runtime::cuda::plugin;
+
+bool mapped(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);)
+    if (line.find(name) != std::string::npos) return true;
+  return false;
+}
+
+bool gpu_present(std::string* why) { return runtime::cuda::driver(why) != nullptr; }
+
+TEST(CudaBlas, ThePluginLoadsWithoutTheDriverAndExportsItsTable) {
+  const std::string path = runtime::cuda::cuda_plugin_path();
+  if (!std::ifstream(path).good())
+    GTEST_SKIP() << "this build has no " << plugin::kLibrary << " (no CUDA toolkit)";
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  auto entry = reinterpret_cast<plugin::EntryFn>(dlsym(lib, plugin::kEntry));
+  ASSERT_NE(entry, nullptr);
+  const plugin::Api* api = entry();
+  ASSERT_NE(api, nullptr);
+  EXPECT_EQ(api->abi_version, plugin::kAbiVersion);
+  EXPECT_NE(api->matmul, nullptr);
+  EXPECT_NE(api->synchronize, nullptr);
+  EXPECT_TRUE(mapped("libcublasLt")) << "it links cuBLASLt";
+  std::string why;
+  if (!gpu_present(&why)) {
+    EXPECT_FALSE(mapped("libcuda.so")) << "loading the plugin must not load the driver";
+    // Arguments it refuses before touching the device.
+    plugin::Matmul m;
+    m.m = -1;
+    char err[256] = {0};
+    EXPECT_NE(api->matmul(&m, err, sizeof err), 0);
+    EXPECT_THAT(err, HasSubstr("negative dimension"));
+    m.m = 2;
+    m.dtype = 7;
+    EXPECT_NE(api->matmul(&m, err, sizeof err), 0);
+    EXPECT_THAT(err, HasSubstr("dtype code 7"));
+  }
+}
+
+TEST(CudaBlas, BadArgumentsAreNamedBeforeAnyGpuIsAskedFor) {
+  Tensor a = zeros({3, 4}, f32), b = zeros({5, 6}, f32);
+  try {
+    matmul_on_gpu(a, b);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("f32[3,4]"));
+    EXPECT_THAT(e.what(), HasSubstr("inner dimensions 4 and 5"));
+  }
+  try {
+    matmul_on_gpu(zeros({3, 4}, i32), zeros({4, 2}, i32));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("dtype i32"));
+  }
+  try {
+    matmul_on_gpu(a, zeros({4, 6}, f32), zeros({5}, f32));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("bias is f32[5], expected f32[6]"));
+  }
+}
+
+TEST(CudaBlas, WithoutAGpuAMatmulSaysWhy) {
+  std::string why;
+  if (gpu_present(&why)) GTEST_SKIP() << "this machine has a GPU";
+  try {
+    matmul_on_gpu(zeros({2, 3}, f32), zeros({3, 4}, f32));
+    ADD_FAILURE() << "ran without a GPU";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
+    EXPECT_THAT(e.what(), HasSubstr(why));
+  }
+}
+
+// Small integers: every sum is exact in f32, so the GPU's f32 accumulation and one rounding to
+// the dtype give the CPU's bits.
+Tensor small_ints(DType t, const Shape& s, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> d(-4, 4);
+  std::vector<double> v(num_elements(s));
+  for (double& x : v) x = d(gen);
+  return Tensor::from_vector(v, s).to(t);
+}
+
+TEST(CudaGpu, MatmulGivesTheCpusBits) {
+  std::string why;
+  if (!gpu_present(&why)) GTEST_SKIP() << "needs a GPU: " << why;
+  struct Case {
+    int64_t m, n, k;
+  };
+  uint32_t seed = 1;
+  for (DType t : {f32, f16, bf16}) {
+    for (Case c : {Case{1, 1, 1}, Case{37, 65, 129}, Case{128, 256, 64}}) {
+      for (int mode = 0; mode < 8; ++mode) {
+        GpuMatmulOptions o{.trans_a = (mode & 1) != 0, .trans_b = (mode & 2) != 0,
+                           .relu = (mode & 4) != 0};
+        Tensor a = small_ints(t, o.trans_a ? Shape{c.k, c.m} : Shape{c.m, c.k}, seed++);
+        Tensor b = small_ints(t, o.trans_b ? Shape{c.n, c.k} : Shape{c.k, c.n}, seed++);
+        Tensor bias = mode % 3 == 0 ? Tensor() : small_ints(t, {c.n}, seed++);
+        Tensor got = matmul_on_gpu(a, b, bias, o);
+        Tensor af = a.to(f32), bf = b.to(f32);
+        if (o.trans_a) af = transpose(af, {1, 0});
+        if (o.trans_b) bf = transpose(bf, {1, 0});
+        Tensor want = matmul(af, bf);
+        if (bias.defined()) want = add(want, bias.to(f32));
+        if (o.relu) want = maximum(want, zeros({}, f32));
+        want = want.to(t);
+        EXPECT_EQ(got.to_vector<double>(), want.to_vector<double>())
+            << dtype_name(t) << " " << c.m << "x" << c.n << "x" << c.k << " mode " << mode;
+      }
+    }
+  }
+}
+
+TEST(CudaGpu, EachMatmulShapeChoosesItsAlgorithmOnce) {
+  std::string why;
+  if (!gpu_present(&why)) GTEST_SKIP() << "needs a GPU: " << why;
+  const plugin::Api& api = runtime::cuda::cuda_plugin("test");
+  Tensor a = small_ints(f32, {19, 23}, 5), b = small_ints(f32, {23, 29}, 6);
+  const int64_t before = api.algorithms_chosen();
+  matmul_on_gpu(a, b);
+  matmul_on_gpu(a, b);
+  EXPECT_EQ(api.algorithms_chosen(), before + 1);
+  matmul_on_gpu(b, small_ints(f32, {29, 3}, 7));
+  EXPECT_EQ(api.algorithms_chosen(), before + 2);
+}
+
+}  // namespace
+}  // namespace kiln::compiler::cuda
