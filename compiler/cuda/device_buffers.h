@@ -1,5 +1,6 @@
-// Internal to compiler/cuda: the driver or an error, and device buffers that free themselves
-// (errors included), for the host-staged runs until device tensors exist.
+// Internal to compiler/cuda: the driver or an error, and device buffers from the device's BFC
+// allocator (runtime/cuda/device_memory.h) that free themselves (errors included), for the
+// host-staged runs until device tensors exist.
 #pragma once
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "runtime/cuda/device_memory.h"
 #include "runtime/cuda/driver.h"
 
 namespace kiln::compiler::cuda {
@@ -26,13 +28,19 @@ struct DeviceBuffers {
   DeviceBuffers(const DeviceBuffers&) = delete;
   DeviceBuffers& operator=(const DeviceBuffers&) = delete;
   ~DeviceBuffers() {
-    for (runtime::cuda::CUdeviceptr p : ptrs) d.cuMemFree(p);
+    for (runtime::cuda::CUdeviceptr p : ptrs)
+      runtime::cuda::device_allocator().deallocate(reinterpret_cast<void*>(p));
   }
+  // Throws kiln::Error: kResourceExhausted beyond the device's memory limit (naming `what`).
   runtime::cuda::CUdeviceptr alloc(size_t bytes, const std::string& what) {
-    runtime::cuda::CUdeviceptr p = 0;
-    runtime::cuda::check(d, d.cuMemAlloc(&p, std::max<size_t>(bytes, 1)), what);
-    ptrs.push_back(p);
-    return p;
+    void* p = nullptr;
+    try {
+      p = runtime::cuda::device_allocator().allocate(bytes);
+    } catch (const Error& e) {
+      throw Error(e.code(), what + ": " + e.what());
+    }
+    ptrs.push_back(reinterpret_cast<runtime::cuda::CUdeviceptr>(p));
+    return ptrs.back();
   }
   // A device copy of host tensor `t`.
   runtime::cuda::CUdeviceptr copy_in(const Tensor& t, const std::string& what) {

@@ -47,6 +47,7 @@ Loaded load() {
              bind(lib, "cuMemcpyHtoD_v2", &d.cuMemcpyHtoD, &missing) &&
              bind(lib, "cuMemcpyDtoH_v2", &d.cuMemcpyDtoH, &missing) &&
              bind(lib, "cuMemcpyDtoD_v2", &d.cuMemcpyDtoD, &missing) &&
+             bind(lib, "cuMemGetInfo_v2", &d.cuMemGetInfo, &missing) &&
              bind(lib, "cuGetErrorString", &d.cuGetErrorString, &missing);
   if (!all) {
     l.why = "the CUDA driver has no " + missing;

@@ -42,6 +42,7 @@ struct Driver {
   CUresult (*cuMemcpyHtoD)(CUdeviceptr dst, const void* src, size_t bytes) = nullptr;  // _v2
   CUresult (*cuMemcpyDtoH)(void* dst, CUdeviceptr src, size_t bytes) = nullptr;        // _v2
   CUresult (*cuMemcpyDtoD)(CUdeviceptr dst, CUdeviceptr src, size_t bytes) = nullptr;  // _v2
+  CUresult (*cuMemGetInfo)(size_t* free, size_t* total) = nullptr;  // cuMemGetInfo_v2
   CUresult (*cuGetErrorString)(CUresult error, const char** text) = nullptr;
 };
 
