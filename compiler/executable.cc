@@ -114,12 +114,13 @@ void write_ptx_for_checking(const std::vector<FusedSubgraph>& subgraphs) {
     ext = ".err";
   }
   const std::string tmp = base + ".tmp";
+  bool written = false;
   {
     std::ofstream f(tmp, std::ios::binary);
     f << text;
-    if (!f.flush()) return;
+    written = static_cast<bool>(f.flush());
   }
-  std::rename(tmp.c_str(), (base + ext).c_str());
+  if (!written || std::rename(tmp.c_str(), (base + ext).c_str()) != 0) std::remove(tmp.c_str());
 }
 
 // Runs the fusion pass for the CPU over the optimized graph, now that its types are concrete;

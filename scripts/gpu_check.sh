@@ -16,7 +16,9 @@ python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sy
   "$bundle" "$work" 2>"$dir/unpack.log" || tar -C "$work" -xJf "$bundle" || {
   echo "could not unpack $bundle"; cat "$dir/unpack.log"; exit 2; }
 kiln=$work/kiln
-export LD_LIBRARY_PATH="$kiln/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The bundle's libraries, then the CUDA toolkit's (cudart, cuBLASLt and NCCL are the machine's).
+cuda=${CUDA_HOME:-/usr/local/cuda}
+export LD_LIBRARY_PATH="$kiln/lib:$cuda/lib64:$cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [ -z "${KILN_LIBDEVICE:-}" ]; then
   host=${CUDA_HOME:-/usr/local/cuda}/nvvm/libdevice/libdevice.10.bc
   if [ -e "$host" ]; then KILN_LIBDEVICE=$host; else KILN_LIBDEVICE=$kiln/lib/libdevice.10.bc; fi
@@ -25,9 +27,15 @@ fi
 {
   echo "kiln gpu_check: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "host: $(uname -srm); CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
-    sed 's/^/GPU: /' || echo "GPU: nvidia-smi not found"
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | sed 's/^/GPU: /'
+  else
+    echo "GPU: nvidia-smi not found"
+  fi
   echo "libdevice: $KILN_LIBDEVICE"
+  # Whether the CUDA libraries' plugin loads here (its dlopen error, when not).
+  python3 -c 'import ctypes, sys; ctypes.CDLL(sys.argv[1]); print("libkiln_cuda.so: loads")' \
+    "$kiln/lib/libkiln_cuda.so" 2>&1 | tail -1
 } > "$dir/summary.txt"
 start=$(date +%s)
 # The CUDA tests but the random graphs on a host grid (kiln_gpu_tests holds no random graph
@@ -42,8 +50,8 @@ status=$?
   grep -B1 '^\[  SKIPPED \] .*(' "$dir/gpu_tests.log" | grep -v '^\[\|^--' | sort -u |
     sed 's/^/skip reason: /'
 } >> "$dir/summary.txt"
-"$kiln/bin/gpu_bench" > "$dir/gpu_bench.json" 2>&1
-echo "gpu_bench: exit $?:" >> "$dir/summary.txt"
+"$kiln/bin/gpu_bench" > "$dir/gpu_bench.json" 2> "$dir/gpu_bench.log"
+echo "gpu_bench: exit $?: $(cat "$dir/gpu_bench.log")" >> "$dir/summary.txt"
 cat "$dir/gpu_bench.json" >> "$dir/summary.txt"
 # The peer, in the same run: torch.matmul on the same shapes (bf16; f32 with TF32 off), timed
 # with CUDA events over 10 launches, 7 trials; skipped where PyTorch is absent.

@@ -10,7 +10,8 @@
 set -eu
 build=${1:?usage: pack_gpu_bundle.sh BUILD_DIR [OUT]}
 out=${2:-$build/gpu-bundle.tar.xz}
-ninja -C "$build" -j2 kiln_gpu_tests gpu_bench kiln >/dev/null
+ninja -C "$build" -j2 kiln_gpu_tests gpu_bench kiln > "${TMPDIR:-/tmp}/kiln_gpu_bundle_build.log" ||
+  { tail -30 "${TMPDIR:-/tmp}/kiln_gpu_bundle_build.log"; exit 1; }
 stage=$(mktemp -d "${TMPDIR:-/tmp}/kiln_gpu_bundle.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/kiln/bin" "$stage/kiln/lib"
@@ -22,6 +23,9 @@ done
 # which must be as new as this one's), the driver's and the CUDA toolkit's.
 for f in "$build/tests/kiln_gpu_tests" "$build"/libkiln_nccl.so "$build"/libkiln_cuda.so; do
   [ -e "$f" ] || continue
+  if ldd "$f" | grep -q "not found"; then
+    echo "$f: a library it needs is not found:"; ldd "$f" | grep "not found"; exit 1
+  fi
   ldd "$f" | awk '$3 ~ /^\// {print $3}'
 done | sort -u | while read -r path; do
   case $(basename "$path") in

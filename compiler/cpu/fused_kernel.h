@@ -82,6 +82,7 @@ class FusedKernel final : public CompiledFusion {
   // TEST ONLY (grid_kernels_for_tests): run() calls this grid kernel over a host grid.
   void set_grid(GridFn fn) { grid_fn_ = fn; }
   bool runs_on_grid() const { return grid_fn_ != nullptr; }
+  GridFn grid_fn() const { return grid_fn_; }
 
  private:
   FusedSubgraph subgraph_;

@@ -24,6 +24,7 @@ struct Entry {
   std::shared_ptr<void> jit;
   cpu::FusedKernel::PartFn part_fn = nullptr;  // reductions split into chunks
   int64_t split_size = 0;
+  cpu::GridFn grid_fn = nullptr;  // the grid-kernel test mode's
 };
 
 struct Cache {
@@ -41,7 +42,9 @@ Cache& cache() {
 }  // namespace
 
 std::string kernel_cache_key(const FusedSubgraph& sg) {
-  return llvm_ir::structural_key(sg, /*size_free_flat_loops=*/true);
+  // A grid kernel bakes its item count in (the grid-kernel test mode, fused_kernel.h): every
+  // size its own entry there.
+  return llvm_ir::structural_key(sg, /*size_free_flat_loops=*/!cpu::grid_kernels_for_tests());
 }
 
 namespace {
@@ -53,6 +56,7 @@ cpu::FusedKernel from_entry(const FusedSubgraph& sg, const Entry& e) {
   bool flat = llvm_ir::flat_loop_for(sg, shape);
   cpu::FusedKernel k(sg, std::move(shape), e.fn, e.jit, flat, /*compile_ms=*/0);
   if (e.part_fn) k.set_split(e.part_fn, e.split_size);
+  if (e.grid_fn) k.set_grid(e.grid_fn);
   return k;
 }
 
@@ -61,7 +65,8 @@ void store(Cache& c, const std::string& key, const cpu::FusedKernel& kernel) {
   c.stats.compile_ms += kernel.compile_ms();
   if (c.index.count(key)) return;
   c.lru.push_front(
-      Entry{key, kernel.fn(), kernel.jit_owner(), kernel.part_fn(), kernel.split_size()});
+      Entry{key, kernel.fn(), kernel.jit_owner(), kernel.part_fn(), kernel.split_size(),
+            kernel.grid_fn()});
   c.index[key] = c.lru.begin();
   while (c.lru.size() > kCapacity) {
     c.index.erase(c.lru.back().key);
@@ -154,7 +159,8 @@ std::vector<cpu::FusedKernel> cached_kernels(const std::vector<FusedSubgraph>& s
       (*errors)[i] = (*errors)[same_as[i]];
       continue;
     }
-    Entry e{keys[i], first.fn(), first.jit_owner(), first.part_fn(), first.split_size()};
+    Entry e{keys[i],           first.fn(),         first.jit_owner(),
+            first.part_fn(),   first.split_size(), first.grid_fn()};
     kernels[i] = from_entry(sgs[i], e);
   }
   return kernels;

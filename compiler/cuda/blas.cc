@@ -6,6 +6,7 @@
 
 #include "compiler/cuda/device_buffers.h"
 #include "kiln/graph.h"
+#include "kiln/ops.h"
 #include "runtime/cuda/plugin_loader.h"
 
 namespace kiln::compiler::cuda {
@@ -55,6 +56,12 @@ Tensor matmul_on_gpu(const Tensor& a, const Tensor& b, const Tensor& bias,
                                                  TensorType{a.dtype(), {n}}.str());
   const plugin::Api& api = runtime::cuda::cuda_plugin(what);
   const runtime::cuda::Driver& d = need_driver(what);
+  if (k == 0) {  // an empty sum: act(bias), or zeros (cuBLASLt takes no k = 0)
+    Tensor c = zeros({m, n}, f32);
+    if (bias.defined()) c = add(c, bias.to(f32));
+    if (options.relu) c = maximum(c, zeros({}, f32));
+    return c.to(a.dtype());
+  }
   DeviceBuffers buffers(d);
   Tensor c = Tensor::empty(a.dtype(), {m, n});
   plugin::Matmul args;

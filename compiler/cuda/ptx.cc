@@ -4,6 +4,8 @@
 #include "compiler/cuda/ptx.h"
 
 #include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/IR/DiagnosticInfo.h>
+#include <llvm/IR/DiagnosticPrinter.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
 #include <llvm/IR/LLVMContext.h>
@@ -99,10 +101,26 @@ const std::string& libdevice_bytes(const std::string& path, const std::string& n
 }
 
 // The C library's math functions the elemental emitter calls become libdevice's (__nv_sinf for
-// sinf), and so do the intrinsics NVPTX has no instruction for (sin, cos, pow). Returns
-// whether any was found.
+// sinf), and so do the intrinsics NVPTX has no instruction for (sin, cos, pow) and floating
+// `frem` (which NVPTX would lower to x - trunc(x / y) * y: not fmod's exact result, nor its
+// sign of zero). Returns whether any was found.
 bool use_libdevice(llvm::Module& m) {
   bool any = false;
+  std::vector<llvm::Instruction*> frems;
+  for (llvm::Function& f : m)
+    for (llvm::BasicBlock& bb : f)
+      for (llvm::Instruction& inst : bb)
+        if (inst.getOpcode() == llvm::Instruction::FRem) frems.push_back(&inst);
+  for (llvm::Instruction* inst : frems) {
+    llvm::Type* t = inst->getType();
+    llvm::FunctionCallee fmod = m.getOrInsertFunction(
+        t->isFloatTy() ? "__nv_fmodf" : "__nv_fmod", llvm::FunctionType::get(t, {t, t}, false));
+    llvm::IRBuilder<> b(inst);
+    llvm::Value* r = b.CreateCall(fmod, {inst->getOperand(0), inst->getOperand(1)});
+    inst->replaceAllUsesWith(r);
+    inst->eraseFromParent();
+    any = true;
+  }
   std::vector<llvm::Function*> decls;
   for (llvm::Function& f : m)
     if (f.isDeclaration()) decls.push_back(&f);
@@ -144,7 +162,8 @@ bool use_libdevice(llvm::Module& m) {
   return any;
 }
 
-void link_libdevice(llvm::Module& m, const std::string& path, const std::string& name) {
+void link_libdevice(llvm::Module& m, const std::string& path, const std::string& name,
+                    const std::string& diagnostics) {
   const std::string& bytes = libdevice_bytes(path, name);
   llvm::MemoryBufferRef ref(bytes, path);
   auto lib = llvm::parseBitcodeFile(ref, m.getContext());
@@ -152,7 +171,7 @@ void link_libdevice(llvm::Module& m, const std::string& path, const std::string&
   (*lib)->setTargetTriple(m.getTargetTriple());
   (*lib)->setDataLayout(m.getDataLayout());
   if (llvm::Linker::linkModules(m, std::move(*lib), llvm::Linker::Flags::LinkOnlyNeeded))
-    fail(name, "linking libdevice " + path);
+    fail(name, "linking libdevice " + path + ": " + diagnostics);
   // libdevice asks __nvvm_reflect("__CUDA_FTZ"): no flush to zero, as on the CPU.
   m.addModuleFlag(llvm::Module::Override, "nvvm-reflect-ftz", uint32_t{0});
 }
@@ -324,6 +343,19 @@ PtxModule compile_ptx(const std::vector<FusedSubgraph>& sgs, const PtxOptions& o
   }
 
   llvm::LLVMContext ctx;
+  // LLVM reports errors (the linker's, say) to the context, whose default handler exits the
+  // process: collect them instead, and fail with them.
+  std::string diagnostics;
+  ctx.setDiagnosticHandlerCallBack(
+      [](const llvm::DiagnosticInfo& info, void* sink) {
+        if (info.getSeverity() != llvm::DS_Error) return;
+        std::string text;
+        llvm::raw_string_ostream os(text);
+        llvm::DiagnosticPrinterRawOStream printer(os);
+        info.print(printer);
+        static_cast<std::string*>(sink)->append(os.str()).append("; ");
+      },
+      &diagnostics);
   auto module = std::make_unique<llvm::Module>(out.name, ctx);
   module->setDataLayout(tm->createDataLayout());
   module->setTargetTriple(kTriple);
@@ -340,7 +372,7 @@ PtxModule compile_ptx(const std::vector<FusedSubgraph>& sgs, const PtxOptions& o
            "a kernel calls libdevice (a transcendental function), and no libdevice.10.bc was "
            "found: set KILN_LIBDEVICE or CUDA_HOME",
            ErrorCode::kUnavailable);
-    link_libdevice(*module, path, out.name);
+    link_libdevice(*module, path, out.name, diagnostics);
   }
   // Only the entries are seen from outside: the loops and libdevice's functions inline into
   // them and go.
@@ -353,6 +385,7 @@ PtxModule compile_ptx(const std::vector<FusedSubgraph>& sgs, const PtxOptions& o
   if (llvm::verifyModule(*module, &err_os)) fail(out.name, "invalid IR: " + err_os.str());
   llvm_ir::optimize_and_dump(out.name, *module, *tm, ".ptx");
   out.ptx = llvm_ir::assembly(*module, *tm);
+  if (!diagnostics.empty()) fail(out.name, "NVPTX: " + diagnostics);
   if (out.ptx.find(".entry") == std::string::npos) fail(out.name, "NVPTX emitted no kernel");
   if (!path.empty()) cache_write(options.cache_dir, path, key, out.ptx);
   out.compile_ms = elapsed_ms();

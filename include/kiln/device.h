@@ -32,15 +32,17 @@ struct MemoryStats {
 };
 
 // The allocator of `device` (a CUDA device; Kiln's host memory has none). Throws kiln::Error:
-// kInvalidArgument for the CPU or a device index this machine lacks, kUnavailable without a GPU
-// (saying why).
+// kInvalidArgument for the CPU or a device index this machine lacks (when it has GPUs),
+// kUnimplemented for GPUs other than cuda:0 (the only one used so far), kUnavailable without a
+// GPU (saying why).
 MemoryStats memory_stats(const Device& device);
 
 // A GPU's memory options, as TensorFlow's: set before the device's first allocation (after it,
 // kFailedPrecondition). Growth (the default) takes memory as it is needed, in regions doubling
 // in size; without it the whole limit is taken at the first allocation. The limit is the most
 // bytes taken from the device; by default KILN_GPU_MEMORY_LIMIT ("8G", "512M", ...) or else the
-// memory free when the allocator is created. A request beyond the limit throws kiln::Error
+// memory free when the allocator is created, less a reserve for the driver and the CUDA
+// libraries (5% of the device, at least 512 MiB). A request beyond the limit throws kiln::Error
 // (kResourceExhausted) naming the request, the limit and the bytes in use. Without a GPU these
 // only check their arguments (a zero limit, the CPU: kInvalidArgument).
 void set_memory_growth(const Device& device, bool enable);

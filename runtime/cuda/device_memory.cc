@@ -1,6 +1,7 @@
 // The CUDA device's BFC allocator and kiln/device.h's memory functions (device_memory.h).
 #include "runtime/cuda/device_memory.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -72,9 +73,16 @@ BfcAllocator& device_allocator() {
   } else if (const char* env = std::getenv("KILN_GPU_MEMORY_LIMIT"); env && *env) {
     o.limit = parse_memory_size(env, "KILN_GPU_MEMORY_LIMIT");
   } else {
+    // The memory free now, less a reserve for what is allocated outside the allocator (the
+    // driver's modules, cuBLASLt's workspace and handles): 5% of the device, at least 512 MiB.
     size_t free = 0, total = 0;
     check(*d, d->cuMemGetInfo(&free, &total), "cuda:0 memory: cuMemGetInfo");
-    o.limit = free;
+    const size_t reserve = std::max<size_t>(total / 20, size_t{512} << 20);
+    if (free <= reserve)
+      throw Error(ErrorCode::kResourceExhausted,
+                  "cuda:0 memory: " + std::to_string(free) + " bytes free, not above the " +
+                      std::to_string(reserve) + " kept for the driver and libraries");
+    o.limit = free - reserve;
   }
   if (s.growth) {
     o.allow_growth = *s.growth;

@@ -50,7 +50,7 @@ struct Driver {
 // there is no driver or no GPU (`why` says which, when given). Loaded once per process.
 const Driver* driver(std::string* why = nullptr);
 
-// "CUDA_ERROR_... (code): text" for a driver error.
+// "text (code)" for a driver error: the driver's description and the CUresult.
 std::string error_string(const Driver& d, CUresult r);
 
 // Throws kiln::Error (kInternal) "<what>: <error_string>" unless r is 0 (CUDA_SUCCESS).

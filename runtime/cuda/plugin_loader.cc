@@ -16,12 +16,15 @@ struct Loaded {
 
 Loaded load() {
   Loaded l;
+  // Beside libkiln first; its error is the one to report (a missing cuBLASLt, say), unless
+  // the library path has the plugin.
   void* lib = dlopen(cuda_plugin_path().c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!lib) lib = dlopen(plugin::kLibrary, RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* why = dlerror();
     l.error = why ? why : "dlopen failed";
-    return l;
+    lib = dlopen(plugin::kLibrary, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return l;
+    l.error.clear();
   }
   auto entry = reinterpret_cast<plugin::EntryFn>(dlsym(lib, plugin::kEntry));
   if (!entry) {

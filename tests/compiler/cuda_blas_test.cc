@@ -133,7 +133,7 @@ TEST(CudaGpu, MatmulGivesTheCpusBits) {
   };
   uint32_t seed = 1;
   for (DType t : {f32, f16, bf16}) {
-    for (Case c : {Case{1, 1, 1}, Case{37, 65, 129}, Case{128, 256, 64}}) {
+    for (Case c : {Case{1, 1, 1}, Case{37, 65, 129}, Case{128, 256, 64}, Case{3, 5, 0}}) {
       for (int mode = 0; mode < 8; ++mode) {
         GpuMatmulOptions o{.trans_a = (mode & 1) != 0, .trans_b = (mode & 2) != 0,
                            .relu = (mode & 4) != 0};

@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -25,7 +27,9 @@ inline std::string ptxas_path() {
 // What ptxas says about `ptx` for sm_<sm>: "" when it assembles it without a complaint.
 inline std::string ptxas_errors(const std::string& ptxas, const std::string& ptx, int sm = 90) {
   const std::string dir = ::testing::TempDir();
-  const std::string base = dir + "/kiln_ptxas_" + std::to_string(getpid());
+  static std::atomic<int> counter{0};
+  const std::string base =
+      dir + "/kiln_ptxas_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
   {
     std::ofstream f(base + ".ptx", std::ios::binary);
     f << ptx;
@@ -35,6 +39,7 @@ inline std::string ptxas_errors(const std::string& ptxas, const std::string& ptx
                                 base + ".log");
   std::remove((base + ".ptx").c_str());
   std::remove((base + ".cubin").c_str());
+  std::remove((base + ".log").c_str());
   if (r.exited_ok() && r.output.find("arning") == std::string::npos) return "";
   return r.output.empty() ? "ptxas failed without a message" : r.output;
 }

@@ -69,13 +69,21 @@ int matmul(const plugin::Matmul* m, char* err, size_t len) {
   if (m->activation != plugin::kNone && m->activation != plugin::kRelu)
     return fail(err, len, "matmul: activation code " + std::to_string(m->activation));
   if (m->m == 0 || m->n == 0) return 0;
+  // An empty sum: cuBLASLt takes no matrix of k = 0, and C is the caller's (act(bias) or 0).
+  if (m->k == 0) return fail(err, len, "matmul: k = 0 (an empty sum: the caller fills C)");
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.handle == nullptr) {
-    if (cublasStatus_t st = cublasLtCreate(&s.handle); st != CUBLAS_STATUS_SUCCESS)
+    if (cublasStatus_t st = cublasLtCreate(&s.handle); st != CUBLAS_STATUS_SUCCESS) {
+      s.handle = nullptr;
       return fail(err, len, lt_error("cublasLtCreate", st));
-    if (cudaError_t e = cudaMalloc(&s.workspace, kWorkspaceBytes); e != cudaSuccess)
+    }
+  }
+  if (s.workspace == nullptr) {
+    if (cudaError_t e = cudaMalloc(&s.workspace, kWorkspaceBytes); e != cudaSuccess) {
+      s.workspace = nullptr;  // asked again next time
       return fail(err, len, std::string("matmul workspace: ") + cudaGetErrorString(e));
+    }
   }
   // Row-major C = A B is column-major C^T = B^T A^T: cuBLASLt's A is our B (n x k, column-major
   // with leading dimension n), its B our A; the bias (one per column of C) is per row of C^T.
