@@ -66,6 +66,39 @@ std::unique_ptr<llvm::orc::LLJIT> jit_module(llvm::orc::JITTargetMachineBuilder 
   return jit;
 }
 
+namespace {
+
+// An empty module for the host's JIT, with its target machine.
+struct HostModule {
+  llvm::orc::JITTargetMachineBuilder jtmb;
+  std::unique_ptr<llvm::TargetMachine> tm;
+  std::unique_ptr<llvm::LLVMContext> ctx;
+  std::unique_ptr<llvm::Module> module;
+};
+
+HostModule new_host_module(const std::string& name) {
+  HostModule h{host_target(), nullptr, std::make_unique<llvm::LLVMContext>(), nullptr};
+  h.tm = unwrap(h.jtmb.createTargetMachine(), "creating the target machine");
+  h.module = std::make_unique<llvm::Module>(name, *h.ctx);
+  h.module->setDataLayout(h.tm->createDataLayout());
+  h.module->setTargetTriple(h.tm->getTargetTriple().str());
+  return h;
+}
+
+// Tunes the emitted module for the host, verifies it, optimises it (and dumps it under
+// KILN_DUMP) and JITs it.
+std::unique_ptr<llvm::orc::LLJIT> optimize_and_jit(HostModule h, const std::string& name) {
+  tune_for_host(*h.module, *h.tm);
+  std::string err;
+  llvm::raw_string_ostream err_os(err);
+  if (llvm::verifyModule(*h.module, &err_os))
+    throw Error(ErrorCode::kInternal, "cpu codegen (" + name + "): invalid IR: " + err_os.str());
+  llvm_ir::optimize_and_dump(name, *h.module, *h.tm, ".s");
+  return jit_module(std::move(h.jtmb), std::move(h.module), std::move(h.ctx));
+}
+
+}  // namespace
+
 std::vector<FusedKernel> compile_elementwise(const std::vector<FusedSubgraph>& sgs) {
   auto t0 = std::chrono::steady_clock::now();
   if (sgs.empty()) return {};
@@ -78,15 +111,9 @@ std::vector<FusedKernel> compile_elementwise(const std::vector<FusedSubgraph>& s
     flats.push_back(llvm_ir::flat_loop_for(sg, shape));
   }
 
-  auto jtmb = host_target();
-  std::unique_ptr<llvm::TargetMachine> tm =
-      unwrap(jtmb.createTargetMachine(), "creating the target machine");
-
   const std::string& name = sgs.size() == 1 ? sgs[0].name : sgs[0].name + "_batch";
-  auto ctx = std::make_unique<llvm::LLVMContext>();
-  auto module = std::make_unique<llvm::Module>(name, *ctx);
-  module->setDataLayout(tm->createDataLayout());
-  module->setTargetTriple(tm->getTargetTriple().str());
+  HostModule host = new_host_module(name);
+  llvm::Module* module = host.module.get();
 
   // One module for every kernel: one optimisation pipeline and one JIT session in all.
   std::vector<int64_t> split_sizes;
@@ -101,15 +128,7 @@ std::vector<FusedKernel> compile_elementwise(const std::vector<FusedSubgraph>& s
   if (grids)
     for (size_t i = 0; i < sgs.size(); ++i)
       llvm_ir::emit_grid_kernel(sgs[i], *module, "grid" + std::to_string(i) + "_");
-  tune_for_host(*module, *tm);
-
-  std::string err;
-  llvm::raw_string_ostream err_os(err);
-  if (llvm::verifyModule(*module, &err_os))
-    throw Error(ErrorCode::kInternal, "cpu codegen (" + name + "): invalid IR: " + err_os.str());
-
-  llvm_ir::optimize_and_dump(name, *module, *tm, ".s");
-  auto jit = jit_module(std::move(jtmb), std::move(module), std::move(ctx));
+  auto jit = optimize_and_jit(std::move(host), name);
   std::vector<KernelFn> fns;
   std::vector<FusedKernel::PartFn> parts;
   for (size_t i = 0; i < sgs.size(); ++i) {
@@ -140,23 +159,11 @@ HostGridKernels compile_grid_kernels_for_host(const std::vector<FusedSubgraph>& 
   HostGridKernels out;
   if (sgs.empty()) return out;
   for (const FusedSubgraph& sg : sgs) sg.validate(fusion_target());
-  auto jtmb = host_target();
-  std::unique_ptr<llvm::TargetMachine> tm =
-      unwrap(jtmb.createTargetMachine(), "creating the target machine");
   const std::string name = sgs[0].name + "_grid";
-  auto ctx = std::make_unique<llvm::LLVMContext>();
-  auto module = std::make_unique<llvm::Module>(name, *ctx);
-  module->setDataLayout(tm->createDataLayout());
-  module->setTargetTriple(tm->getTargetTriple().str());
+  HostModule host = new_host_module(name);
   for (size_t i = 0; i < sgs.size(); ++i)
-    llvm_ir::emit_grid_kernel(sgs[i], *module, "k" + std::to_string(i) + "_");
-  tune_for_host(*module, *tm);
-  std::string err;
-  llvm::raw_string_ostream err_os(err);
-  if (llvm::verifyModule(*module, &err_os))
-    throw Error(ErrorCode::kInternal, "cpu codegen (" + name + "): invalid IR: " + err_os.str());
-  llvm_ir::optimize_and_dump(name, *module, *tm, ".s");
-  auto jit = jit_module(std::move(jtmb), std::move(module), std::move(ctx));
+    llvm_ir::emit_grid_kernel(sgs[i], *host.module, "k" + std::to_string(i) + "_");
+  auto jit = optimize_and_jit(std::move(host), name);
   for (size_t i = 0; i < sgs.size(); ++i)
     out.fns.push_back(unwrap(jit->lookup("k" + std::to_string(i) + "_grid"), "compiling the kernel")
                           .toPtr<GridFn>());

@@ -57,6 +57,19 @@ void check_device(const Device& device, const char* function) {
                 std::string(function) + ": " + device.str() + ": only cuda:0 is used so far");
 }
 
+// Sets one of the allocator's options: before the device's first allocation only.
+template <class F>
+void set_option(const Device& device, const char* function, F set) {
+  check_device(device, function);
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.allocator)
+    throw Error(ErrorCode::kFailedPrecondition,
+                std::string(function) + ": " + device.str() +
+                    " has allocated already; set memory options before its first allocation");
+  set(s);
+}
+
 }  // namespace
 
 BfcAllocator& device_allocator() {
@@ -119,28 +132,16 @@ MemoryStats memory_stats(const Device& device) {
 }
 
 void set_memory_growth(const Device& device, bool enable) {
-  runtime::cuda::check_device(device, "set_memory_growth");
-  auto& s = runtime::cuda::state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (s.allocator)
-    throw Error(ErrorCode::kFailedPrecondition,
-                "set_memory_growth: " + device.str() +
-                    " has allocated already; set memory options before its first allocation");
-  s.growth = enable;
+  runtime::cuda::set_option(device, "set_memory_growth",
+                            [&](runtime::cuda::State& s) { s.growth = enable; });
 }
 
 void set_memory_limit(const Device& device, size_t bytes) {
   if (bytes == 0)
     throw Error(ErrorCode::kInvalidArgument, "set_memory_limit: " + device.str() +
                                                  ": a limit of 0 bytes");
-  runtime::cuda::check_device(device, "set_memory_limit");
-  auto& s = runtime::cuda::state();
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (s.allocator)
-    throw Error(ErrorCode::kFailedPrecondition,
-                "set_memory_limit: " + device.str() +
-                    " has allocated already; set memory options before its first allocation");
-  s.limit = bytes;
+  runtime::cuda::set_option(device, "set_memory_limit",
+                            [&](runtime::cuda::State& s) { s.limit = bytes; });
 }
 
 }  // namespace kiln

@@ -13,6 +13,7 @@
 #include "runtime/cuda/device_memory.h"
 #include "runtime/cuda/driver.h"
 #include "tests/subprocess.h"
+#include "tests/testing/values.h"
 
 namespace kiln {
 namespace {
@@ -21,32 +22,23 @@ using ::testing::HasSubstr;
 
 bool gpu_present(std::string* why) { return runtime::cuda::driver(why) != nullptr; }
 
-template <class F>
-Error error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no error";
-  return Error(ErrorCode::kInternal, "none");
-}
+using test_values::thrown_error;
 
 TEST(DeviceMemory, ArgumentsAreCheckedWithoutAGpu) {
-  Error e = error_of([] { memory_stats(Device::cpu()); });
+  Error e = thrown_error([] { memory_stats(Device::cpu()); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(e.what(), HasSubstr("cpu:0 has no device allocator"));
-  e = error_of([] { set_memory_limit(Device::cuda(0), 0); });
+  e = thrown_error([] { set_memory_limit(Device::cuda(0), 0); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(e.what(), HasSubstr("a limit of 0 bytes"));
-  e = error_of([] { set_memory_growth(Device::cpu(), true); });
+  e = thrown_error([] { set_memory_growth(Device::cpu(), true); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
 }
 
 TEST(DeviceMemory, WithoutAGpuStatsSayWhy) {
   std::string why;
   if (gpu_present(&why)) GTEST_SKIP() << "this machine has a GPU";
-  Error e = error_of([] { memory_stats(Device::cuda(0)); });
+  Error e = thrown_error([] { memory_stats(Device::cuda(0)); });
   EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
   EXPECT_THAT(e.what(), HasSubstr(why));
   // Options may still be set: they apply when a GPU's allocator is created.
@@ -74,7 +66,7 @@ TEST(CudaGpuChild, AllocationsWithin64M) {
   MemoryStats s = memory_stats(Device::cuda(0));
   EXPECT_EQ(s.bytes_limit, size_t{64} << 20);
   EXPECT_GE(s.bytes_in_use, size_t{40} << 20);
-  Error e = error_of([&] { a.allocate(40 << 20); });
+  Error e = thrown_error([&] { a.allocate(40 << 20); });
   EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
   EXPECT_THAT(e.what(), HasSubstr("cuda:0"));
   a.deallocate(p);
@@ -86,7 +78,7 @@ TEST(CudaGpuChild, AllocationsWithin64M) {
   EXPECT_GE(s.peak_bytes_in_use, size_t{40} << 20);
   EXPECT_EQ(s.bytes_in_use, 0u);
   EXPECT_GT(s.num_allocs, 1);
-  e = error_of([] { set_memory_limit(Device::cuda(0), size_t{1} << 30); });
+  e = thrown_error([] { set_memory_limit(Device::cuda(0), size_t{1} << 30); });
   EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
 }
 
