@@ -95,7 +95,7 @@ const FusionTarget& host_fusion_target() { return cpu::fusion_target(); }
 
 namespace {
 
-// KILN_PTX_DIR=<dir>: every fusion the CPU compiles is also compiled for CUDA
+// KILN_PTX_DIR=<dir>: every fusion a compile() JITs for the CPU is also compiled for CUDA
 // (compiler/cuda/ptx.h) and its PTX written to <dir>/<pid>_<n>.ptx, or the compile's error to
 // <pid>_<n>.err, so that ptxas checks the kernels a program's graphs produce on a machine
 // without a GPU (scripts/check_ptx.sh runs the test suite's graphs so). Each file is written
@@ -108,7 +108,8 @@ void write_ptx_for_checking(const std::vector<FusedSubgraph>& subgraphs) {
                            std::to_string(counter++);
   std::string text, ext = ".ptx";
   try {
-    text = cuda::compile_ptx(subgraphs).ptx;
+    DumpScope no_dump("");  // the CPU compile's dump stays the CPU's
+    text = cuda::compile_ptx(subgraphs, {.sm = 90, .libdevice = "", .cache_dir = ""}).ptx;
   } catch (const Error& e) {
     text = std::string(e.what()) + "\n";
     ext = ".err";

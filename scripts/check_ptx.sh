@@ -1,15 +1,22 @@
 #!/bin/sh
 # Checks with ptxas that the CUDA code generator's PTX assembles for sm_90, for every fused kernel
-# the test suite's compiled graphs produce: runs those tests with KILN_PTX_DIR (each fusion the
-# CPU compiles is also lowered to PTX, compiler/executable.cc), then ptxas on every file.
+# the test suite's compiled graphs produce: runs those tests with KILN_PTX_DIR (each fusion a
+# compile() JITs for the CPU is also lowered to PTX, compiler/executable.cc), then ptxas on every
+# file.
 #   scripts/check_ptx.sh BUILD_DIR [GTEST_FILTER]
-# Exits 0 when every kernel assembles, 1 listing the failures, 77 (a skip) without ptxas.
+# Exits 0 when every kernel assembles, 1 listing the failures, 77 (a skip) without ptxas or
+# libdevice.
 set -u
 build=${1:?usage: check_ptx.sh BUILD_DIR [GTEST_FILTER]}
 filter=${2:-'Shard/CompiledRandomGraphs.MatchTheInterpreter/0:Shard/CompiledRandomKernelOpGraphs.MatchTheInterpreter/0:Shard/CompiledRandomGradients.MatchTheInterpreter/0:Fusion*:IndexMapFusion*:NarrowFusion*:MlpStep*:Executable*'}
 ptxas=${KILN_PTXAS:-${CUDA_HOME:-/usr/local/cuda}/bin/ptxas}
 if [ ! -x "$ptxas" ]; then
   echo "SKIP: no ptxas at $ptxas (the CUDA toolkit): PTX not checked"
+  exit 77
+fi
+libdevice=${KILN_LIBDEVICE:-${CUDA_HOME:-/usr/local/cuda}/nvvm/libdevice/libdevice.10.bc}
+if [ ! -e "$libdevice" ]; then
+  echo "SKIP: no libdevice at $libdevice: kernels with transcendental functions cannot be linked"
   exit 77
 fi
 dir=$(mktemp -d "${TMPDIR:-/tmp}/kiln_ptx.XXXXXX")

@@ -1,6 +1,6 @@
 // LLVM's side of the CUDA fused kernels (ptx.h): the NVPTX target machine, the entry kernels,
-// libdevice, and the PTX. With compiler/llvm_ir/ and compiler/cpu/jit.cc, the only files with
-// LLVM headers.
+// libdevice, the PTX and its disk cache. One of the few files with LLVM headers
+// (docs/architecture.md lists them).
 #include "compiler/cuda/ptx.h"
 
 #include <llvm/Bitcode/BitcodeReader.h>
@@ -18,6 +18,7 @@
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +35,7 @@
 
 #include <llvm/Config/llvm-config.h>
 
+#include "compiler/dump.h"
 #include "compiler/llvm_ir/grid_kernel.h"
 #include "compiler/llvm_ir/loop_target.h"
 #include "compiler/llvm_ir/optimize.h"
@@ -213,6 +215,9 @@ void emit_entry(llvm::Module& m, const std::string& entry, const std::string& pr
   m.getOrInsertNamedMetadata("nvvm.annotations")->addOperand(llvm::MDNode::get(ctx, md));
 }
 
+// Kernel i's entry name, "k<i>". (Appended: GCC 12 warns, falsely, on "literal" + std::string.)
+std::string kernel_entry(size_t i) { return std::string("k").append(std::to_string(i)); }
+
 // ---- the on-disk cache ----
 
 uint64_t fnv1a(const std::string& s) {
@@ -224,17 +229,37 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+// This build of libkiln: its path, size and modification time, so that a rebuilt emitter never
+// reads the PTX of the last one.
+std::string library_identity() {
+  static const std::string id = [] {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&find_libdevice), &info) == 0 || !info.dli_fname)
+      return std::string("unknown");
+    std::error_code ec;
+    const std::filesystem::path lib = std::filesystem::canonical(info.dli_fname, ec);
+    const auto size = std::filesystem::file_size(lib, ec);
+    const auto time = std::filesystem::last_write_time(lib, ec).time_since_epoch().count();
+    return lib.string() + ":" + std::to_string(size) + ":" + std::to_string(time);
+  }();
+  return id;
+}
+
 std::string cache_key(const std::vector<FusedSubgraph>& sgs, const PtxOptions& options,
                       const std::string& libdevice) {
-  std::string key = "kiln-ptx 1 kiln " + std::string(version()) + " llvm " LLVM_VERSION_STRING
-                    " sm_" + std::to_string(options.sm);
+  std::string key = "kiln-ptx 2 kiln ";
+  key += version();
+  key += " ";
+  key += library_identity();
+  key += " llvm " LLVM_VERSION_STRING " sm_";
+  key += std::to_string(options.sm);
   if (!libdevice.empty()) {
     std::error_code ec;
     key += " libdevice " + libdevice + ":" +
            std::to_string(std::filesystem::file_size(libdevice, ec));
   }
   for (const FusedSubgraph& sg : sgs)
-    key += "\n" + llvm_ir::structural_key(sg, /*size_free_flat_loops=*/false);
+    key.append("\n").append(llvm_ir::structural_key(sg, /*size_free_flat_loops=*/false));
   return key;
 }
 
@@ -244,22 +269,27 @@ std::string cache_path(const std::string& dir, const std::string& key) {
   return dir + "/" + name;
 }
 
-// The PTX stored under `key`, or "" (absent, unreadable, another key, damaged).
+// The PTX stored under `key`, or "" (absent, unreadable, another key, damaged). The file: a
+// header line "<key length> <PTX length> <FNV-1a of the PTX, hex>", the key, then the PTX; a file
+// cut short or altered anywhere fails the lengths or the checksum.
 std::string cache_read(const std::string& path, const std::string& key) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return "";
   std::stringstream ss;
   ss << f.rdbuf();
   const std::string text = ss.str();
-  // The file: the key's length, a newline, the key, then the PTX, which ends with its entries.
-  size_t nl = text.find('\n');
+  const size_t nl = text.find('\n');
   if (nl == std::string::npos) return "";
-  char* end = nullptr;
-  unsigned long long n = std::strtoull(text.c_str(), &end, 10);
-  if (end != text.c_str() + nl || text.size() < nl + 1 + n || text.compare(nl + 1, n, key) != 0)
+  unsigned long long key_size = 0, ptx_size = 0, sum = 0;
+  int used = 0;
+  if (std::sscanf(text.substr(0, nl).c_str(), "%llu %llu %llx%n", &key_size, &ptx_size, &sum,
+                  &used) != 3 ||
+      static_cast<size_t>(used) != nl)
     return "";
-  std::string ptx = text.substr(nl + 1 + n);
-  if (ptx.find(".entry") == std::string::npos || ptx.back() != '\n') return "";
+  if (text.size() != nl + 1 + key_size + ptx_size || text.compare(nl + 1, key_size, key) != 0)
+    return "";
+  std::string ptx = text.substr(nl + 1 + key_size);
+  if (fnv1a(ptx) != sum) return "";
   return ptx;
 }
 
@@ -272,7 +302,10 @@ void cache_write(const std::string& dir, const std::string& path, const std::str
       path + ".tmp" + std::to_string(getpid()) + "_" + std::to_string(counter++);
   {
     std::ofstream f(tmp, std::ios::binary);
-    f << key.size() << "\n" << key << ptx;
+    char header[64];
+    std::snprintf(header, sizeof header, "%zu %zu %016llx\n", key.size(), ptx.size(),
+                  static_cast<unsigned long long>(fnv1a(ptx)));
+    f << header << key << ptx;
     if (!f.flush()) {
       f.close();
       std::filesystem::remove(tmp, ec);
@@ -316,7 +349,7 @@ PtxModule compile_ptx(const std::vector<FusedSubgraph>& sgs, const PtxOptions& o
   std::unique_ptr<llvm::TargetMachine> tm = nvptx_machine(options.sm, out.name);
   for (size_t i = 0; i < sgs.size(); ++i) {
     PtxKernel k;
-    k.entry = "k" + std::to_string(i);
+    k.entry = kernel_entry(i);
     k.items = llvm_ir::grid_items(sgs[i]);
     k.num_inputs = static_cast<int>(sgs[i].inputs.size());
     k.num_outputs = static_cast<int>(sgs[i].outputs.size());
@@ -330,7 +363,10 @@ PtxModule compile_ptx(const std::vector<FusedSubgraph>& sgs, const PtxOptions& o
         .count();
   };
   std::string key, path;
-  if (!options.cache_dir.empty()) {
+  // A compile that dumps writes its kernels afresh, as the CPU's kernel cache does.
+  const char* dump_env = std::getenv("KILN_DUMP");
+  const bool dumping = !current_dump_dir().empty() || (dump_env != nullptr && *dump_env != '\0');
+  if (!options.cache_dir.empty() && !dumping) {
     std::string libdevice = options.libdevice.empty() ? find_libdevice() : options.libdevice;
     key = cache_key(sgs, options, libdevice);
     path = cache_path(options.cache_dir, key);
@@ -360,7 +396,7 @@ PtxModule compile_ptx(const std::vector<FusedSubgraph>& sgs, const PtxOptions& o
   module->setDataLayout(tm->createDataLayout());
   module->setTargetTriple(kTriple);
   for (size_t i = 0; i < sgs.size(); ++i) {
-    const std::string prefix = "k" + std::to_string(i) + "_";
+    const std::string prefix = kernel_entry(i) + "_";
     llvm_ir::emit_grid_kernel(sgs[i], *module, prefix);
     const PtxKernel& k = out.kernels[i];
     emit_entry(*module, k.entry, prefix, k.num_inputs, k.num_outputs);

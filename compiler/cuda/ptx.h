@@ -29,7 +29,8 @@ struct PtxOptions {
   std::string libdevice;   // libdevice.10.bc; "": find_libdevice()
   // Where compiled modules are kept across processes, one file per module named by a hash of
   // its key (every subgraph's structural_key with shapes, the sm, LLVM's and Kiln's versions,
-  // libdevice's path and size); the file holds the key, so a collision or a damaged file is a
+  // this libkiln's path, size and time, libdevice's path and size); a compile that dumps
+  // (KILN_DUMP) neither reads it nor is served from it, but compiles afresh and writes it; the file holds the key, so a collision or a damaged file is a
   // miss, and a miss is written whole, then renamed into place. "": none. (The driver keeps
   // its own cache of the machine code it builds from PTX.)
   std::string cache_dir = default_ptx_cache_dir();

@@ -427,7 +427,7 @@ class Emitter {
       case DType::i8: return b_.getInt8Ty();
       case DType::bf16: return b_.getInt16Ty();
       case DType::f16: return b_.getInt16Ty();
-      default: throw Error(ErrorCode::kUnimplemented, "cpu codegen: unsupported dtype");
+      default: throw Error(ErrorCode::kUnimplemented, "codegen: unsupported dtype");
     }
   }
   // bool values live as i1, bf16 and f16 values as the f32 they widen to exactly.
@@ -1007,7 +1007,7 @@ class Emitter {
       case EltOp::kClamp:
         return max_min(max_min(x, a[1], fp, true), a[2], fp, false);
     }
-    throw Error(ErrorCode::kInternal, "cpu codegen: unhandled op");
+    throw Error(ErrorCode::kInternal, "codegen: unhandled op");
   }
 
   Value* zero(DType t) { return llvm::Constant::getNullValue(reg_type(t)); }

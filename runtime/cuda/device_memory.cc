@@ -47,7 +47,7 @@ void check_device(const Device& device, const char* function) {
     throw Error(ErrorCode::kInvalidArgument,
                 std::string(function) + ": " + device.str() +
                     " has no device allocator (host memory is the system's)");
-  const int n = cuda_device_count();
+  const int n = device_count();
   if (n > 0 && (device.index < 0 || device.index >= n))
     throw Error(ErrorCode::kInvalidArgument, std::string(function) + ": " + device.str() +
                                                  ": this machine has " + std::to_string(n) +

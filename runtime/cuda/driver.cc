@@ -13,6 +13,7 @@ namespace {
 struct Loaded {
   Driver d;
   bool ok = false;
+  int count = 0;
   std::string why;
 };
 
@@ -63,6 +64,7 @@ Loaded load() {
     return l;
   }
   l.ok = true;
+  l.count = count;
   return l;
 }
 
@@ -79,14 +81,25 @@ void check(const Driver& d, CUresult r, const std::string& what) {
   if (r != 0) throw Error(ErrorCode::kInternal, what + ": " + error_string(d, r));
 }
 
-const Driver* driver(std::string* why) {
+namespace {
+
+const Loaded& loaded_driver() {
   static const Loaded loaded = load();
+  return loaded;
+}
+
+}  // namespace
+
+int device_count() { return loaded_driver().count; }
+
+const Driver* driver(std::string* why) {
+  const Loaded& loaded = loaded_driver();
   if (!loaded.ok) {
     if (why) *why = loaded.why;
     return nullptr;
   }
   // Each thread that calls in gets device 0's primary context (retained once per thread).
-  thread_local bool current = [] {
+  thread_local bool current = [&loaded] {
     CUdevice dev = 0;
     CUcontext ctx = nullptr;
     check(loaded.d, loaded.d.cuDeviceGet(&dev, 0), "cuDeviceGet(0)");

@@ -50,6 +50,9 @@ struct Driver {
 // there is no driver or no GPU (`why` says which, when given). Loaded once per process.
 const Driver* driver(std::string* why = nullptr);
 
+// The GPUs the driver reports (0 without a driver or a GPU); creates no context.
+int device_count();
+
 // "text (code)" for a driver error: the driver's description and the CUresult.
 std::string error_string(const Driver& d, CUresult r);
 
