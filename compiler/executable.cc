@@ -15,8 +15,10 @@
 #include <unistd.h>
 
 #include "compiler/control_flow.h"
+#include "compiler/cpu/emulated_device.h"
 #include "compiler/cpu/fusion_target.h"
 #include "compiler/cpu/kernel_cache.h"
+#include "compiler/cuda/device_backend.h"
 #include "compiler/cuda/ptx.h"
 #include "compiler/dump.h"
 #include "compiler/executable_impl.h"
@@ -124,16 +126,17 @@ void write_ptx_for_checking(const std::vector<FusedSubgraph>& subgraphs) {
   if (!written || std::rename(tmp.c_str(), (base + ext).c_str()) != 0) std::remove(tmp.c_str());
 }
 
-// Runs the fusion pass for the CPU over the optimized graph, now that its types are concrete;
+// Runs the fusion pass for `target` over the optimized graph, now that its types are concrete;
 // the pass's dump shows every node's group.
-FusionPlan fuse(const CompiledGraph& cg, const std::vector<std::vector<TensorType>>& types,
-                const std::vector<bool>& needed, const std::vector<ValueRef>& fetched) {
+FusionPlan fuse(const FusionTarget& target, const CompiledGraph& cg,
+                const std::vector<std::vector<TensorType>>& types, const std::vector<bool>& needed,
+                const std::vector<ValueRef>& fetched) {
   Module module;
   module.graph = cg.graph;
   module.outputs = fetched;
   module.types = types;
   module.needed = needed;
-  auto pass = std::make_unique<Fusion>(host_fusion_target());
+  auto pass = std::make_unique<Fusion>(target);
   Fusion* fusion = pass.get();
   Pipeline pipeline("lower");
   pipeline.add(std::move(pass));
@@ -141,19 +144,59 @@ FusionPlan fuse(const CompiledGraph& cg, const std::vector<std::vector<TensorTyp
   return fusion->plan();
 }
 
-}  // namespace
+// A dot a device runs: 2-d operands of a dtype it takes, one contracted axis each, no batch
+// axes, no empty dimension. Sets t.dot's shape and transposes.
+bool device_dot(const DeviceBackend& device, const detail::Node& node,
+                const std::vector<TensorType>& in, Thunk& t) {
+  if (node.op != "dot" || in.size() != 2 || in[0].shape.size() != 2 ||
+      in[1].shape.size() != 2 || in[0].dtype != in[1].dtype || !device.dot_dtype(in[0].dtype))
+    return false;
+  const Attrs& a = node.attrs;
+  if ((a.has("lhs_batch") && !a.get_ints("lhs_batch").empty()) ||
+      (a.has("rhs_batch") && !a.get_ints("rhs_batch").empty()))
+    return false;
+  const std::vector<int64_t>& lc = a.get_ints("lhs_contract");
+  const std::vector<int64_t>& rc = a.get_ints("rhs_contract");
+  if (lc.size() != 1 || rc.size() != 1) return false;
+  t.dot.dtype = in[0].dtype;
+  t.dot.trans_a = lc[0] == 0;
+  t.dot.trans_b = rc[0] == 1;
+  t.dot.m = in[0].shape[t.dot.trans_a ? 1 : 0];
+  t.dot.k = in[0].shape[t.dot.trans_a ? 0 : 1];
+  t.dot.n = in[1].shape[t.dot.trans_b ? 0 : 1];
+  return t.dot.m > 0 && t.dot.n > 0 && t.dot.k > 0;
+}
 
-Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const FeedList& feeds,
-                   const std::vector<Donation>& donations) {
+// KILN_TEST_ONLY_DEVICE=emulated-gpu: every compile() without a device builds a device program
+// for the emulated GPU (compiler/cpu/emulated_device.h), so that the compiled-graph tests check
+// the device executable without a GPU. Nothing in Kiln sets it. Read once per process.
+std::shared_ptr<const DeviceBackend> test_device() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_TEST_ONLY_DEVICE");
+    return v != nullptr && std::string(v) == "emulated-gpu";
+  }();
+  return on ? cpu::emulated_gpu() : nullptr;
+}
+
+Executable compile_impl(const std::shared_ptr<const DeviceBackend>& device, const Graph& graph,
+                        const std::vector<Tensor>& outputs, const FeedList& feeds,
+                        const std::vector<Donation>& donations) {
   DumpScope dump(new_dump_dir(graph.name(), dump_signature(feeds)));
   auto impl = std::make_shared<Executable::Impl>();
   Impl& im = *impl;
   im.name = graph.name();
+  im.device = device;
+  const FusionTarget& target = device ? device->fusion_target() : host_fusion_target();
   if (const char* env = std::getenv("KILN_PROFILE"); env && std::string(env) == "1") {
     im.report_profile = true;
     im.profiling = true;
   }
-  im.cg = optimize(graph, outputs);
+  if (device) {
+    Pipeline pipeline = default_pipeline(Rewrites::kAll, &target);
+    im.cg = optimize(graph, outputs, pipeline);
+  } else {
+    im.cg = optimize(graph, outputs);
+  }
   const CompiledGraph& cg = im.cg;
   im.nodes = nodes_of(cg.graph);
   const auto& nodes = im.nodes;
@@ -170,7 +213,7 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
   std::vector<int> placeholders;
   infer_node_types(im, needed, fed, placeholders);
 
-  FusionPlan plan = fuse(cg, im.types, needed, fetched);
+  FusionPlan plan = fuse(target, cg, im.types, needed, fetched);
   im.fusion_log = plan.log();
 
   // One unit per group and per other needed non-placeholder node; JIT each group. Nodes without
@@ -183,7 +226,7 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
   std::vector<int> lowered_groups;
   for (int gi = 0; gi < static_cast<int>(plan.groups.size()); ++gi) {
     try {
-      lowered[gi] = lower_fusion_group(host_fusion_target(), gi, plan, nodes, im.types);
+      lowered[gi] = lower_fusion_group(target, gi, plan, nodes, im.types);
       lowered[gi].subgraph.name = "fused_" + std::to_string(subgraphs.size());
       subgraphs.push_back(lowered[gi].subgraph);
       lowered_groups.push_back(gi);
@@ -193,8 +236,13 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
     }
   }
   std::vector<std::string> errors;
-  std::vector<cpu::FusedKernel> compiled = cached_kernels(subgraphs, &errors);
-  if (std::getenv("KILN_PTX_DIR") != nullptr) {
+  std::vector<cpu::FusedKernel> compiled;
+  std::vector<std::shared_ptr<const DeviceKernel>> device_kernels;
+  if (device)
+    device_kernels = device->compile(subgraphs, &errors);
+  else
+    compiled = cached_kernels(subgraphs, &errors);
+  if (!device && std::getenv("KILN_PTX_DIR") != nullptr) {
     std::vector<FusedSubgraph> ok;
     for (size_t k = 0; k < subgraphs.size(); ++k)
       if (errors[k].empty()) ok.push_back(subgraphs[k]);
@@ -208,7 +256,13 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
       continue;  // its nodes get kernel thunks below
     }
     Thunk t;
-    im.kernels.push_back(std::make_shared<cpu::FusedKernel>(std::move(compiled[k])));
+    if (device) {
+      im.kernels.push_back(device_kernels[k]);
+      im.device_kernels.push_back(device_kernels[k]);
+      t.on_device = true;
+    } else {
+      im.kernels.push_back(std::make_shared<cpu::FusedKernel>(std::move(compiled[k])));
+    }
     t.fused = static_cast<int>(im.kernels.size()) - 1;
     t.inputs = std::move(lowered[gi].inputs);
     t.outputs = std::move(lowered[gi].outputs);
@@ -237,6 +291,9 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
     for (const ValueRef& in : node.inputs) in_types.push_back(im.types[in.node][in.output]);
     if (ops::is_control_flow(node.op)) {
       t.kernel = control_flow_kernel(node, in_types, im.control_flow_kernels, &t.description);
+    } else if (device && device_dot(*device, node, in_types, t)) {
+      t.on_device = true;
+      t.description += " on " + device->name();
     } else {
       try {
         t.kernel = &runtime::find_cpu_kernel(*node.def, in_types, im.types[id]);
@@ -267,6 +324,31 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
     std::ofstream(dir + "/fusion.txt") << im.fusion_log;
   }
   return Executable(std::move(impl));
+}
+
+}  // namespace
+
+Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const FeedList& feeds,
+                   const std::vector<Donation>& donations) {
+  return compile_impl(test_device(), graph, outputs, feeds, donations);
+}
+
+Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const FeedList& feeds,
+                   const std::vector<Donation>& donations, const CompileOptions& options) {
+  if (options.device.type == DeviceType::kCpu) {
+    if (options.device.index != 0)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "compile: no device " + options.device.str() + " (the host is cpu:0)");
+    return compile_impl(nullptr, graph, outputs, feeds, donations);
+  }
+  return compile_impl(cuda::device_backend(options.device), graph, outputs, feeds, donations);
+}
+
+Executable compile_for_device(const std::shared_ptr<const DeviceBackend>& device,
+                              const Graph& graph, const std::vector<Tensor>& outputs,
+                              const FeedList& feeds, const std::vector<Donation>& donations) {
+  if (!device) throw Error(ErrorCode::kInvalidArgument, "compile_for_device: no device");
+  return compile_impl(device, graph, outputs, feeds, donations);
 }
 
 std::vector<Tensor> Executable::run(const FeedList& feeds) const {

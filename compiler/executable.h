@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "compiler/pipeline.h"
+#include "kiln/device.h"
 #include "kiln/graph.h"
 
 namespace kiln::compiler {
@@ -149,5 +150,19 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
 // feed's.
 Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const FeedList& feeds,
                    const std::vector<Donation>& donations);
+
+// Where a compiled program runs.
+struct CompileOptions {
+  // cpu:0, the host; or a GPU, cuda:N: a device program, whose fused loops (as CUDA kernels)
+  // and 2-d f32/f16/bf16 dots (cuBLASLt) run on the GPU, over a device arena with the host
+  // arena's plan, and every other op on the host, its inputs copied down from the device and
+  // its outputs up only when the other side reads them. Feeds and fetched outputs are host
+  // tensors. A device program refuses donations (run_donating runs it as run() does).
+  Device device = Device::cpu();
+};
+// Throws kiln::Error: kInvalidArgument for a device this machine lacks, kUnavailable without a
+// GPU or without the CUDA backend (saying which), as well as compile()'s errors.
+Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const FeedList& feeds,
+                   const std::vector<Donation>& donations, const CompileOptions& options);
 
 }  // namespace kiln::compiler

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/device_backend.h"
 #include "compiler/executable.h"
 #include "compiler/fused_subgraph.h"
 #include "compiler/schedule.h"
@@ -60,6 +62,9 @@ struct Executable::Impl {
     std::vector<int> out_alias;         // per output: the donation it writes directly, or -1
     std::vector<int> copies_after;      // donations copied into their feed after this thunk
     std::string description;
+    // A device program's dot that runs on the device (its pointers are filled per run).
+    bool on_device = false;  // fused thunks of a device program run there too
+    DeviceDot dot;
   };
   // A donation (input-output alias) and how the plan writes it.
   struct Alias {
@@ -85,6 +90,10 @@ struct Executable::Impl {
   std::vector<std::pair<int, Tensor>> constants;  // slot, value
   std::vector<int> fetched;                       // slot of each requested output
   std::vector<std::shared_ptr<const CompiledFusion>> kernels;  // by the backend
+  // A program compiled for a device (compile_for_device): its backend; kernels are then its
+  // DeviceKernels, also held here with their type.
+  std::shared_ptr<const DeviceBackend> device;
+  std::vector<std::shared_ptr<const DeviceKernel>> device_kernels;  // parallel to kernels
   std::vector<std::unique_ptr<KernelDef>> control_flow_kernels;  // compiler/control_flow.h
   std::vector<Thunk> thunks;
   std::vector<Alias> aliases;
@@ -177,7 +186,19 @@ bool copy_into(const Tensor& buffer, const Tensor& from, int64_t bytes);
 void settle_donated(const Impl& im, const ArenaLease& arena, const std::vector<Tensor>& donated,
                     const Impl::Slot& slot, Tensor& out);
 
-// run.cc: one run.
+// run_device.cc: one run of a device program (im.device set), donations refused.
+std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, StepProfile* profile);
+
+// run.cc: one run, and what run_device.cc shares with it.
+using ProfileClock = std::chrono::steady_clock;
+double us_since(ProfileClock::time_point t0);
+bool is_gemm_or_conv(const std::string& op);
+// The caller's feeds into `slots`; throws kiln::Error naming a wrong or missing feed.
+void bind_feeds(const Impl& im, const FeedList& feeds, std::vector<Tensor>& slots);
+// A kernel's output that views an arena value other than its own place is copied there (or,
+// fetched, into a fresh tensor).
+void settle_kernel_output(const ArenaLease& arena, const Impl::Slot& slot, Tensor& out);
+
 std::vector<Tensor> run_impl(const Impl& im, const FeedList& feeds, FeedList* donor);
 // run_impl's walk; with `profile`, each thunk's time is added to it by kind (compiler/run.cc).
 std::vector<Tensor> run_steps(const Impl& im, const FeedList& feeds, FeedList* donor,

@@ -157,7 +157,7 @@ bool Pipeline::run_pass(Pass& pass, Module& module, const std::string& label) {
   return changed;
 }
 
-Pipeline default_pipeline(Rewrites rewrites) {
+Pipeline default_pipeline(Rewrites rewrites, const FusionTarget* target) {
   Pipeline p("optimize", rewrites);
   p.add(std::make_unique<Verify>());
   std::vector<std::unique_ptr<Pass>> simplify;
@@ -170,7 +170,7 @@ Pipeline default_pipeline(Rewrites rewrites) {
   p.add_fixed_point(std::move(simplify), 8);
   p.add(std::make_unique<LayoutFolding>());  // not exact: after the exact group
   // Exact pipelines fuse only f32 and f64 epilogues (bf16/f16 ones round once, not per op).
-  p.add(std::make_unique<EpilogueFusion>(/*fuse_narrow=*/rewrites == Rewrites::kAll));
+  p.add(std::make_unique<EpilogueFusion>(/*fuse_narrow=*/rewrites == Rewrites::kAll, target));
   p.add(std::make_unique<ConvPoolGradFusion>());  // reads the pools epilogue fusion made
   p.add(std::make_unique<Dce>());  // what the epilogues absorbed (relu's 0, the bias add)
   p.add(std::make_unique<DropConvOutputs>());  // after DCE removed the readers fusion left

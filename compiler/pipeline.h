@@ -15,6 +15,8 @@
 
 namespace kiln::compiler {
 
+class FusionTarget;  // compiler/passes/fusion.h
+
 // Which rewrites a pipeline may make: every pass, or only those whose results are bit-identical
 // to the original graph's (Pass::exact).
 enum class Rewrites { kAll, kExact };
@@ -81,8 +83,9 @@ struct CompiledGraph {
 // The standard pipeline: verify, then {constant folding, algebraic simplification, CSE, DCE} to a
 // fixed point, then layout folding (transposes into dot operands; not exact), epilogue fusion
 // (bias add and activation into fused_dot / fused_conv), DCE, verify. kExact leaves out the
-// layout pass.
-Pipeline default_pipeline(Rewrites rewrites = Rewrites::kAll);
+// layout pass. Epilogue fusion asks `target` (null: the host's) which fused ops exist.
+Pipeline default_pipeline(Rewrites rewrites = Rewrites::kAll,
+                          const FusionTarget* target = nullptr);
 
 // A module over a copy of `graph` whose outputs are `outputs` (symbolic values of `graph`).
 Module make_module(const Graph& graph, const std::vector<Tensor>& outputs);

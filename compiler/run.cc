@@ -8,11 +8,8 @@
 
 namespace kiln::compiler {
 
-namespace {
-
 // A kernel may return a view of one of its inputs (reshape) instead of writing the buffer
-// handed to it. An arena value viewed that way is copied to where the plan put this output
-// (or, for a fetched output, to a fresh tensor): the input's memory is reused once it dies.
+// handed to it: the input's memory is reused once it dies.
 void settle_kernel_output(const ArenaLease& arena, const Impl::Slot& slot, Tensor& out) {
   if (out.nbytes() == 0) return;
   const void* p = out.raw_data();
@@ -24,6 +21,8 @@ void settle_kernel_output(const ArenaLease& arena, const Impl::Slot& slot, Tenso
   out = std::move(copy);
 }
 
+namespace {
+
 // The slot a feed key binds, or kNotFed.
 int feed_slot_of(const Impl& im, const Tensor& key) {
   if (key.defined() && key.impl()->graph == im.cg.original_) {
@@ -32,6 +31,8 @@ int feed_slot_of(const Impl& im, const Tensor& key) {
   }
   return Impl::kNotFed;
 }
+
+}  // namespace
 
 void bind_feeds(const Impl& im, const FeedList& feeds, std::vector<Tensor>& slots) {
   for (const auto& [key, value] : feeds) {
@@ -64,14 +65,8 @@ void bind_feeds(const Impl& im, const FeedList& feeds, std::vector<Tensor>& slot
   }
 }
 
-}  // namespace
-
 // One run. With `donor` (the caller's feeds, as run_donating got them), donated feeds are
 // taken from it and written in place when held by nobody else.
-namespace {
-
-using ProfileClock = std::chrono::steady_clock;
-
 double us_since(ProfileClock::time_point t0) {
   return std::chrono::duration<double, std::micro>(ProfileClock::now() - t0).count();
 }
@@ -80,8 +75,6 @@ bool is_gemm_or_conv(const std::string& op) {
   return op == "dot" || op == "fused_dot" || op.rfind("convolution", 0) == 0 ||
          op.rfind("fused_conv", 0) == 0;
 }
-
-}  // namespace
 
 void add_run(StepProfile& sum, const StepProfile& p) {
   sum.runs += 1;
@@ -94,12 +87,19 @@ void add_run(StepProfile& sum, const StepProfile& p) {
 }
 
 std::vector<Tensor> run_impl(const Impl& im, const FeedList& feeds, FeedList* donor) {
+  // A device program refuses donations: its values live in device memory (the fed buffers stay
+  // the caller's, unchanged).
+  if (im.device && donor) im.donations_refused += static_cast<int64_t>(im.aliases.size());
+  auto steps = [&](StepProfile* profile) {
+    return im.device ? run_device_steps(im, feeds, profile)
+                     : run_steps(im, feeds, donor, profile);
+  };
   const bool own = im.profiling.load(std::memory_order_relaxed), global = global_profiling();
-  if (!own && !global) return run_steps(im, feeds, donor, nullptr);
+  if (!own && !global) return steps(nullptr);
   StepProfile p;
   p.thunk_us.assign(im.thunks.size(), 0.0);
   const auto t0 = ProfileClock::now();
-  std::vector<Tensor> result = run_steps(im, feeds, donor, &p);
+  std::vector<Tensor> result = steps(&p);
   p.total_us = us_since(t0);
   if (global) note_globally_profiled(im);
   std::lock_guard<std::mutex> lock(im.profile_mu);

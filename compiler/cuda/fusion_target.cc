@@ -3,22 +3,7 @@
 #include "compiler/llvm_ir/loop_target.h"
 
 namespace kiln::compiler::cuda {
-namespace {
 
-class CudaFusionTarget final : public llvm_ir::LoopFusionTarget {
- public:
-  bool epilogue_dtype(DType) const override { return false; }
-  std::string fused_dot_layout_refusal(const Shape&, const Shape&, const Attrs&) const override {
-    return "the CUDA backend has no fused dot";
-  }
-  bool conv_pool_dtype(DType) const override { return false; }
-};
-
-}  // namespace
-
-const FusionTarget& fusion_target() {
-  static const CudaFusionTarget target;
-  return target;
-}
+const FusionTarget& fusion_target() { return llvm_ir::loop_only_fusion_target(); }
 
 }  // namespace kiln::compiler::cuda

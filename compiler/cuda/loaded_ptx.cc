@@ -100,6 +100,16 @@ void LoadedPtx::launch(size_t k, std::vector<CUdeviceptr>& args) const {
       "cuda (" + module_.name + "): launching " + kernel.entry);
 }
 
+void LoadedPtx::launch_on_device(size_t k, void* const* inputs, void* const* outputs) const {
+  const PtxKernel& kernel = module_.kernels.at(k);
+  std::vector<CUdeviceptr> args;
+  for (int i = 0; i < kernel.num_inputs; ++i)
+    args.push_back(reinterpret_cast<CUdeviceptr>(inputs[i]));
+  for (int o = 0; o < kernel.num_outputs; ++o)
+    args.push_back(reinterpret_cast<CUdeviceptr>(outputs[o]));
+  launch(k, args);
+}
+
 std::vector<Tensor> LoadedPtx::run(size_t k, const std::vector<Tensor>& inputs) const {
   const std::string what = "cuda (" + module_.name + ")";
   const Driver& d = need_driver(what);

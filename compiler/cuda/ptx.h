@@ -92,6 +92,9 @@ class LoadedPtx {
   // Kernel `k` on `inputs` (host tensors of its input types); throws kiln::Error
   // (kInvalidArgument naming the input and the types; kInternal for a driver error).
   std::vector<Tensor> run(size_t k, const std::vector<Tensor>& inputs) const;
+  // Kernel `k` on device pointers (one per input buffer, then per output, of its types),
+  // queued on the default stream. Throws kiln::Error (kInternal for a driver error).
+  void launch_on_device(size_t k, void* const* inputs, void* const* outputs) const;
   // For benchmarks: kernel `k`'s seconds a run, the mean of `reps` launches on device-resident
   // copies of `inputs` after one warm-up (the copies are not timed).
   double seconds_per_run(size_t k, const std::vector<Tensor>& inputs, int reps) const;

@@ -172,4 +172,22 @@ FusionDecision LoopFusionTarget::can_reduce(const detail::Node& node,
   return why.empty() ? FusionDecision::allow() : FusionDecision::forbid(why);
 }
 
+namespace {
+
+class LoopOnlyFusionTarget final : public LoopFusionTarget {
+ public:
+  bool epilogue_dtype(DType) const override { return false; }
+  std::string fused_dot_layout_refusal(const Shape&, const Shape&, const Attrs&) const override {
+    return "this target has no fused dot";
+  }
+  bool conv_pool_dtype(DType) const override { return false; }
+};
+
+}  // namespace
+
+const FusionTarget& loop_only_fusion_target() {
+  static const LoopOnlyFusionTarget target;
+  return target;
+}
+
 }  // namespace kiln::compiler::llvm_ir

@@ -61,4 +61,9 @@ class LoopFusionTarget : public FusionTarget {
   }
 };
 
+// The loops alone, no fused dot, convolution or epilogue: the fusion target of a device backend
+// whose dots and convolutions are library calls (CUDA's, and the emulated GPU the device
+// executable is tested on).
+const FusionTarget& loop_only_fusion_target();
+
 }  // namespace kiln::compiler::llvm_ir

@@ -1,0 +1,172 @@
+// The emulated GPU (emulated_device.h).
+#include "compiler/cpu/emulated_device.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <new>
+
+#include "compiler/cpu/fused_kernel.h"
+#include "compiler/llvm_ir/grid_kernel.h"
+#include "compiler/llvm_ir/loop_target.h"
+#include "kiln/ops.h"
+#include "src/core/tensor_impl.h"
+#include "runtime/thread_pool.h"
+
+namespace kiln::compiler::cpu {
+namespace {
+
+constexpr unsigned char kPoison = 0xA5;
+constexpr size_t kAlign = 256;  // as cudaMalloc's
+
+struct Counters {
+  std::atomic<int64_t> uploads{0}, downloads{0}, upload_bytes{0}, download_bytes{0};
+  std::atomic<int64_t> launches{0}, dots{0}, live{0};
+};
+
+Counters& counters() {
+  static Counters c;
+  return c;
+}
+
+// A grid kernel on a host grid: blocks in parallel, the threads of a block in order, fewer
+// threads than items (each takes several through the grid-stride loop), as run_grid does.
+class EmulatedKernel final : public DeviceKernel {
+ public:
+  EmulatedKernel(FusedSubgraph sg, GridFn fn, std::shared_ptr<void> owner)
+      : sg_(std::move(sg)), shape_(sg_.iteration_shape()), items_(llvm_ir::grid_items(sg_)),
+        fn_(fn), owner_(std::move(owner)) {}
+
+  const FusedSubgraph& subgraph() const override { return sg_; }
+  const Shape& shape() const override { return shape_; }
+  bool in_place_safe() const override { return !sg_.has_reductions(); }
+
+  void launch(void* const* inputs, void* const* outputs) const override {
+    if (items_ == 0) return;
+    counters().launches++;
+    constexpr int64_t kThreads = 37;
+    const int64_t blocks = std::clamp<int64_t>(items_ / (3 * kThreads), 1, 6);
+    void** ins = const_cast<void**>(inputs);
+    void** outs = const_cast<void**>(outputs);
+    GridFn fn = fn_;
+    runtime::parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
+      for (int64_t block = b; block < e; ++block)
+        for (int64_t t = 0; t < kThreads; ++t) fn(ins, outs, block, kThreads, t, blocks);
+    });
+  }
+
+  void run(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) const override {
+    std::vector<void*> in, out;
+    for (const Tensor& t : inputs) in.push_back(const_cast<void*>(t.raw_data()));
+    outputs->resize(sg_.outputs.size());
+    for (size_t o = 0; o < sg_.outputs.size(); ++o) {
+      const TensorType type = sg_.output_type(static_cast<int>(o));
+      Tensor& t = (*outputs)[o];
+      if (!t.defined() || t.dtype() != type.dtype || t.shape() != type.shape)
+        t = Tensor::empty(type.dtype, type.shape);
+      out.push_back(t.raw_mutable_data());
+    }
+    launch(in.data(), out.data());
+  }
+
+ private:
+  FusedSubgraph sg_;
+  Shape shape_;
+  int64_t items_ = 0;
+  GridFn fn_ = nullptr;
+  std::shared_ptr<void> owner_;  // the JIT'd code
+};
+
+// A host tensor over `bytes` of emulated device memory (owned elsewhere).
+Tensor over(const void* p, DType dtype, Shape shape) {
+  auto impl = std::make_shared<detail::TensorImpl>();
+  impl->dtype = dtype;
+  const size_t bytes = static_cast<size_t>(num_elements(shape)) * dtype_size(dtype);
+  impl->shape = std::move(shape);
+  // An owner that owns nothing (aliasing an empty pointer): the Storage frees nothing.
+  std::shared_ptr<void> none(std::shared_ptr<void>(), const_cast<void*>(p));
+  impl->storage = std::make_shared<detail::Storage>(std::move(none), const_cast<void*>(p), bytes);
+  return Tensor(std::move(impl));
+}
+
+class EmulatedGpu final : public DeviceBackend {
+ public:
+  std::string name() const override { return "emulated-gpu"; }
+  const FusionTarget& fusion_target() const override {
+    return llvm_ir::loop_only_fusion_target();
+  }
+
+  void* allocate(int64_t bytes, const std::string&) const override {
+    if (bytes <= 0) return nullptr;
+    void* p = ::operator new(static_cast<size_t>(bytes), std::align_val_t(kAlign));
+    std::memset(p, kPoison, static_cast<size_t>(bytes));
+    counters().live++;
+    return p;
+  }
+  void deallocate(void* p) const override {
+    if (p == nullptr) return;
+    ::operator delete(p, std::align_val_t(kAlign));
+    counters().live--;
+  }
+  void upload(void* device, const void* host, int64_t bytes) const override {
+    std::memcpy(device, host, static_cast<size_t>(bytes));
+    counters().uploads++;
+    counters().upload_bytes += bytes;
+  }
+  void download(void* host, const void* device, int64_t bytes) const override {
+    std::memcpy(host, device, static_cast<size_t>(bytes));
+    counters().downloads++;
+    counters().download_bytes += bytes;
+  }
+
+  std::vector<std::shared_ptr<const DeviceKernel>> compile(
+      const std::vector<FusedSubgraph>& subgraphs,
+      std::vector<std::string>* errors) const override {
+    std::vector<std::shared_ptr<const DeviceKernel>> out(subgraphs.size());
+    errors->assign(subgraphs.size(), "");
+    auto make = [&](size_t i, GridFn fn, const std::shared_ptr<void>& owner) {
+      out[i] = std::make_shared<EmulatedKernel>(subgraphs[i], fn, owner);
+    };
+    try {
+      HostGridKernels all = compile_grid_kernels_for_host(subgraphs);
+      for (size_t i = 0; i < subgraphs.size(); ++i) make(i, all.fns[i], all.owner);
+    } catch (const Error&) {
+      for (size_t i = 0; i < subgraphs.size(); ++i) {  // one by one: which ones fail, and why
+        try {
+          HostGridKernels one = compile_grid_kernels_for_host({subgraphs[i]});
+          make(i, one.fns[0], one.owner);
+        } catch (const Error& e) {
+          (*errors)[i] = e.what();
+        }
+      }
+    }
+    return out;
+  }
+
+  bool dot_dtype(DType t) const override { return t == f32 || t == f16 || t == bf16; }
+  void dot(const DeviceDot& d) const override {
+    counters().dots++;
+    // The CPU's dot kernel with the attributes the graph's dot has: the CPU program's bits.
+    const Tensor a = over(d.a, d.dtype, d.trans_a ? Shape{d.k, d.m} : Shape{d.m, d.k});
+    const Tensor b = over(d.b, d.dtype, d.trans_b ? Shape{d.n, d.k} : Shape{d.k, d.n});
+    const Tensor c = kiln::dot(a, b, {d.trans_a ? 0 : 1}, {d.trans_b ? 1 : 0});
+    std::memcpy(d.c, c.raw_data(), c.nbytes());
+  }
+
+  void synchronize() const override {}
+};
+
+}  // namespace
+
+std::shared_ptr<const DeviceBackend> emulated_gpu() {
+  static const auto gpu = std::make_shared<const EmulatedGpu>();
+  return gpu;
+}
+
+EmulatedGpuCounts emulated_gpu_counts() {
+  const Counters& c = counters();
+  return {c.uploads.load(), c.downloads.load(), c.upload_bytes.load(), c.download_bytes.load(),
+          c.launches.load(), c.dots.load(), c.live.load()};
+}
+
+}  // namespace kiln::compiler::cpu

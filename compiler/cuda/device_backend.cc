@@ -1,0 +1,136 @@
+// The CUDA backend's DeviceBackend (device_backend.h).
+#include "compiler/cuda/device_backend.h"
+
+#include "compiler/cuda/device_buffers.h"
+#include "compiler/cuda/ptx.h"
+#include "runtime/cuda/plugin_loader.h"
+
+namespace kiln::compiler::cuda {
+namespace {
+
+namespace plugin = runtime::cuda::plugin;
+
+// Kernel `k` of a loaded module.
+class CudaKernel final : public DeviceKernel {
+ public:
+  CudaKernel(std::shared_ptr<const LoadedPtx> module, size_t k, FusedSubgraph sg)
+      : module_(std::move(module)), k_(k), sg_(std::move(sg)), shape_(sg_.iteration_shape()) {}
+  const FusedSubgraph& subgraph() const override { return sg_; }
+  const Shape& shape() const override { return shape_; }
+  bool in_place_safe() const override { return !sg_.has_reductions(); }
+  void launch(void* const* inputs, void* const* outputs) const override {
+    module_->launch_on_device(k_, inputs, outputs);
+  }
+  void run(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) const override {
+    *outputs = module_->run(k_, inputs);
+  }
+
+ private:
+  std::shared_ptr<const LoadedPtx> module_;
+  size_t k_;
+  FusedSubgraph sg_;
+  Shape shape_;
+};
+
+class CudaGpu final : public DeviceBackend {
+ public:
+  std::string name() const override { return "cuda:0"; }
+  const FusionTarget& fusion_target() const override { return cuda::fusion_target(); }
+
+  void* allocate(int64_t bytes, const std::string& what) const override {
+    if (bytes <= 0) return nullptr;
+    try {
+      return runtime::cuda::device_allocator().allocate(static_cast<size_t>(bytes));
+    } catch (const Error& e) {
+      throw Error(e.code(), what + ": " + e.what());
+    }
+  }
+  void deallocate(void* p) const override {
+    if (p != nullptr) runtime::cuda::device_allocator().deallocate(p);
+  }
+  void upload(void* device, const void* host, int64_t bytes) const override {
+    const runtime::cuda::Driver& d = need_driver("cuda:0: copy to the device");
+    runtime::cuda::check(
+        d, d.cuMemcpyHtoD(reinterpret_cast<runtime::cuda::CUdeviceptr>(device), host, bytes),
+        "cuda:0: copy to the device");
+  }
+  void download(void* host, const void* device, int64_t bytes) const override {
+    const runtime::cuda::Driver& d = need_driver("cuda:0: copy from the device");
+    runtime::cuda::check(
+        d,
+        d.cuMemcpyDtoH(host, reinterpret_cast<runtime::cuda::CUdeviceptr>(device), bytes),
+        "cuda:0: copy from the device");
+  }
+
+  std::vector<std::shared_ptr<const DeviceKernel>> compile(
+      const std::vector<FusedSubgraph>& subgraphs,
+      std::vector<std::string>* errors) const override {
+    std::vector<std::shared_ptr<const DeviceKernel>> out(subgraphs.size());
+    errors->assign(subgraphs.size(), "");
+    if (subgraphs.empty()) return out;
+    auto load = [&](const std::vector<size_t>& which) {
+      std::vector<FusedSubgraph> sgs;
+      for (size_t i : which) sgs.push_back(subgraphs[i]);
+      std::shared_ptr<const LoadedPtx> module = LoadedPtx::load(compile_ptx(sgs));
+      for (size_t j = 0; j < which.size(); ++j)
+        out[which[j]] = std::make_shared<CudaKernel>(module, j, subgraphs[which[j]]);
+    };
+    std::vector<size_t> all(subgraphs.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    try {
+      load(all);
+    } catch (const Error&) {
+      for (size_t i : all) {  // one by one: which ones fail, and why
+        try {
+          load({i});
+        } catch (const Error& e) {
+          (*errors)[i] = e.what();
+        }
+      }
+    }
+    return out;
+  }
+
+  bool dot_dtype(DType t) const override { return t == f32 || t == f16 || t == bf16; }
+  void dot(const DeviceDot& d) const override {
+    const plugin::Api& api = runtime::cuda::cuda_plugin("cuda:0: dot");
+    plugin::Matmul m;
+    m.dtype = d.dtype == f32 ? plugin::kF32 : d.dtype == f16 ? plugin::kF16 : plugin::kBF16;
+    m.m = d.m;
+    m.n = d.n;
+    m.k = d.k;
+    m.trans_a = d.trans_a;
+    m.trans_b = d.trans_b;
+    m.a = d.a;
+    m.b = d.b;
+    m.c = d.c;
+    char err[512] = {0};
+    if (api.matmul(&m, err, sizeof err) != 0)
+      throw Error(ErrorCode::kInternal, std::string("cuda:0: dot: ") + err);
+  }
+
+  void synchronize() const override {
+    const runtime::cuda::Driver& d = need_driver("cuda:0: synchronize");
+    runtime::cuda::check(d, d.cuCtxSynchronize(), "cuda:0: running the program");
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<const DeviceBackend> device_backend(const Device& device) {
+  const std::string what = "compile for " + device.str();
+  if (device.type != DeviceType::kCuda)
+    throw Error(ErrorCode::kInvalidArgument, what + ": not a CUDA device");
+  need_driver(what);  // kUnavailable, saying why
+  const int count = runtime::cuda::device_count();
+  if (device.index < 0 || device.index >= count)
+    throw Error(ErrorCode::kInvalidArgument,
+                what + ": this machine has " + std::to_string(count) + " GPU" +
+                    (count == 1 ? "" : "s"));
+  if (device.index != 0)
+    throw Error(ErrorCode::kUnimplemented, what + ": only cuda:0 is used so far");
+  static const auto gpu = std::make_shared<const CudaGpu>();
+  return gpu;
+}
+
+}  // namespace kiln::compiler::cuda

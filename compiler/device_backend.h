@@ -1,0 +1,77 @@
+// A device with memory of its own (a GPU) that a compiled program runs on: what the device
+// executable (compiler/run_device.cc) needs from it. Its fused loops run as device kernels and
+// its 2-d dots as device matmuls; every other op runs on the host, its inputs copied down and
+// its outputs up as the run needs them. Two backends implement it: CUDA's
+// (compiler/cuda/device_backend.h) and, for tests, an emulated GPU whose memory is host memory
+// the program must still copy to and from (compiler/cpu/emulated_device.h). No CUDA or LLVM
+// types appear here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/executable.h"
+#include "compiler/fused_subgraph.h"
+#include "compiler/passes/fusion.h"
+
+namespace kiln::compiler {
+
+// A fused loop compiled for a device. run() (CompiledFusion's, on host tensors) stages them
+// through device memory; the device executable calls launch() on device pointers instead.
+class DeviceKernel : public CompiledFusion {
+ public:
+  // One device pointer per input buffer, then per output, of the subgraph's types; returns
+  // when the kernel is queued (the device's stream orders what follows).
+  virtual void launch(void* const* inputs, void* const* outputs) const = 0;
+};
+
+// Row-major C[m, n] = op(A) op(B) on device pointers: A [m, k] ([k, m] when trans_a), B [k, n]
+// ([n, k] when trans_b), all of `dtype`; m, n and k are positive.
+struct DeviceDot {
+  DType dtype = f32;
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+};
+
+// Every member is safe to call from several threads at once (runs may be concurrent).
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+  virtual std::string name() const = 0;  // "cuda:0", "emulated-gpu"
+  // What its kernels compute: the epilogue fusion and fusion passes ask it.
+  virtual const FusionTarget& fusion_target() const = 0;
+
+  // Device memory. allocate throws kiln::Error (kResourceExhausted beyond the device's limit,
+  // naming `what`); a zero-byte request may return null.
+  virtual void* allocate(int64_t bytes, const std::string& what) const = 0;
+  virtual void deallocate(void* p) const = 0;
+  // Copies, ordered after everything queued before them; download returns when the bytes are
+  // on the host.
+  virtual void upload(void* device, const void* host, int64_t bytes) const = 0;
+  virtual void download(void* host, const void* device, int64_t bytes) const = 0;
+
+  // One kernel per subgraph, compiled together; a subgraph the device cannot compile gets a
+  // null kernel and its reason in (*errors)[i] (its nodes then run on the host).
+  virtual std::vector<std::shared_ptr<const DeviceKernel>> compile(
+      const std::vector<FusedSubgraph>& subgraphs, std::vector<std::string>* errors) const = 0;
+
+  // Whether dot() takes this dtype, and the dot itself (queued, like a kernel).
+  virtual bool dot_dtype(DType t) const = 0;
+  virtual void dot(const DeviceDot& args) const = 0;
+
+  // Waits for everything queued.
+  virtual void synchronize() const = 0;
+};
+
+// compile() (executable.h) for `device`: the program CompileOptions::device describes, on any
+// backend (the tests' emulated GPU among them). Throws kiln::Error, as compile() does.
+Executable compile_for_device(const std::shared_ptr<const DeviceBackend>& device,
+                              const Graph& graph, const std::vector<Tensor>& outputs,
+                              const FeedList& feeds, const std::vector<Donation>& donations = {});
+
+}  // namespace kiln::compiler

@@ -1,0 +1,175 @@
+// One run of a device program (compile_for_device): its fused loops and dots run on the device
+// over a device arena laid out by the same memory plan as the host's, every other thunk on the
+// host over the host arena. Each value is copied between the two only when a thunk on the
+// other side reads it (and a fetched value down at the end), so a chain of device thunks keeps
+// its values on the device.
+#include <cstring>
+
+#include "compiler/executable_impl.h"
+#include "runtime/execute.h"
+
+namespace kiln::compiler {
+namespace {
+
+class DeviceRun {
+ public:
+  DeviceRun(const Impl& im, const ArenaLease& arena, std::vector<Tensor>& slots)
+      : im_(im), device_(*im.device), arena_(arena), slots_(slots),
+        state_(im.slots.size()) {
+    owned_.reserve(im.slots.size() + 1);
+    if (im.stats.arena_bytes > 0)
+      device_arena_ = static_cast<char*>(take(im.stats.arena_bytes, "the program's arena"));
+    for (size_t s = 0; s < slots.size(); ++s) state_[s].host = slots[s].defined();
+  }
+  ~DeviceRun() {
+    // Queued work may still read the memory: wait (errors are reported by the run itself).
+    try {
+      device_.synchronize();
+    } catch (const Error&) {
+    }
+    for (void* p : owned_) device_.deallocate(p);
+  }
+  DeviceRun(const DeviceRun&) = delete;
+  DeviceRun& operator=(const DeviceRun&) = delete;
+
+  void run_on_device(const Thunk& t) {
+    ins_.clear();
+    outs_.clear();
+    for (int s : t.in) ins_.push_back(on_device(s));
+    for (int s : t.out) {
+      outs_.push_back(device_pointer(s));
+      state_[s] = {.host = false, .device = true};
+      slots_[s] = Tensor();
+    }
+    if (t.fused >= 0) {
+      im_.device_kernels[t.fused]->launch(ins_.data(), outs_.data());
+    } else {
+      DeviceDot dot = t.dot;
+      dot.a = ins_[0];
+      dot.b = ins_[1];
+      dot.c = outs_[0];
+      device_.dot(dot);
+    }
+  }
+
+  void run_on_host(const Thunk& t) {
+    std::vector<Tensor> ins, outs(t.out.size());
+    for (int s : t.in) ins.push_back(on_host(s));
+    for (size_t k = 0; k < t.out.size(); ++k) outs[k] = host_place(im_.slots[t.out[k]]);
+    const detail::Node& node = im_.nodes[t.node];
+    if (t.kernel) {
+      runtime::run_prepared_kernel(*t.kernel, *node.def, node.name, ins, node.attrs,
+                                   im_.types[t.node], &outs);
+    } else {
+      outs = runtime::run_kernel(*node.def, node.name, ins, node.attrs);
+    }
+    for (size_t k = 0; k < t.out.size(); ++k) {
+      const int s = t.out[k];
+      settle_kernel_output(arena_, im_.slots[s], outs[k]);
+      slots_[s] = std::move(outs[k]);
+      state_[s] = {.host = true, .device = false};
+    }
+  }
+
+  void release(int s) {
+    slots_[s] = Tensor();
+    state_[s] = {};
+  }
+
+  // A value on the host, copied down from the device when only there.
+  const Tensor& on_host(int s) {
+    if (!state_[s].host) {
+      const Impl::Slot& slot = im_.slots[s];
+      Tensor host = host_place(slot);
+      if (slot.bytes > 0) device_.download(host.raw_mutable_data(), device_pointer(s), slot.bytes);
+      slots_[s] = std::move(host);
+      state_[s].host = true;
+    }
+    return slots_[s];
+  }
+
+ private:
+  struct State {
+    bool host = false;    // slots_[s] holds the value
+    bool device = false;  // device_pointer(s) holds it
+  };
+
+  void* take(int64_t bytes, const std::string& what) {
+    void* p = device_.allocate(bytes, device_.name() + ": " + what);
+    if (p != nullptr) owned_.push_back(p);  // reserved: never throws
+    return p;
+  }
+
+  // Where slot s lives on the device: its place in the device arena, or a buffer of this run.
+  void* device_pointer(int s) {
+    const Impl::Slot& slot = im_.slots[s];
+    if (slot.where == Where::kArena) return device_arena_ + slot.offset;
+    if (pointers_.empty()) pointers_.assign(im_.slots.size(), nullptr);
+    if (pointers_[s] == nullptr && slot.bytes > 0)
+      pointers_[s] = take(slot.bytes, "value of '" + im_.nodes[slot.value.node].name + "'");
+    return pointers_[s];
+  }
+
+  void* on_device(int s) {
+    void* p = device_pointer(s);
+    if (!state_[s].device) {
+      const Impl::Slot& slot = im_.slots[s];
+      if (slot.bytes > 0) device_.upload(p, slots_[s].raw_data(), slot.bytes);
+      state_[s].device = true;
+    }
+    return p;
+  }
+
+  // The host buffer the plan gives a value a host thunk writes or a download fills.
+  Tensor host_place(const Impl::Slot& slot) const {
+    if (slot.where == Where::kArena) return arena_.view(slot);
+    if (slot.where == Where::kOutput) return output_tensor(im_.outputs, slot);
+    return Tensor::empty(slot.type.dtype, slot.type.shape);  // fed and constant values stay put
+  }
+
+  const Impl& im_;
+  const DeviceBackend& device_;
+  const ArenaLease& arena_;
+  std::vector<Tensor>& slots_;
+  std::vector<State> state_;
+  std::vector<void*> owned_;
+  std::vector<void*> pointers_;  // by slot, values outside the arena
+  char* device_arena_ = nullptr;
+  std::vector<void*> ins_, outs_;
+};
+
+}  // namespace
+
+std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, StepProfile* profile) {
+  ArenaLease arena(im);  // the host's arena: declared first, it outlives every view below
+  std::vector<Tensor> slots(im.slots.size());
+  bind_feeds(im, feeds, slots);
+  for (const auto& [s, value] : im.constants) slots[s] = value;
+  DeviceRun run(im, arena, slots);
+  for (const Thunk& t : im.thunks) {
+    const auto started = profile ? ProfileClock::now() : ProfileClock::time_point{};
+    if (t.on_device) {
+      run.run_on_device(t);
+      if (profile) im.device->synchronize();  // the thunk's own time
+    } else {
+      run.run_on_host(t);  // its downloads count as its time
+    }
+    if (profile) {
+      const double us = us_since(started);
+      if (t.fused >= 0)
+        profile->fused_loops_us += us;
+      else
+        (is_gemm_or_conv(im.nodes[t.node].op) ? profile->gemm_conv_us
+                                               : profile->other_kernels_us) += us;
+      profile->thunk_us[&t - im.thunks.data()] += us;
+    }
+    for (int s : t.release) run.release(s);
+  }
+  std::vector<Tensor> result;
+  result.reserve(im.fetched.size());
+  for (int s : im.fetched) result.push_back(run.on_host(s));
+  im.device->synchronize();
+  return result;
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,252 @@
+// Device programs (compile_for_device, compiler/run_device.cc) without a GPU: on the emulated
+// GPU (compiler/cpu/emulated_device.h, memory apart from the host's, poisoned when allocated),
+// a program's loops and dots run on the device and its other ops on the host, its values
+// copied between them only when the other side reads them; results match the CPU program's.
+// On a GPU (skipped here, saying so) the same MLP step on cuda:0.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "compiler/cpu/emulated_device.h"
+#include "compiler/device_backend.h"
+#include "compiler/executable.h"
+#include "kiln/kiln.h"
+#include "runtime/cuda/driver.h"
+#include "tests/compiler/compiler_test_util.h"
+#include "tests/compiler/mlp_step.h"
+#include "tests/subprocess.h"
+
+namespace kiln::compiler {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Within `tol` relative (f32), bit for bit otherwise.
+void expect_close(const std::vector<Tensor>& got, const std::vector<Tensor>& want, double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].dtype(), want[i].dtype()) << "output " << i;
+    ASSERT_EQ(got[i].shape(), want[i].shape()) << "output " << i;
+    if (got[i].dtype() != f32) {
+      EXPECT_TRUE(testing::bitwise_equal(got[i], want[i])) << "output " << i;
+      continue;
+    }
+    std::vector<float> a = got[i].to_vector<float>(), b = want[i].to_vector<float>();
+    for (size_t k = 0; k < a.size(); ++k)
+      ASSERT_NEAR(a[k], b[k], tol * (1 + std::fabs(b[k]))) << "output " << i << " element " << k;
+  }
+}
+
+int64_t bytes_of(const std::vector<Tensor>& ts) {
+  int64_t n = 0;
+  for (const Tensor& t : ts) n += static_cast<int64_t>(t.nbytes());
+  return n;
+}
+
+// Loops and dots alone: x -> dense(relu) -> dense -> tanh, and a row sum.
+struct Chain {
+  Graph g{"device_chain"};
+  Tensor x = g.placeholder(f32, {64, 32}, "x");
+  Tensor w1 = g.placeholder(f32, {32, 16}, "w1");
+  Tensor b1 = g.placeholder(f32, {16}, "b1");
+  Tensor w2 = g.placeholder(f32, {16, 4}, "w2");
+  Tensor y = tanh(matmul(relu(matmul(x, w1) + b1), w2));
+  Tensor s = sum(y * y, {1});
+  FeedList feeds = {{x, test_models::random_tensor({64, 32}, 1)},
+                    {w1, test_models::random_tensor({32, 16}, 2)},
+                    {b1, test_models::random_tensor({16}, 3)},
+                    {w2, test_models::random_tensor({16, 4}, 4)}};
+};
+
+TEST(DeviceProgram, LoopsAndDotsRunOnTheDeviceAndMatchTheCpu) {
+  Chain c;
+  auto gpu = cpu::emulated_gpu();
+  Executable host = compile(c.g, {c.y, c.s}, c.feeds);
+  Executable dev = compile_for_device(gpu, c.g, {c.y, c.s}, c.feeds);
+  int dots = 0, fused = 0;
+  for (const std::string& d : dev.thunk_descriptions()) {
+    dots += d == "kernel dot on emulated-gpu";
+    fused += d.rfind("fused(", 0) == 0;
+    EXPECT_THAT(d, ::testing::Not(HasSubstr("fused_dot"))) << "the device has no fused dot";
+  }
+  EXPECT_EQ(dots, 2) << ::testing::PrintToString(dev.thunk_descriptions());
+  EXPECT_GE(fused, 2);
+
+  const cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
+  std::vector<Tensor> got = dev.run(c.feeds);
+  const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
+  expect_close(got, host.run(c.feeds), 1e-5);
+  EXPECT_EQ(after.dots - before.dots, 2);
+  EXPECT_EQ(after.launches - before.launches, fused);
+  // The values stay on the device: the feeds (and scalar constants) go down once, the two
+  // fetched outputs come up once.
+  int64_t fed = 0;
+  for (const auto& [k, v] : c.feeds) fed += static_cast<int64_t>(v.nbytes());
+  EXPECT_GE(after.upload_bytes - before.upload_bytes, fed);
+  EXPECT_LE(after.upload_bytes - before.upload_bytes, fed + 64);
+  EXPECT_EQ(after.downloads - before.downloads, 2);
+  EXPECT_EQ(after.download_bytes - before.download_bytes, bytes_of(got));
+  EXPECT_EQ(after.live_allocations, before.live_allocations) << "a run frees its device memory";
+}
+
+// A gather (a host kernel) between device loops: its input comes up from the device, its
+// output goes down for the dot; a value both sides read is copied once.
+TEST(DeviceProgram, HostOpsBetweenDeviceOpsGetTheirValuesCopied) {
+  Graph g{"crossing"};
+  Tensor x = g.placeholder(f32, {10, 8}, "x");
+  Tensor idx = g.placeholder(i64, {6}, "idx");
+  Tensor w = g.placeholder(f32, {8, 3}, "w");
+  Tensor h = tanh(x) * 2.0f;
+  Tensor picked = gather(h, idx, 0);
+  Tensor out = matmul(picked + 1.0f, w);
+  Tensor also = sum(h, {0});  // h read by a device loop too
+  FeedList feeds = {{x, test_models::random_tensor({10, 8}, 5)},
+                    {idx, Tensor::from_vector<int64_t>({9, 0, 3, 3, 7, 1}, {6})},
+                    {w, test_models::random_tensor({8, 3}, 6)}};
+  Executable host = compile(g, {out, also}, feeds);
+  Executable dev = compile_for_device(cpu::emulated_gpu(), g, {out, also}, feeds);
+  const cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
+  std::vector<Tensor> got = dev.run(feeds);
+  const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
+  expect_close(got, host.run(feeds), 1e-5);
+  // Up: h for the gather, then the two outputs.
+  EXPECT_EQ(after.downloads - before.downloads, 3);
+  EXPECT_EQ(after.live_allocations, before.live_allocations);
+}
+
+// The MLP training step (dense-relu, dropout, dense, cross-entropy, gradients, Adam): every
+// fetched value close to the CPU program's, run after run, from several threads at once.
+TEST(DeviceProgram, TheMlpTrainingStepMatchesTheCpuConcurrently) {
+  test_models::MlpStep step = test_models::make_mlp_step(20, 16, 5, 12);
+  Executable host = compile(step.graph, step.fetches, step.feeds);
+  Executable dev = compile_for_device(cpu::emulated_gpu(), step.graph, step.fetches, step.feeds);
+  const std::vector<Tensor> want = host.run(step.feeds);
+  const std::vector<Tensor> first = dev.run(step.feeds);
+  expect_close(first, want, 1e-5);
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(3, 0);
+  for (int t = 0; t < 3; ++t)
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < 5; ++r) {
+        std::vector<Tensor> again = dev.run(step.feeds);
+        for (size_t i = 0; i < again.size(); ++i)
+          mismatches[t] += !testing::bitwise_equal(again[i], first[i]);
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  for (int m : mismatches) EXPECT_EQ(m, 0) << "a device program's runs are deterministic";
+}
+
+TEST(DeviceProgram, DonationsAreRefusedAndTheFeedKept) {
+  Graph g{"donate"};
+  Tensor p = g.placeholder(f32, {8}, "p");
+  Tensor next = p * 0.5f + 1.0f;
+  Tensor fed = test_models::random_tensor({8}, 7);
+  const Tensor kept = Tensor::from_vector(fed.to_vector<float>(), {8});
+  Executable dev =
+      compile_for_device(cpu::emulated_gpu(), g, {next}, {{p, fed}}, {Donation{p, 0}});
+  FeedList feeds = {{p, std::move(fed)}};
+  std::vector<Tensor> out = dev.run_donating(std::move(feeds));
+  EXPECT_EQ(dev.donation_stats().refused, 1);
+  EXPECT_EQ(dev.donation_stats().written_in_place, 0);
+  expect_close(out, {kept * 0.5f + 1.0f}, 0);
+}
+
+TEST(DeviceProgram, ChoosingADeviceThisMachineLacksIsAClearError) {
+  Chain c;
+  std::string why;
+  if (runtime::cuda::driver(&why) == nullptr) {
+    try {
+      compile(c.g, {c.y}, c.feeds, {}, CompileOptions{Device::cuda(0)});
+      ADD_FAILURE() << "compiled for cuda:0 without a GPU";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnavailable) << e.what();
+      EXPECT_THAT(e.what(), HasSubstr("compile for cuda:0"));
+      EXPECT_THAT(e.what(), HasSubstr(why));
+    }
+  }
+  try {
+    compile(c.g, {c.y}, c.feeds, {}, CompileOptions{Device::cpu()});  // the host: fine
+    compile(c.g, {c.y}, c.feeds, {}, CompileOptions{Device{DeviceType::kCpu, 1}});
+    ADD_FAILURE() << "compiled for cpu:1";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr("cpu:1"));
+  }
+  // A wrong feed is the CPU program's error.
+  Executable dev = compile_for_device(cpu::emulated_gpu(), c.g, {c.y}, c.feeds);
+  FeedList bad = c.feeds;
+  bad[0].second = test_models::random_tensor({63, 32}, 1);
+  try {
+    dev.run(bad);
+    ADD_FAILURE() << "ran with a wrong feed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("placeholder 'x'"));
+  }
+}
+
+// The random differential tests with every compile() a device program on the emulated GPU
+// (KILN_TEST_ONLY_DEVICE), against the interpreter: loops, dots and every kernel op, crossing
+// between the two memories in every order the generator makes. In a child process.
+TEST(DeviceProgram, RandomGraphsOnTheEmulatedGpuMatchTheInterpreter) {
+  bool linked = false;  // kiln_gpu_tests holds the CUDA tests alone
+  const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
+  for (int i = 0; i < unit.total_test_suite_count(); ++i)
+    linked = linked || std::string(unit.GetTestSuite(i)->name()) == "Shard/CompiledRandomGraphs";
+  if (!linked) GTEST_SKIP() << "this binary has no random graph tests";
+  const std::string log = ::testing::TempDir() + "/kiln_device_" + std::to_string(getpid());
+  const std::string filter =
+      "--gtest_filter=Shard/CompiledRandomGraphs.MatchTheInterpreter/0:"
+      "Shard/CompiledRandomKernelOpGraphs.MatchTheInterpreter/0:"
+      "Shard/CompiledRandomGradients.MatchTheInterpreter/0:"
+      "CompiledRandomGraphsConcurrently.MatchTheInterpreter:"
+      "DeviceProgram.ChildCompilesForTheEmulatedGpu";
+  const std::map<std::string, std::string> env = {{"KILN_RANDOM_GRAPHS_PER_SHARD", "40"},
+                                                  {"GTEST_TOTAL_SHARDS", "1"},
+                                                  {"GTEST_SHARD_INDEX", "0"},
+                                                  {"KILN_TEST_ONLY_DEVICE", "emulated-gpu"}};
+  testing_util::ProcessResult r = testing_util::run_process({"/proc/self/exe", filter}, log, env);
+  EXPECT_TRUE(r.exited_ok()) << r.output;
+  for (const char* test : {"Shard/CompiledRandomGraphs.MatchTheInterpreter/0",
+                           "Shard/CompiledRandomKernelOpGraphs.MatchTheInterpreter/0",
+                           "Shard/CompiledRandomGradients.MatchTheInterpreter/0",
+                           "CompiledRandomGraphsConcurrently.MatchTheInterpreter",
+                           "DeviceProgram.ChildCompilesForTheEmulatedGpu"})
+    EXPECT_THAT(r.output, HasSubstr(std::string("[       OK ] ") + test));
+}
+
+// Run by the test above in its child: compile() builds device programs there.
+TEST(DeviceProgram, ChildCompilesForTheEmulatedGpu) {
+  const char* mode = std::getenv("KILN_TEST_ONLY_DEVICE");
+  if (mode == nullptr) GTEST_SKIP() << "only in RandomGraphsOnTheEmulatedGpuMatchTheInterpreter's child";
+  Chain c;
+  const cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
+  Executable e = compile(c.g, {c.s}, c.feeds);
+  std::vector<Tensor> got = e.run(c.feeds);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_GT(cpu::emulated_gpu_counts().dots, before.dots);
+  EXPECT_THAT(::testing::PrintToString(e.thunk_descriptions()), HasSubstr("on emulated-gpu"));
+}
+
+// ---- on a GPU: skipped without one, saying so ----
+
+TEST(DeviceProgramGpu, TheMlpTrainingStepOnCuda0MatchesTheCpu) {
+  std::string why;
+  if (runtime::cuda::driver(&why) == nullptr) GTEST_SKIP() << "no GPU: " << why;
+  test_models::MlpStep step = test_models::make_mlp_step(784, 256, 10, 128);
+  Executable host = compile(step.graph, step.fetches, step.feeds);
+  Executable dev = compile(step.graph, step.fetches, step.feeds, {},
+                           CompileOptions{Device::cuda(0)});
+  EXPECT_THAT(::testing::PrintToString(dev.thunk_descriptions()), HasSubstr("on cuda:0"));
+  // cuBLASLt sums in another order than the CPU's gemm: close, not equal.
+  expect_close(dev.run(step.feeds), host.run(step.feeds), 1e-4);
+  expect_close(dev.run(step.feeds), host.run(step.feeds), 1e-4);
+}
+
+}  // namespace
+}  // namespace kiln::compiler
