@@ -7,7 +7,8 @@
 
 namespace kiln::compiler {
 
-CompileCache::CompileCache(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
+CompileCache::CompileCache(size_t capacity, CompileOptions options)
+    : capacity_(std::max<size_t>(capacity, 1)), options_(options) {}
 
 std::shared_ptr<const Executable> CompileCache::get(const Graph& graph,
                                                     const std::vector<Tensor>& outputs,
@@ -66,7 +67,7 @@ std::shared_ptr<const Executable> CompileCache::get(const Graph& graph,
     return s.first.lock() == graph.impl() && s.second == program;
   });
   if (known) ++stats_.recompiles;
-  auto exe = std::make_shared<const Executable>(compile(graph, outputs, feeds, donations));
+  auto exe = std::make_shared<const Executable>(compile(graph, outputs, feeds, donations, options_));
   if (!known) seen_.push_back({graph.impl(), program});
   entries_.push_front(Entry{graph, program, signature, exe});
   while (entries_.size() > capacity_) {

@@ -24,7 +24,8 @@ class CompileCache {
     int64_t evictions = 0;
   };
 
-  explicit CompileCache(size_t capacity = 8);
+  // Every program is compiled with `options` (its device).
+  explicit CompileCache(size_t capacity = 8, CompileOptions options = {});
 
   // The executable for these outputs and the feeds' signature, compiled on a miss (with
   // `donations`, which are part of the key).
@@ -49,6 +50,7 @@ class CompileCache {
     std::shared_ptr<const Executable> executable;
   };
   size_t capacity_;
+  CompileOptions options_;
   mutable std::mutex mu_;
   std::list<Entry> entries_;  // most recently used first
   // Programs compiled at least once (weak: a dropped graph is forgotten).

@@ -333,15 +333,26 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
   return compile_impl(test_device(), graph, outputs, feeds, donations);
 }
 
+namespace {
+
+// The device's backend; null for the host (but under KILN_TEST_ONLY_DEVICE).
+std::shared_ptr<const DeviceBackend> backend_of(const Device& device) {
+  if (device.type == DeviceType::kCpu) {
+    if (device.index != 0)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "compile: no device " + device.str() + " (the host is cpu:0)");
+    return test_device();
+  }
+  return cuda::device_backend(device);
+}
+
+}  // namespace
+
+void check_device(const Device& device) { backend_of(device); }
+
 Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const FeedList& feeds,
                    const std::vector<Donation>& donations, const CompileOptions& options) {
-  if (options.device.type == DeviceType::kCpu) {
-    if (options.device.index != 0)
-      throw Error(ErrorCode::kInvalidArgument,
-                  "compile: no device " + options.device.str() + " (the host is cpu:0)");
-    return compile_impl(nullptr, graph, outputs, feeds, donations);
-  }
-  return compile_impl(cuda::device_backend(options.device), graph, outputs, feeds, donations);
+  return compile_impl(backend_of(options.device), graph, outputs, feeds, donations);
 }
 
 Executable compile_for_device(const std::shared_ptr<const DeviceBackend>& device,

@@ -164,5 +164,7 @@ struct CompileOptions {
 // GPU or without the CUDA backend (saying which), as well as compile()'s errors.
 Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const FeedList& feeds,
                    const std::vector<Donation>& donations, const CompileOptions& options);
+// Whether programs can be compiled for `device`: throws compile()'s errors for it, else returns.
+void check_device(const Device& device);
 
 }  // namespace kiln::compiler

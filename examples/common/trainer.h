@@ -45,6 +45,9 @@ struct TrainerFlags {
   std::string dtype_policy;
   // --profile: where the training time went (kiln/profiler.h), printed after training.
   bool profile;
+  // --device: "cpu", or "gpu" (cuda:0: the compiled steps' loops and matmuls run on the GPU;
+  // model.compile reports a machine without one).
+  std::string device;
 
   // Reads the flags (with these defaults) and rejects unknown ones and bad values (exit 2),
   // before any data is loaded. --strategy and --replicas only where `distributable`.
@@ -70,12 +73,18 @@ struct TrainerFlags {
                      : 1),
         dtype_policy(flags.choice("dtype_policy", "float32",
                                   {"float32", "mixed_bfloat16", "mixed_float16"})),
-        profile(flags.integer("profile", 0, 0, 1) == 1) {
+        profile(flags.integer("profile", 0, 0, 1) == 1),
+        device(flags.choice("device", "cpu", {"cpu", "gpu"})) {
     if (flags.given("replicas") && strategy != "mirrored") {
       Flags::bad("--replicas=" + std::to_string(replicas) +
                  " needs --strategy=mirrored (got --strategy=" + strategy + ")");
     }
     flags.check();
+  }
+
+  // Where model.compile puts the steps: --device as a kiln::Device.
+  kiln::Device compile_device() const {
+    return device == "gpu" ? kiln::Device::cuda(0) : kiln::Device::cpu();
   }
 
   // Makes --dtype_policy the global policy: call before building the model.

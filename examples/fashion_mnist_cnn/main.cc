@@ -1,7 +1,7 @@
 // Trains a small CNN (two 3x3 convolutions with max pooling, then two dense layers) on
 // Fashion-MNIST with Adam (its learning rate decayed along a cosine) and reports the test
 // accuracy. Flags: examples/common/trainer.h (--strategy=mirrored --replicas=N,
-// --strategy=multi_worker under mpirun, --dtype_policy=mixed_bfloat16, ...).
+// --strategy=multi_worker under mpirun, --dtype_policy=mixed_bfloat16, --device=gpu, ...).
 #include <iostream>
 
 #include "examples/common/trainer.h"
@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
     model.set_seed(flags.seed);
     model.compile(kiln::optim::Adam(examples::cosine_learning_rate(flags, data.x_train.dim(0))),
                   SparseCategoricalCrossentropy(/*from_logits=*/true), {"accuracy"},
-                  {.strategy = strategy});
+                  {.strategy = strategy, .device = flags.compile_device()});
     examples::train_and_report(model, flags, data, /*eval_batch_size=*/500, strategy.get());
   } catch (const kiln::Error& e) {
     std::cerr << "error: " << e.what() << "\n";

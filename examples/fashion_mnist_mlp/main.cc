@@ -2,7 +2,7 @@
 // rate decayed along a cosine) and reports the test accuracy. Data: the Debian package dataset-fashion-mnist (or --data_dir). Flags:
 // examples/common/trainer.h (--epochs, --batch_size, --checkpoint_dir, --logdir,
 // --strategy=mirrored --replicas=N, --strategy=multi_worker under mpirun,
-// --dtype_policy=mixed_bfloat16, ...).
+// --dtype_policy=mixed_bfloat16, --device=gpu, ...).
 #include <iostream>
 
 #include "examples/common/trainer.h"
@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
     model.set_seed(flags.seed);
     model.compile(kiln::optim::Adam(examples::cosine_learning_rate(flags, data.x_train.dim(0))),
                   kiln::nn::SparseCategoricalCrossentropy(/*from_logits=*/true), {"accuracy"},
-                  {.strategy = strategy});
+                  {.strategy = strategy, .device = flags.compile_device()});
     examples::train_and_report(model, flags, data, /*eval_batch_size=*/1000, strategy.get());
   } catch (const kiln::Error& e) {
     std::cerr << "error: " << e.what() << "\n";

@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
             : Sequential({Dense(128, "relu"), Dropout(0.2), Dense(10)});
     model.set_seed(flags.seed);
     model.compile(kiln::optim::Adam(examples::cosine_learning_rate(flags, data.x_train.dim(0))),
-                  SparseCategoricalCrossentropy(/*from_logits=*/true), {"accuracy"});
+                  SparseCategoricalCrossentropy(/*from_logits=*/true), {"accuracy"},
+                  {.device = flags.compile_device()});
     examples::train_and_report(model, flags, data, /*eval_batch_size=*/500);
     const double float_accuracy = model.evaluate(data.x_test, data.y_test, 500)["accuracy"];
 
@@ -85,7 +86,8 @@ int main(int argc, char** argv) {
     if (qat_epochs > 0) {
       std::unique_ptr<Sequential> qat = kiln::lite::quantization_aware(model, options);
       qat->compile(kiln::optim::Adam(flags.learning_rate / 10),
-                   SparseCategoricalCrossentropy(/*from_logits=*/true), {"accuracy"});
+                   SparseCategoricalCrossentropy(/*from_logits=*/true), {"accuracy"},
+                   {.device = flags.compile_device()});
       qat->fit(data.x_train, data.y_train,
                FitOptions()
                    .set_epochs(qat_epochs)

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/device.h"
 #include "kiln/execution_mode.h"
 #include "kiln/graph.h"
 #include "kiln/tensor.h"
@@ -25,6 +26,11 @@ struct FunctionOptions {
   std::string name = "function";       // the traced graphs' name
   std::optional<ExecutionMode> mode;   // default_execution_mode() at each call when unset
   size_t cache_capacity = 8;           // traced signatures kept, least recently used dropped
+  // Where compiled calls run: the host, or a GPU (Device::cuda(0)): the traced graph's fused
+  // loops and dots run there, its other ops on the host; arguments and results stay host
+  // tensors, and variables it updates are written back (not donated). Checked when the
+  // Function is made (kUnavailable without a GPU). Interpreted calls run on the host.
+  Device device = Device::cpu();
 };
 
 // A traced function over a vector of tensors. Copies share the trace cache.

@@ -15,6 +15,8 @@
 #include "compiler/device_backend.h"
 #include "compiler/executable.h"
 #include "kiln/kiln.h"
+#include "kiln/nn.h"
+#include "kiln/optim.h"
 #include "runtime/cuda/driver.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/mlp_step.h"
@@ -190,6 +192,40 @@ TEST(DeviceProgram, ChoosingADeviceThisMachineLacksIsAClearError) {
   }
 }
 
+// Two Gaussian blobs in 4-d, labels 0/1.
+std::pair<Tensor, Tensor> blobs(int64_t n, uint64_t seed) {
+  Tensor labels = convert(random_bernoulli({n}, seed, 0.5), i32);
+  Tensor centers = expand_dims(convert(labels, f32) * 4.0 - 2.0, 1);
+  return {random_normal({n, 4}, seed + 1) * 0.5 + centers, labels};
+}
+
+// A model or a function asked for a GPU this machine lacks says so when compiled or made, and
+// the model is left as it was: it still trains on the host.
+TEST(DeviceProgram, AModelOrFunctionOnAMissingGpuIsAClearErrorAndTheModelUnchanged) {
+  std::string why;
+  if (runtime::cuda::driver(&why) != nullptr) GTEST_SKIP() << "this machine has a GPU";
+  auto [x, y] = blobs(64, 3);
+  nn::Sequential model({nn::Dense(8, "relu"), nn::Dense(2)});
+  model.compile(optim::Adam(0.05), nn::SparseCategoricalCrossentropy(true), {"accuracy"});
+  try {
+    model.compile(optim::Adam(0.05), nn::SparseCategoricalCrossentropy(true), {"accuracy"},
+                  {.device = Device::cuda(0)});
+    ADD_FAILURE() << "compiled a model for cuda:0 without a GPU";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnavailable) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr("cuda:0"));
+  }
+  nn::History h = model.fit(x, y, {.epochs = 2, .batch_size = 16, .seed = 1, .verbose = 0});
+  EXPECT_EQ(h.history["loss"].size(), 2u);
+  try {
+    Function f([](const std::vector<Tensor>& a) { return std::vector<Tensor>{a[0] * 2.0f}; },
+               {.device = Device::cuda(0)});
+    ADD_FAILURE() << "made a function for cuda:0 without a GPU";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnavailable) << e.what();
+  }
+}
+
 // The random differential tests with every compile() a device program on the emulated GPU
 // (KILN_TEST_ONLY_DEVICE), against the interpreter: loops, dots and every kernel op, crossing
 // between the two memories in every order the generator makes. In a child process.
@@ -205,6 +241,8 @@ TEST(DeviceProgram, RandomGraphsOnTheEmulatedGpuMatchTheInterpreter) {
       "Shard/CompiledRandomKernelOpGraphs.MatchTheInterpreter/0:"
       "Shard/CompiledRandomGradients.MatchTheInterpreter/0:"
       "CompiledRandomGraphsConcurrently.MatchTheInterpreter:"
+      "Model.FitLearnsASeparableProblem:Model.CompiledAndInterpretedFitAgree:"
+      "Model.FitOnADatasetMatchesFitOnTheSameTensors:"
       "DeviceProgram.ChildCompilesForTheEmulatedGpu";
   const std::map<std::string, std::string> env = {{"KILN_RANDOM_GRAPHS_PER_SHARD", "40"},
                                                   {"GTEST_TOTAL_SHARDS", "1"},
@@ -216,21 +254,31 @@ TEST(DeviceProgram, RandomGraphsOnTheEmulatedGpuMatchTheInterpreter) {
                            "Shard/CompiledRandomKernelOpGraphs.MatchTheInterpreter/0",
                            "Shard/CompiledRandomGradients.MatchTheInterpreter/0",
                            "CompiledRandomGraphsConcurrently.MatchTheInterpreter",
+                           "Model.FitLearnsASeparableProblem",
+                           "Model.CompiledAndInterpretedFitAgree",
+                           "Model.FitOnADatasetMatchesFitOnTheSameTensors",
                            "DeviceProgram.ChildCompilesForTheEmulatedGpu"})
     EXPECT_THAT(r.output, HasSubstr(std::string("[       OK ] ") + test));
 }
 
-// Run by the test above in its child: compile() builds device programs there.
+// Run by the test above in its child: compile() builds device programs there, and so do a
+// model's steps.
 TEST(DeviceProgram, ChildCompilesForTheEmulatedGpu) {
   const char* mode = std::getenv("KILN_TEST_ONLY_DEVICE");
   if (mode == nullptr) GTEST_SKIP() << "only in RandomGraphsOnTheEmulatedGpuMatchTheInterpreter's child";
   Chain c;
-  const cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
+  cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
   Executable e = compile(c.g, {c.s}, c.feeds);
   std::vector<Tensor> got = e.run(c.feeds);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_GT(cpu::emulated_gpu_counts().dots, before.dots);
   EXPECT_THAT(::testing::PrintToString(e.thunk_descriptions()), HasSubstr("on emulated-gpu"));
+  auto [x, y] = blobs(64, 3);
+  nn::Sequential model({nn::Dense(8, "relu"), nn::Dense(2)});
+  model.compile(optim::Adam(0.05), nn::SparseCategoricalCrossentropy(true), {"accuracy"});
+  before = cpu::emulated_gpu_counts();
+  model.fit(x, y, {.epochs = 1, .batch_size = 16, .seed = 1, .verbose = 0});
+  EXPECT_GE(cpu::emulated_gpu_counts().dots - before.dots, 4 * 3) << "forward and backward dots";
 }
 
 // ---- on a GPU: skipped without one, saying so ----
@@ -246,6 +294,25 @@ TEST(DeviceProgramGpu, TheMlpTrainingStepOnCuda0MatchesTheCpu) {
   // cuBLASLt sums in another order than the CPU's gemm: close, not equal.
   expect_close(dev.run(step.feeds), host.run(step.feeds), 1e-4);
   expect_close(dev.run(step.feeds), host.run(step.feeds), 1e-4);
+}
+
+// Fit on cuda:0 (its loops and dots there) keeps the CPU fit's losses, epoch by epoch.
+TEST(DeviceProgramGpu, ModelFitOnCuda0MatchesTheCpu) {
+  std::string why;
+  if (runtime::cuda::driver(&why) == nullptr) GTEST_SKIP() << "no GPU: " << why;
+  auto [x, y] = blobs(512, 3);
+  std::vector<std::vector<double>> losses;
+  for (Device device : {Device::cpu(), Device::cuda(0)}) {
+    nn::Sequential model({nn::Dense(64, "relu"), nn::Dense(2)});
+    model.set_seed(7);
+    model.compile(optim::Adam(0.01), nn::SparseCategoricalCrossentropy(true), {"accuracy"},
+                  {.device = device});
+    losses.push_back(
+        model.fit(x, y, {.epochs = 3, .batch_size = 64, .seed = 1, .verbose = 0}).history["loss"]);
+  }
+  ASSERT_EQ(losses[0].size(), losses[1].size());
+  for (size_t i = 0; i < losses[0].size(); ++i)
+    EXPECT_NEAR(losses[1][i], losses[0][i], 1e-3 * (1 + losses[0][i])) << "epoch " << i;
 }
 
 }  // namespace

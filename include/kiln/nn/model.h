@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/device.h"
 #include "kiln/distribute/strategy.h"
 #include "kiln/function.h"
 #include "kiln/graph.h"
@@ -75,6 +76,13 @@ struct CompileOptions {
   // evaluate and predict split their batches across the local replicas too. Dropout draws
   // differ per replica. A strategy is used by one model's fit at a time. Null: one replica.
   Ref<distribute::Strategy> strategy;
+  // Where fit, evaluate and predict run their compiled steps: the host (cpu:0), or a GPU
+  // (Device::cuda(0)), where each step's fused loops and dots run as CUDA kernels and
+  // cuBLASLt matmuls, its other ops on the host (compiler/executable.h's CompileOptions).
+  // The model-building code and fit's arguments do not change. Checked here: a GPU this
+  // machine lacks is kUnavailable or kInvalidArgument; a GPU with a strategy is
+  // kUnimplemented (not built yet). Interpreted steps (set_execution_mode) run on the host.
+  Device device = Device::cpu();
 };
 
 // compile's metrics, as Keras takes them: names for every output ({"accuracy"}), or names by

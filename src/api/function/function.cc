@@ -167,6 +167,7 @@ struct Function::Impl {
 
 Function::Function(Body body, FunctionOptions options) : impl_(std::make_shared<Impl>()) {
   if (!body) throw Error(ErrorCode::kInvalidArgument, "function: the body is empty");
+  if (options.device != Device::cpu()) compiler::check_device(options.device);
   impl_->body = std::move(body);
   impl_->options = std::move(options);
 }
@@ -215,7 +216,8 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
         std::lock_guard lock(t->compile_mu);
         if (!t->executable) {
           t->executable = std::make_shared<const compiler::Executable>(
-              compiler::compile(t->graph, t->fetches, feeds, t->donations));
+              compiler::compile(t->graph, t->fetches, feeds, t->donations,
+                                {impl_->options.device}));
         }
         exe = t->executable;
       }

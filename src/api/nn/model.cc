@@ -617,6 +617,13 @@ void Model::compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
                   "compile: loss weights must be finite and >= 0, got " + std::to_string(w));
     }
   }
+  if (options.device != Device::cpu()) {
+    compiler::check_device(options.device);
+    if (options.strategy)
+      throw Error(ErrorCode::kUnimplemented,
+                  "compile: model '" + name_ + "': a distribution strategy on " +
+                      options.device.str() + " is not built yet (its replicas run on the host)");
+  }
   std::unique_lock lock(impl_->mu);
   impl_->check_not_training("compile", name_);
   std::vector<std::shared_ptr<Loss>> shared;
@@ -643,6 +650,16 @@ void Model::compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
   impl_->loss_weights = std::move(loss_weights);
   // The train step (dropped below) is traced for the strategy; evaluate and predict split by it.
   impl_->strategy = options.strategy.get();
+  if (impl_->device != options.device) {
+    impl_->device = options.device;
+    if (impl_->predict_step) {  // compiled for the last device: traced again for this one
+      std::vector<TensorType> types;
+      for (const Tensor& x : impl_->predict_step->xs) types.push_back({x.dtype(), x.shape()});
+      impl_->drop(impl_->predict_step);
+      impl_->predict_step = std::make_shared<const Step>(
+          impl_->trace(types, std::nullopt, /*training=*/false));
+    }
+  }
   impl_->replica_values.clear();
   impl_->drop(impl_->train_step);
   impl_->drop(impl_->eval_step);

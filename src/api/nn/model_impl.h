@@ -160,6 +160,7 @@ struct Model::Impl {
 
   std::shared_ptr<optim::Optimizer> optimizer;
   std::shared_ptr<distribute::Strategy> strategy;  // compile's; null: one replica
+  Device device = Device::cpu();                   // compile's: where the steps run
   // Whether fit's batches are this worker's part of the global batch (a dataset divided between
   // the workers, data::Dataset::shard_for_worker) rather than the whole global batch.
   bool worker_batches = false;

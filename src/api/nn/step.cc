@@ -14,6 +14,8 @@ bool is_float(DType d) { return d == f32 || d == f64 || d == f16 || d == bf16; }
 Step Model::Impl::trace(const std::vector<TensorType>& x_types,
                         const std::optional<std::vector<TensorType>>& y_types, bool training) {
   Step s;
+  s.programs = std::make_shared<compiler::CompileCache>(/*capacity=*/4,
+                                                        compiler::CompileOptions{device});
   Graph& g = s.graph;
   auto guard = g.as_default();
   for (size_t i = 0; i < x_types.size(); ++i) {

@@ -109,6 +109,8 @@ TEST_F(ExampleFlags, StrategyAndReplicaFlagsAreChecked) {
                     "--strategy=threads is not none, mirrored or multi_worker");
   expect_flag_error(KILN_TRAINER_FLAGS_MAIN, {"--dtype_policy=f16"},
                     "--dtype_policy=f16 is not float32, mixed_bfloat16 or mixed_float16");
+  expect_flag_error(KILN_TRAINER_FLAGS_MAIN, {"--device=cuda:0"},
+                    "--device=cuda:0 is not cpu or gpu");
   for (const std::string count : {"2147483647", "100000", "0"}) {
     expect_flag_error(KILN_TRAINER_FLAGS_MAIN, {"--strategy=mirrored", "--replicas=" + count},
                       "--replicas=" + count + " is not " + kReplicas);
@@ -120,12 +122,12 @@ TEST_F(ExampleFlags, StrategyAndReplicaFlagsAreChecked) {
 
   testing_util::ProcessResult r = run(KILN_TRAINER_FLAGS_MAIN, {});
   ASSERT_TRUE(r.exited_ok()) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("strategy=none replicas=2 dtype_policy=float32\n"));
-  r = run(KILN_TRAINER_FLAGS_MAIN,
-          {"--strategy=mirrored", "--replicas=" + bound, "--dtype_policy=mixed_bfloat16"});
+  EXPECT_THAT(r.output, HasSubstr("strategy=none replicas=2 dtype_policy=float32 device=cpu:0\n"));
+  r = run(KILN_TRAINER_FLAGS_MAIN, {"--strategy=mirrored", "--replicas=" + bound,
+                                    "--dtype_policy=mixed_bfloat16", "--device=gpu"});
   ASSERT_TRUE(r.exited_ok()) << r.output;
-  EXPECT_THAT(r.output,
-              HasSubstr("strategy=mirrored replicas=" + bound + " dtype_policy=mixed_bfloat16\n"));
+  EXPECT_THAT(r.output, HasSubstr("strategy=mirrored replicas=" + bound +
+                                  " dtype_policy=mixed_bfloat16 device=cuda:0\n"));
 }
 
 // Every example program that takes arguments: trainer_flags_main stands for the trainers'

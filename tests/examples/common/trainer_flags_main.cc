@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
       flags.epochs, static_cast<long long>(flags.batch_size), flags.learning_rate,
       static_cast<unsigned long long>(flags.seed), static_cast<long long>(flags.train_limit),
       flags.verbose, static_cast<long long>(flags.checkpoint_every_steps));
-  std::printf("strategy=%s replicas=%d dtype_policy=%s\n", flags.strategy.c_str(), flags.replicas,
-              flags.dtype_policy.c_str());
+  std::printf("strategy=%s replicas=%d dtype_policy=%s device=%s\n", flags.strategy.c_str(),
+              flags.replicas, flags.dtype_policy.c_str(), flags.compile_device().str().c_str());
   return 0;
 }
