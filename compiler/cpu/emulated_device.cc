@@ -9,7 +9,8 @@
 #include "compiler/cpu/fused_kernel.h"
 #include "compiler/llvm_ir/grid_kernel.h"
 #include "compiler/llvm_ir/loop_target.h"
-#include "kiln/ops.h"
+#include "kiln/op_registry.h"
+#include "runtime/execute.h"
 #include "src/core/tensor_impl.h"
 #include "runtime/thread_pool.h"
 
@@ -147,9 +148,15 @@ class EmulatedGpu final : public DeviceBackend {
   void dot(const DeviceDot& d) const override {
     counters().dots++;
     // The CPU's dot kernel with the attributes the graph's dot has: the CPU program's bits.
+    // (The kernel itself, not the eager op, which would record into a graph being built.)
     const Tensor a = over(d.a, d.dtype, d.trans_a ? Shape{d.k, d.m} : Shape{d.m, d.k});
     const Tensor b = over(d.b, d.dtype, d.trans_b ? Shape{d.n, d.k} : Shape{d.k, d.n});
-    const Tensor c = kiln::dot(a, b, {d.trans_a ? 0 : 1}, {d.trans_b ? 1 : 0});
+    static const OpDef& def = OpRegistry::global().find("dot");
+    const Attrs attrs{{"lhs_contract", std::vector<int64_t>{d.trans_a ? 0 : 1}},
+                      {"rhs_contract", std::vector<int64_t>{d.trans_b ? 1 : 0}},
+                      {"lhs_batch", std::vector<int64_t>{}},
+                      {"rhs_batch", std::vector<int64_t>{}}};
+    const Tensor c = runtime::run_kernel(def, "emulated-gpu dot", {a, b}, attrs)[0];
     std::memcpy(d.c, c.raw_data(), c.nbytes());
   }
 
