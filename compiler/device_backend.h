@@ -66,6 +66,11 @@ class DeviceBackend {
 
   // Waits for everything queued.
   virtual void synchronize() const = 0;
+
+  // TEST ONLY (the emulated GPU): each run of a device program first fills its host arena with
+  // a poison pattern, so that a host thunk reading a value only the device holds gets wrong
+  // results (the executable's reused arena would still hold the last run's value).
+  virtual bool poisons_host_arena() const { return false; }
 };
 
 // compile() (executable.h) for `device`: the program CompileOptions::device describes, on any

@@ -87,12 +87,13 @@ void add_run(StepProfile& sum, const StepProfile& p) {
 }
 
 std::vector<Tensor> run_impl(const Impl& im, const FeedList& feeds, FeedList* donor) {
-  // A device program refuses donations: its values live in device memory (the fed buffers stay
-  // the caller's, unchanged).
-  if (im.device && donor) im.donations_refused += static_cast<int64_t>(im.aliases.size());
   auto steps = [&](StepProfile* profile) {
-    return im.device ? run_device_steps(im, feeds, profile)
-                     : run_steps(im, feeds, donor, profile);
+    if (!im.device) return run_steps(im, feeds, donor, profile);
+    std::vector<Tensor> result = run_device_steps(im, feeds, profile);
+    // A device program refuses donations: its values live in device memory (the fed buffers
+    // stay the caller's, unchanged).
+    if (donor) im.donations_refused += static_cast<int64_t>(im.aliases.size());
+    return result;
   };
   const bool own = im.profiling.load(std::memory_order_relaxed), global = global_profiling();
   if (!own && !global) return steps(nullptr);

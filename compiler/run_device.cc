@@ -17,17 +17,25 @@ class DeviceRun {
       : im_(im), device_(*im.device), arena_(arena), slots_(slots),
         state_(im.slots.size()) {
     owned_.reserve(im.slots.size() + 1);
-    if (im.stats.arena_bytes > 0)
+    if (im.stats.arena_bytes > 0) {
       device_arena_ = static_cast<char*>(take(im.stats.arena_bytes, "the program's arena"));
+      if (device_.poisons_host_arena())
+        std::memset(const_cast<char*>(arena.at(0)), 0xA5, im.stats.arena_bytes);
+    }
     for (size_t s = 0; s < slots.size(); ++s) state_[s].host = slots[s].defined();
   }
   ~DeviceRun() {
     // Queued work may still read the memory: wait (errors are reported by the run itself).
     try {
       device_.synchronize();
-    } catch (const Error&) {
+    } catch (...) {
     }
-    for (void* p : owned_) device_.deallocate(p);
+    for (void* p : owned_) {
+      try {
+        device_.deallocate(p);
+      } catch (...) {
+      }
+    }
   }
   DeviceRun(const DeviceRun&) = delete;
   DeviceRun& operator=(const DeviceRun&) = delete;

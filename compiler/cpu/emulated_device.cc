@@ -161,6 +161,7 @@ class EmulatedGpu final : public DeviceBackend {
   }
 
   void synchronize() const override {}
+  bool poisons_host_arena() const override { return true; }
 };
 
 }  // namespace

@@ -1,7 +1,8 @@
 // TEST ONLY: a GPU emulated on the host, so that the device executable (compiler/run_device.cc)
 // is tested without one. Its memory is host memory the program must still copy its values to
-// and from (each allocation starts as a poison pattern, so a value read on the wrong side, or
-// before its copy, gives wrong results); its kernels are the CUDA backend's grid kernels
+// and from (each allocation starts as a poison pattern, and so does a device program's host
+// arena at each run, so a value read on the wrong side, or before its copy, gives wrong
+// results); its kernels are the CUDA backend's grid kernels
 // (compiler/llvm_ir/grid_kernel.h) JIT-compiled for the host and run over a host grid of
 // fewer threads than items; its dot is the CPU's dot kernel. Its fusion target is CUDA's (the
 // loops alone). Used by compile_for_device in tests and by KILN_TEST_ONLY_DEVICE=emulated-gpu.

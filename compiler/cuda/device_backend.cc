@@ -39,6 +39,7 @@ class CudaGpu final : public DeviceBackend {
 
   void* allocate(int64_t bytes, const std::string& what) const override {
     if (bytes <= 0) return nullptr;
+    need_driver(what);  // this thread's context current: the allocator may grow (cuMemAlloc)
     try {
       return runtime::cuda::device_allocator().allocate(static_cast<size_t>(bytes));
     } catch (const Error& e) {
@@ -46,7 +47,9 @@ class CudaGpu final : public DeviceBackend {
     }
   }
   void deallocate(void* p) const override {
-    if (p != nullptr) runtime::cuda::device_allocator().deallocate(p);
+    if (p == nullptr) return;
+    need_driver("cuda:0: freeing device memory");
+    runtime::cuda::device_allocator().deallocate(p);
   }
   void upload(void* device, const void* host, int64_t bytes) const override {
     const runtime::cuda::Driver& d = need_driver("cuda:0: copy to the device");

@@ -75,6 +75,10 @@ struct TrainerFlags {
                                   {"float32", "mixed_bfloat16", "mixed_float16"})),
         profile(flags.integer("profile", 0, 0, 1) == 1),
         device(flags.choice("device", "cpu", {"cpu", "gpu"})) {
+    if (device == "gpu" && strategy != "none") {
+      Flags::bad("--device=gpu with --strategy=" + strategy +
+                 ": a strategy's replicas run on the host so far");
+    }
     if (flags.given("replicas") && strategy != "mirrored") {
       Flags::bad("--replicas=" + std::to_string(replicas) +
                  " needs --strategy=mirrored (got --strategy=" + strategy + ")");

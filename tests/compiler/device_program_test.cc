@@ -95,6 +95,36 @@ TEST(DeviceProgram, LoopsAndDotsRunOnTheDeviceAndMatchTheCpu) {
   EXPECT_EQ(after.live_allocations, before.live_allocations) << "a run frees its device memory";
 }
 
+// The four operand layouts of a 2-d dot (which axis each operand contracts) become the
+// device dot's transposes and m, n, k: each gives the CPU program's result. On the emulated
+// GPU, bit for bit; on cuda:0 (from a fresh thread: its context is made current there too),
+// within cuBLASLt's summation order.
+void check_dot_layouts(const std::shared_ptr<const DeviceBackend>& device, double tol) {
+  for (int64_t ca : {0, 1}) {
+    for (int64_t cb : {0, 1}) {
+      SCOPED_TRACE("contract a's axis " + std::to_string(ca) + ", b's " + std::to_string(cb));
+      const int64_t m = 5, k = 7, n = 3;
+      const Shape as = ca == 1 ? Shape{m, k} : Shape{k, m};
+      const Shape bs = cb == 0 ? Shape{k, n} : Shape{n, k};
+      Graph g{"dot_layout"};
+      Tensor a = g.placeholder(f32, as, "a");
+      Tensor b = g.placeholder(f32, bs, "b");
+      Tensor c = dot(a, b, {ca}, {cb});
+      FeedList feeds = {{a, test_models::random_tensor(as, 11)},
+                        {b, test_models::random_tensor(bs, 12)}};
+      Executable host = compile(g, {c}, feeds);
+      Executable dev = device ? compile_for_device(device, g, {c}, feeds)
+                              : compile(g, {c}, feeds, {}, CompileOptions{Device::cuda(0)});
+      EXPECT_THAT(::testing::PrintToString(dev.thunk_descriptions()), HasSubstr("dot on "));
+      std::vector<Tensor> got = dev.run(feeds);
+      ASSERT_EQ(got[0].shape(), (Shape{m, n}));
+      expect_close(got, host.run(feeds), tol);
+    }
+  }
+}
+
+TEST(DeviceProgram, EveryDotLayoutMatchesTheCpu) { check_dot_layouts(cpu::emulated_gpu(), 0); }
+
 // A gather (a host kernel) between device loops: its input comes up from the device, its
 // output goes down for the dot; a value both sides read is copied once.
 TEST(DeviceProgram, HostOpsBetweenDeviceOpsGetTheirValuesCopied) {
@@ -294,6 +324,12 @@ TEST(DeviceProgramGpu, TheMlpTrainingStepOnCuda0MatchesTheCpu) {
   // cuBLASLt sums in another order than the CPU's gemm: close, not equal.
   expect_close(dev.run(step.feeds), host.run(step.feeds), 1e-4);
   expect_close(dev.run(step.feeds), host.run(step.feeds), 1e-4);
+}
+
+TEST(DeviceProgramGpu, EveryDotLayoutMatchesTheCpuFromAFreshThread) {
+  std::string why;
+  if (runtime::cuda::driver(&why) == nullptr) GTEST_SKIP() << "no GPU: " << why;
+  std::thread([] { check_dot_layouts(nullptr, 1e-5); }).join();
 }
 
 // Fit on cuda:0 (its loops and dots there) keeps the CPU fit's losses, epoch by epoch.

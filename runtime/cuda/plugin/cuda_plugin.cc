@@ -3,6 +3,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -30,7 +32,8 @@ struct State {
   std::mutex mu;
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
-  using Key = std::tuple<int, int64_t, int64_t, int64_t, int, int, int, bool>;
+  // dtype, m, n, k, transposes, activation, bias, the operands' alignment
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int, int, int, bool, uint32_t>;
   std::map<Key, cublasLtMatmulAlgo_t> algos;
   int64_t chosen = 0;
 };
@@ -38,6 +41,15 @@ struct State {
 State& state() {
   static State* s = new State;  // never destroyed: the driver may be gone at exit
   return *s;
+}
+
+// The alignment of a device address, up to the 256 bytes cuBLASLt's heuristic assumes unless
+// told otherwise (operands inside a program's arena are only 64-byte aligned).
+uint32_t alignment_of(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
 }
 
 cudaDataType_t cuda_type(int dtype) {
@@ -110,14 +122,20 @@ int matmul(const plugin::Matmul* m, char* err, size_t len) {
       (st = cublasLtMatrixLayoutCreate(&d.b, t, b_rows, b_cols, b_rows)) != CUBLAS_STATUS_SUCCESS ||
       (st = cublasLtMatrixLayoutCreate(&d.c, t, m->n, m->m, m->n)) != CUBLAS_STATUS_SUCCESS)
     return fail(err, len, lt_error("cublasLtMatrixLayoutCreate", st));
+  uint32_t align = std::min(alignment_of(m->a), std::min(alignment_of(m->b), alignment_of(m->c)));
+  if (m->bias) align = std::min(align, alignment_of(m->bias));
   const State::Key key{m->dtype, m->m, m->n, m->k, m->trans_a, m->trans_b, m->activation,
-                       m->bias != nullptr};
+                       m->bias != nullptr, align};
   auto it = s.algos.find(key);
   if (it == s.algos.end()) {
     cublasLtMatmulPreferenceCreate(&d.pref);
     size_t ws = kWorkspaceBytes;
     cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                          sizeof ws);
+    for (cublasLtMatmulPreferenceAttributes_t attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      cublasLtMatmulPreferenceSetAttribute(d.pref, attr, &align, sizeof align);
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     st = cublasLtMatmulAlgoGetHeuristic(s.handle, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &result,

@@ -650,19 +650,27 @@ void Model::compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
   impl_->loss_weights = std::move(loss_weights);
   // The train step (dropped below) is traced for the strategy; evaluate and predict split by it.
   impl_->strategy = options.strategy.get();
-  if (impl_->device != options.device) {
-    impl_->device = options.device;
-    if (impl_->predict_step) {  // compiled for the last device: traced again for this one
-      std::vector<TensorType> types;
-      for (const Tensor& x : impl_->predict_step->xs) types.push_back({x.dtype(), x.shape()});
-      impl_->drop(impl_->predict_step);
-      impl_->predict_step = std::make_shared<const Step>(
-          impl_->trace(types, std::nullopt, /*training=*/false));
-    }
-  }
   impl_->replica_values.clear();
   impl_->drop(impl_->train_step);
   impl_->drop(impl_->eval_step);
+  if (impl_->device != options.device) {
+    // The predict step was compiled for the last device: traced again for this one (the model
+    // keeps the last device and its step if that fails).
+    const Device last = std::exchange(impl_->device, options.device);
+    if (impl_->predict_step) {
+      std::vector<TensorType> types;
+      for (const Tensor& x : impl_->predict_step->xs) types.push_back({x.dtype(), x.shape()});
+      try {
+        auto retraced = std::make_shared<const Step>(
+            impl_->trace(types, std::nullopt, /*training=*/false));
+        impl_->drop(impl_->predict_step);
+        impl_->predict_step = std::move(retraced);
+      } catch (...) {
+        impl_->device = last;
+        throw;
+      }
+    }
+  }
   lock.unlock();
   for (const std::string& w : warnings) kiln::warn(w);
 }

@@ -111,6 +111,8 @@ TEST_F(ExampleFlags, StrategyAndReplicaFlagsAreChecked) {
                     "--dtype_policy=f16 is not float32, mixed_bfloat16 or mixed_float16");
   expect_flag_error(KILN_TRAINER_FLAGS_MAIN, {"--device=cuda:0"},
                     "--device=cuda:0 is not cpu or gpu");
+  expect_flag_error(KILN_TRAINER_FLAGS_MAIN, {"--device=gpu", "--strategy=mirrored"},
+                    "--device=gpu with --strategy=mirrored: a strategy's replicas run on the host");
   for (const std::string count : {"2147483647", "100000", "0"}) {
     expect_flag_error(KILN_TRAINER_FLAGS_MAIN, {"--strategy=mirrored", "--replicas=" + count},
                       "--replicas=" + count + " is not " + kReplicas);
@@ -123,11 +125,14 @@ TEST_F(ExampleFlags, StrategyAndReplicaFlagsAreChecked) {
   testing_util::ProcessResult r = run(KILN_TRAINER_FLAGS_MAIN, {});
   ASSERT_TRUE(r.exited_ok()) << r.output;
   EXPECT_THAT(r.output, HasSubstr("strategy=none replicas=2 dtype_policy=float32 device=cpu:0\n"));
-  r = run(KILN_TRAINER_FLAGS_MAIN, {"--strategy=mirrored", "--replicas=" + bound,
-                                    "--dtype_policy=mixed_bfloat16", "--device=gpu"});
+  r = run(KILN_TRAINER_FLAGS_MAIN,
+          {"--strategy=mirrored", "--replicas=" + bound, "--dtype_policy=mixed_bfloat16"});
   ASSERT_TRUE(r.exited_ok()) << r.output;
   EXPECT_THAT(r.output, HasSubstr("strategy=mirrored replicas=" + bound +
-                                  " dtype_policy=mixed_bfloat16 device=cuda:0\n"));
+                                  " dtype_policy=mixed_bfloat16 device=cpu:0\n"));
+  r = run(KILN_TRAINER_FLAGS_MAIN, {"--device=gpu"});
+  ASSERT_TRUE(r.exited_ok()) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("strategy=none replicas=2 dtype_policy=float32 device=cuda:0\n"));
 }
 
 // Every example program that takes arguments: trainer_flags_main stands for the trainers'
