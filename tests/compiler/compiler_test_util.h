@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -46,6 +47,30 @@ inline void expect_bitwise_equal(const std::vector<Tensor>& a, const std::vector
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_TRUE(bitwise_equal(a[i], b[i])) << "output " << i << ": " << a[i] << " vs " << b[i];
+  }
+}
+
+// f32 results within `tol` relative, NaN where expected (by default the emitter's documented
+// error: transcendentals below 1e-6 relative; FMA contraction and reassociated accumulations
+// earn a small absolute slack); other dtypes bit for bit.
+inline void expect_close(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
+                         double tol = 1e-5) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].dtype(), want[i].dtype()) << "output " << i;
+    ASSERT_EQ(got[i].shape(), want[i].shape()) << "output " << i;
+    if (got[i].dtype() != f32) {
+      EXPECT_TRUE(bitwise_equal(got[i], want[i])) << "output " << i;
+      continue;
+    }
+    std::vector<float> a = got[i].to_vector<float>(), b = want[i].to_vector<float>();
+    for (size_t k = 0; k < a.size(); ++k) {
+      if (std::isnan(b[k])) {
+        EXPECT_TRUE(std::isnan(a[k])) << "output " << i << " element " << k;
+        continue;
+      }
+      EXPECT_NEAR(a[k], b[k], tol * (1 + std::fabs(b[k]))) << "output " << i << " element " << k;
+    }
   }
 }
 

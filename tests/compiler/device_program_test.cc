@@ -27,21 +27,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Within `tol` relative (f32), bit for bit otherwise.
-void expect_close(const std::vector<Tensor>& got, const std::vector<Tensor>& want, double tol) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(got[i].dtype(), want[i].dtype()) << "output " << i;
-    ASSERT_EQ(got[i].shape(), want[i].shape()) << "output " << i;
-    if (got[i].dtype() != f32) {
-      EXPECT_TRUE(testing::bitwise_equal(got[i], want[i])) << "output " << i;
-      continue;
-    }
-    std::vector<float> a = got[i].to_vector<float>(), b = want[i].to_vector<float>();
-    for (size_t k = 0; k < a.size(); ++k)
-      ASSERT_NEAR(a[k], b[k], tol * (1 + std::fabs(b[k]))) << "output " << i << " element " << k;
-  }
-}
+using testing::expect_close;
 
 int64_t bytes_of(const std::vector<Tensor>& ts) {
   int64_t n = 0;

@@ -30,28 +30,7 @@ Tensor random_tensor(Shape shape, std::mt19937& rng, float scale = 1) {
   return Tensor::from_vector(v, shape);
 }
 
-// f32 results within the emitter's documented error (transcendentals below 1e-6 relative;
-// FMA contraction and reassociated accumulations earn a small absolute slack).
-void expect_close(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
-                  double tol = 1e-5) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(got[i].dtype(), want[i].dtype()) << "output " << i;
-    ASSERT_EQ(got[i].shape(), want[i].shape()) << "output " << i;
-    if (got[i].dtype() != f32) {
-      EXPECT_TRUE(testing::bitwise_equal(got[i], want[i])) << "output " << i;
-      continue;
-    }
-    std::vector<float> a = got[i].to_vector<float>(), b = want[i].to_vector<float>();
-    for (size_t k = 0; k < a.size(); ++k) {
-      if (std::isnan(b[k])) {
-        EXPECT_TRUE(std::isnan(a[k])) << "output " << i << " element " << k;
-        continue;
-      }
-      EXPECT_NEAR(a[k], b[k], tol * (1 + std::fabs(b[k]))) << "output " << i << " element " << k;
-    }
-  }
-}
+using testing::expect_close;
 
 TEST(ExecutableTest, ElementwiseChainBecomesOneFusedThunk) {
   Graph g{"chain"};
