@@ -186,6 +186,10 @@ Executable compile_impl(const std::shared_ptr<const DeviceBackend>& device, cons
   Impl& im = *impl;
   im.name = graph.name();
   im.device = device;
+  if (device) {
+    im.device_constants = std::make_unique<Impl::DeviceConstants>();
+    im.device_constants->device = device;
+  }
   const FusionTarget& target = device ? device->fusion_target() : host_fusion_target();
   if (const char* env = std::getenv("KILN_PROFILE"); env && std::string(env) == "1") {
     im.report_profile = true;

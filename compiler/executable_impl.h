@@ -94,6 +94,23 @@ struct Executable::Impl {
   // DeviceKernels, also held here with their type.
   std::shared_ptr<const DeviceBackend> device;
   std::vector<std::shared_ptr<const DeviceKernel>> device_kernels;  // parallel to kernels
+  // A device program's constants on the device, uploaded by its first run and kept (by slot;
+  // null where not a constant or empty); freed with the executable.
+  struct DeviceConstants {
+    std::shared_ptr<const DeviceBackend> device;
+    std::mutex mu;
+    bool uploaded = false;
+    std::vector<void*> by_slot;
+    ~DeviceConstants() {
+      for (void* p : by_slot) {
+        try {
+          if (p != nullptr) device->deallocate(p);
+        } catch (...) {
+        }
+      }
+    }
+  };
+  std::unique_ptr<DeviceConstants> device_constants;  // set with `device`
   std::vector<std::unique_ptr<KernelDef>> control_flow_kernels;  // compiler/control_flow.h
   std::vector<Thunk> thunks;
   std::vector<Alias> aliases;

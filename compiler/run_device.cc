@@ -23,6 +23,7 @@ class DeviceRun {
         std::memset(const_cast<char*>(arena.at(0)), 0xA5, im.stats.arena_bytes);
     }
     for (size_t s = 0; s < slots.size(); ++s) state_[s].host = slots[s].defined();
+    upload_constants();
   }
   ~DeviceRun() {
     // Queued work may still read the memory: wait (errors are reported by the run itself).
@@ -108,10 +109,31 @@ class DeviceRun {
     return p;
   }
 
-  // Where slot s lives on the device: its place in the device arena, or a buffer of this run.
+  // The program's constants, uploaded by its first run and kept on the device.
+  void upload_constants() {
+    Impl::DeviceConstants& dc = *im_.device_constants;
+    std::lock_guard<std::mutex> lock(dc.mu);
+    if (!dc.uploaded) {
+      if (dc.by_slot.empty()) dc.by_slot.assign(im_.slots.size(), nullptr);
+      for (const auto& [s, value] : im_.constants) {
+        const Impl::Slot& slot = im_.slots[s];
+        if (slot.bytes == 0) continue;
+        if (dc.by_slot[s] == nullptr)
+          dc.by_slot[s] = device_.allocate(slot.bytes, device_.name() + ": constant '" +
+                                                           im_.nodes[slot.value.node].name + "'");
+        device_.upload(dc.by_slot[s], value.raw_data(), slot.bytes);
+      }
+      dc.uploaded = true;  // after every upload: a failed one is tried again next run
+    }
+    for (const auto& [s, value] : im_.constants) state_[s].device = true;
+  }
+
+  // Where slot s lives on the device: its place in the device arena, a constant's kept buffer,
+  // or a buffer of this run.
   void* device_pointer(int s) {
     const Impl::Slot& slot = im_.slots[s];
     if (slot.where == Where::kArena) return device_arena_ + slot.offset;
+    if (slot.where == Where::kConstant) return im_.device_constants->by_slot[s];
     if (pointers_.empty()) pointers_.assign(im_.slots.size(), nullptr);
     if (pointers_[s] == nullptr && slot.bytes > 0)
       pointers_[s] = take(slot.bytes, "value of '" + im_.nodes[slot.value.node].name + "'");
