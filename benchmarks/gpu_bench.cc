@@ -7,15 +7,23 @@
 //    and their ratio (the target: at least 0.8).
 // 2. cuBLASLt matmuls (compiler/cuda/blas.h) of 8192^3 in bf16 and f32 (f32 sums, no TF32):
 //    TFLOP/s, 2 m n k / time.
+// 3. The MLP training step (784-128-10, dropout, cross-entropy, gradients, Adam; batch 1024,
+//    f32) as a device program on cuda:0 against the same step compiled for this host's CPU,
+//    alternated: ms a step each (20 steps a trial; feeds and results are host tensors, so
+//    each step copies its parameters down and their new values up) and the speedup.
 #include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include <chrono>
+
 #include "compiler/cuda/blas.h"
 #include "compiler/cuda/ptx.h"
+#include "compiler/executable.h"
 #include "kiln/kiln.h"
 #include "runtime/cuda/driver.h"
+#include "tests/compiler/mlp_step.h"
 
 namespace {
 
@@ -29,6 +37,13 @@ struct Stat {
 Stat stat(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return {v[v.size() / 2], v.front(), v.back()};
+}
+
+double ms_per_step(const kiln::compiler::Executable& e, const kiln::FeedList& feeds, int steps) {
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) e.run(feeds);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+         steps;
 }
 
 }  // namespace
@@ -85,5 +100,25 @@ int main() {
     std::printf("{\"gpu_matmul_%s_8192_tflops\": {\"median\": %.1f, \"min\": %.1f, \"max\": %.1f}}\n",
                 kiln::dtype_name(t), st.median, st.lo, st.hi);
   }
+  std::fflush(stdout);
+  kiln::test_models::MlpStep step = kiln::test_models::make_mlp_step(784, 128, 10, 1024);
+  namespace kc = kiln::compiler;
+  const kc::Executable cpu = kc::compile(step.graph, step.fetches, step.feeds);
+  const kc::Executable gpu_step = kc::compile(step.graph, step.fetches, step.feeds, {},
+                                              kc::CompileOptions{kiln::Device::cuda(0)});
+  ms_per_step(cpu, step.feeds, 3);  // warm-up
+  ms_per_step(gpu_step, step.feeds, 3);
+  std::vector<double> cpu_ms, gpu_ms, speedup;
+  for (int trial = 0; trial < 7; ++trial) {
+    gpu_ms.push_back(ms_per_step(gpu_step, step.feeds, 20));
+    cpu_ms.push_back(ms_per_step(cpu, step.feeds, 20));
+    speedup.push_back(cpu_ms.back() / gpu_ms.back());
+  }
+  Stat g = stat(gpu_ms), c2 = stat(cpu_ms), sp = stat(speedup);
+  std::printf(
+      "{\"gpu_mlp_step_b1024_vs_cpu\": {\"median\": %.2f, \"min\": %.2f, \"max\": %.2f}, "
+      "\"gpu_ms\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}, "
+      "\"cpu_ms\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}, \"trials\": 7}\n",
+      sp.median, sp.lo, sp.hi, g.median, g.lo, g.hi, c2.median, c2.lo, c2.hi);
   return 0;
 }

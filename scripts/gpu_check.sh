@@ -84,6 +84,51 @@ for dt in (torch.bfloat16, torch.float32):
         "median": round(statistics.median(runs), 1), "min": round(min(runs), 1),
         "max": round(max(runs), 1)}, "torch": torch.__version__}))
 PY
+# The MLP step's peer: the same model and batch in PyTorch (eager, then torch.compile where it
+# works), its data and parameters resident on the GPU (PyTorch at its best; Kiln's device
+# program copies its parameters down and up every step until device tensors exist).
+python3 - >> "$dir/torch_bench.json" 2>> "$dir/summary.txt" <<'PY'
+import json, statistics, time
+try:
+    import torch
+except ImportError:
+    raise SystemExit("torch MLP peer: PyTorch is not installed")
+if not torch.cuda.is_available():
+    raise SystemExit("torch MLP peer: no GPU")
+torch.manual_seed(1)
+model = torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Dropout(0.5),
+                            torch.nn.Linear(128, 10)).cuda()
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+x = torch.randn(1024, 784, device="cuda")
+y = torch.randint(0, 10, (1024,), device="cuda")
+loss_fn = torch.nn.CrossEntropyLoss()
+def step():
+    opt.zero_grad(set_to_none=True)
+    loss = loss_fn(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+def ms_per_step(fn, steps=20):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3 / steps
+for name, fn in (("eager", step), ("compile", None)):
+    if fn is None:
+        try:
+            fn = torch.compile(step)
+            fn()
+        except Exception as e:  # noqa: BLE001 (reported, not fatal)
+            print(json.dumps({"torch_mlp_step_b1024_compile": f"failed: {e}"[:300]}))
+            continue
+    ms_per_step(fn, 5)
+    runs = [ms_per_step(fn) for _ in range(7)]
+    print(json.dumps({f"torch_mlp_step_b1024_{name}_ms": {
+        "median": round(statistics.median(runs), 3), "min": round(min(runs), 3),
+        "max": round(max(runs), 3)}}))
+PY
 cat "$dir/torch_bench.json" >> "$dir/summary.txt"
 cat "$dir/summary.txt"
 exit "$status"
