@@ -11,12 +11,31 @@
 namespace kiln::compiler {
 namespace {
 
+// The device memory a run takes, freed when the run ends (its constructor's throws included),
+// after the device has finished the work queued on it.
+struct RunMemory {
+  const DeviceBackend& device;
+  std::vector<void*> ptrs;
+  ~RunMemory() {
+    try {
+      device.synchronize();  // errors are reported by the run itself
+    } catch (...) {
+    }
+    for (void* p : ptrs) {
+      try {
+        device.deallocate(p);
+      } catch (...) {
+      }
+    }
+  }
+};
+
 class DeviceRun {
  public:
   DeviceRun(const Impl& im, const ArenaLease& arena, std::vector<Tensor>& slots)
       : im_(im), device_(*im.device), arena_(arena), slots_(slots),
-        state_(im.slots.size()) {
-    owned_.reserve(im.slots.size() + 1);
+        state_(im.slots.size()), owned_{*im.device, {}} {
+    owned_.ptrs.reserve(im.slots.size() + 1);
     if (im.stats.arena_bytes > 0) {
       device_arena_ = static_cast<char*>(take(im.stats.arena_bytes, "the program's arena"));
       if (device_.poisons_host_arena())
@@ -24,19 +43,6 @@ class DeviceRun {
     }
     for (size_t s = 0; s < slots.size(); ++s) state_[s].host = slots[s].defined();
     upload_constants();
-  }
-  ~DeviceRun() {
-    // Queued work may still read the memory: wait (errors are reported by the run itself).
-    try {
-      device_.synchronize();
-    } catch (...) {
-    }
-    for (void* p : owned_) {
-      try {
-        device_.deallocate(p);
-      } catch (...) {
-      }
-    }
   }
   DeviceRun(const DeviceRun&) = delete;
   DeviceRun& operator=(const DeviceRun&) = delete;
@@ -105,7 +111,7 @@ class DeviceRun {
 
   void* take(int64_t bytes, const std::string& what) {
     void* p = device_.allocate(bytes, device_.name() + ": " + what);
-    if (p != nullptr) owned_.push_back(p);  // reserved: never throws
+    if (p != nullptr) owned_.ptrs.push_back(p);  // reserved: never throws
     return p;
   }
 
@@ -162,7 +168,7 @@ class DeviceRun {
   const ArenaLease& arena_;
   std::vector<Tensor>& slots_;
   std::vector<State> state_;
-  std::vector<void*> owned_;
+  RunMemory owned_;
   std::vector<void*> pointers_;  // by slot, values outside the arena
   char* device_arena_ = nullptr;
   std::vector<void*> ins_, outs_;
