@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,6 +73,32 @@ class DeviceBackend {
   // results (the executable's reused arena would still hold the last run's value).
   virtual bool poisons_host_arena() const { return false; }
 };
+
+// For DeviceBackend::compile: `build(which, sgs)` compiles subgraphs[which] (given as `sgs`, in
+// that order) together and keeps their kernels. All of them first; when that throws, each
+// alone, so that only a subgraph failing by itself is left out, its error in (*errors)[i]
+// (errors is resized to subgraphs' size, "" where compiled).
+inline void compile_together_or_alone(
+    const std::vector<FusedSubgraph>& subgraphs,
+    const std::function<void(const std::vector<size_t>&, const std::vector<FusedSubgraph>&)>&
+        build,
+    std::vector<std::string>* errors) {
+  errors->assign(subgraphs.size(), "");
+  if (subgraphs.empty()) return;
+  std::vector<size_t> all(subgraphs.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  try {
+    build(all, subgraphs);
+  } catch (const Error&) {
+    for (size_t i : all) {
+      try {
+        build({i}, {subgraphs[i]});
+      } catch (const Error& e) {
+        (*errors)[i] = e.what();
+      }
+    }
+  }
+}
 
 // compile() (executable.h) for `device`: the program CompileOptions::device describes, on any
 // backend (the tests' emulated GPU among them). Throws kiln::Error, as compile() does.

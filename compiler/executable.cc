@@ -195,12 +195,8 @@ Executable compile_impl(const std::shared_ptr<const DeviceBackend>& device, cons
     im.report_profile = true;
     im.profiling = true;
   }
-  if (device) {
-    Pipeline pipeline = default_pipeline(Rewrites::kAll, &target);
-    im.cg = optimize(graph, outputs, pipeline);
-  } else {
-    im.cg = optimize(graph, outputs);
-  }
+  Pipeline pipeline = default_pipeline(Rewrites::kAll, &target);  // epilogues ask the target
+  im.cg = optimize(graph, outputs, pipeline);
   const CompiledGraph& cg = im.cg;
   im.nodes = nodes_of(cg.graph);
   const auto& nodes = im.nodes;

@@ -209,7 +209,12 @@ std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, Step
 // run.cc: one run, and what run_device.cc shares with it.
 using ProfileClock = std::chrono::steady_clock;
 double us_since(ProfileClock::time_point t0);
-bool is_gemm_or_conv(const std::string& op);
+// Adds thunk t's `us` to the profile, under its kind and its own entry.
+void add_thunk_time(const Impl& im, const Thunk& t, double us, StepProfile& profile);
+// Runs kernel thunk t's node on the host (its prepared kernel, else the lookup that reports
+// why there is none) into `outs`.
+void run_node_kernel(const Impl& im, const Thunk& t, const std::vector<Tensor>& ins,
+                     std::vector<Tensor>& outs);
 // The caller's feeds into `slots`; throws kiln::Error naming a wrong or missing feed.
 void bind_feeds(const Impl& im, const FeedList& feeds, std::vector<Tensor>& slots);
 // A kernel's output that views an arena value other than its own place is copied there (or,

@@ -71,9 +71,32 @@ double us_since(ProfileClock::time_point t0) {
   return std::chrono::duration<double, std::micro>(ProfileClock::now() - t0).count();
 }
 
+namespace {
+
 bool is_gemm_or_conv(const std::string& op) {
   return op == "dot" || op == "fused_dot" || op.rfind("convolution", 0) == 0 ||
          op.rfind("fused_conv", 0) == 0;
+}
+
+}  // namespace
+
+void add_thunk_time(const Impl& im, const Thunk& t, double us, StepProfile& profile) {
+  if (t.fused >= 0)
+    profile.fused_loops_us += us;
+  else
+    (is_gemm_or_conv(im.nodes[t.node].op) ? profile.gemm_conv_us : profile.other_kernels_us) += us;
+  profile.thunk_us[&t - im.thunks.data()] += us;
+}
+
+void run_node_kernel(const Impl& im, const Thunk& t, const std::vector<Tensor>& ins,
+                     std::vector<Tensor>& outs) {
+  const detail::Node& node = im.nodes[t.node];
+  if (t.kernel) {
+    runtime::run_prepared_kernel(*t.kernel, *node.def, node.name, ins, node.attrs,
+                                 im.types[t.node], &outs);
+  } else {
+    outs = runtime::run_kernel(*node.def, node.name, ins, node.attrs);
+  }
 }
 
 void add_run(StepProfile& sum, const StepProfile& p) {
@@ -170,24 +193,10 @@ std::vector<Tensor> run_steps(const Impl& im, const FeedList& feeds, FeedList* d
       const auto started = profile ? ProfileClock::now() : ProfileClock::time_point{};
       if (t.fused >= 0) {
         im.kernels[t.fused]->run(ins, &outs);
-        if (profile) {
-          const double us = us_since(started);
-          profile->fused_loops_us += us;
-          profile->thunk_us[&t - im.thunks.data()] += us;
-        }
+        if (profile) add_thunk_time(im, t, us_since(started), *profile);
       } else {
-        const detail::Node& node = im.nodes[t.node];
-        if (t.kernel) {
-          runtime::run_prepared_kernel(*t.kernel, *node.def, node.name, ins, node.attrs,
-                                       im.types[t.node], &outs);
-        } else {
-          outs = runtime::run_kernel(*node.def, node.name, ins, node.attrs);
-        }
-        if (profile) {
-          const double us = us_since(started);
-          (is_gemm_or_conv(node.op) ? profile->gemm_conv_us : profile->other_kernels_us) += us;
-          profile->thunk_us[&t - im.thunks.data()] += us;
-        }
+        run_node_kernel(im, t, ins, outs);
+        if (profile) add_thunk_time(im, t, us_since(started), *profile);
         for (size_t k = 0; k < t.out.size(); ++k) {
           settle_kernel_output(arena, im.slots[t.out[k]], outs[k]);
           if (!donated.empty() && t.out_alias[k] < 0)

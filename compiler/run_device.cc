@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "compiler/executable_impl.h"
-#include "runtime/execute.h"
 
 namespace kiln::compiler {
 namespace {
@@ -71,13 +70,7 @@ class DeviceRun {
     std::vector<Tensor> ins, outs(t.out.size());
     for (int s : t.in) ins.push_back(on_host(s));
     for (size_t k = 0; k < t.out.size(); ++k) outs[k] = host_place(im_.slots[t.out[k]]);
-    const detail::Node& node = im_.nodes[t.node];
-    if (t.kernel) {
-      runtime::run_prepared_kernel(*t.kernel, *node.def, node.name, ins, node.attrs,
-                                   im_.types[t.node], &outs);
-    } else {
-      outs = runtime::run_kernel(*node.def, node.name, ins, node.attrs);
-    }
+    run_node_kernel(im_, t, ins, outs);
     for (size_t k = 0; k < t.out.size(); ++k) {
       const int s = t.out[k];
       settle_kernel_output(arena_, im_.slots[s], outs[k]);
@@ -190,15 +183,7 @@ std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, Step
     } else {
       run.run_on_host(t);  // its downloads count as its time
     }
-    if (profile) {
-      const double us = us_since(started);
-      if (t.fused >= 0)
-        profile->fused_loops_us += us;
-      else
-        (is_gemm_or_conv(im.nodes[t.node].op) ? profile->gemm_conv_us
-                                               : profile->other_kernels_us) += us;
-      profile->thunk_us[&t - im.thunks.data()] += us;
-    }
+    if (profile) add_thunk_time(im, t, us_since(started), *profile);
     for (int s : t.release) run.release(s);
   }
   std::vector<Tensor> result;

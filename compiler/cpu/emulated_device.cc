@@ -1,7 +1,6 @@
 // The emulated GPU (emulated_device.h).
 #include "compiler/cpu/emulated_device.h"
 
-#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <new>
@@ -12,7 +11,6 @@
 #include "kiln/op_registry.h"
 #include "runtime/execute.h"
 #include "src/core/tensor_impl.h"
-#include "runtime/thread_pool.h"
 
 namespace kiln::compiler::cpu {
 namespace {
@@ -30,8 +28,7 @@ Counters& counters() {
   return c;
 }
 
-// A grid kernel on a host grid: blocks in parallel, the threads of a block in order, fewer
-// threads than items (each takes several through the grid-stride loop), as run_grid does.
+// A grid kernel on a host grid (run_on_host_grid).
 class EmulatedKernel final : public DeviceKernel {
  public:
   EmulatedKernel(FusedSubgraph sg, GridFn fn, std::shared_ptr<void> owner)
@@ -45,15 +42,7 @@ class EmulatedKernel final : public DeviceKernel {
   void launch(void* const* inputs, void* const* outputs) const override {
     if (items_ == 0) return;
     counters().launches++;
-    constexpr int64_t kThreads = 37;
-    const int64_t blocks = std::clamp<int64_t>(items_ / (3 * kThreads), 1, 6);
-    void** ins = const_cast<void**>(inputs);
-    void** outs = const_cast<void**>(outputs);
-    GridFn fn = fn_;
-    runtime::parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
-      for (int64_t block = b; block < e; ++block)
-        for (int64_t t = 0; t < kThreads; ++t) fn(ins, outs, block, kThreads, t, blocks);
-    });
+    run_on_host_grid(fn_, const_cast<void**>(inputs), const_cast<void**>(outputs), items_);
   }
 
   void run(const std::vector<Tensor>& inputs, std::vector<Tensor>* outputs) const override {
@@ -124,23 +113,14 @@ class EmulatedGpu final : public DeviceBackend {
       const std::vector<FusedSubgraph>& subgraphs,
       std::vector<std::string>* errors) const override {
     std::vector<std::shared_ptr<const DeviceKernel>> out(subgraphs.size());
-    errors->assign(subgraphs.size(), "");
-    auto make = [&](size_t i, GridFn fn, const std::shared_ptr<void>& owner) {
-      out[i] = std::make_shared<EmulatedKernel>(subgraphs[i], fn, owner);
-    };
-    try {
-      HostGridKernels all = compile_grid_kernels_for_host(subgraphs);
-      for (size_t i = 0; i < subgraphs.size(); ++i) make(i, all.fns[i], all.owner);
-    } catch (const Error&) {
-      for (size_t i = 0; i < subgraphs.size(); ++i) {  // one by one: which ones fail, and why
-        try {
-          HostGridKernels one = compile_grid_kernels_for_host({subgraphs[i]});
-          make(i, one.fns[0], one.owner);
-        } catch (const Error& e) {
-          (*errors)[i] = e.what();
-        }
-      }
-    }
+    compile_together_or_alone(
+        subgraphs,
+        [&](const std::vector<size_t>& which, const std::vector<FusedSubgraph>& sgs) {
+          HostGridKernels grid = compile_grid_kernels_for_host(sgs);
+          for (size_t j = 0; j < which.size(); ++j)
+            out[which[j]] = std::make_shared<EmulatedKernel>(sgs[j], grid.fns[j], grid.owner);
+        },
+        errors);
     return out;
   }
 

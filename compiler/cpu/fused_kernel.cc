@@ -107,17 +107,20 @@ bool grid_kernels_for_tests() {
   return on;
 }
 
-void FusedKernel::run_grid(void** ins, void** outs) const {
+void run_on_host_grid(GridFn fn, void** ins, void** outs, int64_t items) {
   // A grid of fewer threads than items, with an odd block size: each thread takes several
   // items through the grid-stride loop, the last pass only some of them. Blocks run in
   // parallel (their items are disjoint), threads in order within a block.
   constexpr int64_t kThreads = 37;
-  const int64_t blocks = std::clamp<int64_t>(parallel_size_ / (3 * kThreads), 1, 6);
-  GridFn fn = grid_fn_;
+  const int64_t blocks = std::clamp<int64_t>(items / (3 * kThreads), 1, 6);
   runtime::parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
     for (int64_t block = b; block < e; ++block)
       for (int64_t t = 0; t < kThreads; ++t) fn(ins, outs, block, kThreads, t, blocks);
   });
+}
+
+void FusedKernel::run_grid(void** ins, void** outs) const {
+  run_on_host_grid(grid_fn_, ins, outs, parallel_size_);
 }
 
 int64_t FusedKernel::split_chunks() const {

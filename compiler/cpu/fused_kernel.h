@@ -22,6 +22,10 @@ using KernelFn = void (*)(void** inputs, void** outputs, int64_t begin, int64_t 
 using GridFn = void (*)(void** inputs, void** outputs, int64_t block, int64_t block_dim,
                         int64_t thread, int64_t grid_dim);
 
+// Calls grid kernel `fn` for `items` items over a host grid of fewer threads than items
+// (37-thread blocks, up to 6 of them in parallel), as a GPU's grid-stride loop would run it.
+void run_on_host_grid(GridFn fn, void** ins, void** outs, int64_t items);
+
 // TEST ONLY: the random differential tests check the CUDA backend's grid mapping against the
 // interpreter (CompiledRandomGraphs on a host grid, tests/compiler/cuda_codegen_test.cc) in a
 // child process whose environment has KILN_TEST_ONLY_GRID_KERNELS=run-on-a-host-grid: every

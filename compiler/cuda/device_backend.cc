@@ -69,28 +69,14 @@ class CudaGpu final : public DeviceBackend {
       const std::vector<FusedSubgraph>& subgraphs,
       std::vector<std::string>* errors) const override {
     std::vector<std::shared_ptr<const DeviceKernel>> out(subgraphs.size());
-    errors->assign(subgraphs.size(), "");
-    if (subgraphs.empty()) return out;
-    auto load = [&](const std::vector<size_t>& which) {
-      std::vector<FusedSubgraph> sgs;
-      for (size_t i : which) sgs.push_back(subgraphs[i]);
-      std::shared_ptr<const LoadedPtx> module = LoadedPtx::load(compile_ptx(sgs));
-      for (size_t j = 0; j < which.size(); ++j)
-        out[which[j]] = std::make_shared<CudaKernel>(module, j, subgraphs[which[j]]);
-    };
-    std::vector<size_t> all(subgraphs.size());
-    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-    try {
-      load(all);
-    } catch (const Error&) {
-      for (size_t i : all) {  // one by one: which ones fail, and why
-        try {
-          load({i});
-        } catch (const Error& e) {
-          (*errors)[i] = e.what();
-        }
-      }
-    }
+    compile_together_or_alone(
+        subgraphs,
+        [&](const std::vector<size_t>& which, const std::vector<FusedSubgraph>& sgs) {
+          std::shared_ptr<const LoadedPtx> module = LoadedPtx::load(compile_ptx(sgs));
+          for (size_t j = 0; j < which.size(); ++j)
+            out[which[j]] = std::make_shared<CudaKernel>(module, j, sgs[j]);
+        },
+        errors);
     return out;
   }
 

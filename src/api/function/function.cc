@@ -167,7 +167,7 @@ struct Function::Impl {
 
 Function::Function(Body body, FunctionOptions options) : impl_(std::make_shared<Impl>()) {
   if (!body) throw Error(ErrorCode::kInvalidArgument, "function: the body is empty");
-  if (options.device != Device::cpu()) compiler::check_device(options.device);
+  compiler::check_device(options.device);
   impl_->body = std::move(body);
   impl_->options = std::move(options);
 }

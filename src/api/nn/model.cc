@@ -617,13 +617,11 @@ void Model::compile(optim::OptimizerRef optimizer, std::vector<LossRef> losses,
                   "compile: loss weights must be finite and >= 0, got " + std::to_string(w));
     }
   }
-  if (options.device != Device::cpu()) {
-    compiler::check_device(options.device);
-    if (options.strategy)
-      throw Error(ErrorCode::kUnimplemented,
-                  "compile: model '" + name_ + "': a distribution strategy on " +
-                      options.device.str() + " is not built yet (its replicas run on the host)");
-  }
+  compiler::check_device(options.device);
+  if (options.device.type != DeviceType::kCpu && options.strategy)
+    throw Error(ErrorCode::kUnimplemented,
+                "compile: model '" + name_ + "': a distribution strategy on " +
+                    options.device.str() + " is not built yet (its replicas run on the host)");
   std::unique_lock lock(impl_->mu);
   impl_->check_not_training("compile", name_);
   std::vector<std::shared_ptr<Loss>> shared;

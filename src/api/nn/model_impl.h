@@ -59,9 +59,9 @@ struct Step {
   std::vector<Tensor> predictions;  // one per model output
   size_t num_metric_stats = 0;
   std::vector<size_t> metric_stat_counts;
-  // Compiled programs of this step, one per feed signature (a short last batch is another).
-  std::shared_ptr<compiler::CompileCache> programs =
-      std::make_shared<compiler::CompileCache>(/*capacity=*/4);
+  // Compiled programs of this step, one per feed signature (a short last batch is another),
+  // for the model's device (made by Model::Impl::trace).
+  std::shared_ptr<compiler::CompileCache> programs;
 };
 
 // Rows [begin, end) of t in the order of `order` (or as they are when order is empty).
