@@ -1,7 +1,7 @@
 // A device with memory of its own (a GPU) that a compiled program runs on: what the device
-// executable (compiler/run_device.cc) needs from it. Its fused loops run as device kernels and
-// its 2-d dots as device matmuls; every other op runs on the host, its inputs copied down and
-// its outputs up as the run needs them. Two backends implement it: CUDA's
+// executable (compiler/run_device.cc) needs from it. Its fused loops run as device kernels, its
+// 2-d dots as device matmuls and the convolutions it takes as device convolutions; every other
+// op runs on the host, its inputs copied down and its outputs up as the run needs them. Two backends implement it: CUDA's
 // (compiler/cuda/device_backend.h) and, for tests, an emulated GPU whose memory is host memory
 // the program must still copy to and from (compiler/cpu/emulated_device.h). No CUDA or LLVM
 // types appear here.
@@ -39,6 +39,29 @@ struct DeviceDot {
   void* c = nullptr;
 };
 
+// A 2-d convolution (a 1-d one as height 1) over NHWC values: input x [batch, in_h, in_w, c_in],
+// kernel w in Kiln's HWIO [k_h, k_w, c_in / groups, c_out], output y [batch, out_h, out_w,
+// c_out]; cross-correlation, each spatial axis padded alike on both sides, no input dilation,
+// all of `dtype`. Every size is positive. The pass says which operand is written: the forward
+// pass reads x and w and writes y; the input gradient reads y (dy) and w and writes x (dx); the
+// kernel gradient reads x and y (dy) and writes w (dw).
+struct DeviceConv {
+  enum Pass : uint8_t { kForward, kInputGrad, kKernelGrad };
+  Pass pass = kForward;
+  DType dtype = f32;
+  int64_t batch = 0, in_h = 0, in_w = 0, c_in = 0;
+  int64_t out_h = 0, out_w = 0, c_out = 0;
+  int64_t k_h = 0, k_w = 0;
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1, groups = 1;
+  void* x = nullptr;
+  void* w = nullptr;
+  void* y = nullptr;
+  // Device scratch of conv_workspace()'s size (null when 0), the call's alone until it is done.
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
+};
+
 // Every member is safe to call from several threads at once (runs may be concurrent).
 class DeviceBackend {
  public:
@@ -64,6 +87,14 @@ class DeviceBackend {
   // Whether dot() takes this dtype, and the dot itself (queued, like a kernel).
   virtual bool dot_dtype(DType t) const = 0;
   virtual void dot(const DeviceDot& args) const = 0;
+
+  // Whether conv() runs `c` (its pointers unset): the bytes of scratch it then needs, else -1.
+  // Called when a program is compiled; a backend may choose its algorithm for the geometry here.
+  virtual int64_t conv_workspace(const DeviceConv& c) const { return -1; }
+  // The convolution (queued, like a kernel); only for a `c` conv_workspace() took.
+  virtual void conv(const DeviceConv& c) const {
+    throw Error(ErrorCode::kInternal, name() + ": convolution: not a device convolution");
+  }
 
   // Waits for everything queued.
   virtual void synchronize() const = 0;

@@ -167,6 +167,75 @@ bool device_dot(const DeviceBackend& device, const detail::Node& node,
   return t.dot.m > 0 && t.dot.n > 0 && t.dot.k > 0;
 }
 
+// A convolution (or one of its gradients) a device runs: one or two spatial axes, each padded
+// alike on both sides, no input dilation, no empty dimension, a dtype and geometry the device
+// takes (DeviceBackend::conv_workspace, which may choose its algorithm here). Sets t.conv.
+bool device_conv(const DeviceBackend& device, const detail::Node& node,
+                 const std::vector<TensorType>& in, const TensorType& out, Thunk& t) {
+  DeviceConv c;
+  const Shape *x, *w, *y;
+  if (node.op == "convolution") {
+    c.pass = DeviceConv::kForward;
+    x = &in[0].shape, w = &in[1].shape, y = &out.shape;
+  } else if (node.op == "convolution_input_grad") {
+    c.pass = DeviceConv::kInputGrad;
+    y = &in[0].shape, w = &in[1].shape, x = &out.shape;
+  } else if (node.op == "convolution_kernel_grad") {
+    c.pass = DeviceConv::kKernelGrad;
+    x = &in[0].shape, y = &in[1].shape, w = &out.shape;
+  } else {
+    return false;
+  }
+  if (in.size() != 2 || in[0].dtype != in[1].dtype || in[0].dtype != out.dtype) return false;
+  if (w->size() < 3 || w->size() > 4 || x->size() != w->size() || y->size() != w->size())
+    return false;
+  const size_t d = w->size() - 2;
+  const Attrs& a = node.attrs;
+  // An attribute's value on spatial axis i (of d), or its default when absent or empty.
+  auto spatial = [&](const char* name, size_t i, int64_t fallback) {
+    if (!a.has(name)) return fallback;
+    const std::vector<int64_t>& v = a.get_ints(name);
+    return v.size() == d ? v[i] : v.empty() ? fallback : -1;
+  };
+  for (size_t i = 0; i < d; ++i) {
+    if (spatial("lhs_dilation", i, 1) != 1 ||
+        spatial("padding_low", i, 0) != spatial("padding_high", i, 0))
+      return false;
+  }
+  // Axis i of d as the 2-d convolution's axis 1 - (d - 1 - i): a 1-d convolution is the
+  // second (width) axis of a 2-d one of height 1.
+  const size_t o = 2 - d;
+  int64_t in_sp[2] = {1, 1}, out_sp[2] = {1, 1}, k_sp[2] = {1, 1}, stride[2] = {1, 1},
+          pad[2] = {0, 0}, dil[2] = {1, 1};
+  for (size_t i = 0; i < d; ++i) {
+    in_sp[o + i] = (*x)[1 + i];
+    out_sp[o + i] = (*y)[1 + i];
+    k_sp[o + i] = (*w)[i];
+    stride[o + i] = spatial("strides", i, 1);
+    pad[o + i] = spatial("padding_low", i, 0);
+    dil[o + i] = spatial("dilation", i, 1);
+  }
+  c.dtype = out.dtype;
+  c.batch = (*x)[0];
+  c.in_h = in_sp[0], c.in_w = in_sp[1], c.c_in = x->back();
+  c.out_h = out_sp[0], c.out_w = out_sp[1], c.c_out = w->back();
+  c.k_h = k_sp[0], c.k_w = k_sp[1];
+  c.stride_h = stride[0], c.stride_w = stride[1], c.pad_h = pad[0], c.pad_w = pad[1];
+  c.dilation_h = dil[0], c.dilation_w = dil[1];
+  c.groups = a.get_int("groups", 1);
+  for (int64_t v : {c.batch, c.in_h, c.in_w, c.c_in, c.out_h, c.out_w, c.c_out, c.k_h, c.k_w,
+                    c.stride_h, c.stride_w, c.dilation_h, c.dilation_w, c.groups})
+    if (v <= 0) return false;
+  if (c.pad_h < 0 || c.pad_w < 0 || c.c_in % c.groups != 0 || c.c_out % c.groups != 0 ||
+      (*w)[d] != c.c_in / c.groups || (*y)[0] != c.batch || y->back() != c.c_out)
+    return false;
+  const int64_t workspace = device.conv_workspace(c);
+  if (workspace < 0) return false;
+  c.workspace_bytes = workspace;
+  t.conv = c;
+  return true;
+}
+
 // KILN_TEST_ONLY_DEVICE=emulated-gpu: every compile() without a device builds a device program
 // for the emulated GPU (compiler/cpu/emulated_device.h), so that the compiled-graph tests check
 // the device executable without a GPU. Nothing in Kiln sets it. Read once per process.
@@ -259,7 +328,7 @@ Executable compile_impl(const std::shared_ptr<const DeviceBackend>& device, cons
     if (device) {
       im.kernels.push_back(device_kernels[k]);
       im.device_kernels.push_back(device_kernels[k]);
-      t.on_device = true;
+      t.on_device = Thunk::OnDevice::kFused;
     } else {
       im.kernels.push_back(std::make_shared<cpu::FusedKernel>(std::move(compiled[k])));
     }
@@ -292,7 +361,11 @@ Executable compile_impl(const std::shared_ptr<const DeviceBackend>& device, cons
     if (ops::is_control_flow(node.op)) {
       t.kernel = control_flow_kernel(node, in_types, im.control_flow_kernels, &t.description);
     } else if (device && device_dot(*device, node, in_types, t)) {
-      t.on_device = true;
+      t.on_device = Thunk::OnDevice::kDot;
+      t.description += " on " + device->name();
+    } else if (device && im.types[id].size() == 1 &&
+               device_conv(*device, node, in_types, im.types[id][0], t)) {
+      t.on_device = Thunk::OnDevice::kConv;
       t.description += " on " + device->name();
     } else {
       try {

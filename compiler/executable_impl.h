@@ -62,9 +62,13 @@ struct Executable::Impl {
     std::vector<int> out_alias;         // per output: the donation it writes directly, or -1
     std::vector<int> copies_after;      // donations copied into their feed after this thunk
     std::string description;
-    // A device program's dot that runs on the device (its pointers are filled per run).
-    bool on_device = false;  // fused thunks of a device program run there too
+    // What of a device program runs on the device: its fused loops, and the dots and
+    // convolutions the device takes (their pointers, and the convolution's scratch, are filled
+    // per run).
+    enum class OnDevice : uint8_t { kNo, kFused, kDot, kConv };
+    OnDevice on_device = OnDevice::kNo;
     DeviceDot dot;
+    DeviceConv conv;
   };
   // A donation (input-output alias) and how the plan writes it.
   struct Alias {

@@ -1,6 +1,6 @@
-// One run of a device program (compile_for_device): its fused loops and dots run on the device
-// over a device arena laid out by the same memory plan as the host's, every other thunk on the
-// host over the host arena. Each value is copied between the two only when a thunk on the
+// One run of a device program (compile_for_device): its fused loops, dots and convolutions run
+// on the device over a device arena laid out by the same memory plan as the host's, every other
+// thunk on the host over the host arena. Each value is copied between the two only when a thunk on the
 // other side reads it (and a fetched value down at the end), so a chain of device thunks keeps
 // its values on the device.
 #include <cstring>
@@ -25,6 +25,21 @@ struct RunMemory {
         device.deallocate(p);
       } catch (...) {
       }
+    }
+  }
+};
+
+// Device memory freed when it goes out of scope.
+struct Scratch {
+  const DeviceBackend& device;
+  void* p;
+  Scratch(const DeviceBackend& d, void* ptr) : device(d), p(ptr) {}
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() {
+    try {
+      device.deallocate(p);
+    } catch (...) {
     }
   }
 };
@@ -55,14 +70,38 @@ class DeviceRun {
       state_[s] = {.host = false, .device = true};
       slots_[s] = Tensor();
     }
-    if (t.fused >= 0) {
-      im_.device_kernels[t.fused]->launch(ins_.data(), outs_.data());
-    } else {
-      DeviceDot dot = t.dot;
-      dot.a = ins_[0];
-      dot.b = ins_[1];
-      dot.c = outs_[0];
-      device_.dot(dot);
+    switch (t.on_device) {
+      case Thunk::OnDevice::kFused:
+        im_.device_kernels[t.fused]->launch(ins_.data(), outs_.data());
+        break;
+      case Thunk::OnDevice::kDot: {
+        DeviceDot dot = t.dot;
+        dot.a = ins_[0];
+        dot.b = ins_[1];
+        dot.c = outs_[0];
+        device_.dot(dot);
+        break;
+      }
+      case Thunk::OnDevice::kConv: {
+        DeviceConv conv = t.conv;
+        void** operands[3][3] = {{&conv.x, &conv.w, &conv.y},   // forward: x, w -> y
+                                 {&conv.y, &conv.w, &conv.x},   // input grad: dy, w -> dx
+                                 {&conv.x, &conv.y, &conv.w}};  // kernel grad: x, dy -> dw
+        *operands[conv.pass][0] = ins_[0];
+        *operands[conv.pass][1] = ins_[1];
+        *operands[conv.pass][2] = outs_[0];
+        // Its scratch, freed once queued: all the device's work is on one stream, so whatever
+        // reuses the memory runs after it.
+        if (conv.workspace_bytes > 0)
+          conv.workspace = device_.allocate(conv.workspace_bytes,
+                                            device_.name() + ": scratch of '" +
+                                                im_.nodes[t.node].name + "'");
+        Scratch scratch{device_, conv.workspace};
+        device_.conv(conv);
+        break;
+      }
+      case Thunk::OnDevice::kNo:
+        break;
     }
   }
 
@@ -177,7 +216,7 @@ std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, Step
   DeviceRun run(im, arena, slots);
   for (const Thunk& t : im.thunks) {
     const auto started = profile ? ProfileClock::now() : ProfileClock::time_point{};
-    if (t.on_device) {
+    if (t.on_device != Thunk::OnDevice::kNo) {
       run.run_on_device(t);
       if (profile) im.device->synchronize();  // the thunk's own time
     } else {

@@ -20,7 +20,7 @@ constexpr size_t kAlign = 256;  // as cudaMalloc's
 
 struct Counters {
   std::atomic<int64_t> uploads{0}, downloads{0}, upload_bytes{0}, download_bytes{0};
-  std::atomic<int64_t> launches{0}, dots{0}, live{0};
+  std::atomic<int64_t> launches{0}, dots{0}, convs{0}, live{0};
 };
 
 Counters& counters() {
@@ -140,6 +140,52 @@ class EmulatedGpu final : public DeviceBackend {
     std::memcpy(d.c, c.raw_data(), c.nbytes());
   }
 
+  // Every convolution a DeviceConv describes, with the kernel's size as scratch (as CUDA's,
+  // which transposes the kernel there), so that the program's scratch is exercised.
+  int64_t conv_workspace(const DeviceConv& c) const override {
+    if (c.dtype != f32 && c.dtype != f16 && c.dtype != bf16) return -1;
+    return c.k_h * c.k_w * (c.c_in / c.groups) * c.c_out * dtype_size(c.dtype);
+  }
+  void conv(const DeviceConv& c) const override {
+    counters().convs++;
+    if (c.workspace_bytes > 0) {
+      if (c.workspace == nullptr) throw Error(ErrorCode::kInternal, "emulated-gpu conv: no scratch");
+      std::memset(c.workspace, kPoison, static_cast<size_t>(c.workspace_bytes));
+    }
+    // The CPU's convolution kernels with the graph's attributes (as 2-d): the CPU's bits.
+    const Shape xs{c.batch, c.in_h, c.in_w, c.c_in}, ys{c.batch, c.out_h, c.out_w, c.c_out},
+        ws{c.k_h, c.k_w, c.c_in / c.groups, c.c_out};
+    Attrs attrs{{"strides", std::vector<int64_t>{c.stride_h, c.stride_w}},
+                {"padding_low", std::vector<int64_t>{c.pad_h, c.pad_w}},
+                {"padding_high", std::vector<int64_t>{c.pad_h, c.pad_w}},
+                {"dilation", std::vector<int64_t>{c.dilation_h, c.dilation_w}},
+                {"groups", c.groups}};
+    const char* op = "convolution";
+    std::vector<Tensor> in;
+    void* out = nullptr;
+    switch (c.pass) {
+      case DeviceConv::kForward:
+        in = {over(c.x, c.dtype, xs), over(c.w, c.dtype, ws)};
+        out = c.y;
+        break;
+      case DeviceConv::kInputGrad:
+        op = "convolution_input_grad";
+        attrs.set("input_spatial", std::vector<int64_t>{c.in_h, c.in_w});
+        in = {over(c.y, c.dtype, ys), over(c.w, c.dtype, ws)};
+        out = c.x;
+        break;
+      case DeviceConv::kKernelGrad:
+        op = "convolution_kernel_grad";
+        attrs.set("kernel_spatial", std::vector<int64_t>{c.k_h, c.k_w});
+        in = {over(c.x, c.dtype, xs), over(c.y, c.dtype, ys)};
+        out = c.w;
+        break;
+    }
+    const Tensor r = runtime::run_kernel(OpRegistry::global().find(op), "emulated-gpu conv", in,
+                                         attrs)[0];
+    std::memcpy(out, r.raw_data(), r.nbytes());
+  }
+
   void synchronize() const override {}
   bool poisons_host_arena() const override { return true; }
 };
@@ -154,7 +200,7 @@ std::shared_ptr<const DeviceBackend> emulated_gpu() {
 EmulatedGpuCounts emulated_gpu_counts() {
   const Counters& c = counters();
   return {c.uploads.load(), c.downloads.load(), c.upload_bytes.load(), c.download_bytes.load(),
-          c.launches.load(), c.dots.load(), c.live.load()};
+          c.launches.load(), c.dots.load(), c.convs.load(), c.live.load()};
 }
 
 }  // namespace kiln::compiler::cpu

@@ -32,6 +32,24 @@ class CudaKernel final : public DeviceKernel {
   Shape shape_;
 };
 
+int plugin_dtype(DType t) { return t == f32 ? plugin::kF32 : t == f16 ? plugin::kF16 : plugin::kBF16; }
+
+plugin::Conv conv_args(const DeviceConv& c) {
+  plugin::Conv a;
+  a.dtype = plugin_dtype(c.dtype);
+  a.pass = c.pass == DeviceConv::kForward     ? plugin::kConvForward
+           : c.pass == DeviceConv::kInputGrad ? plugin::kConvInputGrad
+                                              : plugin::kConvKernelGrad;
+  a.n = c.batch, a.h = c.in_h, a.w = c.in_w, a.c = c.c_in;
+  a.k = c.c_out, a.r = c.k_h, a.s = c.k_w, a.oh = c.out_h, a.ow = c.out_w;
+  a.pad_h = c.pad_h, a.pad_w = c.pad_w, a.stride_h = c.stride_h, a.stride_w = c.stride_w;
+  a.dilation_h = c.dilation_h, a.dilation_w = c.dilation_w, a.groups = c.groups;
+  a.x = c.x, a.w_ptr = c.w, a.y = c.y;
+  a.workspace = c.workspace;
+  a.workspace_bytes = static_cast<size_t>(c.workspace_bytes);
+  return a;
+}
+
 class CudaGpu final : public DeviceBackend {
  public:
   std::string name() const override { return "cuda:0"; }
@@ -84,7 +102,7 @@ class CudaGpu final : public DeviceBackend {
   void dot(const DeviceDot& d) const override {
     const plugin::Api& api = runtime::cuda::cuda_plugin("cuda:0: dot");
     plugin::Matmul m;
-    m.dtype = d.dtype == f32 ? plugin::kF32 : d.dtype == f16 ? plugin::kF16 : plugin::kBF16;
+    m.dtype = plugin_dtype(d.dtype);
     m.m = d.m;
     m.n = d.n;
     m.k = d.k;
@@ -96,6 +114,24 @@ class CudaGpu final : public DeviceBackend {
     char err[512] = {0};
     if (api.matmul(&m, err, sizeof err) != 0)
       throw Error(ErrorCode::kInternal, std::string("cuda:0: dot: ") + err);
+  }
+
+  int64_t conv_workspace(const DeviceConv& c) const override {
+    const plugin::Api& api = runtime::cuda::cuda_plugin("cuda:0: convolution");
+    if (api.conv_workspace == nullptr || !dot_dtype(c.dtype)) return -1;  // built without cuDNN
+    const plugin::Conv args = conv_args(c);
+    size_t bytes = 0;
+    char err[512] = {0};
+    // A geometry cuDNN refuses runs on the host (the reason is not an error of the program).
+    if (api.conv_workspace(&args, &bytes, err, sizeof err) != 0) return -1;
+    return static_cast<int64_t>(bytes);
+  }
+  void conv(const DeviceConv& c) const override {
+    const plugin::Api& api = runtime::cuda::cuda_plugin("cuda:0: convolution");
+    const plugin::Conv args = conv_args(c);
+    char err[512] = {0};
+    if (api.conv == nullptr || api.conv(&args, err, sizeof err) != 0)
+      throw Error(ErrorCode::kInternal, std::string("cuda:0: ") + err);
   }
 
   void synchronize() const override {

@@ -1,5 +1,6 @@
-// The C ABI of libkiln_cuda.so, the CUDA libraries' side of the CUDA backend (cuBLASLt; it
-// links cudart and cuBLASLt, which libkiln must not load on machines without a GPU):
+// The C ABI of libkiln_cuda.so, the CUDA libraries' side of the CUDA backend (cuBLASLt and
+// cuDNN; it links cudart, cuBLASLt and cuDNN, which libkiln must not load on machines without a
+// GPU):
 // runtime/cuda/plugin_loader.cc dlopens it only when a GPU is present and calls kEntry for this
 // table. Plain C types only, so that the two sides need not share a C++ ABI beyond this header.
 #pragma once
@@ -11,7 +12,7 @@ namespace kiln::runtime::cuda::plugin {
 
 inline constexpr const char* kLibrary = "libkiln_cuda.so";
 inline constexpr const char* kEntry = "kiln_cuda_plugin";
-inline constexpr int kAbiVersion = 1;
+inline constexpr int kAbiVersion = 2;
 
 enum DType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
 enum Activation : int { kNone = 0, kRelu = 1 };
@@ -31,14 +32,41 @@ struct Matmul {
   void* stream = nullptr;
 };
 
+enum ConvPass : int { kConvForward = 0, kConvInputGrad = 1, kConvKernelGrad = 2 };
+
+// A 2-d cross-correlation over NHWC values: x [n, h, w, c], the kernel in Kiln's HWIO layout
+// [r, s, c / groups, k], y [n, oh, ow, k]; each spatial axis padded by pad_* on both sides, all
+// of `dtype`, summed in f32 (no TF32 for f32). The forward pass reads x, w and writes y; the
+// input gradient reads y (dy), w and writes x (dx); the kernel gradient reads x, y (dy) and
+// writes w (dw). `workspace` holds conv_workspace()'s bytes. On `stream`, as Matmul.
+struct Conv {
+  int dtype = kF32;
+  int pass = kConvForward;
+  int64_t n = 0, h = 0, w = 0, c = 0, k = 0, r = 0, s = 0, oh = 0, ow = 0;
+  int64_t pad_h = 0, pad_w = 0, stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+  void* x = nullptr;
+  void* w_ptr = nullptr;
+  void* y = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  void* stream = nullptr;
+};
+
 struct Api {
   int abi_version = 0;
   // Each returns 0, or writes why (NUL-terminated, at most err_len bytes) and returns nonzero.
   int (*matmul)(const Matmul* args, char* err, size_t err_len) = nullptr;
   // Waits for the device (cudaDeviceSynchronize).
   int (*synchronize)(char* err, size_t err_len) = nullptr;
-  // How many matmul algorithm choices were made (one per shape, dtype and epilogue).
+  // How many algorithm choices were made (one per matmul shape, dtype and epilogue, and one per
+  // convolution geometry, dtype and pass).
   int64_t (*algorithms_chosen)() = nullptr;
+  // The convolution's algorithm, chosen once per geometry by cuDNN's heuristic, and the scratch
+  // bytes it needs (cuDNN's and the kernel's KRSC copy) in *bytes; null where the plugin was
+  // built without cuDNN.
+  int (*conv_workspace)(const Conv* args, size_t* bytes, char* err, size_t err_len) = nullptr;
+  int (*conv)(const Conv* args, char* err, size_t err_len) = nullptr;
 };
 
 using EntryFn = const Api* (*)();

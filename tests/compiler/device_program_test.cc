@@ -1,6 +1,6 @@
 // Device programs (compile_for_device, compiler/run_device.cc) without a GPU: on the emulated
 // GPU (compiler/cpu/emulated_device.h, memory apart from the host's, poisoned when allocated),
-// a program's loops and dots run on the device and its other ops on the host, its values
+// a program's loops, dots and convolutions run on the device and its other ops on the host, its values
 // copied between them only when the other side reads them; results match the CPU program's.
 // On a GPU (skipped here, saying so) the same MLP step on cuda:0.
 #include <gmock/gmock.h>
@@ -122,6 +122,106 @@ void check_dot_layouts(const std::shared_ptr<const DeviceBackend>& device, doubl
 }
 
 TEST(DeviceProgram, EveryDotLayoutMatchesTheCpu) { check_dot_layouts(cpu::emulated_gpu(), 0); }
+
+// A convolution's geometry for check_convs.
+struct ConvCase {
+  std::string name;
+  Shape x, w;
+  ConvOptions options;
+  bool on_device = true;  // false: the device takes none of its passes
+};
+
+std::vector<ConvCase> conv_cases() {
+  return {
+      {"3x3 same", {2, 6, 5, 3}, {3, 3, 3, 4}, {.padding_low = {1, 1}, .padding_high = {1, 1}}},
+      {"strided, padded apart per axis",
+       {3, 9, 7, 2},
+       {3, 2, 2, 5},
+       {.strides = {2, 3}, .padding_low = {1, 0}, .padding_high = {1, 0}}},
+      {"dilated", {1, 8, 8, 2}, {2, 3, 2, 3}, {.dilation = {2, 1}}},
+      {"grouped", {2, 5, 5, 4}, {3, 3, 2, 6}, {.padding_low = {1, 1}, .padding_high = {1, 1},
+                                               .groups = 2}},
+      {"1-d", {2, 11, 3}, {4, 3, 2}, {.strides = {2}, .padding_low = {2}, .padding_high = {2}}},
+      {"padded unevenly: on the host",
+       {1, 6, 6, 2},
+       {3, 3, 2, 2},
+       {.strides = {2, 2}, .padding_low = {0, 0}, .padding_high = {1, 1}},
+       false},
+      {"input dilation: on the host",
+       {1, 4, 4, 2},
+       {2, 2, 2, 2},
+       {.lhs_dilation = {2, 2}},
+       false},
+  };
+}
+
+// A convolution, its input gradient and its kernel gradient (of sum(y * r)) each run on the
+// device where the device takes the geometry, with the CPU program's results: on the emulated
+// GPU bit for bit (it runs the CPU's kernels), on cuda:0 within cuDNN's summation order.
+void check_convs(const std::shared_ptr<const DeviceBackend>& device, double tol) {
+  const std::string where = device ? device->name() : "cuda:0";
+  for (const ConvCase& cc : conv_cases()) {
+    SCOPED_TRACE(cc.name);
+    Graph g{"device_conv"};
+    Tensor x = g.placeholder(f32, cc.x, "x");
+    Tensor w = g.placeholder(f32, cc.w, "w");
+    Tensor y = conv(x, w, cc.options);
+    Tensor r = g.placeholder(f32, y.shape(), "r");
+    std::vector<Tensor> grads = gradients(sum(y * r), {x, w});
+    FeedList feeds = {{x, test_models::random_tensor(cc.x, 21)},
+                      {w, test_models::random_tensor(cc.w, 22)},
+                      {r, test_models::random_tensor(y.shape(), 23)}};
+    const std::vector<Tensor> fetches = {y, grads[0], grads[1]};
+    Executable host = compile(g, fetches, feeds);
+    Executable dev = device ? compile_for_device(device, g, fetches, feeds)
+                            : compile(g, fetches, feeds, {}, CompileOptions{Device::cuda(0)});
+    const std::string thunks = ::testing::PrintToString(dev.thunk_descriptions());
+    for (const char* op : {"convolution on ", "convolution_input_grad on ",
+                           "convolution_kernel_grad on "}) {
+      if (cc.on_device)
+        EXPECT_THAT(thunks, HasSubstr(std::string("kernel ") + op + where));
+      else
+        EXPECT_THAT(thunks, ::testing::Not(HasSubstr(std::string("kernel ") + op)));
+    }
+    const int64_t convs_before = cpu::emulated_gpu_counts().convs;
+    std::vector<Tensor> want = host.run(feeds);
+    for (int run = 0; run < 2; ++run) {
+      std::vector<Tensor> got = dev.run(feeds);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i].shape(), want[i].shape());
+      expect_close(got, want, tol);
+    }
+    if (device)
+      EXPECT_EQ(cpu::emulated_gpu_counts().convs - convs_before, cc.on_device ? 6 : 0);
+  }
+}
+
+TEST(DeviceProgram, ConvolutionsAndTheirGradientsMatchTheCpu) {
+  const int64_t live_at_start = cpu::emulated_gpu_counts().live_allocations;
+  check_convs(cpu::emulated_gpu(), 0);
+  EXPECT_EQ(cpu::emulated_gpu_counts().live_allocations, live_at_start)
+      << "each convolution's scratch is freed";
+}
+
+// The same in half precision: the device keeps the dtype (cuDNN's tensor cores on a GPU).
+TEST(DeviceProgram, HalfPrecisionConvolutionsRunOnTheDevice) {
+  for (DType t : {bf16, f16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Graph g{"device_conv_lowp"};
+    Tensor x = g.placeholder(t, {2, 6, 6, 3}, "x");
+    Tensor w = g.placeholder(t, {3, 3, 3, 4}, "w");
+    Tensor y = conv2d(x, w, {1, 1}, "same");
+    FeedList feeds = {{x, test_models::random_tensor({2, 6, 6, 3}, 31, t)},
+                      {w, test_models::random_tensor({3, 3, 3, 4}, 32, t)}};
+    Executable host = compile(g, {y}, feeds);
+    Executable dev = compile_for_device(cpu::emulated_gpu(), g, {y}, feeds);
+    EXPECT_THAT(::testing::PrintToString(dev.thunk_descriptions()),
+                HasSubstr("kernel convolution on emulated-gpu"));
+    std::vector<Tensor> got = dev.run(feeds);
+    EXPECT_EQ(got[0].dtype(), t);
+    expect_close(got, host.run(feeds), 0);
+  }
+}
 
 // A gather (a host kernel) between device loops: its input comes up from the device, its
 // output goes down for the dot; a value both sides read is copied once.
@@ -334,6 +434,12 @@ TEST(DeviceProgramGpu, EveryDotLayoutMatchesTheCpuFromAFreshThread) {
   std::string why;
   if (runtime::cuda::driver(&why) == nullptr) GTEST_SKIP() << "no GPU: " << why;
   std::thread([] { check_dot_layouts(nullptr, 1e-5); }).join();
+}
+
+TEST(DeviceProgramGpu, ConvolutionsAndTheirGradientsOnCuda0MatchTheCpu) {
+  std::string why;
+  if (runtime::cuda::driver(&why) == nullptr) GTEST_SKIP() << "no GPU: " << why;
+  check_convs(nullptr, 1e-4);
 }
 
 // Fit on cuda:0 (its loops and dots there) keeps the CPU fit's losses, epoch by epoch.

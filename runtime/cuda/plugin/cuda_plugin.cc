@@ -1,5 +1,6 @@
 // libkiln_cuda.so (runtime/cuda/cuda_plugin.h): cuBLASLt matmuls with bias and activation
-// epilogues, each shape's algorithm chosen once by cuBLASLt's heuristic and kept.
+// epilogues, each shape's algorithm chosen once by cuBLASLt's heuristic and kept; its
+// convolutions are cudnn_conv.cc's (when built with cuDNN).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -11,16 +12,21 @@
 #include <string>
 #include <tuple>
 
-#include "runtime/cuda/cuda_plugin.h"
+#include "runtime/cuda/plugin/plugin.h"
 
-namespace {
-
-namespace plugin = kiln::runtime::cuda::plugin;
+namespace kiln::runtime::cuda::plugin_impl {
 
 int fail(char* err, size_t len, const std::string& why) {
   if (len > 0) std::snprintf(err, len, "%s", why.c_str());
   return 1;
 }
+
+}  // namespace kiln::runtime::cuda::plugin_impl
+
+namespace {
+
+namespace plugin = kiln::runtime::cuda::plugin;
+using kiln::runtime::cuda::plugin_impl::fail;
 
 std::string lt_error(const char* what, cublasStatus_t s) {
   return std::string(what) + ": cuBLASLt status " + std::to_string(static_cast<int>(s));
@@ -74,6 +80,16 @@ struct Descs {
   }
 };
 
+// The handle, created by the first call (s.mu held); "" or why not.
+std::string create_handle(State& s) {
+  if (s.handle != nullptr) return "";
+  if (cublasStatus_t st = cublasLtCreate(&s.handle); st != CUBLAS_STATUS_SUCCESS) {
+    s.handle = nullptr;
+    return lt_error("cublasLtCreate", st);
+  }
+  return "";
+}
+
 int matmul(const plugin::Matmul* m, char* err, size_t len) {
   if (m->m < 0 || m->n < 0 || m->k < 0) return fail(err, len, "matmul: negative dimension");
   if (m->dtype < plugin::kF32 || m->dtype > plugin::kBF16)
@@ -85,12 +101,7 @@ int matmul(const plugin::Matmul* m, char* err, size_t len) {
   if (m->k == 0) return fail(err, len, "matmul: k = 0 (an empty sum: the caller fills C)");
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (s.handle == nullptr) {
-    if (cublasStatus_t st = cublasLtCreate(&s.handle); st != CUBLAS_STATUS_SUCCESS) {
-      s.handle = nullptr;
-      return fail(err, len, lt_error("cublasLtCreate", st));
-    }
-  }
+  if (std::string why = create_handle(s); !why.empty()) return fail(err, len, why);
   if (s.workspace == nullptr) {
     if (cudaError_t e = cudaMalloc(&s.workspace, kWorkspaceBytes); e != cudaSuccess) {
       s.workspace = nullptr;  // asked again next time
@@ -153,6 +164,16 @@ int matmul(const plugin::Matmul* m, char* err, size_t len) {
   return 0;
 }
 
+struct TransformDescs {
+  cublasLtMatrixTransformDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, c = nullptr;
+  ~TransformDescs() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatrixTransformDescDestroy(op);
+  }
+};
+
 int synchronize(char* err, size_t len) {
   if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
     return fail(err, len, std::string("cudaDeviceSynchronize: ") + cudaGetErrorString(e));
@@ -160,11 +181,46 @@ int synchronize(char* err, size_t len) {
 }
 
 int64_t algorithms_chosen() {
-  std::lock_guard<std::mutex> lock(state().mu);
-  return state().chosen;
+  int64_t chosen = 0;
+  {
+    std::lock_guard<std::mutex> lock(state().mu);
+    chosen = state().chosen;
+  }
+#ifdef KILN_HAVE_CUDNN
+  chosen += kiln::runtime::cuda::plugin_impl::conv_algorithms_chosen();
+#endif
+  return chosen;
 }
 
 }  // namespace
+
+namespace kiln::runtime::cuda::plugin_impl {
+
+std::string transpose(int dtype, int64_t rows, int64_t cols, const void* src, void* dst,
+                      void* stream) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (std::string why = create_handle(s); !why.empty()) return why;
+  // Row-major src [rows, cols] is column-major cols x rows (ld cols); its transpose, row-major
+  // [cols, rows], is column-major rows x cols (ld rows).
+  const cudaDataType_t t = cuda_type(dtype);
+  TransformDescs d;
+  cublasStatus_t st = cublasLtMatrixTransformDescCreate(&d.op, CUDA_R_32F);
+  if (st != CUBLAS_STATUS_SUCCESS) return lt_error("cublasLtMatrixTransformDescCreate", st);
+  const cublasOperation_t trans = CUBLAS_OP_T;
+  cublasLtMatrixTransformDescSetAttribute(d.op, CUBLASLT_MATRIX_TRANSFORM_DESC_TRANSA, &trans,
+                                          sizeof trans);
+  const uint64_t r = static_cast<uint64_t>(rows), c = static_cast<uint64_t>(cols);
+  if ((st = cublasLtMatrixLayoutCreate(&d.a, t, c, r, c)) != CUBLAS_STATUS_SUCCESS ||
+      (st = cublasLtMatrixLayoutCreate(&d.c, t, r, c, r)) != CUBLAS_STATUS_SUCCESS)
+    return lt_error("cublasLtMatrixLayoutCreate", st);
+  const float one = 1.0f, zero = 0.0f;
+  st = cublasLtMatrixTransform(s.handle, d.op, &one, src, d.a, &zero, dst, d.c, dst, d.c,
+                               static_cast<cudaStream_t>(stream));
+  return st == CUBLAS_STATUS_SUCCESS ? "" : lt_error("cublasLtMatrixTransform", st);
+}
+
+}  // namespace kiln::runtime::cuda::plugin_impl
 
 extern "C" __attribute__((visibility("default"))) const plugin::Api* kiln_cuda_plugin() {
   static const plugin::Api api = [] {
@@ -173,6 +229,10 @@ extern "C" __attribute__((visibility("default"))) const plugin::Api* kiln_cuda_p
     a.matmul = matmul;
     a.synchronize = synchronize;
     a.algorithms_chosen = algorithms_chosen;
+#ifdef KILN_HAVE_CUDNN
+    a.conv_workspace = kiln::runtime::cuda::plugin_impl::conv_workspace;
+    a.conv = kiln::runtime::cuda::plugin_impl::conv;
+#endif
     return a;
   }();
   return &api;
