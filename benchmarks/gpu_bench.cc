@@ -1,5 +1,5 @@
-// On a GPU (#30), two measurements, each 7 trials in one process, printed as JSON lines with
-// medians and ranges. Without a GPU it says so and exits 0. Run by scripts/gpu_check.sh, which
+// On a GPU (#30), four measurements, each of several trials in one process, printed as JSON
+// lines with medians and ranges. Without a GPU it says so and exits 0. Run by scripts/gpu_check.sh, which
 // times torch.matmul on the same shape in the same run for the ratio.
 // 1. The CUDA backend's fused elementwise kernel, y = max(x * a + b, 0) * c - x over 64M floats
 //    (four inputs read, one output written: 1.25 GB a run), alternated with a device-to-device
@@ -11,6 +11,10 @@
 //    f32) as a device program on cuda:0 against the same step compiled for this host's CPU,
 //    alternated: ms a step each (20 steps a trial; feeds and results are host tensors, so
 //    each step copies its parameters down and their new values up) and the speedup.
+// 4. The CNN trainer's model (examples/fashion_mnist_cnn: conv 32 3x3 relu, max pool, conv 64
+//    3x3 relu, max pool, dense 128 relu, dense 10; Adam) trained by Model::fit on random
+//    28x28 images, batch 256, on cuda:0 (its convolutions through cuDNN, its pooling still on
+//    the host) and on this host's CPU, alternated: ms a step each, 3 trials of 8 steps.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -22,6 +26,8 @@
 #include "compiler/cuda/ptx.h"
 #include "compiler/executable.h"
 #include "kiln/kiln.h"
+#include "kiln/nn.h"
+#include "kiln/optim.h"
 #include "runtime/cuda/driver.h"
 #include "tests/compiler/mlp_step.h"
 
@@ -44,6 +50,24 @@ double ms_per_step(const kiln::compiler::Executable& e, const kiln::FeedList& fe
   for (int i = 0; i < steps; ++i) e.run(feeds);
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
          steps;
+}
+
+// ms a training step of the CNN on `device`, after a first fit that compiles it.
+double cnn_ms_per_step(kiln::Device device, const kiln::Tensor& x, const kiln::Tensor& y,
+                       int64_t batch) {
+  using namespace kiln::nn;
+  Sequential model({Conv2D(32, {3, 3}, "relu"), MaxPool2D({2, 2}), Conv2D(64, {3, 3}, "relu"),
+                    MaxPool2D({2, 2}), Flatten(), Dense(128, "relu"), Dense(10)});
+  model.set_seed(1);
+  model.compile(kiln::optim::Adam(1e-3), SparseCategoricalCrossentropy(true), {},
+                {.device = device});
+  const FitOptions options{.epochs = 1, .batch_size = batch, .seed = 1, .verbose = 0};
+  model.fit(x, y, options);  // compiles the step
+  auto t0 = std::chrono::steady_clock::now();
+  model.fit(x, y, options);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return ms / static_cast<double>(x.dim(0) / batch);
 }
 
 }  // namespace
@@ -120,5 +144,23 @@ int main() {
       "\"gpu_ms\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}, "
       "\"cpu_ms\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}, \"trials\": 7}\n",
       sp.median, sp.lo, sp.hi, g.median, g.lo, g.hi, c2.median, c2.lo, c2.hi);
+  std::fflush(stdout);
+  constexpr int64_t kBatch = 256, kSteps = 8;
+  const kiln::Tensor images = kiln::random_uniform({kBatch * kSteps, 28, 28, 1}, 5, 0.0, 1.0);
+  std::vector<int64_t> labels(kBatch * kSteps);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>((i * 7) % 10);
+  const kiln::Tensor classes = kiln::Tensor::from_vector(labels);
+  std::vector<double> cnn_gpu, cnn_cpu, cnn_speedup;
+  for (int trial = 0; trial < 3; ++trial) {
+    cnn_gpu.push_back(cnn_ms_per_step(kiln::Device::cuda(0), images, classes, kBatch));
+    cnn_cpu.push_back(cnn_ms_per_step(kiln::Device::cpu(), images, classes, kBatch));
+    cnn_speedup.push_back(cnn_cpu.back() / cnn_gpu.back());
+  }
+  Stat cg = stat(cnn_gpu), cc = stat(cnn_cpu), cs = stat(cnn_speedup);
+  std::printf(
+      "{\"gpu_cnn_fit_step_b256_vs_cpu\": {\"median\": %.2f, \"min\": %.2f, \"max\": %.2f}, "
+      "\"gpu_ms\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}, "
+      "\"cpu_ms\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}, \"trials\": 3}\n",
+      cs.median, cs.lo, cs.hi, cg.median, cg.lo, cg.hi, cc.median, cc.lo, cc.hi);
   return 0;
 }

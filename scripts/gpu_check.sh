@@ -16,9 +16,12 @@ python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sy
   "$bundle" "$work" 2>"$dir/unpack.log" || tar -C "$work" -xJf "$bundle" || {
   echo "could not unpack $bundle"; cat "$dir/unpack.log"; exit 2; }
 kiln=$work/kiln
-# The bundle's libraries, then the CUDA toolkit's (cudart, cuBLASLt and NCCL are the machine's).
+# The bundle's libraries, then the CUDA toolkit's (cudart, cuBLASLt, cuDNN and NCCL are the
+# machine's), then, for cuDNN where the toolkit lacks it, the copy PyTorch's wheels carry.
 cuda=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH="$kiln/lib:$cuda/lib64:$cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+wheel_cudnn=$(python3 -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null || true)
+[ -n "$wheel_cudnn" ] && [ -d "$wheel_cudnn" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$wheel_cudnn"
 if [ -z "${KILN_LIBDEVICE:-}" ]; then
   host=${CUDA_HOME:-/usr/local/cuda}/nvvm/libdevice/libdevice.10.bc
   if [ -e "$host" ]; then KILN_LIBDEVICE=$host; else KILN_LIBDEVICE=$kiln/lib/libdevice.10.bc; fi
@@ -128,6 +131,43 @@ for name, fn in (("eager", step), ("compile", None)):
     print(json.dumps({f"torch_mlp_step_b1024_{name}_ms": {
         "median": round(statistics.median(runs), 3), "min": round(min(runs), 3),
         "max": round(max(runs), 3)}}))
+PY
+# The CNN step's peer (gpu_bench's fourth measurement): the trainer's model in PyTorch eager,
+# channels-last, batch 256, data resident on the GPU.
+python3 - >> "$dir/torch_bench.json" 2>> "$dir/summary.txt" <<'PY'
+import json, statistics, time
+try:
+    import torch
+except ImportError:
+    raise SystemExit("torch CNN peer: PyTorch is not installed")
+if not torch.cuda.is_available():
+    raise SystemExit("torch CNN peer: no GPU")
+torch.manual_seed(1)
+torch.backends.cudnn.allow_tf32 = False
+nn = torch.nn
+model = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3),
+                      nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 5 * 5, 128),
+                      nn.ReLU(), nn.Linear(128, 10)).cuda().to(memory_format=torch.channels_last)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+x = torch.rand(256, 1, 28, 28, device="cuda").to(memory_format=torch.channels_last)
+y = torch.randint(0, 10, (256,), device="cuda")
+loss_fn = nn.CrossEntropyLoss()
+def step():
+    opt.zero_grad(set_to_none=True)
+    loss_fn(model(x), y).backward()
+    opt.step()
+def ms_per_step(steps=8):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3 / steps
+ms_per_step(3)
+runs = [ms_per_step() for _ in range(5)]
+print(json.dumps({"torch_cnn_step_b256_eager_ms": {
+    "median": round(statistics.median(runs), 3), "min": round(min(runs), 3),
+    "max": round(max(runs), 3)}}))
 PY
 cat "$dir/torch_bench.json" >> "$dir/summary.txt"
 cat "$dir/summary.txt"
