@@ -1,10 +1,10 @@
 // A device with memory of its own (a GPU) that a compiled program runs on: what the device
 // executable (compiler/run_device.cc) needs from it. Its fused loops run as device kernels, its
-// 2-d dots as device matmuls and the convolutions it takes as device convolutions; every other
-// op runs on the host, its inputs copied down and its outputs up as the run needs them. Two backends implement it: CUDA's
-// (compiler/cuda/device_backend.h) and, for tests, an emulated GPU whose memory is host memory
-// the program must still copy to and from (compiler/cpu/emulated_device.h). No CUDA or LLVM
-// types appear here.
+// 2-d dots as device matmuls, and the convolutions and pooling it takes through its kernels for
+// them; every other op runs on the host, its inputs copied down and its outputs up as the run
+// needs them. Two backends implement it: CUDA's (compiler/cuda/device_backend.h) and, for
+// tests, an emulated GPU whose memory is host memory the program must still copy to and from
+// (compiler/cpu/emulated_device.h). No CUDA or LLVM types appear here.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +62,26 @@ struct DeviceConv {
   int64_t workspace_bytes = 0;
 };
 
+// Pooling over the spatial axes of NHWC values x [batch, in_h, in_w, channels] into
+// y [batch, out_h, out_w, channels]: windows of win_h x win_w taps at strides stride_h and
+// stride_w, each spatial axis padded alike on both sides (a maximum ignores the padding, a sum
+// counts it as 0), of `dtype`; every size positive. kMax and kSum read x and write y (each
+// window's maximum, or sum); kMaxGrad reads x and dy (y's shape) and writes dx (x's), each
+// window's gradient going to its maximum; kSumGrad reads dy and writes dx.
+struct DevicePool {
+  enum Kind : uint8_t { kMax, kSum, kMaxGrad, kSumGrad };
+  Kind kind = kMax;
+  DType dtype = f32;
+  int64_t batch = 0, in_h = 0, in_w = 0, channels = 0, out_h = 0, out_w = 0;
+  int64_t win_h = 0, win_w = 0, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  void* x = nullptr;
+  void* y = nullptr;
+  void* dy = nullptr;
+  void* dx = nullptr;
+  void* workspace = nullptr;  // as DeviceConv's
+  int64_t workspace_bytes = 0;
+};
+
 // Every member is safe to call from several threads at once (runs may be concurrent).
 class DeviceBackend {
  public:
@@ -94,6 +114,13 @@ class DeviceBackend {
   // The convolution (queued, like a kernel); only for a `c` conv_workspace() took.
   virtual void conv(const DeviceConv& c) const {
     throw Error(ErrorCode::kInternal, name() + ": convolution: not a device convolution");
+  }
+
+  // The same for pooling. On ties a device's max-pool gradient may pick another of the equal
+  // elements than the CPU's (the first in row-major window order).
+  virtual int64_t pool_workspace(const DevicePool& p) const { return -1; }
+  virtual void pool(const DevicePool& p) const {
+    throw Error(ErrorCode::kInternal, name() + ": pooling: not a device pooling");
   }
 
   // Waits for everything queued.

@@ -236,6 +236,60 @@ bool device_conv(const DeviceBackend& device, const detail::Node& node,
   return true;
 }
 
+// A pooling op (or its gradient) a device runs: NHWC, windows and strides over the two spatial
+// axes alone, each padded alike on both sides, no relu mask, a dtype and geometry the device
+// takes (DeviceBackend::pool_workspace). Sets t.pool.
+bool device_pool(const DeviceBackend& device, const detail::Node& node,
+                 const std::vector<TensorType>& in, const TensorType& out, Thunk& t) {
+  DevicePool p;
+  const Shape *x, *y;
+  if (node.op == "reduce_window_max" || node.op == "reduce_window_sum") {
+    if (in.size() != 1) return false;
+    p.kind = node.op == "reduce_window_max" ? DevicePool::kMax : DevicePool::kSum;
+    x = &in[0].shape, y = &out.shape;
+  } else if (node.op == "reduce_window_max_grad") {
+    if (in.size() != 2 || in[0].dtype != in[1].dtype || node.attrs.get_bool("relu_mask", false))
+      return false;
+    p.kind = DevicePool::kMaxGrad;
+    x = &in[0].shape, y = &in[1].shape;
+  } else if (node.op == "reduce_window_sum_grad") {
+    if (in.size() != 1) return false;
+    p.kind = DevicePool::kSumGrad;
+    y = &in[0].shape, x = &out.shape;
+  } else {
+    return false;
+  }
+  if (in[0].dtype != out.dtype || x->size() != 4 || y->size() != 4) return false;
+  const Attrs& a = node.attrs;
+  auto axis = [&](const char* name, size_t i, int64_t fallback) {
+    if (!a.has(name)) return fallback;
+    const std::vector<int64_t>& v = a.get_ints(name);
+    return v.size() == 4 ? v[i] : v.empty() ? fallback : -1;
+  };
+  for (size_t i : {size_t{0}, size_t{3}}) {
+    if (axis("window", i, -1) != 1 || axis("strides", i, 1) != 1 ||
+        axis("padding_low", i, 0) != 0 || axis("padding_high", i, 0) != 0)
+      return false;
+  }
+  for (size_t i : {size_t{1}, size_t{2}})
+    if (axis("padding_low", i, 0) != axis("padding_high", i, 0)) return false;
+  p.dtype = out.dtype;
+  p.batch = (*x)[0], p.in_h = (*x)[1], p.in_w = (*x)[2], p.channels = (*x)[3];
+  p.out_h = (*y)[1], p.out_w = (*y)[2];
+  p.win_h = axis("window", 1, -1), p.win_w = axis("window", 2, -1);
+  p.stride_h = axis("strides", 1, 1), p.stride_w = axis("strides", 2, 1);
+  p.pad_h = axis("padding_low", 1, 0), p.pad_w = axis("padding_low", 2, 0);
+  for (int64_t v : {p.batch, p.in_h, p.in_w, p.channels, p.out_h, p.out_w, p.win_h, p.win_w,
+                    p.stride_h, p.stride_w})
+    if (v <= 0) return false;
+  if (p.pad_h < 0 || p.pad_w < 0 || (*y)[0] != p.batch || (*y)[3] != p.channels) return false;
+  const int64_t workspace = device.pool_workspace(p);
+  if (workspace < 0) return false;
+  p.workspace_bytes = workspace;
+  t.pool = p;
+  return true;
+}
+
 // KILN_TEST_ONLY_DEVICE=emulated-gpu: every compile() without a device builds a device program
 // for the emulated GPU (compiler/cpu/emulated_device.h), so that the compiled-graph tests check
 // the device executable without a GPU. Nothing in Kiln sets it. Read once per process.
@@ -366,6 +420,10 @@ Executable compile_impl(const std::shared_ptr<const DeviceBackend>& device, cons
     } else if (device && im.types[id].size() == 1 &&
                device_conv(*device, node, in_types, im.types[id][0], t)) {
       t.on_device = Thunk::OnDevice::kConv;
+      t.description += " on " + device->name();
+    } else if (device && im.types[id].size() == 1 &&
+               device_pool(*device, node, in_types, im.types[id][0], t)) {
+      t.on_device = Thunk::OnDevice::kPool;
       t.description += " on " + device->name();
     } else {
       try {

@@ -65,10 +65,11 @@ struct Executable::Impl {
     // What of a device program runs on the device: its fused loops, and the dots and
     // convolutions the device takes (their pointers, and the convolution's scratch, are filled
     // per run).
-    enum class OnDevice : uint8_t { kNo, kFused, kDot, kConv };
+    enum class OnDevice : uint8_t { kNo, kFused, kDot, kConv, kPool };
     OnDevice on_device = OnDevice::kNo;
     DeviceDot dot;
     DeviceConv conv;
+    DevicePool pool;
   };
   // A donation (input-output alias) and how the plan writes it.
   struct Alias {

@@ -162,7 +162,7 @@ Pipeline default_pipeline(Rewrites rewrites, const FusionTarget* target) {
   p.add(std::make_unique<Verify>());
   std::vector<std::unique_ptr<Pass>> simplify;
   simplify.push_back(std::make_unique<ConstantFolding>());
-  simplify.push_back(std::make_unique<AlgebraicSimplifier>());
+  simplify.push_back(std::make_unique<AlgebraicSimplifier>(!target || target->masked_max_grad()));
   simplify.push_back(std::make_unique<Cse>());
   simplify.push_back(std::make_unique<MergeAugmentedScans>());
   simplify.push_back(std::make_unique<UnrollLoops>());  // after the merge: it changes bodies

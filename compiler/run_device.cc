@@ -1,5 +1,5 @@
-// One run of a device program (compile_for_device): its fused loops, dots and convolutions run
-// on the device over a device arena laid out by the same memory plan as the host's, every other
+// One run of a device program (compile_for_device): its fused loops, dots, convolutions and
+// pooling run on the device over a device arena laid out by the same memory plan as the host's, every other
 // thunk on the host over the host arena. Each value is copied between the two only when a thunk on the
 // other side reads it (and a fetched value down at the end), so a chain of device thunks keeps
 // its values on the device.
@@ -90,14 +90,23 @@ class DeviceRun {
         *operands[conv.pass][0] = ins_[0];
         *operands[conv.pass][1] = ins_[1];
         *operands[conv.pass][2] = outs_[0];
-        // Its scratch, freed once queued: all the device's work is on one stream, so whatever
-        // reuses the memory runs after it.
-        if (conv.workspace_bytes > 0)
-          conv.workspace = device_.allocate(conv.workspace_bytes,
-                                            device_.name() + ": scratch of '" +
-                                                im_.nodes[t.node].name + "'");
-        Scratch scratch{device_, conv.workspace};
+        conv.workspace = scratch(conv.workspace_bytes, t);
+        Scratch freed{device_, conv.workspace};
         device_.conv(conv);
+        break;
+      }
+      case Thunk::OnDevice::kPool: {
+        DevicePool pool = t.pool;
+        void** operands[4][3] = {{&pool.x, nullptr, &pool.y},     // max: x -> y
+                                 {&pool.x, nullptr, &pool.y},     // sum: x -> y
+                                 {&pool.x, &pool.dy, &pool.dx},   // max grad: x, dy -> dx
+                                 {&pool.dy, nullptr, &pool.dx}};  // sum grad: dy -> dx
+        *operands[pool.kind][0] = ins_[0];
+        if (operands[pool.kind][1] != nullptr) *operands[pool.kind][1] = ins_[1];
+        *operands[pool.kind][2] = outs_[0];
+        pool.workspace = scratch(pool.workspace_bytes, t);
+        Scratch freed{device_, pool.workspace};
+        device_.pool(pool);
         break;
       }
       case Thunk::OnDevice::kNo:
@@ -140,6 +149,13 @@ class DeviceRun {
     bool host = false;    // slots_[s] holds the value
     bool device = false;  // device_pointer(s) holds it
   };
+
+  // A kernel op's scratch (null for 0 bytes), freed by the caller once the op is queued: all
+  // the device's work is on one stream, so whatever reuses the memory runs after it.
+  void* scratch(int64_t bytes, const Thunk& t) {
+    if (bytes <= 0) return nullptr;
+    return device_.allocate(bytes, device_.name() + ": scratch of '" + im_.nodes[t.node].name + "'");
+  }
 
   void* take(int64_t bytes, const std::string& what) {
     void* p = device_.allocate(bytes, device_.name() + ": " + what);

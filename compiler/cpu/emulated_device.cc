@@ -20,7 +20,7 @@ constexpr size_t kAlign = 256;  // as cudaMalloc's
 
 struct Counters {
   std::atomic<int64_t> uploads{0}, downloads{0}, upload_bytes{0}, download_bytes{0};
-  std::atomic<int64_t> launches{0}, dots{0}, convs{0}, live{0};
+  std::atomic<int64_t> launches{0}, dots{0}, convs{0}, pools{0}, live{0};
 };
 
 Counters& counters() {
@@ -186,6 +186,42 @@ class EmulatedGpu final : public DeviceBackend {
     std::memcpy(out, r.raw_data(), r.nbytes());
   }
 
+  // Every pooling a DevicePool describes; a max-pool gradient takes the pooled output's size
+  // as scratch (as CUDA's, which computes the pooled output there).
+  int64_t pool_workspace(const DevicePool& p) const override {
+    if (p.dtype != f32 && p.dtype != f16 && p.dtype != bf16) return -1;
+    if (p.kind != DevicePool::kMaxGrad) return 0;
+    return p.batch * p.out_h * p.out_w * p.channels * dtype_size(p.dtype);
+  }
+  void pool(const DevicePool& p) const override {
+    counters().pools++;
+    if (p.workspace_bytes > 0) {
+      if (p.workspace == nullptr) throw Error(ErrorCode::kInternal, "emulated-gpu pool: no scratch");
+      std::memset(p.workspace, kPoison, static_cast<size_t>(p.workspace_bytes));
+    }
+    const Shape xs{p.batch, p.in_h, p.in_w, p.channels}, ys{p.batch, p.out_h, p.out_w, p.channels};
+    Attrs attrs{{"window", std::vector<int64_t>{1, p.win_h, p.win_w, 1}},
+                {"strides", std::vector<int64_t>{1, p.stride_h, p.stride_w, 1}},
+                {"padding_low", std::vector<int64_t>{0, p.pad_h, p.pad_w, 0}},
+                {"padding_high", std::vector<int64_t>{0, p.pad_h, p.pad_w, 0}}};
+    static const char* const kOps[] = {"reduce_window_max", "reduce_window_sum",
+                                       "reduce_window_max_grad", "reduce_window_sum_grad"};
+    std::vector<Tensor> in;
+    void* out = p.kind == DevicePool::kMax || p.kind == DevicePool::kSum ? p.y : p.dx;
+    switch (p.kind) {
+      case DevicePool::kMax:
+      case DevicePool::kSum: in = {over(p.x, p.dtype, xs)}; break;
+      case DevicePool::kMaxGrad: in = {over(p.x, p.dtype, xs), over(p.dy, p.dtype, ys)}; break;
+      case DevicePool::kSumGrad:
+        attrs.set("operand_shape", std::vector<int64_t>(xs.begin(), xs.end()));
+        in = {over(p.dy, p.dtype, ys)};
+        break;
+    }
+    const Tensor r = runtime::run_kernel(OpRegistry::global().find(kOps[p.kind]),
+                                         "emulated-gpu pool", in, attrs)[0];
+    std::memcpy(out, r.raw_data(), r.nbytes());
+  }
+
   void synchronize() const override {}
   bool poisons_host_arena() const override { return true; }
 };
@@ -200,7 +236,7 @@ std::shared_ptr<const DeviceBackend> emulated_gpu() {
 EmulatedGpuCounts emulated_gpu_counts() {
   const Counters& c = counters();
   return {c.uploads.load(), c.downloads.load(), c.upload_bytes.load(), c.download_bytes.load(),
-          c.launches.load(), c.dots.load(), c.convs.load(), c.live.load()};
+          c.launches.load(), c.dots.load(), c.convs.load(), c.pools.load(), c.live.load()};
 }
 
 }  // namespace kiln::compiler::cpu

@@ -4,7 +4,7 @@
 // arena at each run, so a value read on the wrong side, or before its copy, gives wrong
 // results); its kernels are the CUDA backend's grid kernels
 // (compiler/llvm_ir/grid_kernel.h) JIT-compiled for the host and run over a host grid of
-// fewer threads than items; its dot and convolutions are the CPU's kernels. Its fusion target is CUDA's (the
+// fewer threads than items; its dot, convolutions and pooling are the CPU's kernels. Its fusion target is CUDA's (the
 // loops alone). Used by compile_for_device in tests and by KILN_TEST_ONLY_DEVICE=emulated-gpu.
 #pragma once
 
@@ -21,7 +21,7 @@ std::shared_ptr<const DeviceBackend> emulated_gpu();
 struct EmulatedGpuCounts {
   int64_t uploads = 0, downloads = 0;   // copies with bytes
   int64_t upload_bytes = 0, download_bytes = 0;
-  int64_t launches = 0, dots = 0, convs = 0;
+  int64_t launches = 0, dots = 0, convs = 0, pools = 0;
   int64_t live_allocations = 0;         // allocated and not yet freed
 };
 EmulatedGpuCounts emulated_gpu_counts();

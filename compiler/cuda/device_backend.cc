@@ -134,6 +134,31 @@ class CudaGpu final : public DeviceBackend {
       throw Error(ErrorCode::kInternal, std::string("cuda:0: ") + err);
   }
 
+  int64_t pool_workspace(const DevicePool& p) const override {
+    const plugin::Api& api = runtime::cuda::cuda_plugin("cuda:0: pooling");
+    if (api.pool == nullptr || !dot_dtype(p.dtype)) return -1;  // built without cuDNN
+    if (p.kind != DevicePool::kMaxGrad) return 0;
+    return p.batch * p.out_h * p.out_w * p.channels * dtype_size(p.dtype);  // the pooled x
+  }
+  void pool(const DevicePool& p) const override {
+    const plugin::Api& api = runtime::cuda::cuda_plugin("cuda:0: pooling");
+    plugin::Pool a;
+    a.dtype = plugin_dtype(p.dtype);
+    a.kind = p.kind == DevicePool::kMax       ? plugin::kPoolMax
+             : p.kind == DevicePool::kSum     ? plugin::kPoolSum
+             : p.kind == DevicePool::kMaxGrad ? plugin::kPoolMaxGrad
+                                              : plugin::kPoolSumGrad;
+    a.n = p.batch, a.h = p.in_h, a.w = p.in_w, a.c = p.channels, a.oh = p.out_h, a.ow = p.out_w;
+    a.win_h = p.win_h, a.win_w = p.win_w, a.stride_h = p.stride_h, a.stride_w = p.stride_w;
+    a.pad_h = p.pad_h, a.pad_w = p.pad_w;
+    a.x = p.x, a.y = p.y, a.dy = p.dy, a.dx = p.dx;
+    a.workspace = p.workspace;
+    a.workspace_bytes = static_cast<size_t>(p.workspace_bytes);
+    char err[512] = {0};
+    if (api.pool == nullptr || api.pool(&a, err, sizeof err) != 0)
+      throw Error(ErrorCode::kInternal, std::string("cuda:0: ") + err);
+  }
+
   void synchronize() const override {
     const runtime::cuda::Driver& d = need_driver("cuda:0: synchronize");
     runtime::cuda::check(d, d.cuCtxSynchronize(), "cuda:0: running the program");

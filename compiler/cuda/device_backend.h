@@ -1,7 +1,7 @@
 // The CUDA GPU as a DeviceBackend (compiler/device_backend.h): memory from the device's BFC
 // allocator (runtime/cuda/device_memory.h), the driver's copies, the fused loops as one PTX
-// module (ptx.h) loaded by the driver, 2-d dots through cuBLASLt and convolutions through cuDNN
-// (libkiln_cuda.so), all on the default stream. No CUDA types appear here.
+// module (ptx.h) loaded by the driver, 2-d dots through cuBLASLt, convolutions and pooling
+// through cuDNN (libkiln_cuda.so), all on the default stream. No CUDA types appear here.
 #pragma once
 
 #include <memory>

@@ -181,6 +181,8 @@ class LoopOnlyFusionTarget final : public LoopFusionTarget {
     return "this target has no fused dot";
   }
   bool conv_pool_dtype(DType) const override { return false; }
+  // A device's pooling kernels (cuDNN's) take no relu mask: the relu's gradient stays a loop.
+  bool masked_max_grad() const override { return false; }
 };
 
 }  // namespace

@@ -56,7 +56,8 @@ std::vector<int64_t> normalized_perm(const std::vector<int64_t>& perm) {
 
 class Simplifier {
  public:
-  Simplifier(Rewriter& rw, const Module& module) : rw_(rw), uses_(rw.num_old(), 0) {
+  Simplifier(Rewriter& rw, const Module& module, bool mask_max_grads)
+      : rw_(rw), uses_(rw.num_old(), 0), mask_max_grads_(mask_max_grads) {
     for (int id = 0; id < rw.num_old(); ++id) {
       for (const ValueRef& v : rw.old_node(id).inputs) ++uses_[v.node];
     }
@@ -84,7 +85,7 @@ class Simplifier {
     if (op == "transpose") return transpose(id);
     if (op == "broadcast_in_dim") return forward_if(id, 0, is_iota(n.attrs.get_ints("dims")));
     if (op == "slice") return forward_if(id, 0, identity_slice(id));
-    if (op == "select") return relu_masked_max_grad(id);
+    if (op == "select") return mask_max_grads_ && relu_masked_max_grad(id);
     return false;
   }
 
@@ -193,13 +194,14 @@ class Simplifier {
 
   Rewriter& rw_;
   std::vector<int> uses_;  // per old node: how many inputs and outputs read it
+  bool mask_max_grads_;
 };
 
 }  // namespace
 
 bool AlgebraicSimplifier::run(Module& module) {
   Rewriter rw(module);
-  Simplifier simplifier(rw, module);
+  Simplifier simplifier(rw, module, mask_max_grads_);
   bool changed = false;
   for (int id = 0; id < rw.num_old(); ++id) {
     if (simplifier.simplify(id)) {

@@ -11,8 +11,14 @@ namespace kiln::compiler {
 
 class AlgebraicSimplifier : public Pass {
  public:
+  // mask_max_grads: fold select(x <= 0, 0, reduce_window_max_grad(x, dy)) into the gradient's
+  // "relu_mask" (off for a backend whose pooling kernels take no mask: FusionTarget).
+  explicit AlgebraicSimplifier(bool mask_max_grads = true) : mask_max_grads_(mask_max_grads) {}
   std::string name() const override { return "algebraic_simplifier"; }
   bool run(Module& module) override;
+
+ private:
+  bool mask_max_grads_;
 };
 
 }  // namespace kiln::compiler

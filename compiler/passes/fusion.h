@@ -79,6 +79,9 @@ class FusionTarget {
                                                const Attrs& attrs) const = 0;
   // Output dtypes for which a fused convolution also computes its max pool (fused_conv_pool).
   virtual bool conv_pool_dtype(DType t) const = 0;
+  // Whether the backend runs a max pool's gradient with "relu_mask" (a relu's gradient folded
+  // in by the algebraic simplifier) as well as without it.
+  virtual bool masked_max_grad() const { return true; }
 };
 
 // The fusion target of the host's backend (the CPU's), for passes built without one. Defined

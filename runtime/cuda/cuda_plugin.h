@@ -53,6 +53,27 @@ struct Conv {
   void* stream = nullptr;
 };
 
+enum PoolKind : int { kPoolMax = 0, kPoolSum = 1, kPoolMaxGrad = 2, kPoolSumGrad = 3 };
+
+// Pooling over NHWC values x [n, h, w, c] into y [n, oh, ow, c], windows win_h x win_w at
+// strides stride_*, each spatial axis padded by pad_* on both sides (a maximum ignores the
+// padding, a sum counts it as 0). kPoolMax and kPoolSum read x and write y; kPoolMaxGrad reads x
+// and dy and writes dx, using `workspace` (y's bytes) for the pooled x; kPoolSumGrad reads dy
+// and writes dx. On `stream`, as Matmul.
+struct Pool {
+  int dtype = kF32;
+  int kind = kPoolMax;
+  int64_t n = 0, h = 0, w = 0, c = 0, oh = 0, ow = 0;
+  int64_t win_h = 0, win_w = 0, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  const void* x = nullptr;
+  void* y = nullptr;
+  const void* dy = nullptr;
+  void* dx = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  void* stream = nullptr;
+};
+
 struct Api {
   int abi_version = 0;
   // Each returns 0, or writes why (NUL-terminated, at most err_len bytes) and returns nonzero.
@@ -67,6 +88,8 @@ struct Api {
   // built without cuDNN.
   int (*conv_workspace)(const Conv* args, size_t* bytes, char* err, size_t err_len) = nullptr;
   int (*conv)(const Conv* args, char* err, size_t err_len) = nullptr;
+  // cuDNN's pooling (null without cuDNN, as conv).
+  int (*pool)(const Pool* args, char* err, size_t err_len) = nullptr;
 };
 
 using EntryFn = const Api* (*)();

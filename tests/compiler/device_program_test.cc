@@ -1,12 +1,14 @@
 // Device programs (compile_for_device, compiler/run_device.cc) without a GPU: on the emulated
 // GPU (compiler/cpu/emulated_device.h, memory apart from the host's, poisoned when allocated),
-// a program's loops, dots and convolutions run on the device and its other ops on the host, its values
-// copied between them only when the other side reads them; results match the CPU program's.
+// a program's loops, dots, convolutions and pooling run on the device and its other ops on the
+// host, its values copied between them only when the other side reads them; results match the
+// CPU program's.
 // On a GPU (skipped here, saying so) the same MLP step on cuda:0.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 #include <thread>
@@ -221,6 +223,91 @@ TEST(DeviceProgram, HalfPrecisionConvolutionsRunOnTheDevice) {
     EXPECT_EQ(got[0].dtype(), t);
     expect_close(got, host.run(feeds), 0);
   }
+}
+
+// A pooling op's input for check_pools: pool(x) as the case builds it.
+struct PoolCase {
+  std::string name;
+  Shape x;
+  std::function<Tensor(const Tensor&)> pool;
+  bool on_device = true;  // false: the device takes none of its passes
+};
+
+std::vector<PoolCase> pool_cases() {
+  return {
+      {"max 2x2/2", {2, 6, 6, 3}, [](const Tensor& x) { return max_pool2d(x, {2, 2}); }},
+      {"max 2x2/2 on odd sizes (the last row and column unread)",
+       {1, 7, 5, 2},
+       [](const Tensor& x) { return max_pool2d(x, {2, 2}); }},
+      {"max 3x3/2 padded (overlapping windows)",
+       {2, 7, 7, 2},
+       [](const Tensor& x) {
+         return reduce_window_max(x, {.window = {1, 3, 3, 1},
+                                      .strides = {1, 2, 2, 1},
+                                      .padding_low = {0, 1, 1, 0},
+                                      .padding_high = {0, 1, 1, 0}});
+       }},
+      {"max after relu (its gradient a device loop, not a mask)",
+       {2, 4, 4, 3},
+       [](const Tensor& x) { return max_pool2d(relu(x), {2, 2}); }},
+      {"average 2x2/2", {2, 6, 4, 3}, [](const Tensor& x) { return avg_pool2d(x, {2, 2}); }},
+      {"sum 3x3/1 padded",
+       {1, 5, 5, 2},
+       [](const Tensor& x) {
+         return reduce_window_sum(x, {.window = {1, 3, 3, 1},
+                                      .strides = {1, 1, 1, 1},
+                                      .padding_low = {0, 1, 1, 0},
+                                      .padding_high = {0, 1, 1, 0}});
+       }},
+      {"max padded unevenly: on the host",
+       {1, 6, 6, 2},
+       [](const Tensor& x) { return max_pool2d(x, {3, 3}, {2, 2}, "same"); },
+       false},
+      {"a window over channels: on the host",
+       {1, 4, 4, 4},
+       [](const Tensor& x) {
+         return reduce_window_max(x, {.window = {1, 2, 2, 2}, .strides = {1, 2, 2, 2}});
+       },
+       false},
+  };
+}
+
+// Pooling and its gradient (of sum(y * r)) run on the device where it takes them, with the CPU
+// program's results: on the emulated GPU bit for bit, on cuda:0 within cuDNN's rounding.
+void check_pools(const std::shared_ptr<const DeviceBackend>& device, double tol) {
+  const std::string where = device ? device->name() : "cuda:0";
+  for (const PoolCase& pc : pool_cases()) {
+    SCOPED_TRACE(pc.name);
+    Graph g{"device_pool"};
+    Tensor x = g.placeholder(f32, pc.x, "x");
+    Tensor y = pc.pool(x);
+    Tensor r = g.placeholder(f32, y.shape(), "r");
+    Tensor dx = gradients(sum(y * r), {x})[0];
+    FeedList feeds = {{x, test_models::random_tensor(pc.x, 41)},
+                      {r, test_models::random_tensor(y.shape(), 42)}};
+    Executable host = compile(g, {y, dx}, feeds);
+    Executable dev = device ? compile_for_device(device, g, {y, dx}, feeds)
+                            : compile(g, {y, dx}, feeds, {}, CompileOptions{Device::cuda(0)});
+    const std::vector<std::string> thunks = dev.thunk_descriptions();
+    int pools = 0;
+    for (const std::string& d : thunks) {
+      if (d.rfind("kernel reduce_window", 0) != 0) continue;
+      EXPECT_EQ(d.find(" on " + where) != std::string::npos, pc.on_device) << d;
+      pools += d.find(" on ") != std::string::npos;
+    }
+    EXPECT_EQ(pools > 0, pc.on_device) << ::testing::PrintToString(thunks);
+    const int64_t before = cpu::emulated_gpu_counts().pools;
+    std::vector<Tensor> want = host.run(feeds);
+    expect_close(dev.run(feeds), want, tol);
+    expect_close(dev.run(feeds), want, tol);
+    if (device) EXPECT_EQ(cpu::emulated_gpu_counts().pools - before, 2 * pools);
+  }
+}
+
+TEST(DeviceProgram, PoolingAndItsGradientsMatchTheCpu) {
+  const int64_t live_at_start = cpu::emulated_gpu_counts().live_allocations;
+  check_pools(cpu::emulated_gpu(), 0);
+  EXPECT_EQ(cpu::emulated_gpu_counts().live_allocations, live_at_start);
 }
 
 // A gather (a host kernel) between device loops: its input comes up from the device, its
@@ -440,6 +527,12 @@ TEST(DeviceProgramGpu, ConvolutionsAndTheirGradientsOnCuda0MatchTheCpu) {
   std::string why;
   if (runtime::cuda::driver(&why) == nullptr) GTEST_SKIP() << "no GPU: " << why;
   check_convs(nullptr, 1e-4);
+}
+
+TEST(DeviceProgramGpu, PoolingAndItsGradientsOnCuda0MatchTheCpu) {
+  std::string why;
+  if (runtime::cuda::driver(&why) == nullptr) GTEST_SKIP() << "no GPU: " << why;
+  check_pools(nullptr, 1e-5);  // random normal inputs: no ties
 }
 
 // Fit on cuda:0 (its loops and dots there) keeps the CPU fit's losses, epoch by epoch.

@@ -1,6 +1,6 @@
 // libkiln_cuda.so (runtime/cuda/cuda_plugin.h): cuBLASLt matmuls with bias and activation
 // epilogues, each shape's algorithm chosen once by cuBLASLt's heuristic and kept; its
-// convolutions are cudnn_conv.cc's (when built with cuDNN).
+// convolutions are cudnn_ops.cc's (when built with cuDNN).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -232,6 +232,7 @@ extern "C" __attribute__((visibility("default"))) const plugin::Api* kiln_cuda_p
 #ifdef KILN_HAVE_CUDNN
     a.conv_workspace = kiln::runtime::cuda::plugin_impl::conv_workspace;
     a.conv = kiln::runtime::cuda::plugin_impl::conv;
+    a.pool = kiln::runtime::cuda::plugin_impl::pool;
 #endif
     return a;
   }();

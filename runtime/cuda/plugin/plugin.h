@@ -1,5 +1,5 @@
 // What the files of libkiln_cuda.so (runtime/cuda/cuda_plugin.h) share: cuda_plugin.cc's
-// cuBLASLt side and cudnn_conv.cc's convolutions.
+// cuBLASLt side and cudnn_ops.cc's convolutions.
 #pragma once
 
 #include <cstddef>
@@ -18,9 +18,10 @@ int fail(char* err, size_t len, const std::string& why);
 std::string transpose(int dtype, int64_t rows, int64_t cols, const void* src, void* dst,
                       void* stream);
 
-// The Api's convolution entries (cudnn_conv.cc).
+// The Api's convolution and pooling entries (cudnn_ops.cc).
 int conv_workspace(const plugin::Conv* args, size_t* bytes, char* err, size_t len);
 int conv(const plugin::Conv* args, char* err, size_t len);
+int pool(const plugin::Pool* args, char* err, size_t len);
 int64_t conv_algorithms_chosen();
 
 }  // namespace kiln::runtime::cuda::plugin_impl

@@ -1,9 +1,16 @@
-// libkiln_cuda.so's convolutions (runtime/cuda/cuda_plugin.h's Conv) through cuDNN 9's
-// convolution API, on NHWC values. cuDNN takes an NHWC kernel as KRSC ([k, r, s, c / groups]),
+// libkiln_cuda.so's convolutions and pooling (runtime/cuda/cuda_plugin.h's Conv and Pool)
+// through cuDNN 9's convolution and pooling API, on NHWC values. cuDNN takes an NHWC kernel as KRSC ([k, r, s, c / groups]),
 // Kiln's is HWIO ([r, s, c / groups, k], a [r s c/g, k] matrix): the forward and input-gradient
 // passes transpose it into the scratch first, the kernel gradient writes KRSC there and
 // transposes it out. Each geometry's algorithm is chosen once, by cuDNN's heuristic: the first
 // it ranks that succeeds, fits kMaxWorkspace, and (for f32) does not round through TF32.
+//
+//
+// Pooling: a maximum is cuDNN's deterministic max pooling with NaNs propagated; a sum is its
+// average counting the padding, scaled by the window's size (so it may differ from the CPU's
+// sum in the last bit). The max-pool gradient pools x into the scratch first (cuDNN's backward
+// pass reads the pooled values); on ties cuDNN may pick another of the equal elements than the
+// CPU's kernel, which takes the first in row-major window order.
 //
 // cuDNN 9 marks this API deprecated in favour of its graph API; it is still shipped and
 // supported, and it does what Kiln needs here, so the warnings are silenced in this file alone.
@@ -241,7 +248,83 @@ std::string run(State& s, const plugin::Conv& a) {
   }
 }
 
+struct PoolDescs {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnPoolingDescriptor_t pool = nullptr;
+  ~PoolDescs() {
+    if (pool) cudnnDestroyPoolingDescriptor(pool);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (x) cudnnDestroyTensorDescriptor(x);
+  }
+};
+
+std::string run_pool(State& s, const plugin::Pool& a) {
+  if (a.dtype < plugin::kF32 || a.dtype > plugin::kBF16)
+    return "dtype code " + std::to_string(a.dtype);
+  if (a.kind < plugin::kPoolMax || a.kind > plugin::kPoolSumGrad)
+    return "kind code " + std::to_string(a.kind);
+  for (int64_t v : {a.n, a.h, a.w, a.c, a.oh, a.ow, a.win_h, a.win_w, a.stride_h, a.stride_w})
+    if (v <= 0 || v > INT_MAX) return "a size out of range (" + std::to_string(v) + ")";
+  if (a.pad_h < 0 || a.pad_w < 0 || a.pad_h > INT_MAX || a.pad_w > INT_MAX)
+    return "padding out of range";
+  const bool max = a.kind == plugin::kPoolMax || a.kind == plugin::kPoolMaxGrad;
+  const size_t y_bytes = static_cast<size_t>(a.n * a.oh * a.ow * a.c) * element_size(a.dtype);
+  if (a.kind == plugin::kPoolMaxGrad && (a.workspace == nullptr || a.workspace_bytes < y_bytes))
+    return "scratch of " + std::to_string(a.workspace_bytes) + " bytes, needs " +
+           std::to_string(y_bytes);
+  if (s.handle == nullptr) KILN_DNN(cudnnCreate(&s.handle));
+  const cudnnDataType_t t = dnn_type(a.dtype);
+  PoolDescs d;
+  KILN_DNN(cudnnCreateTensorDescriptor(&d.x));
+  KILN_DNN(cudnnCreateTensorDescriptor(&d.y));
+  KILN_DNN(cudnnCreatePoolingDescriptor(&d.pool));
+  const int n = static_cast<int>(a.n), c = static_cast<int>(a.c);
+  KILN_DNN(cudnnSetTensor4dDescriptor(d.x, CUDNN_TENSOR_NHWC, t, n, c, static_cast<int>(a.h),
+                                      static_cast<int>(a.w)));
+  KILN_DNN(cudnnSetTensor4dDescriptor(d.y, CUDNN_TENSOR_NHWC, t, n, c, static_cast<int>(a.oh),
+                                      static_cast<int>(a.ow)));
+  KILN_DNN(cudnnSetPooling2dDescriptor(
+      d.pool, max ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
+      CUDNN_PROPAGATE_NAN, static_cast<int>(a.win_h), static_cast<int>(a.win_w),
+      static_cast<int>(a.pad_h), static_cast<int>(a.pad_w), static_cast<int>(a.stride_h),
+      static_cast<int>(a.stride_w)));
+  int on = 0, oc = 0, oh = 0, ow = 0;
+  KILN_DNN(cudnnGetPooling2dForwardOutputDim(d.pool, d.x, &on, &oc, &oh, &ow));
+  if (on != a.n || oc != a.c || oh != a.oh || ow != a.ow)
+    return "cuDNN's output is [" + std::to_string(on) + ", " + std::to_string(oh) + ", " +
+           std::to_string(ow) + ", " + std::to_string(oc) + "], Kiln's [" + std::to_string(a.n) +
+           ", " + std::to_string(a.oh) + ", " + std::to_string(a.ow) + ", " +
+           std::to_string(a.c) + "]";
+  KILN_DNN(cudnnSetStream(s.handle, static_cast<cudaStream_t>(a.stream)));
+  // A sum is the average (counting the padding) times the window's size.
+  const float one = 1.0f, zero = 0.0f;
+  const float scale = max ? 1.0f : static_cast<float>(a.win_h * a.win_w);
+  switch (a.kind) {
+    case plugin::kPoolMax:
+    case plugin::kPoolSum:
+      KILN_DNN(cudnnPoolingForward(s.handle, d.pool, &scale, d.x, a.x, &zero, d.y, a.y));
+      return "";
+    case plugin::kPoolMaxGrad:
+      KILN_DNN(cudnnPoolingForward(s.handle, d.pool, &one, d.x, a.x, &zero, d.y, a.workspace));
+      KILN_DNN(cudnnPoolingBackward(s.handle, d.pool, &one, d.y, a.workspace, d.y, a.dy, d.x,
+                                    a.x, &zero, d.x, a.dx));
+      return "";
+    default:  // an average's gradient reads neither y nor x: dy and dx stand in for them
+      KILN_DNN(cudnnPoolingBackward(s.handle, d.pool, &scale, d.y, a.dy, d.y, a.dy, d.x, a.dx,
+                                    &zero, d.x, a.dx));
+      return "";
+  }
+}
+
 }  // namespace
+
+int pool(const plugin::Pool* a, char* err, size_t len) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (std::string why = run_pool(s, *a); !why.empty())
+    return fail(err, len, std::string("pooling: ") + why);
+  return 0;
+}
 
 int conv_workspace(const plugin::Conv* a, size_t* bytes, char* err, size_t len) {
   State& s = state();
