@@ -29,9 +29,11 @@ class DeviceKernel : public CompiledFusion {
 };
 
 // Row-major C[m, n] = op(A) op(B) on device pointers: A [m, k] ([k, m] when trans_a), B [k, n]
-// ([n, k] when trans_b), all of `dtype`; m, n and k are positive.
+// ([n, k] when trans_b), all of `dtype`; m, n and k are positive. With batch > 1, `batch` such
+// products, one after another in each buffer (A [batch, m, k], and so on).
 struct DeviceDot {
   DType dtype = f32;
+  int64_t batch = 1;
   int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
   const void* a = nullptr;

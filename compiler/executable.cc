@@ -144,27 +144,43 @@ FusionPlan fuse(const FusionTarget& target, const CompiledGraph& cg,
   return fusion->plan();
 }
 
-// A dot a device runs: 2-d operands of a dtype it takes, one contracted axis each, no batch
-// axes, no empty dimension. Sets t.dot's shape and transposes.
+// A dot a device runs: operands of a dtype it takes, each its batch axes (the same number, in
+// order, leading) then two more, one of them contracted; no empty dimension. Sets t.dot's
+// batch count, shape and transposes.
 bool device_dot(const DeviceBackend& device, const detail::Node& node,
                 const std::vector<TensorType>& in, Thunk& t) {
-  if (node.op != "dot" || in.size() != 2 || in[0].shape.size() != 2 ||
-      in[1].shape.size() != 2 || in[0].dtype != in[1].dtype || !device.dot_dtype(in[0].dtype))
+  if (node.op != "dot" || in.size() != 2 || in[0].dtype != in[1].dtype ||
+      !device.dot_dtype(in[0].dtype))
     return false;
   const Attrs& a = node.attrs;
-  if ((a.has("lhs_batch") && !a.get_ints("lhs_batch").empty()) ||
-      (a.has("rhs_batch") && !a.get_ints("rhs_batch").empty()))
+  const std::vector<int64_t> none;
+  const std::vector<int64_t>& lb = a.has("lhs_batch") ? a.get_ints("lhs_batch") : none;
+  const std::vector<int64_t>& rb = a.has("rhs_batch") ? a.get_ints("rhs_batch") : none;
+  const size_t nb = lb.size();
+  if (rb.size() != nb || in[0].shape.size() != nb + 2 || in[1].shape.size() != nb + 2)
     return false;
+  DeviceDot d;
+  for (size_t i = 0; i < nb; ++i) {
+    if (lb[i] != static_cast<int64_t>(i) || rb[i] != static_cast<int64_t>(i) ||
+        in[0].shape[i] != in[1].shape[i])
+      return false;
+    d.batch *= in[0].shape[i];
+  }
   const std::vector<int64_t>& lc = a.get_ints("lhs_contract");
   const std::vector<int64_t>& rc = a.get_ints("rhs_contract");
-  if (lc.size() != 1 || rc.size() != 1) return false;
-  t.dot.dtype = in[0].dtype;
-  t.dot.trans_a = lc[0] == 0;
-  t.dot.trans_b = rc[0] == 1;
-  t.dot.m = in[0].shape[t.dot.trans_a ? 1 : 0];
-  t.dot.k = in[0].shape[t.dot.trans_a ? 0 : 1];
-  t.dot.n = in[1].shape[t.dot.trans_b ? 0 : 1];
-  return t.dot.m > 0 && t.dot.n > 0 && t.dot.k > 0;
+  const int64_t first = static_cast<int64_t>(nb);
+  if (lc.size() != 1 || rc.size() != 1 || lc[0] < first || rc[0] < first) return false;
+  const Shape& as = in[0].shape;
+  const Shape& bs = in[1].shape;
+  d.dtype = in[0].dtype;
+  d.trans_a = lc[0] == first;
+  d.trans_b = rc[0] == first + 1;
+  d.m = as[nb + (d.trans_a ? 1 : 0)];
+  d.k = as[nb + (d.trans_a ? 0 : 1)];
+  d.n = bs[nb + (d.trans_b ? 0 : 1)];
+  if (d.batch <= 0 || d.m <= 0 || d.n <= 0 || d.k <= 0) return false;
+  t.dot = d;
+  return true;
 }
 
 // A convolution (or one of its gradients) a device runs: one or two spatial axes, each padded

@@ -129,13 +129,20 @@ class EmulatedGpu final : public DeviceBackend {
     counters().dots++;
     // The CPU's dot kernel with the attributes the graph's dot has: the CPU program's bits.
     // (The kernel itself, not the eager op, which would record into a graph being built.)
-    const Tensor a = over(d.a, d.dtype, d.trans_a ? Shape{d.k, d.m} : Shape{d.m, d.k});
-    const Tensor b = over(d.b, d.dtype, d.trans_b ? Shape{d.n, d.k} : Shape{d.k, d.n});
+    // A batched dot as one with a single batch axis.
+    const bool batched = d.batch > 1;
+    auto shape = [&](int64_t rows, int64_t cols) {
+      return batched ? Shape{d.batch, rows, cols} : Shape{rows, cols};
+    };
+    const int64_t o = batched ? 1 : 0;
+    const Tensor a = over(d.a, d.dtype, d.trans_a ? shape(d.k, d.m) : shape(d.m, d.k));
+    const Tensor b = over(d.b, d.dtype, d.trans_b ? shape(d.n, d.k) : shape(d.k, d.n));
     static const OpDef& def = OpRegistry::global().find("dot");
-    const Attrs attrs{{"lhs_contract", std::vector<int64_t>{d.trans_a ? 0 : 1}},
-                      {"rhs_contract", std::vector<int64_t>{d.trans_b ? 1 : 0}},
-                      {"lhs_batch", std::vector<int64_t>{}},
-                      {"rhs_batch", std::vector<int64_t>{}}};
+    const std::vector<int64_t> batch = batched ? std::vector<int64_t>{0} : std::vector<int64_t>{};
+    const Attrs attrs{{"lhs_contract", std::vector<int64_t>{(d.trans_a ? 0 : 1) + o}},
+                      {"rhs_contract", std::vector<int64_t>{(d.trans_b ? 1 : 0) + o}},
+                      {"lhs_batch", batch},
+                      {"rhs_batch", batch}};
     const Tensor c = runtime::run_kernel(def, "emulated-gpu dot", {a, b}, attrs)[0];
     std::memcpy(d.c, c.raw_data(), c.nbytes());
   }

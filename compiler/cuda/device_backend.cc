@@ -103,6 +103,7 @@ class CudaGpu final : public DeviceBackend {
     const plugin::Api& api = runtime::cuda::cuda_plugin("cuda:0: dot");
     plugin::Matmul m;
     m.dtype = plugin_dtype(d.dtype);
+    m.batch = d.batch;
     m.m = d.m;
     m.n = d.n;
     m.k = d.k;

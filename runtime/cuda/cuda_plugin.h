@@ -19,9 +19,11 @@ enum Activation : int { kNone = 0, kRelu = 1 };
 
 // Row-major C[m, n] = act(op(A) op(B) + bias[n]) on device pointers, A [m, k] ([k, m] when
 // trans_a), B [k, n] ([n, k] when trans_b), bias of C's dtype or null; all of `dtype`, summed
-// in f32 (no TF32 for f32). On `stream` (a cudaStream_t; null: the default stream).
+// in f32 (no TF32 for f32). With batch > 1, `batch` such products one after another in A, B
+// and C (the same bias for each). On `stream` (a cudaStream_t; null: the default stream).
 struct Matmul {
   int dtype = kF32;
+  int64_t batch = 1;
   int64_t m = 0, n = 0, k = 0;
   int trans_a = 0, trans_b = 0;
   const void* a = nullptr;

@@ -95,32 +95,54 @@ TEST(DeviceProgram, LoopsAndDotsRunOnTheDeviceAndMatchTheCpu) {
       << "the executable frees its constants";
 }
 
-// The four operand layouts of a 2-d dot (which axis each operand contracts) become the
-// device dot's transposes and m, n, k: each gives the CPU program's result. On the emulated
-// GPU, bit for bit; on cuda:0 (from a fresh thread: its context is made current there too),
-// within cuBLASLt's summation order.
+// The four operand layouts of a dot (which of its last two axes each operand contracts), with
+// no batch axes and with two leading ones, become the device dot's transposes, batch count and
+// m, n, k: each gives the CPU program's result. On the emulated GPU, bit for bit; on cuda:0
+// (from a fresh thread: its context is made current there too), within cuBLASLt's summation
+// order. A dot whose batch axes do not lead stays on the host.
 void check_dot_layouts(const std::shared_ptr<const DeviceBackend>& device, double tol) {
-  for (int64_t ca : {0, 1}) {
-    for (int64_t cb : {0, 1}) {
-      SCOPED_TRACE("contract a's axis " + std::to_string(ca) + ", b's " + std::to_string(cb));
-      const int64_t m = 5, k = 7, n = 3;
-      const Shape as = ca == 1 ? Shape{m, k} : Shape{k, m};
-      const Shape bs = cb == 0 ? Shape{k, n} : Shape{n, k};
-      Graph g{"dot_layout"};
-      Tensor a = g.placeholder(f32, as, "a");
-      Tensor b = g.placeholder(f32, bs, "b");
-      Tensor c = dot(a, b, {ca}, {cb});
-      FeedList feeds = {{a, test_models::random_tensor(as, 11)},
-                        {b, test_models::random_tensor(bs, 12)}};
-      Executable host = compile(g, {c}, feeds);
-      Executable dev = device ? compile_for_device(device, g, {c}, feeds)
-                              : compile(g, {c}, feeds, {}, CompileOptions{Device::cuda(0)});
-      EXPECT_THAT(::testing::PrintToString(dev.thunk_descriptions()), HasSubstr("dot on "));
-      std::vector<Tensor> got = dev.run(feeds);
-      ASSERT_EQ(got[0].shape(), (Shape{m, n}));
-      expect_close(got, host.run(feeds), tol);
+  for (const Shape& batch : {Shape{}, Shape{2, 3}}) {
+    for (int64_t ca : {0, 1}) {
+      for (int64_t cb : {0, 1}) {
+        SCOPED_TRACE("batch " + ::testing::PrintToString(batch) + ", contract a's axis " +
+                     std::to_string(ca) + ", b's " + std::to_string(cb));
+        const int64_t m = 5, k = 7, n = 3, nb = static_cast<int64_t>(batch.size());
+        Shape as = batch, bs = batch, cs = batch;
+        for (int64_t v : ca == 1 ? Shape{m, k} : Shape{k, m}) as.push_back(v);
+        for (int64_t v : cb == 0 ? Shape{k, n} : Shape{n, k}) bs.push_back(v);
+        cs.push_back(m);
+        cs.push_back(n);
+        std::vector<int64_t> axes;
+        for (int64_t i = 0; i < nb; ++i) axes.push_back(i);
+        Graph g{"dot_layout"};
+        Tensor a = g.placeholder(f32, as, "a");
+        Tensor b = g.placeholder(f32, bs, "b");
+        Tensor c = dot(a, b, {ca + nb}, {cb + nb}, axes, axes);
+        FeedList feeds = {{a, test_models::random_tensor(as, 11)},
+                          {b, test_models::random_tensor(bs, 12)}};
+        Executable host = compile(g, {c}, feeds);
+        Executable dev = device ? compile_for_device(device, g, {c}, feeds)
+                                : compile(g, {c}, feeds, {}, CompileOptions{Device::cuda(0)});
+        EXPECT_THAT(::testing::PrintToString(dev.thunk_descriptions()), HasSubstr("dot on "));
+        std::vector<Tensor> got = dev.run(feeds);
+        ASSERT_EQ(got[0].shape(), cs);
+        expect_close(got, host.run(feeds), tol);
+      }
     }
   }
+  // Batch axis last in a: on the host, with the same result.
+  Graph g{"dot_trailing_batch"};
+  Tensor a = g.placeholder(f32, {5, 7, 2}, "a");
+  Tensor b = g.placeholder(f32, {2, 7, 3}, "b");
+  Tensor c = dot(a, b, {1}, {1}, {2}, {0});
+  FeedList feeds = {{a, test_models::random_tensor({5, 7, 2}, 13)},
+                    {b, test_models::random_tensor({2, 7, 3}, 14)}};
+  Executable host = compile(g, {c}, feeds);
+  Executable dev = device ? compile_for_device(device, g, {c}, feeds)
+                          : compile(g, {c}, feeds, {}, CompileOptions{Device::cuda(0)});
+  EXPECT_THAT(::testing::PrintToString(dev.thunk_descriptions()),
+              ::testing::Not(HasSubstr("dot on ")));
+  expect_close(dev.run(feeds), host.run(feeds), 0);
 }
 
 TEST(DeviceProgram, EveryDotLayoutMatchesTheCpu) { check_dot_layouts(cpu::emulated_gpu(), 0); }

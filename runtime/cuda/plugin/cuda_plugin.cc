@@ -38,8 +38,8 @@ struct State {
   std::mutex mu;
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
-  // dtype, m, n, k, transposes, activation, bias, the operands' alignment
-  using Key = std::tuple<int, int64_t, int64_t, int64_t, int, int, int, bool, uint32_t>;
+  // dtype, batch, m, n, k, transposes, activation, bias, the operands' alignment
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int, int, int, bool, uint32_t>;
   std::map<Key, cublasLtMatmulAlgo_t> algos;
   int64_t chosen = 0;
 };
@@ -91,7 +91,8 @@ std::string create_handle(State& s) {
 }
 
 int matmul(const plugin::Matmul* m, char* err, size_t len) {
-  if (m->m < 0 || m->n < 0 || m->k < 0) return fail(err, len, "matmul: negative dimension");
+  if (m->m < 0 || m->n < 0 || m->k < 0 || m->batch < 1 || m->batch > INT32_MAX)
+    return fail(err, len, "matmul: a dimension out of range");
   if (m->dtype < plugin::kF32 || m->dtype > plugin::kBF16)
     return fail(err, len, "matmul: dtype code " + std::to_string(m->dtype));
   if (m->activation != plugin::kNone && m->activation != plugin::kRelu)
@@ -133,10 +134,26 @@ int matmul(const plugin::Matmul* m, char* err, size_t len) {
       (st = cublasLtMatrixLayoutCreate(&d.b, t, b_rows, b_cols, b_rows)) != CUBLAS_STATUS_SUCCESS ||
       (st = cublasLtMatrixLayoutCreate(&d.c, t, m->n, m->m, m->n)) != CUBLAS_STATUS_SUCCESS)
     return fail(err, len, lt_error("cublasLtMatrixLayoutCreate", st));
+  if (m->batch > 1) {  // strided batches: each operand's matrices one after another
+    const int32_t count = static_cast<int32_t>(m->batch);
+    const int64_t strides[3] = {static_cast<int64_t>(a_rows * a_cols),
+                                static_cast<int64_t>(b_rows * b_cols), m->m * m->n};
+    cublasLtMatrixLayout_t layouts[3] = {d.a, d.b, d.c};
+    for (int i = 0; i < 3; ++i) {
+      if ((st = cublasLtMatrixLayoutSetAttribute(layouts[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                 &count, sizeof count)) != CUBLAS_STATUS_SUCCESS ||
+          (st = cublasLtMatrixLayoutSetAttribute(
+               layouts[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &strides[i],
+               sizeof strides[i])) != CUBLAS_STATUS_SUCCESS)
+        return fail(err, len, lt_error("cublasLtMatrixLayoutSetAttribute", st));
+    }
+  }
   uint32_t align = std::min(alignment_of(m->a), std::min(alignment_of(m->b), alignment_of(m->c)));
   if (m->bias) align = std::min(align, alignment_of(m->bias));
-  const State::Key key{m->dtype, m->m, m->n, m->k, m->trans_a, m->trans_b, m->activation,
-                       m->bias != nullptr, align};
+  const State::Key key{m->dtype,   m->batch,     m->m,
+                       m->n,       m->k,         m->trans_a,
+                       m->trans_b, m->activation, m->bias != nullptr,
+                       align};
   auto it = s.algos.find(key);
   if (it == s.algos.end()) {
     cublasLtMatmulPreferenceCreate(&d.pref);
