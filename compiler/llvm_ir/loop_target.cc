@@ -183,6 +183,7 @@ class LoopOnlyFusionTarget final : public LoopFusionTarget {
   bool conv_pool_dtype(DType) const override { return false; }
   // A device's pooling kernels (cuDNN's) take no relu mask: the relu's gradient stays a loop.
   bool masked_max_grad() const override { return false; }
+  bool copies_layout_groups() const override { return true; }
 };
 
 }  // namespace

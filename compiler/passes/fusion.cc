@@ -303,12 +303,13 @@ bool Planner::creates_cycle(const std::vector<int>& unit) const {
 
 // Compacts the groups and finds their outputs.
 FusionPlan Planner::finish(const std::vector<bool>& needed, const std::vector<ValueRef>& fetched) {
-  // A group of layout ops alone computes nothing: their kernels copy (or alias) as well.
+  // A group of layout ops alone computes nothing: their kernels copy (or alias) as well, unless
+  // the target keeps it as a copy loop.
   for (size_t g = 0; g < members_.size(); ++g) {
     bool computes = false;
     for (int m : members_[g])
       computes = computes || !(is_layout(nodes_[m]) || is_pieces(nodes_[m]));
-    if (computes || members_[g].empty()) continue;
+    if (computes || members_[g].empty() || target_.copies_layout_groups()) continue;
     for (int m : members_[g]) {
       plan_.group_of[m] = -1;
       plan_.notes.push_back("not fused: " + node_label(nodes_, m) +

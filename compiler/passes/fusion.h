@@ -79,6 +79,10 @@ class FusionTarget {
                                                const Attrs& attrs) const = 0;
   // Output dtypes for which a fused convolution also computes its max pool (fused_conv_pool).
   virtual bool conv_pool_dtype(DType t) const = 0;
+  // Whether a group of layout ops alone (a loop that computes nothing) is kept as a copy loop
+  // rather than left to the ops' kernels, which alias or copy on the host: a device's, where a
+  // host kernel means copying the value across and back.
+  virtual bool copies_layout_groups() const { return false; }
   // Whether the backend runs a max pool's gradient with "relu_mask" (a relu's gradient folded
   // in by the algebraic simplifier) as well as without it.
   virtual bool masked_max_grad() const { return true; }

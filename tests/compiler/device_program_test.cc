@@ -332,6 +332,28 @@ TEST(DeviceProgram, PoolingAndItsGradientsMatchTheCpu) {
   EXPECT_EQ(cpu::emulated_gpu_counts().live_allocations, live_at_start);
 }
 
+// A layout op between two device ops, read by no loop, is a device copy loop (on the CPU its
+// kernel aliases or copies): the value never comes up to the host.
+TEST(DeviceProgram, LayoutOpsBetweenDeviceOpsStayOnTheDevice) {
+  Graph g{"layout_between_dots"};
+  Tensor x = g.placeholder(f32, {6, 8}, "x");
+  Tensor w1 = g.placeholder(f32, {8, 12}, "w1");
+  Tensor w2 = g.placeholder(f32, {4, 5}, "w2");
+  Tensor h = reshape(transpose(matmul(x, w1), {1, 0}), {18, 4});
+  Tensor out = matmul(h, w2);
+  FeedList feeds = {{x, test_models::random_tensor({6, 8}, 51)},
+                    {w1, test_models::random_tensor({8, 12}, 52)},
+                    {w2, test_models::random_tensor({4, 5}, 53)}};
+  Executable host = compile(g, {out}, feeds);
+  Executable dev = compile_for_device(cpu::emulated_gpu(), g, {out}, feeds);
+  for (const std::string& d : dev.thunk_descriptions())
+    EXPECT_TRUE(d.find(" on emulated-gpu") != std::string::npos || d.rfind("fused(", 0) == 0)
+        << d << " runs on the host";
+  const cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
+  expect_close(dev.run(feeds), host.run(feeds), 0);
+  EXPECT_EQ(cpu::emulated_gpu_counts().downloads - before.downloads, 1) << "the result alone";
+}
+
 // A gather (a host kernel) between device loops: its input comes up from the device, its
 // output goes down for the dot; a value both sides read is copied once.
 TEST(DeviceProgram, HostOpsBetweenDeviceOpsGetTheirValuesCopied) {
