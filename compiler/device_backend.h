@@ -16,6 +16,7 @@
 #include "compiler/executable.h"
 #include "compiler/fused_subgraph.h"
 #include "compiler/passes/fusion.h"
+#include "src/core/device_memory.h"
 
 namespace kiln::compiler {
 
@@ -85,21 +86,24 @@ struct DevicePool {
 };
 
 // Every member is safe to call from several threads at once (runs may be concurrent).
-class DeviceBackend {
+// Its memory is what device tensors (Tensor::to(Device)) are made of: detail::DeviceMemory.
+class DeviceBackend : public detail::DeviceMemory {
  public:
-  virtual ~DeviceBackend() = default;
   virtual std::string name() const = 0;  // "cuda:0", "emulated-gpu"
+  // The device its programs run on and its tensors live on (the emulated GPU stands for
+  // cuda:0).
+  Device device() const override = 0;
   // What its kernels compute: the epilogue fusion and fusion passes ask it.
   virtual const FusionTarget& fusion_target() const = 0;
 
   // Device memory. allocate throws kiln::Error (kResourceExhausted beyond the device's limit,
   // naming `what`); a zero-byte request may return null.
-  virtual void* allocate(int64_t bytes, const std::string& what) const = 0;
-  virtual void deallocate(void* p) const = 0;
+  void* allocate(int64_t bytes, const std::string& what) const override = 0;
+  void deallocate(void* p) const override = 0;
   // Copies, ordered after everything queued before them; download returns when the bytes are
   // on the host.
-  virtual void upload(void* device, const void* host, int64_t bytes) const = 0;
-  virtual void download(void* host, const void* device, int64_t bytes) const = 0;
+  void upload(void* device, const void* host, int64_t bytes) const override = 0;
+  void download(void* host, const void* device, int64_t bytes) const override = 0;
 
   // One kernel per subgraph, compiled together; a subgraph the device cannot compile gets a
   // null kernel and its reason in (*errors)[i] (its nodes then run on the host).
@@ -160,10 +164,12 @@ inline void compile_together_or_alone(
   }
 }
 
-// compile() (executable.h) for `device`: the program CompileOptions::device describes, on any
-// backend (the tests' emulated GPU among them). Throws kiln::Error, as compile() does.
+// compile() (executable.h) for `device`: the program CompileOptions::device (and
+// outputs_on_device) describes, on any backend (the tests' emulated GPU among them). Throws
+// kiln::Error, as compile() does.
 Executable compile_for_device(const std::shared_ptr<const DeviceBackend>& device,
                               const Graph& graph, const std::vector<Tensor>& outputs,
-                              const FeedList& feeds, const std::vector<Donation>& donations = {});
+                              const FeedList& feeds, const std::vector<Donation>& donations = {},
+                              bool outputs_on_device = false);
 
 }  // namespace kiln::compiler

@@ -319,12 +319,13 @@ std::shared_ptr<const DeviceBackend> test_device() {
 
 Executable compile_impl(const std::shared_ptr<const DeviceBackend>& device, const Graph& graph,
                         const std::vector<Tensor>& outputs, const FeedList& feeds,
-                        const std::vector<Donation>& donations) {
+                        const std::vector<Donation>& donations, bool outputs_on_device = false) {
   DumpScope dump(new_dump_dir(graph.name(), dump_signature(feeds)));
   auto impl = std::make_shared<Executable::Impl>();
   Impl& im = *impl;
   im.name = graph.name();
   im.device = device;
+  im.outputs_on_device = outputs_on_device && device != nullptr;
   if (device) {
     im.device_constants = std::make_unique<Impl::DeviceConstants>();
     im.device_constants->device = device;
@@ -482,13 +483,17 @@ Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const
 
 namespace {
 
-// The device's backend; null for the host (but under KILN_TEST_ONLY_DEVICE).
+// The device's backend; null for the host. Under KILN_TEST_ONLY_DEVICE the emulated GPU, both
+// for the host and for cuda:0 (so that device tensors are tested without a GPU).
 std::shared_ptr<const DeviceBackend> backend_of(const Device& device) {
   if (device.type == DeviceType::kCpu) {
     if (device.index != 0)
       throw Error(ErrorCode::kInvalidArgument,
                   "compile: no device " + device.str() + " (the host is cpu:0)");
     return test_device();
+  }
+  if (device == Device::cuda(0)) {
+    if (std::shared_ptr<const DeviceBackend> emulated = test_device()) return emulated;
   }
   return cuda::device_backend(device);
 }
@@ -497,16 +502,36 @@ std::shared_ptr<const DeviceBackend> backend_of(const Device& device) {
 
 void check_device(const Device& device) { backend_of(device); }
 
+}  // namespace kiln::compiler
+
+namespace kiln::detail {
+
+std::shared_ptr<const DeviceMemory> device_memory(const Device& device) {
+  if (device.type == DeviceType::kCpu)
+    throw Error(ErrorCode::kInternal, "device_memory: " + device.str() + " is the host");
+  return compiler::backend_of(device);
+}
+
+}  // namespace kiln::detail
+
+namespace kiln::compiler {
+
 Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const FeedList& feeds,
                    const std::vector<Donation>& donations, const CompileOptions& options) {
-  return compile_impl(backend_of(options.device), graph, outputs, feeds, donations);
+  if (options.outputs_on_device && options.device.type == DeviceType::kCpu)
+    throw Error(ErrorCode::kInvalidArgument,
+                "compile: outputs_on_device needs a device other than the host (device " +
+                    options.device.str() + ")");
+  return compile_impl(backend_of(options.device), graph, outputs, feeds, donations,
+                      options.outputs_on_device);
 }
 
 Executable compile_for_device(const std::shared_ptr<const DeviceBackend>& device,
                               const Graph& graph, const std::vector<Tensor>& outputs,
-                              const FeedList& feeds, const std::vector<Donation>& donations) {
+                              const FeedList& feeds, const std::vector<Donation>& donations,
+                              bool outputs_on_device) {
   if (!device) throw Error(ErrorCode::kInvalidArgument, "compile_for_device: no device");
-  return compile_impl(device, graph, outputs, feeds, donations);
+  return compile_impl(device, graph, outputs, feeds, donations, outputs_on_device);
 }
 
 std::vector<Tensor> Executable::run(const FeedList& feeds) const {

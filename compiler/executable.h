@@ -157,8 +157,14 @@ struct CompileOptions {
   // and 2-d f32/f16/bf16 dots (cuBLASLt) run on the GPU, over a device arena with the host
   // arena's plan, and every other op on the host, its inputs copied down from the device and
   // its outputs up only when the other side reads them. Feeds and fetched outputs are host
-  // tensors. A device program refuses donations (run_donating runs it as run() does).
+  // tensors, unless outputs_on_device; a feed may also be a device tensor on this device
+  // (Tensor::to(Device)), read there without a copy. A device program refuses donations
+  // (run_donating runs it as run() does).
   Device device = Device::cpu();
+  // A device program's fetched outputs stay on the device: device tensors (Tensor::device() is
+  // `device`) that own their memory, never copied up; fed back to the program (a training
+  // step's parameters), nothing crosses but the data. Needs a device other than the host.
+  bool outputs_on_device = false;
 };
 // Throws kiln::Error: kInvalidArgument for a device this machine lacks, kUnavailable without a
 // GPU or without the CUDA backend (saying which), as well as compile()'s errors.

@@ -54,6 +54,14 @@ void bind_feeds(const Impl& im, const FeedList& feeds, std::vector<Tensor>& slot
                       ", but the executable was compiled for " + slot.type.str() +
                       " (compile again for this shape)");
     }
+    if (const detail::DeviceMemory* m = detail::memory_of(value);
+        m != nullptr && m != static_cast<const detail::DeviceMemory*>(im.device.get())) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "run: the value fed to placeholder '" + im.nodes[slot.value.node].name +
+                      "' is on " + value.device().str() + ", but the program runs on " +
+                      (im.device ? im.device->name() : std::string("the host")) +
+                      " (feed it .to(Device::cpu()), or compile for its device)");
+    }
     slots[s] = value;
   }
   for (int s : im.placeholder_slots) {

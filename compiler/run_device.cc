@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "compiler/executable_impl.h"
+#include "src/core/device_memory.h"
 
 namespace kiln::compiler {
 namespace {
@@ -55,7 +56,19 @@ class DeviceRun {
       if (device_.poisons_host_arena())
         std::memset(const_cast<char*>(arena.at(0)), 0xA5, im.stats.arena_bytes);
     }
-    for (size_t s = 0; s < slots.size(); ++s) state_[s].host = slots[s].defined();
+    for (size_t s = 0; s < slots.size(); ++s) {
+      if (!slots[s].defined()) continue;
+      if (detail::memory_of(slots[s]) == nullptr) {
+        state_[s].host = true;
+        continue;
+      }
+      // A device tensor fed (bind_feeds checked it is this device's): read where it is.
+      if (pointers_.empty()) pointers_.assign(im.slots.size(), nullptr);
+      if (device_feeds_.empty()) device_feeds_.resize(im.slots.size());
+      pointers_[s] = detail::device_pointer(slots[s]);
+      device_feeds_[s] = slots[s];
+      state_[s].device = true;
+    }
     upload_constants();
   }
   DeviceRun(const DeviceRun&) = delete;
@@ -132,6 +145,20 @@ class DeviceRun {
     state_[s] = {};
   }
 
+  // A fetched value as a device tensor (CompileOptions::outputs_on_device): an output in the
+  // buffer it was computed in (uploaded there when a host thunk computed it), a device tensor
+  // fed as itself, any other feed or constant as a copy.
+  Tensor on_device_result(int s) {
+    const Impl::Slot& slot = im_.slots[s];
+    if (slot.where == Where::kFed && !device_feeds_.empty() && device_feeds_[s].defined())
+      return device_feeds_[s];
+    if (slot.where == Where::kOutput) {
+      on_device(s);
+      return device_outputs_[s];
+    }
+    return detail::to_device(im_.device, on_host(s));
+  }
+
   // A value on the host, copied down from the device when only there.
   const Tensor& on_host(int s) {
     if (!state_[s].host) {
@@ -188,6 +215,17 @@ class DeviceRun {
     const Impl::Slot& slot = im_.slots[s];
     if (slot.where == Where::kArena) return device_arena_ + slot.offset;
     if (slot.where == Where::kConstant) return im_.device_constants->by_slot[s];
+    if (slot.where == Where::kOutput && im_.outputs_on_device) {
+      // The result's own buffer: a device tensor that outlives the run.
+      if (device_outputs_.empty()) device_outputs_.resize(im_.slots.size());
+      if (!device_outputs_[s].defined()) {
+        void* p = device_.allocate(slot.bytes, device_.name() + ": output '" +
+                                                   im_.nodes[slot.value.node].name + "'");
+        device_outputs_[s] =
+            detail::device_tensor(im_.device, p, slot.type.dtype, slot.type.shape);
+      }
+      return slot.bytes > 0 ? detail::device_pointer(device_outputs_[s]) : nullptr;
+    }
     if (pointers_.empty()) pointers_.assign(im_.slots.size(), nullptr);
     if (pointers_[s] == nullptr && slot.bytes > 0)
       pointers_[s] = take(slot.bytes, "value of '" + im_.nodes[slot.value.node].name + "'");
@@ -218,6 +256,8 @@ class DeviceRun {
   std::vector<State> state_;
   RunMemory owned_;
   std::vector<void*> pointers_;  // by slot, values outside the arena
+  std::vector<Tensor> device_feeds_;    // by slot: device tensors fed
+  std::vector<Tensor> device_outputs_;  // by slot: outputs kept on the device
   char* device_arena_ = nullptr;
   std::vector<void*> ins_, outs_;
 };
@@ -243,7 +283,8 @@ std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, Step
   }
   std::vector<Tensor> result;
   result.reserve(im.fetched.size());
-  for (int s : im.fetched) result.push_back(run.on_host(s));
+  for (int s : im.fetched)
+    result.push_back(im.outputs_on_device ? run.on_device_result(s) : run.on_host(s));
   im.device->synchronize();
   return result;
 }

@@ -82,6 +82,7 @@ Tensor over(const void* p, DType dtype, Shape shape) {
 class EmulatedGpu final : public DeviceBackend {
  public:
   std::string name() const override { return "emulated-gpu"; }
+  Device device() const override { return Device::cuda(0); }
   const FusionTarget& fusion_target() const override {
     return llvm_ir::loop_only_fusion_target();
   }

@@ -53,6 +53,7 @@ plugin::Conv conv_args(const DeviceConv& c) {
 class CudaGpu final : public DeviceBackend {
  public:
   std::string name() const override { return "cuda:0"; }
+  Device device() const override { return Device::cuda(0); }
   const FusionTarget& fusion_target() const override { return cuda::fusion_target(); }
 
   void* allocate(int64_t bytes, const std::string& what) const override {

@@ -56,6 +56,10 @@ class Tensor {
   int64_t dim(int64_t axis) const;  // negative axes count from the end
   int64_t size() const;             // number of elements
   size_t nbytes() const;
+  // Where the bytes live: the host (cpu:0), or a GPU for a tensor moved there by to(Device) or
+  // fetched from a device program that keeps its outputs there. A device tensor's bytes are
+  // not on the host: data(), raw_data(), item() and eager ops on it throw kiln::Error
+  // (kFailedPrecondition) saying so; to(Device::cpu()) copies it back.
   Device device() const;
 
   // The value of a one-element tensor, converted to T.
@@ -89,6 +93,12 @@ class Tensor {
   void* raw_mutable_data();
 
   Tensor to(DType dtype) const;  // convert (an op: recorded when symbolic)
+  // A copy on `device` (PyTorch's tensor.to(device)): up to a GPU from the host, down to the
+  // host from a GPU; this tensor itself when it is already there. A concrete tensor only.
+  // Throws kiln::Error: kUnavailable without a GPU (saying why), kInvalidArgument for a device
+  // this machine lacks or a symbolic tensor, kUnimplemented between two GPUs or beyond cuda:0,
+  // kResourceExhausted beyond the device's memory limit.
+  Tensor to(const Device& device) const;
 
   // Symbolic tensors: the graph and "node_name:output" they refer to.
   Graph graph() const;

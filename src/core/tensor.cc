@@ -5,6 +5,7 @@
 #include <new>
 
 #include "kiln/graph.h"
+#include "src/core/device_memory.h"
 #include "src/core/float16_rounding.h"
 #include "src/core/host_allocator.h"
 #include "src/core/tensor_impl.h"
@@ -112,8 +113,98 @@ const void* Tensor::raw_data() const {
                 "tensor '" + name() + "' is symbolic (a value in graph '" + graph().name() +
                     "'): run the graph to get its data");
   }
+  if (impl_->storage->device.type != DeviceType::kCpu) {
+    throw Error(ErrorCode::kFailedPrecondition,
+                "tensor " + TensorType{dtype(), shape()}.str() + " is on " +
+                    impl_->storage->device.str() +
+                    ": its bytes are not on the host (copy it with .to(Device::cpu()))");
+  }
   return impl_->storage->data;
 }
+
+namespace {
+
+// The memory of `device`, its errors naming the call to(target).
+std::shared_ptr<const detail::DeviceMemory> memory_for(const Device& device, const Device& target) {
+  try {
+    return detail::device_memory(device);
+  } catch (const Error& e) {
+    throw Error(e.code(), "to(" + target.str() + "): " + e.what());
+  }
+}
+
+}  // namespace
+
+Tensor Tensor::to(const Device& device) const {
+  if (!defined() || is_symbolic()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "to(" + device.str() + "): a concrete tensor only (this one is " +
+                    (defined() ? "symbolic" : "undefined") + ")");
+  }
+  const Device here = impl_->storage->device;
+  if (device == here) return *this;
+  if (device.type == DeviceType::kCpu) {
+    if (device.index != 0)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "to(" + device.str() + "): no such device (the host is cpu:0)");
+    return detail::to_host(*this);
+  }
+  if (here.type != DeviceType::kCpu)
+    throw Error(ErrorCode::kUnimplemented, "to(" + device.str() + "): the tensor is on " +
+                                               here.str() + "; copy it through the host");
+  return detail::to_device(memory_for(device, device), *this);
+}
+
+namespace detail {
+
+Tensor device_tensor(std::shared_ptr<const DeviceMemory> memory, void* p, DType dtype,
+                     Shape shape) {
+  auto impl = make_pooled<TensorImpl>();
+  impl->dtype = dtype;
+  const size_t bytes = static_cast<size_t>(num_elements(shape)) * dtype_size(dtype);
+  impl->shape = std::move(shape);
+  std::shared_ptr<void> owner(p, [memory](void* q) {
+    try {
+      memory->deallocate(q);
+    } catch (...) {  // a device gone at exit: nothing more to free
+    }
+  });
+  impl->storage = make_pooled<Storage>(std::move(owner), p, bytes);
+  impl->storage->device = memory->device();
+  impl->storage->memory = std::move(memory);
+  return Tensor(std::move(impl));
+}
+
+Tensor to_device(const std::shared_ptr<const DeviceMemory>& memory, const Tensor& host) {
+  const void* src = host.raw_data();  // a host tensor's bytes (throws for any other)
+  const int64_t bytes = static_cast<int64_t>(host.nbytes());
+  void* p = memory->allocate(bytes, "to(" + memory->device().str() + ") of a tensor " +
+                                        TensorType{host.dtype(), host.shape()}.str());
+  Tensor moved = device_tensor(memory, p, host.dtype(), host.shape());  // frees p on a throw
+  if (bytes > 0) memory->upload(p, src, bytes);
+  return moved;
+}
+
+Tensor to_host(const Tensor& t) {
+  const Storage& s = *t.impl()->storage;
+  if (!s.memory) throw Error(ErrorCode::kInternal, "to_host: not a device tensor");
+  Tensor host = Tensor::empty(t.dtype(), t.shape());
+  if (s.nbytes > 0)
+    s.memory->download(host.raw_mutable_data(), s.data, static_cast<int64_t>(s.nbytes));
+  return host;
+}
+
+const DeviceMemory* memory_of(const Tensor& t) {
+  return t.defined() && !t.is_symbolic() ? t.impl()->storage->memory.get() : nullptr;
+}
+
+void* device_pointer(const Tensor& t) {
+  if (!t.defined() || t.is_symbolic() || t.device().type == DeviceType::kCpu)
+    throw Error(ErrorCode::kInternal, "device_pointer: not a device tensor");
+  return t.impl()->storage->data;
+}
+
+}  // namespace detail
 
 void* Tensor::raw_mutable_data() {
   raw_data();  // checks it is concrete

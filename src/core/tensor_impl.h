@@ -13,6 +13,8 @@
 
 namespace kiln::detail {
 
+class DeviceMemory;  // src/core/device_memory.h
+
 // Host memory aligned for the widest vector unit (64 bytes, AVX-512).
 inline constexpr size_t kAlignment = 64;
 
@@ -29,6 +31,8 @@ struct Storage {
   size_t nbytes = 0;
   Device device = Device::cpu();
   std::shared_ptr<void> owner;  // set for views
+  // A device tensor's: the memory its bytes are in (src/core/device_memory.h); null on the host.
+  std::shared_ptr<const DeviceMemory> memory;
 };
 
 struct TensorImpl {

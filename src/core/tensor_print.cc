@@ -71,6 +71,10 @@ std::string Tensor::str() const {
   if (is_symbolic()) {
     return "tensor(<symbolic " + name() + ">, " + suffix + ", shape=" + shape_str(shape()) + ")";
   }
+  if (device().type != DeviceType::kCpu) {
+    return "tensor(<on " + device().str() + ">, " + suffix + ", shape=" + shape_str(shape()) +
+           ")";
+  }
   std::vector<double> values(size());
   const void* src = raw_data();
   visit_dtype(dtype(), [&](auto tag) {

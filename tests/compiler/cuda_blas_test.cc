@@ -53,13 +53,37 @@ std::string check_plugin(const std::string& path) {
   m.m = -1;
   char err[256] = {0};
   if (api->matmul(&m, err, sizeof err) == 0 ||
-      std::string(err).find("negative dimension") == std::string::npos)
+      std::string(err).find("a dimension out of range") == std::string::npos)
     return std::string("a negative dimension: ") + err;
   m.m = 2;
   m.dtype = 7;
   if (api->matmul(&m, err, sizeof err) == 0 ||
       std::string(err).find("dtype code 7") == std::string::npos)
     return std::string("dtype code 7: ") + err;
+  // cuDNN's entries, where the plugin has them (this machine's toolkit carries cuDNN), refuse
+  // bad arguments before touching a device too.
+  if ((api->conv == nullptr) != (api->conv_workspace == nullptr) ||
+      (api->conv == nullptr) != (api->pool == nullptr))
+    return "cuDNN's entries are half there";
+  if (api->conv != nullptr) {
+    if (!mapped("libcudnn")) return "cuDNN is not linked";
+    plugin::Conv c;
+    c.dtype = 7;
+    size_t bytes = 0;
+    if (api->conv_workspace(&c, &bytes, err, sizeof err) == 0 ||
+        std::string(err).find("conv: dtype code 7") == std::string::npos)
+      return std::string("conv dtype code 7: ") + err;
+    c.dtype = plugin::kF32;
+    c.pass = plugin::kConvKernelGrad;  // every size 0
+    if (api->conv(&c, err, sizeof err) == 0 ||
+        std::string(err).find("conv kernel grad: a size out of range") == std::string::npos)
+      return std::string("conv sizes: ") + err;
+    plugin::Pool p;
+    p.kind = 9;
+    if (api->pool(&p, err, sizeof err) == 0 ||
+        std::string(err).find("pooling: kind code 9") == std::string::npos)
+      return std::string("pool kind code 9: ") + err;
+  }
   return "";
 }
 

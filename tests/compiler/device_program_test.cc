@@ -20,6 +20,7 @@
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "runtime/cuda/driver.h"
+#include "src/core/device_memory.h"
 #include "tests/compiler/compiler_test_util.h"
 #include "tests/compiler/mlp_step.h"
 #include "tests/subprocess.h"
@@ -405,6 +406,137 @@ TEST(DeviceProgram, TheMlpTrainingStepMatchesTheCpuConcurrently) {
   for (int m : mismatches) EXPECT_EQ(m, 0) << "a device program's runs are deterministic";
 }
 
+// ---- device tensors ----
+
+// Three training steps whose parameters and optimizer slots live on the device: fed as device
+// tensors, fetched as device tensors (outputs_on_device) and fed back. Against the same device
+// program fed and fetching host tensors, each step copies the state down and the results up
+// less, exactly (what still crosses is the dropout's: its random mask is a host kernel's), and
+// the parameters brought back at the end are the CPU program's after the same three steps.
+TEST(DeviceTensors, ATrainingLoopKeepsItsParametersOnTheDevice) {
+  auto gpu = cpu::emulated_gpu();
+  const int64_t live_at_start = cpu::emulated_gpu_counts().live_allocations;
+  {
+    test_models::MlpStep step = test_models::make_mlp_step(20, 16, 5, 12);
+    Executable host = compile(step.graph, step.fetches, step.feeds);
+    Executable dev = compile_for_device(gpu, step.graph, step.fetches, step.feeds, {},
+                                        /*outputs_on_device=*/true);
+    Executable staged = compile_for_device(gpu, step.graph, step.fetches, step.feeds);
+    constexpr size_t kFirstParam = 5;  // feeds: x, seed, lr, iteration, y, then the state
+    FeedList host_feeds = step.feeds, dev_feeds = step.feeds;
+    int64_t state_bytes = 0;
+    for (size_t i = kFirstParam; i < dev_feeds.size(); ++i) {
+      state_bytes += static_cast<int64_t>(dev_feeds[i].second.nbytes());
+      dev_feeds[i].second = detail::to_device(gpu, dev_feeds[i].second);
+    }
+    std::vector<Tensor> dev_out;
+    for (int run = 0; run < 3; ++run) {
+      SCOPED_TRACE("step " + std::to_string(run));
+      std::vector<Tensor> host_out = host.run(host_feeds);
+      cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
+      staged.run(host_feeds);
+      cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
+      const int64_t staged_up = after.upload_bytes - before.upload_bytes;
+      const int64_t staged_down = after.download_bytes - before.download_bytes;
+      before = cpu::emulated_gpu_counts();
+      dev_out = dev.run(dev_feeds);
+      after = cpu::emulated_gpu_counts();
+      ASSERT_EQ(dev_out.size(), host_out.size());
+      for (const Tensor& t : dev_out) EXPECT_EQ(t.device(), Device::cuda(0));
+      EXPECT_EQ(after.download_bytes - before.download_bytes, staged_down - bytes_of(host_out))
+          << "the results stay on the device";
+      if (run > 0)
+        EXPECT_EQ(after.upload_bytes - before.upload_bytes, staged_up - state_bytes)
+            << "the state is not copied down";
+      for (size_t i = 1; i < dev_out.size(); ++i) {  // the new state, fed back
+        host_feeds[kFirstParam + i - 1].second = host_out[i];
+        dev_feeds[kFirstParam + i - 1].second = dev_out[i];
+      }
+    }
+    std::vector<Tensor> back, want;
+    for (size_t i = kFirstParam; i < dev_feeds.size(); ++i) {
+      back.push_back(dev_feeds[i].second.to(Device::cpu()));
+      want.push_back(host_feeds[i].second);
+    }
+    expect_close(back, want, 1e-5);
+    // The loss is a device tensor too: its bytes are not on the host.
+    try {
+      dev_out[0].item<float>();
+      ADD_FAILURE() << "read a device tensor's bytes on the host";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+      EXPECT_THAT(e.what(), HasSubstr("is on cuda:0"));
+      EXPECT_THAT(e.what(), HasSubstr(".to(Device::cpu())"));
+    }
+    EXPECT_THAT(dev_out[0].str(), HasSubstr("<on cuda:0>"));
+    // The CPU program refuses a device tensor, naming it.
+    try {
+      host.run(dev_feeds);
+      ADD_FAILURE() << "the host program took a device tensor";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_THAT(e.what(), HasSubstr("is on cuda:0, but the program runs on the host"));
+    }
+  }
+  EXPECT_EQ(cpu::emulated_gpu_counts().live_allocations, live_at_start)
+      << "device tensors free their memory";
+}
+
+// A program keeping its outputs on the device hands a fetched feed back as itself (a device
+// tensor) or as a copy (a host feed), and an output a host op computed uploaded.
+TEST(DeviceTensors, EveryKindOfFetchedValueComesBackOnTheDevice) {
+  auto gpu = cpu::emulated_gpu();
+  Graph g{"fetch_kinds"};
+  Tensor a = g.placeholder(f32, {4, 3}, "a");
+  Tensor b = g.placeholder(i64, {2}, "b");
+  Tensor picked = gather(tanh(a), b, 0);  // a host kernel's output, fetched
+  FeedList feeds = {{a, test_models::random_tensor({4, 3}, 61)},
+                    {b, Tensor::from_vector<int64_t>({3, 1}, {2})}};
+  Executable host = compile(g, {a, b, picked}, feeds);
+  Executable dev = compile_for_device(gpu, g, {a, b, picked}, feeds, {}, true);
+  const Tensor a_on_device = detail::to_device(gpu, feeds[0].second);
+  std::vector<Tensor> got = dev.run({{a, a_on_device}, feeds[1]});
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].impl(), a_on_device.impl()) << "a device feed comes back as itself";
+  std::vector<Tensor> back;
+  for (const Tensor& t : got) {
+    EXPECT_EQ(t.device(), Device::cuda(0));
+    back.push_back(t.to(Device::cpu()));
+  }
+  expect_close(back, host.run(feeds), 0);
+}
+
+TEST(DeviceTensors, MisuseIsAClearError) {
+  Tensor x = Tensor::from_vector<float>({1, 2, 3});
+  EXPECT_EQ(x.to(Device::cpu()).impl(), x.impl()) << "already there";
+  auto code_of = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::make_pair(e.code(), std::string(e.what()));
+    }
+    return std::make_pair(ErrorCode::kInternal, std::string("no error thrown"));
+  };
+  auto [c1, m1] = code_of([&] { x.to(Device{DeviceType::kCpu, 1}); });
+  EXPECT_EQ(c1, ErrorCode::kInvalidArgument) << m1;
+  Graph g{"sym"};
+  Tensor p = g.placeholder(f32, {3}, "p");
+  auto [c2, m2] = code_of([&] { p.to(Device::cuda(0)); });
+  EXPECT_EQ(c2, ErrorCode::kInvalidArgument) << m2;
+  EXPECT_THAT(m2, HasSubstr("symbolic"));
+  auto [c3, m3] = code_of([&] {
+    compile(g, {p * 2.0f}, {{p, x}}, {}, CompileOptions{.outputs_on_device = true});
+  });
+  EXPECT_EQ(c3, ErrorCode::kInvalidArgument) << m3;
+  EXPECT_THAT(m3, HasSubstr("outputs_on_device"));
+  std::string why;
+  if (runtime::cuda::driver(&why) == nullptr) {
+    auto [c4, m4] = code_of([&] { x.to(Device::cuda(0)); });
+    EXPECT_EQ(c4, ErrorCode::kUnavailable) << m4;
+    EXPECT_THAT(m4, HasSubstr("to(cuda:0)"));
+  }
+}
+
 TEST(DeviceProgram, DonationsAreRefusedAndTheFeedKept) {
   Graph g{"donate"};
   Tensor p = g.placeholder(f32, {8}, "p");
@@ -544,6 +676,18 @@ TEST(DeviceProgram, ChildCompilesForTheEmulatedGpu) {
   before = cpu::emulated_gpu_counts();
   model.fit(x, y, {.epochs = 1, .batch_size = 16, .seed = 1, .verbose = 0});
   EXPECT_GE(cpu::emulated_gpu_counts().dots - before.dots, 4 * 3) << "forward and backward dots";
+  // Here cuda:0 is the emulated GPU: Tensor::to and CompileOptions reach it.
+  const Tensor xs = test_models::random_tensor({64, 32}, 1);
+  const Tensor on_gpu = xs.to(Device::cuda(0));
+  EXPECT_EQ(on_gpu.device(), Device::cuda(0));
+  EXPECT_TRUE(testing::bitwise_equal(on_gpu.to(Device::cpu()), xs));
+  Executable kept = compile(c.g, {c.s}, c.feeds, {},
+                            CompileOptions{.device = Device::cuda(0), .outputs_on_device = true});
+  FeedList fed = c.feeds;
+  fed[0].second = on_gpu;
+  const std::vector<Tensor> out = kept.run(fed);
+  EXPECT_EQ(out[0].device(), Device::cuda(0));
+  expect_close({out[0].to(Device::cpu())}, got, 1e-6);
 }
 
 // ---- on a GPU: skipped without one, saying so ----

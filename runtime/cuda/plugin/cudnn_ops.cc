@@ -112,7 +112,6 @@ std::string check(const plugin::Conv& a) {
 }
 
 std::string describe(const plugin::Conv& a, Descs& d) {
-  if (std::string why = check(a); !why.empty()) return why;
   const cudnnDataType_t t = dnn_type(a.dtype);
   const int n = static_cast<int>(a.n), c = static_cast<int>(a.c), k = static_cast<int>(a.k);
   KILN_DNN(cudnnCreateTensorDescriptor(&d.x));
@@ -187,6 +186,7 @@ std::string choose(State& s, const plugin::Conv& a, const Descs& d, Choice* choi
 
 // The geometry's choice (made now if new) with its descriptors; s.mu held.
 std::string prepare(State& s, const plugin::Conv& a, Descs& d, Choice* choice) {
+  if (std::string why = check(a); !why.empty()) return why;  // before touching the device
   if (s.handle == nullptr) KILN_DNN(cudnnCreate(&s.handle));
   if (std::string why = describe(a, d); !why.empty()) return why;
   const Key key = key_of(a);
