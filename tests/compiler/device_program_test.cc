@@ -16,6 +16,7 @@
 #include "compiler/cpu/emulated_device.h"
 #include "compiler/device_backend.h"
 #include "compiler/executable.h"
+#include "kiln/data/dataset.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
@@ -534,6 +535,11 @@ TEST(DeviceTensors, MisuseIsAClearError) {
     auto [c4, m4] = code_of([&] { x.to(Device::cuda(0)); });
     EXPECT_EQ(c4, ErrorCode::kUnavailable) << m4;
     EXPECT_THAT(m4, HasSubstr("to(cuda:0)"));
+    auto [c5, m5] = code_of([&] {
+      data::Dataset::from_tensors({x}).batch(2).prefetch_to_device(Device::cuda(0));
+    });
+    EXPECT_EQ(c5, ErrorCode::kUnavailable) << m5;
+    EXPECT_THAT(m5, HasSubstr("prefetch_to_device(cuda:0)"));
   }
 }
 
@@ -688,6 +694,22 @@ TEST(DeviceProgram, ChildCompilesForTheEmulatedGpu) {
   const std::vector<Tensor> out = kept.run(fed);
   EXPECT_EQ(out[0].device(), Device::cuda(0));
   expect_close({out[0].to(Device::cpu())}, got, 1e-6);
+  // fit on batches prefetched to the device (the step reads them there): the same weights as
+  // from host batches.
+  auto fit_weights = [&](bool to_device) {
+    nn::Sequential m({nn::Dense(8, "relu"), nn::Dense(2)});
+    m.set_seed(3);
+    m.compile(optim::Adam(0.05), nn::SparseCategoricalCrossentropy(true), {},
+              {.device = Device::cuda(0)});
+    data::Dataset batches = data::Dataset::from_tensors({x, y}).batch(16);
+    m.fit(to_device ? batches.prefetch_to_device(Device::cuda(0)) : batches,
+          {.epochs = 2, .seed = 1, .verbose = 0});
+    std::vector<Tensor> w;
+    for (const Variable& v : m.weights()) w.push_back(v.value());
+    return w;
+  };
+  const std::vector<Tensor> from_host = fit_weights(false);
+  expect_close(fit_weights(true), from_host, 0);
 }
 
 // ---- on a GPU: skipped without one, saying so ----

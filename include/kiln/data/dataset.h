@@ -187,6 +187,13 @@ class Dataset {
                         bool deterministic = true) const;
   // A background thread keeps up to buffer_size elements ready (kAutotune: 2).
   Dataset prefetch(int64_t buffer_size = kAutotune) const;
+  // prefetch, the background thread also copying each element's tensors to `device`
+  // (Tensor::to): the next batches wait on the GPU while a step runs, and a program compiled
+  // for that device reads them there (tf.data.experimental.prefetch_to_device). The last
+  // transformation of a pipeline, as in TensorFlow: the elements are device tensors, which
+  // host functions cannot read. cpu:0 is plain prefetch. Throws kiln::Error now for a device
+  // this machine lacks (as Tensor::to would for each element).
+  Dataset prefetch_to_device(const Device& device, int64_t buffer_size = kAutotune) const;
   // Keeps the elements of the first complete epoch in memory; later epochs read them from
   // there (an epoch stopped early keeps nothing).
   Dataset cache() const;

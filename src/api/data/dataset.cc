@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "compiler/executable.h"
 #include "src/api/data/dataset_node.h"
 
 namespace kiln::data {
@@ -624,6 +625,20 @@ Dataset Dataset::prefetch(int64_t buffer_size) const {
   }
   return then(Dataset(detail::make_prefetch_node(node_, buffer_size)),
               [=](const Dataset& d, int64_t) { return d.prefetch(buffer_size); });
+}
+
+Dataset Dataset::prefetch_to_device(const Device& device, int64_t buffer_size) const {
+  if (device == Device::cpu()) return prefetch(buffer_size);
+  try {
+    compiler::check_device(device);
+  } catch (const Error& e) {
+    throw Error(e.code(), "Dataset.prefetch_to_device(" + device.str() + "): " + e.what());
+  }
+  return map([device](Element e) {
+           for (Tensor& t : e) t = t.to(device);
+           return e;
+         })
+      .prefetch(buffer_size);
 }
 
 Dataset Dataset::cache() const {

@@ -392,7 +392,9 @@ struct Model::Impl {
       if (!dynamic_cast<const SparseCategoricalCrossentropy*>(losses[o].get())) continue;
       int64_t classes = s.predictions[o].shape().back();
       if (classes == kUnknownDim) continue;
-      std::vector<double> labels = ys[o].to_vector<double>();
+      // Labels on a GPU (Dataset::prefetch_to_device) are read through a copy: a few bytes
+      // a batch, so that a label out of range is still an error naming it.
+      std::vector<double> labels = ys[o].to(Device::cpu()).to_vector<double>();
       for (size_t i = 0; i < labels.size(); ++i) {
         double l = labels[i];
         if (!(l >= 0 && l < classes) || l != std::floor(l)) {
