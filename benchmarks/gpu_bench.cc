@@ -20,6 +20,7 @@
 //    the host) and on this host's CPU, alternated: ms a step each, 3 trials of 8 steps.
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,25 @@ double ms_per_step(const kiln::compiler::Executable& e, const kiln::FeedList& fe
   for (int i = 0; i < steps; ++i) e.run(feeds);
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
          steps;
+}
+
+// Alternates `gpu` and `cpu` (each the ms of a step) for `trials` trials, and prints
+// {"<name>": the speedups, "gpu_ms": ..., "cpu_ms": ..., "trials": n}: medians and ranges.
+void print_vs_cpu(const char* name, int trials, const std::function<double()>& gpu,
+                  const std::function<double()>& cpu) {
+  std::vector<double> gpu_ms, cpu_ms, speedup;
+  for (int trial = 0; trial < trials; ++trial) {
+    gpu_ms.push_back(gpu());
+    cpu_ms.push_back(cpu());
+    speedup.push_back(cpu_ms.back() / gpu_ms.back());
+  }
+  Stat g = stat(gpu_ms), c = stat(cpu_ms), sp = stat(speedup);
+  std::printf(
+      "{\"%s\": {\"median\": %.2f, \"min\": %.2f, \"max\": %.2f}, "
+      "\"gpu_ms\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}, "
+      "\"cpu_ms\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}, \"trials\": %d}\n",
+      name, sp.median, sp.lo, sp.hi, g.median, g.lo, g.hi, c.median, c.lo, c.hi, trials);
+  std::fflush(stdout);
 }
 
 // ms a training step of the CNN on `device`, after a first fit that compiles it.
@@ -135,19 +155,9 @@ int main() {
                                               kc::CompileOptions{kiln::Device::cuda(0)});
   ms_per_step(cpu, step.feeds, 3);  // warm-up
   ms_per_step(gpu_step, step.feeds, 3);
-  std::vector<double> cpu_ms, gpu_ms, speedup;
-  for (int trial = 0; trial < 7; ++trial) {
-    gpu_ms.push_back(ms_per_step(gpu_step, step.feeds, 20));
-    cpu_ms.push_back(ms_per_step(cpu, step.feeds, 20));
-    speedup.push_back(cpu_ms.back() / gpu_ms.back());
-  }
-  Stat g = stat(gpu_ms), c2 = stat(cpu_ms), sp = stat(speedup);
-  std::printf(
-      "{\"gpu_mlp_step_b1024_vs_cpu\": {\"median\": %.2f, \"min\": %.2f, \"max\": %.2f}, "
-      "\"gpu_ms\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}, "
-      "\"cpu_ms\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}, \"trials\": 7}\n",
-      sp.median, sp.lo, sp.hi, g.median, g.lo, g.hi, c2.median, c2.lo, c2.hi);
-  std::fflush(stdout);
+  print_vs_cpu(
+      "gpu_mlp_step_b1024_vs_cpu", 7, [&] { return ms_per_step(gpu_step, step.feeds, 20); },
+      [&] { return ms_per_step(cpu, step.feeds, 20); });
   {
     // The resident variant: the state lives on the GPU, each step's new state fed to the next.
     const kc::Executable resident = kc::compile(
@@ -169,36 +179,17 @@ int main() {
              steps;
     };
     resident_ms(3);  // warm-up
-    std::vector<double> res_ms, cpu2_ms, res_speedup;
-    for (int trial = 0; trial < 7; ++trial) {
-      res_ms.push_back(resident_ms(20));
-      cpu2_ms.push_back(ms_per_step(cpu, step.feeds, 20));
-      res_speedup.push_back(cpu2_ms.back() / res_ms.back());
-    }
-    Stat r = stat(res_ms), c3 = stat(cpu2_ms), rs = stat(res_speedup);
-    std::printf(
-        "{\"gpu_mlp_step_b1024_resident_vs_cpu\": {\"median\": %.2f, \"min\": %.2f, "
-        "\"max\": %.2f}, \"gpu_ms\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}, "
-        "\"cpu_ms\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}, \"trials\": 7}\n",
-        rs.median, rs.lo, rs.hi, r.median, r.lo, r.hi, c3.median, c3.lo, c3.hi);
-    std::fflush(stdout);
+    print_vs_cpu("gpu_mlp_step_b1024_resident_vs_cpu", 7, [&] { return resident_ms(20); },
+                 [&] { return ms_per_step(cpu, step.feeds, 20); });
   }
   constexpr int64_t kBatch = 256, kSteps = 8;
   const kiln::Tensor images = kiln::random_uniform({kBatch * kSteps, 28, 28, 1}, 5, 0.0, 1.0);
   std::vector<int64_t> labels(kBatch * kSteps);
   for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>((i * 7) % 10);
   const kiln::Tensor classes = kiln::Tensor::from_vector(labels);
-  std::vector<double> cnn_gpu, cnn_cpu, cnn_speedup;
-  for (int trial = 0; trial < 3; ++trial) {
-    cnn_gpu.push_back(cnn_ms_per_step(kiln::Device::cuda(0), images, classes, kBatch));
-    cnn_cpu.push_back(cnn_ms_per_step(kiln::Device::cpu(), images, classes, kBatch));
-    cnn_speedup.push_back(cnn_cpu.back() / cnn_gpu.back());
-  }
-  Stat cg = stat(cnn_gpu), cc = stat(cnn_cpu), cs = stat(cnn_speedup);
-  std::printf(
-      "{\"gpu_cnn_fit_step_b256_vs_cpu\": {\"median\": %.2f, \"min\": %.2f, \"max\": %.2f}, "
-      "\"gpu_ms\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}, "
-      "\"cpu_ms\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}, \"trials\": 3}\n",
-      cs.median, cs.lo, cs.hi, cg.median, cg.lo, cg.hi, cc.median, cc.lo, cc.hi);
+  print_vs_cpu(
+      "gpu_cnn_fit_step_b256_vs_cpu", 3,
+      [&] { return cnn_ms_per_step(kiln::Device::cuda(0), images, classes, kBatch); },
+      [&] { return cnn_ms_per_step(kiln::Device::cpu(), images, classes, kBatch); });
   return 0;
 }
