@@ -745,6 +745,40 @@ TEST(DeviceProgramGpu, PoolingAndItsGradientsOnCuda0MatchTheCpu) {
   check_pools(nullptr, 1e-5);  // random normal inputs: no ties
 }
 
+// Device tensors on cuda:0: a round trip keeps every bit, and three MLP steps with the state
+// resident on the GPU (outputs_on_device, fed back) end close to the CPU's parameters.
+TEST(DeviceTensorsGpu, ATrainingLoopOnCuda0KeepsItsStateThereAndMatchesTheCpu) {
+  std::string why;
+  if (runtime::cuda::driver(&why) == nullptr) GTEST_SKIP() << "no GPU: " << why;
+  const Tensor x = test_models::random_tensor({33, 7}, 71);
+  const Tensor up = x.to(Device::cuda(0));
+  EXPECT_EQ(up.device(), Device::cuda(0));
+  EXPECT_TRUE(testing::bitwise_equal(up.to(Device::cpu()), x));
+  test_models::MlpStep step = test_models::make_mlp_step(784, 128, 10, 256);
+  Executable host = compile(step.graph, step.fetches, step.feeds);
+  Executable dev = compile(step.graph, step.fetches, step.feeds, {},
+                           CompileOptions{.device = Device::cuda(0), .outputs_on_device = true});
+  constexpr size_t kFirstParam = 5;
+  FeedList host_feeds = step.feeds, dev_feeds = step.feeds;
+  for (size_t i = kFirstParam; i < dev_feeds.size(); ++i)
+    dev_feeds[i].second = dev_feeds[i].second.to(Device::cuda(0));
+  for (int run = 0; run < 3; ++run) {
+    std::vector<Tensor> host_out = host.run(host_feeds);
+    std::vector<Tensor> dev_out = dev.run(dev_feeds);
+    for (size_t i = 1; i < dev_out.size(); ++i) {
+      EXPECT_EQ(dev_out[i].device(), Device::cuda(0));
+      host_feeds[kFirstParam + i - 1].second = host_out[i];
+      dev_feeds[kFirstParam + i - 1].second = dev_out[i];
+    }
+  }
+  std::vector<Tensor> back, want;
+  for (size_t i = kFirstParam; i < dev_feeds.size(); ++i) {
+    back.push_back(dev_feeds[i].second.to(Device::cpu()));
+    want.push_back(host_feeds[i].second);
+  }
+  expect_close(back, want, 1e-4);
+}
+
 // Fit on cuda:0 (its loops and dots there) keeps the CPU fit's losses, epoch by epoch.
 TEST(DeviceProgramGpu, ModelFitOnCuda0MatchesTheCpu) {
   std::string why;
