@@ -3,6 +3,7 @@
 // thunk on the host over the host arena. Each value is copied between the two only when a thunk on the
 // other side reads it (and a fetched value down at the end), so a chain of device thunks keeps
 // its values on the device.
+#include <algorithm>
 #include <cstring>
 
 #include "compiler/executable_impl.h"
@@ -129,7 +130,14 @@ class DeviceRun {
 
   void run_on_host(const Thunk& t) {
     std::vector<Tensor> ins, outs(t.out.size());
-    for (int s : t.in) ins.push_back(on_host(s));
+    for (size_t k = 0; k < t.in.size(); ++k) {
+      const int s = t.in[k];
+      if (!state_[s].host && shape_only(t, k)) {  // its type is all the kernel reads
+        ins.push_back(Tensor::empty(im_.slots[s].type.dtype, im_.slots[s].type.shape));
+        continue;
+      }
+      ins.push_back(on_host(s));
+    }
     for (size_t k = 0; k < t.out.size(); ++k) outs[k] = host_place(im_.slots[t.out[k]]);
     run_node_kernel(im_, t, ins, outs);
     for (size_t k = 0; k < t.out.size(); ++k) {
@@ -143,6 +151,14 @@ class DeviceRun {
   void release(int s) {
     slots_[s] = Tensor();
     state_[s] = {};
+  }
+
+  // Whether input k of host thunk t is read for its type alone (OpDef::shape_only_inputs).
+  bool shape_only(const Thunk& t, size_t k) const {
+    const OpDef* def = t.node >= 0 ? im_.nodes[t.node].def : nullptr;
+    if (def == nullptr || def->shape_only_inputs.empty() || k >= def->inputs.size()) return false;
+    const std::vector<std::string>& names = def->shape_only_inputs;
+    return std::find(names.begin(), names.end(), def->inputs[k]) != names.end();
   }
 
   // A fetched value as a device tensor (CompileOptions::outputs_on_device): an output in the

@@ -124,6 +124,7 @@ void fill_random(KernelContext& ctx, F value) {
 KILN_REGISTER_OP(random_uniform)
     .input("seed")
     .optional_input("shape_like")
+    .shape_only("shape_like")
     .kind(OpKind::kCodegen)
     .non_differentiable()
     .shape_fn(random_shape(f32, TypeSet::kFloat, [](const InferContext& ctx) {
@@ -147,6 +148,7 @@ KILN_REGISTER_KERNEL(random_uniform).fn([](KernelContext& ctx) {
 KILN_REGISTER_OP(random_normal)
     .input("seed")
     .optional_input("shape_like")
+    .shape_only("shape_like")
     .kind(OpKind::kCodegen)
     .non_differentiable()
     .shape_fn(random_shape(f32, TypeSet::kFloat, [](const InferContext& ctx) {
@@ -166,6 +168,7 @@ KILN_REGISTER_KERNEL(random_normal).fn([](KernelContext& ctx) {
 KILN_REGISTER_OP(random_bernoulli)
     .input("seed")
     .optional_input("shape_like")
+    .shape_only("shape_like")
     .kind(OpKind::kCodegen)
     .non_differentiable()
     .shape_fn(random_shape(bool_, TypeSet::kAll, [](const InferContext& ctx) {

@@ -194,12 +194,15 @@ class EmulatedGpu final : public DeviceBackend {
     std::memcpy(out, r.raw_data(), r.nbytes());
   }
 
-  // Every pooling a DevicePool describes; a max-pool gradient takes the pooled output's size
-  // as scratch (as CUDA's, which computes the pooled output there).
+  // Every pooling a DevicePool describes, with CUDA's scratch: a max-pool gradient's the
+  // pooled output's size, a sum-pool gradient's the input's.
   int64_t pool_workspace(const DevicePool& p) const override {
     if (p.dtype != f32 && p.dtype != f16 && p.dtype != bf16) return -1;
-    if (p.kind != DevicePool::kMaxGrad) return 0;
-    return p.batch * p.out_h * p.out_w * p.channels * dtype_size(p.dtype);
+    if (p.kind == DevicePool::kMaxGrad)
+      return p.batch * p.out_h * p.out_w * p.channels * dtype_size(p.dtype);
+    if (p.kind == DevicePool::kSumGrad)
+      return p.batch * p.in_h * p.in_w * p.channels * dtype_size(p.dtype);
+    return 0;
   }
   void pool(const DevicePool& p) const override {
     counters().pools++;

@@ -86,6 +86,8 @@ class Simplifier {
     if (op == "broadcast_in_dim") return forward_if(id, 0, is_iota(n.attrs.get_ints("dims")));
     if (op == "slice") return forward_if(id, 0, identity_slice(id));
     if (op == "select") return mask_max_grads_ && relu_masked_max_grad(id);
+    if (op == "random_uniform" || op == "random_normal" || op == "random_bernoulli")
+      return random_without_like(id);
     return false;
   }
 
@@ -182,6 +184,21 @@ class Simplifier {
     masked.name = n.name;
     masked.attrs.set("relu_mask", true);
     rw_.replace(id, std::move(masked));
+    return true;
+  }
+
+  // random_*(seed, shape_like) -> random_*(seed) with the like-tensor's shape as its "shape"
+  // attribute, where that shape is known: the kernel reads only the like-tensor's shape (element
+  // i's bits depend on the seed and i alone), so the values are the same, and the dependency
+  // on the like-tensor's data goes (dropout's mask no longer waits for the activations, and a
+  // device program no longer copies them to the host for it).
+  bool random_without_like(int id) {
+    const detail::Node& n = rw_.old_node(id);
+    if (n.inputs.size() != 2 || n.outputs.size() != 1 || !known(n.outputs[0].shape)) return false;
+    detail::Node r = n;
+    r.inputs = {rw_.map(n.inputs[0])};
+    r.attrs.set("shape", n.outputs[0].shape);
+    rw_.replace(id, std::move(r));
     return true;
   }
 

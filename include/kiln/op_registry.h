@@ -114,6 +114,9 @@ struct OpDef {
   PiecesFn pieces;                      // set: a piecewise layout op (concatenate, pad)
   bool differentiable = true;
   bool stateful = false;  // never constant-folded or deduplicated
+  // Inputs whose values the kernels never read, only their type (a random op's shape_like):
+  // a device program hands a host kernel such an input without copying it to the host.
+  std::vector<std::string> shape_only_inputs;
   std::string source;     // file:line of the registration
 };
 
@@ -192,6 +195,8 @@ class OpBuilder {
   OpBuilder& gradient(GradientFn fn);
   OpBuilder& non_differentiable();
   OpBuilder& stateful();
+  // Input `name` (declared before) is read for its type alone (OpDef::shape_only_inputs).
+  OpBuilder& shape_only(std::string name);
   const OpDef& def() const { return def_; }
 
  private:

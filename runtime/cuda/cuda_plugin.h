@@ -61,7 +61,7 @@ enum PoolKind : int { kPoolMax = 0, kPoolSum = 1, kPoolMaxGrad = 2, kPoolSumGrad
 // strides stride_*, each spatial axis padded by pad_* on both sides (a maximum ignores the
 // padding, a sum counts it as 0). kPoolMax and kPoolSum read x and write y; kPoolMaxGrad reads x
 // and dy and writes dx, using `workspace` (y's bytes) for the pooled x; kPoolSumGrad reads dy
-// and writes dx. On `stream`, as Matmul.
+// and writes dx, with `workspace` of x's bytes. On `stream`, as Matmul.
 struct Pool {
   int dtype = kF32;
   int kind = kPoolMax;

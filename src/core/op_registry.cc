@@ -258,6 +258,14 @@ OpBuilder& OpBuilder::optional_input(std::string name) {
   ++def_.optional_inputs;
   return *this;
 }
+OpBuilder& OpBuilder::shape_only(std::string name) {
+  if (std::find(def_.inputs.begin(), def_.inputs.end(), name) == def_.inputs.end()) {
+    throw Error(ErrorCode::kInvalidArgument, "op '" + def_.name + "': shape_only(\"" + name +
+                                                 "\") names no input declared before it");
+  }
+  def_.shape_only_inputs.push_back(std::move(name));
+  return *this;
+}
 OpBuilder& OpBuilder::outputs(int n) {
   def_.num_outputs = n;
   return *this;

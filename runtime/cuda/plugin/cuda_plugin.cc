@@ -225,14 +225,17 @@ std::string transpose(int dtype, int64_t rows, int64_t cols, const void* src, vo
   cublasStatus_t st = cublasLtMatrixTransformDescCreate(&d.op, CUDA_R_32F);
   if (st != CUBLAS_STATUS_SUCCESS) return lt_error("cublasLtMatrixTransformDescCreate", st);
   const cublasOperation_t trans = CUBLAS_OP_T;
-  cublasLtMatrixTransformDescSetAttribute(d.op, CUBLASLT_MATRIX_TRANSFORM_DESC_TRANSA, &trans,
-                                          sizeof trans);
+  st = cublasLtMatrixTransformDescSetAttribute(d.op, CUBLASLT_MATRIX_TRANSFORM_DESC_TRANSA,
+                                               &trans, sizeof trans);
+  if (st != CUBLAS_STATUS_SUCCESS) return lt_error("cublasLtMatrixTransformDescSetAttribute", st);
   const uint64_t r = static_cast<uint64_t>(rows), c = static_cast<uint64_t>(cols);
   if ((st = cublasLtMatrixLayoutCreate(&d.a, t, c, r, c)) != CUBLAS_STATUS_SUCCESS ||
       (st = cublasLtMatrixLayoutCreate(&d.c, t, r, c, r)) != CUBLAS_STATUS_SUCCESS)
     return lt_error("cublasLtMatrixLayoutCreate", st);
   const float one = 1.0f, zero = 0.0f;
-  st = cublasLtMatrixTransform(s.handle, d.op, &one, src, d.a, &zero, dst, d.c, dst, d.c,
+  // No B (beta 0), as NVIDIA's samples call it: dst's old bytes (scratch, maybe NaN
+  // patterns) are never read.
+  st = cublasLtMatrixTransform(s.handle, d.op, &one, src, d.a, &zero, nullptr, nullptr, dst, d.c,
                                static_cast<cudaStream_t>(stream));
   return st == CUBLAS_STATUS_SUCCESS ? "" : lt_error("cublasLtMatrixTransform", st);
 }

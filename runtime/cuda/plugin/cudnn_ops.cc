@@ -10,7 +10,9 @@
 // average counting the padding, scaled by the window's size (so it may differ from the CPU's
 // sum in the last bit). The max-pool gradient pools x into the scratch first (cuDNN's backward
 // pass reads the pooled values); on ties cuDNN may pick another of the equal elements than the
-// CPU's kernel, which takes the first in row-major window order.
+// CPU's kernel, which takes the first in row-major window order, and a window whose maximum is
+// NaN may pass no gradient (cuDNN matches x against y, and NaN equals nothing). The sum's
+// gradient gives cuDNN the scratch (x's size) as the x it asks for and does not read.
 //
 // cuDNN 9 marks this API deprecated in favour of its graph API; it is still shipped and
 // supported, and it does what Kiln needs here, so the warnings are silenced in this file alone.
@@ -142,18 +144,22 @@ std::string describe(const plugin::Conv& a, Descs& d) {
   return "";
 }
 
-// The first of cuDNN's ranked results that ran, fits, and keeps f32 in f32.
+// The first of cuDNN's ranked results that ran, fits, keeps f32 in f32 (CUDNN_FMA_MATH alone:
+// CUDNN_DEFAULT_MATH permits TF32 on Ampere and later) and is deterministic (some backward
+// algorithms add with atomics, so their sums vary run to run); failing the last, the first
+// that meets the others.
 template <class Perf>
 std::string pick(const Perf* perf, int count, int dtype, Choice* choice) {
-  for (int i = 0; i < count; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kMaxWorkspace) continue;
-    if (dtype == plugin::kF32 && perf[i].mathType != CUDNN_FMA_MATH &&
-        perf[i].mathType != CUDNN_DEFAULT_MATH)
-      continue;
-    choice->algo = static_cast<int>(perf[i].algo);
-    choice->math = perf[i].mathType;
-    choice->dnn_bytes = perf[i].memory;
-    return "";
+  for (bool deterministic : {true, false}) {
+    for (int i = 0; i < count; ++i) {
+      if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > kMaxWorkspace) continue;
+      if (dtype == plugin::kF32 && perf[i].mathType != CUDNN_FMA_MATH) continue;
+      if (deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
+      choice->algo = static_cast<int>(perf[i].algo);
+      choice->math = perf[i].mathType;
+      choice->dnn_bytes = perf[i].memory;
+      return "";
+    }
   }
   return "cuDNN's heuristic offers no algorithm (of " + std::to_string(count) + ")";
 }
@@ -269,9 +275,13 @@ std::string run_pool(State& s, const plugin::Pool& a) {
     return "padding out of range";
   const bool max = a.kind == plugin::kPoolMax || a.kind == plugin::kPoolMaxGrad;
   const size_t y_bytes = static_cast<size_t>(a.n * a.oh * a.ow * a.c) * element_size(a.dtype);
-  if (a.kind == plugin::kPoolMaxGrad && (a.workspace == nullptr || a.workspace_bytes < y_bytes))
+  const size_t x_bytes = static_cast<size_t>(a.n * a.h * a.w * a.c) * element_size(a.dtype);
+  const size_t need = a.kind == plugin::kPoolMaxGrad   ? y_bytes
+                      : a.kind == plugin::kPoolSumGrad ? x_bytes
+                                                       : 0;
+  if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need))
     return "scratch of " + std::to_string(a.workspace_bytes) + " bytes, needs " +
-           std::to_string(y_bytes);
+           std::to_string(need);
   if (s.handle == nullptr) KILN_DNN(cudnnCreate(&s.handle));
   const cudnnDataType_t t = dnn_type(a.dtype);
   PoolDescs d;
@@ -309,9 +319,10 @@ std::string run_pool(State& s, const plugin::Pool& a) {
       KILN_DNN(cudnnPoolingBackward(s.handle, d.pool, &one, d.y, a.workspace, d.y, a.dy, d.x,
                                     a.x, &zero, d.x, a.dx));
       return "";
-    default:  // an average's gradient reads neither y nor x: dy and dx stand in for them
-      KILN_DNN(cudnnPoolingBackward(s.handle, d.pool, &scale, d.y, a.dy, d.y, a.dy, d.x, a.dx,
-                                    &zero, d.x, a.dx));
+    default:  // an average's gradient reads neither y nor x, but cuDNN asks for both: dy, and
+              // the scratch (x's size) rather than dx, so that no input aliases the output
+      KILN_DNN(cudnnPoolingBackward(s.handle, d.pool, &scale, d.y, a.dy, d.y, a.dy, d.x,
+                                    a.workspace, &zero, d.x, a.dx));
       return "";
   }
 }
