@@ -85,6 +85,17 @@ struct DevicePool {
   int64_t workspace_bytes = 0;
 };
 
+// The scratch cuDNN's pooling asks of a DevicePool: the pooled x for a max-pool gradient (its
+// backward pass reads the pooled values), a stand-in x for a sum-pool gradient (which it asks
+// for and does not read); none otherwise.
+inline int64_t cudnn_pool_scratch_bytes(const DevicePool& p) {
+  if (p.kind == DevicePool::kMaxGrad)
+    return p.batch * p.out_h * p.out_w * p.channels * dtype_size(p.dtype);
+  if (p.kind == DevicePool::kSumGrad)
+    return p.batch * p.in_h * p.in_w * p.channels * dtype_size(p.dtype);
+  return 0;
+}
+
 // Every member is safe to call from several threads at once (runs may be concurrent).
 // Its memory is what device tensors (Tensor::to(Device)) are made of: detail::DeviceMemory.
 class DeviceBackend : public detail::DeviceMemory {

@@ -194,15 +194,10 @@ class EmulatedGpu final : public DeviceBackend {
     std::memcpy(out, r.raw_data(), r.nbytes());
   }
 
-  // Every pooling a DevicePool describes, with CUDA's scratch: a max-pool gradient's the
-  // pooled output's size, a sum-pool gradient's the input's.
+  // Every pooling a DevicePool describes, with CUDA's scratch.
   int64_t pool_workspace(const DevicePool& p) const override {
     if (p.dtype != f32 && p.dtype != f16 && p.dtype != bf16) return -1;
-    if (p.kind == DevicePool::kMaxGrad)
-      return p.batch * p.out_h * p.out_w * p.channels * dtype_size(p.dtype);
-    if (p.kind == DevicePool::kSumGrad)
-      return p.batch * p.in_h * p.in_w * p.channels * dtype_size(p.dtype);
-    return 0;
+    return cudnn_pool_scratch_bytes(p);
   }
   void pool(const DevicePool& p) const override {
     counters().pools++;

@@ -139,12 +139,7 @@ class CudaGpu final : public DeviceBackend {
   int64_t pool_workspace(const DevicePool& p) const override {
     const plugin::Api& api = runtime::cuda::cuda_plugin("cuda:0: pooling");
     if (api.pool == nullptr || !dot_dtype(p.dtype)) return -1;  // built without cuDNN
-    // The max gradient's pooled x; the sum gradient's stand-in for x (plugin::Pool).
-    if (p.kind == DevicePool::kMaxGrad)
-      return p.batch * p.out_h * p.out_w * p.channels * dtype_size(p.dtype);
-    if (p.kind == DevicePool::kSumGrad)
-      return p.batch * p.in_h * p.in_w * p.channels * dtype_size(p.dtype);
-    return 0;
+    return cudnn_pool_scratch_bytes(p);
   }
   void pool(const DevicePool& p) const override {
     const plugin::Api& api = runtime::cuda::cuda_plugin("cuda:0: pooling");
