@@ -183,6 +183,14 @@ bool device_dot(const DeviceBackend& device, const detail::Node& node,
   return true;
 }
 
+// Entry i of a per-axis int attribute of `rank` entries: `fallback` when it is absent or
+// empty, -1 (which no caller takes) when it has another length.
+int64_t axis_attr(const Attrs& a, const char* name, size_t rank, size_t i, int64_t fallback) {
+  if (!a.has(name)) return fallback;
+  const std::vector<int64_t>& v = a.get_ints(name);
+  return v.size() == rank ? v[i] : v.empty() ? fallback : -1;
+}
+
 // A convolution (or one of its gradients) a device runs: one or two spatial axes, each padded
 // alike on both sides, no input dilation, no empty dimension, a dtype and geometry the device
 // takes (DeviceBackend::conv_workspace, which may choose its algorithm here). Sets t.conv.
@@ -207,11 +215,8 @@ bool device_conv(const DeviceBackend& device, const detail::Node& node,
     return false;
   const size_t d = w->size() - 2;
   const Attrs& a = node.attrs;
-  // An attribute's value on spatial axis i (of d), or its default when absent or empty.
   auto spatial = [&](const char* name, size_t i, int64_t fallback) {
-    if (!a.has(name)) return fallback;
-    const std::vector<int64_t>& v = a.get_ints(name);
-    return v.size() == d ? v[i] : v.empty() ? fallback : -1;
+    return axis_attr(a, name, d, i, fallback);
   };
   for (size_t i = 0; i < d; ++i) {
     if (spatial("lhs_dilation", i, 1) != 1 ||
@@ -278,9 +283,7 @@ bool device_pool(const DeviceBackend& device, const detail::Node& node,
   if (in[0].dtype != out.dtype || x->size() != 4 || y->size() != 4) return false;
   const Attrs& a = node.attrs;
   auto axis = [&](const char* name, size_t i, int64_t fallback) {
-    if (!a.has(name)) return fallback;
-    const std::vector<int64_t>& v = a.get_ints(name);
-    return v.size() == 4 ? v[i] : v.empty() ? fallback : -1;
+    return axis_attr(a, name, 4, i, fallback);
   };
   for (size_t i : {size_t{0}, size_t{3}}) {
     if (axis("window", i, -1) != 1 || axis("strides", i, 1) != 1 ||

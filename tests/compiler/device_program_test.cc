@@ -97,6 +97,13 @@ TEST(DeviceProgram, LoopsAndDotsRunOnTheDeviceAndMatchTheCpu) {
       << "the executable frees its constants";
 }
 
+// The program for `device`, or for cuda:0 when it is null (the GPU tests).
+Executable compile_on(const std::shared_ptr<const DeviceBackend>& device, const Graph& g,
+                      const std::vector<Tensor>& fetches, const FeedList& feeds) {
+  return device ? compile_for_device(device, g, fetches, feeds)
+                : compile(g, fetches, feeds, {}, CompileOptions{Device::cuda(0)});
+}
+
 // The four operand layouts of a dot (which of its last two axes each operand contracts), with
 // no batch axes and with two leading ones, become the device dot's transposes, batch count and
 // m, n, k: each gives the CPU program's result. On the emulated GPU, bit for bit; on cuda:0
@@ -123,8 +130,7 @@ void check_dot_layouts(const std::shared_ptr<const DeviceBackend>& device, doubl
         FeedList feeds = {{a, test_models::random_tensor(as, 11)},
                           {b, test_models::random_tensor(bs, 12)}};
         Executable host = compile(g, {c}, feeds);
-        Executable dev = device ? compile_for_device(device, g, {c}, feeds)
-                                : compile(g, {c}, feeds, {}, CompileOptions{Device::cuda(0)});
+        Executable dev = compile_on(device, g, {c}, feeds);
         EXPECT_THAT(::testing::PrintToString(dev.thunk_descriptions()), HasSubstr("dot on "));
         std::vector<Tensor> got = dev.run(feeds);
         ASSERT_EQ(got[0].shape(), cs);
@@ -140,8 +146,7 @@ void check_dot_layouts(const std::shared_ptr<const DeviceBackend>& device, doubl
   FeedList feeds = {{a, test_models::random_tensor({5, 7, 2}, 13)},
                     {b, test_models::random_tensor({2, 7, 3}, 14)}};
   Executable host = compile(g, {c}, feeds);
-  Executable dev = device ? compile_for_device(device, g, {c}, feeds)
-                          : compile(g, {c}, feeds, {}, CompileOptions{Device::cuda(0)});
+  Executable dev = compile_on(device, g, {c}, feeds);
   EXPECT_THAT(::testing::PrintToString(dev.thunk_descriptions()),
               ::testing::Not(HasSubstr("dot on ")));
   expect_close(dev.run(feeds), host.run(feeds), 0);
@@ -199,8 +204,7 @@ void check_convs(const std::shared_ptr<const DeviceBackend>& device, double tol)
                       {r, test_models::random_tensor(y.shape(), 23)}};
     const std::vector<Tensor> fetches = {y, grads[0], grads[1]};
     Executable host = compile(g, fetches, feeds);
-    Executable dev = device ? compile_for_device(device, g, fetches, feeds)
-                            : compile(g, fetches, feeds, {}, CompileOptions{Device::cuda(0)});
+    Executable dev = compile_on(device, g, fetches, feeds);
     const std::string thunks = ::testing::PrintToString(dev.thunk_descriptions());
     for (const char* op : {"convolution on ", "convolution_input_grad on ",
                            "convolution_kernel_grad on "}) {
@@ -310,8 +314,7 @@ void check_pools(const std::shared_ptr<const DeviceBackend>& device, double tol)
     FeedList feeds = {{x, test_models::random_tensor(pc.x, 41)},
                       {r, test_models::random_tensor(y.shape(), 42)}};
     Executable host = compile(g, {y, dx}, feeds);
-    Executable dev = device ? compile_for_device(device, g, {y, dx}, feeds)
-                            : compile(g, {y, dx}, feeds, {}, CompileOptions{Device::cuda(0)});
+    Executable dev = compile_on(device, g, {y, dx}, feeds);
     const std::vector<std::string> thunks = dev.thunk_descriptions();
     int pools = 0;
     for (const std::string& d : thunks) {
