@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,9 +30,11 @@ class DeviceKernel : public CompiledFusion {
   virtual void launch(void* const* inputs, void* const* outputs) const = 0;
 };
 
-// Row-major C[m, n] = op(A) op(B) on device pointers: A [m, k] ([k, m] when trans_a), B [k, n]
-// ([n, k] when trans_b), all of `dtype`; m, n and k are positive. With batch > 1, `batch` such
-// products, one after another in each buffer (A [batch, m, k], and so on).
+// Row-major C[m, n] = act(op(A) op(B) + bias) on device pointers: A [m, k] ([k, m] when
+// trans_a), B [k, n] ([n, k] when trans_b), all of `dtype`; m, n and k are positive. With
+// batch > 1, `batch` such products, one after another in each buffer (A [batch, m, k], and so
+// on). The epilogue (a fused_dot's): a bias of n elements added to every row of each product
+// (none when null), then relu when `relu`; both applied to the f32 sums before C's one rounding.
 struct DeviceDot {
   DType dtype = f32;
   int64_t batch = 1;
@@ -40,7 +43,16 @@ struct DeviceDot {
   const void* a = nullptr;
   const void* b = nullptr;
   void* c = nullptr;
+  const void* bias = nullptr;
+  bool relu = false;
 };
+
+// The DeviceDot (dtype, sizes and transposes; no pointers or epilogue) of a dot of operands of
+// types `a` and `b` with dot's attributes, when a device's matmul can take it: the same dtype,
+// the batch axes leading both operands in order, one contracted axis each, no empty dimension.
+// Else nullopt, with the reason in *why.
+std::optional<DeviceDot> device_dot_geometry(const TensorType& a, const TensorType& b,
+                                             const Attrs& attrs, std::string* why = nullptr);
 
 // A 2-d convolution (a 1-d one as height 1) over NHWC values: input x [batch, in_h, in_w, c_in],
 // kernel w in Kiln's HWIO [k_h, k_w, c_in / groups, c_out], output y [batch, out_h, out_w,

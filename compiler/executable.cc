@@ -149,37 +149,23 @@ FusionPlan fuse(const FusionTarget& target, const CompiledGraph& cg,
 // batch count, shape and transposes.
 bool device_dot(const DeviceBackend& device, const detail::Node& node,
                 const std::vector<TensorType>& in, Thunk& t) {
-  if (node.op != "dot" || in.size() != 2 || in[0].dtype != in[1].dtype ||
-      !device.dot_dtype(in[0].dtype))
+  const bool fused = node.op == kFusedDotOp;
+  if ((node.op != "dot" && !fused) || in.size() < 2 || !device.dot_dtype(in[0].dtype))
     return false;
-  const Attrs& a = node.attrs;
-  const std::vector<int64_t> none;
-  const std::vector<int64_t>& lb = a.has("lhs_batch") ? a.get_ints("lhs_batch") : none;
-  const std::vector<int64_t>& rb = a.has("rhs_batch") ? a.get_ints("rhs_batch") : none;
-  const size_t nb = lb.size();
-  if (rb.size() != nb || in[0].shape.size() != nb + 2 || in[1].shape.size() != nb + 2)
-    return false;
-  DeviceDot d;
-  for (size_t i = 0; i < nb; ++i) {
-    if (lb[i] != static_cast<int64_t>(i) || rb[i] != static_cast<int64_t>(i) ||
-        in[0].shape[i] != in[1].shape[i])
+  std::optional<DeviceDot> d = device_dot_geometry(in[0], in[1], node.attrs);
+  if (!d) return false;
+  if (fused) {
+    // The epilogue the device's fusion target let the pass fuse: a bias of n elements, relu.
+    const std::string act = node.attrs.has("activation") ? node.attrs.get_string("activation")
+                                                         : std::string("none");
+    if (act != "none" && act != "relu") return false;
+    if (in.size() > 2 && (in[2].dtype != d->dtype || num_elements(in[2].shape) != d->n))
       return false;
-    d.batch *= in[0].shape[i];
+    d->relu = act == "relu";
+  } else if (in.size() != 2) {
+    return false;
   }
-  const std::vector<int64_t>& lc = a.get_ints("lhs_contract");
-  const std::vector<int64_t>& rc = a.get_ints("rhs_contract");
-  const int64_t first = static_cast<int64_t>(nb);
-  if (lc.size() != 1 || rc.size() != 1 || lc[0] < first || rc[0] < first) return false;
-  const Shape& as = in[0].shape;
-  const Shape& bs = in[1].shape;
-  d.dtype = in[0].dtype;
-  d.trans_a = lc[0] == first;
-  d.trans_b = rc[0] == first + 1;
-  d.m = as[nb + (d.trans_a ? 1 : 0)];
-  d.k = as[nb + (d.trans_a ? 0 : 1)];
-  d.n = bs[nb + (d.trans_b ? 0 : 1)];
-  if (d.batch <= 0 || d.m <= 0 || d.n <= 0 || d.k <= 0) return false;
-  t.dot = d;
+  t.dot = *d;
   return true;
 }
 

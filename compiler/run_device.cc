@@ -92,6 +92,7 @@ class DeviceRun {
         DeviceDot dot = t.dot;
         dot.a = ins_[0];
         dot.b = ins_[1];
+        dot.bias = ins_.size() > 2 ? ins_[2] : nullptr;  // a fused_dot's
         dot.c = outs_[0];
         device_.dot(dot);
         break;

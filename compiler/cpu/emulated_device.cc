@@ -84,7 +84,7 @@ class EmulatedGpu final : public DeviceBackend {
   std::string name() const override { return "emulated-gpu"; }
   Device device() const override { return Device::cuda(0); }
   const FusionTarget& fusion_target() const override {
-    return llvm_ir::loop_only_fusion_target();
+    return llvm_ir::device_fusion_target();
   }
 
   void* allocate(int64_t bytes, const std::string&) const override {
@@ -138,13 +138,23 @@ class EmulatedGpu final : public DeviceBackend {
     const int64_t o = batched ? 1 : 0;
     const Tensor a = over(d.a, d.dtype, d.trans_a ? shape(d.k, d.m) : shape(d.m, d.k));
     const Tensor b = over(d.b, d.dtype, d.trans_b ? shape(d.n, d.k) : shape(d.k, d.n));
-    static const OpDef& def = OpRegistry::global().find("dot");
     const std::vector<int64_t> batch = batched ? std::vector<int64_t>{0} : std::vector<int64_t>{};
-    const Attrs attrs{{"lhs_contract", std::vector<int64_t>{(d.trans_a ? 0 : 1) + o}},
-                      {"rhs_contract", std::vector<int64_t>{(d.trans_b ? 1 : 0) + o}},
-                      {"lhs_batch", batch},
-                      {"rhs_batch", batch}};
-    const Tensor c = runtime::run_kernel(def, "emulated-gpu dot", {a, b}, attrs)[0];
+    Attrs attrs{{"lhs_contract", std::vector<int64_t>{(d.trans_a ? 0 : 1) + o}},
+                {"rhs_contract", std::vector<int64_t>{(d.trans_b ? 1 : 0) + o}},
+                {"lhs_batch", batch},
+                {"rhs_batch", batch}};
+    Tensor c;
+    if (d.bias == nullptr && !d.relu) {
+      static const OpDef& def = OpRegistry::global().find("dot");
+      c = runtime::run_kernel(def, "emulated-gpu dot", {a, b}, attrs)[0];
+    } else {
+      // An epilogue: the CPU's fused_dot, which applies it to the sums as cuBLASLt's does.
+      static const OpDef& def = OpRegistry::global().find(kFusedDotOp);
+      attrs.set("activation", std::string(d.relu ? "relu" : "none"));
+      std::vector<Tensor> in = {a, b};
+      if (d.bias != nullptr) in.push_back(over(d.bias, d.dtype, {d.n}));
+      c = runtime::run_kernel(def, "emulated-gpu fused_dot", in, attrs)[0];
+    }
     std::memcpy(d.c, c.raw_data(), c.nbytes());
   }
 

@@ -113,6 +113,8 @@ class CudaGpu final : public DeviceBackend {
     m.a = d.a;
     m.b = d.b;
     m.c = d.c;
+    m.bias = d.bias;
+    m.activation = d.relu ? plugin::kRelu : plugin::kNone;
     char err[512] = {0};
     if (api.matmul(&m, err, sizeof err) != 0)
       throw Error(ErrorCode::kInternal, std::string("cuda:0: dot: ") + err);

@@ -1,6 +1,8 @@
 // The elemental emitter's answers, the same for every target (loop_target.h).
 #include "compiler/llvm_ir/loop_target.h"
 
+#include "compiler/device_backend.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -174,22 +176,47 @@ FusionDecision LoopFusionTarget::can_reduce(const detail::Node& node,
 
 namespace {
 
-class LoopOnlyFusionTarget final : public LoopFusionTarget {
+class DeviceFusionTarget final : public LoopFusionTarget {
  public:
-  bool epilogue_dtype(DType) const override { return false; }
-  std::string fused_dot_layout_refusal(const Shape&, const Shape&, const Attrs&) const override {
-    return "this target has no fused dot";
+  // The dtypes the device's matmuls take.
+  bool epilogue_dtype(DType t) const override { return t == f32 || t == f16 || t == bf16; }
+  std::string fused_dot_layout_refusal(const Shape& a, const Shape& b,
+                                       const Attrs& attrs) const override {
+    // Only the layout is asked here: the dtype is the output's, which epilogue_dtype has taken,
+    // and a dimension may be unknown until the program is compiled for its feeds (the batch).
+    auto known = [](Shape s) {
+      for (int64_t& d : s)
+        if (d == kUnknownDim) d = 1;
+      return s;
+    };
+    std::string why;
+    device_dot_geometry({f32, known(a)}, {f32, known(b)}, attrs, &why);
+    return why;
+  }
+  bool epilogue_activation(std::string_view producer, Activation act) const override {
+    return producer == "dot" && act == Activation::kRelu;
+  }
+  std::string epilogue_bias_refusal(std::string_view producer, const TensorType& bias,
+                                    const TensorType& out) const override {
+    if (producer != "dot")
+      return "the device's convolutions take no epilogue (cuDNN's fused convolution is not used)";
+    if (out.shape.empty() || num_elements(bias.shape) != out.shape.back())
+      return "the device's matmul adds a bias of " +
+             std::to_string(out.shape.empty() ? 1 : out.shape.back()) +
+             " elements along the output's last dimension, not " + bias.str();
+    return "";
   }
   bool conv_pool_dtype(DType) const override { return false; }
   // A device's pooling kernels (cuDNN's) take no relu mask: the relu's gradient stays a loop.
   bool masked_max_grad() const override { return false; }
   bool copies_layout_groups() const override { return true; }
+  bool loops_lone_reductions() const override { return true; }
 };
 
 }  // namespace
 
-const FusionTarget& loop_only_fusion_target() {
-  static const LoopOnlyFusionTarget target;
+const FusionTarget& device_fusion_target() {
+  static const DeviceFusionTarget target;
   return target;
 }
 

@@ -143,6 +143,7 @@ bool EpilogueFusion::run(Module& module) {
         int k = un.inputs[0].node == d ? 1 : 0;
         if (un.inputs[k].node == d) continue;  // dot + dot
         std::string why = bias_refusal(type(un.inputs[k]), out, producer->allow_full_bias);
+        if (why.empty()) why = target_->epilogue_bias_refusal(dot.op, type(un.inputs[k]), out);
         if (why.empty() && type(un.inputs[k]).shape == out.shape && num_elements(out.shape) != 1)
           why = std::string("the addend ") + type(un.inputs[k]).str() +
                 " is not a broadcast bias (a full-size add stays in loop fusion)";
@@ -159,6 +160,12 @@ bool EpilogueFusion::run(Module& module) {
         m.add = u;
         m.bias = un.inputs[k];
       } else if (auto a = activation_of(u, d)) {
+        if (!target_->epilogue_activation(dot.op, a->act)) {
+          note(std::string("not fused: ") + node_label(nodes, u) + " into " + node_label(nodes, d) +
+               ": the backend's fused " + producer->noun + " applies no " +
+               activation_name(a->act));
+          continue;
+        }
         if (uses[d] > a->x_uses) {
           note(std::string("not fused: ") + node_label(nodes, u) + " into " + node_label(nodes, d) +
                ": " + used_elsewhere);
@@ -182,10 +189,13 @@ bool EpilogueFusion::run(Module& module) {
       for (int v : users[m.add]) {
         auto a = activation_of(v, m.add);
         if (!a) continue;
-        if (uses[m.add] > a->x_uses) {
-          const std::string why = ": the pre-activation " + node_label(nodes, m.add) +
-                                  " is also used elsewhere (" + std::to_string(uses[m.add]) +
-                                  " uses)";
+        const bool applies = target_->epilogue_activation(dot.op, a->act);
+        if (uses[m.add] > a->x_uses || !applies) {
+          const std::string why =
+              !applies ? std::string(": the backend's fused ") + producer->noun + " applies no " +
+                             activation_name(a->act)
+                       : ": the pre-activation " + node_label(nodes, m.add) +
+                             " is also used elsewhere (" + std::to_string(uses[m.add]) + " uses)";
           if (!producer->fuse_bias_alone) {
             note("not fused: " + node_label(nodes, m.add) + " and " + node_label(nodes, v) +
                  " into " + node_label(nodes, d) + why +

@@ -198,6 +198,14 @@ class Planner {
     }
     const int producer = nodes_[id].inputs[0].node;
     const int g = plan_.group_of[producer];
+    if (g < 0 && target_.loops_lone_reductions()) {  // a loop of its own, reading the input
+      members_.push_back({id});
+      shape_of_.push_back(input_types(id)[0].shape);
+      reduces_.push_back(1);
+      axes_of_.push_back(nodes_[id].attrs.get_ints("axes"));
+      plan_.group_of[id] = static_cast<int>(members_.size()) - 1;
+      return;
+    }
     if (g < 0) {  // nothing to fold in: the reference kernel is as good, and no JIT
       note(node_label(nodes_, id) + ": no fusible producer (left to the reference kernel)");
       return;

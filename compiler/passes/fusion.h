@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "compiler/fused_ops.h"
 #include "compiler/passes/pass.h"
 #include "kiln/graph.h"
 #include "src/core/tensor_impl.h"
@@ -77,12 +78,29 @@ class FusionTarget {
   // without copying its operands, or "".
   virtual std::string fused_dot_layout_refusal(const Shape& a, const Shape& b,
                                                const Attrs& attrs) const = 0;
+  // Whether the backend's fused op for `producer` ("dot" or "convolution") applies `act` in its
+  // epilogue; when it does not, the pass fuses the bias alone (where the producer takes it)
+  // and leaves the activation to loop fusion.
+  virtual bool epilogue_activation(std::string_view producer, Activation act) const {
+    (void)producer, (void)act;
+    return true;
+  }
+  // Why the backend's fused op for `producer` cannot add `bias` to an output of type `out`,
+  // beyond bias_refusal's rules (compiler/fused_ops.h), or "".
+  virtual std::string epilogue_bias_refusal(std::string_view producer, const TensorType& bias,
+                                            const TensorType& out) const {
+    (void)producer, (void)bias, (void)out;
+    return "";
+  }
   // Output dtypes for which a fused convolution also computes its max pool (fused_conv_pool).
   virtual bool conv_pool_dtype(DType t) const = 0;
   // Whether a group of layout ops alone (a loop that computes nothing) is kept as a copy loop
   // rather than left to the ops' kernels, which alias or copy on the host: a device's, where a
   // host kernel means copying the value across and back.
   virtual bool copies_layout_groups() const { return false; }
+  // Whether a reduction with no fusible producer (its input a dot's or a kernel's output, or a
+  // feed) gets a loop of its own rather than its reference kernel: a device's, as above.
+  virtual bool loops_lone_reductions() const { return false; }
   // Whether the backend runs a max pool's gradient with "relu_mask" (a relu's gradient folded
   // in by the algebraic simplifier) as well as without it.
   virtual bool masked_max_grad() const { return true; }

@@ -1,9 +1,19 @@
 // Variable state and checked assignment.
 #include "kiln/variable.h"
 
+#include <mutex>
+
 #include "src/core/variable_capture.h"
 
 namespace kiln {
+
+namespace {
+
+bool on_a_device(const Tensor& t) {
+  return t.defined() && !t.is_symbolic() && t.device().type != DeviceType::kCpu;
+}
+
+}  // namespace
 
 namespace detail {
 VariableCapture*& variable_capture() {
@@ -15,7 +25,12 @@ VariableCapture*& variable_capture() {
 struct Variable::State {
   std::string name;
   bool trainable;
-  Tensor value;
+  Tensor value;  // on the host or a device
+  // A device value's host copy (value()), valid until the value may have changed: assign and
+  // every VariableAccess::held (a step's write access) drop it. Never refilled in place: a
+  // Tensor copied from value() keeps the bytes it had.
+  mutable std::mutex host_mu;
+  mutable Tensor host_copy;
 };
 
 const Variable::State& Variable::checked() const {
@@ -28,7 +43,10 @@ Variable::Variable(Tensor initial_value, std::string name, bool trainable) {
     throw Error(ErrorCode::kInvalidArgument,
                 "Variable '" + name + "': the initial value must be a concrete tensor");
   }
-  state_ = std::make_shared<State>(State{std::move(name), trainable, std::move(initial_value)});
+  state_ = std::make_shared<State>();
+  state_->name = std::move(name);
+  state_->trainable = trainable;
+  state_->value = std::move(initial_value);
 }
 
 void detail::VariableAccess::rename(const Variable& v, std::string name) {
@@ -36,8 +54,13 @@ void detail::VariableAccess::rename(const Variable& v, std::string name) {
 }
 
 Tensor& detail::VariableAccess::held(const Variable& v) {
-  return const_cast<Variable::State&>(v.checked()).value;
+  auto& s = const_cast<Variable::State&>(v.checked());
+  std::lock_guard lock(s.host_mu);
+  s.host_copy = Tensor();
+  return s.value;
 }
+
+const Tensor& detail::VariableAccess::stored(const Variable& v) { return v.checked().value; }
 
 const std::string& Variable::name() const { return checked().name; }
 bool Variable::trainable() const { return checked().trainable; }
@@ -47,7 +70,25 @@ const Tensor& Variable::value() const {
     detail::VariableCaptureScope concrete(nullptr);
     return capture->read(*this);
   }
-  return s.value;
+  if (!on_a_device(s.value)) return s.value;
+  std::lock_guard lock(s.host_mu);
+  if (!s.host_copy.defined()) s.host_copy = s.value.to(Device::cpu());
+  return s.host_copy;
+}
+
+DType Variable::dtype() const {
+  if (detail::variable_capture() != nullptr) return value().dtype();
+  return checked().value.dtype();
+}
+
+const Shape& Variable::shape() const {
+  if (detail::variable_capture() != nullptr) return value().shape();
+  return checked().value.shape();
+}
+
+Device Variable::device() const {
+  const Tensor& v = checked().value;
+  return on_a_device(v) ? v.device() : Device::cpu();
 }
 
 void Variable::assign(Tensor value) {
@@ -68,6 +109,10 @@ void Variable::assign(Tensor value) {
     detail::VariableCaptureScope concrete(nullptr);
     capture->assign(*this, value);
     return;
+  }
+  {
+    std::lock_guard lock(state_->host_mu);
+    state_->host_copy = Tensor();
   }
   state_->value = std::move(value);
 }

@@ -79,7 +79,13 @@ struct CompileOptions {
   // Where fit, evaluate and predict run their compiled steps: the host (cpu:0), or a GPU
   // (Device::cuda(0)), where each step's fused loops and dots run as CUDA kernels and
   // cuBLASLt matmuls, its other ops on the host (compiler/executable.h's CompileOptions).
-  // The model-building code and fit's arguments do not change. Checked here: a GPU this
+  // The model-building code and fit's arguments do not change. On a GPU the variables (weights,
+  // optimizer slots) live there: fit's steps leave their new values there and evaluate and
+  // predict read them in place, so a step copies its batch up and its losses and metrics down,
+  // not the state; Variable::device() says where a value is and Variable::value() reads it
+  // through a host copy (get_weights, callbacks and checkpoints work unchanged). Compiled again
+  // for the host, the model reads them through copies and its steps bring them back to the
+  // host. Checked here: a GPU this
   // machine lacks is kUnavailable or kInvalidArgument; a GPU with a strategy is
   // kUnimplemented (not built yet). Interpreted steps (set_execution_mode) run on the host.
   Device device = Device::cpu();
@@ -265,7 +271,7 @@ class Model {
   std::vector<Tensor> replica_weights(int replica) const;
   // The gradient of the loss for each trainable variable at the last training batch, as the
   // optimizer's update got it (after clipping; divided by the loss scale under a
-  // LossScaleOptimizer). Empty before the first batch.
+  // LossScaleOptimizer). Empty before the first batch. Host tensors (a GPU step's copied down).
   std::vector<std::pair<Variable, Tensor>> last_gradients() const;
   // Where fit is: the epoch and the batch within it about to run (or last run).
   int current_epoch() const;

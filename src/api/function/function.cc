@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "compiler/executable.h"
+#include "src/core/device_memory.h"
 #include "src/core/tensor_impl.h"
 #include "src/core/variable_capture.h"
 
@@ -195,8 +196,14 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   std::vector<bool> updated(t->updates.size(), false);
   for (size_t j = 0; j < t->reads.size(); ++j) {
     const auto& [var, placeholder] = t->reads[j];
+    // A variable kept on another device than the program's is read through a host copy.
     if (donate && t->donated_update[j] >= 0) {
-      feeds.emplace_back(placeholder, std::move(detail::VariableAccess::held(var)));
+      feeds.emplace_back(placeholder, detail::readable_on(std::move(detail::VariableAccess::held(var)),
+                                                          impl_->options.device));
+    } else if (donate) {
+      feeds.emplace_back(placeholder,
+                         detail::readable_on(detail::VariableAccess::stored(var),
+                                             impl_->options.device));
     } else {
       feeds.emplace_back(placeholder, var.value());
     }

@@ -330,6 +330,10 @@ History Model::fit_batches(BatchSource& source, const FitOptions& options,
           impl_->last_gradients.emplace_back(v, outs[at++]);
         opt.set_iterations(it + 1);
       }
+      // A step on a GPU leaves its values there: the losses and metric statistics (scalars)
+      // are read through copies.
+      for (size_t k = 0; k < step.num_losses + step.num_metric_stats; ++k)
+        outs[k] = kiln::detail::readable_on(std::move(outs[k]), Device::cpu());
       double batch_loss = outs[0].item<double>();
       // Under a strategy the losses are the global batch's (over every worker's rows).
       const int64_t rows = step.total_rows_fetch >= 0
@@ -398,7 +402,7 @@ std::map<std::string, double> Model::evaluate(const std::vector<Tensor>& xs,
     step = impl_->eval_step;
     losses = impl_->losses;
     metrics = impl_->make_metrics();
-    weights = Impl::values_of(*step);
+    weights = impl_->values_of(*step);
     interpreted = impl_->interpreted();
   }
   Impl::Snapshot snapshot{*impl_, step, std::move(weights), interpreted};
@@ -463,7 +467,7 @@ std::vector<Tensor> Model::predict(const std::vector<Tensor>& xs, int64_t batch_
           impl_->trace(types_of(xs), std::nullopt, /*training=*/false));
     }
     step = impl_->predict_step;
-    weights = Impl::values_of(*step);
+    weights = impl_->values_of(*step);
     interpreted = impl_->interpreted();
   }
   Impl::Snapshot snapshot{*impl_, step, std::move(weights), interpreted};

@@ -368,7 +368,10 @@ std::vector<Tensor> Model::replica_weights(int replica) const {
 
 std::vector<std::pair<Variable, Tensor>> Model::last_gradients() const {
   std::lock_guard lock(impl_->mu);
-  return impl_->last_gradients;
+  std::vector<std::pair<Variable, Tensor>> out = impl_->last_gradients;
+  // A step on a GPU left them there: copied to the host when asked for.
+  for (auto& [v, g] : out) g = kiln::detail::readable_on(std::move(g), Device::cpu());
+  return out;
 }
 
 int Model::current_epoch() const { return impl_->epoch; }

@@ -25,6 +25,7 @@
 #include "kiln/nn/model.h"
 #include "kiln/ops.h"
 #include "kiln/warning.h"
+#include "src/core/device_memory.h"
 #include "src/core/tensor_impl.h"
 #include "src/core/variable_capture.h"
 #include "src/api/nn/functional.h"
@@ -342,6 +343,8 @@ struct Model::Impl {
   bool interpreted() const {
     return mode.value_or(default_execution_mode()) == ExecutionMode::kInterpreted;
   }
+  // Where the steps run now: compile's device, or the host when interpreted.
+  Device step_device() const { return interpreted() ? Device::cpu() : device; }
 
   // The feeds of one run of `s` but its variables.
   static FeedList batch_feeds(const Step& s, const std::vector<Tensor>& xs,
@@ -468,11 +471,20 @@ struct Model::Impl {
     }
   };
 
-  // The current values of a step's variables (with `mu` held).
-  static std::vector<Tensor> values_of(const Step& s) {
+  // The current values of a step's variables (with `mu` held), each where the steps run: a GPU
+  // model's variables are moved to it on first use (as fit's steps leave them) and read there
+  // in place; a host step reads a device variable through the host copy value() keeps.
+  std::vector<Tensor> values_of(const Step& s) const {
+    const Device on = step_device();
     std::vector<Tensor> out;
     out.reserve(s.vars.size());
-    for (const Variable& v : s.vars) out.push_back(v.value());
+    for (const Variable& v : s.vars) {
+      if (on.type != DeviceType::kCpu && v.device().type == DeviceType::kCpu) {
+        Tensor& held = kiln::detail::VariableAccess::held(v);
+        held = held.to(on);
+      }
+      out.push_back(v.device() == on ? kiln::detail::VariableAccess::stored(v) : v.value());
+    }
     return out;
   }
 

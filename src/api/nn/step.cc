@@ -14,8 +14,13 @@ bool is_float(DType d) { return d == f32 || d == f64 || d == f16 || d == bf16; }
 Step Model::Impl::trace(const std::vector<TensorType>& x_types,
                         const std::optional<std::vector<TensorType>>& y_types, bool training) {
   Step s;
-  s.programs = std::make_shared<compiler::CompileCache>(/*capacity=*/4,
-                                                        compiler::CompileOptions{device});
+  // A training step on a GPU returns its values there: the variables' new values stay on the
+  // device (and are read there by the next step), as do the gradients; fit reads the losses
+  // and metric statistics through copies.
+  s.programs = std::make_shared<compiler::CompileCache>(
+      /*capacity=*/4,
+      compiler::CompileOptions{.device = device,
+                               .outputs_on_device = training && device.type != DeviceType::kCpu});
   Graph& g = s.graph;
   auto guard = g.as_default();
   for (size_t i = 0; i < x_types.size(); ++i) {
@@ -208,13 +213,16 @@ std::vector<Tensor*> Model::Impl::held_of(const Step& s) {
 std::vector<Tensor> Model::Impl::run_training(const Step& s, FeedList feeds,
                                               const std::vector<Tensor*>& held) {
   const bool interpreted = this->interpreted();
+  const Device on = step_device();
   const size_t first_var = feeds.size();
+  // A variable on another device than the step's (a model trained on a GPU, then run on the
+  // host) is read through a host copy.
   for (size_t i = 0; i < s.vars.size(); ++i) {
     if (!interpreted && !s.donated_fetch.empty() && s.donated_fetch[i] >= 0) {
       // Lent to the run (moved out), which may then update its buffer in place.
-      feeds.emplace_back(s.var_inputs[i], std::move(*held[i]));
+      feeds.emplace_back(s.var_inputs[i], kiln::detail::readable_on(std::move(*held[i]), on));
     } else {
-      feeds.push_back({s.var_inputs[i], *held[i]});
+      feeds.push_back({s.var_inputs[i], kiln::detail::readable_on(*held[i], on)});
     }
   }
   if (interpreted) return s.graph.run(feeds, s.fetches);
