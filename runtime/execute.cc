@@ -2,6 +2,7 @@
 #include "runtime/execute.h"
 
 #include <atomic>
+#include <optional>
 
 #include "kiln/execution_mode.h"
 #include "runtime/thread_pool.h"
@@ -44,6 +45,7 @@ std::vector<TensorType> infer_types(const OpDef& def, const std::string& node_na
 namespace {
 
 std::atomic<EagerRunner> g_eager_runner{nullptr};
+std::atomic<DeviceRunner> g_device_runner{nullptr};
 
 void check_outputs(const KernelContext& ctx, const std::vector<Tensor>& outs,
                    const std::vector<TensorType>& out_types) {
@@ -62,6 +64,7 @@ void check_outputs(const KernelContext& ctx, const std::vector<Tensor>& outs,
 }  // namespace
 
 void set_eager_runner(EagerRunner runner) { g_eager_runner.store(runner); }
+void set_device_runner(DeviceRunner runner) { g_device_runner.store(runner); }
 
 const KernelDef& find_cpu_kernel(const OpDef& def, const std::vector<TensorType>& inputs,
                                  const std::vector<TensorType>& outputs) {
@@ -132,6 +135,27 @@ std::vector<Tensor> call_op(const std::string& op, const std::vector<Tensor>& gi
     graph = g;
   }
   if (!graph) graph = detail::default_graph();
+  // Concrete inputs on a device (a GPU): the op runs there, unless it is being recorded.
+  std::optional<Device> on_device;
+  for (const Tensor& t : inputs) {
+    if (t.is_symbolic() || t.device().type == DeviceType::kCpu) continue;
+    if (on_device && *on_device != t.device()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  op + ": inputs are on " + on_device->str() + " and " + t.device().str() +
+                      "; copy them to one device first (Tensor::to)");
+    }
+    on_device = t.device();
+  }
+  if (!graph && on_device) {
+    runtime::DeviceRunner runner = runtime::g_device_runner.load(std::memory_order_relaxed);
+    if (runner == nullptr) {
+      throw Error(ErrorCode::kUnimplemented,
+                  op + ": an input is on " + on_device->str() +
+                      " and this build runs no ops there; copy it to the host first "
+                      "(.to(Device::cpu()))");
+    }
+    return runner(def, inputs, attrs, *on_device);
+  }
   if (!graph) {
     // An eager op in idle work (the input pipeline on a pool worker) lets the step's kernels
     // go first.
@@ -150,7 +174,10 @@ std::vector<Tensor> call_op(const std::string& op, const std::vector<Tensor>& gi
   std::vector<ValueRef> refs;
   std::vector<TensorType> types;
   for (const Tensor& t : inputs) {
-    Tensor sym = t.is_symbolic() ? t : handle.constant(t);
+    // A device tensor recorded as a constant: its value, copied to the host.
+    Tensor sym = t.is_symbolic()                        ? t
+                 : t.device().type == DeviceType::kCpu ? handle.constant(t)
+                                                        : handle.constant(t.to(Device::cpu()));
     refs.push_back({sym.impl()->node, sym.impl()->output});
     types.push_back({sym.dtype(), sym.shape()});
   }

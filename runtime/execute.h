@@ -37,4 +37,11 @@ using EagerRunner = bool (*)(const OpDef& def, const std::vector<Tensor>& inputs
                              const Attrs& attrs, std::vector<Tensor>* outputs);
 void set_eager_runner(EagerRunner runner);
 
+// How an eager op whose inputs include tensors on a device (a GPU's, Tensor::to) runs: on that
+// device, its outputs left there. The compiler installs one (compiler/device_eager.cc); call_op
+// consults it whenever an input is on a device, in either execution mode.
+using DeviceRunner = std::vector<Tensor> (*)(const OpDef& def, const std::vector<Tensor>& inputs,
+                                             const Attrs& attrs, const Device& device);
+void set_device_runner(DeviceRunner runner);
+
 }  // namespace kiln::runtime

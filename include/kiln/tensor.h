@@ -58,8 +58,10 @@ class Tensor {
   size_t nbytes() const;
   // Where the bytes live: the host (cpu:0), or a GPU for a tensor moved there by to(Device) or
   // fetched from a device program that keeps its outputs there. A device tensor's bytes are
-  // not on the host: data(), raw_data(), item() and eager ops on it throw kiln::Error
-  // (kFailedPrecondition) saying so; to(Device::cpu()) copies it back.
+  // not on the host: data(), raw_data() and item() throw kiln::Error (kFailedPrecondition)
+  // saying so; to(Device::cpu()) copies it back. Eager ops on it run on its device (each op a
+  // device program compiled once per signature), their results left there; host operands are
+  // copied up; operands on two devices are kInvalidArgument.
   Device device() const;
 
   // The value of a one-element tensor, converted to T.

@@ -26,11 +26,13 @@ struct Variable::State {
   std::string name;
   bool trainable;
   Tensor value;  // on the host or a device
-  // A device value's host copy (value()), valid until the value may have changed: assign and
-  // every VariableAccess::held (a step's write access) drop it. Never refilled in place: a
-  // Tensor copied from value() keeps the bytes it had.
+  // A device value's host copy (value()), fresh until the value may have changed: assign and
+  // every VariableAccess::held (a step's write access) mark it stale, and the next read makes a
+  // new one. Never refilled in place: a Tensor copied from value() keeps the bytes it had, and
+  // a reference kept from it reads the last copy made (not an undefined tensor).
   mutable std::mutex host_mu;
   mutable Tensor host_copy;
+  mutable bool host_stale = true;
 };
 
 const Variable::State& Variable::checked() const {
@@ -56,7 +58,7 @@ void detail::VariableAccess::rename(const Variable& v, std::string name) {
 Tensor& detail::VariableAccess::held(const Variable& v) {
   auto& s = const_cast<Variable::State&>(v.checked());
   std::lock_guard lock(s.host_mu);
-  s.host_copy = Tensor();
+  s.host_stale = true;
   return s.value;
 }
 
@@ -72,7 +74,10 @@ const Tensor& Variable::value() const {
   }
   if (!on_a_device(s.value)) return s.value;
   std::lock_guard lock(s.host_mu);
-  if (!s.host_copy.defined()) s.host_copy = s.value.to(Device::cpu());
+  if (s.host_stale || !s.host_copy.defined()) {
+    s.host_copy = s.value.to(Device::cpu());
+    s.host_stale = false;
+  }
   return s.host_copy;
 }
 
@@ -112,7 +117,7 @@ void Variable::assign(Tensor value) {
   }
   {
     std::lock_guard lock(state_->host_mu);
-    state_->host_copy = Tensor();
+    state_->host_stale = true;
   }
   state_->value = std::move(value);
 }

@@ -207,6 +207,34 @@ TEST(DeviceProgram, DotsTakeABiasAndReluAsTheirMatmulsEpilogue) {
   }
 }
 
+// A reduction with nothing to fold in (of a dot's output, of a feed) is a loop of its own on a
+// device, where the CPU leaves it to its reference kernel: on the device no value crosses.
+TEST(DeviceProgram, AReductionWithNoFusibleProducerIsALoopOnTheDevice) {
+  auto gpu = cpu::emulated_gpu();
+  Graph g{"lone_reductions"};
+  Tensor x = g.placeholder(f32, {32, 24}, "x");
+  Tensor w = g.placeholder(f32, {24, 16}, "w");
+  Tensor logits = matmul(x, w);
+  const std::vector<Tensor> outs = {max(logits, {1}), sum(logits, {0}), sum(x, {1})};
+  FeedList feeds = {{x, test_models::random_tensor({32, 24}, 95)},
+                    {w, test_models::random_tensor({24, 16}, 96)}};
+  Executable host = compile(g, outs, feeds);
+  Executable dev = compile_for_device(gpu, g, outs, feeds);
+  auto kernels = [](const Executable& e) {
+    int n = 0;
+    for (const std::string& d : e.thunk_descriptions()) n += d.rfind("kernel reduce", 0) == 0;
+    return n;
+  };
+  EXPECT_EQ(kernels(host), 3) << ::testing::PrintToString(host.thunk_descriptions());
+  for (const std::string& d : dev.thunk_descriptions())
+    EXPECT_EQ(d.rfind("kernel reduce", 0), std::string::npos) << "on the host: " << d;
+  const cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
+  std::vector<Tensor> got = dev.run(feeds);
+  const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
+  EXPECT_EQ(after.downloads - before.downloads, 3) << "the three results alone";
+  expect_close(got, host.run(feeds), 1e-5);
+}
+
 TEST(DeviceProgram, EveryDotLayoutMatchesTheCpu) { check_dot_layouts(cpu::emulated_gpu(), 0); }
 
 // A convolution's geometry for check_convs.
@@ -612,6 +640,48 @@ TEST(DeviceTensors, AVariableOnTheDeviceIsReadThroughOneHostCopy) {
   EXPECT_EQ(v.value().impl(), doubled.impl());
 }
 
+// Eager ops on device tensors run on their device as one-op device programs (compiled once per
+// signature), their results left there; a host operand is copied up; an op the device has no
+// kernel for (argmax) runs on the host inside the program; the op's own shape errors come
+// through; recorded into a graph, a device tensor is a constant of its value.
+TEST(DeviceTensors, EagerOpsOnDeviceTensorsRunThere) {
+  auto gpu = cpu::emulated_gpu();
+  const Tensor a = test_models::random_tensor({16, 8}, 91);
+  const Tensor w = test_models::random_tensor({8, 4}, 92);
+  const Tensor da = detail::to_device(gpu, a), dw = detail::to_device(gpu, w);
+  for (int round = 0; round < 2; ++round) {  // the second from the kept programs
+    SCOPED_TRACE("round " + std::to_string(round));
+    const cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
+    const Tensor y = relu(matmul(da, dw) + 1.0f);
+    const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
+    EXPECT_EQ(y.device(), Device::cuda(0));
+    EXPECT_EQ(after.dots - before.dots, 1);
+    EXPECT_EQ(after.download_bytes, before.download_bytes) << "nothing comes down";
+    expect_close({y.to(Device::cpu())}, {relu(matmul(a, w) + 1.0f)}, 1e-5);
+  }
+  const Tensor product = da * a;  // a host operand, copied up
+  EXPECT_EQ(product.device(), Device::cuda(0));
+  expect_close({product.to(Device::cpu())}, {a * a}, 0);
+  EXPECT_NEAR(sum(da).to(Device::cpu()).item<float>(), sum(a).item<float>(), 1e-4);
+  const Tensor picked = argmax(da, 1);
+  EXPECT_EQ(picked.device(), Device::cuda(0));
+  EXPECT_TRUE(testing::bitwise_equal(picked.to(Device::cpu()), argmax(a, 1)));
+  EXPECT_EQ(reshape(da, {8, 16}).device(), Device::cuda(0));
+  try {
+    matmul(da, da);
+    ADD_FAILURE() << "a [16, 8] x [16, 8] product";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  }
+  Graph g{"captures_a_device_tensor"};
+  Tensor doubled;
+  {
+    auto guard = g.as_default();
+    doubled = da * 2.0f;
+  }
+  expect_close(compile(g, {doubled}, {}).run({}), {a * 2.0f}, 0);
+}
+
 TEST(DeviceTensors, MisuseIsAClearError) {
   Tensor x = Tensor::from_vector<float>({1, 2, 3});
   EXPECT_EQ(x.to(Device::cpu()).impl(), x.impl()) << "already there";
@@ -967,10 +1037,24 @@ TEST(DeviceProgramGpu, ModelFitOnCuda0MatchesTheCpu) {
                   {.device = device});
     losses.push_back(
         model.fit(x, y, {.epochs = 3, .batch_size = 64, .seed = 1, .verbose = 0}).history["loss"]);
+    for (const Variable& v : model.weights()) EXPECT_EQ(v.device(), device) << v.name();
   }
   ASSERT_EQ(losses[0].size(), losses[1].size());
   for (size_t i = 0; i < losses[0].size(); ++i)
     EXPECT_NEAR(losses[1][i], losses[0][i], 1e-3 * (1 + losses[0][i])) << "epoch " << i;
+}
+
+// Eager ops on tensors on cuda:0 run there (cuBLASLt, the PTX loops) and match the host's.
+TEST(DeviceTensorsGpu, EagerOpsOnCuda0MatchTheHost) {
+  std::string why;
+  if (runtime::cuda::driver(&why) == nullptr) GTEST_SKIP() << "no GPU: " << why;
+  const Tensor a = test_models::random_tensor({64, 32}, 97);
+  const Tensor w = test_models::random_tensor({32, 16}, 98);
+  const Tensor da = a.to(Device::cuda(0)), dw = w.to(Device::cuda(0));
+  const Tensor y = relu(matmul(da, dw) + 1.0f);
+  ASSERT_EQ(y.device(), Device::cuda(0));
+  expect_close({y.to(Device::cpu()), sum(da * a, {1}).to(Device::cpu())},
+               {relu(matmul(a, w) + 1.0f), sum(a * a, {1})}, 1e-4);
 }
 
 }  // namespace

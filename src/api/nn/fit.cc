@@ -331,7 +331,8 @@ History Model::fit_batches(BatchSource& source, const FitOptions& options,
         opt.set_iterations(it + 1);
       }
       // A step on a GPU leaves its values there: the losses and metric statistics (scalars)
-      // are read through copies.
+      // are read through copies. (Packing them into one vector to copy once added more loops,
+      // one per scalar's reshape, than it saved copies.)
       for (size_t k = 0; k < step.num_losses + step.num_metric_stats; ++k)
         outs[k] = kiln::detail::readable_on(std::move(outs[k]), Device::cpu());
       double batch_loss = outs[0].item<double>();
