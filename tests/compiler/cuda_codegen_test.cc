@@ -208,6 +208,14 @@ TEST(CudaCodegen, NeedsLibdeviceOnlyForTranscendentals) {
   EXPECT_NO_THROW(cuda::compile_ptx({sg}, {.sm = 90, .libdevice = "/nonexistent"}));
 }
 
+// dot's attributes contracting lhs axis `lc` with rhs axis `rc`, no batch axes.
+Attrs dot_attrs(int64_t lc, int64_t rc) {
+  return Attrs{{"lhs_contract", std::vector<int64_t>{lc}},
+               {"rhs_contract", std::vector<int64_t>{rc}},
+               {"lhs_batch", std::vector<int64_t>{}},
+               {"rhs_batch", std::vector<int64_t>{}}};
+}
+
 TEST(CudaCodegen, Errors) {
   FusedSubgraph sg;
   sg.name = "sin_kernel";
@@ -238,9 +246,24 @@ TEST(CudaCodegen, Errors) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("not adjacent"));
   }
-  // No fused ops yet: the epilogue fusion pass creates none for CUDA.
-  EXPECT_FALSE(cuda::fusion_target().epilogue_dtype(f32));
-  EXPECT_FALSE(cuda::fusion_target().conv_pool_dtype(f32));
+  // Fused dots with cuBLASLt's bias and relu epilogues; no fused convolution or pool.
+  const FusionTarget& target = cuda::fusion_target();
+  EXPECT_TRUE(target.epilogue_dtype(f32));
+  EXPECT_TRUE(target.epilogue_dtype(bf16));
+  EXPECT_FALSE(target.epilogue_dtype(f64));
+  EXPECT_TRUE(target.epilogue_activation("dot", Activation::kRelu));
+  EXPECT_FALSE(target.epilogue_activation("dot", Activation::kTanh));
+  EXPECT_FALSE(target.epilogue_activation("convolution", Activation::kRelu));
+  EXPECT_THAT(target.epilogue_bias_refusal("convolution", {f32, {8}}, {f32, {2, 4, 4, 8}}),
+              HasSubstr("convolutions take no epilogue"));
+  EXPECT_EQ(target.epilogue_bias_refusal("dot", {f32, {1, 8}}, {f32, {4, 8}}), "");
+  EXPECT_THAT(target.epilogue_bias_refusal("dot", {f32, {4, 1}}, {f32, {4, 8}}),
+              HasSubstr("a bias of 8 elements"));
+  EXPECT_EQ(target.fused_dot_layout_refusal({kUnknownDim, 8}, {8, 4}, dot_attrs(1, 0)), "")
+      << "an unknown batch dimension is no refusal";
+  EXPECT_THAT(target.fused_dot_layout_refusal({2, 3, 8}, {8, 4}, dot_attrs(2, 0)),
+              HasSubstr("not matrices"));
+  EXPECT_FALSE(target.conv_pool_dtype(f32));
   EXPECT_TRUE(cuda::fusion_target().compute_dtype(bf16));
   EXPECT_TRUE(cuda::fusion_target().storage_dtype(u8));
 }
