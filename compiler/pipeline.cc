@@ -11,6 +11,7 @@
 
 #include "compiler/dump.h"
 #include "compiler/passes/algebraic_simplifier.h"
+#include "compiler/passes/arg_reductions.h"
 #include "compiler/passes/constant_folding.h"
 #include "compiler/passes/conv_pool_grad_fusion.h"
 #include "compiler/passes/cse.h"
@@ -160,6 +161,8 @@ bool Pipeline::run_pass(Pass& pass, Module& module, const std::string& label) {
 Pipeline default_pipeline(Rewrites rewrites, const FusionTarget* target) {
   Pipeline p("optimize", rewrites);
   p.add(std::make_unique<Verify>());
+  // Before the simplifier, whose CSE shares what the rewrites and the graph both compute.
+  if (target && target->arg_reductions_as_loops()) p.add(std::make_unique<ArgReductions>());
   std::vector<std::unique_ptr<Pass>> simplify;
   simplify.push_back(std::make_unique<ConstantFolding>());
   simplify.push_back(std::make_unique<AlgebraicSimplifier>(!target || target->masked_max_grad()));

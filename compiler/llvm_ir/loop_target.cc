@@ -211,6 +211,7 @@ class DeviceFusionTarget final : public LoopFusionTarget {
   bool masked_max_grad() const override { return false; }
   bool copies_layout_groups() const override { return true; }
   bool loops_lone_reductions() const override { return true; }
+  bool arg_reductions_as_loops() const override { return true; }
 };
 
 }  // namespace

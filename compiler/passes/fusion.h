@@ -101,6 +101,9 @@ class FusionTarget {
   // Whether a reduction with no fusible producer (its input a dot's or a kernel's output, or a
   // feed) gets a loop of its own rather than its reference kernel: a device's, as above.
   virtual bool loops_lone_reductions() const { return false; }
+  // Whether argmax and argmin become two reductions a loop folds (ArgReductions,
+  // compiler/passes/arg_reductions.h) rather than their reference kernels: a device's, as above.
+  virtual bool arg_reductions_as_loops() const { return false; }
   // Whether the backend runs a max pool's gradient with "relu_mask" (a relu's gradient folded
   // in by the algebraic simplifier) as well as without it.
   virtual bool masked_max_grad() const { return true; }

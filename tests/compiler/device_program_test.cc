@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <thread>
@@ -233,6 +234,42 @@ TEST(DeviceProgram, AReductionWithNoFusibleProducerIsALoopOnTheDevice) {
   const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
   EXPECT_EQ(after.downloads - before.downloads, 3) << "the three results alone";
   expect_close(got, host.run(feeds), 1e-5);
+}
+
+// argmax and argmin run on a device as two reductions (ArgReductions), with the reference
+// kernel's answer bit for bit: the first extremum wins, a NaN beats every number (the first
+// NaN wins), -0 and +0 tie; along either axis, of f32, bf16 and i32. An axis of unknown size
+// when the graph is optimized (the batch) keeps the kernel.
+TEST(DeviceProgram, ArgmaxAndArgminRunOnTheDeviceWithTheKernelsAnswers) {
+  auto gpu = cpu::emulated_gpu();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Rows: ties (the first wins), a NaN after the maximum, two NaNs, signed zeros, negatives.
+  const std::vector<float> values = {1, 3, 3, 0,  5, 2, nan, 9,  nan, 1, nan, 0,
+                                     -0.0f, 0, 0, -1,  -4, -2, -2, -8};
+  for (DType dt : {f32, bf16, i32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Graph g{"arg_reductions"};
+    Tensor x = g.placeholder(dt, {kUnknownDim, 4}, "x");
+    Tensor known = g.placeholder(dt, {5, 4}, "known");
+    const std::vector<Tensor> outs = {argmax(x, 1),     argmin(x, 1),    argmax(known, 0),
+                                      argmin(known, 0), argmax(x, 0)};
+    Tensor value = Tensor::from_vector(values, {5, 4});
+    if (dt == i32) value = Tensor::from_vector<float>({1, 3, 3, 0, 5, 2, 7, 9, 6, 1, 6, 0, 0, 0,
+                                                        0, -1, -4, -2, -2, -8}, {5, 4});
+    const FeedList feeds = {{x, convert(value, dt)}, {known, convert(value, dt)}};
+    Executable host = compile(g, outs, feeds);
+    Executable dev = compile_for_device(gpu, g, outs, feeds);
+    int kernels = 0;
+    for (const std::string& d : dev.thunk_descriptions())
+      kernels += d == "kernel argmax" || d == "kernel argmin";
+    EXPECT_EQ(kernels, 1) << "argmax(x, 0) alone: "
+                          << ::testing::PrintToString(dev.thunk_descriptions());
+    std::vector<Tensor> got = dev.run(feeds), want = host.run(feeds);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(testing::bitwise_equal(got[i], want[i]))
+          << "output " << i << ": " << got[i].str() << " vs " << want[i].str();
+  }
 }
 
 TEST(DeviceProgram, EveryDotLayoutMatchesTheCpu) { check_dot_layouts(cpu::emulated_gpu(), 0); }
@@ -642,7 +679,7 @@ TEST(DeviceTensors, AVariableOnTheDeviceIsReadThroughOneHostCopy) {
 
 // Eager ops on device tensors run on their device as one-op device programs (compiled once per
 // signature), their results left there; a host operand is copied up; an op the device has no
-// kernel for (argmax) runs on the host inside the program; the op's own shape errors come
+// kernel for (gather) runs on the host inside the program; the op's own shape errors come
 // through; recorded into a graph, a device tensor is a constant of its value.
 TEST(DeviceTensors, EagerOpsOnDeviceTensorsRunThere) {
   auto gpu = cpu::emulated_gpu();
@@ -666,6 +703,10 @@ TEST(DeviceTensors, EagerOpsOnDeviceTensorsRunThere) {
   const Tensor picked = argmax(da, 1);
   EXPECT_EQ(picked.device(), Device::cuda(0));
   EXPECT_TRUE(testing::bitwise_equal(picked.to(Device::cpu()), argmax(a, 1)));
+  const Tensor rows = Tensor::from_vector<int64_t>({3, 0, 3}, {3});
+  const Tensor gathered = gather(da, rows, 0);
+  EXPECT_EQ(gathered.device(), Device::cuda(0));
+  EXPECT_TRUE(testing::bitwise_equal(gathered.to(Device::cpu()), gather(a, rows, 0)));
   EXPECT_EQ(reshape(da, {8, 16}).device(), Device::cuda(0));
   try {
     matmul(da, da);
