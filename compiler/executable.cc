@@ -297,13 +297,17 @@ bool device_pool(const DeviceBackend& device, const detail::Node& node,
 
 // KILN_TEST_ONLY_DEVICE=emulated-gpu: every compile() without a device builds a device program
 // for the emulated GPU (compiler/cpu/emulated_device.h), so that the compiled-graph tests check
-// the device executable without a GPU. Nothing in Kiln sets it. Read once per process.
+// the device executable without a GPU; =cuda: for cuda:0 (scripts/gpu_check.sh runs the random
+// graph tests so on a GPU machine; without a GPU every compile() throws, saying why). Nothing
+// in Kiln sets it. Read once per process.
 std::shared_ptr<const DeviceBackend> test_device() {
-  static const bool on = [] {
+  static const std::string mode = [] {
     const char* v = std::getenv("KILN_TEST_ONLY_DEVICE");
-    return v != nullptr && std::string(v) == "emulated-gpu";
+    return std::string(v != nullptr ? v : "");
   }();
-  return on ? cpu::emulated_gpu() : nullptr;
+  if (mode == "emulated-gpu") return cpu::emulated_gpu();
+  if (mode == "cuda") return cuda::device_backend(Device::cuda(0));
+  return nullptr;
 }
 
 Executable compile_impl(const std::shared_ptr<const DeviceBackend>& device, const Graph& graph,

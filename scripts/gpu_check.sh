@@ -4,8 +4,9 @@
 #   scripts/gpu_check.sh DIR [BUNDLE]     (BUNDLE: build/gpu-bundle.tar.xz)
 # Needs only Python 3 (to unpack xz) and the NVIDIA driver; the CUDA toolkit's libdevice is used
 # when present, else the bundle's. DIR gets summary.txt, gpu_tests.xml, gpu_tests.log,
-# gpu_bench.json and torch_bench.json (the peer: PyTorch on the same GPU, where installed).
-# Exit status: the tests'.
+# gpu_bench.json and torch_bench.json (the peer: PyTorch on the same GPU, where installed),
+# gpu_random.log (the random graph tests on cuda:0).
+# Exit status: the tests' (both runs).
 set -u
 dir=${1:?usage: gpu_check.sh DIR [BUNDLE]}
 bundle=${2:-build/gpu-bundle.tar.xz}
@@ -53,6 +54,19 @@ status=$?
   grep -B1 '^\[  SKIPPED \] .*(' "$dir/gpu_tests.log" | grep -v '^\[\|^--' | sort -u |
     sed 's/^/skip reason: /'
 } >> "$dir/summary.txt"
+# Every op's result on the GPU against the interpreter on random inputs: the compiled-graph
+# random tests (outputs, kernel ops, gradients; 30 graphs a shard) with every compile() a device
+# program on cuda:0. A failure prints its graph shrunk to a reproducer.
+start=$(date +%s)
+KILN_TEST_ONLY_DEVICE=cuda KILN_RANDOM_GRAPHS_PER_SHARD=30 "$kiln/bin/kiln_gpu_tests" \
+  --gtest_filter='Shard/CompiledRandomGraphs.*:Shard/CompiledRandomKernelOpGraphs.*:Shard/CompiledRandomGradients.*:CompiledRandomGraphsConcurrently.*' \
+  > "$dir/gpu_random.log" 2>&1
+random_status=$?
+{
+  echo "random graphs on cuda:0: exit $random_status in $(( $(date +%s) - start )) s"
+  sed -n '/^\[==========\] .* ran/,$p' "$dir/gpu_random.log"
+} >> "$dir/summary.txt"
+[ "$status" -eq 0 ] && status=$random_status
 "$kiln/bin/gpu_bench" > "$dir/gpu_bench.json" 2> "$dir/gpu_bench.log"
 echo "gpu_bench: exit $?: $(cat "$dir/gpu_bench.log")" >> "$dir/summary.txt"
 cat "$dir/gpu_bench.json" >> "$dir/summary.txt"
@@ -88,8 +102,8 @@ for dt in (torch.bfloat16, torch.float32):
         "max": round(max(runs), 1)}, "torch": torch.__version__}))
 PY
 # The MLP step's peer: the same model and batch in PyTorch (eager, then torch.compile where it
-# works), its data and parameters resident on the GPU (PyTorch at its best; Kiln's device
-# program copies its parameters down and up every step until device tensors exist).
+# works), its data and parameters resident on the GPU (PyTorch at its best; Kiln's keep theirs
+# there too).
 python3 - >> "$dir/torch_bench.json" 2>> "$dir/summary.txt" <<'PY'
 import json, statistics, time
 try:

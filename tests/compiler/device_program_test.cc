@@ -849,11 +849,14 @@ TEST(DeviceProgram, AModelOrFunctionOnAMissingGpuIsAClearErrorAndTheModelUnchang
 // (KILN_TEST_ONLY_DEVICE), against the interpreter: loops, dots and every kernel op, crossing
 // between the two memories in every order the generator makes. In a child process.
 TEST(DeviceProgram, RandomGraphsOnTheEmulatedGpuMatchTheInterpreter) {
-  bool linked = false;  // kiln_gpu_tests holds the CUDA tests alone
+  // kiln_gpu_tests holds the random graph tests but not the model tests the child runs too.
+  bool random = false, models = false;
   const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
-  for (int i = 0; i < unit.total_test_suite_count(); ++i)
-    linked = linked || std::string(unit.GetTestSuite(i)->name()) == "Shard/CompiledRandomGraphs";
-  if (!linked) GTEST_SKIP() << "this binary has no random graph tests";
+  for (int i = 0; i < unit.total_test_suite_count(); ++i) {
+    random = random || std::string(unit.GetTestSuite(i)->name()) == "Shard/CompiledRandomGraphs";
+    models = models || std::string(unit.GetTestSuite(i)->name()) == "Model";
+  }
+  if (!random || !models) GTEST_SKIP() << "this binary has not every test the child runs";
   const std::string log = ::testing::TempDir() + "/kiln_device_" + std::to_string(getpid());
   const std::string filter =
       "--gtest_filter=Shard/CompiledRandomGraphs.MatchTheInterpreter/0:"
