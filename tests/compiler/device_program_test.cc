@@ -993,6 +993,10 @@ TEST(DeviceProgram, ChildModelsKeepTheirVariablesOnTheDevice) {
       << "the weights are not copied up again";
   expect_close({predicted}, {predicted_on_cpu}, 1e-4);
   EXPECT_NEAR(on_gpu->evaluate(x, y, 64).at("loss"), on_cpu->evaluate(x, y, 64).at("loss"), 1e-4);
+  // Interpreted (on the host), the model reads its device variables through host copies.
+  on_gpu->set_execution_mode(ExecutionMode::kInterpreted);
+  expect_close({on_gpu->predict(x, 64)}, {predicted_on_cpu}, 1e-4);
+  on_gpu->set_execution_mode(ExecutionMode::kCompiled);
   // Compiled again for the host, the model trains on from the device's values, which come back
   // to the host.
   on_gpu->compile(optim::Adam(0.01), nn::SparseCategoricalCrossentropy(true), {"accuracy"},
