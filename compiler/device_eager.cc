@@ -23,6 +23,7 @@ constexpr size_t kKept = 256;
 
 struct OneOp {
   Graph graph;
+  Attrs attrs;  // the op's, compared on a hit: the key prints floats to 6 digits
   std::vector<Tensor> placeholders, outputs;
   std::shared_ptr<const DeviceBackend> backend;  // kept alive with the program
   std::shared_ptr<const Executable> program;
@@ -93,8 +94,13 @@ std::vector<Tensor> run_on_device(const OpDef& def, const std::vector<Tensor>& i
     }
   }
   std::shared_ptr<OneOp> op = key.empty() ? nullptr : programs().find(key);
+  if (op && !(op->attrs == attrs)) {
+    op = nullptr;  // attributes the key does not tell apart: this call's own program
+    key.clear();
+  }
   if (!op) {
-    op = std::make_shared<OneOp>(OneOp{Graph("eager_" + def.name), {}, {}, backend, nullptr, 0});
+    op = std::make_shared<OneOp>(
+        OneOp{Graph("eager_" + def.name), attrs, {}, {}, backend, nullptr, 0});
     for (size_t i = 0; i < inputs.size(); ++i) {
       op->placeholders.push_back(op->graph.placeholder(inputs[i].dtype(), inputs[i].shape(),
                                                        "input_" + std::to_string(i)));

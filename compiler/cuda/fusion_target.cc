@@ -1,5 +1,5 @@
-// CUDA's fusion target (ptx.h): the elemental emitter's loops, and cuBLASLt's bias and relu
-// epilogues on dots.
+// CUDA's fusion target (ptx.h): the elemental emitter's loops, and cuBLASLt's bias epilogue on
+// dots.
 #include "compiler/cuda/ptx.h"
 #include "compiler/llvm_ir/loop_target.h"
 

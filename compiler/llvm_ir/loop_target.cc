@@ -193,9 +193,10 @@ class DeviceFusionTarget final : public LoopFusionTarget {
     device_dot_geometry({f32, known(a)}, {f32, known(b)}, attrs, &why);
     return why;
   }
-  bool epilogue_activation(std::string_view producer, Activation act) const override {
-    return producer == "dot" && act == Activation::kRelu;
-  }
+  // None: cuBLASLt documents its relu epilogue as max(x, 0), which may turn a NaN into 0 where
+  // Kiln's relu keeps it (select(x <= 0, 0, x)); until a GPU run shows it keeps NaN, relu
+  // stays a loop (DeviceDot::relu and the plugin take it).
+  bool epilogue_activation(std::string_view, Activation) const override { return false; }
   std::string epilogue_bias_refusal(std::string_view producer, const TensorType& bias,
                                     const TensorType& out) const override {
     if (producer != "dot")

@@ -63,9 +63,9 @@ class LoopFusionTarget : public FusionTarget {
 
 // The fusion target of a device backend whose dots and convolutions are library calls (CUDA's,
 // and the emulated GPU the device executable is tested on): the loops, and dots taking a bias
-// (n elements along the output's last dimension) and relu as their matmul's epilogue (cuBLASLt's
-// bias and relu epilogues), for the dots the device's matmul takes (device_dot_geometry).
-// Convolutions take no epilogue, and no max pool.
+// (n elements along the output's last dimension) as their matmul's epilogue (cuBLASLt's bias
+// epilogue), for the dots the device's matmul takes (device_dot_geometry); activations stay
+// loops. Convolutions take no epilogue, and no max pool.
 const FusionTarget& device_fusion_target();
 
 }  // namespace kiln::compiler::llvm_ir

@@ -191,6 +191,13 @@ class Planner {
     plan_.group_of[id] = target;
   }
 
+  // Ops whose outputs a device program computes on the device (a feed may be a device tensor):
+  // a reduction of one is better folded there than copied to the host for its kernel.
+  static bool device_computed(const std::string& op) {
+    return op == "placeholder" || op == "dot" || op == "fused_dot" ||
+           op.rfind("convolution", 0) == 0 || op.rfind("reduce_window_", 0) == 0;
+  }
+
   void visit_reduction(int id) {
     if (FusionDecision d = target_.can_reduce(nodes_[id], input_types(id)); !d) {
       note(node_label(nodes_, id) + ": " + d.reason());
@@ -198,7 +205,8 @@ class Planner {
     }
     const int producer = nodes_[id].inputs[0].node;
     const int g = plan_.group_of[producer];
-    if (g < 0 && target_.loops_lone_reductions()) {  // a loop of its own, reading the input
+    if (g < 0 && target_.loops_lone_reductions() && device_computed(nodes_[producer].op)) {
+      // A loop of its own, reading the input where the device has it.
       members_.push_back({id});
       shape_of_.push_back(input_types(id)[0].shape);
       reduces_.push_back(1);

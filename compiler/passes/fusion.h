@@ -98,8 +98,9 @@ class FusionTarget {
   // rather than left to the ops' kernels, which alias or copy on the host: a device's, where a
   // host kernel means copying the value across and back.
   virtual bool copies_layout_groups() const { return false; }
-  // Whether a reduction with no fusible producer (its input a dot's or a kernel's output, or a
-  // feed) gets a loop of its own rather than its reference kernel: a device's, as above.
+  // Whether a reduction with no fusible producer gets a loop of its own rather than its
+  // reference kernel where its input is a feed or a dot's, convolution's or pooling's output
+  // (which a device computes; another kernel's output is on the host): a device's, as above.
   virtual bool loops_lone_reductions() const { return false; }
   // Whether argmax and argmin become two reductions a loop folds (ArgReductions,
   // compiler/passes/arg_reductions.h) rather than their reference kernels: a device's, as above.

@@ -44,13 +44,17 @@ void* device_pointer(const Tensor& t);
 // The memory a device tensor's bytes are in; null for a host (or symbolic, or undefined) tensor.
 const DeviceMemory* memory_of(const Tensor& t);
 
-// What a program running on `device` reads for `t`: t itself when it is on the host or on that
-// device, else a copy on the host (a GPU's tensor fed to a host program).
-// Taken by value: a tensor moved in comes out as the same handle (a donation stays possible).
-inline Tensor readable_on(Tensor t, const Device& device) {
-  if (!t.defined() || t.is_symbolic()) return t;
+// Whether a program running on `device` reads `t` through a host copy: t is on another device
+// (a GPU's tensor fed to a host program). A program reads host tensors and its own device's.
+inline bool needs_host_copy(const Tensor& t, const Device& device) {
+  if (!t.defined() || t.is_symbolic()) return false;
   const Device d = t.device();
-  return d.type == DeviceType::kCpu || d == device ? t : t.to(Device::cpu());
+  return d.type != DeviceType::kCpu && d != device;
+}
+
+// What a program running on `device` reads for `t`: t itself, or its host copy.
+inline Tensor readable_on(const Tensor& t, const Device& device) {
+  return needs_host_copy(t, device) ? t.to(Device::cpu()) : t;
 }
 
 // A host tensor's copy in `memory` (a device tensor owning its bytes), and a device tensor's

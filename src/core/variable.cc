@@ -29,7 +29,8 @@ struct Variable::State {
   // A device value's host copy (value()), fresh until the value may have changed: assign and
   // every VariableAccess::held (a step's write access) mark it stale, and the next read makes a
   // new one. Never refilled in place: a Tensor copied from value() keeps the bytes it had, and
-  // a reference kept from it reads the last copy made (not an undefined tensor).
+  // a reference kept from it reads the last copy made (until a host value is assigned, which
+  // drops the copy).
   mutable std::mutex host_mu;
   mutable Tensor host_copy;
   mutable bool host_stale = true;
@@ -118,6 +119,7 @@ void Variable::assign(Tensor value) {
   {
     std::lock_guard lock(state_->host_mu);
     state_->host_stale = true;
+    if (!on_a_device(value)) state_->host_copy = Tensor();  // back on the host: not needed
   }
   state_->value = std::move(value);
 }

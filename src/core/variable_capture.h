@@ -21,7 +21,7 @@ class VariableCapture {
 // (so that the run holds the only handle), runs, and puts back the result (the same Tensor
 // when the buffer was updated in place). Not a public API: no checks.
 struct VariableAccess {
-  // Write access: drops the host copy value() keeps of a device value.
+  // Write access: marks stale the host copy value() keeps of a device value.
   static Tensor& held(const Variable& v);
   // The tensor held, read where it lives (on a device for a variable kept there).
   static const Tensor& stored(const Variable& v);

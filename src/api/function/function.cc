@@ -194,16 +194,22 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   // that the run may hold the only handle and update its buffer in place).
   const size_t first_read = feeds.size();
   std::vector<bool> updated(t->updates.size(), false);
+  // A variable kept on another device than the program's is read through a host copy, made
+  // before any variable is lent (a failed copy leaves them all as they were).
+  std::vector<Tensor> copies(t->reads.size());
+  for (size_t j = 0; donate && j < t->reads.size(); ++j) {
+    const Tensor& stored = detail::VariableAccess::stored(t->reads[j].first);
+    if (detail::needs_host_copy(stored, impl_->options.device))
+      copies[j] = stored.to(Device::cpu());
+  }
   for (size_t j = 0; j < t->reads.size(); ++j) {
     const auto& [var, placeholder] = t->reads[j];
-    // A variable kept on another device than the program's is read through a host copy.
-    if (donate && t->donated_update[j] >= 0) {
-      feeds.emplace_back(placeholder, detail::readable_on(std::move(detail::VariableAccess::held(var)),
-                                                          impl_->options.device));
+    if (copies[j].defined()) {
+      feeds.emplace_back(placeholder, std::move(copies[j]));
+    } else if (donate && t->donated_update[j] >= 0) {
+      feeds.emplace_back(placeholder, std::move(detail::VariableAccess::held(var)));
     } else if (donate) {
-      feeds.emplace_back(placeholder,
-                         detail::readable_on(detail::VariableAccess::stored(var),
-                                             impl_->options.device));
+      feeds.emplace_back(placeholder, detail::VariableAccess::stored(var));
     } else {
       feeds.emplace_back(placeholder, var.value());
     }

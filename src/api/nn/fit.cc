@@ -334,7 +334,7 @@ History Model::fit_batches(BatchSource& source, const FitOptions& options,
       // are read through copies. (Packing them into one vector to copy once added more loops,
       // one per scalar's reshape, than it saved copies.)
       for (size_t k = 0; k < step.num_losses + step.num_metric_stats; ++k)
-        outs[k] = kiln::detail::readable_on(std::move(outs[k]), Device::cpu());
+        outs[k] = kiln::detail::readable_on(outs[k], Device::cpu());
       double batch_loss = outs[0].item<double>();
       // Under a strategy the losses are the global batch's (over every worker's rows).
       const int64_t rows = step.total_rows_fetch >= 0

@@ -163,7 +163,7 @@ std::vector<Variable> Layer::non_trainable_weights() const {
 
 int64_t Layer::count_params() const {
   int64_t n = 0;
-  for (const Variable& v : weights_) n += v.value().size();
+  for (const Variable& v : weights_) n += num_elements(v.shape());
   return n;
 }
 

@@ -252,8 +252,8 @@ std::string Model::summary() const {
                     with_commas(l->count_params())});
     for (const Variable& v : l->weights()) {
       if (!seen.insert(v.id()).second) continue;
-      total += v.value().size();
-      if (v.trainable()) trainable += v.value().size();
+      total += num_elements(v.shape());
+      if (v.trainable()) trainable += num_elements(v.shape());
     }
   }
   const std::array<std::string, 3> header = {" Layer (type)", "Output Shape", "Param #"};
@@ -370,7 +370,7 @@ std::vector<std::pair<Variable, Tensor>> Model::last_gradients() const {
   std::lock_guard lock(impl_->mu);
   std::vector<std::pair<Variable, Tensor>> out = impl_->last_gradients;
   // A step on a GPU left them there: copied to the host when asked for.
-  for (auto& [v, g] : out) g = kiln::detail::readable_on(std::move(g), Device::cpu());
+  for (auto& [v, g] : out) g = kiln::detail::readable_on(g, Device::cpu());
   return out;
 }
 

@@ -215,14 +215,25 @@ std::vector<Tensor> Model::Impl::run_training(const Step& s, FeedList feeds,
   const bool interpreted = this->interpreted();
   const Device on = step_device();
   const size_t first_var = feeds.size();
-  // A variable on another device than the step's (a model trained on a GPU, then run on the
-  // host) is read through a host copy.
+  // Copies first, so that a failed one leaves every variable as it was: a step on a GPU moves
+  // the host variables it reads there (once: they stay, read in place by the next steps, the
+  // ones it never assigns too); a variable on another device than the step's (a model trained
+  // on a GPU, then run on the host) is read through a host copy.
+  std::vector<Tensor> copies(s.vars.size());
   for (size_t i = 0; i < s.vars.size(); ++i) {
-    if (!interpreted && !s.donated_fetch.empty() && s.donated_fetch[i] >= 0) {
+    if (on.type != DeviceType::kCpu && held[i]->device().type == DeviceType::kCpu)
+      *held[i] = held[i]->to(on);
+    else if (kiln::detail::needs_host_copy(*held[i], on))
+      copies[i] = held[i]->to(Device::cpu());
+  }
+  for (size_t i = 0; i < s.vars.size(); ++i) {
+    if (copies[i].defined()) {
+      feeds.emplace_back(s.var_inputs[i], std::move(copies[i]));
+    } else if (!interpreted && !s.donated_fetch.empty() && s.donated_fetch[i] >= 0) {
       // Lent to the run (moved out), which may then update its buffer in place.
-      feeds.emplace_back(s.var_inputs[i], kiln::detail::readable_on(std::move(*held[i]), on));
+      feeds.emplace_back(s.var_inputs[i], std::move(*held[i]));
     } else {
-      feeds.push_back({s.var_inputs[i], kiln::detail::readable_on(*held[i], on)});
+      feeds.push_back({s.var_inputs[i], *held[i]});
     }
   }
   if (interpreted) return s.graph.run(feeds, s.fetches);
