@@ -10,12 +10,16 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <iostream>
+#include <limits>
 #include <random>
 #include <string>
 
 #include "compiler/cuda/blas.h"
+#include "compiler/cuda/ptx.h"
 #include "kiln/kiln.h"
 #include "runtime/cuda/driver.h"
 #include "runtime/cuda/plugin_loader.h"
@@ -190,6 +194,28 @@ TEST(CudaGpu, EachMatmulShapeChoosesItsAlgorithmOnce) {
   EXPECT_EQ(api.algorithms_chosen(), before + 1);
   matmul_on_gpu(b, small_ints(f32, {29, 3}, 7));
   EXPECT_EQ(api.algorithms_chosen(), before + 2);
+}
+
+// Whether cuBLASLt's relu epilogue keeps a NaN, as Kiln's relu (select(x <= 0, 0, x)) does; it
+// documents the epilogue as max(x, 0). CUDA's fusion target fuses relu into a dot only where it
+// does (compiler/llvm_ir/loop_target.cc): this fails if the target takes relu and the epilogue
+// drops the NaN, and says what this GPU does either way.
+TEST(CudaGpu, TheReluEpilogueKeepsANaNWhereTheTargetFusesRelu) {
+  std::string why;
+  if (!gpu_present(&why)) GTEST_SKIP() << "needs a GPU: " << why;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Tensor a = Tensor::from_vector<float>({nan, 1, 2, 3}, {2, 2});
+  const Tensor b = Tensor::from_vector<float>({1, 0, 0, 1}, {2, 2});
+  for (bool with_bias : {false, true}) {
+    const Tensor bias = with_bias ? Tensor::from_vector<float>({0.5f, -4}, {2}) : Tensor();
+    const std::vector<float> got = matmul_on_gpu(a, b, bias, {.relu = true}).to_vector<float>();
+    const bool keeps = std::isnan(got[0]) && std::isnan(got[1]);
+    std::cout << "cuBLASLt relu epilogue" << (with_bias ? " with bias" : "") << ": NaN -> "
+              << got[0] << ", " << got[1] << (keeps ? " (kept)" : " (dropped)") << "\n";
+    EXPECT_TRUE(keeps || !fusion_target().epilogue_activation("dot", Activation::kRelu));
+    EXPECT_EQ(got[2], with_bias ? 2.5f : 2.0f);
+    EXPECT_EQ(got[3], with_bias ? 0.0f : 3.0f);
+  }
 }
 
 }  // namespace
