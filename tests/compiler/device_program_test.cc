@@ -162,7 +162,7 @@ void check_dot_layouts(const std::shared_ptr<const DeviceBackend>& device, doubl
 // epilogue): a bias of n elements along the last dimension; the activation stays a loop (relu
 // too: cuBLASLt's may not keep a NaN), as do a bias of another shape and a convolution's
 // epilogue. Against the CPU, in f32 and bf16, batched too.
-TEST(DeviceProgram, DotsTakeABiasAndReluAsTheirMatmulsEpilogue) {
+TEST(DeviceProgram, DotsTakeTheirBiasAsTheirMatmulsEpilogue) {
   auto gpu = cpu::emulated_gpu();
   for (DType dt : {f32, bf16}) {
     SCOPED_TRACE(dtype_name(dt));
