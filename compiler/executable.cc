@@ -312,13 +312,15 @@ std::shared_ptr<const DeviceBackend> test_device() {
 
 Executable compile_impl(const std::shared_ptr<const DeviceBackend>& device, const Graph& graph,
                         const std::vector<Tensor>& outputs, const FeedList& feeds,
-                        const std::vector<Donation>& donations, bool outputs_on_device = false) {
+                        const std::vector<Donation>& donations,
+                        std::vector<char> fetched_on_device = {}) {
   DumpScope dump(new_dump_dir(graph.name(), dump_signature(feeds)));
   auto impl = std::make_shared<Executable::Impl>();
   Impl& im = *impl;
   im.name = graph.name();
   im.device = device;
-  im.outputs_on_device = outputs_on_device && device != nullptr;
+  if (device != nullptr) im.fetched_on_device = std::move(fetched_on_device);
+  im.fetched_on_device.resize(outputs.size(), 0);
   if (device) {
     im.device_constants = std::make_unique<Impl::DeviceConstants>();
     im.device_constants->device = device;
@@ -459,6 +461,9 @@ Executable compile_impl(const std::shared_ptr<const DeviceBackend>& device, cons
   for (int k : schedule_units(work, {im.types, fetched})) im.thunks.push_back(std::move(units[k]));
 
   assign_slots(im, placeholders, constants, fetched);
+  im.slot_on_device.assign(im.slots.size(), 0);
+  for (size_t i = 0; i < im.fetched.size(); ++i)
+    if (im.fetched_on_device[i]) im.slot_on_device[im.fetched[i]] = 1;
   resolve_donations(im, graph, donations);
   plan_memory(im);
   if (const std::string& dir = current_dump_dir(); !dir.empty()) {
@@ -511,12 +516,22 @@ namespace kiln::compiler {
 
 Executable compile(const Graph& graph, const std::vector<Tensor>& outputs, const FeedList& feeds,
                    const std::vector<Donation>& donations, const CompileOptions& options) {
-  if (options.outputs_on_device && options.device.type == DeviceType::kCpu)
+  const bool any = options.outputs_on_device ||
+                   std::find(options.device_outputs.begin(), options.device_outputs.end(),
+                             true) != options.device_outputs.end();
+  if (any && options.device.type == DeviceType::kCpu)
     throw Error(ErrorCode::kInvalidArgument,
                 "compile: outputs_on_device needs a device other than the host (device " +
                     options.device.str() + ")");
+  if (!options.device_outputs.empty() && options.device_outputs.size() != outputs.size())
+    throw Error(ErrorCode::kInvalidArgument,
+                "compile: device_outputs has " + std::to_string(options.device_outputs.size()) +
+                    " flags for " + std::to_string(outputs.size()) + " outputs");
+  std::vector<char> on(outputs.size(), options.outputs_on_device ? 1 : 0);
+  for (size_t i = 0; i < options.device_outputs.size(); ++i)
+    if (options.device_outputs[i]) on[i] = 1;
   return compile_impl(backend_of(options.device), graph, outputs, feeds, donations,
-                      options.outputs_on_device);
+                      std::move(on));
 }
 
 Executable compile_for_device(const std::shared_ptr<const DeviceBackend>& device,
@@ -524,7 +539,8 @@ Executable compile_for_device(const std::shared_ptr<const DeviceBackend>& device
                               const FeedList& feeds, const std::vector<Donation>& donations,
                               bool outputs_on_device) {
   if (!device) throw Error(ErrorCode::kInvalidArgument, "compile_for_device: no device");
-  return compile_impl(device, graph, outputs, feeds, donations, outputs_on_device);
+  return compile_impl(device, graph, outputs, feeds, donations,
+                      std::vector<char>(outputs.size(), outputs_on_device ? 1 : 0));
 }
 
 std::vector<Tensor> Executable::run(const FeedList& feeds) const {

@@ -165,6 +165,10 @@ struct CompileOptions {
   // `device`) that own their memory, never copied up; fed back to the program (a training
   // step's parameters), nothing crosses but the data. Needs a device other than the host.
   bool outputs_on_device = false;
+  // Or output by output: one flag per fetched output, those set staying on the device as above
+  // and the others coming back to the host (a step's new state kept there, its results read).
+  // Empty: as outputs_on_device says.
+  std::vector<bool> device_outputs;
 };
 // Throws kiln::Error: kInvalidArgument for a device this machine lacks, kUnavailable without a
 // GPU or without the CUDA backend (saying which), as well as compile()'s errors.

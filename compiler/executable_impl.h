@@ -98,7 +98,10 @@ struct Executable::Impl {
   // A program compiled for a device (compile_for_device): its backend; kernels are then its
   // DeviceKernels, also held here with their type.
   std::shared_ptr<const DeviceBackend> device;
-  bool outputs_on_device = false;  // CompileOptions::outputs_on_device
+  // By fetched output: whether it comes back as a device tensor (CompileOptions::
+  // outputs_on_device, device_outputs); by slot: whether it is computed into a device buffer the
+  // result owns (a slot some such output fetches).
+  std::vector<char> fetched_on_device, slot_on_device;
   std::vector<std::shared_ptr<const DeviceKernel>> device_kernels;  // parallel to kernels
   // A device program's constants on the device, uploaded by its first run and kept (by slot;
   // null where not a constant or empty); freed with the executable.

@@ -232,7 +232,7 @@ class DeviceRun {
     const Impl::Slot& slot = im_.slots[s];
     if (slot.where == Where::kArena) return device_arena_ + slot.offset;
     if (slot.where == Where::kConstant) return im_.device_constants->by_slot[s];
-    if (slot.where == Where::kOutput && im_.outputs_on_device) {
+    if (slot.where == Where::kOutput && im_.slot_on_device[s]) {
       // The result's own buffer: a device tensor that outlives the run.
       if (device_outputs_.empty()) device_outputs_.resize(im_.slots.size());
       if (!device_outputs_[s].defined()) {
@@ -300,8 +300,10 @@ std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, Step
   }
   std::vector<Tensor> result;
   result.reserve(im.fetched.size());
-  for (int s : im.fetched)
-    result.push_back(im.outputs_on_device ? run.on_device_result(s) : run.on_host(s));
+  for (size_t i = 0; i < im.fetched.size(); ++i) {
+    const int s = im.fetched[i];
+    result.push_back(im.fetched_on_device[i] ? run.on_device_result(s) : run.on_host(s));
+  }
   im.device->synchronize();
   return result;
 }

@@ -27,8 +27,9 @@ struct FunctionOptions {
   std::optional<ExecutionMode> mode;   // default_execution_mode() at each call when unset
   size_t cache_capacity = 8;           // traced signatures kept, least recently used dropped
   // Where compiled calls run: the host, or a GPU (Device::cuda(0)): the traced graph's fused
-  // loops and dots run there, its other ops on the host; arguments and results stay host
-  // tensors, and variables it updates are written back (not donated). Checked when the
+  // loops and dots run there, its other ops on the host; results are host tensors (arguments
+  // may be host tensors or that GPU's), and the variables it updates keep their new values on
+  // the GPU (Variable::device()), read there in place by the next call. Checked when the
   // Function is made (kUnavailable without a GPU). Interpreted calls run on the host.
   Device device = Device::cpu();
 };

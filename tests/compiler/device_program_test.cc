@@ -876,7 +876,8 @@ TEST(DeviceProgram, RandomGraphsOnTheEmulatedGpuMatchTheInterpreter) {
       "Model.FitLearnsASeparableProblem:Model.CompiledAndInterpretedFitAgree:"
       "Model.FitOnADatasetMatchesFitOnTheSameTensors:"
       "DeviceProgram.ChildCompilesForTheEmulatedGpu:"
-      "DeviceProgram.ChildModelsKeepTheirVariablesOnTheDevice";
+      "DeviceProgram.ChildModelsKeepTheirVariablesOnTheDevice:"
+      "DeviceProgram.ChildFunctionsKeepTheirVariablesOnTheDevice";
   const std::map<std::string, std::string> env = {{"KILN_RANDOM_GRAPHS_PER_SHARD", "40"},
                                                   {"GTEST_TOTAL_SHARDS", "1"},
                                                   {"GTEST_SHARD_INDEX", "0"},
@@ -891,7 +892,8 @@ TEST(DeviceProgram, RandomGraphsOnTheEmulatedGpuMatchTheInterpreter) {
                            "Model.CompiledAndInterpretedFitAgree",
                            "Model.FitOnADatasetMatchesFitOnTheSameTensors",
                            "DeviceProgram.ChildCompilesForTheEmulatedGpu",
-                           "DeviceProgram.ChildModelsKeepTheirVariablesOnTheDevice"})
+                           "DeviceProgram.ChildModelsKeepTheirVariablesOnTheDevice",
+                           "DeviceProgram.ChildFunctionsKeepTheirVariablesOnTheDevice"})
     EXPECT_THAT(r.output, HasSubstr(std::string("[       OK ] ") + test));
 }
 
@@ -1013,6 +1015,40 @@ TEST(DeviceProgram, ChildModelsKeepTheirVariablesOnTheDevice) {
                   {.device = Device::cpu()});
   on_gpu->fit(x, y, fit);
   for (const Variable& v : on_gpu->weights()) EXPECT_EQ(v.device(), Device::cpu()) << v.name();
+}
+
+// Run by the test above in its child: a kiln::function on cuda:0 (the emulated GPU there) keeps
+// the variables it updates on the device between calls, its results coming back to the host:
+// a call copies up its argument and down its result, not the variable.
+TEST(DeviceProgram, ChildFunctionsKeepTheirVariablesOnTheDevice) {
+  if (std::getenv("KILN_TEST_ONLY_DEVICE") == nullptr)
+    GTEST_SKIP() << "only in RandomGraphsOnTheEmulatedGpuMatchTheInterpreter's child";
+  const Tensor start = test_models::random_tensor({256, 256}, 3);  // 256 KiB
+  Variable w(start, "w");
+  auto step = function(
+      [&](const Tensor& x) {
+        Tensor y = sum(matmul(x, w.value()));
+        w.assign(w.value() * 0.5f + 1.0f);
+        return y;
+      },
+      {.name = "step", .mode = ExecutionMode::kCompiled, .device = Device::cuda(0)});
+  const Tensor x = test_models::random_tensor({4, 256}, 4);
+  Tensor want = start;
+  std::vector<Tensor> results;
+  const int64_t bytes = static_cast<int64_t>(start.nbytes());
+  for (int call = 0; call < 4; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    const cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
+    const Tensor got = step.call({x}).at(0);
+    const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
+    EXPECT_EQ(got.device(), Device::cpu());
+    EXPECT_EQ(w.device(), Device::cuda(0));
+    if (call > 0) EXPECT_LT(after.upload_bytes - before.upload_bytes, bytes / 4);
+    EXPECT_LT(after.download_bytes - before.download_bytes, bytes / 4);
+    expect_close({got}, {sum(matmul(x, want))}, 1e-5);
+    want = want * 0.5f + 1.0f;
+  }
+  expect_close({w.value()}, {want}, 1e-6);
 }
 
 // ---- on a GPU: skipped without one, saying so ----

@@ -228,9 +228,16 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
       {
         std::lock_guard lock(t->compile_mu);
         if (!t->executable) {
+          // On a GPU the variables' new values stay there (read in place by the next call);
+          // the function's results come back to the host.
+          compiler::CompileOptions options{.device = impl_->options.device};
+          if (options.device.type != DeviceType::kCpu) {
+            options.device_outputs.assign(t->fetches.size(), true);
+            std::fill(options.device_outputs.begin(),
+                      options.device_outputs.begin() + static_cast<long>(t->outputs.size()), false);
+          }
           t->executable = std::make_shared<const compiler::Executable>(
-              compiler::compile(t->graph, t->fetches, feeds, t->donations,
-                                {impl_->options.device}));
+              compiler::compile(t->graph, t->fetches, feeds, t->donations, options));
         }
         exe = t->executable;
       }
