@@ -145,8 +145,9 @@ FusionPlan fuse(const FusionTarget& target, const CompiledGraph& cg,
 }
 
 // A dot a device runs: operands of a dtype it takes, each its batch axes (the same number, in
-// order, leading) then two more, one of them contracted; no empty dimension. Sets t.dot's
-// batch count, shape and transposes.
+// order, leading) then two more, one of them contracted; no empty dimension
+// (device_dot_geometry). A fused_dot also when its bias has n elements of the output's dtype and
+// its activation is none or relu. Sets t.dot's batch count, shape, transposes and epilogue.
 bool device_dot(const DeviceBackend& device, const detail::Node& node,
                 const std::vector<TensorType>& in, Thunk& t) {
   const bool fused = node.op == kFusedDotOp;

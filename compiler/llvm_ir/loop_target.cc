@@ -1,11 +1,11 @@
 // The elemental emitter's answers, the same for every target (loop_target.h).
 #include "compiler/llvm_ir/loop_target.h"
 
-#include "compiler/device_backend.h"
-
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+
+#include "compiler/device_backend.h"
 
 namespace kiln::compiler::llvm_ir {
 namespace {

@@ -232,9 +232,8 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
           // the function's results come back to the host.
           compiler::CompileOptions options{.device = impl_->options.device};
           if (options.device.type != DeviceType::kCpu) {
-            options.device_outputs.assign(t->fetches.size(), true);
-            std::fill(options.device_outputs.begin(),
-                      options.device_outputs.begin() + static_cast<long>(t->outputs.size()), false);
+            options.device_outputs.assign(t->outputs.size(), false);   // the results
+            options.device_outputs.resize(t->fetches.size(), true);    // the variables' values
           }
           t->executable = std::make_shared<const compiler::Executable>(
               compiler::compile(t->graph, t->fetches, feeds, t->donations, options));

@@ -345,6 +345,11 @@ struct Model::Impl {
   }
   // Where the steps run now: compile's device, or the host when interpreted.
   Device step_device() const { return interpreted() ? Device::cpu() : device; }
+  // A variable's tensor on the host moved to `on` when that is a GPU: a GPU model's variables
+  // live there once its steps have read them.
+  static void keep_on(Tensor& held, const Device& on) {
+    if (on.type != DeviceType::kCpu && held.device().type == DeviceType::kCpu) held = held.to(on);
+  }
 
   // The feeds of one run of `s` but its variables.
   static FeedList batch_feeds(const Step& s, const std::vector<Tensor>& xs,
@@ -479,10 +484,8 @@ struct Model::Impl {
     std::vector<Tensor> out;
     out.reserve(s.vars.size());
     for (const Variable& v : s.vars) {
-      if (on.type != DeviceType::kCpu && v.device().type == DeviceType::kCpu) {
-        Tensor& held = kiln::detail::VariableAccess::held(v);
-        held = held.to(on);
-      }
+      if (on.type != DeviceType::kCpu && v.device().type == DeviceType::kCpu)
+        keep_on(kiln::detail::VariableAccess::held(v), on);
       out.push_back(v.device() == on ? kiln::detail::VariableAccess::stored(v) : v.value());
     }
     return out;

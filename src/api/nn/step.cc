@@ -221,9 +221,8 @@ std::vector<Tensor> Model::Impl::run_training(const Step& s, FeedList feeds,
   // on a GPU, then run on the host) is read through a host copy.
   std::vector<Tensor> copies(s.vars.size());
   for (size_t i = 0; i < s.vars.size(); ++i) {
-    if (on.type != DeviceType::kCpu && held[i]->device().type == DeviceType::kCpu)
-      *held[i] = held[i]->to(on);
-    else if (kiln::detail::needs_host_copy(*held[i], on))
+    keep_on(*held[i], on);
+    if (kiln::detail::needs_host_copy(*held[i], on))
       copies[i] = held[i]->to(Device::cpu());
   }
   for (size_t i = 0; i < s.vars.size(); ++i) {
