@@ -149,6 +149,20 @@ int FusedSubgraph::add_piece_input(DType dtype, Shape shape, Piece piece, Shape 
   return id;
 }
 
+int FusedSubgraph::add_generated_input(DType dtype, Shape shape, Generator generator) {
+  if (generator.kind == Generator::Kind::kUniform && dtype != f32 && dtype != f64)
+    fail(*this, std::string("a generated uniform input must be f32 or f64, got ") +
+                    dtype_name(dtype));
+  int id = add_input(dtype, std::move(shape));
+  inputs.back().generator = std::move(generator);
+  return id;
+}
+
+const Shape& FusedSubgraph::Input::buffer_shape() const {
+  static const Shape kScalar;
+  return generator ? kScalar : map ? source : shape;
+}
+
 bool FusedSubgraph::has_pieces() const {
   for (const Input& in : inputs)
     if (in.piece) return true;
@@ -280,6 +294,8 @@ void FusedSubgraph::validate(const FusionTarget& target) const {
                               inputs[in.fallback].dtype != in.dtype))
       fail(*this, "input " + std::to_string(k) + " falls back to input " +
                       std::to_string(in.fallback) + ", not an earlier input of its dtype");
+    if (in.generator && (in.map || in.piece))
+      fail(*this, "generated input " + std::to_string(k) + " has an index map or a piece");
   }
   if (has_pieces() && has_reductions())
     fail(*this, "pieces of concatenate or pad are read only by loop fusions, not reductions",

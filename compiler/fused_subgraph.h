@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/generator.h"
 #include "kiln/dtype.h"
 #include "kiln/elemental.h"
 #include "kiln/error.h"
@@ -58,6 +59,9 @@ struct FusedSubgraph {
   // `shape`, element c_d = (i_d - lo_d) / step_d at map.offset + sum_d c_d * map.strides[d];
   // elsewhere it takes the value of input `fallback` (an earlier input; -1: none, never read
   // there).
+  // A generated input (compiler/generator.h) reads no elements: its buffer is the scalar i64
+  // seed, and its element at each index of `shape` (broadcast like any input's) is computed
+  // from the seed and that element's row-major index in `shape`.
   struct Input {
     DType dtype = f32;
     Shape shape;
@@ -65,7 +69,9 @@ struct FusedSubgraph {
     Shape source;
     std::optional<Piece> piece;
     int fallback = -1;
-    const Shape& buffer_shape() const { return map ? source : shape; }
+    std::optional<Generator> generator;
+    const Shape& buffer_shape() const;
+    DType buffer_dtype() const { return generator ? i64 : dtype; }
   };
   struct Node {
     EltOp op;
@@ -95,6 +101,8 @@ struct FusedSubgraph {
   // A piece input: `source` (row-major) placed in `piece` of `shape`, `fallback` elsewhere;
   // throws kiln::Error when the piece does not fit `shape` or does not hold `source`.
   int add_piece_input(DType dtype, Shape shape, Piece piece, Shape source, int fallback);
+  // A generated input: `generator`'s values of `dtype` over `shape`, its buffer the seed.
+  int add_generated_input(DType dtype, Shape shape, Generator generator);
   int add(EltOp op, std::vector<int> args, DType to = f32);
   // A reduction of `arg` over `axes` (sorted; every reduction of a subgraph takes the same).
   int add_reduce(ReduceKind kind, int arg, std::vector<int64_t> axes);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "compiler/generator.h"
 #include "kiln/execution_mode.h"
 
 namespace kiln::compiler {
@@ -31,7 +32,21 @@ LoweredFusion lower_fusion_group(const FusionTarget& target, int group, const Fu
     return true;
   };
   auto is_pieces = [&](int m) { return nodes[m].def && nodes[m].def->pieces; };
+  auto is_generator = [&](int m) { return is_generator_op(nodes[m].op); };
   for (int m : g.nodes) {
+    if (is_generator(m)) {
+      // Its elements come from the seed (input 0) and their index; a "shape_like" input is
+      // read for its type alone.
+      std::string why;
+      std::optional<Generator> gen = generator_of(nodes[m].op, nodes[m].attrs, types[m][0].dtype, &why);
+      if (!gen)
+        throw Error(ErrorCode::kInternal, "lower_fusion_group: %" + std::to_string(m) + " (" +
+                                              nodes[m].op + "): " + why);
+      value_of[key({m, 0})] =
+          sg.add_generated_input(types[m][0].dtype, types[m][0].shape, std::move(*gen));
+      out.inputs.push_back(nodes[m].inputs.at(0));
+      continue;
+    }
     if (is_pieces(m)) {
       // Each input with a piece reads inside it and falls back to the one added before it;
       // the input without one (a scalar) is read everywhere else. Empty pieces are not read.
@@ -76,7 +91,8 @@ LoweredFusion lower_fusion_group(const FusionTarget& target, int group, const Fu
   }
   for (int m : g.nodes) {
     out.ops += (out.ops.empty() ? "" : ",") + nodes[m].op;
-    if (is_layout(m) || is_pieces(m)) continue;  // read through its map or pieces above
+    // Read through its map or pieces, or generated, above.
+    if (is_layout(m) || is_pieces(m) || is_generator(m)) continue;
     std::vector<int> args;
     for (const ValueRef& in : nodes[m].inputs) args.push_back(value_of.at(key(in)));
     const OpDef* def = nodes[m].def;

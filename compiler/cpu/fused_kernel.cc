@@ -66,10 +66,10 @@ void FusedKernel::run(const std::vector<Tensor>& inputs, std::vector<Tensor>* ou
     const FusedSubgraph::Input& want = sg.inputs[i];
     if (!t.defined() || t.is_symbolic())
       fail(sg, "run: input " + std::to_string(i) + " is not a concrete tensor");
-    if (t.dtype() != want.dtype || t.shape() != want.buffer_shape())
+    if (t.dtype() != want.buffer_dtype() || t.shape() != want.buffer_shape())
       fail(sg, "run: input " + std::to_string(i) + " is " + dtype_name(t.dtype()) +
                    shape_str(t.shape()) + ", the kernel was compiled for " +
-                   dtype_name(want.dtype) + shape_str(want.buffer_shape()));
+                   dtype_name(want.buffer_dtype()) + shape_str(want.buffer_shape()));
     in_ptrs[i] = const_cast<void*>(t.raw_data());
   }
   outputs->resize(sg.outputs.size());

@@ -354,7 +354,7 @@ PtxModule compile_ptx(const std::vector<FusedSubgraph>& sgs, const PtxOptions& o
     k.num_inputs = static_cast<int>(sgs[i].inputs.size());
     k.num_outputs = static_cast<int>(sgs[i].outputs.size());
     for (const FusedSubgraph::Input& in : sgs[i].inputs)
-      k.inputs.push_back({in.dtype, in.buffer_shape()});
+      k.inputs.push_back({in.buffer_dtype(), in.buffer_shape()});
     for (int o = 0; o < k.num_outputs; ++o) k.outputs.push_back(sgs[i].output_type(o));
     out.kernels.push_back(k);
   }

@@ -22,7 +22,9 @@
 // (vrcp14ps + Newton step, 4 FMA-pipe instructions) measured slower. Their error bounds,
 // measured over every f32 input: docs/numerics.md.
 // sin, cos, pow, log1p and expm1 (and every f64 transcendental) call libm: exact, but scalar.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <unordered_map>
@@ -144,6 +146,9 @@ class Emitter {
     b_.SetInsertPoint(entry);
     for (size_t i = 0; i < sg_.inputs.size(); ++i)
       in_ptrs_.push_back(b_.CreateLoad(ptr, b_.CreateConstGEP1_64(ptr, inputs, i), "in"));
+    seeds_.assign(sg_.inputs.size(), nullptr);
+    for (size_t i = 0; i < sg_.inputs.size(); ++i)
+      if (sg_.inputs[i].generator) seeds_[i] = b_.CreateLoad(i64, in_ptrs_[i], "seed");
     for (size_t i = 0; i < sg_.outputs.size(); ++i)
       out_ptrs_.push_back(b_.CreateLoad(ptr, b_.CreateConstGEP1_64(ptr, outputs, i), "out"));
     auto* work = llvm::BasicBlock::Create(ctx_, "work", fn_);
@@ -517,6 +522,7 @@ class Emitter {
   }
 
   Value* load(int k, Value* index) {
+    if (sg_.inputs[k].generator) return generated(k, index);
     DType t = sg_.inputs[k].dtype;
     Type* mt = mem_type(t);
     llvm::LoadInst* v = b_.CreateLoad(mt, b_.CreateInBoundsGEP(mt, in_ptrs_[k], index));
@@ -527,6 +533,54 @@ class Emitter {
       return w;
     }
     return t == bool_ ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
+  }
+
+  // ---- generated inputs (compiler/generator.h): ops/random.cc's kernels, element by element ----
+
+  // The 64-bit word r0:r1 of Philox-4x32-10 (ops/philox.h) keyed by `seed` with counter
+  // (index, 0): the bits element `index` of a random op draws from.
+  Value* philox_word(Value* seed, Value* index) {
+    Type* i32 = b_.getInt32Ty();
+    Type* i64 = b_.getInt64Ty();
+    auto lo = [&](Value* v) { return b_.CreateTrunc(v, i32); };
+    auto hi = [&](Value* v) { return b_.CreateTrunc(b_.CreateLShr(v, 32), i32); };
+    Value* c[4] = {lo(index), hi(index), b_.getInt32(0), b_.getInt32(0)};
+    Value* key[2] = {lo(seed), hi(seed)};
+    for (int round = 0; round < 10; ++round) {
+      if (round > 0) {
+        key[0] = b_.CreateAdd(key[0], b_.getInt32(0x9E3779B9u));
+        key[1] = b_.CreateAdd(key[1], b_.getInt32(0xBB67AE85u));
+      }
+      Value* p0 = b_.CreateMul(b_.getInt64(0xD2511F53u), b_.CreateZExt(c[0], i64));
+      Value* p1 = b_.CreateMul(b_.getInt64(0xCD9E8D57u), b_.CreateZExt(c[2], i64));
+      Value* next[4] = {b_.CreateXor(b_.CreateXor(hi(p1), c[1]), key[0]), lo(p1),
+                        b_.CreateXor(b_.CreateXor(hi(p0), c[3]), key[1]), lo(p0)};
+      std::copy(next, next + 4, c);
+    }
+    return b_.CreateOr(b_.CreateShl(b_.CreateZExt(c[0], i64), 32), b_.CreateZExt(c[1], i64));
+  }
+
+  // Element `index` of generated input k, as its op's kernel computes it.
+  Value* generated(int k, Value* index) {
+    const Generator& g = *sg_.inputs[k].generator;
+    const DType t = sg_.inputs[k].dtype;
+    Value* word = philox_word(seeds_[k], index);
+    if (g.kind == Generator::Kind::kBernoulli) {
+      // The top 53 bits as an integer k: k / 2^53 < p exactly when k < ceil(p 2^53).
+      Value* hit = b_.CreateICmpULT(b_.CreateLShr(word, 11), b_.getInt64(g.threshold));
+      Value* v = convert(hit, bool_, compute_type(t));
+      return is_narrow(t) ? rounded(v, t) : v;
+    }
+    // low + span * u in f64 (separate fmul and fadd, as the kernel rounds), rounded once to t;
+    // a value that reaches `high` steps down to the largest t below it.
+    Type* f64_ty = b_.getDoubleTy();
+    Value* top = b_.CreateLShr(word, 64 - g.bits);
+    Value* u = b_.CreateFMul(b_.CreateUIToFP(top, f64_ty), fconst(f64_ty, std::ldexp(1.0, -g.bits)));
+    Value* d = b_.CreateFAdd(fconst(f64_ty, g.low), b_.CreateFMul(fconst(f64_ty, g.span), u));
+    Type* rt = reg_type(t);
+    Value* v = b_.CreateFPCast(d, rt);
+    Value* reached = b_.CreateFCmpOGE(b_.CreateFPCast(v, f64_ty), fconst(f64_ty, g.high));
+    return b_.CreateSelect(reached, fconst(rt, g.below_high), v);
   }
 
   // The values of every node at one point (nullptr for reductions).
@@ -1164,6 +1218,7 @@ class Emitter {
   // store writes (NaN payloads included) instead of rounding the widened value again.
   std::unordered_map<Value*, Value*> bits_;
   std::vector<Value*> in_ptrs_, out_ptrs_;
+  std::vector<Value*> seeds_;  // per input: a generated input's seed (loaded once), else null
   llvm::MDNode* access_group_ = nullptr;  // of the innermost loop being emitted
   Value* red_lo_ = nullptr;  // kernel_part's range of the outermost reduced dimension
   Value* red_hi_ = nullptr;

@@ -82,6 +82,7 @@ std::string structural_key(const FusedSubgraph& sg, bool size_free_flat_loops) {
     if (in.map)
       key += "@" + shape_str(in.map->strides) + "+" + std::to_string(in.map->offset) + "of" +
              shape_str(in.source);
+    if (in.generator) key += "=" + in.generator->key();
     if (in.piece)
       key += "in" + shape_str(in.piece->lo) + shape_str(in.piece->hi) + shape_str(in.piece->step) +
              "else" + std::to_string(in.fallback);

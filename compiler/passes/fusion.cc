@@ -3,10 +3,14 @@
 // FusionDecision below forbids it (a cycle, a broadcast, a reduction's result used inside the
 // loop that computes it, two reductions folding different axes). A layout op starts a group
 // that reads its buffer through an index map, and a piecewise layout op one that reads its
-// inputs' buffers each inside its piece; their consumers then join that group.
+// inputs' buffers each inside its piece; their consumers then join that group. A generator
+// (a random op, compiler/generator.h) starts a group that computes its elements from the seed;
+// its consumers join it the same way.
 #include "compiler/passes/fusion.h"
 
 #include <algorithm>
+
+#include "compiler/generator.h"
 
 namespace kiln::compiler {
 namespace {
@@ -15,6 +19,9 @@ bool is_reduction(const detail::Node& node) { return node.def && node.def->reduc
 bool is_elemental(const detail::Node& node) { return node.def && node.def->elemental; }
 bool is_layout(const detail::Node& node) { return node.def && node.def->index_map; }
 bool is_pieces(const detail::Node& node) { return node.def && node.def->pieces; }
+// The random ops: generators (compiler/generator.h) where the loops reproduce their kernels,
+// and a note saying why not where they do not.
+bool is_generator(const detail::Node& node) { return node.op.rfind("random_", 0) == 0; }
 
 class Planner {
  public:
@@ -39,6 +46,8 @@ class Planner {
       visit_layout(id);
     } else if (is_pieces(nodes_[id])) {
       visit_pieces(id);
+    } else if (is_generator(nodes_[id])) {
+      visit_generator(id);
     }
     // anything else is a kernel op: not worth a note
   }
@@ -145,6 +154,20 @@ class Planner {
   // piece (none of them computed by the group); consumers then join it like any group.
   void visit_pieces(int id) {
     if (FusionDecision d = target_.can_piece(nodes_[id], input_types(id), types_[id]); !d) {
+      note(node_label(nodes_, id) + ": " + d.reason());
+      return;
+    }
+    members_.push_back({id});
+    shape_of_.push_back(types_[id][0].shape);
+    reduces_.push_back(0);
+    axes_of_.emplace_back();
+    plan_.group_of[id] = static_cast<int>(members_.size()) - 1;
+  }
+
+  // A generator starts a group of its own whose loop computes its elements (from the seed, its
+  // one buffer); consumers then join it like any group.
+  void visit_generator(int id) {
+    if (FusionDecision d = target_.can_generate(nodes_[id], types_[id]); !d) {
       note(node_label(nodes_, id) + ": " + d.reason());
       return;
     }
@@ -360,6 +383,18 @@ FusionPlan Planner::finish(const std::vector<bool>& needed, const std::vector<Va
 }
 
 }  // namespace
+
+FusionDecision FusionTarget::can_generate(const detail::Node& node,
+                                          const std::vector<TensorType>& outputs) const {
+  if (outputs.size() != 1 || !is_fully_defined(outputs[0].shape))
+    return FusionDecision::forbid("its output shape is not known");
+  std::string why;
+  if (!generator_of(node.op, node.attrs, outputs[0].dtype, &why)) return FusionDecision::forbid(why);
+  if (!storage_dtype(outputs[0].dtype))
+    return FusionDecision::forbid(std::string("dtype ") + dtype_name(outputs[0].dtype) +
+                                  " is not supported");
+  return FusionDecision::allow();
+}
 
 std::optional<LayoutRead> layout_read(int id, int group, const std::vector<int>& group_of,
                                       const std::vector<detail::Node>& nodes,

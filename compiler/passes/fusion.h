@@ -55,6 +55,12 @@ class FusionTarget {
                                    const std::vector<TensorType>& inputs,
                                    const std::vector<TensorType>& outputs) const = 0;
 
+  // Whether a generated loop can compute generator `node`'s output (compiler/generator.h,
+  // concrete `outputs`) from its seed and the element index. By default: when the op is a
+  // generator for that dtype and the loops store it.
+  virtual FusionDecision can_generate(const detail::Node& node,
+                                      const std::vector<TensorType>& outputs) const;
+
   // What generated loops compute on: asked by SubgraphBuilder while it builds a FusedSubgraph
   // (compiler/fused_subgraph.h) and by FusedSubgraph::validate, which know no backend.
   // Dtypes a loop computes on (arithmetic, comparisons, logic).

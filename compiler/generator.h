@@ -1,0 +1,49 @@
+// Generators: ops whose element i is a function of a scalar seed and i alone, so a fused loop
+// computes each element where it is read instead of reading a buffer the op's kernel filled.
+// The stateless random ops qualify (ops/random.cc: Philox-4x32-10 keyed by the seed, counter
+// i). A loop reads one as a generated input of its FusedSubgraph (compiler/fused_subgraph.h):
+// its buffer is the seed, and the emitter computes the kernel's bits from (seed, index), so
+// fusing one changes no value. Like XLA's elemental Rng, this keeps a dropout mask out of
+// memory, and on a device it means no host kernel and no copy of the mask each step.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kiln/attrs.h"
+#include "kiln/dtype.h"
+
+namespace kiln::compiler {
+
+struct Generator {
+  enum class Kind : uint8_t {
+    kBernoulli,  // 1 where the element's top 53 bits, as k / 2^53, are below p; 0 elsewhere
+    kUniform,    // low + (high - low) u in [low, high), u from the top mantissa bits
+  };
+  Kind kind = Kind::kBernoulli;
+  // kBernoulli: the element is 1 when (word >> 11) < threshold (= ceil(p 2^53)).
+  uint64_t threshold = 0;
+  // kUniform: u = (word >> (64 - bits)) * 2^-bits; v = T(low + span u), where span = high - low
+  // in f64; a v that reaches `high` (compared in f64) becomes `below_high`, the largest T below
+  // high (what the kernel's step-down loop ends at).
+  int bits = 0;
+  double low = 0, span = 0, high = 0, below_high = 0;
+
+  // Every field, for kernel cache keys.
+  std::string key() const;
+  bool operator==(const Generator&) const = default;
+};
+
+// The generator computing op `op`'s output of dtype `dtype` with attributes `attrs`, or
+// nullopt with the reason in *why: not a generator op, or a dtype whose kernel rounds in a way
+// the loop does not reproduce (random_uniform in bf16 or f16 rounds an f64 once to 16 bits;
+// random_normal's Box-Muller calls libm's log and cos in f64).
+std::optional<Generator> generator_of(const std::string& op, const Attrs& attrs, DType dtype,
+                                      std::string* why);
+
+// Whether `op` is one the loops may generate (for some dtypes): random_bernoulli and
+// random_uniform.
+bool is_generator_op(const std::string& op);
+
+}  // namespace kiln::compiler
