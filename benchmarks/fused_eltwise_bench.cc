@@ -11,7 +11,8 @@
 // over the output) or the interpreter's three kernels, vs one fused_dot. Ratios use the best of
 // --benchmark_repetitions (with --benchmark_enable_random_interleaving on a busy machine), in
 // wall time and in process CPU time (all threads), which other load on the machine disturbs
-// less.
+// less. Generators: a dropout whose mask is drawn inside its loop vs by random_bernoulli's
+// kernel before it.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -215,6 +216,56 @@ void dense_fused_dot(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(kiln::call_op("fused_dot", {c.x, c.w, c.b}, attrs));
 }
 
+// Dropout, where(bernoulli(seed, 0.8), x * 1.25, 0) over n floats, compiled two ways: the mask
+// drawn by random_bernoulli's kernel and then read by the where-loop (what a compiled program
+// did before random ops became generators, compiler/generator.h), or drawn inside the loop.
+struct DropoutCase {
+  kiln::Graph g{"dropout"};
+  kiln::Tensor x, seed, mask, y_generated, y_masked;
+  kiln::FeedList feeds;
+  explicit DropoutCase(int64_t n) {
+    x = g.placeholder(kiln::f32, {n}, "x");
+    seed = g.placeholder(kiln::i64, {}, "seed");
+    mask = g.placeholder(kiln::bool_, {n}, "mask");
+    kiln::Tensor scaled = x * 1.25f;
+    y_generated = kiln::where(kiln::random_bernoulli_like(x, seed, 0.8), scaled, kiln::zeros_like(x));
+    y_masked = kiln::where(mask, scaled, kiln::zeros_like(x));
+    std::vector<float> v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 997) - 498.0f;
+    feeds = {{x, kiln::Tensor::from_vector(v)}, {seed, kiln::Tensor::scalar(int64_t{42})}};
+  }
+};
+
+void dropout_kernel_mask(benchmark::State& state) {
+  DropoutCase c(state.range(0));
+  kiln::FeedList feeds = c.feeds;
+  feeds.push_back({c.mask, kiln::random_bernoulli_like(feeds[0].second, feeds[1].second, 0.8)});
+  kiln::compiler::Executable e = kiln::compiler::compile(c.g, {c.y_masked}, {feeds[0], feeds[2]});
+  for (auto _ : state) {
+    feeds[2].second = kiln::random_bernoulli_like(feeds[0].second, feeds[1].second, 0.8);
+    benchmark::DoNotOptimize(e.run({feeds[0], feeds[2]}));
+  }
+}
+
+void dropout_generated(benchmark::State& state) {
+  DropoutCase c(state.range(0));
+  kiln::compiler::Executable e = kiln::compiler::compile(c.g, {c.y_generated}, c.feeds);
+  for (auto _ : state) benchmark::DoNotOptimize(e.run(c.feeds));
+}
+
+BENCHMARK(dropout_kernel_mask)
+    ->MeasureProcessCPUTime()
+    ->Arg(256 * 1024)
+    ->Arg(1 << 22)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(dropout_generated)
+    ->MeasureProcessCPUTime()
+    ->Arg(256 * 1024)
+    ->Arg(1 << 22)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
 BENCHMARK(softmax_unfused)
     ->MeasureProcessCPUTime()
     ->Arg(0)
@@ -301,6 +352,16 @@ class RatioReporter : public benchmark::ConsoleReporter {
                     "%.1f us, fused_dot %.1f us: %.2fx and %.2fx (CPU time %.2fx and %.2fx)\n",
                     arg + 1, static_cast<long long>(kIn), static_cast<long long>(kHidden), i * 1e6,
                     l * 1e6, f * 1e6, i / f, l / f, ic / fc, lc / fc);
+    }
+    for (const char* arg : {"/262144", "/4194304"}) {
+      double k = get((std::string("dropout_kernel_mask") + arg).c_str());
+      double gen = get((std::string("dropout_generated") + arg).c_str());
+      double kc = cpu(std::string("dropout_kernel_mask") + arg);
+      double gc = cpu(std::string("dropout_generated") + arg);
+      if (k > 0 && gen > 0 && gc > 0)
+        std::printf("dropout over %s floats: mask by kernel then loop %.1f us, mask generated in "
+                    "the loop %.1f us: %.2fx (CPU time %.2fx)\n",
+                    arg + 1, k * 1e6, gen * 1e6, k / gen, kc / gc);
     }
     double t_fused = get("fused"), t_eager = get("eager"), t_triad = get("triad");
     if (t_fused <= 0 || t_triad <= 0) return;
