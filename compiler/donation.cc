@@ -168,12 +168,15 @@ void plan_donations(Impl& im, const std::vector<int>& def, const std::vector<int
 }
 
 // Whether the run's `handles` are the only references to `t`'s buffer: no other Tensor shares
-// its TensorImpl or storage, and the storage is not a view into memory owned elsewhere.
-bool exclusively_held(const Tensor& t, long handles, int64_t bytes) {
+// its TensorImpl or storage, and the storage is not a view into memory owned elsewhere; and
+// the buffer is in `memory` (null: host memory).
+bool exclusively_held(const Tensor& t, long handles, int64_t bytes,
+                      const detail::DeviceMemory* memory) {
   const auto& impl = t.impl();
   if (impl.use_count() != handles) return false;
   const auto& st = impl->storage;
-  if (!st || st.use_count() != 1 || st->device != Device::cpu()) return false;
+  if (!st || st.use_count() != 1 || st->memory.get() != memory) return false;
+  if (memory == nullptr && st->device != Device::cpu()) return false;
   if (st->owner && st->owner.use_count() != 1) return false;
   return static_cast<int64_t>(st->nbytes) >= bytes;
 }

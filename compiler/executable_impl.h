@@ -206,14 +206,19 @@ void order_donated_reads(std::vector<ScheduleUnit>& work, const CompiledGraph& c
 void resolve_donations(Impl& im, const Graph& graph, const std::vector<Donation>& donations);
 void plan_donations(Impl& im, const std::vector<int>& def, const std::vector<int>& last_use,
                     const std::vector<int>& fetch_count);
-bool exclusively_held(const Tensor& t, long handles, int64_t bytes);
+bool exclusively_held(const Tensor& t, long handles, int64_t bytes,
+                      const detail::DeviceMemory* memory = nullptr);
 Tensor writer_of(const Tensor& buffer, const Impl::Slot& s);
 bool copy_into(const Tensor& buffer, const Tensor& from, int64_t bytes);
 void settle_donated(const Impl& im, const ArenaLease& arena, const std::vector<Tensor>& donated,
                     const Impl::Slot& slot, Tensor& out);
 
-// run_device.cc: one run of a device program (im.device set), donations refused.
-std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, StepProfile* profile);
+// run_device.cc: one run of a device program (im.device set). With `donor`, a donated feed
+// that is this device's tensor, held by nobody else, whose new value the plan writes directly
+// and which is fetched as a device tensor, is written in place; other donations are refused
+// (the fed tensor unchanged).
+std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, FeedList* donor,
+                                     StepProfile* profile);
 
 // run.cc: one run, and what run_device.cc shares with it.
 using ProfileClock = std::chrono::steady_clock;
@@ -224,6 +229,8 @@ void add_thunk_time(const Impl& im, const Thunk& t, double us, StepProfile& prof
 // why there is none) into `outs`.
 void run_node_kernel(const Impl& im, const Thunk& t, const std::vector<Tensor>& ins,
                      std::vector<Tensor>& outs);
+// The slot a feed key binds, or Impl::kNotFed.
+int feed_slot_of(const Impl& im, const Tensor& key);
 // The caller's feeds into `slots`; throws kiln::Error naming a wrong or missing feed.
 void bind_feeds(const Impl& im, const FeedList& feeds, std::vector<Tensor>& slots);
 // A kernel's output that views an arena value other than its own place is copied there (or,

@@ -21,9 +21,6 @@ void settle_kernel_output(const ArenaLease& arena, const Impl::Slot& slot, Tenso
   out = std::move(copy);
 }
 
-namespace {
-
-// The slot a feed key binds, or kNotFed.
 int feed_slot_of(const Impl& im, const Tensor& key) {
   if (key.defined() && key.impl()->graph == im.cg.original_) {
     int node = key.impl()->node;
@@ -31,8 +28,6 @@ int feed_slot_of(const Impl& im, const Tensor& key) {
   }
   return Impl::kNotFed;
 }
-
-}  // namespace
 
 void bind_feeds(const Impl& im, const FeedList& feeds, std::vector<Tensor>& slots) {
   for (const auto& [key, value] : feeds) {
@@ -119,12 +114,8 @@ void add_run(StepProfile& sum, const StepProfile& p) {
 
 std::vector<Tensor> run_impl(const Impl& im, const FeedList& feeds, FeedList* donor) {
   auto steps = [&](StepProfile* profile) {
-    if (!im.device) return run_steps(im, feeds, donor, profile);
-    std::vector<Tensor> result = run_device_steps(im, feeds, profile);
-    // A device program refuses donations: its values live in device memory (the fed buffers
-    // stay the caller's, unchanged).
-    if (donor) im.donations_refused += static_cast<int64_t>(im.aliases.size());
-    return result;
+    return im.device ? run_device_steps(im, feeds, donor, profile)
+                     : run_steps(im, feeds, donor, profile);
   };
   const bool own = im.profiling.load(std::memory_order_relaxed), global = global_profiling();
   if (!own && !global) return steps(nullptr);

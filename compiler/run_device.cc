@@ -162,6 +162,14 @@ class DeviceRun {
     return std::find(names.begin(), names.end(), def->inputs[k]) != names.end();
   }
 
+  // Output slot s (fetched as a device tensor) is computed into `buffer`'s memory, a donated
+  // feed's: the plan writes it only once the feed's old value is dead, or reading it element by
+  // element at the same index.
+  void compute_into(int s, const Tensor& buffer) {
+    if (device_outputs_.empty()) device_outputs_.resize(im_.slots.size());
+    device_outputs_[s] = buffer;
+  }
+
   // A fetched value as a device tensor (CompileOptions::outputs_on_device): an output in the
   // buffer it was computed in (uploaded there when a host thunk computed it), a device tensor
   // fed as itself, any other feed or constant as a copy.
@@ -281,30 +289,85 @@ class DeviceRun {
 
 }  // namespace
 
-std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, StepProfile* profile) {
+std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, FeedList* donor,
+                                     StepProfile* profile) {
+  using Kind = Impl::Alias::Kind;
   ArenaLease arena(im);  // the host's arena: declared first, it outlives every view below
   std::vector<Tensor> slots(im.slots.size());
   bind_feeds(im, feeds, slots);
   for (const auto& [s, value] : im.constants) slots[s] = value;
-  DeviceRun run(im, arena, slots);
-  for (const Thunk& t : im.thunks) {
-    const auto started = profile ? ProfileClock::now() : ProfileClock::time_point{};
-    if (t.on_device != Thunk::OnDevice::kNo) {
-      run.run_on_device(t);
-      if (profile) im.device->synchronize();  // the thunk's own time
-    } else {
-      run.run_on_host(t);  // its downloads count as its time
+
+  // Donated feeds, taken from the caller's list (handed back on an exception). One is written
+  // in place when it is this device's tensor, held by nobody else (the slot and `taken` are
+  // the two handles), and the plan writes the new value straight into it (or the new value is
+  // the fed one) and returns it as a device tensor. Otherwise it is refused: a fed host tensor
+  // is read through its copy on the device, and a new value the plan copies in after the old
+  // value's last read (kCopy) takes a fresh buffer; the caller's entry then keeps its tensor.
+  struct Taken {
+    size_t entry;
+    Tensor value;
+  };
+  std::vector<Taken> taken;
+  std::vector<Tensor> donated;  // per alias: the device buffer it writes this run
+  if (donor && !im.aliases.empty()) {
+    donated.resize(im.aliases.size());
+    for (size_t i = 0; i < donor->size(); ++i) {
+      const int s = feed_slot_of(im, (*donor)[i].first);
+      if (s == Impl::kNotFed || im.alias_of_slot[s] < 0) continue;
+      taken.push_back({i, std::move((*donor)[i].second)});
     }
-    if (profile) add_thunk_time(im, t, us_since(started), *profile);
-    for (int s : t.release) run.release(s);
+    int64_t refused = static_cast<int64_t>(im.aliases.size());
+    for (const Taken& t : taken) {
+      const int s = feed_slot_of(im, (*donor)[t.entry].first);
+      const int a = im.alias_of_slot[s];
+      const Impl::Alias& alias = im.aliases[a];
+      if ((alias.kind != Kind::kDirect && alias.kind != Kind::kSame) || donated[a].defined() ||
+          !im.fetched_on_device[alias.output] || !im.slot_on_device[alias.out_slot] ||
+          !exclusively_held(t.value, 2, im.slots[s].bytes, im.device.get()))
+        continue;
+      donated[a] = t.value;
+      --refused;
+    }
+    im.donations_refused += refused;
   }
+
   std::vector<Tensor> result;
-  result.reserve(im.fetched.size());
-  for (size_t i = 0; i < im.fetched.size(); ++i) {
-    const int s = im.fetched[i];
-    result.push_back(im.fetched_on_device[i] ? run.on_device_result(s) : run.on_host(s));
+  try {
+    DeviceRun run(im, arena, slots);
+    for (size_t a = 0; a < donated.size(); ++a)
+      if (donated[a].defined() && im.aliases[a].kind == Kind::kDirect)
+        run.compute_into(im.aliases[a].out_slot, donated[a]);
+    for (const Thunk& t : im.thunks) {
+      const auto started = profile ? ProfileClock::now() : ProfileClock::time_point{};
+      if (t.on_device != Thunk::OnDevice::kNo) {
+        run.run_on_device(t);
+        if (profile) im.device->synchronize();  // the thunk's own time
+      } else {
+        run.run_on_host(t);  // its downloads count as its time
+      }
+      if (profile) add_thunk_time(im, t, us_since(started), *profile);
+      for (int s : t.release) run.release(s);
+    }
+    result.reserve(im.fetched.size());
+    for (size_t i = 0; i < im.fetched.size(); ++i) {
+      const int s = im.fetched[i];
+      result.push_back(im.fetched_on_device[i] ? run.on_device_result(s) : run.on_host(s));
+    }
+    im.device->synchronize();
+  } catch (...) {
+    slots.clear();
+    for (Taken& t : taken) (*donor)[t.entry].second = std::move(t.value);
+    throw;
   }
-  im.device->synchronize();
+  // A refused donation's tensor goes back to the caller's entry, unchanged.
+  for (Taken& t : taken) {
+    const int a = im.alias_of_slot[feed_slot_of(im, (*donor)[t.entry].first)];
+    if (!donated[a].defined() || donated[a].impl() != t.value.impl())
+      (*donor)[t.entry].second = std::move(t.value);
+  }
+  int64_t in_place = 0;
+  for (const Tensor& d : donated) in_place += d.defined();
+  im.donated_in_place += in_place;
   return result;
 }
 

@@ -611,6 +611,72 @@ TEST(DeviceTensors, ATrainingLoopKeepsItsParametersOnTheDevice) {
 
 // A program keeping its outputs on the device hands a fetched feed back as itself (a device
 // tensor) or as a copy (a host feed), and an output a host op computed uploaded.
+// Donation on the device: the MLP step's parameters and slots, fed as device tensors and
+// donated to their new values, are updated in their own device buffers (the step hands back the
+// same tensors, and no new memory stays allocated); a donation the caller still holds a handle
+// to is refused and leaves that tensor as it was; the values are the CPU program's.
+TEST(DeviceTensors, DonatedDeviceParametersAreUpdatedInPlace) {
+  auto gpu = cpu::emulated_gpu();
+  const int64_t live_at_start = cpu::emulated_gpu_counts().live_allocations;
+  {
+    test_models::MlpStep step = test_models::make_mlp_step(20, 16, 5, 12);
+    constexpr size_t kFirstParam = 5;  // feeds: x, seed, lr, iteration, y, then the state
+    std::vector<Donation> donations;
+    for (size_t i = kFirstParam; i < step.feeds.size(); ++i)
+      donations.push_back({step.feeds[i].first, static_cast<int>(i - kFirstParam + 1)});
+    Executable host = compile(step.graph, step.fetches, step.feeds, donations);
+    Executable dev = compile_for_device(gpu, step.graph, step.fetches, step.feeds, donations,
+                                        /*outputs_on_device=*/true);
+    ASSERT_EQ(dev.memory_stats().num_donated_in_place, static_cast<int>(donations.size()));
+    FeedList host_feeds = step.feeds, dev_feeds = step.feeds;
+    for (size_t i = kFirstParam; i < dev_feeds.size(); ++i)
+      dev_feeds[i].second = detail::to_device(gpu, dev_feeds[i].second);
+    // Kept by the caller: the first parameter's donation is refused and it stays as it was.
+    const Tensor kept = dev_feeds[kFirstParam].second;
+    const Tensor kept_before = kept.to(Device::cpu());
+    for (int run = 0; run < 3; ++run) {
+      SCOPED_TRACE("step " + std::to_string(run));
+      std::vector<const void*> buffers;
+      for (size_t i = kFirstParam; i < dev_feeds.size(); ++i)
+        buffers.push_back(detail::device_pointer(dev_feeds[i].second));
+      std::vector<Tensor> host_out = host.run(host_feeds);
+      const DonationStats stats_before = dev.donation_stats();
+      FeedList lent = dev_feeds;  // the run takes the donated tensors from `lent`
+      for (size_t i = kFirstParam; i < dev_feeds.size(); ++i)
+        if (run > 0 || i != kFirstParam) dev_feeds[i].second = Tensor();
+      const int64_t live_before = cpu::emulated_gpu_counts().live_allocations;
+      std::vector<Tensor> dev_out = dev.run_donating(std::move(lent));
+      const DonationStats stats = dev.donation_stats();
+      const int64_t refused = run == 0 ? 1 : 0;
+      EXPECT_EQ(stats.written_in_place - stats_before.written_in_place,
+                static_cast<int64_t>(donations.size()) - refused);
+      EXPECT_EQ(stats.refused - stats_before.refused, refused);
+      for (size_t i = 1; i < dev_out.size(); ++i) {
+        const bool in_place = run > 0 || i != 1;
+        EXPECT_EQ(detail::device_pointer(dev_out[i]) == buffers[i - 1], in_place)
+            << "parameter " << i - 1;
+      }
+      // What a step leaves allocated: the loss's buffer (the first also keeps the program's
+      // constants on the device, and the refused parameter's new value beside the kept one).
+      if (run > 0) EXPECT_EQ(cpu::emulated_gpu_counts().live_allocations - live_before, 1);
+      for (size_t i = 1; i < dev_out.size(); ++i) {
+        host_feeds[kFirstParam + i - 1].second = host_out[i];
+        dev_feeds[kFirstParam + i - 1].second = dev_out[i];
+      }
+      expect_close({dev_out[0].to(Device::cpu())}, {host_out[0]}, 1e-5);
+    }
+    EXPECT_TRUE(testing::bitwise_equal(kept.to(Device::cpu()), kept_before))
+        << "a refused donation leaves the fed tensor unchanged";
+    std::vector<Tensor> back, want;
+    for (size_t i = kFirstParam; i < dev_feeds.size(); ++i) {
+      back.push_back(dev_feeds[i].second.to(Device::cpu()));
+      want.push_back(host_feeds[i].second);
+    }
+    expect_close(back, want, 1e-5);
+  }
+  EXPECT_EQ(cpu::emulated_gpu_counts().live_allocations, live_at_start);
+}
+
 TEST(DeviceTensors, EveryKindOfFetchedValueComesBackOnTheDevice) {
   auto gpu = cpu::emulated_gpu();
   Graph g{"fetch_kinds"};
@@ -769,7 +835,9 @@ TEST(DeviceTensors, MisuseIsAClearError) {
   }
 }
 
-TEST(DeviceProgram, DonationsAreRefusedAndTheFeedKept) {
+// A host tensor donated to a device program is refused (the program reads a copy of it on the
+// device; device tensors are donated: DeviceTensors.DonatedDeviceParametersAreUpdatedInPlace).
+TEST(DeviceProgram, DonatedHostTensorsAreRefusedAndTheFeedKept) {
   Graph g{"donate"};
   Tensor p = g.placeholder(f32, {8}, "p");
   Tensor next = p * 0.5f + 1.0f;
@@ -978,9 +1046,16 @@ TEST(DeviceProgram, ChildModelsKeepTheirVariablesOnTheDevice) {
   // metric statistics come down (a few KiB here), never the state (about 3 MiB). (In this
   // child the host model's programs run on the emulated GPU too: not counted.)
   const std::vector<double> cpu_loss = on_cpu->fit(x, y, fit).history["loss"];
+  std::vector<const void*> buffers;
+  for (const Variable& v : state)
+    buffers.push_back(detail::device_pointer(detail::VariableAccess::stored(v)));
   const cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
   const std::vector<double> gpu_loss = on_gpu->fit(x, y, fit).history["loss"];
   const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
+  // Each step donates the state to its new values: updated in its own buffers.
+  for (size_t i = 0; i < state.size(); ++i)
+    EXPECT_EQ(detail::device_pointer(detail::VariableAccess::stored(state[i])), buffers[i])
+        << state[i].name() << " moved: not updated in place";
   const int64_t steps = 256 / 32;
   EXPECT_LT((after.upload_bytes - before.upload_bytes) / steps, 64 << 10) << state_bytes;
   EXPECT_LT((after.download_bytes - before.download_bytes) / steps, 64 << 10) << state_bytes;
@@ -1036,6 +1111,7 @@ TEST(DeviceProgram, ChildFunctionsKeepTheirVariablesOnTheDevice) {
   Tensor want = start;
   std::vector<Tensor> results;
   const int64_t bytes = static_cast<int64_t>(start.nbytes());
+  const void* buffer = nullptr;
   for (int call = 0; call < 4; ++call) {
     SCOPED_TRACE("call " + std::to_string(call));
     const cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
@@ -1043,6 +1119,10 @@ TEST(DeviceProgram, ChildFunctionsKeepTheirVariablesOnTheDevice) {
     const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
     EXPECT_EQ(got.device(), Device::cpu());
     EXPECT_EQ(w.device(), Device::cuda(0));
+    // The first call moves w up; the later ones update it in that buffer (donated).
+    const void* now = detail::device_pointer(detail::VariableAccess::stored(w));
+    if (call > 0) EXPECT_EQ(now, buffer) << "w moved: not updated in place";
+    buffer = now;
     if (call > 0) EXPECT_LT(after.upload_bytes - before.upload_bytes, bytes / 4);
     EXPECT_LT(after.download_bytes - before.download_bytes, bytes / 4);
     expect_close({got}, {sum(matmul(x, want))}, 1e-5);
