@@ -110,6 +110,35 @@ Executable compile_on(const std::shared_ptr<const DeviceBackend>& device, const 
                 : compile(g, fetches, feeds, {}, CompileOptions{Device::cuda(0)});
 }
 
+// The random ops generated in device loops (compiler/generator.h) give the CPU kernels' bits on
+// `device` (cuda:0 when null): Philox is integer arithmetic, and the uniform's f64 multiply and
+// add stay apart in PTX.
+void check_random_ops(const std::shared_ptr<const DeviceBackend>& device) {
+  Graph g{"random_on_device"};
+  Tensor seed = g.placeholder(i64, {}, "seed");
+  Tensor x = g.placeholder(f32, {300, 257}, "x");
+  std::vector<Tensor> fetches = {
+      random_bernoulli({300, 257}, seed, 0.3, bool_),
+      random_bernoulli({300, 257}, seed, 0.6, bf16),
+      random_uniform({300, 257}, seed, -2, 3, f32),
+      random_uniform({300, 257}, seed, 1, 1 + 4 * std::numeric_limits<double>::epsilon(), f64),
+      sum(where(random_bernoulli_like(x, seed, 0.8), x * 1.25f, zeros_like(x)), {1})};
+  for (int64_t s : {int64_t{0}, int64_t{-1}, int64_t{0x123456789abcdef}}) {
+    FeedList feeds = {{seed, Tensor::scalar(s)}, {x, test_models::random_tensor({300, 257}, 9)}};
+    Executable host = compile(g, fetches, feeds);
+    Executable dev = compile_on(device, g, fetches, feeds);
+    for (const std::string& d : dev.thunk_descriptions())
+      EXPECT_THAT(d, ::testing::Not(HasSubstr("kernel random"))) << "drawn on the host";
+    std::vector<Tensor> want = host.run(feeds), got = dev.run(feeds);
+    for (size_t i = 0; i + 1 < got.size(); ++i)
+      EXPECT_TRUE(testing::bitwise_equal(got[i], want[i])) << "seed " << s << ", output " << i;
+    // The row sums: a device's loop may add in another order.
+    expect_close({got.back()}, {want.back()}, 1e-5);
+  }
+}
+
+TEST(DeviceProgram, RandomOpsOnTheDeviceHaveTheCpusBits) { check_random_ops(cpu::emulated_gpu()); }
+
 // The four operand layouts of a dot (which of its last two axes each operand contracts), with
 // no batch axes and with two leading ones, become the device dot's transposes, batch count and
 // m, n, k: each gives the CPU program's result. On the emulated GPU, bit for bit; on cuda:0
@@ -1144,6 +1173,12 @@ TEST(DeviceProgramGpu, TheMlpTrainingStepOnCuda0MatchesTheCpu) {
   // cuBLASLt sums in another order than the CPU's gemm: close, not equal.
   expect_close(dev.run(step.feeds), host.run(step.feeds), 1e-4);
   expect_close(dev.run(step.feeds), host.run(step.feeds), 1e-4);
+}
+
+TEST(DeviceProgramGpu, RandomOpsOnCuda0HaveTheCpusBits) {
+  std::string why;
+  if (runtime::cuda::driver(&why) == nullptr) GTEST_SKIP() << "no GPU: " << why;
+  check_random_ops(nullptr);
 }
 
 TEST(DeviceProgramGpu, EveryDotLayoutMatchesTheCpuFromAFreshThread) {
