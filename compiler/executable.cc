@@ -25,6 +25,7 @@
 #include "compiler/lowering.h"
 #include "compiler/pipeline.h"
 #include "compiler/schedule.h"
+#include "compiler/split_reduction.h"
 #include "ops/control_flow.h"
 #include "runtime/execute.h"
 #include "runtime/feeds.h"
@@ -375,14 +376,14 @@ Executable compile_impl(const std::shared_ptr<const DeviceBackend>& device, cons
   std::vector<cpu::FusedKernel> compiled;
   std::vector<std::shared_ptr<const DeviceKernel>> device_kernels;
   if (device)
-    device_kernels = device->compile(subgraphs, &errors);
+    device_kernels = compile_device_kernels(device, subgraphs, &errors);
   else
     compiled = cached_kernels(subgraphs, &errors);
   if (!device && std::getenv("KILN_PTX_DIR") != nullptr) {
     std::vector<FusedSubgraph> ok;
     for (size_t k = 0; k < subgraphs.size(); ++k)
       if (errors[k].empty()) ok.push_back(subgraphs[k]);
-    write_ptx_for_checking(ok);
+    write_ptx_for_checking(expand_split_reductions(ok));  // what a device compiles
   }
   for (size_t k = 0; k < lowered_groups.size(); ++k) {
     const int gi = lowered_groups[k];

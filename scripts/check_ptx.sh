@@ -8,7 +8,7 @@
 # libdevice.
 set -u
 build=${1:?usage: check_ptx.sh BUILD_DIR [GTEST_FILTER]}
-filter=${2:-'Shard/CompiledRandomGraphs.MatchTheInterpreter/0:Shard/CompiledRandomKernelOpGraphs.MatchTheInterpreter/0:Shard/CompiledRandomGradients.MatchTheInterpreter/0:Fusion*:IndexMapFusion*:NarrowFusion*:MlpStep*:Executable*:Generators*'}
+filter=${2:-'Shard/CompiledRandomGraphs.MatchTheInterpreter/0:Shard/CompiledRandomKernelOpGraphs.MatchTheInterpreter/0:Shard/CompiledRandomGradients.MatchTheInterpreter/0:Fusion*:IndexMapFusion*:NarrowFusion*:MlpStep*:Executable*:Generators*:SplitReductions*'}
 ptxas=${KILN_PTXAS:-${CUDA_HOME:-/usr/local/cuda}/bin/ptxas}
 if [ ! -x "$ptxas" ]; then
   echo "SKIP: no ptxas at $ptxas (the CUDA toolkit): PTX not checked"
