@@ -127,6 +127,8 @@ class DeviceBackend : public detail::DeviceMemory {
   // on the host.
   void upload(void* device, const void* host, int64_t bytes) const override = 0;
   void download(void* host, const void* device, int64_t bytes) const override = 0;
+  // A copy within the device's memory, ordered like a kernel (queued after what came before).
+  virtual void copy(void* dst, const void* src, int64_t bytes) const = 0;
 
   // One kernel per subgraph, compiled together; a subgraph the device cannot compile gets a
   // null kernel and its reason in (*errors)[i] (its nodes then run on the host).

@@ -426,7 +426,11 @@ Executable compile_impl(const std::shared_ptr<const DeviceBackend>& device, cons
     for (const ValueRef& in : node.inputs) t.inputs.push_back(in);
     std::vector<TensorType> in_types;
     for (const ValueRef& in : node.inputs) in_types.push_back(im.types[in.node][in.output]);
-    if (ops::is_control_flow(node.op)) {
+    if (ops::is_control_flow(node.op) && device) {
+      // Its sub-graphs compiled for the device, its values kept there.
+      t.control = device_control_flow(device, node, in_types, im.types[id], &t.description);
+      t.on_device = Thunk::OnDevice::kControlFlow;
+    } else if (ops::is_control_flow(node.op)) {
       t.kernel = control_flow_kernel(node, in_types, im.control_flow_kernels, &t.description);
     } else if (device && device_dot(*device, node, in_types, t)) {
       t.on_device = Thunk::OnDevice::kDot;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "compiler/device_backend.h"
+#include "compiler/device_control_flow.h"
 #include "compiler/executable.h"
 #include "compiler/fused_subgraph.h"
 #include "compiler/schedule.h"
@@ -65,8 +66,10 @@ struct Executable::Impl {
     // What of a device program runs on the device: its fused loops, and the dots and
     // convolutions the device takes (their pointers, and the convolution's scratch, are filled
     // per run).
-    enum class OnDevice : uint8_t { kNo, kFused, kDot, kConv, kPool };
+    enum class OnDevice : uint8_t { kNo, kFused, kDot, kConv, kPool, kControlFlow };
     OnDevice on_device = OnDevice::kNo;
+    // kControlFlow: the node's loops over device tensors (compiler/device_control_flow.h).
+    std::shared_ptr<const DeviceControlFlow> control;
     DeviceDot dot;
     DeviceConv conv;
     DevicePool pool;

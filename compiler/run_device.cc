@@ -124,6 +124,20 @@ class DeviceRun {
         device_.pool(pool);
         break;
       }
+      case Thunk::OnDevice::kControlFlow: {
+        // Its inputs as views of their buffers here, its results copied into the outputs'.
+        std::vector<Tensor> args;
+        for (size_t k = 0; k < t.in.size(); ++k) {
+          const TensorType& type = im_.slots[t.in[k]].type;
+          args.push_back(detail::device_view(im_.device, ins_[k], type.dtype, type.shape));
+        }
+        std::vector<Tensor> results = t.control->run(args);
+        for (size_t k = 0; k < t.out.size(); ++k) {
+          const int64_t bytes = im_.slots[t.out[k]].bytes;
+          if (bytes > 0) device_.copy(outs_[k], detail::device_pointer(results.at(k)), bytes);
+        }
+        break;
+      }
       case Thunk::OnDevice::kNo:
         break;
     }

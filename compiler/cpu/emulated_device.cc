@@ -20,6 +20,7 @@ constexpr size_t kAlign = 256;  // as cudaMalloc's
 
 struct Counters {
   std::atomic<int64_t> uploads{0}, downloads{0}, upload_bytes{0}, download_bytes{0};
+  std::atomic<int64_t> copies{0}, copy_bytes{0};
   std::atomic<int64_t> launches{0}, dots{0}, convs{0}, pools{0}, live{0};
 };
 
@@ -108,6 +109,11 @@ class EmulatedGpu final : public DeviceBackend {
     std::memcpy(host, device, static_cast<size_t>(bytes));
     counters().downloads++;
     counters().download_bytes += bytes;
+  }
+  void copy(void* dst, const void* src, int64_t bytes) const override {
+    std::memcpy(dst, src, static_cast<size_t>(bytes));
+    counters().copies++;
+    counters().copy_bytes += bytes;
   }
 
   std::vector<std::shared_ptr<const DeviceKernel>> compile(
@@ -251,8 +257,19 @@ std::shared_ptr<const DeviceBackend> emulated_gpu() {
 
 EmulatedGpuCounts emulated_gpu_counts() {
   const Counters& c = counters();
-  return {c.uploads.load(), c.downloads.load(), c.upload_bytes.load(), c.download_bytes.load(),
-          c.launches.load(), c.dots.load(), c.convs.load(), c.pools.load(), c.live.load()};
+  EmulatedGpuCounts out;
+  out.uploads = c.uploads.load();
+  out.downloads = c.downloads.load();
+  out.upload_bytes = c.upload_bytes.load();
+  out.download_bytes = c.download_bytes.load();
+  out.copies = c.copies.load();
+  out.copy_bytes = c.copy_bytes.load();
+  out.launches = c.launches.load();
+  out.dots = c.dots.load();
+  out.convs = c.convs.load();
+  out.pools = c.pools.load();
+  out.live_allocations = c.live.load();
+  return out;
 }
 
 }  // namespace kiln::compiler::cpu

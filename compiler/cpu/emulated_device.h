@@ -21,6 +21,7 @@ std::shared_ptr<const DeviceBackend> emulated_gpu();
 struct EmulatedGpuCounts {
   int64_t uploads = 0, downloads = 0;   // copies with bytes
   int64_t upload_bytes = 0, download_bytes = 0;
+  int64_t copies = 0, copy_bytes = 0;   // within the device's memory
   int64_t launches = 0, dots = 0, convs = 0, pools = 0;
   int64_t live_allocations = 0;         // allocated and not yet freed
 };

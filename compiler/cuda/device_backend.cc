@@ -83,6 +83,15 @@ class CudaGpu final : public DeviceBackend {
         d.cuMemcpyDtoH(host, reinterpret_cast<runtime::cuda::CUdeviceptr>(device), bytes),
         "cuda:0: copy from the device");
   }
+  void copy(void* dst, const void* src, int64_t bytes) const override {
+    if (bytes <= 0) return;
+    const runtime::cuda::Driver& d = need_driver("cuda:0: copy within the device");
+    runtime::cuda::check(d,
+                         d.cuMemcpyDtoD(reinterpret_cast<runtime::cuda::CUdeviceptr>(dst),
+                                        reinterpret_cast<runtime::cuda::CUdeviceptr>(src),
+                                        static_cast<size_t>(bytes)),
+                         "cuda:0: copy within the device");
+  }
 
   std::vector<std::shared_ptr<const DeviceKernel>> compile(
       const std::vector<FusedSubgraph>& subgraphs,

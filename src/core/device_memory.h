@@ -38,6 +38,10 @@ std::shared_ptr<const DeviceMemory> device_memory(const Device& device);
 Tensor device_tensor(std::shared_ptr<const DeviceMemory> memory, void* p, DType dtype,
                      Shape shape);
 
+// A device tensor over `p` in `memory` that memory owned elsewhere keeps alive (not freed with
+// it; never donated to a program).
+Tensor device_view(std::shared_ptr<const DeviceMemory> memory, void* p, DType dtype, Shape shape);
+
 // Where a device tensor's bytes are on its device (t.device() is not the host).
 void* device_pointer(const Tensor& t);
 

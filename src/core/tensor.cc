@@ -175,6 +175,21 @@ Tensor device_tensor(std::shared_ptr<const DeviceMemory> memory, void* p, DType 
   return Tensor(std::move(impl));
 }
 
+Tensor device_view(std::shared_ptr<const DeviceMemory> memory, void* p, DType dtype,
+                   Shape shape) {
+  auto impl = make_pooled<TensorImpl>();
+  impl->dtype = dtype;
+  const size_t bytes = static_cast<size_t>(num_elements(shape)) * dtype_size(dtype);
+  impl->shape = std::move(shape);
+  // An owner that owns nothing (aliasing an empty pointer): nothing is freed, and a program
+  // never takes the buffer as a donation (its owner is not held once).
+  std::shared_ptr<void> none(std::shared_ptr<void>(), p);
+  impl->storage = make_pooled<Storage>(std::move(none), p, bytes);
+  impl->storage->device = memory->device();
+  impl->storage->memory = std::move(memory);
+  return Tensor(std::move(impl));
+}
+
 Tensor to_device(const std::shared_ptr<const DeviceMemory>& memory, const Tensor& host) {
   const void* src = host.raw_data();  // a host tensor's bytes (throws for any other)
   const int64_t bytes = static_cast<int64_t>(host.nbytes());

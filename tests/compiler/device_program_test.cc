@@ -18,6 +18,7 @@
 #include "compiler/cpu/emulated_device.h"
 #include "compiler/device_backend.h"
 #include "compiler/executable.h"
+#include "kiln/control_flow.h"
 #include "kiln/data/dataset.h"
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
@@ -101,6 +102,107 @@ TEST(DeviceProgram, LoopsAndDotsRunOnTheDeviceAndMatchTheCpu) {
   }
   EXPECT_EQ(cpu::emulated_gpu_counts().live_allocations, live_at_start)
       << "the executable frees its constants";
+}
+
+// ---- control flow on the device (compiler/device_control_flow.h) ----
+
+// An RNN over 12 steps as a scan: its body runs on the device, the carry and the ys stay
+// there (each step's row copied into place within the device); a run copies up its feeds and
+// down its fetches, nothing per step. The same in reverse, and over no steps.
+TEST(DeviceControlFlow, AScanKeepsItsCarryAndItsOutputsOnTheDevice) {
+  auto gpu = cpu::emulated_gpu();
+  for (bool reverse : {false, true}) {
+    SCOPED_TRACE(reverse ? "reverse" : "forward");
+    Graph g{"rnn"};
+    Tensor h0 = g.placeholder(f32, {4, 16}, "h0");
+    Tensor xs = g.placeholder(f32, {12, 4, 8}, "xs");
+    Tensor w = g.placeholder(f32, {8, 16}, "w");
+    Tensor u = g.placeholder(f32, {16, 16}, "u");
+    ScanResult r = scan(
+        [&](const std::vector<Tensor>& carry, const std::vector<Tensor>& x) {
+          Tensor h = tanh(matmul(x[0], w) + matmul(carry[0], u));
+          return std::make_pair(std::vector<Tensor>{h}, std::vector<Tensor>{h * 2.0f});
+        },
+        {h0}, {xs}, ScanOptions{.reverse = reverse});
+    FeedList feeds = {{h0, test_models::random_tensor({4, 16}, 1)},
+                      {xs, test_models::random_tensor({12, 4, 8}, 2)},
+                      {w, test_models::random_tensor({8, 16}, 3) * 0.3f},
+                      {u, test_models::random_tensor({16, 16}, 4) * 0.3f}};
+    const std::vector<Tensor> fetches = {r.carry[0], r.ys[0]};
+    Executable host = compile(g, fetches, feeds);
+    Executable dev = compile_for_device(gpu, g, fetches, feeds);
+    EXPECT_THAT(::testing::PrintToString(dev.thunk_descriptions()),
+                HasSubstr("scan(length 12, body:"));
+    EXPECT_THAT(::testing::PrintToString(dev.thunk_descriptions()), HasSubstr("on emulated-gpu"));
+    dev.run(feeds);  // the first run also copies the programs' constants up
+    const cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
+    std::vector<Tensor> got = dev.run(feeds);
+    const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
+    expect_close(got, host.run(feeds), 1e-5);
+    int64_t fed = 0;
+    for (const auto& [k, v] : feeds) fed += static_cast<int64_t>(v.nbytes());
+    EXPECT_EQ(after.upload_bytes - before.upload_bytes, fed) << "nothing goes up per step";
+    EXPECT_EQ(after.download_bytes - before.download_bytes, bytes_of(got));
+    // 12 rows of ys, then the carry and the ys into the program's outputs.
+    EXPECT_EQ(after.copies - before.copies, 12 + 2);
+  }
+  Graph g{"empty_scan"};
+  Tensor c0 = g.placeholder(f32, {3}, "c0");
+  ScanResult r = scan(
+      [](const std::vector<Tensor>& carry, const std::vector<Tensor>&) {
+        return std::make_pair(std::vector<Tensor>{carry[0] + 1.0f}, std::vector<Tensor>{carry[0]});
+      },
+      {c0}, {}, ScanOptions{.length = 0});
+  FeedList feeds = {{c0, test_models::random_tensor({3}, 5)}};
+  Executable dev = compile_for_device(gpu, g, {r.carry[0], r.ys[0]}, feeds);
+  std::vector<Tensor> got = dev.run(feeds);
+  expect_close({got[0]}, {feeds[0].second}, 0);
+  EXPECT_EQ(got[1].shape(), (Shape{0, 3}));
+}
+
+// A while loop's body runs on the device; only its predicate comes down, one byte a test.
+TEST(DeviceControlFlow, AWhileLoopBringsDownOnlyItsPredicate) {
+  auto gpu = cpu::emulated_gpu();
+  Graph g{"halve"};
+  Tensor x0 = g.placeholder(f32, {256}, "x0");
+  Tensor limit = g.placeholder(f32, {}, "limit");
+  std::vector<Tensor> out = while_loop(
+      [&](const std::vector<Tensor>& v) { return sum(v[0] * v[0], {0}) > limit; },
+      [](const std::vector<Tensor>& v) { return std::vector<Tensor>{v[0] * 0.5f, v[1] + 1.0f}; },
+      {x0, g.constant(Tensor::scalar(0.0f))});
+  FeedList feeds = {{x0, test_models::random_tensor({256}, 6) * 10.0f},
+                    {limit, Tensor::scalar(1.0f)}};
+  Executable host = compile(g, out, feeds);
+  Executable dev = compile_for_device(gpu, g, out, feeds);
+  EXPECT_THAT(::testing::PrintToString(dev.thunk_descriptions()), HasSubstr("while(cond:"));
+  dev.run(feeds);
+  const cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
+  std::vector<Tensor> got = dev.run(feeds);
+  const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
+  std::vector<Tensor> want = host.run(feeds);
+  expect_close(got, want, 1e-6);
+  const int64_t iterations = static_cast<int64_t>(want[1].item<float>());
+  ASSERT_GT(iterations, 3);
+  EXPECT_EQ(after.downloads - before.downloads, (iterations + 1) + 2)
+      << "a predicate per test, then the two results";
+}
+
+// A cond's branch runs on the device, chosen by its predicate.
+TEST(DeviceControlFlow, ACondRunsTheChosenBranchOnTheDevice) {
+  auto gpu = cpu::emulated_gpu();
+  Graph g{"branch"};
+  Tensor p = g.placeholder(bool_, {}, "p");
+  Tensor x = g.placeholder(f32, {64}, "x");
+  std::vector<Tensor> out = cond(
+      p, [](const std::vector<Tensor>& v) { return std::vector<Tensor>{exp(v[0])}; },
+      [](const std::vector<Tensor>& v) { return std::vector<Tensor>{v[0] * 3.0f}; }, {x});
+  for (bool pred : {true, false}) {
+    FeedList feeds = {{p, Tensor::scalar(pred)}, {x, test_models::random_tensor({64}, 7)}};
+    Executable host = compile(g, out, feeds);
+    Executable dev = compile_for_device(gpu, g, out, feeds);
+    EXPECT_THAT(::testing::PrintToString(dev.thunk_descriptions()), HasSubstr("on emulated-gpu"));
+    expect_close(dev.run(feeds), host.run(feeds), 1e-6);
+  }
 }
 
 // ---- split reductions (compiler/split_reduction.h) ----
