@@ -1164,7 +1164,9 @@ TEST(DeviceProgram, RandomGraphsOnTheEmulatedGpuMatchTheInterpreter) {
       "Model.FitOnADatasetMatchesFitOnTheSameTensors:"
       "DeviceProgram.ChildCompilesForTheEmulatedGpu:"
       "DeviceProgram.ChildModelsKeepTheirVariablesOnTheDevice:"
-      "DeviceProgram.ChildFunctionsKeepTheirVariablesOnTheDevice";
+      "DeviceProgram.ChildFunctionsKeepTheirVariablesOnTheDevice:"
+      "DeviceProgram.ChildRecurrentModelsTrainOnTheDevice:"
+      "RandomControlFlow.CompiledBodiesMatchTheInterpreter";
   const std::map<std::string, std::string> env = {{"KILN_RANDOM_GRAPHS_PER_SHARD", "40"},
                                                   {"GTEST_TOTAL_SHARDS", "1"},
                                                   {"GTEST_SHARD_INDEX", "0"},
@@ -1180,7 +1182,9 @@ TEST(DeviceProgram, RandomGraphsOnTheEmulatedGpuMatchTheInterpreter) {
                            "Model.FitOnADatasetMatchesFitOnTheSameTensors",
                            "DeviceProgram.ChildCompilesForTheEmulatedGpu",
                            "DeviceProgram.ChildModelsKeepTheirVariablesOnTheDevice",
-                           "DeviceProgram.ChildFunctionsKeepTheirVariablesOnTheDevice"})
+                           "DeviceProgram.ChildFunctionsKeepTheirVariablesOnTheDevice",
+                           "DeviceProgram.ChildRecurrentModelsTrainOnTheDevice",
+                           "RandomControlFlow.CompiledBodiesMatchTheInterpreter"})
     EXPECT_THAT(r.output, HasSubstr(std::string("[       OK ] ") + test));
 }
 
@@ -1309,6 +1313,43 @@ TEST(DeviceProgram, ChildModelsKeepTheirVariablesOnTheDevice) {
                   {.device = Device::cpu()});
   on_gpu->fit(x, y, fit);
   for (const Variable& v : on_gpu->weights()) EXPECT_EQ(v.device(), Device::cpu()) << v.name();
+}
+
+// Run by the test above in its child: an LSTM trains on cuda:0 (the emulated GPU there) as on
+// the host, its scans (forward and the gradient's) running on the device: a step copies up its
+// batch and down its losses and metric statistics, not the scans' inputs and outputs.
+TEST(DeviceProgram, ChildRecurrentModelsTrainOnTheDevice) {
+  if (std::getenv("KILN_TEST_ONLY_DEVICE") == nullptr)
+    GTEST_SKIP() << "only in RandomGraphsOnTheEmulatedGpuMatchTheInterpreter's child";
+  const int64_t n = 128, steps = 10, features = 6;
+  Tensor x = test_models::random_tensor({n, steps, features}, 21);
+  std::vector<float> labels(n);
+  const std::vector<float> xv = x.to_vector<float>();
+  for (int64_t i = 0; i < n; ++i) labels[i] = xv[(i * steps + steps - 1) * features] > 0 ? 1 : 0;
+  Tensor y = Tensor::from_vector(labels, {n});
+  auto make = [](Device device) {
+    auto m = std::make_unique<nn::Sequential>(
+        std::vector<nn::LayerRef>{nn::LSTM(32), nn::Dense(2)});
+    m->set_seed(5);
+    m->compile(optim::Adam(0.01), nn::SparseCategoricalCrossentropy(true), {"accuracy"},
+               {.device = device});
+    return m;
+  };
+  auto on_cpu = make(Device::cpu()), on_gpu = make(Device::cuda(0));
+  const nn::FitOptions fit{.epochs = 1, .batch_size = 32, .seed = 1, .verbose = 0};
+  on_cpu->fit(x, y, fit);
+  on_gpu->fit(x, y, fit);  // compiles, and moves the variables up
+  const std::vector<double> cpu_loss = on_cpu->fit(x, y, fit).history["loss"];
+  const cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
+  const std::vector<double> gpu_loss = on_gpu->fit(x, y, fit).history["loss"];
+  const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
+  EXPECT_NEAR(gpu_loss.at(0), cpu_loss.at(0), 1e-4 * (1 + cpu_loss.at(0)));
+  // A batch is 32 x 10 x 6 floats (7.5 KiB); the scans' xs and ys would be 32 x 10 x 128
+  // floats each way.
+  const int64_t per_step = (after.download_bytes - before.download_bytes) / (n / 32);
+  EXPECT_LT(per_step, 1024) << "the scans' values come down";
+  EXPECT_LT((after.upload_bytes - before.upload_bytes) / (n / 32), 16 << 10);
+  EXPECT_GT(after.copies, before.copies) << "the ys are filled within the device";
 }
 
 // Run by the test above in its child: a kiln::function on cuda:0 (the emulated GPU there) keeps
