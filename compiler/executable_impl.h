@@ -217,9 +217,9 @@ void settle_donated(const Impl& im, const ArenaLease& arena, const std::vector<T
                     const Impl::Slot& slot, Tensor& out);
 
 // run_device.cc: one run of a device program (im.device set). With `donor`, a donated feed
-// that is this device's tensor, held by nobody else, whose new value the plan writes directly
-// and which is fetched as a device tensor, is written in place; other donations are refused
-// (the fed tensor unchanged).
+// that is this device's tensor, held by nobody else, whose new value is fetched as a device
+// tensor, is written in place or copied into; other donations are refused (the fed tensor
+// unchanged).
 std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, FeedList* donor,
                                      StepProfile* profile);
 

@@ -184,6 +184,15 @@ class DeviceRun {
     device_outputs_[s] = buffer;
   }
 
+  // Output slot s (fetched as a device tensor), computed, is copied into `buffer`, a donated
+  // feed's, after the feed's last reader; the result is then that buffer.
+  void copy_into(int s, const Tensor& buffer) {
+    void* src = on_device(s);
+    const int64_t bytes = im_.slots[s].bytes;
+    if (bytes > 0) device_.copy(detail::device_pointer(buffer), src, bytes);
+    device_outputs_[s] = buffer;  // the buffer it was computed in is freed
+  }
+
   // A fetched value as a device tensor (CompileOptions::outputs_on_device): an output in the
   // buffer it was computed in (uploaded there when a host thunk computed it), a device tensor
   // fed as itself, any other feed or constant as a copy.
@@ -314,9 +323,9 @@ std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, Feed
   // Donated feeds, taken from the caller's list (handed back on an exception). One is written
   // in place when it is this device's tensor, held by nobody else (the slot and `taken` are
   // the two handles), and the plan writes the new value straight into it (or the new value is
-  // the fed one) and returns it as a device tensor. Otherwise it is refused: a fed host tensor
-  // is read through its copy on the device, and a new value the plan copies in after the old
-  // value's last read (kCopy) takes a fresh buffer; the caller's entry then keeps its tensor.
+  // the fed one), or copies it in after the old value's last read, and returns it as a device
+  // tensor. Otherwise it is refused (a fed host tensor is read through its copy on the device)
+  // and the caller's entry keeps its tensor.
   struct Taken {
     size_t entry;
     Tensor value;
@@ -335,7 +344,7 @@ std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, Feed
       const int s = feed_slot_of(im, (*donor)[t.entry].first);
       const int a = im.alias_of_slot[s];
       const Impl::Alias& alias = im.aliases[a];
-      if ((alias.kind != Kind::kDirect && alias.kind != Kind::kSame) || donated[a].defined() ||
+      if (alias.kind == Kind::kNever || donated[a].defined() ||
           !im.fetched_on_device[alias.output] || !im.slot_on_device[alias.out_slot] ||
           !exclusively_held(t.value, 2, im.slots[s].bytes, im.device.get()))
         continue;
@@ -360,6 +369,9 @@ std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, Feed
         run.run_on_host(t);  // its downloads count as its time
       }
       if (profile) add_thunk_time(im, t, us_since(started), *profile);
+      for (int a : t.copies_after)
+        if (!donated.empty() && donated[a].defined())
+          run.copy_into(im.aliases[a].out_slot, donated[a]);
       for (int s : t.release) run.release(s);
     }
     result.reserve(im.fetched.size());
@@ -379,9 +391,11 @@ std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, Feed
     if (!donated[a].defined() || donated[a].impl() != t.value.impl())
       (*donor)[t.entry].second = std::move(t.value);
   }
-  int64_t in_place = 0;
-  for (const Tensor& d : donated) in_place += d.defined();
+  int64_t in_place = 0, copied = 0;
+  for (size_t a = 0; a < donated.size(); ++a)
+    if (donated[a].defined()) (im.aliases[a].kind == Kind::kCopy ? copied : in_place) += 1;
   im.donated_in_place += in_place;
+  im.donated_copied += copied;
   return result;
 }
 

@@ -896,6 +896,31 @@ TEST(DeviceTensors, DonatedDeviceParametersAreUpdatedInPlace) {
   EXPECT_EQ(cpu::emulated_gpu_counts().live_allocations, live_at_start);
 }
 
+// A donation whose old value is read after the new one is computed (q = p . 2p, a dot, reads p
+// last) is copied into the fed buffer within the device after that read.
+TEST(DeviceTensors, ADonationReadAfterItsNewValueIsCopiedInWithinTheDevice) {
+  auto gpu = cpu::emulated_gpu();
+  Graph g{"copied_donation"};
+  Tensor p = g.placeholder(f32, {10, 10}, "p");
+  Tensor next = p * 2.0f;
+  Tensor q = matmul(p, next);
+  const Tensor start = test_models::random_tensor({10, 10}, 8);
+  Executable dev = compile_for_device(gpu, g, {next, q}, {{p, start}}, {Donation{p, 0}},
+                                      /*outputs_on_device=*/true);
+  ASSERT_EQ(dev.memory_stats().num_donated_copied, 1) << "the plan copies it in";
+  Tensor fed = detail::to_device(gpu, start);
+  const void* buffer = detail::device_pointer(fed);
+  FeedList feeds = {{p, std::move(fed)}};
+  const cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
+  std::vector<Tensor> got = dev.run_donating(std::move(feeds));
+  const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
+  EXPECT_EQ(detail::device_pointer(got[0]), buffer) << "the new value is in the fed buffer";
+  EXPECT_EQ(dev.donation_stats().copied, 1);
+  EXPECT_EQ(after.copies - before.copies, 1);
+  expect_close({got[0].to(Device::cpu()), got[1].to(Device::cpu())},
+               {start * 2.0f, matmul(start, start * 2.0f)}, 1e-5);
+}
+
 TEST(DeviceTensors, EveryKindOfFetchedValueComesBackOnTheDevice) {
   auto gpu = cpu::emulated_gpu();
   Graph g{"fetch_kinds"};
