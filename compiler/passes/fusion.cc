@@ -157,11 +157,7 @@ class Planner {
       note(node_label(nodes_, id) + ": " + d.reason());
       return;
     }
-    members_.push_back({id});
-    shape_of_.push_back(types_[id][0].shape);
-    reduces_.push_back(0);
-    axes_of_.emplace_back();
-    plan_.group_of[id] = static_cast<int>(members_.size()) - 1;
+    start_group_of(id);
   }
 
   // A generator starts a group of its own whose loop computes its elements (from the seed, its
@@ -171,6 +167,11 @@ class Planner {
       note(node_label(nodes_, id) + ": " + d.reason());
       return;
     }
+    start_group_of(id);
+  }
+
+  // A group of `id` alone, iterating over its output's shape.
+  void start_group_of(int id) {
     members_.push_back({id});
     shape_of_.push_back(types_[id][0].shape);
     reduces_.push_back(0);

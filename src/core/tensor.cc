@@ -157,37 +157,40 @@ Tensor Tensor::to(const Device& device) const {
 
 namespace detail {
 
-Tensor device_tensor(std::shared_ptr<const DeviceMemory> memory, void* p, DType dtype,
-                     Shape shape) {
+namespace {
+
+// A tensor of `dtype` and `shape` over `p` in `memory`, its storage kept by `owner`.
+Tensor over_device_memory(std::shared_ptr<const DeviceMemory> memory, void* p, DType dtype,
+                          Shape shape, std::shared_ptr<void> owner) {
   auto impl = make_pooled<TensorImpl>();
   impl->dtype = dtype;
   const size_t bytes = static_cast<size_t>(num_elements(shape)) * dtype_size(dtype);
   impl->shape = std::move(shape);
-  std::shared_ptr<void> owner(p, [memory](void* q) {
-    try {
-      memory->deallocate(q);
-    } catch (...) {  // a device gone at exit: nothing more to free
-    }
-  });
   impl->storage = make_pooled<Storage>(std::move(owner), p, bytes);
   impl->storage->device = memory->device();
   impl->storage->memory = std::move(memory);
   return Tensor(std::move(impl));
 }
 
+}  // namespace
+
+Tensor device_tensor(std::shared_ptr<const DeviceMemory> memory, void* p, DType dtype,
+                     Shape shape) {
+  std::shared_ptr<void> owner(p, [memory](void* q) {
+    try {
+      memory->deallocate(q);
+    } catch (...) {  // a device gone at exit: nothing more to free
+    }
+  });
+  return over_device_memory(std::move(memory), p, dtype, std::move(shape), std::move(owner));
+}
+
 Tensor device_view(std::shared_ptr<const DeviceMemory> memory, void* p, DType dtype,
                    Shape shape) {
-  auto impl = make_pooled<TensorImpl>();
-  impl->dtype = dtype;
-  const size_t bytes = static_cast<size_t>(num_elements(shape)) * dtype_size(dtype);
-  impl->shape = std::move(shape);
   // An owner that owns nothing (aliasing an empty pointer): nothing is freed, and a program
   // never takes the buffer as a donation (its owner is not held once).
   std::shared_ptr<void> none(std::shared_ptr<void>(), p);
-  impl->storage = make_pooled<Storage>(std::move(none), p, bytes);
-  impl->storage->device = memory->device();
-  impl->storage->memory = std::move(memory);
-  return Tensor(std::move(impl));
+  return over_device_memory(std::move(memory), p, dtype, std::move(shape), std::move(none));
 }
 
 Tensor to_device(const std::shared_ptr<const DeviceMemory>& memory, const Tensor& host) {
