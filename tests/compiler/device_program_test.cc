@@ -109,11 +109,12 @@ TEST(DeviceProgram, LoopsAndDotsRunOnTheDeviceAndMatchTheCpu) {
 // An RNN over 12 steps as a scan: its body runs on the device, the carry and the ys stay
 // there (each step's row copied into place within the device); a run copies up its feeds and
 // down its fetches, nothing per step. The same in reverse, and over no steps.
-TEST(DeviceControlFlow, AScanKeepsItsCarryAndItsOutputsOnTheDevice) {
-  auto gpu = cpu::emulated_gpu();
-  for (bool reverse : {false, true}) {
-    SCOPED_TRACE(reverse ? "reverse" : "forward");
-    Graph g{"rnn"};
+// h_t = tanh(x_t W + h_{t-1} U) over 12 steps as a scan; fetches the last h and every 2 h_t.
+struct RnnScan {
+  Graph g{"rnn"};
+  FeedList feeds;
+  std::vector<Tensor> fetches;
+  explicit RnnScan(bool reverse) {
     Tensor h0 = g.placeholder(f32, {4, 16}, "h0");
     Tensor xs = g.placeholder(f32, {12, 4, 8}, "xs");
     Tensor w = g.placeholder(f32, {8, 16}, "w");
@@ -124,11 +125,22 @@ TEST(DeviceControlFlow, AScanKeepsItsCarryAndItsOutputsOnTheDevice) {
           return std::make_pair(std::vector<Tensor>{h}, std::vector<Tensor>{h * 2.0f});
         },
         {h0}, {xs}, ScanOptions{.reverse = reverse});
-    FeedList feeds = {{h0, test_models::random_tensor({4, 16}, 1)},
-                      {xs, test_models::random_tensor({12, 4, 8}, 2)},
-                      {w, test_models::random_tensor({8, 16}, 3) * 0.3f},
-                      {u, test_models::random_tensor({16, 16}, 4) * 0.3f}};
-    const std::vector<Tensor> fetches = {r.carry[0], r.ys[0]};
+    feeds = {{h0, test_models::random_tensor({4, 16}, 1)},
+             {xs, test_models::random_tensor({12, 4, 8}, 2)},
+             {w, test_models::random_tensor({8, 16}, 3) * 0.3f},
+             {u, test_models::random_tensor({16, 16}, 4) * 0.3f}};
+    fetches = {r.carry[0], r.ys[0]};
+  }
+};
+
+TEST(DeviceControlFlow, AScanKeepsItsCarryAndItsOutputsOnTheDevice) {
+  auto gpu = cpu::emulated_gpu();
+  for (bool reverse : {false, true}) {
+    SCOPED_TRACE(reverse ? "reverse" : "forward");
+    RnnScan rnn(reverse);
+    Graph& g = rnn.g;
+    const FeedList& feeds = rnn.feeds;
+    const std::vector<Tensor>& fetches = rnn.fetches;
     Executable host = compile(g, fetches, feeds);
     Executable dev = compile_for_device(gpu, g, fetches, feeds);
     EXPECT_THAT(::testing::PrintToString(dev.thunk_descriptions()),
@@ -207,17 +219,22 @@ TEST(DeviceControlFlow, ACondRunsTheChosenBranchOnTheDevice) {
 
 // ---- split reductions (compiler/split_reduction.h) ----
 
-// Compiles `fetches` for the emulated GPU and the host; the device program's results are
-// close to the host's (bit for bit where `exact`), and one run launches `launches` kernels.
+Executable compile_on(const std::shared_ptr<const DeviceBackend>& device, const Graph& g,
+                      const std::vector<Tensor>& fetches, const FeedList& feeds);
+
+// Compiles `fetches` for `device` (the emulated GPU unless given; cuda:0 when null) and the
+// host; the device program's results are close to the host's (bit for bit where `exact`), and
+// on the emulated GPU one run launches `launches` kernels.
 void check_split(Graph& g, const std::vector<Tensor>& fetches, const FeedList& feeds,
-                 int64_t launches, bool exact = false) {
+                 int64_t launches, bool exact = false,
+                 const std::shared_ptr<const DeviceBackend>& device = cpu::emulated_gpu()) {
   Executable host = compile(g, fetches, feeds);
-  Executable dev = compile_for_device(cpu::emulated_gpu(), g, fetches, feeds);
+  Executable dev = compile_on(device, g, fetches, feeds);
   std::vector<Tensor> want = host.run(feeds);
   const cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
   std::vector<Tensor> got = dev.run(feeds);
   const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
-  EXPECT_EQ(after.launches - before.launches, launches) << dev.fusion_log();
+  if (device) EXPECT_EQ(after.launches - before.launches, launches) << dev.fusion_log();
   if (exact) {
     testing::expect_bitwise_equal(got, want);
   } else {
@@ -1435,6 +1452,37 @@ TEST(DeviceProgramGpu, RandomOpsOnCuda0HaveTheCpusBits) {
   std::string why;
   if (runtime::cuda::driver(&why) == nullptr) GTEST_SKIP() << "no GPU: " << why;
   check_random_ops(nullptr);
+}
+
+// Split reductions (compiler/split_reduction.h) on cuda:0: a column sum, a full sum, a bf16
+// max and sum, an elementwise output beside its reduction.
+TEST(DeviceProgramGpu, SplitReductionsOnCuda0MatchTheCpu) {
+  std::string why;
+  if (runtime::cuda::driver(&why) == nullptr) GTEST_SKIP() << "no GPU: " << why;
+  Graph g{"split_on_gpu"};
+  Tensor x = g.placeholder(f32, {65536, 8}, "x");
+  Tensor h = g.placeholder(bf16, {2048, 4}, "h");
+  Tensor twice = h * 2.0f;
+  Tensor e = exp(x * 0.1f);
+  check_split(g, {sum(x, {0}), sum(x * x, {0, 1})}, {{x, filled(f32, {65536, 8}, 1)}}, -1,
+              false, nullptr);
+  check_split(g, {max(twice, {0}), sum(twice, {0})}, {{h, filled(bf16, {2048, 4}, 9)}}, -1,
+              false, nullptr);
+  check_split(g, {e, sum(e, {0})}, {{x, filled(f32, {65536, 8}, 2)}}, -1, false, nullptr);
+}
+
+// A scan on cuda:0 (compiler/device_control_flow.h): its body's dots by cuBLASLt, close to
+// the CPU's.
+TEST(DeviceProgramGpu, AScanOnCuda0MatchesTheCpu) {
+  std::string why;
+  if (runtime::cuda::driver(&why) == nullptr) GTEST_SKIP() << "no GPU: " << why;
+  for (bool reverse : {false, true}) {
+    RnnScan rnn(reverse);
+    Executable host = compile(rnn.g, rnn.fetches, rnn.feeds);
+    Executable dev = compile_on(nullptr, rnn.g, rnn.fetches, rnn.feeds);
+    EXPECT_THAT(::testing::PrintToString(dev.thunk_descriptions()), HasSubstr("on cuda:0"));
+    expect_close(dev.run(rnn.feeds), host.run(rnn.feeds), 1e-4);
+  }
 }
 
 TEST(DeviceProgramGpu, EveryDotLayoutMatchesTheCpuFromAFreshThread) {
