@@ -154,7 +154,8 @@ class DeviceBackend : public detail::DeviceMemory {
     throw Error(ErrorCode::kInternal, name() + ": pooling: not a device pooling");
   }
 
-  // Waits for everything queued.
+  // Waits for everything queued. A run does not (its copies to the host wait for the work
+  // before them); profiling does, after each thunk.
   virtual void synchronize() const = 0;
 
   // TEST ONLY (the emulated GPU): each run of a device program first fills its host arena with

@@ -12,16 +12,13 @@
 namespace kiln::compiler {
 namespace {
 
-// The device memory a run takes, freed when the run ends (its constructor's throws included),
-// after the device has finished the work queued on it.
+// The device memory a run takes, freed when the run ends (its constructor's throws included)
+// without waiting for the work queued on it: the device's work is on one stream, so whatever
+// reuses the memory runs after that work.
 struct RunMemory {
   const DeviceBackend& device;
   std::vector<void*> ptrs;
   ~RunMemory() {
-    try {
-      device.synchronize();  // errors are reported by the run itself
-    } catch (...) {
-    }
     for (void* p : ptrs) {
       try {
         device.deallocate(p);
@@ -375,11 +372,13 @@ std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, Feed
       for (int s : t.release) run.release(s);
     }
     result.reserve(im.fetched.size());
+    // A result for the host waits for the work before its copy; one kept on the device is
+    // handed back while that work may still run (the next use is queued after it), as an
+    // eager op on a GPU returns in PyTorch or JAX.
     for (size_t i = 0; i < im.fetched.size(); ++i) {
       const int s = im.fetched[i];
       result.push_back(im.fetched_on_device[i] ? run.on_device_result(s) : run.on_host(s));
     }
-    im.device->synchronize();
   } catch (...) {
     slots.clear();
     for (Taken& t : taken) (*donor)[t.entry].second = std::move(t.value);
