@@ -39,9 +39,10 @@ LoweredFusion lower_fusion_group(const FusionTarget& target, int group, const Fu
       // read for its type alone.
       std::string why;
       std::optional<Generator> gen = generator_of(nodes[m].op, nodes[m].attrs, types[m][0].dtype, &why);
-      if (!gen)
+      if (!gen || plan.group_of[nodes[m].inputs.at(0).node] == group)
         throw Error(ErrorCode::kInternal, "lower_fusion_group: %" + std::to_string(m) + " (" +
-                                              nodes[m].op + "): " + why);
+                                              nodes[m].op + "): " +
+                                              (gen ? "its seed is computed by the group" : why));
       value_of[key({m, 0})] =
           sg.add_generated_input(types[m][0].dtype, types[m][0].shape, std::move(*gen));
       out.inputs.push_back(nodes[m].inputs.at(0));

@@ -184,6 +184,7 @@ class DeviceRun {
   // Output slot s (fetched as a device tensor), computed, is copied into `buffer`, a donated
   // feed's, after the feed's last reader; the result is then that buffer.
   void copy_into(int s, const Tensor& buffer) {
+    if (device_outputs_.empty()) device_outputs_.resize(im_.slots.size());
     void* src = on_device(s);
     const int64_t bytes = im_.slots[s].bytes;
     if (bytes > 0) device_.copy(detail::device_pointer(buffer), src, bytes);
@@ -341,8 +342,11 @@ std::vector<Tensor> run_device_steps(const Impl& im, const FeedList& feeds, Feed
       const int s = feed_slot_of(im, (*donor)[t.entry].first);
       const int a = im.alias_of_slot[s];
       const Impl::Alias& alias = im.aliases[a];
-      if (alias.kind == Kind::kNever || donated[a].defined() ||
-          !im.fetched_on_device[alias.output] || !im.slot_on_device[alias.out_slot] ||
+      // The new value in a buffer of its own (kOutput), or the fed value itself (kSame).
+      const bool own = im.slots[alias.out_slot].where == Where::kOutput;
+      if (alias.kind == Kind::kNever || (alias.kind != Kind::kSame && !own) ||
+          donated[a].defined() || !im.fetched_on_device[alias.output] ||
+          !im.slot_on_device[alias.out_slot] ||
           !exclusively_held(t.value, 2, im.slots[s].bytes, im.device.get()))
         continue;
       donated[a] = t.value;

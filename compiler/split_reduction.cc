@@ -163,17 +163,17 @@ std::optional<SplitReduction> split_reduction(const FusedSubgraph& sg, int64_t t
   if (n <= 0 || total <= 0) return std::nullopt;
   const int64_t most = std::min(target_items / n, total / n / kMinPerChunk);
   if (most < 2) return std::nullopt;
-  // The first reduced dimension with a divisor giving enough chunks.
+  // The first reduced dimension longer than 1, when it has a divisor giving enough chunks (a
+  // later one would leave S between reduced axes, a layout the loops do not fold).
   int d = -1;
-  int64_t chunks = 0;
-  for (int64_t a : sg.reduce_axes) {
-    chunks = largest_divisor(shape[a], most);
-    if (chunks >= 2) {
+  for (int64_t a : sg.reduce_axes)
+    if (shape[a] > 1) {
       d = static_cast<int>(a);
       break;
     }
-  }
   if (d < 0) return std::nullopt;
+  const int64_t chunks = largest_divisor(shape[d], most);
+  if (chunks < 2) return std::nullopt;
   const int64_t dim = shape[d], per = dim / chunks;
   const int rank = static_cast<int>(shape.size());
 
@@ -204,6 +204,8 @@ std::optional<SplitReduction> split_reduction(const FusedSubgraph& sg, int64_t t
     std::vector<int> args;
     for (int a : node.args) args.push_back(value[static_cast<size_t>(a)]);
     if (node.reduce) {
+      // (With excess precision the unsplit loop folds a 16-bit term unrounded; the convert
+      // rounds it to its dtype first, as the op-by-op reference does.)
       int v = args[0];
       const DType acc = accumulator_dtype(*node.reduce, node.dtype);
       if (acc != node.dtype) v = p.add(EltOp::kConvert, {v}, acc);

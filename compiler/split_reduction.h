@@ -13,7 +13,9 @@
 // Each is a FusedSubgraph any backend compiles; SplitReductionKernel launches them in turn
 // over scratch it takes from the device's memory. A sum's terms are added in another order
 // than the unsplit loop's (chunk by chunk, then the chunks in order), with the same one
-// rounding at the end.
+// rounding at the end; under excess precision (FusedSubgraph::excess_precision) a 16-bit term
+// is rounded to its dtype before it is folded, as the op-by-op reference rounds it, where the
+// unsplit loop folds it unrounded.
 #pragma once
 
 #include <cstdint>

@@ -39,8 +39,12 @@ std::shared_ptr<LoadedPtx> LoadedPtx::load(PtxModule module) {
 
 LoadedPtx::~LoadedPtx() {
   if (handle_ == nullptr) return;
-  if (const Driver* d = runtime::cuda::driver())
+  if (const Driver* d = runtime::cuda::driver()) {
+    // Runs return before their kernels finish (compiler/run_device.cc): let them finish
+    // before their code goes.
+    d->cuCtxSynchronize();
     d->cuModuleUnload(static_cast<runtime::cuda::CUmodule>(handle_));
+  }
 }
 
 std::vector<CUdeviceptr> LoadedPtx::stage(size_t k, const std::vector<Tensor>& inputs,

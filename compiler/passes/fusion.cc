@@ -122,7 +122,7 @@ class Planner {
   }
 
   // A layout member reads a buffer its group does not compute: the loop reads it at other
-  // indices than its own.
+  // indices than its own. So does a random op its seed (the loop's buffer for it).
   FusionDecision layout_reads_stay_outside(const std::vector<int>& unit) const {
     for (int m : unit) {
       if (!is_layout(nodes_[m])) continue;
@@ -135,6 +135,10 @@ class Planner {
                                       " would read a value the same loop computes");
     }
     for (int m : unit) {
+      if (is_generator(nodes_[m]) &&
+          std::find(unit.begin(), unit.end(), nodes_[m].inputs[0].node) != unit.end())
+        return FusionDecision::forbid("random op " + node_label(nodes_, m) +
+                                      " would read a seed the same loop computes");
       if (!is_pieces(nodes_[m])) continue;
       for (const ValueRef& in : nodes_[m].inputs)
         if (std::find(unit.begin(), unit.end(), in.node) != unit.end())

@@ -938,6 +938,24 @@ TEST(DeviceTensors, ADonationReadAfterItsNewValueIsCopiedInWithinTheDevice) {
                {start * 2.0f, matmul(start, start * 2.0f)}, 1e-5);
 }
 
+// A donation to an output that is another feed (no buffer of its own to compute into) is
+// refused on the device, the fed tensor handed back unchanged.
+TEST(DeviceTensors, ADonationToAnotherFeedIsRefused) {
+  auto gpu = cpu::emulated_gpu();
+  Graph g{"donate_to_feed"};
+  Tensor p = g.placeholder(f32, {16}, "p");
+  Tensor r = g.placeholder(f32, {16}, "r");
+  const Tensor pv = test_models::random_tensor({16}, 1), rv = test_models::random_tensor({16}, 2);
+  Executable dev = compile_for_device(gpu, g, {p * 2.0f, r}, {{p, pv}, {r, rv}},
+                                      {Donation{p, 1}}, /*outputs_on_device=*/true);
+  FeedList feeds = {{p, detail::to_device(gpu, pv)}, {r, detail::to_device(gpu, rv)}};
+  std::vector<Tensor> got = dev.run_donating(std::move(feeds));
+  EXPECT_EQ(dev.donation_stats().refused, 1);
+  expect_close({got[0].to(Device::cpu()), got[1].to(Device::cpu())}, {pv * 2.0f, rv}, 0);
+  ASSERT_TRUE(feeds[0].second.defined()) << "the refused feed goes back to its entry";
+  expect_close({feeds[0].second.to(Device::cpu())}, {pv}, 0);
+}
+
 TEST(DeviceTensors, EveryKindOfFetchedValueComesBackOnTheDevice) {
   auto gpu = cpu::emulated_gpu();
   Graph g{"fetch_kinds"};

@@ -137,6 +137,19 @@ TEST(Generators, WhatTheLoopsCannotReproduceStaysAKernelAndTheLogSaysWhy) {
   EXPECT_EQ(kernel_thunks(e), 2) << e.fusion_log();
 }
 
+// A seed computed by the loop that would generate from it stays outside it: the loop reads its
+// seed from a buffer.
+TEST(Generators, ASeedComputedInTheSameShapeIsNotComputedByTheGeneratingLoop) {
+  Graph g{"computed_seed"};
+  Tensor base = g.placeholder(i64, {}, "base");
+  Tensor seed = base + g.constant(Tensor::scalar(int64_t{7}));
+  Tensor u = random_uniform({}, seed, 0, 1, f32);
+  Tensor y = u * convert(seed, f32);
+  Executable e = check_against_kernels(g, base, {y});
+  EXPECT_THAT(e.fusion_log(), HasSubstr("would read a seed the same loop computes"))
+      << e.fusion_log();
+}
+
 // On a device the mask is generated there: the program copies up only its feeds and runs no
 // host kernel, and the results are the CPU program's bits.
 TEST(Generators, OnADeviceTheMaskIsGeneratedThere) {
