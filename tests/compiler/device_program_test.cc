@@ -1248,6 +1248,16 @@ TEST(DeviceProgram, RandomGraphsOnTheEmulatedGpuMatchTheInterpreter) {
     EXPECT_THAT(r.output, HasSubstr(std::string("[       OK ] ") + test));
 }
 
+// A classifier of `layers` (seeded) compiled with Adam and sparse cross-entropy for `device`.
+std::unique_ptr<nn::Sequential> classifier_on(Device device, uint64_t seed,
+                                              std::vector<nn::LayerRef> layers) {
+  auto m = std::make_unique<nn::Sequential>(std::move(layers));
+  m->set_seed(seed);
+  m->compile(optim::Adam(0.01), nn::SparseCategoricalCrossentropy(true), {"accuracy"},
+             {.device = device});
+  return m;
+}
+
 // Run by the test above in its child: compile() builds device programs there, and so do a
 // model's steps.
 TEST(DeviceProgram, ChildCompilesForTheEmulatedGpu) {
@@ -1306,12 +1316,7 @@ TEST(DeviceProgram, ChildModelsKeepTheirVariablesOnTheDevice) {
     GTEST_SKIP() << "only in RandomGraphsOnTheEmulatedGpuMatchTheInterpreter's child";
   auto [x, y] = blobs(256, 5);
   auto make = [](Device device) {
-    auto m = std::make_unique<nn::Sequential>(
-        std::vector<nn::LayerRef>{nn::Dense(512, "relu"), nn::Dense(512, "relu"), nn::Dense(2)});
-    m->set_seed(11);
-    m->compile(optim::Adam(0.01), nn::SparseCategoricalCrossentropy(true), {"accuracy"},
-               {.device = device});
-    return m;
+    return classifier_on(device, 11, {nn::Dense(512, "relu"), nn::Dense(512, "relu"), nn::Dense(2)});
   };
   auto on_cpu = make(Device::cpu()), on_gpu = make(Device::cuda(0));
   const nn::FitOptions fit{.epochs = 1, .batch_size = 32, .seed = 1, .verbose = 0};
@@ -1387,14 +1392,7 @@ TEST(DeviceProgram, ChildRecurrentModelsTrainOnTheDevice) {
   const std::vector<float> xv = x.to_vector<float>();
   for (int64_t i = 0; i < n; ++i) labels[i] = xv[(i * steps + steps - 1) * features] > 0 ? 1 : 0;
   Tensor y = Tensor::from_vector(labels, {n});
-  auto make = [](Device device) {
-    auto m = std::make_unique<nn::Sequential>(
-        std::vector<nn::LayerRef>{nn::LSTM(32), nn::Dense(2)});
-    m->set_seed(5);
-    m->compile(optim::Adam(0.01), nn::SparseCategoricalCrossentropy(true), {"accuracy"},
-               {.device = device});
-    return m;
-  };
+  auto make = [](Device device) { return classifier_on(device, 5, {nn::LSTM(32), nn::Dense(2)}); };
   auto on_cpu = make(Device::cpu()), on_gpu = make(Device::cuda(0));
   const nn::FitOptions fit{.epochs = 1, .batch_size = 32, .seed = 1, .verbose = 0};
   on_cpu->fit(x, y, fit);
