@@ -107,7 +107,9 @@ class Executable {
   // nothing else shares it: no other handle to the Tensor (copies share a TensorImpl), no other
   // Tensor over its storage (views), not a view into memory owned elsewhere. Otherwise that
   // run refuses the donation (copy-on-write): the output is a fresh tensor and the fed tensor
-  // is left unchanged, so a Tensor the caller kept is a snapshot. A value read after the
+  // is left unchanged, back in its entry of `feeds`, so a Tensor the caller kept is a snapshot.
+  // A device program (compile_for_device) takes only its device's tensors, and refuses a host
+  // one the same way. A value read after the
   // update still sees the old value (the plan copies only after the last reader). On an
   // exception the moved entries are put back into `feeds` (a donated buffer may already hold
   // its new value then).

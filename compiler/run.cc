@@ -235,6 +235,12 @@ std::vector<Tensor> run_steps(const Impl& im, const FeedList& feeds, FeedList* d
     }
     im.donated_in_place += in_place;
     im.donated_copied += copies;
+    // A refused donation's tensor goes back to the caller's entry, unchanged.
+    for (Taken& t : taken) {
+      const int a = im.alias_of_slot[feed_slot_of(im, (*donor)[t.entry].first)];
+      if (!donated[a].defined() || donated[a].impl() != t.value.impl())
+        (*donor)[t.entry].second = std::move(t.value);
+    }
   }
   return result;
 }

@@ -151,11 +151,15 @@ TEST(Donation, ASharedBufferIsNotOverwritten) {
   // A second handle (a copy the caller kept): the run refuses, the copy keeps its value.
   Tensor w = iota(256, 2.0f);
   Tensor kept = w;
-  std::vector<Tensor> out = exe.run_donating(lend(s.w, std::move(w), s.grad, grad));
+  FeedList feeds = lend(s.w, std::move(w), s.grad, grad);
+  std::vector<Tensor> out = exe.run_donating(std::move(feeds));
   EXPECT_NE(out[0].raw_data(), kept.raw_data());
   EXPECT_EQ(kept.data<float>()[3], 6.0f);
   EXPECT_EQ(out[0].data<float>()[3], 4.5f);
   EXPECT_EQ(exe.donation_stats().refused, 1);
+  // The refused tensor goes back to the caller's entry.
+  ASSERT_TRUE(feeds[0].second.defined());
+  EXPECT_EQ(feeds[0].second.raw_data(), kept.raw_data());
   // A view over the same storage (reshape) counts too.
   Tensor w2 = iota(256, 2.0f);
   Tensor view = reshape(w2, {16, 16});
