@@ -190,6 +190,40 @@ inline void compile_together_or_alone(
   }
 }
 
+// Device memory taken piece by piece and freed when this goes out of scope, without waiting
+// for the work queued on it: the device's work is on one stream, so whatever reuses the memory
+// runs after that work.
+class DeviceScratch {
+ public:
+  explicit DeviceScratch(const DeviceBackend& device) : device_(device) {}
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+  ~DeviceScratch() {
+    for (void* p : ptrs_) {
+      try {
+        device_.deallocate(p);
+      } catch (...) {  // a device gone at exit: nothing more to free
+      }
+    }
+  }
+  // `bytes` of device memory (null for 0), named "<device>: <what>" in errors.
+  void* take(int64_t bytes, const std::string& what) {
+    ptrs_.reserve(ptrs_.size() + 1);  // so that push_back cannot throw after the allocation
+    void* p = bytes > 0 ? device_.allocate(bytes, device_.name() + ": " + what) : nullptr;
+    if (p != nullptr) ptrs_.push_back(p);
+    return p;
+  }
+
+ private:
+  const DeviceBackend& device_;
+  std::vector<void*> ptrs_;
+};
+
+// The bytes of a value of type t.
+inline int64_t bytes_of(const TensorType& t) {
+  return num_elements(t.shape) * static_cast<int64_t>(dtype_size(t.dtype));
+}
+
 // compile() (executable.h) for `device`: the program CompileOptions::device (and
 // outputs_on_device) describes, on any backend (the tests' emulated GPU among them). Throws
 // kiln::Error, as compile() does.

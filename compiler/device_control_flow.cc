@@ -44,10 +44,6 @@ std::shared_ptr<const SubGraph> sub_of(const detail::Node& node, const std::stri
   return std::get<std::shared_ptr<const SubGraph>>(node.attrs.values().at(attr));
 }
 
-int64_t bytes_of(const TensorType& t) {
-  return num_elements(t.shape) * static_cast<int64_t>(dtype_size(t.dtype));
-}
-
 // A device predicate's value (one scalar downloaded).
 bool predicate(const Tensor& t) {
   return (t.device() == Device::cpu() ? t : t.to(Device::cpu())).item<bool>();
@@ -134,7 +130,7 @@ class DeviceScan final : public DeviceControlFlow {
   // Row t of device tensor x (its first dimension), as a view.
   Tensor row(const Tensor& x, int64_t t) const {
     Shape shape(x.shape().begin() + 1, x.shape().end());
-    const int64_t bytes = num_elements(shape) * static_cast<int64_t>(dtype_size(x.dtype()));
+    const int64_t bytes = bytes_of({x.dtype(), shape});
     char* base = static_cast<char*>(detail::device_pointer(x));
     return detail::device_view(device_, base ? base + bytes * t : nullptr, x.dtype(),
                                std::move(shape));

@@ -12,45 +12,14 @@
 namespace kiln::compiler {
 namespace {
 
-// The device memory a run takes, freed when the run ends (its constructor's throws included)
-// without waiting for the work queued on it: the device's work is on one stream, so whatever
-// reuses the memory runs after that work.
-struct RunMemory {
-  const DeviceBackend& device;
-  std::vector<void*> ptrs;
-  ~RunMemory() {
-    for (void* p : ptrs) {
-      try {
-        device.deallocate(p);
-      } catch (...) {
-      }
-    }
-  }
-};
-
-// Device memory freed when it goes out of scope.
-struct Scratch {
-  const DeviceBackend& device;
-  void* p;
-  Scratch(const DeviceBackend& d, void* ptr) : device(d), p(ptr) {}
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() {
-    try {
-      device.deallocate(p);
-    } catch (...) {
-    }
-  }
-};
-
 class DeviceRun {
  public:
   DeviceRun(const Impl& im, const ArenaLease& arena, std::vector<Tensor>& slots)
       : im_(im), device_(*im.device), arena_(arena), slots_(slots),
-        state_(im.slots.size()), owned_{*im.device, {}} {
-    owned_.ptrs.reserve(im.slots.size() + 1);
+        state_(im.slots.size()), owned_(*im.device) {
     if (im.stats.arena_bytes > 0) {
-      device_arena_ = static_cast<char*>(take(im.stats.arena_bytes, "the program's arena"));
+      device_arena_ =
+          static_cast<char*>(owned_.take(im.stats.arena_bytes, "the program's arena"));
       if (device_.poisons_host_arena())
         std::memset(const_cast<char*>(arena.at(0)), 0xA5, im.stats.arena_bytes);
     }
@@ -102,8 +71,9 @@ class DeviceRun {
         *operands[conv.pass][0] = ins_[0];
         *operands[conv.pass][1] = ins_[1];
         *operands[conv.pass][2] = outs_[0];
-        conv.workspace = scratch(conv.workspace_bytes, t);
-        Scratch freed{device_, conv.workspace};
+        DeviceScratch workspace(device_);  // freed once the op is queued
+        conv.workspace =
+            workspace.take(conv.workspace_bytes, "scratch of '" + im_.nodes[t.node].name + "'");
         device_.conv(conv);
         break;
       }
@@ -116,8 +86,9 @@ class DeviceRun {
         *operands[pool.kind][0] = ins_[0];
         if (operands[pool.kind][1] != nullptr) *operands[pool.kind][1] = ins_[1];
         *operands[pool.kind][2] = outs_[0];
-        pool.workspace = scratch(pool.workspace_bytes, t);
-        Scratch freed{device_, pool.workspace};
+        DeviceScratch workspace(device_);  // freed once the op is queued
+        pool.workspace =
+            workspace.take(pool.workspace_bytes, "scratch of '" + im_.nodes[t.node].name + "'");
         device_.pool(pool);
         break;
       }
@@ -223,19 +194,6 @@ class DeviceRun {
     bool device = false;  // device_pointer(s) holds it
   };
 
-  // A kernel op's scratch (null for 0 bytes), freed by the caller once the op is queued: all
-  // the device's work is on one stream, so whatever reuses the memory runs after it.
-  void* scratch(int64_t bytes, const Thunk& t) {
-    if (bytes <= 0) return nullptr;
-    return device_.allocate(bytes, device_.name() + ": scratch of '" + im_.nodes[t.node].name + "'");
-  }
-
-  void* take(int64_t bytes, const std::string& what) {
-    void* p = device_.allocate(bytes, device_.name() + ": " + what);
-    if (p != nullptr) owned_.ptrs.push_back(p);  // reserved: never throws
-    return p;
-  }
-
   // The program's constants, uploaded by its first run and kept on the device.
   void upload_constants() {
     Impl::DeviceConstants& dc = *im_.device_constants;
@@ -274,7 +232,7 @@ class DeviceRun {
     }
     if (pointers_.empty()) pointers_.assign(im_.slots.size(), nullptr);
     if (pointers_[s] == nullptr && slot.bytes > 0)
-      pointers_[s] = take(slot.bytes, "value of '" + im_.nodes[slot.value.node].name + "'");
+      pointers_[s] = owned_.take(slot.bytes, "value of '" + im_.nodes[slot.value.node].name + "'");
     return pointers_[s];
   }
 
@@ -300,7 +258,7 @@ class DeviceRun {
   const ArenaLease& arena_;
   std::vector<Tensor>& slots_;
   std::vector<State> state_;
-  RunMemory owned_;
+  DeviceScratch owned_;  // the run's device memory, freed when it ends
   std::vector<void*> pointers_;  // by slot, values outside the arena
   std::vector<Tensor> device_feeds_;    // by slot: device tensors fed
   std::vector<Tensor> device_outputs_;  // by slot: outputs kept on the device

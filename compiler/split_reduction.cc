@@ -30,37 +30,6 @@ int64_t largest_divisor(int64_t d, int64_t most) {
   return 0;
 }
 
-// Device memory freed when it goes out of scope (after the launches using it are queued: the
-// device orders whatever reuses it after them).
-class DeviceScratch {
- public:
-  explicit DeviceScratch(const DeviceBackend& device) : device_(device) {}
-  DeviceScratch(const DeviceScratch&) = delete;
-  DeviceScratch& operator=(const DeviceScratch&) = delete;
-  ~DeviceScratch() {
-    for (void* p : ptrs_) {
-      try {
-        device_.deallocate(p);
-      } catch (...) {
-      }
-    }
-  }
-  void* take(int64_t bytes, const std::string& what) {
-    ptrs_.reserve(ptrs_.size() + 1);  // so that push_back cannot throw after the allocation
-    void* p = bytes > 0 ? device_.allocate(bytes, device_.name() + ": " + what) : nullptr;
-    if (p != nullptr) ptrs_.push_back(p);
-    return p;
-  }
-
- private:
-  const DeviceBackend& device_;
-  std::vector<void*> ptrs_;
-};
-
-int64_t bytes_of(const TensorType& t) {
-  return num_elements(t.shape) * static_cast<int64_t>(dtype_size(t.dtype));
-}
-
 // A split reduction's phases launched in turn (split_reduction.h).
 class SplitReductionKernel final : public DeviceKernel {
  public:
