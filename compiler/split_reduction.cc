@@ -231,17 +231,25 @@ std::optional<SplitReduction> split_reduction(const FusedSubgraph& sg, int64_t t
   return out;
 }
 
+namespace {
+
+// `split`'s phases, appended to `out` in launch order.
+void append_phases(const SplitReduction& split, std::vector<FusedSubgraph>& out) {
+  out.push_back(split.partial);
+  out.push_back(split.combine);
+  if (split.round) out.push_back(*split.round);
+}
+
+}  // namespace
+
 std::vector<FusedSubgraph> expand_split_reductions(const std::vector<FusedSubgraph>& subgraphs) {
   std::vector<FusedSubgraph> out;
   for (const FusedSubgraph& sg : subgraphs) {
-    std::optional<SplitReduction> split = split_reduction(sg, kSplitTargetItems);
-    if (!split) {
+    if (std::optional<SplitReduction> split = split_reduction(sg, kSplitTargetItems)) {
+      append_phases(*split, out);
+    } else {
       out.push_back(sg);
-      continue;
     }
-    out.push_back(std::move(split->partial));
-    out.push_back(std::move(split->combine));
-    if (split->round) out.push_back(std::move(*split->round));
   }
   return out;
 }
@@ -256,13 +264,11 @@ std::vector<std::shared_ptr<const DeviceKernel>> compile_device_kernels(
   for (const FusedSubgraph& sg : subgraphs) {
     first.push_back(all.size());
     splits.push_back(split_reduction(sg, kSplitTargetItems));
-    if (!splits.back()) {
+    if (splits.back()) {
+      append_phases(*splits.back(), all);
+    } else {
       all.push_back(sg);
-      continue;
     }
-    all.push_back(splits.back()->partial);
-    all.push_back(splits.back()->combine);
-    if (splits.back()->round) all.push_back(*splits.back()->round);
   }
   std::vector<std::string> errs;
   std::vector<std::shared_ptr<const DeviceKernel>> compiled = device->compile(all, &errs);
