@@ -2,51 +2,43 @@
 // ops/control_flow.cc.
 #include "compiler/control_flow.h"
 
+#include "compiler/device_backend.h"
 #include "compiler/executable.h"
 #include "ops/control_flow.h"
 
 namespace kiln::compiler {
-namespace {
 
-struct CompiledSub {
-  std::shared_ptr<const SubGraph> sub;  // keeps the placeholders the executable is keyed by
-  std::shared_ptr<const Executable> exe;
-};
+std::vector<Tensor> CompiledSub::operator()(std::vector<Tensor>&& args) const {
+  FeedList feeds;
+  feeds.reserve(args.size());
+  for (size_t i = 0; i < args.size(); ++i) feeds.emplace_back(sub->params[i], std::move(args[i]));
+  return exe->run_donating(std::move(feeds));
+}
 
-// `sub` compiled for params of these types; params [0, carried) may be donated to results
-// [0, carried) (loop-carried values the body may update in place).
-CompiledSub compile_sub(const std::shared_ptr<const SubGraph>& sub,
-                        const std::vector<TensorType>& params, size_t carried) {
+std::string CompiledSub::thunks() const {
+  return std::to_string(exe->num_thunks()) + " thunk" + (exe->num_thunks() == 1 ? "" : "s");
+}
+
+CompiledSub compile_sub(const std::shared_ptr<const DeviceBackend>& device,
+                        const std::shared_ptr<const SubGraph>& sub,
+                        const std::vector<TensorType>& params, size_t carried,
+                        bool results_on_host) {
   FeedList feeds;
   for (size_t i = 0; i < params.size(); ++i)
     feeds.emplace_back(sub->params[i], Tensor::empty(params[i].dtype, params[i].shape));
   std::vector<Donation> donations;
   for (size_t i = 0; i < carried; ++i) donations.push_back({sub->params[i], static_cast<int>(i)});
-  auto exe =
-      std::make_shared<const Executable>(compile(sub->graph, sub->results, feeds, donations));
+  auto exe = std::make_shared<const Executable>(
+      device ? compile_for_device(device, sub->graph, sub->results, feeds, donations,
+                                  /*outputs_on_device=*/!results_on_host)
+             : compile(sub->graph, sub->results, feeds, donations));
   return {sub, std::move(exe)};
-}
-
-ops::SubRunner runner(const CompiledSub& c) {
-  return [c](std::vector<Tensor>&& args) {
-    FeedList feeds;
-    feeds.reserve(args.size());
-    for (size_t i = 0; i < args.size(); ++i)
-      feeds.emplace_back(c.sub->params[i], std::move(args[i]));
-    return c.exe->run_donating(std::move(feeds));
-  };
 }
 
 std::shared_ptr<const SubGraph> sub_of(const detail::Node& node, const std::string& attr) {
   node.attrs.get_subgraph(attr);  // throws naming the attribute when missing or mistyped
   return std::get<std::shared_ptr<const SubGraph>>(node.attrs.values().at(attr));
 }
-
-std::string thunks_of(const CompiledSub& c) {
-  return std::to_string(c.exe->num_thunks()) + " thunk" + (c.exe->num_thunks() == 1 ? "" : "s");
-}
-
-}  // namespace
 
 const KernelDef* control_flow_kernel(const detail::Node& node,
                                      const std::vector<TensorType>& inputs,
@@ -57,24 +49,24 @@ const KernelDef* control_flow_kernel(const detail::Node& node,
   kernel->source = "compiler/control_flow.cc";
   if (node.op == "cond") {
     std::vector<TensorType> params(inputs.begin() + 1, inputs.end());
-    CompiledSub a = compile_sub(sub_of(node, "then_branch"), params, 0);
-    CompiledSub b = compile_sub(sub_of(node, "else_branch"), params, 0);
-    kernel->fn = [a, b](KernelContext& ctx) { ops::run_cond(ctx, runner(a), runner(b)); };
-    *description = "cond(then: " + thunks_of(a) + ", else: " + thunks_of(b) + ")";
+    CompiledSub a = compile_sub(nullptr, sub_of(node, "then_branch"), params, 0);
+    CompiledSub b = compile_sub(nullptr, sub_of(node, "else_branch"), params, 0);
+    kernel->fn = [a, b](KernelContext& ctx) { ops::run_cond(ctx, a, b); };
+    *description = "cond(then: " + a.thunks() + ", else: " + b.thunks() + ")";
   } else if (node.op == "while") {
     const size_t num_vars = node.attrs.get_int("num_vars");
-    CompiledSub c = compile_sub(sub_of(node, "cond"), inputs, 0);
-    CompiledSub b = compile_sub(sub_of(node, "body"), inputs, num_vars);
-    kernel->fn = [c, b](KernelContext& ctx) { ops::run_while(ctx, runner(c), runner(b)); };
-    *description = "while(cond: " + thunks_of(c) + ", body: " + thunks_of(b) + ")";
+    CompiledSub c = compile_sub(nullptr, sub_of(node, "cond"), inputs, 0);
+    CompiledSub b = compile_sub(nullptr, sub_of(node, "body"), inputs, num_vars);
+    kernel->fn = [c, b](KernelContext& ctx) { ops::run_while(ctx, c, b); };
+    *description = "while(cond: " + c.thunks() + ", body: " + b.thunks() + ")";
   } else if (node.op == "scan") {
     const size_t nc = node.attrs.get_int("num_carry"), nx = node.attrs.get_int("num_xs");
     std::vector<TensorType> params = inputs;
     for (size_t j = nc; j < nc + nx; ++j) params[j].shape.erase(params[j].shape.begin());
-    CompiledSub b = compile_sub(sub_of(node, "body"), params, nc);
-    kernel->fn = [b](KernelContext& ctx) { ops::run_scan(ctx, runner(b)); };
+    CompiledSub b = compile_sub(nullptr, sub_of(node, "body"), params, nc);
+    kernel->fn = [b](KernelContext& ctx) { ops::run_scan(ctx, b); };
     *description = "scan(length " + std::to_string(node.attrs.get_int("length")) +
-                   ", body: " + thunks_of(b) + ")";
+                   ", body: " + b.thunks() + ")";
   } else {
     throw Error(ErrorCode::kInternal, "control_flow_kernel: '" + node.op + "' is not control flow");
   }

@@ -1,49 +1,14 @@
 // Control flow on a device (compiler/device_control_flow.h).
 #include "compiler/device_control_flow.h"
 
+#include "compiler/control_flow.h"
 #include "compiler/executable.h"
-#include "ops/control_flow.h"
 #include "src/core/device_memory.h"
 
 namespace kiln::compiler {
 namespace {
 
 using Device_ = std::shared_ptr<const DeviceBackend>;
-
-// A sub-graph compiled for the device: params [0, carried) donated to results [0, carried);
-// results on the device unless `results_on_host` (a predicate).
-struct Sub {
-  std::shared_ptr<const SubGraph> sub;
-  std::shared_ptr<const Executable> exe;
-
-  std::vector<Tensor> operator()(std::vector<Tensor>&& args) const {
-    FeedList feeds;
-    feeds.reserve(args.size());
-    for (size_t i = 0; i < args.size(); ++i) feeds.emplace_back(sub->params[i], std::move(args[i]));
-    return exe->run_donating(std::move(feeds));
-  }
-  std::string thunks() const {
-    return std::to_string(exe->num_thunks()) + " thunk" + (exe->num_thunks() == 1 ? "" : "s");
-  }
-};
-
-Sub compile_sub(const Device_& device, const std::shared_ptr<const SubGraph>& sub,
-                const std::vector<TensorType>& params, size_t carried, bool results_on_host) {
-  FeedList feeds;
-  for (size_t i = 0; i < params.size(); ++i)
-    feeds.emplace_back(sub->params[i], Tensor::empty(params[i].dtype, params[i].shape));
-  std::vector<Donation> donations;
-  for (size_t i = 0; i < carried; ++i) donations.push_back({sub->params[i], static_cast<int>(i)});
-  auto exe = std::make_shared<const Executable>(compile_for_device(
-      device, sub->graph, sub->results, feeds, donations, /*outputs_on_device=*/!results_on_host));
-  return {sub, std::move(exe)};
-}
-
-std::shared_ptr<const SubGraph> sub_of(const detail::Node& node, const std::string& attr) {
-  node.attrs.get_subgraph(attr);  // throws naming the attribute when missing or mistyped
-  return std::get<std::shared_ptr<const SubGraph>>(node.attrs.values().at(attr));
-}
-
 // A device predicate's value (one scalar downloaded).
 bool predicate(const Tensor& t) {
   return (t.device() == Device::cpu() ? t : t.to(Device::cpu())).item<bool>();
@@ -51,7 +16,7 @@ bool predicate(const Tensor& t) {
 
 class DeviceCond final : public DeviceControlFlow {
  public:
-  DeviceCond(Sub then_branch, Sub else_branch)
+  DeviceCond(CompiledSub then_branch, CompiledSub else_branch)
       : then_(std::move(then_branch)), else_(std::move(else_branch)) {}
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
     std::vector<Tensor> args(inputs.begin() + 1, inputs.end());
@@ -59,12 +24,12 @@ class DeviceCond final : public DeviceControlFlow {
   }
 
  private:
-  Sub then_, else_;
+  CompiledSub then_, else_;
 };
 
 class DeviceWhile final : public DeviceControlFlow {
  public:
-  DeviceWhile(Sub cond, Sub body, int64_t num_vars, int64_t max_iterations)
+  DeviceWhile(CompiledSub cond, CompiledSub body, int64_t num_vars, int64_t max_iterations)
       : cond_(std::move(cond)), body_(std::move(body)), num_vars_(num_vars),
         max_iterations_(max_iterations) {}
   std::vector<Tensor> run(const std::vector<Tensor>& inputs) const override {
@@ -82,13 +47,14 @@ class DeviceWhile final : public DeviceControlFlow {
   }
 
  private:
-  Sub cond_, body_;
+  CompiledSub cond_, body_;
   int64_t num_vars_, max_iterations_;
 };
 
 class DeviceScan final : public DeviceControlFlow {
  public:
-  DeviceScan(Device_ device, Sub body, const detail::Node& node, std::vector<TensorType> outputs)
+  DeviceScan(Device_ device, CompiledSub body, const detail::Node& node,
+             std::vector<TensorType> outputs)
       : device_(std::move(device)), body_(std::move(body)), nc_(node.attrs.get_int("num_carry")),
         nx_(node.attrs.get_int("num_xs")), length_(node.attrs.get_int("length")),
         reverse_(node.attrs.get_bool("reverse", false)), outputs_(std::move(outputs)) {}
@@ -137,7 +103,7 @@ class DeviceScan final : public DeviceControlFlow {
   }
 
   Device_ device_;
-  Sub body_;
+  CompiledSub body_;
   int64_t nc_, nx_, length_;
   bool reverse_;
   std::vector<TensorType> outputs_;
@@ -151,15 +117,16 @@ std::shared_ptr<const DeviceControlFlow> device_control_flow(
   const std::string on = " on " + device->name();
   if (node.op == "cond") {
     std::vector<TensorType> params(inputs.begin() + 1, inputs.end());
-    Sub a = compile_sub(device, sub_of(node, "then_branch"), params, 0, false);
-    Sub b = compile_sub(device, sub_of(node, "else_branch"), params, 0, false);
+    CompiledSub a = compile_sub(device, sub_of(node, "then_branch"), params, 0);
+    CompiledSub b = compile_sub(device, sub_of(node, "else_branch"), params, 0);
     *description = "cond(then: " + a.thunks() + ", else: " + b.thunks() + ")" + on;
     return std::make_shared<DeviceCond>(std::move(a), std::move(b));
   }
   if (node.op == "while") {
     const int64_t num_vars = node.attrs.get_int("num_vars");
-    Sub c = compile_sub(device, sub_of(node, "cond"), inputs, 0, /*results_on_host=*/true);
-    Sub b = compile_sub(device, sub_of(node, "body"), inputs, static_cast<size_t>(num_vars), false);
+    CompiledSub c = compile_sub(device, sub_of(node, "cond"), inputs, 0, /*results_on_host=*/true);
+    CompiledSub b =
+        compile_sub(device, sub_of(node, "body"), inputs, static_cast<size_t>(num_vars));
     *description = "while(cond: " + c.thunks() + ", body: " + b.thunks() + ")" + on;
     return std::make_shared<DeviceWhile>(std::move(c), std::move(b), num_vars,
                                          node.attrs.get_int("max_iterations", -1));
@@ -168,7 +135,7 @@ std::shared_ptr<const DeviceControlFlow> device_control_flow(
     const int64_t nc = node.attrs.get_int("num_carry"), nx = node.attrs.get_int("num_xs");
     std::vector<TensorType> params = inputs;
     for (int64_t j = nc; j < nc + nx; ++j) params[j].shape.erase(params[j].shape.begin());
-    Sub b = compile_sub(device, sub_of(node, "body"), params, static_cast<size_t>(nc), false);
+    CompiledSub b = compile_sub(device, sub_of(node, "body"), params, static_cast<size_t>(nc));
     *description = "scan(length " + std::to_string(node.attrs.get_int("length")) +
                    ", body: " + b.thunks() + ")" + on;
     return std::make_shared<DeviceScan>(device, std::move(b), node, outputs);
