@@ -403,6 +403,7 @@ Executable compile_impl(const std::shared_ptr<const DeviceBackend>& device, cons
     t.fused = static_cast<int>(im.kernels.size()) - 1;
     t.inputs = std::move(lowered[gi].inputs);
     t.outputs = std::move(lowered[gi].outputs);
+    t.index_checks = std::move(lowered[gi].index_checks);
     t.description = "fused(" + lowered[gi].ops + ") -> " + std::to_string(t.outputs.size()) +
                     " output" + (t.outputs.size() == 1 ? "" : "s");
     for (int m : plan.groups[gi].nodes) unit_of[m] = static_cast<int>(units.size());

@@ -17,6 +17,7 @@
 #include "compiler/device_control_flow.h"
 #include "compiler/executable.h"
 #include "compiler/fused_subgraph.h"
+#include "compiler/lowering.h"
 #include "compiler/schedule.h"
 #include "kiln/op_registry.h"
 #include "src/core/host_allocator.h"
@@ -62,6 +63,7 @@ struct Executable::Impl {
     std::vector<int> release;           // slots no later thunk reads
     std::vector<int> out_alias;         // per output: the donation it writes directly, or -1
     std::vector<int> copies_after;      // donations copied into their feed after this thunk
+    std::vector<IndexCheck> index_checks;  // fused: its gathers' indices (input = index in `in`)
     std::string description;
     // What of a device program runs on the device: its fused loops, and the dots and
     // convolutions the device takes (their pointers, and the convolution's scratch, are filled

@@ -100,11 +100,16 @@ int FusedSubgraph::add_input(DType dtype, Shape shape) {
   return static_cast<int>(inputs.size()) - 1;
 }
 
-int FusedSubgraph::add_mapped_input(DType dtype, Shape shape, StridedView map, Shape source) {
+namespace {
+
+// Throws unless `map` over `shape` reaches only elements of a buffer of `source`.
+void check_reach(const FusedSubgraph& sg, const Shape& shape, const StridedView& map,
+                 const Shape& source) {
   if (map.strides.size() != shape.size())
-    fail(*this, "index map " + shape_str(map.strides) + " does not fit input shape " +
-                    shape_str(shape));
-  if (!is_fully_defined(source)) fail(*this, "source shape " + shape_str(source) + " is not fully defined");
+    fail(sg, "index map " + shape_str(map.strides) + " does not fit input shape " +
+                 shape_str(shape));
+  if (!is_fully_defined(source))
+    fail(sg, "source shape " + shape_str(source) + " is not fully defined");
   // The lowest and highest elements the view reaches must lie in the buffer.
   int64_t lo = map.offset, hi = map.offset;
   bool empty = false;
@@ -114,8 +119,14 @@ int FusedSubgraph::add_mapped_input(DType dtype, Shape shape, StridedView map, S
     (reach < 0 ? lo : hi) += reach;
   }
   if (!empty && (lo < 0 || hi >= num_elements(source)))
-    fail(*this, "index map reaches elements [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                    "] of a buffer of " + shape_str(source));
+    fail(sg, "index map reaches elements [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                 "] of a buffer of " + shape_str(source));
+}
+
+}  // namespace
+
+int FusedSubgraph::add_mapped_input(DType dtype, Shape shape, StridedView map, Shape source) {
+  check_reach(*this, shape, map, source);
   int id = add_input(dtype, std::move(shape));
   inputs.back().map = std::move(map);
   inputs.back().source = std::move(source);
@@ -158,9 +169,34 @@ int FusedSubgraph::add_generated_input(DType dtype, Shape shape, Generator gener
   return id;
 }
 
+int FusedSubgraph::add_gathered_input(DType dtype, Shape shape, StridedView map, Shape source,
+                                      Gather gather) {
+  const int k = static_cast<int>(inputs.size());
+  if (gather.indices < 0 || gather.indices >= k ||
+      (inputs[gather.indices].dtype != i32 && inputs[gather.indices].dtype != i64))
+    fail(*this, "gathered input " + std::to_string(k) + " takes its indices from value " +
+                    std::to_string(gather.indices) + ", not an earlier i32 or i64 input");
+  if (gather.dim < 0 || gather.stride < 0)
+    fail(*this, "gathered input " + std::to_string(k) + " has axis size " +
+                    std::to_string(gather.dim) + " and stride " + std::to_string(gather.stride));
+  // The view at the largest index must lie in the buffer too (add_mapped_input checks index 0).
+  StridedView last = map;
+  last.offset += std::max<int64_t>(gather.dim - 1, 0) * gather.stride;
+  if (gather.dim > 0) check_reach(*this, shape, last, source);
+  int id = add_mapped_input(dtype, std::move(shape), std::move(map), std::move(source));
+  inputs.back().gather = gather;
+  return id;
+}
+
 const Shape& FusedSubgraph::Input::buffer_shape() const {
   static const Shape kScalar;
   return generator ? kScalar : map ? source : shape;
+}
+
+bool FusedSubgraph::has_gathers() const {
+  for (const Input& in : inputs)
+    if (in.gather) return true;
+  return false;
 }
 
 bool FusedSubgraph::has_pieces() const {
@@ -296,6 +332,13 @@ void FusedSubgraph::validate(const FusionTarget& target) const {
                       std::to_string(in.fallback) + ", not an earlier input of its dtype");
     if (in.generator && (in.map || in.piece))
       fail(*this, "generated input " + std::to_string(k) + " has an index map or a piece");
+    if (in.gather && (!in.map || in.piece || in.generator || in.gather->indices < 0 ||
+                      in.gather->indices >= k || inputs[in.gather->indices].gather ||
+                      (inputs[in.gather->indices].dtype != i32 &&
+                       inputs[in.gather->indices].dtype != i64)))
+      fail(*this, "gathered input " + std::to_string(k) +
+                      " needs an index map, no piece, and an earlier i32 or i64 input as its "
+                      "indices");
   }
   if (has_pieces() && has_reductions())
     fail(*this, "pieces of concatenate or pad are read only by loop fusions, not reductions",

@@ -62,6 +62,17 @@ struct FusedSubgraph {
   // A generated input (compiler/generator.h) reads no elements: its buffer is the scalar i64
   // seed, and its element at each index of `shape` (broadcast like any input's) is computed
   // from the seed and that element's row-major index in `shape`.
+  // A gathered input (a gather: numpy.take along one axis) reads its buffer of shape `source`
+  // through `map` plus a data-dependent term: at each index, v * gather->stride, where v is the
+  // value of input gather->indices (an earlier i32 or i64 input) at that index. A v outside
+  // [0, gather->dim) reads nothing and gives 0 (the program checks indices before the loop
+  // runs, as the gather's kernel does).
+  struct Gather {
+    int indices = -1;
+    int64_t stride = 0;  // the buffer's element stride along the gathered axis
+    int64_t dim = 0;     // the gathered axis's size
+    bool operator==(const Gather&) const = default;
+  };
   struct Input {
     DType dtype = f32;
     Shape shape;
@@ -70,6 +81,7 @@ struct FusedSubgraph {
     std::optional<Piece> piece;
     int fallback = -1;
     std::optional<Generator> generator;
+    std::optional<Gather> gather;
     const Shape& buffer_shape() const;
     DType buffer_dtype() const { return generator ? i64 : dtype; }
   };
@@ -103,6 +115,11 @@ struct FusedSubgraph {
   int add_piece_input(DType dtype, Shape shape, Piece piece, Shape source, int fallback);
   // A generated input: `generator`'s values of `dtype` over `shape`, its buffer the seed.
   int add_generated_input(DType dtype, Shape shape, Generator generator);
+  // A gathered input: a buffer of shape `source` read through `map` (over `shape`) plus
+  // gather.stride times the value of input gather.indices; throws kiln::Error when the view
+  // with any index in [0, gather.dim) reaches outside the buffer, or gather.indices is not an
+  // earlier integer input.
+  int add_gathered_input(DType dtype, Shape shape, StridedView map, Shape source, Gather gather);
   int add(EltOp op, std::vector<int> args, DType to = f32);
   // A reduction of `arg` over `axes` (sorted; every reduction of a subgraph takes the same).
   int add_reduce(ReduceKind kind, int arg, std::vector<int64_t> axes);
@@ -113,6 +130,7 @@ struct FusedSubgraph {
   bool is_reduction(int value) const;
   bool has_reductions() const;
   bool has_pieces() const;
+  bool has_gathers() const;
   // The broadcast of all input shapes; throws kiln::Error when they are incompatible.
   Shape iteration_shape() const;
   // The iteration shape (the shape of every output) when there are no reductions; kept for

@@ -33,7 +33,34 @@ LoweredFusion lower_fusion_group(const FusionTarget& target, int group, const Fu
   };
   auto is_pieces = [&](int m) { return nodes[m].def && nodes[m].def->pieces; };
   auto is_generator = [&](int m) { return is_generator_op(nodes[m].op); };
+  auto is_gather = [&](int m) { return nodes[m].op == "gather"; };
   for (int m : g.nodes) {
+    if (is_gather(m)) {
+      // out[o.., j.., k..] = x[o.., indices[j..], k..]: the indices read through a broadcast
+      // over the output's shape, x through a view that skips the gathered axis, plus the row.
+      const ValueRef x = nodes[m].inputs.at(0), indices = nodes[m].inputs.at(1);
+      const TensorType& xt = types[x.node][x.output];
+      const TensorType& it = types[indices.node][indices.output];
+      const Shape& shape = types[m][0].shape;
+      int64_t axis = nodes[m].attrs.get_int("axis", 0);
+      if (axis < 0) axis += static_cast<int64_t>(xt.shape.size());
+      const int64_t jr = static_cast<int64_t>(it.shape.size());
+      const StridedView xs = row_major_view(xt.shape), is = row_major_view(it.shape);
+      StridedView iv{std::vector<int64_t>(shape.size(), 0), 0}, xv = iv;
+      for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+        if (d < axis) xv.strides[d] = xs.strides[d];
+        else if (d < axis + jr) iv.strides[d] = is.strides[d - axis];
+        else xv.strides[d] = xs.strides[d - jr + 1];
+      }
+      const int idx = sg.add_mapped_input(it.dtype, shape, iv, it.shape);
+      out.index_checks.push_back({static_cast<int>(out.inputs.size()), axis, xt, nodes[m].name});
+      out.inputs.push_back(indices);
+      value_of[key({m, 0})] = sg.add_gathered_input(
+          xt.dtype, shape, xv, xt.shape,
+          {.indices = idx, .stride = xs.strides[axis], .dim = xt.shape[axis]});
+      out.inputs.push_back(x);
+      continue;
+    }
     if (is_generator(m)) {
       // Its elements come from the seed (input 0) and their index; a "shape_like" input is
       // read for its type alone.
@@ -93,7 +120,7 @@ LoweredFusion lower_fusion_group(const FusionTarget& target, int group, const Fu
   for (int m : g.nodes) {
     out.ops += (out.ops.empty() ? "" : ",") + nodes[m].op;
     // Read through its map or pieces, or generated, above.
-    if (is_layout(m) || is_pieces(m) || is_generator(m)) continue;
+    if (is_layout(m) || is_pieces(m) || is_generator(m) || is_gather(m)) continue;
     std::vector<int> args;
     for (const ValueRef& in : nodes[m].inputs) args.push_back(value_of.at(key(in)));
     const OpDef* def = nodes[m].def;

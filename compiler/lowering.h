@@ -12,11 +12,22 @@
 
 namespace kiln::compiler {
 
+// A gather the loop reads (a gathered input): its indices, input `input` of the subgraph, must
+// lie in [0, x.shape[axis]) before the loop runs, which reads 0 for any other (the program
+// checks them where they are on the host, with the gather kernel's error).
+struct IndexCheck {
+  int input = -1;
+  int64_t axis = 0;
+  TensorType x;
+  std::string node;  // the gather's name
+};
+
 struct LoweredFusion {
   FusedSubgraph subgraph;
   std::vector<ValueRef> inputs;  // the graph values fed to the subgraph's inputs, in order
   std::vector<int> outputs;      // the nodes the subgraph's outputs stand for, in order
   std::string ops;               // "add,mul,exp": the members' ops, for descriptions
+  std::vector<IndexCheck> index_checks;  // one per gather
 };
 
 // Builds the subgraph of `plan.groups[group]` over `nodes` with concrete `types`, for the

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "compiler/executable_impl.h"
+#include "ops/kernel_util.h"
 #include "src/core/device_memory.h"
 
 namespace kiln::compiler {
@@ -42,6 +43,7 @@ class DeviceRun {
   DeviceRun& operator=(const DeviceRun&) = delete;
 
   void run_on_device(const Thunk& t) {
+    check_indices(t);
     ins_.clear();
     outs_.clear();
     for (int s : t.in) ins_.push_back(on_device(s));
@@ -108,6 +110,19 @@ class DeviceRun {
       }
       case Thunk::OnDevice::kNo:
         break;
+    }
+  }
+
+  // A loop that gathers reads 0 for an index out of range: its indices are checked first, on
+  // the host, as the gather's kernel checks them. Indices fed from the host cost nothing more;
+  // indices the device holds come down (8 bytes or so a row: the run waits for them).
+  void check_indices(const Thunk& t) {
+    for (const IndexCheck& c : t.index_checks) {
+      const Tensor& indices = on_host(t.in[c.input]);
+      if (std::string why = ops::take_index_error(indices, c.axis, c.x); !why.empty())
+        throw Error(ErrorCode::kOutOfRange,
+                    "gather: " + why +
+                        (c.node.empty() || c.node == "gather" ? "" : " (in " + c.node + ")"));
     }
   }
 

@@ -92,6 +92,9 @@ std::string position_str(int64_t flat, const Shape& shape) {
 // The indices (input 1) widened to i64; any outside [0, dim) fails naming it.
 std::vector<int64_t> checked_indices(const KernelContext& ctx, const TakeGeometry& g) {
   const Tensor& indices = ctx.input(1);
+  const Tensor& x = ctx.input(0);
+  if (std::string why = take_index_error(indices, g.axis, {x.dtype(), x.shape()}); !why.empty())
+    ctx.fail(why, ErrorCode::kOutOfRange);
   std::vector<int64_t> out(indices.size());
   if (indices.dtype() == i32) {
     auto d = indices.data<int32_t>();
@@ -99,16 +102,6 @@ std::vector<int64_t> checked_indices(const KernelContext& ctx, const TakeGeometr
   } else {
     auto d = indices.data<int64_t>();
     std::copy(d.begin(), d.end(), out.begin());
-  }
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] >= 0 && out[i] < g.dim) continue;
-    const Tensor& x = ctx.input(0);
-    ctx.fail("index " + std::to_string(out[i]) + " at position " +
-                 position_str(static_cast<int64_t>(i), indices.shape()) + " of indices " +
-                 TensorType{indices.dtype(), indices.shape()}.str() + " is out of range [0, " +
-                 std::to_string(g.dim) + ") for axis " + std::to_string(g.axis) + " of x " +
-                 TensorType{x.dtype(), x.shape()}.str(),
-             ErrorCode::kOutOfRange);
   }
   return out;
 }
@@ -181,6 +174,24 @@ std::vector<Tensor> scatter_add_gradient(const GradContext& g) {
 }
 
 }  // namespace
+
+std::string take_index_error(const Tensor& indices, int64_t axis, const TensorType& x) {
+  const int64_t dim = x.shape.at(axis);
+  auto first_bad = [&](auto data) -> int64_t {
+    for (size_t i = 0; i < data.size(); ++i)
+      if (data[i] < 0 || data[i] >= dim) return static_cast<int64_t>(i);
+    return -1;
+  };
+  const int64_t i = indices.dtype() == i32 ? first_bad(indices.data<int32_t>())
+                                           : first_bad(indices.data<int64_t>());
+  if (i < 0) return "";
+  const int64_t value = indices.dtype() == i32 ? indices.data<int32_t>()[i]
+                                               : indices.data<int64_t>()[i];
+  return "index " + std::to_string(value) + " at position " + position_str(i, indices.shape()) +
+         " of indices " + TensorType{indices.dtype(), indices.shape()}.str() +
+         " is out of range [0, " + std::to_string(dim) + ") for axis " + std::to_string(axis) +
+         " of x " + x.str();
+}
 
 KILN_REGISTER_OP(gather).input("x").input("indices").kind(OpKind::kKernel).shape_fn(gather_shape);
 KILN_REGISTER_KERNEL(gather).fn(gather_kernel);

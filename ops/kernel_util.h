@@ -63,6 +63,11 @@ std::string ints_str(const std::vector<int64_t>& v);
 // Whether two shapes have the same rank and agree in every dimension both know.
 bool shapes_agree(const Shape& a, const Shape& b);
 
+// gather's and scatter_add's check of their indices (i32 or i64) along `axis` of x (of type
+// `x`): the error naming the first index outside [0, x.shape[axis]) and its position, or "".
+// A device program runs it before a loop that gathers (compiler/lowering.h's IndexCheck).
+std::string take_index_error(const Tensor& indices, int64_t axis, const TensorType& x);
+
 // Runs `shape_fn` as if the node had the inputs `types`, with its op, name and attributes: a
 // gradient op checks its operands against what the forward op infers from them.
 std::vector<TensorType> infer_with(const InferContext& ctx, const ShapeFn& shape_fn,

@@ -212,7 +212,8 @@ class Emitter {
     b_.SetInsertPoint(after);
   }
 
-  // Every input is full-shape or a single element: one flat loop over [begin, end).
+  // Every input is full-shape or a single element: one flat loop over [begin, end). (A
+  // gathered input takes it only in a loop of one element or none.)
   // (A mapped input takes this loop when it reads its elements in order, as a reshape does:
   // at its view's offset.)
   void emit_flat(Value* begin, Value* end, llvm::BasicBlock* exit) {
@@ -225,9 +226,12 @@ class Emitter {
     }
     emit_loop(begin, end, exit, "loop", /*innermost=*/true, [&](Value* i) {
       std::vector<Value*> in(sg_.inputs.size());
-      for (size_t k = 0; k < in.size(); ++k)
-        in[k] = scalars[k] ? scalars[k]
-                           : load(static_cast<int>(k), sg_.inputs[k].map ? b_.CreateAdd(i, offsets[k]) : i);
+      for (size_t k = 0; k < in.size(); ++k) {
+        Value* at = sg_.inputs[k].map ? b_.CreateAdd(i, offsets[k]) : i;
+        in[k] = scalars[k]                 ? scalars[k]
+                : sg_.inputs[k].gather ? gathered(static_cast<int>(k), at, in)
+                                           : load(static_cast<int>(k), at);
+      }
       emit_body(in, i);
     });
   }
@@ -396,6 +400,7 @@ class Emitter {
       return st == 0 ? off : st == 1 ? b_.CreateAdd(off, idx)
                                      : b_.CreateAdd(off, b_.CreateMul(idx, b_.getInt64(st)));
     };
+    if (input.gather) return gathered(k, at(j), in);
     if (!input.piece) return load(k, at(j));
     Value* fallback = input.fallback >= 0
                           ? in[input.fallback]
@@ -533,6 +538,21 @@ class Emitter {
       return w;
     }
     return t == bool_ ? b_.CreateICmpNE(v, b_.getInt8(0)) : v;
+  }
+
+  // Gathered input k at `off` (its view's offset at this index): the element the value of
+  // its indices input (in `in`, read before it) selects along the gathered axis, or 0 for a
+  // value outside [0, dim), which reads nothing.
+  Value* gathered(int k, Value* off, const std::vector<Value*>& in) {
+    const FusedSubgraph::Input& input = sg_.inputs[k];
+    const FusedSubgraph::Gather& g = *input.gather;
+    Value* v = in[g.indices];
+    if (v->getType() != b_.getInt64Ty()) v = b_.CreateSExt(v, b_.getInt64Ty());
+    Value* ok = b_.CreateICmpULT(v, b_.getInt64(g.dim));  // a negative v is a large unsigned
+    Value* row = b_.CreateSelect(ok, v, b_.getInt64(0));
+    Value* value = load(k, b_.CreateAdd(off, b_.CreateMul(row, b_.getInt64(g.stride))));
+    return select_keeping_bits(ok, value, llvm::Constant::getNullValue(reg_type(input.dtype)),
+                               input.dtype);
   }
 
   // ---- generated inputs (compiler/generator.h): ops/random.cc's kernels, element by element ----
@@ -805,7 +825,9 @@ class Emitter {
       Value* base = b_.CreateMul(r, c_cols);
       auto eval_at = [&](const std::vector<Value*>& o) {
         std::vector<Value*> in(n_in);
-        for (size_t k = 0; k < n_in; ++k) in[k] = load(static_cast<int>(k), o[k]);
+        for (size_t k = 0; k < n_in; ++k)
+          in[k] = sg_.inputs[k].gather ? gathered(static_cast<int>(k), o[k], in)
+                                       : load(static_cast<int>(k), o[k]);
         std::vector<Value*> vals = compute(in);
         for (size_t f = 0; f < full_outs.size(); ++f)
           store(full_outs[f], vals[sg_.outputs[full_outs[f]]], o[n_in + f]);

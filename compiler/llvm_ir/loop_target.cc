@@ -50,6 +50,7 @@ bool is_flat_loop(const FusedSubgraph& sg, const Shape& out_shape) {
   int64_t n = num_elements(out_shape);
   for (const FusedSubgraph::Input& in : sg.inputs) {
     if (in.piece) return false;  // the row loop splits at the pieces' bounds
+    if (in.gather) return false;  // the row loop reads the indices beside it
     // A view reading its elements in order (a reshape) keeps the flat loop, at its offset;
     // any other view needs the row loop's index arithmetic (one element: read at the offset).
     if (in.map && n > 1 && (num_elements(in.shape) != n ||
@@ -83,6 +84,13 @@ std::string structural_key(const FusedSubgraph& sg, bool size_free_flat_loops) {
       key += "@" + shape_str(in.map->strides) + "+" + std::to_string(in.map->offset) + "of" +
              shape_str(in.source);
     if (in.generator) key += "=" + in.generator->key();
+    if (in.gather)  // appended: GCC 12 warns, falsely, on "literal" + std::string
+      key.append("gather")
+          .append(std::to_string(in.gather->indices))
+          .append("*")
+          .append(std::to_string(in.gather->stride))
+          .append("<")
+          .append(std::to_string(in.gather->dim));
     if (in.piece)
       key += "in" + shape_str(in.piece->lo) + shape_str(in.piece->hi) + shape_str(in.piece->step) +
              "else" + std::to_string(in.fallback);
@@ -209,6 +217,19 @@ class DeviceFusionTarget final : public LoopFusionTarget {
     return "";
   }
   bool conv_pool_dtype(DType) const override { return false; }
+  // A gather is a loop: its kernel is the host's, which would copy x down and the rows up.
+  FusionDecision can_gather(const detail::Node& node, const std::vector<TensorType>& inputs,
+                            const std::vector<TensorType>& outputs) const override {
+    if (inputs.size() != 2 || outputs.size() != 1)
+      return FusionDecision::forbid("op " + node.op + " is not x and indices into one output");
+    for (const TensorType& t : {inputs[0], inputs[1], outputs[0]})
+      if (!is_fully_defined(t.shape)) return FusionDecision::forbid("unknown dimension");
+    if (inputs[1].dtype != i32 && inputs[1].dtype != i64)
+      return FusionDecision::forbid("indices of " + inputs[1].str() + " (not i32 or i64)");
+    if (num_elements(outputs[0].shape) == 0)
+      return FusionDecision::forbid("its output has no elements");
+    return layout_reads(inputs[0].dtype);
+  }
   // A device's pooling kernels (cuDNN's) take no relu mask: the relu's gradient stays a loop.
   bool masked_max_grad() const override { return false; }
   bool copies_layout_groups() const override { return true; }

@@ -22,6 +22,7 @@ bool is_pieces(const detail::Node& node) { return node.def && node.def->pieces; 
 // The random ops: generators (compiler/generator.h) where the loops reproduce their kernels,
 // and a note saying why not where they do not.
 bool is_generator(const detail::Node& node) { return node.op.rfind("random_", 0) == 0; }
+bool is_gather(const detail::Node& node) { return node.op == "gather"; }
 
 class Planner {
  public:
@@ -48,6 +49,8 @@ class Planner {
       visit_pieces(id);
     } else if (is_generator(nodes_[id])) {
       visit_generator(id);
+    } else if (is_gather(nodes_[id])) {
+      visit_gather(id);
     }
     // anything else is a kernel op: not worth a note
   }
@@ -139,10 +142,11 @@ class Planner {
           std::find(unit.begin(), unit.end(), nodes_[m].inputs[0].node) != unit.end())
         return FusionDecision::forbid("random op " + node_label(nodes_, m) +
                                       " would read a seed the same loop computes");
-      if (!is_pieces(nodes_[m])) continue;
+      if (!is_pieces(nodes_[m]) && !is_gather(nodes_[m])) continue;
       for (const ValueRef& in : nodes_[m].inputs)
         if (std::find(unit.begin(), unit.end(), in.node) != unit.end())
-          return FusionDecision::forbid("piecewise op " + node_label(nodes_, m) +
+          return FusionDecision::forbid(std::string(is_gather(nodes_[m]) ? "gather " : "piecewise op ") +
+                                        node_label(nodes_, m) +
                                         " would read a value the same loop computes");
     }
     return FusionDecision::allow();
@@ -168,6 +172,16 @@ class Planner {
   // one buffer); consumers then join it like any group.
   void visit_generator(int id) {
     if (FusionDecision d = target_.can_generate(nodes_[id], types_[id]); !d) {
+      note(node_label(nodes_, id) + ": " + d.reason());
+      return;
+    }
+    start_group_of(id);
+  }
+
+  // A gather starts a group of its own whose loop reads x's buffer at the rows its indices
+  // (a buffer too) select; consumers then join it like any group.
+  void visit_gather(int id) {
+    if (FusionDecision d = target_.can_gather(nodes_[id], input_types(id), types_[id]); !d) {
       note(node_label(nodes_, id) + ": " + d.reason());
       return;
     }
@@ -399,6 +413,13 @@ FusionDecision FusionTarget::can_generate(const detail::Node& node,
     return FusionDecision::forbid(std::string("dtype ") + dtype_name(outputs[0].dtype) +
                                   " is not supported");
   return FusionDecision::allow();
+}
+
+FusionDecision FusionTarget::can_gather(const detail::Node& node,
+                                        const std::vector<TensorType>& inputs,
+                                        const std::vector<TensorType>& outputs) const {
+  (void)node, (void)inputs, (void)outputs;
+  return FusionDecision::forbid("this backend's loops read no gathers (its kernel copies rows)");
 }
 
 std::optional<LayoutRead> layout_read(int id, int group, const std::vector<int>& group_of,

@@ -61,6 +61,13 @@ class FusionTarget {
   virtual FusionDecision can_generate(const detail::Node& node,
                                       const std::vector<TensorType>& outputs) const;
 
+  // Whether a generated loop can read gather `node`'s output (concrete `inputs` and
+  // `outputs`) from x's buffer at the rows its indices select (a gathered input,
+  // compiler/fused_subgraph.h). By default no: the CPU's kernel copies whole rows as fast.
+  virtual FusionDecision can_gather(const detail::Node& node,
+                                    const std::vector<TensorType>& inputs,
+                                    const std::vector<TensorType>& outputs) const;
+
   // What generated loops compute on: asked by SubgraphBuilder while it builds a FusedSubgraph
   // (compiler/fused_subgraph.h) and by FusedSubgraph::validate, which know no backend.
   // Dtypes a loop computes on (arithmetic, comparisons, logic).

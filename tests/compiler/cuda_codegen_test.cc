@@ -97,6 +97,24 @@ std::vector<FusedSubgraph> layouts_and_reductions() {
     }
   }
   {
+    FusedSubgraph sg;  // an embedding lookup, scaled: rows of a [3, 6] table (indices -3..3)
+    sg.name = "gather_rows";
+    int idx = sg.add_mapped_input(i32, {5, 6}, StridedView{{1, 0}, 0}, {5});
+    int x = sg.add_gathered_input(f32, {5, 6}, StridedView{{0, 1}, 0}, {3, 6},
+                                  {.indices = idx, .stride = 6, .dim = 3});
+    sg.add_output(sg.add(Prim::kMul, {x, sg.add_input(f32, {6})}));
+    out.push_back(std::move(sg));
+  }
+  {
+    FusedSubgraph sg;  // bf16 gathered along x's last axis by 2-d i64 indices, summed per row
+    sg.name = "gather_last_axis_sum";
+    int idx = sg.add_mapped_input(i64, {4, 2, 5}, StridedView{{0, 5, 1}, 0}, {2, 5});
+    int x = sg.add_gathered_input(bf16, {4, 2, 5}, StridedView{{3, 0, 0}, 0}, {4, 3},
+                                  {.indices = idx, .stride = 1, .dim = 3});
+    sg.add_output(sg.add_reduce(ReduceKind::kSum, x, {2}));
+    out.push_back(std::move(sg));
+  }
+  {
     FusedSubgraph sg;  // softmax's pieces: the shifted values and their row sum, in one kernel
     sg.name = "multi_output";
     int x = sg.add_input(f32, {4, 9});

@@ -715,19 +715,21 @@ TEST(DeviceProgram, LayoutOpsBetweenDeviceOpsStayOnTheDevice) {
   EXPECT_EQ(cpu::emulated_gpu_counts().downloads - before.downloads, 1) << "the result alone";
 }
 
-// A gather (a host kernel) between device loops: its input comes up from the device, its
+// A scatter_add (a host kernel) between device loops: its input comes up from the device, its
 // output goes down for the dot; a value both sides read is copied once.
 TEST(DeviceProgram, HostOpsBetweenDeviceOpsGetTheirValuesCopied) {
   Graph g{"crossing"};
   Tensor x = g.placeholder(f32, {10, 8}, "x");
   Tensor idx = g.placeholder(i64, {6}, "idx");
+  Tensor u = g.placeholder(f32, {6, 8}, "u");
   Tensor w = g.placeholder(f32, {8, 3}, "w");
   Tensor h = tanh(x) * 2.0f;
-  Tensor picked = gather(h, idx, 0);
+  Tensor picked = scatter_add(h, idx, u, 0);
   Tensor out = matmul(picked + 1.0f, w);
   Tensor also = sum(h, {0});  // h read by a device loop too
   FeedList feeds = {{x, test_models::random_tensor({10, 8}, 5)},
                     {idx, Tensor::from_vector<int64_t>({9, 0, 3, 3, 7, 1}, {6})},
+                    {u, test_models::random_tensor({6, 8}, 7)},
                     {w, test_models::random_tensor({8, 3}, 6)}};
   const int64_t live_at_start = cpu::emulated_gpu_counts().live_allocations;
   {
@@ -737,7 +739,7 @@ TEST(DeviceProgram, HostOpsBetweenDeviceOpsGetTheirValuesCopied) {
     std::vector<Tensor> got = dev.run(feeds);
     const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
     expect_close(got, host.run(feeds), 1e-5);
-    // Up: h for the gather, then the two outputs.
+    // Up: h for the scatter_add, then the two outputs.
     EXPECT_EQ(after.downloads - before.downloads, 3);
   }
   EXPECT_EQ(cpu::emulated_gpu_counts().live_allocations, live_at_start);
