@@ -1,8 +1,8 @@
 // A device with memory of its own (a GPU) that a compiled program runs on: what the device
-// executable (compiler/run_device.cc) needs from it. Its fused loops run as device kernels, its
-// 2-d dots as device matmuls, and the convolutions and pooling it takes through its kernels for
-// them; every other op runs on the host, its inputs copied down and its outputs up as the run
-// needs them. Two backends implement it: CUDA's (compiler/cuda/device_backend.h) and, for
+// executable (compiler/run_device.cc) needs from it. Its fused loops run as device kernels
+// (gathers read by them), its 2-d dots as device matmuls, the convolutions and pooling it takes
+// through its kernels for them and scatter_adds as its loop; every other op runs on the host,
+// its inputs copied down and its outputs up as the run needs them. Two backends implement it: CUDA's (compiler/cuda/device_backend.h) and, for
 // tests, an emulated GPU whose memory is host memory the program must still copy to and from
 // (compiler/cpu/emulated_device.h). No CUDA or LLVM types appear here.
 #pragma once
@@ -108,6 +108,29 @@ inline int64_t cudnn_pool_scratch_bytes(const DevicePool& p) {
   return 0;
 }
 
+// scatter_add on device pointers, as its kernel computes it: y = x, then for each index j in
+// order, y[o, indices[j], k] += updates[o, j, k], each sum rounded to `dtype`; x and y are
+// [outer, dim, inner], indices `count` of index_dtype (i32 or i64), updates [outer, count,
+// inner]. An index outside [0, dim) adds nothing (a program checks them before: IndexCheck).
+// A device computes one (o, k) column an item, walking the indices in the kernel's order, so
+// duplicate indices sum alike on both and the results are the kernel's bits.
+struct DeviceScatterAdd {
+  DType dtype = f32;
+  DType index_dtype = i32;
+  int64_t outer = 1, dim = 0, inner = 1, count = 0;
+};
+
+// The dtypes a device's scatter_add loop adds in (those whose sums need no rounding step).
+inline bool scatter_add_dtype(DType t) { return t == f32 || t == f64 || t == i32 || t == i64; }
+
+// A loop compiled for a device that is not a fused subgraph's (a scatter_add): launched like a
+// DeviceKernel, on device pointers to its inputs, then its outputs.
+class DeviceLoop {
+ public:
+  virtual ~DeviceLoop() = default;
+  virtual void launch(void* const* inputs, void* const* outputs) const = 0;
+};
+
 // Every member is safe to call from several threads at once (runs may be concurrent).
 // Its memory is what device tensors (Tensor::to(Device)) are made of: detail::DeviceMemory.
 class DeviceBackend : public detail::DeviceMemory {
@@ -152,6 +175,13 @@ class DeviceBackend : public detail::DeviceMemory {
   virtual int64_t pool_workspace(const DevicePool& p) const { return -1; }
   virtual void pool(const DevicePool& p) const {
     throw Error(ErrorCode::kInternal, name() + ": pooling: not a device pooling");
+  }
+
+  // A scatter_add loop for `s` (inputs x, indices, updates; output y), or null when the device
+  // has none (its op then runs on the host). Called when a program is compiled.
+  virtual std::shared_ptr<const DeviceLoop> compile_scatter_add(const DeviceScatterAdd& s) const {
+    (void)s;
+    return nullptr;
   }
 
   // Waits for everything queued. A run does not (its copies to the host wait for the work

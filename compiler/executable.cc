@@ -245,6 +245,38 @@ bool device_conv(const DeviceBackend& device, const detail::Node& node,
   return true;
 }
 
+// A scatter_add the device runs as its loop (DeviceScatterAdd: x viewed as [outer, dim,
+// inner] around the axis): known shapes and a dtype its loop adds in. The loop's indices are
+// checked before it runs, with the kernel's error.
+bool device_scatter_add(const DeviceBackend& device, const detail::Node& node,
+                        const std::vector<TensorType>& in, Thunk& t) {
+  if (node.op != "scatter_add" || in.size() != 3 || !scatter_add_dtype(in[0].dtype) ||
+      (in[1].dtype != i32 && in[1].dtype != i64))
+    return false;
+  for (const TensorType& v : in)
+    if (!is_fully_defined(v.shape)) return false;
+  const Shape& x = in[0].shape;
+  const int64_t rank = static_cast<int64_t>(x.size());
+  int64_t axis = node.attrs.get_int("axis", 0);
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return false;
+  DeviceScatterAdd s;
+  s.dtype = in[0].dtype;
+  s.index_dtype = in[1].dtype;
+  for (int64_t d = 0; d < axis; ++d) s.outer *= x[d];
+  s.dim = x[axis];
+  for (int64_t d = axis + 1; d < rank; ++d) s.inner *= x[d];
+  s.count = num_elements(in[1].shape);
+  try {
+    t.loop = device.compile_scatter_add(s);
+  } catch (const Error&) {
+    return false;  // its kernel on the host, as for a loop the device cannot compile
+  }
+  if (!t.loop) return false;
+  t.index_checks.push_back({1, axis, in[0], "scatter_add", node.name});
+  return true;
+}
+
 // A pooling op (or its gradient) a device runs: NHWC, windows and strides over the two spatial
 // axes alone, each padded alike on both sides, no relu mask, a dtype and geometry the device
 // takes (DeviceBackend::pool_workspace). Sets t.pool.
@@ -443,6 +475,9 @@ Executable compile_impl(const std::shared_ptr<const DeviceBackend>& device, cons
     } else if (device && im.types[id].size() == 1 &&
                device_pool(*device, node, in_types, im.types[id][0], t)) {
       t.on_device = Thunk::OnDevice::kPool;
+      t.description += " on " + device->name();
+    } else if (device && device_scatter_add(*device, node, in_types, t)) {
+      t.on_device = Thunk::OnDevice::kLoop;
       t.description += " on " + device->name();
     } else {
       try {

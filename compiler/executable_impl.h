@@ -63,15 +63,20 @@ struct Executable::Impl {
     std::vector<int> release;           // slots no later thunk reads
     std::vector<int> out_alias;         // per output: the donation it writes directly, or -1
     std::vector<int> copies_after;      // donations copied into their feed after this thunk
-    std::vector<IndexCheck> index_checks;  // fused: its gathers' indices (input = index in `in`)
+    // A device loop's indices to check first: a fused loop's gathers, a scatter_add's (input:
+    // the index in `in`).
+    std::vector<IndexCheck> index_checks;
     std::string description;
     // What of a device program runs on the device: its fused loops, and the dots and
     // convolutions the device takes (their pointers, and the convolution's scratch, are filled
     // per run).
-    enum class OnDevice : uint8_t { kNo, kFused, kDot, kConv, kPool, kControlFlow };
+    enum class OnDevice : uint8_t { kNo, kFused, kDot, kConv, kPool, kControlFlow, kLoop };
     OnDevice on_device = OnDevice::kNo;
     // kControlFlow: the node's loops over device tensors (compiler/device_control_flow.h).
     std::shared_ptr<const DeviceControlFlow> control;
+    // kLoop: a loop of the device's that is no fused subgraph's (a scatter_add), on the
+    // thunk's input and output slots.
+    std::shared_ptr<const DeviceLoop> loop;
     DeviceDot dot;
     DeviceConv conv;
     DevicePool pool;

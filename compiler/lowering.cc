@@ -53,7 +53,8 @@ LoweredFusion lower_fusion_group(const FusionTarget& target, int group, const Fu
         else xv.strides[d] = xs.strides[d - jr + 1];
       }
       const int idx = sg.add_mapped_input(it.dtype, shape, iv, it.shape);
-      out.index_checks.push_back({static_cast<int>(out.inputs.size()), axis, xt, nodes[m].name});
+      out.index_checks.push_back(
+          {static_cast<int>(out.inputs.size()), axis, xt, "gather", nodes[m].name});
       out.inputs.push_back(indices);
       value_of[key({m, 0})] = sg.add_gathered_input(
           xt.dtype, shape, xv, xt.shape,

@@ -14,12 +14,14 @@ namespace kiln::compiler {
 
 // A gather the loop reads (a gathered input): its indices, input `input` of the subgraph, must
 // lie in [0, x.shape[axis]) before the loop runs, which reads 0 for any other (the program
-// checks them where they are on the host, with the gather kernel's error).
+// checks them where they are on the host, with the gather kernel's error). A device's
+// scatter_add loop checks its indices the same way.
 struct IndexCheck {
   int input = -1;
   int64_t axis = 0;
   TensorType x;
-  std::string node;  // the gather's name
+  std::string op = "gather";  // gather or scatter_add, for the error
+  std::string node;           // its name
 };
 
 struct LoweredFusion {

@@ -108,21 +108,23 @@ class DeviceRun {
         }
         break;
       }
+      case Thunk::OnDevice::kLoop:
+        t.loop->launch(ins_.data(), outs_.data());
+        break;
       case Thunk::OnDevice::kNo:
         break;
     }
   }
 
-  // A loop that gathers reads 0 for an index out of range: its indices are checked first, on
-  // the host, as the gather's kernel checks them. Indices fed from the host cost nothing more;
+  // A loop that gathers reads 0 for an index out of range, and a scatter_add adds nothing: their
+  // indices are checked first, on the host, as the ops' kernels check them. Indices fed from the host cost nothing more;
   // indices the device holds come down (8 bytes or so a row: the run waits for them).
   void check_indices(const Thunk& t) {
     for (const IndexCheck& c : t.index_checks) {
       const Tensor& indices = on_host(t.in[c.input]);
       if (std::string why = ops::take_index_error(indices, c.axis, c.x); !why.empty())
         throw Error(ErrorCode::kOutOfRange,
-                    "gather: " + why +
-                        (c.node.empty() || c.node == "gather" ? "" : " (in " + c.node + ")"));
+                    c.op + ": " + why + (c.node.empty() || c.node == c.op ? "" : " (in " + c.node + ")"));
     }
   }
 

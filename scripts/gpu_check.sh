@@ -45,7 +45,7 @@ start=$(date +%s)
 # The CUDA tests but the random graphs on a host grid (kiln_gpu_tests holds no random graph
 # tests for its child to run; kiln_tests runs them on every machine).
 "$kiln/bin/kiln_gpu_tests" --gtest_output="xml:$dir/gpu_tests.xml" \
-  --gtest_filter='CudaCodegen*:CudaBlas*:DeviceMemory*:CudaGpu.*:CudaGridOnHost.Every*:CudaGridOnHost.AGrid*:DeviceProgram*:DeviceTensors*:DeviceControlFlow*:SplitReductions*:DeviceGather*' \
+  --gtest_filter='CudaCodegen*:CudaBlas*:DeviceMemory*:CudaGpu.*:CudaGridOnHost.Every*:CudaGridOnHost.AGrid*:DeviceProgram*:DeviceTensors*:DeviceControlFlow*:SplitReductions*:DeviceGather*:DeviceScatterAdd*' \
   > "$dir/gpu_tests.log" 2>&1
 status=$?
 {

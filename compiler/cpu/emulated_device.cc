@@ -8,6 +8,7 @@
 #include "compiler/cpu/fused_kernel.h"
 #include "compiler/llvm_ir/grid_kernel.h"
 #include "compiler/llvm_ir/loop_target.h"
+#include "compiler/llvm_ir/scatter_kernel.h"
 #include "kiln/op_registry.h"
 #include "runtime/execute.h"
 #include "src/core/tensor_impl.h"
@@ -66,6 +67,22 @@ class EmulatedKernel final : public DeviceKernel {
   int64_t items_ = 0;
   GridFn fn_ = nullptr;
   std::shared_ptr<void> owner_;  // the JIT'd code
+};
+
+// The scatter_add loop's grid on a host grid.
+class EmulatedLoop final : public DeviceLoop {
+ public:
+  EmulatedLoop(int64_t items, HostGridKernels grid) : items_(items), grid_(std::move(grid)) {}
+  void launch(void* const* inputs, void* const* outputs) const override {
+    if (items_ == 0) return;
+    counters().launches++;
+    run_on_host_grid(grid_.fns.at(0), const_cast<void**>(inputs), const_cast<void**>(outputs),
+                     items_);
+  }
+
+ private:
+  int64_t items_;
+  HostGridKernels grid_;
 };
 
 // A host tensor over `bytes` of emulated device memory (owned elsewhere).
@@ -129,6 +146,12 @@ class EmulatedGpu final : public DeviceBackend {
         },
         errors);
     return out;
+  }
+
+  std::shared_ptr<const DeviceLoop> compile_scatter_add(const DeviceScatterAdd& s) const override {
+    if (!scatter_add_dtype(s.dtype)) return nullptr;
+    return std::make_shared<EmulatedLoop>(llvm_ir::scatter_add_items(s),
+                                          compile_scatter_add_for_host(s));
   }
 
   bool dot_dtype(DType t) const override { return t == f32 || t == f16 || t == bf16; }

@@ -11,6 +11,10 @@
 #include "compiler/fused_subgraph.h"
 #include "kiln/tensor.h"
 
+namespace kiln::compiler {
+struct DeviceScatterAdd;  // compiler/device_backend.h
+}  // namespace kiln::compiler
+
 namespace kiln::compiler::cpu {
 
 // The compiled function: computes output elements [begin, end) (row-major linear indices); for a
@@ -128,5 +132,7 @@ struct HostGridKernels {
   std::shared_ptr<void> owner;
 };
 HostGridKernels compile_grid_kernels_for_host(const std::vector<FusedSubgraph>& sgs);
+// The same for the device's scatter_add loop (compiler/llvm_ir/scatter_kernel.h): one grid.
+HostGridKernels compile_scatter_add_for_host(const DeviceScatterAdd& s);
 
 }  // namespace kiln::compiler::cpu

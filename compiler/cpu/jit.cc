@@ -12,12 +12,14 @@
 #include <llvm/TargetParser/Host.h>
 
 #include <chrono>
+#include <functional>
 #include <mutex>
 
 #include "compiler/cpu/fused_kernel.h"
 #include "compiler/cpu/fusion_target.h"
 #include "compiler/llvm_ir/elemental_emitter.h"
 #include "compiler/llvm_ir/grid_kernel.h"
+#include "compiler/llvm_ir/scatter_kernel.h"
 #include "compiler/llvm_ir/loop_target.h"
 #include "compiler/llvm_ir/optimize.h"
 #include "kiln/error.h"
@@ -155,20 +157,38 @@ std::vector<FusedKernel> compile_elementwise(const std::vector<FusedSubgraph>& s
   return kernels;
 }
 
-HostGridKernels compile_grid_kernels_for_host(const std::vector<FusedSubgraph>& sgs) {
+namespace {
+
+// `count` grids `emit` writes into one module (grid i as "k<i>_grid"), JIT'd for the host.
+HostGridKernels jit_grids(const std::string& name, size_t count,
+                          const std::function<void(llvm::Module&, size_t, const std::string&)>& emit) {
   HostGridKernels out;
-  if (sgs.empty()) return out;
-  for (const FusedSubgraph& sg : sgs) sg.validate(fusion_target());
-  const std::string name = sgs[0].name + "_grid";
   HostModule host = new_host_module(name);
-  for (size_t i = 0; i < sgs.size(); ++i)
-    llvm_ir::emit_grid_kernel(sgs[i], *host.module, "k" + std::to_string(i) + "_");
+  for (size_t i = 0; i < count; ++i) emit(*host.module, i, "k" + std::to_string(i) + "_");
   auto jit = optimize_and_jit(std::move(host), name);
-  for (size_t i = 0; i < sgs.size(); ++i)
+  for (size_t i = 0; i < count; ++i)
     out.fns.push_back(unwrap(jit->lookup("k" + std::to_string(i) + "_grid"), "compiling the kernel")
                           .toPtr<GridFn>());
   out.owner.reset(jit.release(), [](void* p) { delete static_cast<llvm::orc::LLJIT*>(p); });
   return out;
+}
+
+}  // namespace
+
+HostGridKernels compile_grid_kernels_for_host(const std::vector<FusedSubgraph>& sgs) {
+  if (sgs.empty()) return {};
+  for (const FusedSubgraph& sg : sgs) sg.validate(fusion_target());
+  return jit_grids(sgs[0].name + "_grid", sgs.size(),
+                   [&](llvm::Module& m, size_t i, const std::string& prefix) {
+                     llvm_ir::emit_grid_kernel(sgs[i], m, prefix);
+                   });
+}
+
+HostGridKernels compile_scatter_add_for_host(const DeviceScatterAdd& s) {
+  return jit_grids("scatter_add_grid", 1,
+                   [&](llvm::Module& m, size_t, const std::string& prefix) {
+                     llvm_ir::emit_scatter_add_grid(s, m, prefix);
+                   });
 }
 
 FusedKernel compile_elementwise(const FusedSubgraph& sg) {

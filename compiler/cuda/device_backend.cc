@@ -32,6 +32,18 @@ class CudaKernel final : public DeviceKernel {
   Shape shape_;
 };
 
+// A scatter_add loop: kernel 0 of its own module.
+class CudaLoop final : public DeviceLoop {
+ public:
+  explicit CudaLoop(std::shared_ptr<const LoadedPtx> module) : module_(std::move(module)) {}
+  void launch(void* const* inputs, void* const* outputs) const override {
+    if (module_->module().kernels[0].items > 0) module_->launch_on_device(0, inputs, outputs);
+  }
+
+ private:
+  std::shared_ptr<const LoadedPtx> module_;
+};
+
 int plugin_dtype(DType t) { return t == f32 ? plugin::kF32 : t == f16 ? plugin::kF16 : plugin::kBF16; }
 
 plugin::Conv conv_args(const DeviceConv& c) {
@@ -106,6 +118,11 @@ class CudaGpu final : public DeviceBackend {
         },
         errors);
     return out;
+  }
+
+  std::shared_ptr<const DeviceLoop> compile_scatter_add(const DeviceScatterAdd& s) const override {
+    if (!scatter_add_dtype(s.dtype)) return nullptr;
+    return std::make_shared<CudaLoop>(LoadedPtx::load(compile_scatter_add_ptx(s)));
   }
 
   bool dot_dtype(DType t) const override { return t == f32 || t == f16 || t == bf16; }

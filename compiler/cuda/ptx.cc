@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,6 +40,7 @@
 #include "compiler/llvm_ir/grid_kernel.h"
 #include "compiler/llvm_ir/loop_target.h"
 #include "compiler/llvm_ir/optimize.h"
+#include "compiler/llvm_ir/scatter_kernel.h"
 #include "kiln/version.h"
 #include "kiln/error.h"
 
@@ -215,6 +217,53 @@ void emit_entry(llvm::Module& m, const std::string& entry, const std::string& pr
   m.getOrInsertNamedMetadata("nvvm.annotations")->addOperand(llvm::MDNode::get(ctx, md));
 }
 
+// The PTX of a module `build` fills with kernels and their entries (emit_entry): libdevice
+// linked in when a kernel calls it, the entries' callees internal, verified, optimised.
+std::string module_ptx(const std::string& name, llvm::TargetMachine& tm, const PtxOptions& options,
+                       const std::function<void(llvm::Module&)>& build) {
+  llvm::LLVMContext ctx;
+  // LLVM reports errors (the linker's, say) to the context, whose default handler exits the
+  // process: collect them instead, and fail with them.
+  std::string diagnostics;
+  ctx.setDiagnosticHandlerCallBack(
+      [](const llvm::DiagnosticInfo& info, void* sink) {
+        if (info.getSeverity() != llvm::DS_Error) return;
+        std::string text;
+        llvm::raw_string_ostream os(text);
+        llvm::DiagnosticPrinterRawOStream printer(os);
+        info.print(printer);
+        static_cast<std::string*>(sink)->append(os.str()).append("; ");
+      },
+      &diagnostics);
+  auto module = std::make_unique<llvm::Module>(name, ctx);
+  module->setDataLayout(tm.createDataLayout());
+  module->setTargetTriple(kTriple);
+  build(*module);
+  if (use_libdevice(*module)) {
+    std::string path = options.libdevice.empty() ? find_libdevice() : options.libdevice;
+    if (path.empty())
+      fail(name,
+           "a kernel calls libdevice (a transcendental function), and no libdevice.10.bc was "
+           "found: set KILN_LIBDEVICE or CUDA_HOME",
+           ErrorCode::kUnavailable);
+    link_libdevice(*module, path, name, diagnostics);
+  }
+  // Only the entries are seen from outside: the loops and libdevice's functions inline into
+  // them and go.
+  for (llvm::Function& f : *module)
+    if (!f.isDeclaration() && f.getCallingConv() != llvm::CallingConv::PTX_Kernel)
+      f.setLinkage(llvm::Function::InternalLinkage);
+
+  std::string err;
+  llvm::raw_string_ostream err_os(err);
+  if (llvm::verifyModule(*module, &err_os)) fail(name, "invalid IR: " + err_os.str());
+  llvm_ir::optimize_and_dump(name, *module, tm, ".ptx");
+  std::string ptx = llvm_ir::assembly(*module, tm);
+  if (!diagnostics.empty()) fail(name, "NVPTX: " + diagnostics);
+  if (ptx.find(".entry") == std::string::npos) fail(name, "NVPTX emitted no kernel");
+  return ptx;
+}
+
 // Kernel i's entry name, "k<i>". (Appended: GCC 12 warns, falsely, on "literal" + std::string.)
 std::string kernel_entry(size_t i) { return std::string("k").append(std::to_string(i)); }
 
@@ -378,53 +427,41 @@ PtxModule compile_ptx(const std::vector<FusedSubgraph>& sgs, const PtxOptions& o
     }
   }
 
-  llvm::LLVMContext ctx;
-  // LLVM reports errors (the linker's, say) to the context, whose default handler exits the
-  // process: collect them instead, and fail with them.
-  std::string diagnostics;
-  ctx.setDiagnosticHandlerCallBack(
-      [](const llvm::DiagnosticInfo& info, void* sink) {
-        if (info.getSeverity() != llvm::DS_Error) return;
-        std::string text;
-        llvm::raw_string_ostream os(text);
-        llvm::DiagnosticPrinterRawOStream printer(os);
-        info.print(printer);
-        static_cast<std::string*>(sink)->append(os.str()).append("; ");
-      },
-      &diagnostics);
-  auto module = std::make_unique<llvm::Module>(out.name, ctx);
-  module->setDataLayout(tm->createDataLayout());
-  module->setTargetTriple(kTriple);
-  for (size_t i = 0; i < sgs.size(); ++i) {
-    const std::string prefix = kernel_entry(i) + "_";
-    llvm_ir::emit_grid_kernel(sgs[i], *module, prefix);
-    const PtxKernel& k = out.kernels[i];
-    emit_entry(*module, k.entry, prefix, k.num_inputs, k.num_outputs);
-  }
-  if (use_libdevice(*module)) {
-    std::string path = options.libdevice.empty() ? find_libdevice() : options.libdevice;
-    if (path.empty())
-      fail(out.name,
-           "a kernel calls libdevice (a transcendental function), and no libdevice.10.bc was "
-           "found: set KILN_LIBDEVICE or CUDA_HOME",
-           ErrorCode::kUnavailable);
-    link_libdevice(*module, path, out.name, diagnostics);
-  }
-  // Only the entries are seen from outside: the loops and libdevice's functions inline into
-  // them and go.
-  for (llvm::Function& f : *module)
-    if (!f.isDeclaration() && f.getCallingConv() != llvm::CallingConv::PTX_Kernel)
-      f.setLinkage(llvm::Function::InternalLinkage);
-
-  std::string err;
-  llvm::raw_string_ostream err_os(err);
-  if (llvm::verifyModule(*module, &err_os)) fail(out.name, "invalid IR: " + err_os.str());
-  llvm_ir::optimize_and_dump(out.name, *module, *tm, ".ptx");
-  out.ptx = llvm_ir::assembly(*module, *tm);
-  if (!diagnostics.empty()) fail(out.name, "NVPTX: " + diagnostics);
-  if (out.ptx.find(".entry") == std::string::npos) fail(out.name, "NVPTX emitted no kernel");
+  out.ptx = module_ptx(out.name, *tm, options, [&](llvm::Module& module) {
+    for (size_t i = 0; i < sgs.size(); ++i) {
+      const std::string prefix = kernel_entry(i) + "_";
+      llvm_ir::emit_grid_kernel(sgs[i], module, prefix);
+      const PtxKernel& k = out.kernels[i];
+      emit_entry(module, k.entry, prefix, k.num_inputs, k.num_outputs);
+    }
+  });
   if (!path.empty()) cache_write(options.cache_dir, path, key, out.ptx);
   out.compile_ms = elapsed_ms();
+  return out;
+}
+
+PtxModule compile_scatter_add_ptx(const DeviceScatterAdd& s, const PtxOptions& options) {
+  auto t0 = std::chrono::steady_clock::now();
+  PtxModule out;
+  out.name = "scatter_add";
+  std::unique_ptr<llvm::TargetMachine> tm = nvptx_machine(options.sm, out.name);
+  PtxKernel k;
+  k.entry = kernel_entry(0);
+  k.items = llvm_ir::scatter_add_items(s);
+  k.num_inputs = 3;
+  k.num_outputs = 1;
+  k.inputs = {{s.dtype, {s.outer, s.dim, s.inner}},
+              {s.index_dtype, {s.count}},
+              {s.dtype, {s.outer, s.count, s.inner}}};
+  k.outputs = {{s.dtype, {s.outer, s.dim, s.inner}}};
+  out.kernels.push_back(k);
+  out.ptx = module_ptx(out.name, *tm, options, [&](llvm::Module& module) {
+    const std::string prefix = k.entry + "_";
+    llvm_ir::emit_scatter_add_grid(s, module, prefix);
+    emit_entry(module, k.entry, prefix, k.num_inputs, k.num_outputs);
+  });
+  out.compile_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
 

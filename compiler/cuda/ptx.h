@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/device_backend.h"
 #include "compiler/fused_subgraph.h"
 #include "compiler/passes/fusion.h"
 
@@ -63,6 +64,12 @@ struct PtxModule {
 // kernels. Throws kiln::Error: kInvalidArgument / kUnimplemented for a subgraph the target
 // refuses, kUnavailable when a kernel needs libdevice and none is found.
 PtxModule compile_ptx(const std::vector<FusedSubgraph>& sgs, const PtxOptions& options = {});
+
+// The device's scatter_add loop for `s` (compiler/llvm_ir/scatter_kernel.h) as one kernel:
+// inputs x, indices, updates, output y (PtxKernel's types), one item per (o, k) column.
+// Not cached: it is one small loop. Throws kiln::Error (kUnimplemented for a dtype the loop
+// does not add in).
+PtxModule compile_scatter_add_ptx(const DeviceScatterAdd& s, const PtxOptions& options = {});
 
 // libdevice.10.bc: $KILN_LIBDEVICE, else under $CUDA_HOME or /usr/local/cuda (nvvm/libdevice/);
 // "" when none exists.

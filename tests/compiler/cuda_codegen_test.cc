@@ -173,6 +173,29 @@ TEST(CudaCodegen, PtxasAcceptsLayoutsAndReductions) {
   expect_ptxas_accepts(m.ptx);
 }
 
+// The device's scatter_add loop in each dtype it adds in, with either index dtype.
+TEST(CudaCodegen, PtxasAcceptsTheScatterAddLoop) {
+  for (DType t : {f32, f64, i32, i64}) {
+    for (DType it : {i32, i64}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " at " + dtype_name(it) + " indices");
+      cuda::PtxModule m;
+      try {
+        m = cuda::compile_scatter_add_ptx(
+            {.dtype = t, .index_dtype = it, .outer = 3, .dim = 50, .inner = 16, .count = 7});
+      } catch (const Error& e) {
+        ADD_FAILURE() << e.what();
+        continue;
+      }
+      ASSERT_EQ(m.kernels.size(), 1u);
+      EXPECT_EQ(m.kernels[0].items, 3 * 16);
+      EXPECT_THAT(m.ptx, HasSubstr(".entry " + m.kernels[0].entry + "("));
+      EXPECT_THAT(m.ptx, Not(HasSubstr("__local_depot")));
+      expect_ptxas_accepts(m.ptx);
+    }
+  }
+  EXPECT_THROW(cuda::compile_scatter_add_ptx({.dtype = bf16, .dim = 2, .count = 1}), Error);
+}
+
 // The CPU's arithmetic: a*b+c stays a rounded multiply and a rounded add (ptxas does not fuse
 // .rn operations), division and square root are IEEE.
 TEST(CudaCodegen, KeepsTheCpusRounding) {

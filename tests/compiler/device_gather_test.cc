@@ -1,11 +1,13 @@
 // Gathers in device loops (a gathered input, compiler/fused_subgraph.h): on a device a gather
 // is read by the loop that uses its rows instead of running its kernel on the host, which
-// would bring x down and send the rows back up. Its indices are checked before the loop runs,
-// with the kernel's error. Without a GPU: on the emulated GPU, whose loops are the device's
+// would bring x down and send the rows back up. Its adjoint scatter_add is the device's own
+// loop (compiler/llvm_ir/scatter_kernel.h), one column an item in the kernel's order. Their
+// indices are checked before the loops run, with the kernels' errors. Without a GPU: on the emulated GPU, whose loops are the device's
 // grid kernels run on the host; on a GPU (skipped here, saying so) the same checks on cuda:0.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -201,9 +203,10 @@ TEST(DeviceGather, IndicesComputedOnTheDeviceAreCheckedToo) {
   }
 }
 
-// Training an embedding on the device: the gather's gradient (scatter_add, still a host
-// kernel) and the update give the CPU program's values.
-TEST(DeviceGather, AnEmbeddingsGradientMatchesTheCpu) {
+// Training an embedding on the device: the gather's gradient (a scatter_add) runs there too,
+// so a step copies up its feeds and brings down only what it fetches, with the CPU program's
+// values.
+TEST(DeviceGather, AnEmbeddingsGradientRunsOnTheDevice) {
   auto gpu = cpu::emulated_gpu();
   Graph g{"embedding_grad"};
   Tensor x = g.placeholder(f32, {20, 8}, "table");
@@ -213,7 +216,130 @@ TEST(DeviceGather, AnEmbeddingsGradientMatchesTheCpu) {
   FeedList feeds = {{x, table(f32, {20, 8})}, {idx, indices(i32, {3, 3, 19, 0, 7, 3}, {6})}};
   Executable host = compile(g, {loss, dx}, feeds);
   Executable dev = compile_for_device(gpu, g, {loss, dx}, feeds);
-  testing::expect_close(dev.run(feeds), host.run(feeds), 1e-6);
+  EXPECT_THAT(thunks(dev), HasSubstr("kernel scatter_add on emulated-gpu")) << thunks(dev);
+  dev.run(feeds);
+  const cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
+  std::vector<Tensor> got = dev.run(feeds);
+  const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
+  testing::expect_close(got, host.run(feeds), 1e-6);
+  EXPECT_EQ(after.download_bytes - before.download_bytes, 4 + 20 * 8 * 4);
+  EXPECT_EQ(after.upload_bytes - before.upload_bytes, 20 * 8 * 4 + 6 * 4);
+}
+
+// scatter_adds along every kind of axis, with duplicate indices, in each dtype the device's
+// loop adds in: on `device` they run there (no host kernel) with the kernel's bits, since each
+// column adds its updates in the kernel's order; a bf16 one stays the host's kernel.
+void check_scatter_adds(const std::shared_ptr<const DeviceBackend>& device) {
+  struct ScatterCase {
+    std::string name;
+    DType dtype;
+    Shape x;
+    int64_t axis;
+    DType index_dtype;
+    std::vector<int64_t> index_values;
+    Shape index_shape;
+    bool on_device;
+  };
+  const std::vector<ScatterCase> cases = {
+      {"an embedding's gradient", f32, {50, 16}, 0, i32, {3, 0, 49, 3, 17, 3, 8}, {7}, true},
+      {"a batch of sequences", f64, {40, 12}, 0, i64, {1, 2, 1, 39, 0, 0, 7, 7}, {2, 4}, true},
+      {"a middle axis", f32, {3, 9, 5}, 1, i32, {8, 0, 4, 4}, {2, 2}, true},
+      {"the last axis", i64, {6, 7}, -1, i64, {6, 5, 0, 6}, {4}, true},
+      {"integers", i32, {8, 4}, 0, i32, {7, 1, 1}, {3}, true},
+      {"bf16 (a host kernel)", bf16, {8, 4}, 0, i32, {7, 1, 1}, {3}, false},
+  };
+  for (const ScatterCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    Graph g{"scatter_adds"};
+    Tensor x = g.placeholder(c.dtype, c.x, "x");
+    Tensor idx = g.placeholder(c.index_dtype, c.index_shape, "idx");
+    Shape us = c.x;
+    const int64_t axis = c.axis < 0 ? c.axis + static_cast<int64_t>(c.x.size()) : c.axis;
+    us.erase(us.begin() + axis);
+    us.insert(us.begin() + axis, c.index_shape.begin(), c.index_shape.end());
+    Tensor u = g.placeholder(c.dtype, us, "updates");
+    // x computed on the device (x * 1), so that the loop reads a device value.
+    Tensor y = scatter_add(x * 1, idx, u, c.axis);
+    FeedList feeds = {{x, table(c.dtype, c.x)},
+                      {idx, indices(c.index_dtype, c.index_values, c.index_shape)},
+                      {u, table(c.dtype, us)}};
+    Executable host = compile(g, {y}, feeds);
+    Executable dev = compile_on(device, g, {y}, feeds);
+    if (c.on_device) {
+      EXPECT_THAT(thunks(dev), HasSubstr("kernel scatter_add on ")) << thunks(dev);
+    } else {
+      EXPECT_THAT(thunks(dev), Not(HasSubstr("kernel scatter_add on "))) << thunks(dev);
+    }
+    testing::expect_bitwise_equal(dev.run(feeds), host.run(feeds));
+  }
+}
+
+TEST(DeviceScatterAdd, ScatterAddsRunOnTheDeviceWithTheKernelsBits) {
+  check_scatter_adds(cpu::emulated_gpu());
+}
+
+TEST(DeviceScatterAddGpu, ScatterAddsOnCuda0MatchTheCpu) {
+  std::string why;
+  if (runtime::cuda::driver(&why) == nullptr) GTEST_SKIP() << "no GPU: " << why;
+  check_scatter_adds(nullptr);
+}
+
+// An index out of range fails the run with scatter_add's kernel error, word for word.
+TEST(DeviceScatterAdd, AnIndexOutOfRangeIsTheKernelsError) {
+  Graph g{"scatter_out_of_range"};
+  Tensor x = g.placeholder(f32, {5, 4}, "x");
+  Tensor idx = g.placeholder(i32, {3}, "idx");
+  Tensor u = g.placeholder(f32, {3, 4}, "u");
+  Tensor y = scatter_add(x, idx, u) * 2.0f;
+  FeedList feeds = {{x, table(f32, {5, 4})}, {idx, indices(i32, {0, -2, 1}, {3})},
+                    {u, table(f32, {3, 4})}};
+  Executable host = compile(g, {y}, feeds);
+  Executable dev = compile_for_device(cpu::emulated_gpu(), g, {y}, feeds);
+  std::string want, got;
+  try {
+    host.run(feeds);
+  } catch (const Error& e) {
+    want = e.what();
+  }
+  try {
+    dev.run(feeds);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kOutOfRange);
+    got = e.what();
+  }
+  EXPECT_THAT(got, HasSubstr("scatter_add: index -2 at position [1]"));
+  EXPECT_EQ(got, want);
+}
+
+// The loop on a host grid of every shape (one block of one thread, blocks of more threads than
+// columns, a grid-stride walk): every column is computed once, with the kernel's bits.
+TEST(DeviceScatterAdd, EveryGridComputesEveryColumnOnce) {
+  const DeviceScatterAdd s{.dtype = f32, .index_dtype = i64, .outer = 3, .dim = 4, .inner = 5,
+                           .count = 6};
+  cpu::HostGridKernels grid = cpu::compile_scatter_add_for_host(s);
+  const Tensor x = table(f32, {3, 4, 5}), u = table(f32, {3, 6, 5}) * 2;
+  const Tensor idx = indices(i64, {3, 0, 3, 9, -1, 1}, {6});  // two out of range: skipped
+  Tensor want = Tensor::from_bytes(f32, {3, 4, 5}, x.raw_data(), x.nbytes());
+  {
+    auto w = want.mutable_data<float>();
+    auto uv = u.data<float>();
+    for (int64_t o = 0; o < 3; ++o)
+      for (int64_t k = 0; k < 5; ++k)
+        for (int64_t j = 0; j < 6; ++j) {
+          const int64_t v = idx.data<int64_t>()[j];
+          if (v >= 0 && v < 4) w[(o * 4 + v) * 5 + k] += uv[(o * 6 + j) * 5 + k];
+        }
+  }
+  for (auto [blocks, threads] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {2, 7}, {1, 64}}) {
+    Tensor y = full({3, 4, 5}, std::nan(""), f32);
+    void* ins[] = {const_cast<void*>(x.raw_data()), const_cast<void*>(idx.raw_data()),
+                   const_cast<void*>(u.raw_data())};
+    void* outs[] = {y.raw_mutable_data()};
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t t = 0; t < threads; ++t) grid.fns[0](ins, outs, b, threads, t, blocks);
+    EXPECT_TRUE(testing::bitwise_equal(y, want)) << blocks << " x " << threads;
+  }
 }
 
 // The loop itself, on the CPU's emitter: an index outside [0, dim) (never run by a program,

@@ -715,21 +715,18 @@ TEST(DeviceProgram, LayoutOpsBetweenDeviceOpsStayOnTheDevice) {
   EXPECT_EQ(cpu::emulated_gpu_counts().downloads - before.downloads, 1) << "the result alone";
 }
 
-// A scatter_add (a host kernel) between device loops: its input comes up from the device, its
-// output goes down for the dot; a value both sides read is copied once.
+// A boolean fold (`any`, a host kernel: the loops fold no booleans) between device loops: its
+// input comes up from the device, its output goes down for the dot; a value both sides read
+// is copied once.
 TEST(DeviceProgram, HostOpsBetweenDeviceOpsGetTheirValuesCopied) {
   Graph g{"crossing"};
   Tensor x = g.placeholder(f32, {10, 8}, "x");
-  Tensor idx = g.placeholder(i64, {6}, "idx");
-  Tensor u = g.placeholder(f32, {6, 8}, "u");
   Tensor w = g.placeholder(f32, {8, 3}, "w");
   Tensor h = tanh(x) * 2.0f;
-  Tensor picked = scatter_add(h, idx, u, 0);
+  Tensor picked = where(any(h > Tensor::scalar(1.5f), {1}, /*keepdims=*/true), h, -h);
   Tensor out = matmul(picked + 1.0f, w);
   Tensor also = sum(h, {0});  // h read by a device loop too
   FeedList feeds = {{x, test_models::random_tensor({10, 8}, 5)},
-                    {idx, Tensor::from_vector<int64_t>({9, 0, 3, 3, 7, 1}, {6})},
-                    {u, test_models::random_tensor({6, 8}, 7)},
                     {w, test_models::random_tensor({8, 3}, 6)}};
   const int64_t live_at_start = cpu::emulated_gpu_counts().live_allocations;
   {
@@ -739,7 +736,7 @@ TEST(DeviceProgram, HostOpsBetweenDeviceOpsGetTheirValuesCopied) {
     std::vector<Tensor> got = dev.run(feeds);
     const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
     expect_close(got, host.run(feeds), 1e-5);
-    // Up: h for the scatter_add, then the two outputs.
+    // Up: h > 1.5 for the fold, then the two outputs.
     EXPECT_EQ(after.downloads - before.downloads, 3);
   }
   EXPECT_EQ(cpu::emulated_gpu_counts().live_allocations, live_at_start);
@@ -1228,6 +1225,7 @@ TEST(DeviceProgram, RandomGraphsOnTheEmulatedGpuMatchTheInterpreter) {
       "DeviceProgram.ChildModelsKeepTheirVariablesOnTheDevice:"
       "DeviceProgram.ChildFunctionsKeepTheirVariablesOnTheDevice:"
       "DeviceProgram.ChildRecurrentModelsTrainOnTheDevice:"
+      "DeviceProgram.ChildEmbeddingModelsTrainOnTheDevice:"
       "RandomControlFlow.CompiledBodiesMatchTheInterpreter";
   const std::map<std::string, std::string> env = {{"KILN_RANDOM_GRAPHS_PER_SHARD", "40"},
                                                   {"GTEST_TOTAL_SHARDS", "1"},
@@ -1246,6 +1244,7 @@ TEST(DeviceProgram, RandomGraphsOnTheEmulatedGpuMatchTheInterpreter) {
                            "DeviceProgram.ChildModelsKeepTheirVariablesOnTheDevice",
                            "DeviceProgram.ChildFunctionsKeepTheirVariablesOnTheDevice",
                            "DeviceProgram.ChildRecurrentModelsTrainOnTheDevice",
+                           "DeviceProgram.ChildEmbeddingModelsTrainOnTheDevice",
                            "RandomControlFlow.CompiledBodiesMatchTheInterpreter"})
     EXPECT_THAT(r.output, HasSubstr(std::string("[       OK ] ") + test));
 }
@@ -1410,6 +1409,44 @@ TEST(DeviceProgram, ChildRecurrentModelsTrainOnTheDevice) {
   EXPECT_LT(per_step, 1024) << "the scans' values come down";
   EXPECT_LT((after.upload_bytes - before.upload_bytes) / (n / 32), 16 << 10);
   EXPECT_GT(after.copies, before.copies) << "the ys are filled within the device";
+}
+
+// Run by the test above in its child: a text classifier (Embedding, average over the
+// sequence, Dense) trains on cuda:0 (the emulated GPU there) as on the host, its lookups
+// (gathers in loops) and their gradient (scatter_add, the device's loop) on the device: a step
+// copies up its batch of ids and down its losses and metric statistics, not the table.
+TEST(DeviceProgram, ChildEmbeddingModelsTrainOnTheDevice) {
+  if (std::getenv("KILN_TEST_ONLY_DEVICE") == nullptr)
+    GTEST_SKIP() << "only in RandomGraphsOnTheEmulatedGpuMatchTheInterpreter's child";
+  const int64_t n = 128, steps = 12, vocab = 500;
+  std::vector<int32_t> ids(n * steps);
+  std::vector<float> labels(n);
+  std::mt19937 gen(7);
+  for (int64_t i = 0; i < n; ++i) {
+    labels[i] = static_cast<float>(i % 2);
+    // Class 1 draws its ids from the top half of the vocabulary more often.
+    for (int64_t t = 0; t < steps; ++t)
+      ids[i * steps + t] = static_cast<int32_t>(gen() % (vocab / 2) + (i % 2 && t % 3 ? vocab / 2 : 0));
+  }
+  Tensor x = Tensor::from_vector(ids, {n, steps});
+  Tensor y = Tensor::from_vector(labels, {n});
+  auto make = [&](Device device) {
+    return classifier_on(device, 9,
+                         {nn::Embedding(vocab, 64), nn::GlobalAveragePooling1D(), nn::Dense(2)});
+  };
+  auto on_cpu = make(Device::cpu()), on_gpu = make(Device::cuda(0));
+  const nn::FitOptions fit{.epochs = 1, .batch_size = 32, .seed = 1, .verbose = 0};
+  on_cpu->fit(x, y, fit);
+  on_gpu->fit(x, y, fit);  // compiles, and moves the variables up
+  const std::vector<double> cpu_loss = on_cpu->fit(x, y, fit).history["loss"];
+  const cpu::EmulatedGpuCounts before = cpu::emulated_gpu_counts();
+  const std::vector<double> gpu_loss = on_gpu->fit(x, y, fit).history["loss"];
+  const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
+  EXPECT_NEAR(gpu_loss.at(0), cpu_loss.at(0), 1e-4 * (1 + cpu_loss.at(0)));
+  // The table is 500 x 64 floats (125 KiB); a batch of ids 1.5 KiB.
+  const int64_t per_step = (after.download_bytes - before.download_bytes) / (n / 32);
+  EXPECT_LT(per_step, 1024) << "the table or its gradient comes down";
+  EXPECT_LT((after.upload_bytes - before.upload_bytes) / (n / 32), 4 << 10);
 }
 
 // Run by the test above in its child: a kiln::function on cuda:0 (the emulated GPU there) keeps
