@@ -12,7 +12,9 @@
 // --benchmark_repetitions (with --benchmark_enable_random_interleaving on a busy machine), in
 // wall time and in process CPU time (all threads), which other load on the machine disturbs
 // less. Generators: a dropout whose mask is drawn inside its loop vs by random_bernoulli's
-// kernel before it.
+// kernel before it. Gathers: an embedding bag (rows of a [30000, 128] table at [256, 64] ids,
+// scaled and summed over the sequence) with the rows read inside its loop vs copied out by
+// gather's kernel first.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -297,6 +299,52 @@ BENCHMARK(dense_fused_dot)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
+// An embedding bag, sum(gather(table, ids) * w, {1}), compiled two ways: the rows copied out by
+// gather's kernel and then read by the loop (what a compiled program did before gathers were
+// read by loops), or read by the loop from the table.
+constexpr int64_t kVocab = 30000, kWidth = 128, kBags = 256, kLength = 64;
+
+struct BagCase {
+  kiln::Graph g{"embedding_bag"};
+  kiln::Tensor table, ids, w, rows, bag_gathered, bag_of_rows;
+  kiln::FeedList feeds;
+  BagCase() {
+    table = g.placeholder(kiln::f32, {kVocab, kWidth}, "table");
+    ids = g.placeholder(kiln::i32, {kBags, kLength}, "ids");
+    w = g.placeholder(kiln::f32, {kWidth}, "w");
+    rows = g.placeholder(kiln::f32, {kBags, kLength, kWidth}, "rows");
+    bag_gathered = kiln::sum(kiln::gather(table, ids) * w, {1});
+    bag_of_rows = kiln::sum(rows * w, {1});
+    std::vector<float> t(kVocab * kWidth);
+    for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<float>(i % 97) * 0.01f;
+    std::vector<int32_t> v(kBags * kLength);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>((i * 7919) % kVocab);
+    feeds = {{table, kiln::Tensor::from_vector(t, {kVocab, kWidth})},
+             {ids, kiln::Tensor::from_vector(v, {kBags, kLength})},
+             {w, kiln::Tensor::from_vector(std::vector<float>(kWidth, 0.5f), {kWidth})}};
+  }
+};
+
+void bag_kernel_rows(benchmark::State& state) {
+  BagCase c;
+  kiln::FeedList feeds = {c.feeds[2], {c.rows, kiln::gather(c.feeds[0].second, c.feeds[1].second)}};
+  kiln::compiler::Executable e = kiln::compiler::compile(c.g, {c.bag_of_rows}, feeds);
+  for (auto _ : state) {
+    feeds[1].second = kiln::gather(c.feeds[0].second, c.feeds[1].second);
+    benchmark::DoNotOptimize(e.run(feeds));
+  }
+}
+
+void bag_gathered(benchmark::State& state) {
+  BagCase c;
+  kiln::compiler::Executable e = kiln::compiler::compile(c.g, {c.bag_gathered}, c.feeds);
+  for (auto _ : state) benchmark::DoNotOptimize(e.run(c.feeds));
+  state.SetLabel(std::to_string(e.num_thunks()) + " thunk(s)");
+}
+
+BENCHMARK(bag_kernel_rows)->MeasureProcessCPUTime()->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(bag_gathered)->MeasureProcessCPUTime()->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 BENCHMARK(triad)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(fused)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(fused_arith)->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -363,6 +411,12 @@ class RatioReporter : public benchmark::ConsoleReporter {
                     "the loop %.1f us: %.2fx (CPU time %.2fx)\n",
                     arg + 1, k * 1e6, gen * 1e6, k / gen, kc / gc);
     }
+    if (double k = get("bag_kernel_rows"), gth = get("bag_gathered"); k > 0 && gth > 0)
+      std::printf("embedding bag, [%lld, %lld] ids into [%lld, %lld]: rows by gather's kernel "
+                  "then loop %.1f us, rows read by the loop %.1f us: %.2fx (CPU time %.2fx)\n",
+                  static_cast<long long>(kBags), static_cast<long long>(kLength),
+                  static_cast<long long>(kVocab), static_cast<long long>(kWidth), k * 1e6,
+                  gth * 1e6, k / gth, cpu("bag_kernel_rows") / cpu("bag_gathered"));
     double t_fused = get("fused"), t_eager = get("eager"), t_triad = get("triad");
     if (t_fused <= 0 || t_triad <= 0) return;
     double gbs_fused = kChainBytes / t_fused / 1e9, gbs_triad = kTriadBytes / t_triad / 1e9;

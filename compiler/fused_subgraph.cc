@@ -340,6 +340,12 @@ void FusedSubgraph::validate(const FusionTarget& target) const {
                       " needs an index map, no piece, and an earlier i32 or i64 input as its "
                       "indices");
   }
+  for (int k = 0; k < n_in; ++k)  // a gather and its indices are read at every loop index
+    if (inputs[k].gather &&
+        (inputs[k].shape != iteration_shape() ||
+         inputs[inputs[k].gather->indices].shape != iteration_shape()))
+      fail(*this, "gathered input " + std::to_string(k) + " and its indices must have the "
+                      "iteration shape " + shape_str(iteration_shape()));
   if (has_pieces() && has_reductions())
     fail(*this, "pieces of concatenate or pad are read only by loop fusions, not reductions",
          ErrorCode::kUnimplemented);

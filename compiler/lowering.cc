@@ -8,8 +8,15 @@
 
 #include "compiler/generator.h"
 #include "kiln/execution_mode.h"
+#include "ops/kernel_util.h"
 
 namespace kiln::compiler {
+
+void check_indices(const IndexCheck& c, const Tensor& indices) {
+  if (std::string why = ops::take_index_error(indices, c.axis, c.x); !why.empty())
+    throw Error(ErrorCode::kOutOfRange,
+                c.op + ": " + why + (c.node.empty() || c.node == c.op ? "" : " (in " + c.node + ")"));
+}
 
 LoweredFusion lower_fusion_group(const FusionTarget& target, int group, const FusionPlan& plan,
                                  const std::vector<detail::Node>& nodes,

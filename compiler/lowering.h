@@ -24,6 +24,10 @@ struct IndexCheck {
   std::string node;           // its name
 };
 
+// Throws kOutOfRange, with the op's kernel's message, when `indices` (its value on the host)
+// hold one outside [0, c.x.shape[c.axis]).
+void check_indices(const IndexCheck& c, const Tensor& indices);
+
 struct LoweredFusion {
   FusedSubgraph subgraph;
   std::vector<ValueRef> inputs;  // the graph values fed to the subgraph's inputs, in order

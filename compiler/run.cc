@@ -191,6 +191,8 @@ std::vector<Tensor> run_steps(const Impl& im, const FeedList& feeds, FeedList* d
       }
       const auto started = profile ? ProfileClock::now() : ProfileClock::time_point{};
       if (t.fused >= 0) {
+        // A loop reading gathers reads 0 at an index out of range: the kernel's check first.
+        for (const IndexCheck& c : t.index_checks) check_indices(c, ins[c.input]);
         im.kernels[t.fused]->run(ins, &outs);
         if (profile) add_thunk_time(im, t, us_since(started), *profile);
       } else {

@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "compiler/executable_impl.h"
-#include "ops/kernel_util.h"
 #include "src/core/device_memory.h"
 
 namespace kiln::compiler {
@@ -120,12 +119,7 @@ class DeviceRun {
   // indices are checked first, on the host, as the ops' kernels check them. Indices fed from the host cost nothing more;
   // indices the device holds come down (8 bytes or so a row: the run waits for them).
   void check_indices(const Thunk& t) {
-    for (const IndexCheck& c : t.index_checks) {
-      const Tensor& indices = on_host(t.in[c.input]);
-      if (std::string why = ops::take_index_error(indices, c.axis, c.x); !why.empty())
-        throw Error(ErrorCode::kOutOfRange,
-                    c.op + ": " + why + (c.node.empty() || c.node == c.op ? "" : " (in " + c.node + ")"));
-    }
+    for (const IndexCheck& c : t.index_checks) compiler::check_indices(c, on_host(t.in[c.input]));
   }
 
   void run_on_host(const Thunk& t) {

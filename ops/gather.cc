@@ -1,5 +1,6 @@
 // gather (numpy.take along one axis) and its adjoint scatter_add, with bounds-checked
 // indices; and one_hot, composed from elementwise ops.
+#include <cstdint>
 #include <cstring>
 
 #include "kiln/ops.h"
@@ -117,14 +118,30 @@ void gather_kernel(KernelContext& ctx) {
   const size_t row_bytes = g.inner * dtype_size(x.dtype());
   const auto* src = static_cast<const char*>(x.raw_data());
   auto* dst = static_cast<char*>(out.raw_mutable_data());
-  // Output row r = (o, j) copies input row (o, idx[j]).
-  runtime::parallel_for(
-      g.outer * g.count, std::max<int64_t>(1, kGrainElements / g.inner), [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) {
-          int64_t o = r / g.count, j = r % g.count;
-          std::memcpy(dst + r * row_bytes, src + (o * g.dim + idx[j]) * row_bytes, row_bytes);
-        }
-      });
+  const int64_t grain = std::max<int64_t>(1, kGrainElements / g.inner);
+  // Output row r = (o, j) copies input row (o, idx[j]): rows of one element as words (a
+  // memcpy call per element costs ~20x more), longer ones with memcpy.
+  auto copy_words = [&](auto word) {
+    using W = decltype(word);
+    const W* s = reinterpret_cast<const W*>(src);
+    W* d = reinterpret_cast<W*>(dst);
+    runtime::parallel_for(g.outer * g.count, grain, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) d[r] = s[(r / g.count) * g.dim + idx[r % g.count]];
+    });
+  };
+  switch (row_bytes) {
+    case 1: copy_words(uint8_t{}); return;
+    case 2: copy_words(uint16_t{}); return;
+    case 4: copy_words(uint32_t{}); return;
+    case 8: copy_words(uint64_t{}); return;
+    default: break;
+  }
+  runtime::parallel_for(g.outer * g.count, grain, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      int64_t o = r / g.count, j = r % g.count;
+      std::memcpy(dst + r * row_bytes, src + (o * g.dim + idx[j]) * row_bytes, row_bytes);
+    }
+  });
 }
 
 void scatter_add_kernel(KernelContext& ctx) {

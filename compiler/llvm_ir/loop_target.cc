@@ -160,6 +160,20 @@ FusionDecision LoopFusionTarget::can_piece(const detail::Node& node, const std::
   return layout_reads(outputs[0].dtype);
 }
 
+FusionDecision LoopFusionTarget::can_gather(const detail::Node& node,
+                                            const std::vector<TensorType>& inputs,
+                                            const std::vector<TensorType>& outputs) const {
+  if (inputs.size() != 2 || outputs.size() != 1)
+    return FusionDecision::forbid("op " + node.op + " is not x and indices into one output");
+  for (const TensorType& t : {inputs[0], inputs[1], outputs[0]})
+    if (!is_fully_defined(t.shape)) return FusionDecision::forbid("unknown dimension");
+  if (inputs[1].dtype != i32 && inputs[1].dtype != i64)
+    return FusionDecision::forbid("indices of " + inputs[1].str() + " (not i32 or i64)");
+  if (num_elements(outputs[0].shape) == 0)
+    return FusionDecision::forbid("its output has no elements");
+  return layout_reads(inputs[0].dtype);
+}
+
 FusionDecision LoopFusionTarget::can_reduce(const detail::Node& node,
                           const std::vector<TensorType>& inputs) const {
   if (!node.def || !node.def->reduction)
@@ -217,19 +231,6 @@ class DeviceFusionTarget final : public LoopFusionTarget {
     return "";
   }
   bool conv_pool_dtype(DType) const override { return false; }
-  // A gather is a loop: its kernel is the host's, which would copy x down and the rows up.
-  FusionDecision can_gather(const detail::Node& node, const std::vector<TensorType>& inputs,
-                            const std::vector<TensorType>& outputs) const override {
-    if (inputs.size() != 2 || outputs.size() != 1)
-      return FusionDecision::forbid("op " + node.op + " is not x and indices into one output");
-    for (const TensorType& t : {inputs[0], inputs[1], outputs[0]})
-      if (!is_fully_defined(t.shape)) return FusionDecision::forbid("unknown dimension");
-    if (inputs[1].dtype != i32 && inputs[1].dtype != i64)
-      return FusionDecision::forbid("indices of " + inputs[1].str() + " (not i32 or i64)");
-    if (num_elements(outputs[0].shape) == 0)
-      return FusionDecision::forbid("its output has no elements");
-    return layout_reads(inputs[0].dtype);
-  }
   // A device's pooling kernels (cuDNN's) take no relu mask: the relu's gradient stays a loop.
   bool masked_max_grad() const override { return false; }
   bool copies_layout_groups() const override { return true; }

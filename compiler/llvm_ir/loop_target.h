@@ -48,6 +48,8 @@ class LoopFusionTarget : public FusionTarget {
                            const std::vector<TensorType>& outputs) const override;
   FusionDecision can_reduce(const detail::Node& node,
                             const std::vector<TensorType>& inputs) const override;
+  FusionDecision can_gather(const detail::Node& node, const std::vector<TensorType>& inputs,
+                            const std::vector<TensorType>& outputs) const override;
 
   bool compute_dtype(DType t) const override { return llvm_ir::compute_dtype(t); }
   bool storage_dtype(DType t) const override { return llvm_ir::storage_dtype(t); }

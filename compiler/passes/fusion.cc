@@ -362,11 +362,13 @@ bool Planner::creates_cycle(const std::vector<int>& unit) const {
 // Compacts the groups and finds their outputs.
 FusionPlan Planner::finish(const std::vector<bool>& needed, const std::vector<ValueRef>& fetched) {
   // A group of layout ops alone computes nothing: their kernels copy (or alias) as well, unless
-  // the target keeps it as a copy loop.
+  // the target keeps it as a copy loop. So does a gather read by nothing else in its loop (its
+  // kernel copies whole rows).
   for (size_t g = 0; g < members_.size(); ++g) {
     bool computes = false;
     for (int m : members_[g])
-      computes = computes || !(is_layout(nodes_[m]) || is_pieces(nodes_[m]));
+      computes = computes ||
+                 !(is_layout(nodes_[m]) || is_pieces(nodes_[m]) || is_gather(nodes_[m]));
     if (computes || members_[g].empty() || target_.copies_layout_groups()) continue;
     for (int m : members_[g]) {
       plan_.group_of[m] = -1;
@@ -419,7 +421,7 @@ FusionDecision FusionTarget::can_gather(const detail::Node& node,
                                         const std::vector<TensorType>& inputs,
                                         const std::vector<TensorType>& outputs) const {
   (void)node, (void)inputs, (void)outputs;
-  return FusionDecision::forbid("this backend's loops read no gathers (its kernel copies rows)");
+  return FusionDecision::forbid("this backend's loops read no gathers");
 }
 
 std::optional<LayoutRead> layout_read(int id, int group, const std::vector<int>& group_of,

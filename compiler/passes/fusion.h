@@ -63,7 +63,8 @@ class FusionTarget {
 
   // Whether a generated loop can read gather `node`'s output (concrete `inputs` and
   // `outputs`) from x's buffer at the rows its indices select (a gathered input,
-  // compiler/fused_subgraph.h). By default no: the CPU's kernel copies whole rows as fast.
+  // compiler/fused_subgraph.h). By default no. A gather no other computation joins is left to
+  // its kernel, which copies whole rows, unless copies_layout_groups().
   virtual FusionDecision can_gather(const detail::Node& node,
                                     const std::vector<TensorType>& inputs,
                                     const std::vector<TensorType>& outputs) const;

@@ -380,16 +380,39 @@ TEST(DeviceGather, TheIrRefusesAMalformedGather) {
                Error);
 }
 
-// The CPU keeps gather a kernel (it copies whole rows), and says why in the fusion log.
-TEST(DeviceGather, TheCpuKeepsItsKernelAndSaysWhy) {
+// The CPU reads gathers in the loops that use them too, with the kernel's check first; a gather
+// nothing else in its loop reads is left to its kernel (it copies whole rows), and the log says
+// so.
+TEST(DeviceGather, TheCpuReadsGathersInLoopsAndLeavesALoneOneToItsKernel) {
   Graph g{"cpu_gather"};
   Tensor x = g.placeholder(f32, {5, 4}, "x");
   Tensor idx = g.placeholder(i32, {3}, "idx");
-  Tensor y = gather(x, idx) * 2.0f;
-  FeedList feeds = {{x, table(f32, {5, 4})}, {idx, indices(i32, {4, 0, 2}, {3})}};
-  Executable e = compile(g, {y}, feeds);
-  EXPECT_THAT(thunks(e), HasSubstr("kernel gather"));
-  EXPECT_THAT(e.fusion_log(), HasSubstr("its kernel copies rows"));
+  Tensor scaled = gather(x, idx) * 2.0f;
+  Tensor alone = gather(x, idx, 1);
+  FeedList feeds = {{x, table(f32, {5, 4})}, {idx, indices(i32, {3, 0, 2}, {3})}};
+  Executable e = compile(g, {scaled, alone}, feeds);
+  EXPECT_EQ(e.num_fused_thunks(), 1) << e.fusion_log();
+  EXPECT_EQ(e.num_thunks(), 2) << thunks(e);
+  EXPECT_THAT(e.fusion_log(), HasSubstr("no loop reads it"));
+  testing::expect_bitwise_equal(e.run(feeds), g.run(feeds, {scaled, alone}));
+  FeedList bad = feeds;
+  bad[1].second = indices(i32, {3, 4, 5}, {3});  // 5 is out of range for axis 0 only
+  std::string want, got;
+  try {
+    g.run(bad, {scaled});
+  } catch (const Error& err) {
+    want = err.what();
+  }
+  Executable only_scaled = compile(g, {scaled}, feeds);
+  try {
+    only_scaled.run(bad);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::kOutOfRange);
+    got = err.what();
+  }
+  EXPECT_THAT(got, HasSubstr("index 5 at position [2]"));
+  EXPECT_EQ(got, want);
 }
 
 }  // namespace
