@@ -60,8 +60,13 @@ LoweredFusion lower_fusion_group(const FusionTarget& target, int group, const Fu
         else xv.strides[d] = xs.strides[d - jr + 1];
       }
       const int idx = sg.add_mapped_input(it.dtype, shape, iv, it.shape);
-      out.index_checks.push_back(
-          {static_cast<int>(out.inputs.size()), axis, xt, "gather", nodes[m].name});
+      // One check per indices value and axis size (two tables looked up by the same ids).
+      bool checked = false;
+      for (const IndexCheck& c : out.index_checks)
+        checked = checked || (out.inputs[c.input] == indices && c.x.shape[c.axis] == xt.shape[axis]);
+      if (!checked)
+        out.index_checks.push_back(
+            {static_cast<int>(out.inputs.size()), axis, xt, "gather", nodes[m].name});
       out.inputs.push_back(indices);
       value_of[key({m, 0})] = sg.add_gathered_input(
           xt.dtype, shape, xv, xt.shape,

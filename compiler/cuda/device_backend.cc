@@ -1,6 +1,10 @@
 // The CUDA backend's DeviceBackend (device_backend.h).
 #include "compiler/cuda/device_backend.h"
 
+#include <map>
+#include <mutex>
+#include <string>
+
 #include "compiler/cuda/device_buffers.h"
 #include "compiler/cuda/ptx.h"
 #include "runtime/cuda/plugin_loader.h"
@@ -120,9 +124,19 @@ class CudaGpu final : public DeviceBackend {
     return out;
   }
 
+  // One module per geometry, kept while any program holds its loop (a model's steps and their
+  // retraces share them).
   std::shared_ptr<const DeviceLoop> compile_scatter_add(const DeviceScatterAdd& s) const override {
     if (!scatter_add_dtype(s.dtype)) return nullptr;
-    return std::make_shared<CudaLoop>(LoadedPtx::load(compile_scatter_add_ptx(s)));
+    const std::string key = std::string(dtype_name(s.dtype)) + dtype_name(s.index_dtype) + " " +
+                            std::to_string(s.outer) + " " + std::to_string(s.dim) + " " +
+                            std::to_string(s.inner) + " " + std::to_string(s.count);
+    std::lock_guard<std::mutex> lock(loops_mu_);
+    if (auto it = loops_.find(key); it != loops_.end())
+      if (std::shared_ptr<const DeviceLoop> loop = it->second.lock()) return loop;
+    auto loop = std::make_shared<CudaLoop>(LoadedPtx::load(compile_scatter_add_ptx(s)));
+    loops_[key] = loop;
+    return loop;
   }
 
   bool dot_dtype(DType t) const override { return t == f32 || t == f16 || t == bf16; }
@@ -192,6 +206,10 @@ class CudaGpu final : public DeviceBackend {
     const runtime::cuda::Driver& d = need_driver("cuda:0: synchronize");
     runtime::cuda::check(d, d.cuCtxSynchronize(), "cuda:0: running the program");
   }
+
+ private:
+  mutable std::mutex loops_mu_;
+  mutable std::map<std::string, std::weak_ptr<const DeviceLoop>> loops_;
 };
 
 }  // namespace
