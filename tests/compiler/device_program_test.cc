@@ -960,14 +960,15 @@ TEST(DeviceTensors, EveryKindOfFetchedValueComesBackOnTheDevice) {
   Graph g{"fetch_kinds"};
   Tensor a = g.placeholder(f32, {4, 3}, "a");
   Tensor b = g.placeholder(i64, {2}, "b");
-  Tensor picked = gather(tanh(a), b, 0);  // a host kernel's output, fetched
+  Tensor picked = gather(tanh(a), b, 0);  // a device loop's output, fetched
+  Tensor folded = any(tanh(a) > Tensor::scalar(0.5f), {1});  // a host kernel's, fetched
   FeedList feeds = {{a, test_models::random_tensor({4, 3}, 61)},
                     {b, Tensor::from_vector<int64_t>({3, 1}, {2})}};
-  Executable host = compile(g, {a, b, picked}, feeds);
-  Executable dev = compile_for_device(gpu, g, {a, b, picked}, feeds, {}, true);
+  Executable host = compile(g, {a, b, picked, folded}, feeds);
+  Executable dev = compile_for_device(gpu, g, {a, b, picked, folded}, feeds, {}, true);
   const Tensor a_on_device = detail::to_device(gpu, feeds[0].second);
   std::vector<Tensor> got = dev.run({{a, a_on_device}, feeds[1]});
-  ASSERT_EQ(got.size(), 3u);
+  ASSERT_EQ(got.size(), 4u);
   EXPECT_EQ(got[0].impl(), a_on_device.impl()) << "a device feed comes back as itself";
   std::vector<Tensor> back;
   for (const Tensor& t : got) {
@@ -1022,9 +1023,10 @@ TEST(DeviceTensors, AVariableOnTheDeviceIsReadThroughOneHostCopy) {
 }
 
 // Eager ops on device tensors run on their device as one-op device programs (compiled once per
-// signature), their results left there; a host operand is copied up; an op the device has no
-// kernel for (gather) runs on the host inside the program; the op's own shape errors come
-// through; recorded into a graph, a device tensor is a constant of its value.
+// signature), their results left there; a host operand is copied up; a gather is a device
+// loop; an op the device has no kernel for (a boolean fold) runs on the host inside the
+// program; the op's own shape errors come through; recorded into a graph, a device tensor is a
+// constant of its value.
 TEST(DeviceTensors, EagerOpsOnDeviceTensorsRunThere) {
   auto gpu = cpu::emulated_gpu();
   const Tensor a = test_models::random_tensor({16, 8}, 91);
@@ -1051,6 +1053,10 @@ TEST(DeviceTensors, EagerOpsOnDeviceTensorsRunThere) {
   const Tensor gathered = gather(da, rows, 0);
   EXPECT_EQ(gathered.device(), Device::cuda(0));
   EXPECT_TRUE(testing::bitwise_equal(gathered.to(Device::cpu()), gather(a, rows, 0)));
+  const Tensor any_positive = any(da > Tensor::scalar(0.0f), {1});
+  EXPECT_EQ(any_positive.device(), Device::cuda(0));
+  EXPECT_TRUE(testing::bitwise_equal(any_positive.to(Device::cpu()),
+                                     any(a > Tensor::scalar(0.0f), {1})));
   EXPECT_EQ(reshape(da, {8, 16}).device(), Device::cuda(0));
   // Attributes the programs' key prints alike (floats to 6 digits) still get their own program.
   const Tensor seed = Tensor::scalar<int64_t>(7);
