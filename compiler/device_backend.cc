@@ -1,7 +1,50 @@
-// What every device backend shares (compiler/device_backend.h): the dots a device matmul takes.
+// What every device backend shares (compiler/device_backend.h): the dots a device matmul takes,
+// the row plan of a scatter_add.
 #include "compiler/device_backend.h"
 
+#include <algorithm>
+
 namespace kiln::compiler {
+
+std::vector<int64_t> scatter_add_plan(const Tensor& indices, int64_t dim) {
+  const int64_t n = indices.size();
+  std::vector<int64_t> row(static_cast<size_t>(n));
+  if (indices.dtype() == i32) {
+    auto d = indices.data<int32_t>();
+    std::copy(d.begin(), d.end(), row.begin());
+  } else {
+    auto d = indices.data<int64_t>();
+    std::copy(d.begin(), d.end(), row.begin());
+  }
+  // The positions ordered by row, each row's in ascending order: a counting sort over the rows
+  // when they are few for the indices, else a sort of (row, j).
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  if (dim <= 4 * n + 4096) {
+    std::vector<int64_t> start(static_cast<size_t>(dim) + 1, 0);
+    for (int64_t r : row) ++start[static_cast<size_t>(r) + 1];
+    for (int64_t r = 0; r < dim; ++r) start[r + 1] += start[r];
+    for (int64_t j = 0; j < n; ++j) order[start[row[j]]++] = j;
+  } else {
+    for (int64_t j = 0; j < n; ++j) order[j] = j;
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return row[a] != row[b] ? row[a] < row[b] : a < b;
+    });
+  }
+  std::vector<int64_t> rows, starts;
+  for (int64_t t = 0; t < n; ++t)
+    if (t == 0 || row[order[t]] != row[order[t - 1]]) {
+      rows.push_back(row[order[t]]);
+      starts.push_back(t);
+    }
+  starts.push_back(n);
+  std::vector<int64_t> plan;
+  plan.reserve(1 + rows.size() + starts.size() + order.size());
+  plan.push_back(static_cast<int64_t>(rows.size()));
+  plan.insert(plan.end(), rows.begin(), rows.end());
+  plan.insert(plan.end(), starts.begin(), starts.end());
+  plan.insert(plan.end(), order.begin(), order.end());
+  return plan;
+}
 
 std::optional<DeviceDot> device_dot_geometry(const TensorType& a, const TensorType& b,
                                              const Attrs& attrs, std::string* why) {

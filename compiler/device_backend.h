@@ -111,9 +111,11 @@ inline int64_t cudnn_pool_scratch_bytes(const DevicePool& p) {
 // scatter_add on device pointers, as its kernel computes it: y = x, then for each index j in
 // order, y[o, indices[j], k] += updates[o, j, k], each sum rounded to `dtype`; x and y are
 // [outer, dim, inner], indices `count` of index_dtype (i32 or i64), updates [outer, count,
-// inner]. An index outside [0, dim) adds nothing (a program checks them before: IndexCheck).
-// A device computes one (o, k) column an item, walking the indices in the kernel's order, so
-// duplicate indices sum alike on both and the results are the kernel's bits.
+// inner]. A device runs it as a copy of x into y and then its loop over a row plan
+// (scatter_add_plan) the program makes on the host, where it checks the indices: one item per
+// (o, row, k) for each row the indices name, adding that row's updates in the indices' order,
+// the kernel's order, so duplicate indices sum to the kernel's bits without atomics, and the
+// rows run in parallel.
 struct DeviceScatterAdd {
   DType dtype = f32;
   DType index_dtype = i32;
@@ -123,8 +125,14 @@ struct DeviceScatterAdd {
 // The dtypes a device's scatter_add loop adds in (those whose sums need no rounding step).
 inline bool scatter_add_dtype(DType t) { return t == f32 || t == f64 || t == i32 || t == i64; }
 
-// A loop compiled for a device that is not a fused subgraph's (a scatter_add): launched like a
-// DeviceKernel, on device pointers to its inputs, then its outputs.
+// The row plan of `indices` (i32 or i64, every one in [0, dim)) for a scatter_add loop, as
+// i64: [rows, row_0 .. row_{rows-1}, start_0 .. start_rows, j ...]: the distinct rows the
+// indices name, ascending; row r's positions j (ascending) at start_r .. start_{r+1} - 1 of
+// the j list.
+std::vector<int64_t> scatter_add_plan(const Tensor& indices, int64_t dim);
+
+// A loop compiled for a device that is not a fused subgraph's (a scatter_add's): launched like
+// a DeviceKernel, on device pointers to its inputs, then its outputs.
 class DeviceLoop {
  public:
   virtual ~DeviceLoop() = default;
@@ -177,8 +185,9 @@ class DeviceBackend : public detail::DeviceMemory {
     throw Error(ErrorCode::kInternal, name() + ": pooling: not a device pooling");
   }
 
-  // A scatter_add loop for `s` (inputs x, indices, updates; output y), or null when the device
-  // has none (its op then runs on the host). Called when a program is compiled.
+  // The scatter_add loop for `s` (inputs updates and a row plan on the device; output y,
+  // holding x), or null when the device has none (the op then runs on the host). Called when a
+  // program is compiled.
   virtual std::shared_ptr<const DeviceLoop> compile_scatter_add(const DeviceScatterAdd& s) const {
     (void)s;
     return nullptr;

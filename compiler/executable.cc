@@ -273,6 +273,7 @@ bool device_scatter_add(const DeviceBackend& device, const detail::Node& node,
     return false;  // its kernel on the host, as for a loop the device cannot compile
   }
   if (!t.loop) return false;
+  t.scatter = s;
   t.index_checks.push_back({1, axis, in[0], "scatter_add", node.name});
   return true;
 }
@@ -477,7 +478,7 @@ Executable compile_impl(const std::shared_ptr<const DeviceBackend>& device, cons
       t.on_device = Thunk::OnDevice::kPool;
       t.description += " on " + device->name();
     } else if (device && device_scatter_add(*device, node, in_types, t)) {
-      t.on_device = Thunk::OnDevice::kLoop;
+      t.on_device = Thunk::OnDevice::kScatterAdd;
       t.description += " on " + device->name();
     } else {
       try {

@@ -70,13 +70,13 @@ struct Executable::Impl {
     // What of a device program runs on the device: its fused loops, and the dots and
     // convolutions the device takes (their pointers, and the convolution's scratch, are filled
     // per run).
-    enum class OnDevice : uint8_t { kNo, kFused, kDot, kConv, kPool, kControlFlow, kLoop };
+    enum class OnDevice : uint8_t { kNo, kFused, kDot, kConv, kPool, kControlFlow, kScatterAdd };
     OnDevice on_device = OnDevice::kNo;
     // kControlFlow: the node's loops over device tensors (compiler/device_control_flow.h).
     std::shared_ptr<const DeviceControlFlow> control;
-    // kLoop: a loop of the device's that is no fused subgraph's (a scatter_add), on the
-    // thunk's input and output slots.
+    // kScatterAdd: the device's loop and its geometry (x, indices, updates -> y).
     std::shared_ptr<const DeviceLoop> loop;
+    DeviceScatterAdd scatter;
     DeviceDot dot;
     DeviceConv conv;
     DevicePool pool;

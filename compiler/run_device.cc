@@ -45,7 +45,9 @@ class DeviceRun {
     check_indices(t);
     ins_.clear();
     outs_.clear();
-    for (int s : t.in) ins_.push_back(on_device(s));
+    for (size_t k = 0; k < t.in.size(); ++k)  // a scatter_add's indices: read on the host
+      ins_.push_back(t.on_device == Thunk::OnDevice::kScatterAdd && k == 1 ? nullptr
+                                                                          : on_device(t.in[k]));
     for (int s : t.out) {
       outs_.push_back(device_pointer(s));
       state_[s] = {.host = false, .device = true};
@@ -107,9 +109,21 @@ class DeviceRun {
         }
         break;
       }
-      case Thunk::OnDevice::kLoop:
-        t.loop->launch(ins_.data(), outs_.data());
+      case Thunk::OnDevice::kScatterAdd: {
+        // y = x, then the loop adds each named row's updates, in order, from the row plan
+        // made here from the indices (on the host: they were checked there).
+        const std::vector<int64_t> plan = scatter_add_plan(on_host(t.in[1]), t.scatter.dim);
+        DeviceScratch scratch(device_);  // freed once the loop is queued
+        const int64_t plan_bytes = static_cast<int64_t>(plan.size() * sizeof(int64_t));
+        void* on_device_plan =
+            scratch.take(plan_bytes, "row plan of '" + im_.nodes[t.node].name + "'");
+        device_.upload(on_device_plan, plan.data(), plan_bytes);
+        const int64_t bytes = im_.slots[t.out[0]].bytes;
+        if (bytes > 0 && outs_[0] != ins_[0]) device_.copy(outs_[0], ins_[0], bytes);
+        void* const loop_ins[] = {ins_[2], on_device_plan};
+        if (plan[0] > 0) t.loop->launch(loop_ins, outs_.data());
         break;
+      }
       case Thunk::OnDevice::kNo:
         break;
     }

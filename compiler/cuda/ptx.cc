@@ -448,11 +448,11 @@ PtxModule compile_scatter_add_ptx(const DeviceScatterAdd& s, const PtxOptions& o
   PtxKernel k;
   k.entry = kernel_entry(0);
   k.items = llvm_ir::scatter_add_items(s);
-  k.num_inputs = 3;
+  k.num_inputs = 2;
   k.num_outputs = 1;
-  k.inputs = {{s.dtype, {s.outer, s.dim, s.inner}},
-              {s.index_dtype, {s.count}},
-              {s.dtype, {s.outer, s.count, s.inner}}};
+  // The plan at its longest: every position naming a row of its own.
+  const int64_t rows = std::min(s.dim, s.count);
+  k.inputs = {{s.dtype, {s.outer, s.count, s.inner}}, {i64, {1 + rows + rows + 1 + s.count}}};
   k.outputs = {{s.dtype, {s.outer, s.dim, s.inner}}};
   out.kernels.push_back(k);
   out.ptx = module_ptx(out.name, *tm, options, [&](llvm::Module& module) {

@@ -66,7 +66,8 @@ struct PtxModule {
 PtxModule compile_ptx(const std::vector<FusedSubgraph>& sgs, const PtxOptions& options = {});
 
 // The device's scatter_add loop for `s` (compiler/llvm_ir/scatter_kernel.h) as one kernel:
-// inputs x, indices, updates, output y (PtxKernel's types), one item per (o, k) column.
+// inputs updates and the row plan (at its longest in PtxKernel's types), output y holding x;
+// `items` covers the most rows a plan can name.
 // Not cached: it is one small loop. Throws kiln::Error (kUnimplemented for a dtype the loop
 // does not add in).
 PtxModule compile_scatter_add_ptx(const DeviceScatterAdd& s, const PtxOptions& options = {});

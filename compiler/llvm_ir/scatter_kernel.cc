@@ -36,7 +36,6 @@ void emit_scatter_add_grid(const DeviceScatterAdd& s, llvm::Module& module,
   llvm::Type* ptr = b.getPtrTy();
   llvm::Type* i64 = b.getInt64Ty();
   llvm::Type* et = element_type(b, s.dtype);
-  llvm::Type* it = element_type(b, s.index_dtype);
   auto* fty = llvm::FunctionType::get(b.getVoidTy(), {ptr, ptr, i64, i64, i64, i64}, false);
   llvm::Function* fn =
       llvm::Function::Create(fty, llvm::Function::ExternalLinkage, prefix + "grid", module);
@@ -60,42 +59,45 @@ void emit_scatter_add_grid(const DeviceScatterAdd& s, llvm::Module& module,
   };
 
   b.SetInsertPoint(llvm::BasicBlock::Create(ctx, "entry", fn));
+  llvm::Value* acc = b.CreateAlloca(et);  // in the entry block: mem2reg makes it a register
   auto arg_ptr = [&](llvm::Value* array, int i) {
     return b.CreateLoad(ptr, b.CreateConstGEP1_64(ptr, array, i));
   };
-  llvm::Value* x = arg_ptr(fn->getArg(0), 0);
-  llvm::Value* indices = arg_ptr(fn->getArg(0), 1);
-  llvm::Value* updates = arg_ptr(fn->getArg(0), 2);
+  llvm::Value* updates = arg_ptr(fn->getArg(0), 0);
+  llvm::Value* plan = arg_ptr(fn->getArg(0), 1);
   llvm::Value* y = arg_ptr(fn->getArg(1), 0);
+  auto plan_at = [&](llvm::Value* i) {
+    return b.CreateLoad(i64, b.CreateInBoundsGEP(i64, plan, i));
+  };
+  llvm::Value* rows = plan_at(b.getInt64(0));
   llvm::Value* first = b.CreateAdd(b.CreateMul(fn->getArg(2), fn->getArg(3)), fn->getArg(4));
   llvm::Value* stride = b.CreateMul(fn->getArg(3), fn->getArg(5));
-  llvm::Value* one = b.getInt64(1);
   llvm::Value* inner = b.getInt64(s.inner);
-  loop(first, b.getInt64(s.outer * s.inner), stride, "column", [&](llvm::Value* c) {
-    llvm::Value* o = b.CreateUDiv(c, inner);
-    llvm::Value* k = b.CreateURem(c, inner);
-    llvm::Value* base = b.CreateAdd(b.CreateMul(o, b.getInt64(s.dim * s.inner)), k);
-    loop(b.getInt64(0), b.getInt64(s.dim), one, "copy", [&](llvm::Value* d) {
-      llvm::Value* at = b.CreateAdd(base, b.CreateMul(d, inner));
-      b.CreateStore(b.CreateLoad(et, b.CreateInBoundsGEP(et, x, at)),
-                    b.CreateInBoundsGEP(et, y, at));
-    });
+  llvm::Value* per_o = b.CreateMul(rows, inner);
+  llvm::Value* starts = b.CreateAdd(rows, b.getInt64(1));                 // plan[1 + rows + r]
+  llvm::Value* js = b.CreateAdd(b.CreateMul(rows, b.getInt64(2)), b.getInt64(2));  // the j list
+  loop(first, b.CreateMul(b.getInt64(s.outer), per_o), stride, "item", [&](llvm::Value* c) {
+    llvm::Value* o = b.CreateUDiv(c, per_o);
+    llvm::Value* rest = b.CreateURem(c, per_o);
+    llvm::Value* r = b.CreateUDiv(rest, inner);
+    llvm::Value* k = b.CreateURem(rest, inner);
+    llvm::Value* row = plan_at(b.CreateAdd(r, b.getInt64(1)));
+    llvm::Value* lo = plan_at(b.CreateAdd(starts, r));
+    llvm::Value* hi = plan_at(b.CreateAdd(b.CreateAdd(starts, r), b.getInt64(1)));
+    llvm::Value* at =
+        b.CreateAdd(b.CreateMul(b.CreateAdd(b.CreateMul(o, b.getInt64(s.dim)), row), inner), k);
+    llvm::Value* target = b.CreateInBoundsGEP(et, y, at);
     llvm::Value* ubase = b.CreateAdd(b.CreateMul(o, b.getInt64(s.count * s.inner)), k);
-    loop(b.getInt64(0), b.getInt64(s.count), one, "index", [&](llvm::Value* j) {
-      llvm::Value* v = b.CreateLoad(it, b.CreateInBoundsGEP(it, indices, j));
-      if (it != i64) v = b.CreateSExt(v, i64);
-      auto* add = llvm::BasicBlock::Create(ctx, "add", fn);
-      auto* next = llvm::BasicBlock::Create(ctx, "next", fn);
-      b.CreateCondBr(b.CreateICmpULT(v, b.getInt64(s.dim)), add, next);  // negative: large
-      b.SetInsertPoint(add);
-      llvm::Value* at = b.CreateGEP(et, y, b.CreateAdd(base, b.CreateMul(v, inner)));
-      llvm::Value* u =
-          b.CreateLoad(et, b.CreateInBoundsGEP(et, updates, b.CreateAdd(ubase, b.CreateMul(j, inner))));
-      llvm::Value* old = b.CreateLoad(et, at);
-      b.CreateStore(et->isFloatingPointTy() ? b.CreateFAdd(old, u) : b.CreateAdd(old, u), at);
-      b.CreateBr(next);
-      b.SetInsertPoint(next);
+    // The sum in a register (acc, promoted), in the kernel's order: y's value, then each update.
+    b.CreateStore(b.CreateLoad(et, target), acc);
+    loop(lo, hi, b.getInt64(1), "update", [&](llvm::Value* t) {
+      llvm::Value* j = plan_at(b.CreateAdd(js, t));
+      llvm::Value* u = b.CreateLoad(
+          et, b.CreateInBoundsGEP(et, updates, b.CreateAdd(ubase, b.CreateMul(j, inner))));
+      llvm::Value* sum = b.CreateLoad(et, acc);
+      b.CreateStore(et->isFloatingPointTy() ? b.CreateFAdd(sum, u) : b.CreateAdd(sum, u), acc);
     });
+    b.CreateStore(b.CreateLoad(et, acc), target);
   });
   b.CreateRetVoid();
 }

@@ -1,7 +1,8 @@
 // Gathers in device loops (a gathered input, compiler/fused_subgraph.h): on a device a gather
 // is read by the loop that uses its rows instead of running its kernel on the host, which
 // would bring x down and send the rows back up. Its adjoint scatter_add is the device's own
-// loop (compiler/llvm_ir/scatter_kernel.h), one column an item in the kernel's order. Their
+// loop (compiler/llvm_ir/scatter_kernel.h) over a row plan, each row's updates added in the
+// kernel's order. Their
 // indices are checked before the loops run, with the kernels' errors. Without a GPU: on the emulated GPU, whose loops are the device's
 // grid kernels run on the host; on a GPU (skipped here, saying so) the same checks on cuda:0.
 #include <gmock/gmock.h>
@@ -9,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "compiler/cpu/emulated_device.h"
@@ -34,6 +36,27 @@ Executable compile_on(const std::shared_ptr<const DeviceBackend>& device, const 
 
 std::string thunks(const Executable& e) {
   return ::testing::PrintToString(e.thunk_descriptions());
+}
+
+// The kOutOfRange error `run` throws (a failure when it throws none or another code), beside the
+// one the reference `want_run` throws: the message the caller checks.
+std::string out_of_range_error(const std::function<void()>& run,
+                               const std::function<void()>& want_run) {
+  std::string want, got;
+  try {
+    want_run();
+  } catch (const Error& e) {
+    want = e.what();
+  }
+  try {
+    run();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kOutOfRange);
+    got = e.what();
+  }
+  EXPECT_EQ(got, want);  // the kernel's message, word for word
+  return got;
 }
 
 // Values 0.5 * (i mod 37) - 9 of `dtype` (exact in every dtype), never all zero.
@@ -153,22 +176,10 @@ TEST(DeviceGather, AnIndexOutOfRangeIsTheKernelsErrorAndTheProgramRunsOn) {
   for (int64_t bad : {int64_t{5}, int64_t{-1}, int64_t{1} << 40}) {
     SCOPED_TRACE(bad);
     FeedList bad_feeds = {{x, feeds[0].second}, {idx, indices(i64, {0, 4, bad, 1}, {2, 2})}};
-    std::string want, got;
-    try {
-      host.run(bad_feeds);
-    } catch (const Error& e) {
-      want = e.what();
-    }
-    try {
-      dev.run(bad_feeds);
-      ADD_FAILURE() << "no error for index " << bad;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kOutOfRange);
-      got = e.what();
-    }
+    const std::string got = out_of_range_error([&] { dev.run(bad_feeds); },
+                                               [&] { host.run(bad_feeds); });
     EXPECT_THAT(got, HasSubstr("index " + std::to_string(bad) + " at position [1,0]"));
     EXPECT_THAT(got, HasSubstr("out of range [0, 5) for axis 0 of x f32[5,4]"));
-    EXPECT_EQ(got, want);  // the kernel's message, word for word
     testing::expect_bitwise_equal(dev.run(feeds), host.run(feeds));
   }
 }
@@ -204,8 +215,8 @@ TEST(DeviceGather, IndicesComputedOnTheDeviceAreCheckedToo) {
 }
 
 // Training an embedding on the device: the gather's gradient (a scatter_add) runs there too,
-// so a step copies up its feeds and brings down only what it fetches, with the CPU program's
-// values.
+// so a step copies up its feeds (and the scatter_add's row plan) and brings down only what it
+// fetches, with the CPU program's values.
 TEST(DeviceGather, AnEmbeddingsGradientRunsOnTheDevice) {
   auto gpu = cpu::emulated_gpu();
   Graph g{"embedding_grad"};
@@ -223,7 +234,9 @@ TEST(DeviceGather, AnEmbeddingsGradientRunsOnTheDevice) {
   const cpu::EmulatedGpuCounts after = cpu::emulated_gpu_counts();
   testing::expect_close(got, host.run(feeds), 1e-6);
   EXPECT_EQ(after.download_bytes - before.download_bytes, 4 + 20 * 8 * 4);
-  EXPECT_EQ(after.upload_bytes - before.upload_bytes, 20 * 8 * 4 + 6 * 4);
+  // Up: the table, the ids, and the row plan of the gradient's scatter_add.
+  const int64_t plan = static_cast<int64_t>(scatter_add_plan(feeds[1].second, 20).size()) * 8;
+  EXPECT_EQ(after.upload_bytes - before.upload_bytes, 20 * 8 * 4 + 6 * 4 + plan);
 }
 
 // scatter_adds along every kind of axis, with duplicate indices, in each dtype the device's
@@ -284,6 +297,24 @@ TEST(DeviceScatterAddGpu, ScatterAddsOnCuda0MatchTheCpu) {
   check_scatter_adds(nullptr);
 }
 
+// Duplicate indices add in the kernel's order (the indices' order), which f32 rounding shows:
+// 1e8, -1e8, 1 in that order sum to 1; in another order the 1 is lost.
+TEST(DeviceScatterAdd, DuplicateIndicesAddInTheKernelsOrder) {
+  Graph g{"scatter_order"};
+  Tensor x = g.placeholder(f32, {3, 1}, "x");
+  Tensor idx = g.placeholder(i32, {5}, "idx");
+  Tensor u = g.placeholder(f32, {5, 1}, "u");
+  Tensor y = scatter_add(x * 1, idx, u);
+  FeedList feeds = {{x, Tensor::from_vector(std::vector<float>{0, 0, 0}, {3, 1})},
+                    {idx, indices(i32, {1, 2, 1, 1, 2}, {5})},
+                    {u, Tensor::from_vector(std::vector<float>{1e8f, 1, -1e8f, 1, -1}, {5, 1})}};
+  Executable dev = compile_for_device(cpu::emulated_gpu(), g, {y}, feeds);
+  EXPECT_THAT(thunks(dev), HasSubstr("kernel scatter_add on ")) << thunks(dev);
+  const std::vector<Tensor> got = dev.run(feeds);
+  EXPECT_EQ(got[0].to_vector<float>(), (std::vector<float>{0, 1, 0}));
+  testing::expect_bitwise_equal(got, compile(g, {y}, feeds).run(feeds));
+}
+
 // An index out of range fails the run with scatter_add's kernel error, word for word.
 TEST(DeviceScatterAdd, AnIndexOutOfRangeIsTheKernelsError) {
   Graph g{"scatter_out_of_range"};
@@ -295,46 +326,42 @@ TEST(DeviceScatterAdd, AnIndexOutOfRangeIsTheKernelsError) {
                     {u, table(f32, {3, 4})}};
   Executable host = compile(g, {y}, feeds);
   Executable dev = compile_for_device(cpu::emulated_gpu(), g, {y}, feeds);
-  std::string want, got;
-  try {
-    host.run(feeds);
-  } catch (const Error& e) {
-    want = e.what();
-  }
-  try {
-    dev.run(feeds);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kOutOfRange);
-    got = e.what();
-  }
+  const std::string got =
+      out_of_range_error([&] { dev.run(feeds); }, [&] { host.run(feeds); });
   EXPECT_THAT(got, HasSubstr("scatter_add: index -2 at position [1]"));
-  EXPECT_EQ(got, want);
+}
+
+// The row plan: the rows the indices name, ascending, each with its positions in order; the same
+// from the counting sort (few rows) and the sort (many).
+TEST(DeviceScatterAdd, TheRowPlanListsEachRowsPositionsInOrder) {
+  const std::vector<int64_t> want = {3, 0, 1, 3, 0, 1, 2, 4, 1, 3, 0, 2};
+  EXPECT_EQ(scatter_add_plan(indices(i32, {3, 0, 3, 1}, {4}), 4), want);
+  EXPECT_EQ(scatter_add_plan(indices(i64, {3, 0, 3, 1}, {2, 2}), int64_t{1} << 40), want);
+  EXPECT_EQ(scatter_add_plan(indices(i32, {}, {0}), 5), (std::vector<int64_t>{0, 0}));
 }
 
 // The loop on a host grid of every shape (one block of one thread, blocks of more threads than
-// columns, a grid-stride walk): every column is computed once, with the kernel's bits.
-TEST(DeviceScatterAdd, EveryGridComputesEveryColumnOnce) {
-  const DeviceScatterAdd s{.dtype = f32, .index_dtype = i64, .outer = 3, .dim = 4, .inner = 5,
+// items, a grid-stride walk): every (o, row, k) is computed once, with the kernel's bits, and
+// rows no index names keep x's values.
+TEST(DeviceScatterAdd, EveryGridComputesEveryRowOnce) {
+  const DeviceScatterAdd s{.dtype = f32, .index_dtype = i64, .outer = 3, .dim = 6, .inner = 5,
                            .count = 6};
   cpu::HostGridKernels grid = cpu::compile_scatter_add_for_host(s);
-  const Tensor x = table(f32, {3, 4, 5}), u = table(f32, {3, 6, 5}) * 2;
-  const Tensor idx = indices(i64, {3, 0, 3, 9, -1, 1}, {6});  // two out of range: skipped
-  Tensor want = Tensor::from_bytes(f32, {3, 4, 5}, x.raw_data(), x.nbytes());
+  const Tensor x = table(f32, {3, 6, 5}), u = table(f32, {3, 6, 5}) * 2;
+  const Tensor idx = indices(i64, {3, 0, 3, 5, 3, 1}, {6});
+  Tensor want = Tensor::from_bytes(f32, {3, 6, 5}, x.raw_data(), x.nbytes());
   {
     auto w = want.mutable_data<float>();
     auto uv = u.data<float>();
     for (int64_t o = 0; o < 3; ++o)
-      for (int64_t k = 0; k < 5; ++k)
-        for (int64_t j = 0; j < 6; ++j) {
-          const int64_t v = idx.data<int64_t>()[j];
-          if (v >= 0 && v < 4) w[(o * 4 + v) * 5 + k] += uv[(o * 6 + j) * 5 + k];
-        }
+      for (int64_t j = 0; j < 6; ++j)
+        for (int64_t k = 0; k < 5; ++k)
+          w[(o * 6 + idx.data<int64_t>()[j]) * 5 + k] += uv[(o * 6 + j) * 5 + k];
   }
+  std::vector<int64_t> plan = scatter_add_plan(idx, 6);
   for (auto [blocks, threads] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {2, 7}, {1, 64}}) {
-    Tensor y = full({3, 4, 5}, std::nan(""), f32);
-    void* ins[] = {const_cast<void*>(x.raw_data()), const_cast<void*>(idx.raw_data()),
-                   const_cast<void*>(u.raw_data())};
+    Tensor y = Tensor::from_bytes(f32, {3, 6, 5}, x.raw_data(), x.nbytes());
+    void* ins[] = {const_cast<void*>(u.raw_data()), plan.data()};
     void* outs[] = {y.raw_mutable_data()};
     for (int64_t b = 0; b < blocks; ++b)
       for (int64_t t = 0; t < threads; ++t) grid.fns[0](ins, outs, b, threads, t, blocks);
@@ -397,22 +424,10 @@ TEST(DeviceGather, TheCpuReadsGathersInLoopsAndLeavesALoneOneToItsKernel) {
   testing::expect_bitwise_equal(e.run(feeds), g.run(feeds, {scaled, alone}));
   FeedList bad = feeds;
   bad[1].second = indices(i32, {3, 4, 5}, {3});  // 5 is out of range for axis 0 only
-  std::string want, got;
-  try {
-    g.run(bad, {scaled});
-  } catch (const Error& err) {
-    want = err.what();
-  }
   Executable only_scaled = compile(g, {scaled}, feeds);
-  try {
-    only_scaled.run(bad);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& err) {
-    EXPECT_EQ(err.code(), ErrorCode::kOutOfRange);
-    got = err.what();
-  }
+  const std::string got =
+      out_of_range_error([&] { only_scaled.run(bad); }, [&] { g.run(bad, {scaled}); });
   EXPECT_THAT(got, HasSubstr("index 5 at position [2]"));
-  EXPECT_EQ(got, want);
 }
 
 }  // namespace
