@@ -4,18 +4,13 @@
 
 #include <algorithm>
 
+#include "ops/kernel_util.h"
+
 namespace kiln::compiler {
 
 std::vector<int64_t> scatter_add_plan(const Tensor& indices, int64_t dim) {
   const int64_t n = indices.size();
-  std::vector<int64_t> row(static_cast<size_t>(n));
-  if (indices.dtype() == i32) {
-    auto d = indices.data<int32_t>();
-    std::copy(d.begin(), d.end(), row.begin());
-  } else {
-    auto d = indices.data<int64_t>();
-    std::copy(d.begin(), d.end(), row.begin());
-  }
+  const std::vector<int64_t> row = ops::indices_as_i64(indices);
   // The positions ordered by row, each row's in ascending order: a counting sort over the rows
   // when they are few for the indices, else a sort of (row, j).
   std::vector<int64_t> order(static_cast<size_t>(n));

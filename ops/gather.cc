@@ -96,15 +96,7 @@ std::vector<int64_t> checked_indices(const KernelContext& ctx, const TakeGeometr
   const Tensor& x = ctx.input(0);
   if (std::string why = take_index_error(indices, g.axis, {x.dtype(), x.shape()}); !why.empty())
     ctx.fail(why, ErrorCode::kOutOfRange);
-  std::vector<int64_t> out(indices.size());
-  if (indices.dtype() == i32) {
-    auto d = indices.data<int32_t>();
-    std::copy(d.begin(), d.end(), out.begin());
-  } else {
-    auto d = indices.data<int64_t>();
-    std::copy(d.begin(), d.end(), out.begin());
-  }
-  return out;
+  return indices_as_i64(indices);
 }
 
 constexpr int64_t kGrainElements = 1 << 14;
@@ -191,6 +183,18 @@ std::vector<Tensor> scatter_add_gradient(const GradContext& g) {
 }
 
 }  // namespace
+
+std::vector<int64_t> indices_as_i64(const Tensor& indices) {
+  std::vector<int64_t> out(indices.size());
+  if (indices.dtype() == i32) {
+    auto d = indices.data<int32_t>();
+    std::copy(d.begin(), d.end(), out.begin());
+  } else {
+    auto d = indices.data<int64_t>();
+    std::copy(d.begin(), d.end(), out.begin());
+  }
+  return out;
+}
 
 std::string take_index_error(const Tensor& indices, int64_t axis, const TensorType& x) {
   const int64_t dim = x.shape.at(axis);

@@ -67,6 +67,8 @@ bool shapes_agree(const Shape& a, const Shape& b);
 // `x`): the error naming the first index outside [0, x.shape[axis]) and its position, or "".
 // A device program runs it before a loop that gathers (compiler/lowering.h's IndexCheck).
 std::string take_index_error(const Tensor& indices, int64_t axis, const TensorType& x);
+// Indices (i32 or i64) widened to i64.
+std::vector<int64_t> indices_as_i64(const Tensor& indices);
 
 // Runs `shape_fn` as if the node had the inputs `types`, with its op, name and attributes: a
 // gradient op checks its operands against what the forward op infers from them.

@@ -70,6 +70,8 @@ Tensor indices(DType dtype, const std::vector<int64_t>& values, const Shape& sha
   return Tensor::from_vector(values, shape).to(dtype);
 }
 
+// A gather's or scatter_add's operands: x, the axis, the indices; and whether a device runs
+// it (scatter_add in bf16 stays on the host).
 struct Case {
   std::string name;
   DType dtype;
@@ -78,6 +80,7 @@ struct Case {
   DType index_dtype;
   std::vector<int64_t> index_values;
   Shape index_shape;
+  bool on_device = true;
 };
 
 // Gathers along every kind of axis, of every index rank (a scalar index too), in several
@@ -241,19 +244,9 @@ TEST(DeviceGather, AnEmbeddingsGradientRunsOnTheDevice) {
 
 // scatter_adds along every kind of axis, with duplicate indices, in each dtype the device's
 // loop adds in: on `device` they run there (no host kernel) with the kernel's bits, since each
-// column adds its updates in the kernel's order; a bf16 one stays the host's kernel.
+// row adds its updates in the kernel's order; a bf16 one stays the host's kernel.
 void check_scatter_adds(const std::shared_ptr<const DeviceBackend>& device) {
-  struct ScatterCase {
-    std::string name;
-    DType dtype;
-    Shape x;
-    int64_t axis;
-    DType index_dtype;
-    std::vector<int64_t> index_values;
-    Shape index_shape;
-    bool on_device;
-  };
-  const std::vector<ScatterCase> cases = {
+  const std::vector<Case> cases = {
       {"an embedding's gradient", f32, {50, 16}, 0, i32, {3, 0, 49, 3, 17, 3, 8}, {7}, true},
       {"a batch of sequences", f64, {40, 12}, 0, i64, {1, 2, 1, 39, 0, 0, 7, 7}, {2, 4}, true},
       {"a middle axis", f32, {3, 9, 5}, 1, i32, {8, 0, 4, 4}, {2, 2}, true},
@@ -261,7 +254,7 @@ void check_scatter_adds(const std::shared_ptr<const DeviceBackend>& device) {
       {"integers", i32, {8, 4}, 0, i32, {7, 1, 1}, {3}, true},
       {"bf16 (a host kernel)", bf16, {8, 4}, 0, i32, {7, 1, 1}, {3}, false},
   };
-  for (const ScatterCase& c : cases) {
+  for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     Graph g{"scatter_adds"};
     Tensor x = g.placeholder(c.dtype, c.x, "x");
