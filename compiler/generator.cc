@@ -20,7 +20,7 @@ double largest_below(double high) {
 }  // namespace
 
 bool is_generator_op(const std::string& op) {
-  return op == "random_bernoulli" || op == "random_uniform";
+  return op == "random_bernoulli" || op == "random_uniform" || op == "random_normal";
 }
 
 std::optional<Generator> generator_of(const std::string& op, const Attrs& attrs, DType dtype,
@@ -31,11 +31,17 @@ std::optional<Generator> generator_of(const std::string& op, const Attrs& attrs,
     g.threshold = static_cast<uint64_t>(std::ceil(attrs.get_float("p", 0.5) * 0x1p53));
     return g;
   }
-  if (op == "random_uniform") {
+  if (op == "random_uniform" || op == "random_normal") {
     if (dtype != f32 && dtype != f64) {
-      *why = std::string("random_uniform in ") + dtype_name(dtype) +
+      *why = op + " in " + dtype_name(dtype) +
              " rounds an f64 once to 16 bits, which loops do not (left to the kernel)";
       return std::nullopt;
+    }
+    if (op == "random_normal") {
+      g.kind = Generator::Kind::kNormal;
+      g.mean = attrs.get_float("mean", 0);
+      g.stddev = attrs.get_float("stddev", 1);
+      return g;
     }
     g.kind = Generator::Kind::kUniform;
     g.low = attrs.get_float("low", 0);
@@ -45,17 +51,16 @@ std::optional<Generator> generator_of(const std::string& op, const Attrs& attrs,
     g.below_high = dtype == f32 ? largest_below<float>(g.high) : largest_below<double>(g.high);
     return g;
   }
-  *why = op == "random_normal" ? "random_normal's Box-Muller calls libm's f64 log and cos, "
-                                 "which loops do not reproduce bit for bit (left to the kernel)"
-                               : "op " + op + " is not a generator";
+  *why = "op " + op + " is not a generator";
   return std::nullopt;
 }
 
 std::string Generator::key() const {
-  char buf[160];
+  char buf[256];
   // %a prints doubles exactly.
-  std::snprintf(buf, sizeof buf, "gen%d:%llu:%d:%a:%a:%a:%a", static_cast<int>(kind),
-                static_cast<unsigned long long>(threshold), bits, low, span, high, below_high);
+  std::snprintf(buf, sizeof buf, "gen%d:%llu:%d:%a:%a:%a:%a:%a:%a", static_cast<int>(kind),
+                static_cast<unsigned long long>(threshold), bits, low, span, high, below_high,
+                mean, stddev);
   return buf;
 }
 

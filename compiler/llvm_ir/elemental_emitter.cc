@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <numbers>
 #include <unordered_map>
 #include <limits>
 
@@ -557,9 +558,10 @@ class Emitter {
 
   // ---- generated inputs (compiler/generator.h): ops/random.cc's kernels, element by element ----
 
-  // The 64-bit word r0:r1 of Philox-4x32-10 (ops/philox.h) keyed by `seed` with counter
-  // (index, 0): the bits element `index` of a random op draws from.
-  Value* philox_word(Value* seed, Value* index) {
+  // The 64-bit words r0:r1 and r2:r3 of Philox-4x32-10 (ops/philox.h) keyed by `seed` with
+  // counter (index, 0): the bits element `index` of a random op draws from (the optimiser drops
+  // the second where it is not read).
+  void philox_words(Value* seed, Value* index, Value* words[2]) {
     Type* i32 = b_.getInt32Ty();
     Type* i64 = b_.getInt64Ty();
     auto lo = [&](Value* v) { return b_.CreateTrunc(v, i32); };
@@ -577,14 +579,35 @@ class Emitter {
                         b_.CreateXor(b_.CreateXor(hi(p0), c[3]), key[1]), lo(p0)};
       std::copy(next, next + 4, c);
     }
-    return b_.CreateOr(b_.CreateShl(b_.CreateZExt(c[0], i64), 32), b_.CreateZExt(c[1], i64));
+    // r0:r1, then r2:r3 (the second word only when asked).
+    words[0] = b_.CreateOr(b_.CreateShl(b_.CreateZExt(c[0], i64), 32), b_.CreateZExt(c[1], i64));
+    words[1] = b_.CreateOr(b_.CreateShl(b_.CreateZExt(c[2], i64), 32), b_.CreateZExt(c[3], i64));
   }
 
   // Element `index` of generated input k, as its op's kernel computes it.
   Value* generated(int k, Value* index) {
     const Generator& g = *sg_.inputs[k].generator;
     const DType t = sg_.inputs[k].dtype;
-    Value* word = philox_word(seeds_[k], index);
+    Value* words[2];
+    philox_words(seeds_[k], index, words);
+    Value* word = words[0];
+    Type* f64_ty = b_.getDoubleTy();
+    if (g.kind == Generator::Kind::kNormal) {
+      // Box-Muller as the kernel computes it in f64: u1 in (0, 1], each operation rounded.
+      auto unit = [&](Value* w) {
+        return b_.CreateFMul(b_.CreateUIToFP(b_.CreateLShr(w, 11), f64_ty),
+                             fconst(f64_ty, std::ldexp(1.0, -53)));
+      };
+      Value* u1 = b_.CreateFSub(fconst(f64_ty, 1.0), unit(words[0]));
+      Value* u2 = unit(words[1]);
+      Value* r = unary_intrinsic(llvm::Intrinsic::sqrt,
+                                 b_.CreateFMul(fconst(f64_ty, -2.0), libm("log", u1)));
+      Value* n = b_.CreateFMul(
+          r, unary_intrinsic(llvm::Intrinsic::cos,
+                             b_.CreateFMul(fconst(f64_ty, 2.0 * std::numbers::pi), u2)));
+      Value* d = b_.CreateFAdd(fconst(f64_ty, g.mean), b_.CreateFMul(fconst(f64_ty, g.stddev), n));
+      return b_.CreateFPCast(d, reg_type(t));
+    }
     if (g.kind == Generator::Kind::kBernoulli) {
       // The top 53 bits as an integer k: k / 2^53 < p exactly when k < ceil(p 2^53).
       Value* hit = b_.CreateICmpULT(b_.CreateLShr(word, 11), b_.getInt64(g.threshold));
@@ -593,7 +616,6 @@ class Emitter {
     }
     // low + span * u in f64 (separate fmul and fadd, as the kernel rounds), rounded once to t;
     // a value that reaches `high` steps down to the largest t below it.
-    Type* f64_ty = b_.getDoubleTy();
     Value* top = b_.CreateLShr(word, 64 - g.bits);
     Value* u = b_.CreateFMul(b_.CreateUIToFP(top, f64_ty), fconst(f64_ty, std::ldexp(1.0, -g.bits)));
     Value* d = b_.CreateFAdd(fconst(f64_ty, g.low), b_.CreateFMul(fconst(f64_ty, g.span), u));

@@ -319,7 +319,7 @@ Executable compile_on(const std::shared_ptr<const DeviceBackend>& device, const 
 
 // The random ops generated in device loops (compiler/generator.h) give the CPU kernels' bits on
 // `device` (cuda:0 when null): Philox is integer arithmetic, and the uniform's f64 multiply and
-// add stay apart in PTX.
+// add stay apart in PTX. The normals' log and cos are libdevice's on a GPU: close there.
 void check_random_ops(const std::shared_ptr<const DeviceBackend>& device) {
   Graph g{"random_on_device"};
   Tensor seed = g.placeholder(i64, {}, "seed");
@@ -329,6 +329,8 @@ void check_random_ops(const std::shared_ptr<const DeviceBackend>& device) {
       random_bernoulli({300, 257}, seed, 0.6, bf16),
       random_uniform({300, 257}, seed, -2, 3, f32),
       random_uniform({300, 257}, seed, 1, 1 + 4 * std::numeric_limits<double>::epsilon(), f64),
+      random_normal({300, 257}, seed, 0.5, 2, f32),
+      random_normal({300, 257}, seed, 0, 1, f64),
       sum(where(random_bernoulli_like(x, seed, 0.8), x * 1.25f, zeros_like(x)), {1})};
   for (int64_t s : {int64_t{0}, int64_t{-1}, int64_t{0x123456789abcdef}}) {
     FeedList feeds = {{seed, Tensor::scalar(s)}, {x, test_models::random_tensor({300, 257}, 9)}};
@@ -337,8 +339,17 @@ void check_random_ops(const std::shared_ptr<const DeviceBackend>& device) {
     for (const std::string& d : dev.thunk_descriptions())
       EXPECT_THAT(d, ::testing::Not(HasSubstr("kernel random"))) << "drawn on the host";
     std::vector<Tensor> want = host.run(feeds), got = dev.run(feeds);
-    for (size_t i = 0; i + 1 < got.size(); ++i)
+    for (size_t i = 0; i + 1 < got.size(); ++i) {
+      // The normals on a GPU: libdevice's f64 log and cos, not libm's, may differ in the last
+      // bits.
+      if (!device && (i == 4 || i == 5)) {
+        const std::vector<double> a = got[i].to_vector<double>(), b = want[i].to_vector<double>();
+        for (size_t k = 0; k < a.size(); ++k)
+          ASSERT_NEAR(a[k], b[k], 1e-6 * (1 + std::abs(b[k]))) << "output " << i << " at " << k;
+        continue;
+      }
       EXPECT_TRUE(testing::bitwise_equal(got[i], want[i])) << "seed " << s << ", output " << i;
+    }
     // The row sums: a device's loop may add in another order.
     expect_close({got.back()}, {want.back()}, 1e-5);
   }

@@ -33,7 +33,6 @@ const std::map<std::string, std::string>& not_emitted_yet() {
       {"argmin", "the emitter folds values, not (value, index) pairs"},
       {"reduce_window_max", "windowed reductions run their kernels"},
       {"reduce_window_sum", "windowed reductions run their kernels"},
-      {"random_normal", "Box-Muller's f64 log and cos: libm's bits, not the loop's"},
       {"iota", "no primitive reads the loop index yet"},
       {"stop_gradient", "its kernel hands back its input: there is nothing to compute"},
       {"placeholder", "a graph input"},
