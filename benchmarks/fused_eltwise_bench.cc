@@ -412,11 +412,12 @@ class RatioReporter : public benchmark::ConsoleReporter {
                     arg + 1, k * 1e6, gen * 1e6, k / gen, kc / gc);
     }
     if (double k = get("bag_kernel_rows"), gth = get("bag_gathered"); k > 0 && gth > 0)
-      std::printf("embedding bag, [%lld, %lld] ids into [%lld, %lld]: rows by gather's kernel "
-                  "then loop %.1f us, rows read by the loop %.1f us: %.2fx (CPU time %.2fx)\n",
-                  static_cast<long long>(kBags), static_cast<long long>(kLength),
-                  static_cast<long long>(kVocab), static_cast<long long>(kWidth), k * 1e6,
-                  gth * 1e6, k / gth, cpu("bag_kernel_rows") / cpu("bag_gathered"));
+      std::printf(
+          "embedding bag, [%lld, %lld] ids into [%lld, %lld]: rows by gather's kernel "
+          "then loop %.1f us, rows read by the loop %.1f us: %.2fx (CPU time %.2fx)\n",
+          static_cast<long long>(kBags), static_cast<long long>(kLength),
+          static_cast<long long>(kVocab), static_cast<long long>(kWidth), k * 1e6, gth * 1e6,
+          k / gth, cpu("bag_kernel_rows") / cpu("bag_gathered"));
     double t_fused = get("fused"), t_eager = get("eager"), t_triad = get("triad");
     if (t_fused <= 0 || t_triad <= 0) return;
     double gbs_fused = kChainBytes / t_fused / 1e9, gbs_triad = kTriadBytes / t_triad / 1e9;

@@ -1,6 +1,6 @@
 // On a GPU (#30), four measurements, each of several trials in one process, printed as JSON
-// lines with medians and ranges. Without a GPU it says so and exits 0. Run by scripts/gpu_check.sh, which
-// times torch.matmul on the same shape in the same run for the ratio.
+// lines with medians and ranges. Without a GPU it says so and exits 0. Run by scripts/gpu_check.sh,
+// which times torch.matmul on the same shape in the same run for the ratio.
 // 1. The CUDA backend's fused elementwise kernel, y = max(x * a + b, 0) * c - x over 64M floats
 //    (four inputs read, one output written: 1.25 GB a run), alternated with a device-to-device
 //    copy of 1 GB (cuMemcpyDtoD): each one's effective bandwidth (bytes read and written / time)
@@ -100,8 +100,13 @@ double fit_ms_per_step(const std::function<std::vector<kiln::nn::LayerRef>()>& l
 
 std::vector<kiln::nn::LayerRef> cnn_layers() {
   using namespace kiln::nn;
-  return {Conv2D(32, {3, 3}, "relu"), MaxPool2D({2, 2}), Conv2D(64, {3, 3}, "relu"),
-          MaxPool2D({2, 2}), Flatten(), Dense(128, "relu"), Dense(10)};
+  return {Conv2D(32, {3, 3}, "relu"),
+          MaxPool2D({2, 2}),
+          Conv2D(64, {3, 3}, "relu"),
+          MaxPool2D({2, 2}),
+          Flatten(),
+          Dense(128, "relu"),
+          Dense(10)};
 }
 
 std::vector<kiln::nn::LayerRef> text_layers() {

@@ -21,9 +21,8 @@ std::vector<int64_t> scatter_add_plan(const Tensor& indices, int64_t dim) {
     for (int64_t j = 0; j < n; ++j) order[start[row[j]]++] = j;
   } else {
     for (int64_t j = 0; j < n; ++j) order[j] = j;
-    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-      return row[a] != row[b] ? row[a] < row[b] : a < b;
-    });
+    std::sort(order.begin(), order.end(),
+              [&](int64_t a, int64_t b) { return row[a] != row[b] ? row[a] < row[b] : a < b; });
   }
   std::vector<int64_t> rows, starts;
   for (int64_t t = 0; t < n; ++t)

@@ -2,9 +2,10 @@
 // executable (compiler/run_device.cc) needs from it. Its fused loops run as device kernels
 // (gathers read by them), its 2-d dots as device matmuls, the convolutions and pooling it takes
 // through its kernels for them and scatter_adds as its loop; every other op runs on the host,
-// its inputs copied down and its outputs up as the run needs them. Two backends implement it: CUDA's (compiler/cuda/device_backend.h) and, for
-// tests, an emulated GPU whose memory is host memory the program must still copy to and from
-// (compiler/cpu/emulated_device.h). No CUDA or LLVM types appear here.
+// its inputs copied down and its outputs up as the run needs them. Two backends implement it:
+// CUDA's (compiler/cuda/device_backend.h) and, for tests, an emulated GPU whose memory is host
+// memory the program must still copy to and from (compiler/cpu/emulated_device.h). No CUDA or LLVM
+// types appear here.
 #pragma once
 
 #include <cstdint>

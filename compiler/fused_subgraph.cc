@@ -106,8 +106,8 @@ namespace {
 void check_reach(const FusedSubgraph& sg, const Shape& shape, const StridedView& map,
                  const Shape& source) {
   if (map.strides.size() != shape.size())
-    fail(sg, "index map " + shape_str(map.strides) + " does not fit input shape " +
-                 shape_str(shape));
+    fail(sg,
+         "index map " + shape_str(map.strides) + " does not fit input shape " + shape_str(shape));
   if (!is_fully_defined(source))
     fail(sg, "source shape " + shape_str(source) + " is not fully defined");
   // The lowest and highest elements the view reaches must lie in the buffer.
@@ -332,20 +332,20 @@ void FusedSubgraph::validate(const FusionTarget& target) const {
                       std::to_string(in.fallback) + ", not an earlier input of its dtype");
     if (in.generator && (in.map || in.piece))
       fail(*this, "generated input " + std::to_string(k) + " has an index map or a piece");
-    if (in.gather && (!in.map || in.piece || in.generator || in.gather->indices < 0 ||
-                      in.gather->indices >= k || inputs[in.gather->indices].gather ||
-                      (inputs[in.gather->indices].dtype != i32 &&
-                       inputs[in.gather->indices].dtype != i64)))
+    if (in.gather &&
+        (!in.map || in.piece || in.generator || in.gather->indices < 0 || in.gather->indices >= k ||
+         inputs[in.gather->indices].gather ||
+         (inputs[in.gather->indices].dtype != i32 && inputs[in.gather->indices].dtype != i64)))
       fail(*this, "gathered input " + std::to_string(k) +
                       " needs an index map, no piece, and an earlier i32 or i64 input as its "
                       "indices");
   }
   for (int k = 0; k < n_in; ++k)  // a gather and its indices are read at every loop index
-    if (inputs[k].gather &&
-        (inputs[k].shape != iteration_shape() ||
-         inputs[inputs[k].gather->indices].shape != iteration_shape()))
-      fail(*this, "gathered input " + std::to_string(k) + " and its indices must have the "
-                      "iteration shape " + shape_str(iteration_shape()));
+    if (inputs[k].gather && (inputs[k].shape != iteration_shape() ||
+                             inputs[inputs[k].gather->indices].shape != iteration_shape()))
+      fail(*this, "gathered input " + std::to_string(k) +
+                      " and its indices must have the iteration shape " +
+                      shape_str(iteration_shape()));
   if (has_pieces() && has_reductions())
     fail(*this, "pieces of concatenate or pad are read only by loop fusions, not reductions",
          ErrorCode::kUnimplemented);

@@ -59,8 +59,8 @@ std::string Generator::key() const {
   char buf[256];
   // %a prints doubles exactly.
   std::snprintf(buf, sizeof buf, "gen%d:%llu:%d:%a:%a:%a:%a:%a:%a", static_cast<int>(kind),
-                static_cast<unsigned long long>(threshold), bits, low, span, high, below_high,
-                mean, stddev);
+                static_cast<unsigned long long>(threshold), bits, low, span, high, below_high, mean,
+                stddev);
   return buf;
 }
 

@@ -14,8 +14,9 @@ namespace kiln::compiler {
 
 void check_indices(const IndexCheck& c, const Tensor& indices) {
   if (std::string why = ops::take_index_error(indices, c.axis, c.x); !why.empty())
-    throw Error(ErrorCode::kOutOfRange,
-                c.op + ": " + why + (c.node.empty() || c.node == c.op ? "" : " (in " + c.node + ")"));
+    throw Error(
+        ErrorCode::kOutOfRange,
+        c.op + ": " + why + (c.node.empty() || c.node == c.op ? "" : " (in " + c.node + ")"));
 }
 
 LoweredFusion lower_fusion_group(const FusionTarget& target, int group, const FusionPlan& plan,
@@ -55,15 +56,19 @@ LoweredFusion lower_fusion_group(const FusionTarget& target, int group, const Fu
       const StridedView xs = row_major_view(xt.shape), is = row_major_view(it.shape);
       StridedView iv{std::vector<int64_t>(shape.size(), 0), 0}, xv = iv;
       for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-        if (d < axis) xv.strides[d] = xs.strides[d];
-        else if (d < axis + jr) iv.strides[d] = is.strides[d - axis];
-        else xv.strides[d] = xs.strides[d - jr + 1];
+        if (d < axis)
+          xv.strides[d] = xs.strides[d];
+        else if (d < axis + jr)
+          iv.strides[d] = is.strides[d - axis];
+        else
+          xv.strides[d] = xs.strides[d - jr + 1];
       }
       const int idx = sg.add_mapped_input(it.dtype, shape, iv, it.shape);
       // One check per indices value and axis size (two tables looked up by the same ids).
       bool checked = false;
       for (const IndexCheck& c : out.index_checks)
-        checked = checked || (out.inputs[c.input] == indices && c.x.shape[c.axis] == xt.shape[axis]);
+        checked =
+            checked || (out.inputs[c.input] == indices && c.x.shape[c.axis] == xt.shape[axis]);
       if (!checked)
         out.index_checks.push_back(
             {static_cast<int>(out.inputs.size()), axis, xt, "gather", nodes[m].name});

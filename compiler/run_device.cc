@@ -47,7 +47,7 @@ class DeviceRun {
     outs_.clear();
     for (size_t k = 0; k < t.in.size(); ++k)  // a scatter_add's indices: read on the host
       ins_.push_back(t.on_device == Thunk::OnDevice::kScatterAdd && k == 1 ? nullptr
-                                                                          : on_device(t.in[k]));
+                                                                           : on_device(t.in[k]));
     for (int s : t.out) {
       outs_.push_back(device_pointer(s));
       state_[s] = {.host = false, .device = true};
@@ -130,8 +130,8 @@ class DeviceRun {
   }
 
   // A loop that gathers reads 0 for an index out of range, and a scatter_add adds nothing: their
-  // indices are checked first, on the host, as the ops' kernels check them. Indices fed from the host cost nothing more;
-  // indices the device holds come down (8 bytes or so a row: the run waits for them).
+  // indices are checked first, on the host, as the ops' kernels check them. Indices fed from
+  // the host cost nothing more; ones only the device holds come down (the run waits for them).
   void check_indices(const Thunk& t) {
     for (const IndexCheck& c : t.index_checks) compiler::check_indices(c, on_host(t.in[c.input]));
   }

@@ -122,11 +122,20 @@ void gather_kernel(KernelContext& ctx) {
     });
   };
   switch (row_bytes) {
-    case 1: copy_words(uint8_t{}); return;
-    case 2: copy_words(uint16_t{}); return;
-    case 4: copy_words(uint32_t{}); return;
-    case 8: copy_words(uint64_t{}); return;
-    default: break;
+    case 1:
+      copy_words(uint8_t{});
+      return;
+    case 2:
+      copy_words(uint16_t{});
+      return;
+    case 4:
+      copy_words(uint32_t{});
+      return;
+    case 8:
+      copy_words(uint64_t{});
+      return;
+    default:
+      break;
   }
   runtime::parallel_for(g.outer * g.count, grain, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
@@ -206,8 +215,8 @@ std::string take_index_error(const Tensor& indices, int64_t axis, const TensorTy
   const int64_t i = indices.dtype() == i32 ? first_bad(indices.data<int32_t>())
                                            : first_bad(indices.data<int64_t>());
   if (i < 0) return "";
-  const int64_t value = indices.dtype() == i32 ? indices.data<int32_t>()[i]
-                                               : indices.data<int64_t>()[i];
+  const int64_t value =
+      indices.dtype() == i32 ? indices.data<int32_t>()[i] : indices.data<int64_t>()[i];
   return "index " + std::to_string(value) + " at position " + position_str(i, indices.shape()) +
          " of indices " + TensorType{indices.dtype(), indices.shape()}.str() +
          " is out of range [0, " + std::to_string(dim) + ") for axis " + std::to_string(axis) +

@@ -19,9 +19,9 @@
 #include "compiler/cpu/fusion_target.h"
 #include "compiler/llvm_ir/elemental_emitter.h"
 #include "compiler/llvm_ir/grid_kernel.h"
-#include "compiler/llvm_ir/scatter_kernel.h"
 #include "compiler/llvm_ir/loop_target.h"
 #include "compiler/llvm_ir/optimize.h"
+#include "compiler/llvm_ir/scatter_kernel.h"
 #include "kiln/error.h"
 
 namespace kiln::compiler::cpu {
@@ -160,8 +160,9 @@ std::vector<FusedKernel> compile_elementwise(const std::vector<FusedSubgraph>& s
 namespace {
 
 // `count` grids `emit` writes into one module (grid i as "k<i>_grid"), JIT'd for the host.
-HostGridKernels jit_grids(const std::string& name, size_t count,
-                          const std::function<void(llvm::Module&, size_t, const std::string&)>& emit) {
+HostGridKernels jit_grids(
+    const std::string& name, size_t count,
+    const std::function<void(llvm::Module&, size_t, const std::string&)>& emit) {
   HostGridKernels out;
   HostModule host = new_host_module(name);
   for (size_t i = 0; i < count; ++i) emit(*host.module, i, "k" + std::to_string(i) + "_");
@@ -185,10 +186,9 @@ HostGridKernels compile_grid_kernels_for_host(const std::vector<FusedSubgraph>& 
 }
 
 HostGridKernels compile_scatter_add_for_host(const DeviceScatterAdd& s) {
-  return jit_grids("scatter_add_grid", 1,
-                   [&](llvm::Module& m, size_t, const std::string& prefix) {
-                     llvm_ir::emit_scatter_add_grid(s, m, prefix);
-                   });
+  return jit_grids("scatter_add_grid", 1, [&](llvm::Module& m, size_t, const std::string& prefix) {
+    llvm_ir::emit_scatter_add_grid(s, m, prefix);
+  });
 }
 
 FusedKernel compile_elementwise(const FusedSubgraph& sg) {

@@ -3,7 +3,9 @@
 // (docs/architecture.md lists them).
 #include "compiler/cuda/ptx.h"
 
+#include <dlfcn.h>
 #include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/Config/llvm-config.h>
 #include <llvm/IR/DiagnosticInfo.h>
 #include <llvm/IR/DiagnosticPrinter.h>
 #include <llvm/IR/IRBuilder.h>
@@ -17,16 +19,14 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
-
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
-#include <filesystem>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -34,15 +34,13 @@
 #include <mutex>
 #include <sstream>
 
-#include <llvm/Config/llvm-config.h>
-
 #include "compiler/dump.h"
 #include "compiler/llvm_ir/grid_kernel.h"
 #include "compiler/llvm_ir/loop_target.h"
 #include "compiler/llvm_ir/optimize.h"
 #include "compiler/llvm_ir/scatter_kernel.h"
-#include "kiln/version.h"
 #include "kiln/error.h"
+#include "kiln/version.h"
 
 extern "C" {
 void LLVMInitializeNVPTXTargetInfo();

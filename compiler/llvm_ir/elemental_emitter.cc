@@ -22,14 +22,7 @@
 // (vrcp14ps + Newton step, 4 FMA-pipe instructions) measured slower. Their error bounds,
 // measured over every f32 input: docs/numerics.md.
 // sin, cos, pow, log1p and expm1 (and every f64 transcendental) call libm: exact, but scalar.
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdlib>
-#include <functional>
-#include <numbers>
-#include <unordered_map>
-#include <limits>
+#include "compiler/llvm_ir/elemental_emitter.h"
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
@@ -40,7 +33,15 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
-#include "compiler/llvm_ir/elemental_emitter.h"
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <numbers>
+#include <unordered_map>
+
 #include "compiler/llvm_ir/loop_target.h"
 #include "kiln/error.h"
 #include "ops/approximations.h"
@@ -229,9 +230,9 @@ class Emitter {
       std::vector<Value*> in(sg_.inputs.size());
       for (size_t k = 0; k < in.size(); ++k) {
         Value* at = sg_.inputs[k].map ? b_.CreateAdd(i, offsets[k]) : i;
-        in[k] = scalars[k]                 ? scalars[k]
+        in[k] = scalars[k]             ? scalars[k]
                 : sg_.inputs[k].gather ? gathered(static_cast<int>(k), at, in)
-                                           : load(static_cast<int>(k), at);
+                                       : load(static_cast<int>(k), at);
       }
       emit_body(in, i);
     });

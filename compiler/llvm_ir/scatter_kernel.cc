@@ -13,10 +13,14 @@ namespace {
 
 llvm::Type* element_type(llvm::IRBuilder<>& b, DType t) {
   switch (t) {
-    case DType::f32: return b.getFloatTy();
-    case DType::f64: return b.getDoubleTy();
-    case DType::i32: return b.getInt32Ty();
-    case DType::i64: return b.getInt64Ty();
+    case DType::f32:
+      return b.getFloatTy();
+    case DType::f64:
+      return b.getDoubleTy();
+    case DType::i32:
+      return b.getInt32Ty();
+    case DType::i64:
+      return b.getInt64Ty();
     default:
       throw Error(ErrorCode::kUnimplemented,
                   std::string("scatter_add loop: dtype ") + dtype_name(t) + " is not supported");
@@ -74,7 +78,7 @@ void emit_scatter_add_grid(const DeviceScatterAdd& s, llvm::Module& module,
   llvm::Value* stride = b.CreateMul(fn->getArg(3), fn->getArg(5));
   llvm::Value* inner = b.getInt64(s.inner);
   llvm::Value* per_o = b.CreateMul(rows, inner);
-  llvm::Value* starts = b.CreateAdd(rows, b.getInt64(1));                 // plan[1 + rows + r]
+  llvm::Value* starts = b.CreateAdd(rows, b.getInt64(1));  // plan[1 + rows + r]
   llvm::Value* js = b.CreateAdd(b.CreateMul(rows, b.getInt64(2)), b.getInt64(2));  // the j list
   loop(first, b.CreateMul(b.getInt64(s.outer), per_o), stride, "item", [&](llvm::Value* c) {
     llvm::Value* o = b.CreateUDiv(c, per_o);

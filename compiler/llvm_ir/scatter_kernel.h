@@ -1,7 +1,7 @@
 // The device's scatter_add loop (compiler/device_backend.h's DeviceScatterAdd) as
 // target-independent IR: a grid-stride loop over the (o, row, k) of a row plan whose block and
-// thread ids are arguments, like a fused kernel's grid (grid_kernel.h). CUDA's entry kernel passes its
-// special registers (compiler/cuda/ptx.cc); the emulated GPU passes loops. Internal to the
+// thread ids are arguments, like a fused kernel's grid (grid_kernel.h). CUDA's entry kernel passes
+// its special registers (compiler/cuda/ptx.cc); the emulated GPU passes loops. Internal to the
 // compiler's backends (LLVM types).
 #pragma once
 

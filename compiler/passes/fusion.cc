@@ -145,9 +145,9 @@ class Planner {
       if (!is_pieces(nodes_[m]) && !is_gather(nodes_[m])) continue;
       for (const ValueRef& in : nodes_[m].inputs)
         if (std::find(unit.begin(), unit.end(), in.node) != unit.end())
-          return FusionDecision::forbid(std::string(is_gather(nodes_[m]) ? "gather " : "piecewise op ") +
-                                        node_label(nodes_, m) +
-                                        " would read a value the same loop computes");
+          return FusionDecision::forbid(
+              std::string(is_gather(nodes_[m]) ? "gather " : "piecewise op ") +
+              node_label(nodes_, m) + " would read a value the same loop computes");
     }
     return FusionDecision::allow();
   }
@@ -367,8 +367,8 @@ FusionPlan Planner::finish(const std::vector<bool>& needed, const std::vector<Va
   for (size_t g = 0; g < members_.size(); ++g) {
     bool computes = false;
     for (int m : members_[g])
-      computes = computes ||
-                 !(is_layout(nodes_[m]) || is_pieces(nodes_[m]) || is_gather(nodes_[m]));
+      computes =
+          computes || !(is_layout(nodes_[m]) || is_pieces(nodes_[m]) || is_gather(nodes_[m]));
     if (computes || members_[g].empty() || target_.copies_layout_groups()) continue;
     for (int m : members_[g]) {
       plan_.group_of[m] = -1;

@@ -65,8 +65,7 @@ class FusionTarget {
   // `outputs`) from x's buffer at the rows its indices select (a gathered input,
   // compiler/fused_subgraph.h). By default no. A gather no other computation joins is left to
   // its kernel, which copies whole rows, unless copies_layout_groups().
-  virtual FusionDecision can_gather(const detail::Node& node,
-                                    const std::vector<TensorType>& inputs,
+  virtual FusionDecision can_gather(const detail::Node& node, const std::vector<TensorType>& inputs,
                                     const std::vector<TensorType>& outputs) const;
 
   // What generated loops compute on: asked by SubgraphBuilder while it builds a FusedSubgraph

@@ -3,8 +3,9 @@
 // would bring x down and send the rows back up. Its adjoint scatter_add is the device's own
 // loop (compiler/llvm_ir/scatter_kernel.h) over a row plan, each row's updates added in the
 // kernel's order. Their
-// indices are checked before the loops run, with the kernels' errors. Without a GPU: on the emulated GPU, whose loops are the device's
-// grid kernels run on the host; on a GPU (skipped here, saying so) the same checks on cuda:0.
+// indices are checked before the loops run, with the kernels' errors. Without a GPU: on the
+// emulated GPU, whose loops are the device's grid kernels run on the host; on a GPU (skipped here,
+// saying so) the same checks on cuda:0.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -34,9 +35,7 @@ Executable compile_on(const std::shared_ptr<const DeviceBackend>& device, const 
                 : compile(g, fetches, feeds, {}, CompileOptions{Device::cuda(0)});
 }
 
-std::string thunks(const Executable& e) {
-  return ::testing::PrintToString(e.thunk_descriptions());
-}
+std::string thunks(const Executable& e) { return ::testing::PrintToString(e.thunk_descriptions()); }
 
 // The kOutOfRange error `run` throws (a failure when it throws none or another code), beside the
 // one the reference `want_run` throws: the message the caller checks.
@@ -90,8 +89,13 @@ struct Case {
 void check_gathers(const std::shared_ptr<const DeviceBackend>& device) {
   const std::vector<Case> cases = {
       {"embedding rows", f32, {50, 16}, 0, i32, {3, 0, 49, 3, 17, 8}, {6}},
-      {"embedding of a batch of sequences", bf16, {40, 12}, 0, i64,
-       {1, 2, 3, 39, 0, 0, 7, 7, 38, 20, 11, 5}, {3, 4}},
+      {"embedding of a batch of sequences",
+       bf16,
+       {40, 12},
+       0,
+       i64,
+       {1, 2, 3, 39, 0, 0, 7, 7, 38, 20, 11, 5},
+       {3, 4}},
       {"a middle axis", f32, {3, 9, 5}, 1, i32, {8, 0, 4, 4}, {2, 2}},
       {"the last axis", f64, {6, 7}, -1, i64, {6, 5, 0}, {3}},
       {"a scalar index", f32, {10, 33}, 0, i32, {9}, {}},
@@ -110,7 +114,8 @@ void check_gathers(const std::shared_ptr<const DeviceBackend>& device) {
       fetches.push_back(logical_not(y));
     } else {
       fetches.push_back(y * 2 + 1);
-      if (c.dtype != i32 && !y.shape().empty()) fetches.push_back(sum(y * y, {static_cast<int64_t>(y.shape().size()) - 1}));
+      if (c.dtype != i32 && !y.shape().empty())
+        fetches.push_back(sum(y * y, {static_cast<int64_t>(y.shape().size()) - 1}));
     }
     FeedList feeds = {{x, table(c.dtype, c.x)},
                       {idx, indices(c.index_dtype, c.index_values, c.index_shape)}};
@@ -145,9 +150,8 @@ TEST(DeviceGather, AnEmbeddingBagIsOneLoopAndMovesOnlyItsFeedsAndResult) {
   Tensor bag = sum(gather(x, idx) * w, {1});  // [8, 32]
   std::vector<int64_t> tokens(40);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int64_t>((i * 37) % 100);
-  FeedList feeds = {{x, table(f32, {100, 32})},
-                    {idx, indices(i32, tokens, {8, 5})},
-                    {w, table(f32, {32})}};
+  FeedList feeds = {
+      {x, table(f32, {100, 32})}, {idx, indices(i32, tokens, {8, 5})}, {w, table(f32, {32})}};
   Executable host = compile(g, {bag}, feeds);
   Executable dev = compile_for_device(gpu, g, {bag}, feeds);
   EXPECT_EQ(dev.num_thunks(), 1) << thunks(dev) << "\n" << dev.fusion_log();
@@ -179,8 +183,8 @@ TEST(DeviceGather, AnIndexOutOfRangeIsTheKernelsErrorAndTheProgramRunsOn) {
   for (int64_t bad : {int64_t{5}, int64_t{-1}, int64_t{1} << 40}) {
     SCOPED_TRACE(bad);
     FeedList bad_feeds = {{x, feeds[0].second}, {idx, indices(i64, {0, 4, bad, 1}, {2, 2})}};
-    const std::string got = out_of_range_error([&] { dev.run(bad_feeds); },
-                                               [&] { host.run(bad_feeds); });
+    const std::string got =
+        out_of_range_error([&] { dev.run(bad_feeds); }, [&] { host.run(bad_feeds); });
     EXPECT_THAT(got, HasSubstr("index " + std::to_string(bad) + " at position [1,0]"));
     EXPECT_THAT(got, HasSubstr("out of range [0, 5) for axis 0 of x f32[5,4]"));
     testing::expect_bitwise_equal(dev.run(feeds), host.run(feeds));
@@ -315,12 +319,11 @@ TEST(DeviceScatterAdd, AnIndexOutOfRangeIsTheKernelsError) {
   Tensor idx = g.placeholder(i32, {3}, "idx");
   Tensor u = g.placeholder(f32, {3, 4}, "u");
   Tensor y = scatter_add(x, idx, u) * 2.0f;
-  FeedList feeds = {{x, table(f32, {5, 4})}, {idx, indices(i32, {0, -2, 1}, {3})},
-                    {u, table(f32, {3, 4})}};
+  FeedList feeds = {
+      {x, table(f32, {5, 4})}, {idx, indices(i32, {0, -2, 1}, {3})}, {u, table(f32, {3, 4})}};
   Executable host = compile(g, {y}, feeds);
   Executable dev = compile_for_device(cpu::emulated_gpu(), g, {y}, feeds);
-  const std::string got =
-      out_of_range_error([&] { dev.run(feeds); }, [&] { host.run(feeds); });
+  const std::string got = out_of_range_error([&] { dev.run(feeds); }, [&] { host.run(feeds); });
   EXPECT_THAT(got, HasSubstr("scatter_add: index -2 at position [1]"));
 }
 
@@ -337,8 +340,8 @@ TEST(DeviceScatterAdd, TheRowPlanListsEachRowsPositionsInOrder) {
 // items, a grid-stride walk): every (o, row, k) is computed once, with the kernel's bits, and
 // rows no index names keep x's values.
 TEST(DeviceScatterAdd, EveryGridComputesEveryRowOnce) {
-  const DeviceScatterAdd s{.dtype = f32, .index_dtype = i64, .outer = 3, .dim = 6, .inner = 5,
-                           .count = 6};
+  const DeviceScatterAdd s{
+      .dtype = f32, .index_dtype = i64, .outer = 3, .dim = 6, .inner = 5, .count = 6};
   cpu::HostGridKernels grid = cpu::compile_scatter_add_for_host(s);
   const Tensor x = table(f32, {3, 6, 5}), u = table(f32, {3, 6, 5}) * 2;
   const Tensor idx = indices(i64, {3, 0, 3, 5, 3, 1}, {6});
@@ -376,8 +379,9 @@ TEST(DeviceGather, TheLoopReadsZeroForAnIndexOutOfRange) {
   red.outputs.clear();
   red.add_output(red.add_reduce(ReduceKind::kSum, rows, {1}));
   std::vector<cpu::FusedKernel> k = cpu::compile_elementwise({sg, red});
-  const std::vector<Tensor> in = {Tensor::from_vector(std::vector<int32_t>{1, -1, 2, 0}, {4}),
-                                  Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3})};
+  const std::vector<Tensor> in = {
+      Tensor::from_vector(std::vector<int32_t>{1, -1, 2, 0}, {4}),
+      Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3})};
   EXPECT_EQ(k[0].run(in)[0].to_vector<float>(),
             (std::vector<float>{4, 5, 6, 0, 0, 0, 0, 0, 0, 1, 2, 3}));
   EXPECT_EQ(k[1].run(in)[0].to_vector<float>(), (std::vector<float>{15, 0, 0, 6}));

@@ -971,7 +971,7 @@ TEST(DeviceTensors, EveryKindOfFetchedValueComesBackOnTheDevice) {
   Graph g{"fetch_kinds"};
   Tensor a = g.placeholder(f32, {4, 3}, "a");
   Tensor b = g.placeholder(i64, {2}, "b");
-  Tensor picked = gather(tanh(a), b, 0);  // a device loop's output, fetched
+  Tensor picked = gather(tanh(a), b, 0);                     // a device loop's output, fetched
   Tensor folded = any(tanh(a) > Tensor::scalar(0.5f), {1});  // a host kernel's, fetched
   FeedList feeds = {{a, test_models::random_tensor({4, 3}, 61)},
                     {b, Tensor::from_vector<int64_t>({3, 1}, {2})}};
@@ -1066,8 +1066,8 @@ TEST(DeviceTensors, EagerOpsOnDeviceTensorsRunThere) {
   EXPECT_TRUE(testing::bitwise_equal(gathered.to(Device::cpu()), gather(a, rows, 0)));
   const Tensor any_positive = any(da > Tensor::scalar(0.0f), {1});
   EXPECT_EQ(any_positive.device(), Device::cuda(0));
-  EXPECT_TRUE(testing::bitwise_equal(any_positive.to(Device::cpu()),
-                                     any(a > Tensor::scalar(0.0f), {1})));
+  EXPECT_TRUE(
+      testing::bitwise_equal(any_positive.to(Device::cpu()), any(a > Tensor::scalar(0.0f), {1})));
   EXPECT_EQ(reshape(da, {8, 16}).device(), Device::cuda(0));
   // Attributes the programs' key prints alike (floats to 6 digits) still get their own program.
   const Tensor seed = Tensor::scalar<int64_t>(7);
@@ -1250,19 +1250,18 @@ TEST(DeviceProgram, RandomGraphsOnTheEmulatedGpuMatchTheInterpreter) {
                                                   {"KILN_TEST_ONLY_DEVICE", "emulated-gpu"}};
   testing_util::ProcessResult r = testing_util::run_process({"/proc/self/exe", filter}, log, env);
   EXPECT_TRUE(r.exited_ok()) << r.output;
-  for (const char* test : {"Shard/CompiledRandomGraphs.MatchTheInterpreter/0",
-                           "Shard/CompiledRandomKernelOpGraphs.MatchTheInterpreter/0",
-                           "Shard/CompiledRandomGradients.MatchTheInterpreter/0",
-                           "CompiledRandomGraphsConcurrently.MatchTheInterpreter",
-                           "Model.FitLearnsASeparableProblem",
-                           "Model.CompiledAndInterpretedFitAgree",
-                           "Model.FitOnADatasetMatchesFitOnTheSameTensors",
-                           "DeviceProgram.ChildCompilesForTheEmulatedGpu",
-                           "DeviceProgram.ChildModelsKeepTheirVariablesOnTheDevice",
-                           "DeviceProgram.ChildFunctionsKeepTheirVariablesOnTheDevice",
-                           "DeviceProgram.ChildRecurrentModelsTrainOnTheDevice",
-                           "DeviceProgram.ChildEmbeddingModelsTrainOnTheDevice",
-                           "RandomControlFlow.CompiledBodiesMatchTheInterpreter"})
+  for (const char* test :
+       {"Shard/CompiledRandomGraphs.MatchTheInterpreter/0",
+        "Shard/CompiledRandomKernelOpGraphs.MatchTheInterpreter/0",
+        "Shard/CompiledRandomGradients.MatchTheInterpreter/0",
+        "CompiledRandomGraphsConcurrently.MatchTheInterpreter", "Model.FitLearnsASeparableProblem",
+        "Model.CompiledAndInterpretedFitAgree", "Model.FitOnADatasetMatchesFitOnTheSameTensors",
+        "DeviceProgram.ChildCompilesForTheEmulatedGpu",
+        "DeviceProgram.ChildModelsKeepTheirVariablesOnTheDevice",
+        "DeviceProgram.ChildFunctionsKeepTheirVariablesOnTheDevice",
+        "DeviceProgram.ChildRecurrentModelsTrainOnTheDevice",
+        "DeviceProgram.ChildEmbeddingModelsTrainOnTheDevice",
+        "RandomControlFlow.CompiledBodiesMatchTheInterpreter"})
     EXPECT_THAT(r.output, HasSubstr(std::string("[       OK ] ") + test));
 }
 
@@ -1461,7 +1460,8 @@ TEST(DeviceProgram, ChildEmbeddingModelsTrainOnTheDevice) {
     labels[i] = static_cast<float>(i % 2);
     // Class 1 draws its ids from the top half of the vocabulary more often.
     for (int64_t t = 0; t < steps; ++t)
-      ids[i * steps + t] = static_cast<int32_t>(gen() % (vocab / 2) + (i % 2 && t % 3 ? vocab / 2 : 0));
+      ids[i * steps + t] =
+          static_cast<int32_t>(gen() % (vocab / 2) + (i % 2 && t % 3 ? vocab / 2 : 0));
   }
   Tensor x = Tensor::from_vector(ids, {n, steps});
   Tensor y = Tensor::from_vector(labels, {n});

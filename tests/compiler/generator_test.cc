@@ -130,7 +130,8 @@ TEST(Generators, ABroadcastMaskAndAReductionOfRandomValuesHaveTheKernelsBits) {
 // are the kernel's, over many elements (both Philox words and the tails of the distribution).
 TEST(Generators, NormalInALoopHasItsKernelsBits) {
   for (DType t : {f32, f64}) {
-    for (auto [mean, stddev] : std::vector<std::pair<double, double>>{{0, 1}, {-3.5, 0.25}, {2, 0}}) {
+    for (auto [mean, stddev] :
+         std::vector<std::pair<double, double>>{{0, 1}, {-3.5, 0.25}, {2, 0}}) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " mean " + std::to_string(mean) + " stddev " +
                    std::to_string(stddev));
       Graph g{"normal"};
