@@ -111,15 +111,13 @@ inline int64_t cudnn_pool_scratch_bytes(const DevicePool& p) {
 
 // scatter_add on device pointers, as its kernel computes it: y = x, then for each index j in
 // order, y[o, indices[j], k] += updates[o, j, k], each sum rounded to `dtype`; x and y are
-// [outer, dim, inner], indices `count` of index_dtype (i32 or i64), updates [outer, count,
-// inner]. A device runs it as a copy of x into y and then its loop over a row plan
+// [outer, dim, inner], indices `count` i32 or i64 values, updates [outer, count, inner]. A device runs it as a copy of x into y and then its loop over a row plan
 // (scatter_add_plan) the program makes on the host, where it checks the indices: one item per
 // (o, row, k) for each row the indices name, adding that row's updates in the indices' order,
 // the kernel's order, so duplicate indices sum to the kernel's bits without atomics, and the
 // rows run in parallel.
 struct DeviceScatterAdd {
   DType dtype = f32;
-  DType index_dtype = i32;
   int64_t outer = 1, dim = 0, inner = 1, count = 0;
 };
 

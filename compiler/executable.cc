@@ -262,7 +262,6 @@ bool device_scatter_add(const DeviceBackend& device, const detail::Node& node,
   if (axis < 0 || axis >= rank) return false;
   DeviceScatterAdd s;
   s.dtype = in[0].dtype;
-  s.index_dtype = in[1].dtype;
   for (int64_t d = 0; d < axis; ++d) s.outer *= x[d];
   s.dim = x[axis];
   for (int64_t d = axis + 1; d < rank; ++d) s.inner *= x[d];

@@ -128,7 +128,7 @@ class CudaGpu final : public DeviceBackend {
   // retraces share them).
   std::shared_ptr<const DeviceLoop> compile_scatter_add(const DeviceScatterAdd& s) const override {
     if (!scatter_add_dtype(s.dtype)) return nullptr;
-    const std::string key = std::string(dtype_name(s.dtype)) + dtype_name(s.index_dtype) + " " +
+    const std::string key = std::string(dtype_name(s.dtype)) + " " +
                             std::to_string(s.outer) + " " + std::to_string(s.dim) + " " +
                             std::to_string(s.inner) + " " + std::to_string(s.count);
     std::lock_guard<std::mutex> lock(loops_mu_);

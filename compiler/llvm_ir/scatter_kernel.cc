@@ -31,10 +31,9 @@ llvm::Type* element_type(llvm::IRBuilder<>& b, DType t) {
 
 void emit_scatter_add_grid(const DeviceScatterAdd& s, llvm::Module& module,
                            const std::string& prefix) {
-  if (!scatter_add_dtype(s.dtype) || (s.index_dtype != i32 && s.index_dtype != i64))
+  if (!scatter_add_dtype(s.dtype))
     throw Error(ErrorCode::kUnimplemented, std::string("scatter_add loop: dtype ") +
-                                               dtype_name(s.dtype) + " with indices of " +
-                                               dtype_name(s.index_dtype) + " is not supported");
+                                               dtype_name(s.dtype) + " is not supported");
   llvm::LLVMContext& ctx = module.getContext();
   llvm::IRBuilder<> b(ctx);
   llvm::Type* ptr = b.getPtrTy();

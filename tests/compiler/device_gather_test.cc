@@ -341,7 +341,7 @@ TEST(DeviceScatterAdd, TheRowPlanListsEachRowsPositionsInOrder) {
 // rows no index names keep x's values.
 TEST(DeviceScatterAdd, EveryGridComputesEveryRowOnce) {
   const DeviceScatterAdd s{
-      .dtype = f32, .index_dtype = i64, .outer = 3, .dim = 6, .inner = 5, .count = 6};
+      .dtype = f32, .outer = 3, .dim = 6, .inner = 5, .count = 6};
   cpu::HostGridKernels grid = cpu::compile_scatter_add_for_host(s);
   const Tensor x = table(f32, {3, 6, 5}), u = table(f32, {3, 6, 5}) * 2;
   const Tensor idx = indices(i64, {3, 0, 3, 5, 3, 1}, {6});
